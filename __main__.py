@@ -1,0 +1,86 @@
+"""Wiring only: stack config -> network -> cluster -> node groups -> core add-ons.
+
+Every decision lives in `components/`; this file says what feeds what.
+"""
+
+import pulumi
+
+from components.addons import CoreAddons, CoreAddonsArgs
+from components.catalog import gpu_instance_type
+from components.cluster import Cluster, ClusterArgs
+from components.config import ConfigError, load_stack_config
+from components.efa_gpu_nodes import EfaGpuNodeGroup, EfaGpuNodeGroupArgs
+from components.network import Network, NetworkArgs
+from components.system_nodes import SystemNodeGroup, SystemNodeGroupArgs
+
+try:
+    config = load_stack_config()
+except ConfigError as error:  # every problem at once, before any resource registers
+    raise pulumi.RunError(str(error)) from None
+
+stack = pulumi.get_stack()
+cluster_name = f"{config.name}-{stack}"
+tags = {"project": config.name, "stack": stack, "managed-by": "pulumi"}
+
+network = Network(
+    "network",
+    NetworkArgs(config=config.network, cluster_name=cluster_name, protect=config.protect, tags=tags),
+)
+
+cluster = Cluster(
+    "cluster",
+    ClusterArgs(
+        config=config.cluster,
+        cluster_name=cluster_name,
+        vpc_id=network.vpc.id,
+        private_subnet_ids=network.private_subnet_ids,
+        public_subnet_ids=network.public_subnet_ids,
+        protect=config.protect,
+        tags=tags,
+    ),
+)
+# Node groups take the cluster by name (known up front), so they wait for it explicitly.
+nodes_after = [cluster.eks, *cluster.node_policies]
+
+system_nodes = SystemNodeGroup(
+    "system-nodes",
+    SystemNodeGroupArgs(
+        config=config.system_nodes,
+        cluster_name=cluster_name,
+        node_role_arn=cluster.node_role.arn,
+        subnet_ids=network.private_subnet_ids,
+        depends_on=nodes_after,
+        tags=tags,
+    ),
+)
+
+gpu_nodes = EfaGpuNodeGroup(
+    "gpu-nodes",
+    EfaGpuNodeGroupArgs(
+        config=config.gpu_nodes,
+        instance=gpu_instance_type(config.gpu_nodes.instance_type),
+        cluster_name=cluster_name,
+        node_role_arn=cluster.node_role.arn,
+        vpc_id=network.vpc.id,
+        subnet=network.private_subnets[config.gpu_nodes.availability_zone],
+        cluster_security_group_id=cluster.security_group_id,
+        depends_on=nodes_after,
+        tags=tags,
+    ),
+)
+
+addons = CoreAddons(
+    "core-addons",
+    CoreAddonsArgs(cluster_name=cluster_name, cluster=cluster.eks, system_nodes=system_nodes.node_group, tags=tags),
+)
+
+pulumi.export("vpcId", network.vpc.id)
+pulumi.export("privateSubnetIds", network.private_subnet_ids)
+pulumi.export("clusterName", cluster_name)
+pulumi.export("kubeconfig", cluster.kubeconfig)
+pulumi.export("gpuAvailabilityZone", config.gpu_nodes.availability_zone)
+pulumi.export("gpuInstanceType", config.gpu_nodes.instance_type)
+pulumi.export(
+    "nodeGroupNames",
+    {"system": system_nodes.node_group.node_group_name, "gpu": gpu_nodes.node_group.node_group_name},
+)

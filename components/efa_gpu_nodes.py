@@ -1,0 +1,140 @@
+"""GPU nodes with Elastic Fabric Adapter: one AZ, one cluster placement group, EFA on every card.
+
+Why each piece exists:
+- EFA traffic does not cross AZs, so every node sits in the one private subnet of `gpu_az`.
+- A `cluster` placement group packs the nodes onto the same network spine (lowest latency).
+- One EFA interface per network card, or the card's bandwidth is lost: card 0 carries the
+  node's IP (`efa`, device index 0); the others are `efa-only` (device index 1) so they use
+  no VPC IPs.
+- EFA's SRD traffic needs a security group that admits all traffic from and to itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import pulumi
+import pulumi_aws as aws
+
+from .catalog import GpuInstanceType
+from .config import GpuNodesConfig
+from .node_common import IMDSV2, root_volume
+
+GPU_TAINT_KEY = "nvidia.com/gpu"
+GPU_LABELS = {"role": "gpu", "vpc.amazonaws.com/efa.present": "true"}
+
+
+def efa_network_interfaces(
+    efa_count: int, security_group_ids: Sequence[pulumi.Input[str]]
+) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
+    """One EFA interface per network card; only card 0 gets an IP address."""
+    return [
+        aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+            network_card_index=card,
+            device_index=0 if card == 0 else 1,
+            interface_type="efa" if card == 0 else "efa-only",
+            security_groups=list(security_group_ids),
+            delete_on_termination="true",
+        )
+        for card in range(efa_count)
+    ]
+
+
+@dataclass(frozen=True)
+class EfaGpuNodeGroupArgs:
+    config: GpuNodesConfig
+    instance: GpuInstanceType
+    cluster_name: str
+    node_role_arn: pulumi.Input[str]
+    vpc_id: pulumi.Input[str]
+    subnet: aws.ec2.Subnet  # the private subnet of config.availability_zone
+    cluster_security_group_id: pulumi.Input[str]
+    depends_on: Sequence[pulumi.Resource] = ()  # the control plane and the node role's policies
+    tags: dict[str, str] | None = None
+
+
+class EfaGpuNodeGroup(pulumi.ComponentResource):
+    """Managed node group built from a launch template this program registers (tests and policies read it)."""
+
+    placement_group: aws.ec2.PlacementGroup
+    security_group: aws.ec2.SecurityGroup
+    launch_template: aws.ec2.LaunchTemplate
+    node_group: aws.eks.NodeGroup
+
+    def __init__(self, name: str, args: EfaGpuNodeGroupArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llm-pd-eks:index:EfaGpuNodeGroup", name, None, opts)
+        cfg, instance = args.config, args.instance
+        if instance.name != cfg.instance_type:
+            raise ValueError(f"catalog entry {instance.name} does not match gpuNodes.instanceType {cfg.instance_type}")
+        tags = dict(args.tags or {})
+        child = pulumi.ResourceOptions(parent=self)
+
+        self.placement_group = aws.ec2.PlacementGroup(f"{name}-pg", strategy="cluster", tags=tags, opts=child)
+
+        self.security_group = aws.ec2.SecurityGroup(
+            f"{name}-efa-sg",
+            description="EFA: all traffic from and to members of this group",
+            vpc_id=args.vpc_id,
+            ingress=[
+                aws.ec2.SecurityGroupIngressArgs(
+                    protocol="-1", from_port=0, to_port=0, self=True, description="EFA from group members"
+                )
+            ],
+            egress=[
+                aws.ec2.SecurityGroupEgressArgs(
+                    protocol="-1", from_port=0, to_port=0, self=True, description="EFA to group members"
+                ),
+                aws.ec2.SecurityGroupEgressArgs(
+                    protocol="-1", from_port=0, to_port=0, cidr_blocks=["0.0.0.0/0"],
+                    description="Images, model weights, AWS APIs (through NAT)",
+                ),
+            ],
+            tags={**tags, "Name": f"{name}-efa-sg"},
+            opts=child,
+        )
+
+        self.launch_template = aws.ec2.LaunchTemplate(
+            f"{name}-lt",
+            description=f"EFA GPU nodes: {instance.name}, {instance.efa_interfaces} EFA interface(s), IMDSv2",
+            instance_type=instance.name,
+            metadata_options=IMDSV2,
+            placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=self.placement_group.name),
+            network_interfaces=efa_network_interfaces(
+                instance.efa_interfaces, [self.security_group.id, args.cluster_security_group_id]
+            ),
+            block_device_mappings=[root_volume(cfg.disk_size_gib)],
+            tag_specifications=[
+                aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type="instance", tags={**tags, "Name": name})
+            ],
+            tags=tags,
+            opts=child,
+        )
+
+        self.node_group = aws.eks.NodeGroup(
+            f"{name}-ng",
+            cluster_name=args.cluster_name,
+            node_role_arn=args.node_role_arn,
+            subnet_ids=[args.subnet.id],  # ONE subnet, hence one AZ
+            ami_type="AL2023_x86_64_NVIDIA",
+            capacity_type="ON_DEMAND",
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(
+                min_size=cfg.min_size, desired_size=cfg.desired_size, max_size=cfg.max_size
+            ),
+            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
+                id=self.launch_template.id, version=self.launch_template.latest_version.apply(str)
+            ),
+            labels={**GPU_LABELS, "llm-pd-eks/gpu-az": cfg.availability_zone},
+            taints=[aws.eks.NodeGroupTaintArgs(key=GPU_TAINT_KEY, value="true", effect="NO_SCHEDULE")],
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
+        )
+        self.register_outputs(
+            {
+                "nodeGroupName": self.node_group.node_group_name,
+                "launchTemplateId": self.launch_template.id,
+                "placementGroup": self.placement_group.name,
+                "availabilityZone": cfg.availability_zone,
+            }
+        )

@@ -1,0 +1,126 @@
+"""The VPC: public subnets for NAT and load balancers, private subnets for every node.
+
+Hand-written rather than `awsx.ec2.Vpc` on purpose: the subnets and their AZs must be resources
+this program registers, so the policy pack and the tests can see which AZ each node group lands in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from .config import NetworkConfig
+
+
+@dataclass(frozen=True)
+class NetworkArgs:
+    config: NetworkConfig
+    cluster_name: str  # for the kubernetes.io/cluster/<name> subnet tag
+    protect: bool = False
+    tags: dict[str, str] | None = None
+
+
+class Network(pulumi.ComponentResource):
+    """VPC, one public and one private subnet per AZ, IGW, NAT gateway(s) and routes."""
+
+    vpc: aws.ec2.Vpc
+    public_subnets: dict[str, aws.ec2.Subnet]  # by AZ
+    private_subnets: dict[str, aws.ec2.Subnet]  # by AZ
+    nat_gateways: list[aws.ec2.NatGateway]
+
+    def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llm-pd-eks:index:Network", name, None, opts)
+        cfg = args.config
+        tags = dict(args.tags or {})
+        cluster_tag = {f"kubernetes.io/cluster/{args.cluster_name}": "shared"}
+        child = pulumi.ResourceOptions(parent=self)
+
+        self.vpc = aws.ec2.Vpc(
+            f"{name}-vpc",
+            cidr_block=cfg.vpc_cidr,
+            enable_dns_hostnames=True,  # EKS nodes and the private API endpoint need DNS names
+            enable_dns_support=True,
+            tags={**tags, "Name": f"{name}-vpc"},
+            opts=pulumi.ResourceOptions(parent=self, protect=args.protect),
+        )
+        igw = aws.ec2.InternetGateway(
+            f"{name}-igw", vpc_id=self.vpc.id, tags={**tags, "Name": f"{name}-igw"}, opts=child
+        )
+
+        self.public_subnets, self.private_subnets = {}, {}
+        for az, public_cidr, private_cidr in zip(cfg.availability_zones, cfg.public_cidrs(), cfg.private_cidrs()):
+            self.public_subnets[az] = aws.ec2.Subnet(
+                f"{name}-public-{az}",
+                vpc_id=self.vpc.id,
+                availability_zone=az,
+                cidr_block=public_cidr,
+                map_public_ip_on_launch=True,
+                tags={**tags, **cluster_tag, "Name": f"{name}-public-{az}", "kubernetes.io/role/elb": "1"},
+                opts=child,
+            )
+            self.private_subnets[az] = aws.ec2.Subnet(
+                f"{name}-private-{az}",
+                vpc_id=self.vpc.id,
+                availability_zone=az,
+                cidr_block=private_cidr,
+                map_public_ip_on_launch=False,  # nodes live here and never get a public IP
+                tags={**tags, **cluster_tag, "Name": f"{name}-private-{az}", "kubernetes.io/role/internal-elb": "1"},
+                opts=child,
+            )
+
+        public_rt = aws.ec2.RouteTable(
+            f"{name}-public-rt",
+            vpc_id=self.vpc.id,
+            routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", gateway_id=igw.id)],
+            tags={**tags, "Name": f"{name}-public-rt"},
+            opts=child,
+        )
+        for az, subnet in self.public_subnets.items():
+            aws.ec2.RouteTableAssociation(
+                f"{name}-public-rta-{az}", subnet_id=subnet.id, route_table_id=public_rt.id, opts=child
+            )
+
+        # dev: one NAT in the first AZ (cheap; that AZ's outage cuts egress). prod: one per AZ.
+        nat_azs = cfg.availability_zones if cfg.nat_gateways == "perAz" else cfg.availability_zones[:1]
+        nat_by_az: dict[str, aws.ec2.NatGateway] = {}
+        for az in nat_azs:
+            eip = aws.ec2.Eip(f"{name}-nat-eip-{az}", domain="vpc", tags={**tags, "Name": f"{name}-nat-{az}"}, opts=child)
+            nat_by_az[az] = aws.ec2.NatGateway(
+                f"{name}-nat-{az}",
+                allocation_id=eip.id,
+                subnet_id=self.public_subnets[az].id,
+                tags={**tags, "Name": f"{name}-nat-{az}"},
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[igw]),  # AWS: NAT needs the IGW attached
+            )
+        self.nat_gateways = list(nat_by_az.values())
+
+        for az, subnet in self.private_subnets.items():
+            nat = nat_by_az.get(az, self.nat_gateways[0])
+            rt = aws.ec2.RouteTable(
+                f"{name}-private-rt-{az}",
+                vpc_id=self.vpc.id,
+                routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", nat_gateway_id=nat.id)],
+                tags={**tags, "Name": f"{name}-private-rt-{az}"},
+                opts=child,
+            )
+            aws.ec2.RouteTableAssociation(
+                f"{name}-private-rta-{az}", subnet_id=subnet.id, route_table_id=rt.id, opts=child
+            )
+
+        self.register_outputs(
+            {
+                "vpcId": self.vpc.id,
+                "privateSubnetIds": [s.id for s in self.private_subnets.values()],
+                "publicSubnetIds": [s.id for s in self.public_subnets.values()],
+            }
+        )
+
+    @property
+    def private_subnet_ids(self) -> list[pulumi.Output[str]]:
+        return [s.id for s in self.private_subnets.values()]
+
+    @property
+    def public_subnet_ids(self) -> list[pulumi.Output[str]]:
+        return [s.id for s in self.public_subnets.values()]

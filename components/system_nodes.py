@@ -1,0 +1,68 @@
+"""CPU managed node group for system pods, the operators and the Ray head."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import pulumi
+import pulumi_aws as aws
+
+from .config import SystemNodesConfig
+from .node_common import IMDSV2, root_volume
+
+SYSTEM_LABELS = {"role": "system"}
+
+
+@dataclass(frozen=True)
+class SystemNodeGroupArgs:
+    config: SystemNodesConfig
+    cluster_name: str
+    node_role_arn: pulumi.Input[str]
+    subnet_ids: Sequence[pulumi.Input[str]]  # private subnets, all AZs
+    depends_on: Sequence[pulumi.Resource] = ()  # the control plane and the node role's policies
+    tags: dict[str, str] | None = None
+
+
+class SystemNodeGroup(pulumi.ComponentResource):
+    """An EKS managed node group across the private subnets, labelled role=system."""
+
+    node_group: aws.eks.NodeGroup
+
+    def __init__(self, name: str, args: SystemNodeGroupArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llm-pd-eks:index:SystemNodeGroup", name, None, opts)
+        cfg = args.config
+        tags = dict(args.tags or {})
+        child = pulumi.ResourceOptions(parent=self)
+
+        launch_template = aws.ec2.LaunchTemplate(
+            f"{name}-lt",
+            description="System nodes: IMDSv2, encrypted gp3 root",
+            metadata_options=IMDSV2,
+            block_device_mappings=[root_volume(cfg.disk_size_gib)],
+            tag_specifications=[
+                aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type="instance", tags={**tags, "Name": f"{name}"})
+            ],
+            tags=tags,
+            opts=child,
+        )
+        self.node_group = aws.eks.NodeGroup(
+            f"{name}-ng",
+            cluster_name=args.cluster_name,
+            node_role_arn=args.node_role_arn,
+            subnet_ids=list(args.subnet_ids),
+            instance_types=[cfg.instance_type],
+            ami_type="AL2023_x86_64_STANDARD",
+            capacity_type="ON_DEMAND",
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(
+                min_size=cfg.min_size, desired_size=cfg.desired_size, max_size=cfg.max_size
+            ),
+            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
+                id=launch_template.id, version=launch_template.latest_version.apply(str)
+            ),
+            labels=SYSTEM_LABELS,
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
+        )
+        self.register_outputs({"nodeGroupName": self.node_group.node_group_name})

@@ -1,0 +1,236 @@
+"""Run the Pulumi program under the mock runtime and record every registration.
+
+One harness for the tests, the policy checks and the offline preview. The stack's config reaches
+the program exactly as the engine hands it over: `project:key` -> string (objects as JSON text),
+secure values replaced by a marked placeholder and listed as secret keys.
+
+What a mock monitor sees is what the engine would: type, name, parent, dependencies, property
+dependencies, inputs (as the protobuf Struct, secrets and unknowns still marked), protect.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = "llm-pd-eks"
+SECRET_PLACEHOLDER = "[secret-placeholder]"
+
+
+@dataclass
+class Registration:
+    """One RegisterResource call as the engine receives it."""
+
+    urn: str
+    type: str
+    name: str
+    parent: str
+    custom: bool
+    protect: bool
+    provider: str
+    dependencies: list[str]
+    property_dependencies: dict[str, list[str]]
+    inputs: dict[str, Any]  # deserialized; secrets unwrapped
+    inputs_struct: Any  # google.protobuf.Struct, secrets and unknowns still marked
+    id: str = ""
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ProgramRun:
+    """What one run of the program registered, in registration order."""
+
+    stack: str
+    resources: list[Registration]
+    stack_outputs: dict[str, Any]
+
+    def of_type(self, type_: str) -> list[Registration]:
+        return [r for r in self.resources if r.type == type_]
+
+    def one(self, type_: str, name_contains: str = "") -> Registration:
+        found = [r for r in self.of_type(type_) if name_contains in r.name]
+        if len(found) != 1:
+            raise AssertionError(f"expected one {type_} named *{name_contains}*, found {[r.name for r in found]}")
+        return found[0]
+
+    def by_urn(self, urn: str) -> Registration:
+        for r in self.resources:
+            if r.urn == urn:
+                return r
+        raise KeyError(urn)
+
+    def children(self, parent: Registration) -> list[Registration]:
+        return [r for r in self.resources if r.parent == parent.urn]
+
+
+def stack_file(stack: str, root: Path = ROOT) -> Path:
+    return root / f"Pulumi.{stack}.yaml"
+
+
+def stacks(root: Path = ROOT) -> list[str]:
+    """The stacks this checkout defines, from its Pulumi.<stack>.yaml files."""
+    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+
+
+def engine_config(stack_yaml: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
+    """Turn a Pulumi.<stack>.yaml `config:` block into the engine's (config, secret keys)."""
+    config: dict[str, str] = {}
+    secret_keys: list[str] = []
+    for key, value in (stack_yaml.get("config") or {}).items():
+        full = key if ":" in key else f"{PROJECT}:{key}"
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            config[full] = SECRET_PLACEHOLDER
+            secret_keys.append(full)
+        elif isinstance(value, (dict, list)):
+            config[full] = json.dumps(value)
+        elif isinstance(value, bool):
+            config[full] = "true" if value else "false"
+        else:
+            config[full] = str(value)
+    return config, secret_keys
+
+
+def load_stack_config(stack: str, root: Path = ROOT) -> tuple[dict[str, str], list[str]]:
+    path = stack_file(stack, root)
+    if not path.exists():
+        raise FileNotFoundError(f"no stack file {path.name}; stacks here: {', '.join(stacks(root))}")
+    return engine_config(yaml.safe_load(path.read_text()) or {})
+
+
+def _fake_outputs(type_: str, name: str, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Outputs a provider would compute, so the program's applies have something to work with."""
+    arn = f"arn:aws:mock:::{type_.split(':')[-1].lower()}/{name}"
+    extra: dict[str, Any] = {"arn": arn}
+    if type_ == "eks:index:Cluster":
+        kubeconfig = {"apiVersion": "v1", "kind": "Config", "clusters": [{"name": name}]}
+        extra.update(
+            kubeconfig=kubeconfig,
+            kubeconfigJson=json.dumps(kubeconfig),
+            clusterSecurityGroupId=f"{name}-cluster-sg-id",
+            nodeSecurityGroupId=f"{name}-node-sg-id",
+            oidcProviderArn=f"arn:aws:iam::123456789012:oidc-provider/{name}",
+            oidcProviderUrl=f"oidc.eks.mock/id/{name}",
+            oidcIssuer=f"https://oidc.eks.mock/id/{name}",
+        )
+    elif type_ == "aws:ec2/launchTemplate:LaunchTemplate":
+        extra["latestVersion"] = 1
+    elif type_ == "aws:eks/nodeGroup:NodeGroup":
+        extra["nodeGroupName"] = inputs.get("nodeGroupName") or f"{name}-ng"
+    elif type_ == "aws:ec2/placementGroup:PlacementGroup":
+        extra["name"] = inputs.get("name") or name
+    return {**extra, **inputs}
+
+
+class _Mocks:
+    """Resource ids are `<name>-id`; outputs echo the inputs plus a few computed fields."""
+
+    def new_resource(self, args):  # MockResourceArgs
+        if not args.custom and "$" not in args.typ and args.typ.split(":")[0] not in ("eks", "kubernetes"):
+            return "", {}
+        return f"{args.name}-id", _fake_outputs(args.typ, args.name, args.inputs)
+
+    def call(self, args):  # MockCallArgs
+        if args.token == "aws:index/getRegion:getRegion":
+            return {"name": "us-west-2", "region": "us-west-2"}
+        if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
+            return {"accountId": "123456789012", "arn": "arn:aws:iam::123456789012:user/mock", "userId": "mock"}
+        if args.token == "aws:index/getPartition:getPartition":
+            return {"partition": "aws", "dnsSuffix": "amazonaws.com"}
+        return {}
+
+    def register_transform(self, transform):  # pragma: no cover - no transforms in this program
+        pass
+
+    def register_invoke_transform(self, transform):  # pragma: no cover
+        pass
+
+
+def _make_monitor(mocks: _Mocks, recorded: list[Registration], stack_outputs: dict[str, Any]):
+    from google.protobuf import struct_pb2
+    from pulumi.runtime import rpc
+    from pulumi.runtime.mocks import MockMonitor
+
+    class RecordingMonitor(MockMonitor):
+        def RegisterResource(self, request):
+            response = super().RegisterResource(request)
+            if request.type == "pulumi:pulumi:Stack":
+                return response
+            struct = struct_pb2.Struct()
+            struct.CopyFrom(request.object)
+            recorded.append(
+                Registration(
+                    urn=response.urn,
+                    type=request.type,
+                    name=request.name,
+                    parent=request.parent,
+                    custom=bool(request.custom),
+                    protect=bool(request.protect) if request.HasField("protect") else False,
+                    provider=request.provider,
+                    dependencies=list(request.dependencies),
+                    property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
+                    inputs=rpc.deserialize_properties(request.object),
+                    inputs_struct=struct,
+                    id=response.id,
+                )
+            )
+            return response
+
+        def RegisterResourceOutputs(self, request):
+            if request.urn.split("::")[2] == "pulumi:pulumi:Stack":
+                stack_outputs.update(rpc.deserialize_properties(request.outputs, keep_unknowns=True))
+            return super().RegisterResourceOutputs(request)
+
+    return RecordingMonitor(mocks)
+
+
+def run_program(
+    stack: str,
+    config: Optional[dict[str, str]] = None,
+    secret_keys: Optional[list[str]] = None,
+    root: Path = ROOT,
+) -> ProgramRun:
+    """Run `<root>/__main__.py` for `stack` under mocks, as a preview (dry run), and record it.
+
+    `config` defaults to the stack's Pulumi.<stack>.yaml. Exceptions from the program propagate.
+    """
+    import pulumi
+    from pulumi.runtime import config as runtime_config
+    from pulumi.runtime import settings
+    from pulumi.runtime.stack import run_in_stack
+    from pulumi.runtime.sync_await import _sync_await
+
+    if config is None:
+        config, secret_keys = load_stack_config(stack, root)
+    recorded: list[Registration] = []
+    stack_outputs: dict[str, Any] = {}
+    mocks = _Mocks()
+    monitor = _make_monitor(mocks, recorded, stack_outputs)
+
+    settings.reset_options(project=PROJECT, stack=stack, preview=True)
+    saved_env = {k: os.environ.pop(k) for k in ("PULUMI_CONFIG", "PULUMI_CONFIG_SECRET_KEYS") if k in os.environ}
+    os.environ["PULUMI_CONFIG"] = json.dumps(config)
+    os.environ["PULUMI_CONFIG_SECRET_KEYS"] = json.dumps(list(secret_keys or []))
+    runtime_config.set_all_config(dict(config), list(secret_keys or []))
+    settings.ROOT.set(None)
+    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=True, monitor=monitor)
+    settings.ROOT.set(None)  # run_in_stack makes the root Stack, as the language host does
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    try:
+        _sync_await(run_in_stack(lambda: runpy.run_path(str(root / "__main__.py"), run_name="__main__")))
+    finally:
+        for k in ("PULUMI_CONFIG", "PULUMI_CONFIG_SECRET_KEYS"):
+            os.environ.pop(k, None)
+        os.environ.update(saved_env)
+    outputs_by_urn = {urn: reg.state for urn, reg in monitor.resources.items()}
+    for r in recorded:
+        r.outputs = outputs_by_urn.get(r.urn, {})
+    return ProgramRun(stack=stack, resources=recorded, stack_outputs=stack_outputs)
