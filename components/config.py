@@ -174,11 +174,18 @@ class GpuNodesConfig(NodeScaling):
 
     instance_type: str
     availability_zone: str
-    # Prefill and decode replicas must land on different nodes, hence at least two.
-    min_size: int = Field(default=2, ge=2)
-    desired_size: int = Field(default=2, ge=2)
-    max_size: int = Field(default=2, ge=2)
+    min_size: int = Field(default=2, ge=0)
+    desired_size: int = Field(default=2, ge=0)
+    max_size: int = Field(default=2, ge=1)
     disk_size_gib: int = Field(default=500, ge=100)  # Ray LLM images and model weights are large
+
+    @field_validator("min_size")
+    @classmethod
+    def _two_nodes(cls, value: int) -> int:
+        # Prefill and decode run on separate nodes, so the group can never be smaller than two.
+        if value < 2:
+            raise ValueError(f"minSize is {value}: prefill and decode need separate GPU nodes, so at least 2")
+        return value
 
     @field_validator("instance_type")
     @classmethod
@@ -209,24 +216,32 @@ class StackConfig(Strict):
             raise ValueError(f"{value!r} is not an AWS region name such as 'us-west-2'")
         return value
 
-    @model_validator(mode="after")
-    def _placement(self) -> "StackConfig":
-        problems = []
-        for az in self.network.availability_zones:
-            if not (az.startswith(self.region) and _AZ_SUFFIX.match(az[len(self.region):])):
-                problems.append(f"network.availabilityZones: {az!r} is not an AZ of region {self.region}")
-        if self.gpu_nodes.availability_zone not in self.network.availability_zones:
-            problems.append(
-                f"gpuNodes.availabilityZone: {self.gpu_nodes.availability_zone!r} is not one of the "
-                f"network's availability zones ({', '.join(self.network.availability_zones)})"
-            )
-        if problems:
-            raise ValueError("; ".join(problems))
-        return self
-
     @property
     def name(self) -> str:
         return PROJECT
+
+
+def placement_problems(data: dict[str, Any]) -> list[str]:
+    """Cross-section checks: AZs outside the region, a GPU AZ the network does not cover.
+
+    Run on the raw values so they are reported even when another part of a section is invalid.
+    """
+    region, network, gpu = data.get("region"), data.get("network"), data.get("gpuNodes")
+    azs = network.get("availabilityZones") if isinstance(network, dict) else None
+    if not isinstance(azs, list) or not all(isinstance(a, str) for a in azs):
+        return []
+    problems = [
+        f"{PROJECT}:network.availabilityZones: {az!r} is not an AZ of region {region}"
+        for az in azs
+        if region and not (az.startswith(region) and _AZ_SUFFIX.match(az[len(region):]))
+    ]
+    gpu_az = gpu.get("availabilityZone") if isinstance(gpu, dict) else None
+    if isinstance(gpu_az, str) and gpu_az not in azs:
+        problems.append(
+            f"{PROJECT}:gpuNodes.availabilityZone: {gpu_az!r} is not one of the network's availability zones "
+            f"({', '.join(azs)})"
+        )
+    return problems
 
 
 def _network(value: str) -> ipaddress.IPv4Network:
@@ -288,13 +303,14 @@ def validate_stack_config(project_values: dict[str, Any], region: Optional[str])
     problems: list[str] = []
     if not region:
         problems.append("aws:region: not set (pulumi config set aws:region us-west-2)")
-    data["region"] = region or "us-east-1"
+    data["region"] = region or "us-east-1"  # stand-in so the rest still validates
+    config: Optional[StackConfig] = None
     try:
         config = StackConfig.model_validate(data)
     except ValidationError as exc:
         problems.extend(_describe(e) for e in exc.errors())
-        raise ConfigError(problems) from None
-    if problems:
+    problems.extend(placement_problems({**data, "region": region}))
+    if problems or config is None:
         raise ConfigError(problems)
     return config
 

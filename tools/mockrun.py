@@ -51,6 +51,7 @@ class ProgramRun:
     stack: str
     resources: list[Registration]
     stack_outputs: dict[str, Any]
+    secret_outputs: set[str] = field(default_factory=set)  # stack outputs the engine would store encrypted
 
     def of_type(self, type_: str) -> list[Registration]:
         return [r for r in self.resources if r.type == type_]
@@ -153,7 +154,9 @@ class _Mocks:
         pass
 
 
-def _make_monitor(mocks: _Mocks, recorded: list[Registration], stack_outputs: dict[str, Any]):
+def _make_monitor(
+    mocks: _Mocks, recorded: list[Registration], stack_outputs: dict[str, Any], secret_outputs: set[str]
+):
     from google.protobuf import struct_pb2
     from pulumi.runtime import rpc
     from pulumi.runtime.mocks import MockMonitor
@@ -186,6 +189,10 @@ def _make_monitor(mocks: _Mocks, recorded: list[Registration], stack_outputs: di
         def RegisterResourceOutputs(self, request):
             if request.urn.split("::")[2] == "pulumi:pulumi:Stack":
                 stack_outputs.update(rpc.deserialize_properties(request.outputs, keep_unknowns=True))
+                for key, value in request.outputs.fields.items():
+                    if value.HasField("struct_value") and value.struct_value.fields.get(rpc._special_sig_key) \
+                            and value.struct_value.fields[rpc._special_sig_key].string_value == rpc._special_secret_sig:
+                        secret_outputs.add(key)
             return super().RegisterResourceOutputs(request)
 
     return RecordingMonitor(mocks)
@@ -212,7 +219,8 @@ def run_program(
     recorded: list[Registration] = []
     stack_outputs: dict[str, Any] = {}
     mocks = _Mocks()
-    monitor = _make_monitor(mocks, recorded, stack_outputs)
+    secret_outputs: set[str] = set()
+    monitor = _make_monitor(mocks, recorded, stack_outputs, secret_outputs)
 
     settings.reset_options(project=PROJECT, stack=stack, preview=True)
     saved_env = {k: os.environ.pop(k) for k in ("PULUMI_CONFIG", "PULUMI_CONFIG_SECRET_KEYS") if k in os.environ}
@@ -226,6 +234,9 @@ def run_program(
         sys.path.insert(0, str(root))
     try:
         _sync_await(run_in_stack(lambda: runpy.run_path(str(root / "__main__.py"), run_name="__main__")))
+    except BaseException as exc:
+        exc.registrations = recorded  # type: ignore[attr-defined]  # what got registered before the failure
+        raise
     finally:
         for k in ("PULUMI_CONFIG", "PULUMI_CONFIG_SECRET_KEYS"):
             os.environ.pop(k, None)
@@ -233,4 +244,4 @@ def run_program(
     outputs_by_urn = {urn: reg.state for urn, reg in monitor.resources.items()}
     for r in recorded:
         r.outputs = outputs_by_urn.get(r.urn, {})
-    return ProgramRun(stack=stack, resources=recorded, stack_outputs=stack_outputs)
+    return ProgramRun(stack=stack, resources=recorded, stack_outputs=stack_outputs, secret_outputs=secret_outputs)
