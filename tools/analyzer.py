@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional, Union
 
 import grpc
 from google.protobuf import empty_pb2, json_format, struct_pb2
-from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc, plugin_pb2
+from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 
 if TYPE_CHECKING:  # pragma: no cover
     from tools.mockrun import ProgramRun, Registration
@@ -345,5 +345,5 @@ def mandatory(verdicts: Iterable[Verdict]) -> list[Verdict]:
 
 __all__ = [
     "PolicyPackServer", "Verdict", "analyze_run", "analyze_request", "mandatory", "run_resources",
-    "to_analyzer_resource", "UNKNOWN", "plugin_pb2",
+    "to_analyzer_resource", "UNKNOWN",
 ]
