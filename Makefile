@@ -7,11 +7,14 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
 STACK ?= dev
 
-.PHONY: help venv test preview
+.PHONY: help venv test preview preflight lint promote-check
 
 help:
 	@echo "make preview [STACK=dev]   offline preview of a stack: plan, policy verdicts, figures"
 	@echo "make test                  the test suite (offline)"
+	@echo "make preflight [STACK=dev] can the stack deploy in its AWS account/region? (JSON=1, STRICT=1)"
+	@echo "make lint                  ruff, mypy, actionlint (with shellcheck) on the workflows"
+	@echo "make promote-check FROM=staging TO=prod   may the commit move on? (chart/image/model/engine must match)"
 
 $(STAMP): requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,3 +30,20 @@ test: $(STAMP)
 
 preview: $(STAMP)
 	$(PY) -m tools.preview --stack $(STACK)
+
+# Needs AWS credentials (standard chain) and network; AWS_ENDPOINT_URL points it at an emulator.
+preflight: $(STAMP)
+	$(PY) -m tools.preflight --stack $(STACK) $(if $(JSON),--json) $(if $(STRICT),--strict)
+
+# Static checks: ruff and mypy (configured in pyproject.toml), actionlint on .github/workflows
+# (its shellcheck pass uses the pinned shellcheck in the venv, so every machine checks the same).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(PY) -m mypy
+	$(VENV)/bin/actionlint -shellcheck=$(VENV)/bin/shellcheck
+
+# Names every config key that differs between two stacks; fails on one that must be promoted.
+FROM ?= staging
+TO ?= prod
+promote-check: $(STAMP)
+	$(PY) -m tools.promote_check --from $(FROM) --to $(TO)

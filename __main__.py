@@ -10,7 +10,10 @@ from components.catalog import gpu_instance_type
 from components.cluster import Cluster, ClusterArgs
 from components.config import ConfigError, load_stack_config
 from components.efa_gpu_nodes import EfaGpuNodeGroup, EfaGpuNodeGroupArgs
+from components.device_plugins import DevicePlugins, DevicePluginsArgs
+from components.kuberay import KubeRayOperator, KubeRayOperatorArgs
 from components.network import Network, NetworkArgs
+from components.ray_service import LlmRayService, RayServiceArgs
 from components.system_nodes import SystemNodeGroup, SystemNodeGroupArgs
 
 try:
@@ -73,6 +76,43 @@ addons = CoreAddons(
     "core-addons",
     CoreAddonsArgs(cluster_name=cluster_name, cluster=cluster.eks, system_nodes=system_nodes.node_group, tags=tags),
 )
+
+# Serving layer: device plugins on the GPU nodes, the KubeRay operator on the system nodes, then
+# the prefill/decode RayService once all of them (and both node groups) are ready.
+device_plugins = DevicePlugins(
+    "device-plugins",
+    DevicePluginsArgs(
+        config=config.device_plugins,
+        provider=cluster.provider,
+        gpu_node_group=gpu_nodes.node_group,
+        depends_on=[addons.addons["vpc-cni"]],
+    ),
+)
+
+kuberay = KubeRayOperator(
+    "kuberay",
+    KubeRayOperatorArgs(
+        config=config.kuberay,
+        provider=cluster.provider,
+        depends_on=[system_nodes.node_group, *addons.addons.values()],
+    ),
+)
+
+if config.serving is not None:
+    llm = LlmRayService(
+        "llm",
+        RayServiceArgs(
+            config=config.serving,
+            instance=gpu_instance_type(config.gpu_nodes.instance_type),
+            provider=cluster.provider,
+            operator=kuberay.release,
+            device_plugins=[device_plugins.nvidia, device_plugins.efa],
+            node_groups=[system_nodes.node_group, gpu_nodes.node_group],
+            hf_token=pulumi.Config().get_secret("hfToken"),
+        ),
+    )
+    pulumi.export("endpoint", llm.endpoint)
+    pulumi.export("modelId", config.serving.model_id)
 
 pulumi.export("vpcId", network.vpc.id)
 pulumi.export("privateSubnetIds", network.private_subnet_ids)

@@ -14,13 +14,15 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import json
+import math
 import re
-from typing import Any, Literal, Optional
+from typing import Any, Iterable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from .catalog import GPU_INSTANCE_TYPES
+from .models import MODELS
 
 PROJECT = "llm-pd-eks"
 
@@ -198,6 +200,116 @@ class GpuNodesConfig(NodeScaling):
         return value
 
 
+# --- serving layer (issue 3): device plugins, KubeRay, the prefill/decode RayService -------------
+
+# vLLM's default gpu_memory_utilization: the engine budgets 90% of each GPU, and the weights must
+# fit inside that budget with room left for the KV cache.
+GPU_MEMORY_BUDGET = 0.9
+
+# ECR image URI: <account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>:<tag>
+_ECR_IMAGE = re.compile(
+    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z]{2}(-gov)?-[a-z]+-\d)\.amazonaws\.com(\.cn)?"
+    r"/(?P<repository>[a-z0-9]+(?:[._/-][a-z0-9]+)*)(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?$"
+)
+
+
+class ReplicaGroupConfig(Strict):
+    """One side of the prefill/decode split: vLLM tensor parallelism and Serve autoscaling bounds."""
+
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    min_replicas: int = Field(default=1, ge=1)
+    max_replicas: int = Field(default=1, ge=1)
+
+    @field_validator("tensor_parallel_size")
+    @classmethod
+    def _power_of_two(cls, value: int) -> int:
+        # attention heads and NCCL rings split evenly only over powers of two
+        if value & (value - 1):
+            raise ValueError(f"{value} is not a power of two (1, 2, 4, 8)")
+        return value
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "ReplicaGroupConfig":
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"minReplicas ({self.min_replicas}) is greater than maxReplicas ({self.max_replicas})")
+        return self
+
+    def replicas_per_node(self, node_gpus: int) -> int:
+        """Serve replicas one GPU node holds (a replica's TP group never spans nodes)."""
+        return node_gpus // self.tensor_parallel_size
+
+    def nodes(self, replicas: int, node_gpus: int) -> int:
+        """GPU nodes (= Ray worker pods: each takes a whole node) that `replicas` replicas need."""
+        return math.ceil(replicas / self.replicas_per_node(node_gpus))
+
+
+class ServingConfig(Strict):
+    """The model served by the RayService and how prefill and decode are laid out."""
+
+    model_id: str
+    image: str  # the Ray LLM image (with EFA/libfabric) in ECR, pinned by tag
+    max_model_len: int = Field(default=8192, ge=256)
+    kv_cache_dtype: Literal["auto", "fp8"] = "auto"  # auto = the model dtype (bf16, 2 bytes)
+    prefill: ReplicaGroupConfig = ReplicaGroupConfig()
+    decode: ReplicaGroupConfig = ReplicaGroupConfig()
+    public_endpoint: bool = False  # true: an internet-facing NLB; false: a ClusterIP Service
+    ready_timeout_minutes: int = Field(default=60, ge=5, le=360)  # image pull + weights download + warm-up
+
+    @field_validator("model_id")
+    @classmethod
+    def _known_model(cls, value: str) -> str:
+        if value not in MODELS:
+            raise ValueError(f"{value!r} is not a model this project knows; choose one of {', '.join(sorted(MODELS))}")
+        return value
+
+    @field_validator("image")
+    @classmethod
+    def _pinned_ecr_image(cls, value: str) -> str:
+        match = _ECR_IMAGE.match(value)
+        if not match:
+            raise ValueError(
+                f"{value!r} is not an ECR image URI such as "
+                "'123456789012.dkr.ecr.us-west-2.amazonaws.com/ray-llm:2.60.0-py311-cu128'"
+            )
+        if not match["tag"]:
+            raise ValueError(f"{value!r} has no tag; pin the image with an explicit tag")
+        if match["tag"] == "latest":
+            raise ValueError(f"{value!r} uses the 'latest' tag; pin a version tag so up and preview agree")
+        return value
+
+    @property
+    def kv_cache_dtype_bytes(self) -> int:
+        return 1 if self.kv_cache_dtype == "fp8" else 2
+
+
+class KubeRayConfig(Strict):
+    """The KubeRay operator chart (https://ray-project.github.io/kuberay-helm/)."""
+
+    chart_version: str = "1.7.0"
+
+    @field_validator("chart_version")
+    @classmethod
+    def _v1_7(cls, value: str) -> str:
+        # the RayService fields used here (and the CRDs in ../shared) are those of KubeRay 1.7
+        if not re.fullmatch(r"1\.7\.\d+", value):
+            raise ValueError(f"{value!r} is not a 1.7.x release of the kuberay-operator chart")
+        return value
+
+
+class DevicePluginsConfig(Strict):
+    """Chart versions of the NVIDIA and the AWS EFA device plugins."""
+
+    nvidia_chart_version: str = "0.18.0"  # https://nvidia.github.io/k8s-device-plugin
+    efa_chart_version: str = "v0.5.7"  # https://aws.github.io/eks-charts
+
+    @field_validator("nvidia_chart_version", "efa_chart_version")
+    @classmethod
+    def _pinned(cls, value: str) -> str:
+        if not re.fullmatch(r"v?\d+\.\d+\.\d+", value):
+            raise ValueError(f"{value!r} is not an exact chart version such as '0.18.0'")
+        return value
+
+
 class StackConfig(Strict):
     """Everything a stack may set. Defaults here; per-stack overrides in Pulumi.<stack>.yaml."""
 
@@ -208,6 +320,10 @@ class StackConfig(Strict):
     gpu_nodes: GpuNodesConfig
     # protect=True on the VPC and the cluster: `pulumi destroy` must be a deliberate act.
     protect: bool = False
+    device_plugins: DevicePluginsConfig = DevicePluginsConfig()
+    kuberay: KubeRayConfig = KubeRayConfig()
+    # Omitted: the cluster, device plugins and operator come up without a RayService.
+    serving: Optional[ServingConfig] = None
 
     @field_validator("region")
     @classmethod
@@ -215,6 +331,44 @@ class StackConfig(Strict):
         if not re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", value):
             raise ValueError(f"{value!r} is not an AWS region name such as 'us-west-2'")
         return value
+
+    @model_validator(mode="after")
+    def _serving_fits_the_gpu_nodes(self) -> "StackConfig":
+        if self.serving is None:
+            return self
+        serving, instance = self.serving, GPU_INSTANCE_TYPES[self.gpu_nodes.instance_type]
+        model = MODELS[serving.model_id]
+        problems = []
+        groups = {"prefill": serving.prefill, "decode": serving.decode}
+        for role, group in groups.items():
+            key = f"serving.{role}.tensorParallelSize"
+            tp = group.tensor_parallel_size
+            if instance.gpus % tp:
+                problems.append(
+                    f"{key}: {tp} does not divide the {instance.gpus} GPU(s) of a {instance.name} node"
+                )
+                continue
+            per_gpu = model.weights_gib_bf16 / tp
+            budget = instance.gpu_memory_gib * GPU_MEMORY_BUDGET
+            if per_gpu > budget:
+                problems.append(
+                    f"{key}: {serving.model_id} needs {model.weights_gib_bf16:g} GiB of bf16 weights, "
+                    f"{per_gpu:.1f} GiB per GPU at TP {tp}, more than the {budget:.1f} GiB vLLM budgets on a "
+                    f"{instance.gpu_memory_gib} GiB {instance.gpu_model}; raise tensorParallelSize or pick a larger GPU"
+                )
+        if not problems:
+            # Each Ray worker pod takes a whole node (all its EFA devices), and prefill and decode
+            # never share a node, so their node counts add up.
+            needed = {role: g.nodes(g.max_replicas, instance.gpus) for role, g in groups.items()}
+            if sum(needed.values()) > self.gpu_nodes.max_size:
+                problems.append(
+                    f"serving.prefill.maxReplicas/serving.decode.maxReplicas: {needed['prefill']} prefill + "
+                    f"{needed['decode']} decode node(s) of {instance.name} exceed gpuNodes.maxSize "
+                    f"({self.gpu_nodes.max_size}); prefill and decode replicas need separate nodes"
+                )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     @property
     def name(self) -> str:
@@ -297,10 +451,29 @@ def _parse_value(raw: Any) -> Any:
         return raw
 
 
-def validate_stack_config(project_values: dict[str, Any], region: Optional[str]) -> StackConfig:
-    """Validate raw project-namespace values (keys without the `project:` prefix)."""
+# Keys read only as Pulumi secrets (pulumi.Config().get_secret), never part of the model.
+SECRET_ONLY_KEYS = ("hfToken",)
+
+
+def validate_stack_config(
+    project_values: dict[str, Any], region: Optional[str], secret_keys: Iterable[str] = ()
+) -> StackConfig:
+    """Validate raw project-namespace values (keys without the `project:` prefix).
+
+    `secret_keys` are the full keys the engine marks secret (`project:key`); a secret-only key set
+    in plain text is refused, so it never reaches state or a manifest unencrypted.
+    """
     data = {k: _parse_value(v) for k, v in project_values.items()}
     problems: list[str] = []
+    secret = set(secret_keys)
+    for key in SECRET_ONLY_KEYS:
+        if key in data:
+            data.pop(key)
+            if f"{PROJECT}:{key}" not in secret:
+                problems.append(
+                    f"{PROJECT}:{key}: set in plain text; store it encrypted with "
+                    f"`pulumi config set --secret {key} <value>`"
+                )
     if not region:
         problems.append("aws:region: not set (pulumi config set aws:region us-west-2)")
     data["region"] = region or "us-east-1"  # stand-in so the rest still validates
@@ -328,5 +501,8 @@ def read_project_values() -> tuple[dict[str, Any], Optional[str]]:
 
 def load_stack_config() -> StackConfig:
     """Read and validate the running stack's config (raises ConfigError listing every problem)."""
+    from pulumi.runtime.config import is_config_secret
+
     values, region = read_project_values()
-    return validate_stack_config(values, region)
+    secret_keys = [f"{PROJECT}:{k}" for k in values if is_config_secret(f"{PROJECT}:{k}")]
+    return validate_stack_config(values, region, secret_keys)

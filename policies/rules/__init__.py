@@ -1,0 +1,9 @@
+"""The pack's policies, importable without starting the analyzer server (see ../__main__.py)."""
+
+from __future__ import annotations
+
+from . import gpu_nodes, ray_serving, security
+
+PACK_NAME = "llm-pd-eks-policies"
+
+POLICIES = [*gpu_nodes.POLICIES, *ray_serving.POLICIES, *security.POLICIES]

@@ -1,0 +1,222 @@
+"""Resource sets for the policy tests, as the engine would send them to the analyzer.
+
+`Res` builds `pulumi.runtime.proto` AnalyzerResource messages (URNs, parents, property
+dependencies, unknown values); `gpu_stack` and `ray_service` build a compliant baseline that each
+test bends in exactly one way. One policy-pack process serves the whole session (`pack()`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import yaml
+from google.protobuf import struct_pb2
+from pulumi.runtime.proto import analyzer_pb2
+
+from components.catalog import GPU_INSTANCE_TYPES
+from tools.analyzer import UNKNOWN, PolicyPackServer, Verdict
+
+STACK, PROJECT = "test", "llm-pd-eks"
+
+_server: Optional[PolicyPackServer] = None
+
+
+def pack() -> PolicyPackServer:
+    """The policy pack as a running analyzer, started once per test session."""
+    global _server
+    if _server is None:
+        _server = PolicyPackServer()
+        _server.start()
+        atexit.register(_server.close)
+    return _server
+
+
+@dataclass
+class Res:
+    """One resource as the engine knows it during a preview."""
+
+    type: str
+    name: str
+    props: dict[str, Any]
+    deps: dict[str, list["Res"]] = field(default_factory=dict)  # property -> resources feeding it
+    parent: Optional["Res"] = None
+    protect: bool = False
+
+    @property
+    def urn(self) -> str:
+        chain, p = [self.type], self.parent
+        while p is not None:
+            chain.insert(0, p.type)
+            p = p.parent
+        return f"urn:pulumi:{STACK}::{PROJECT}::{'$'.join(chain)}::{self.name}"
+
+    def message(self) -> analyzer_pb2.AnalyzerResource:
+        props = struct_pb2.Struct()
+        props.update(self.props)
+        parent = self.parent.urn if self.parent else ""
+        all_deps = sorted({d.urn for ds in self.deps.values() for d in ds})
+        return analyzer_pb2.AnalyzerResource(
+            type=self.type,
+            name=self.name,
+            urn=self.urn,
+            parent=parent,
+            properties=props,
+            options=analyzer_pb2.AnalyzerResourceOptions(protect=self.protect, parent=parent),
+            dependencies=all_deps,
+            propertyDependencies={
+                k: analyzer_pb2.AnalyzerPropertyDependencies(urns=[d.urn for d in v]) for k, v in self.deps.items()
+            },
+        )
+
+
+def judge(resources, config: Optional[dict] = None) -> list[Verdict]:
+    """Every resource through Analyze, the set through AnalyzeStack, as the engine does."""
+    resources = list(resources.values()) if isinstance(resources, dict) else list(resources)
+    return pack().analyze_all([r.message() for r in resources], config)
+
+
+def of(verdicts: list[Verdict], policy: str, enforcement: str = "mandatory") -> list[Verdict]:
+    return [v for v in verdicts if v.policy == policy and v.enforcement == enforcement]
+
+
+def mandatory(verdicts: list[Verdict]) -> list[Verdict]:
+    return [v for v in verdicts if v.enforcement == "mandatory"]
+
+
+# -- AWS: the EFA GPU node group -------------------------------------------------------------------
+NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+PLACEMENT_GROUP = "aws:ec2/placementGroup:PlacementGroup"
+SUBNET = "aws:ec2/subnet:Subnet"
+COMPONENT = "llm-pd-eks:index:EfaGpuNodeGroup"
+
+
+def efa_interfaces(count: int) -> list[dict[str, Any]]:
+    """One EFA interface per network card: 'efa' (with ENA) on card 0, 'efa-only' on the rest."""
+    return [
+        {"networkCardIndex": i, "deviceIndex": 0 if i == 0 else 1, "interfaceType": "efa" if i == 0 else "efa-only",
+         "deleteOnTermination": "true"}
+        for i in range(count)
+    ]
+
+
+def gpu_stack(
+    instance_type: str = "p5.48xlarge",
+    azs: tuple[str, ...] = ("us-west-2a",),
+    unknown_ids: bool = False,
+) -> dict[str, Res]:
+    """A compliant GPU node group: private subnet(s) in `azs`, cluster placement group, one EFA
+    interface per card (count from the program's catalog), IMDSv2. With `unknown_ids` every ID,
+    name and the group name are unknown, as on a first preview, and only property dependencies link
+    the resources."""
+    comp = Res(COMPONENT, "gpu-nodes", {})
+    subnets = {
+        f"subnet-{az}": Res(SUBNET, f"network-private-{az}",
+                            {"availabilityZone": az, "mapPublicIpOnLaunch": False, "vpcId": "vpc-1",
+                             "cidrBlock": f"10.0.{i * 32}.0/19"})
+        for i, az in enumerate(azs)
+    }
+    pg = Res(PLACEMENT_GROUP, "gpu-nodes-pg", {"strategy": "cluster"}, parent=comp)
+    lt = Res(
+        LAUNCH_TEMPLATE,
+        "gpu-nodes-lt",
+        {
+            "instanceType": instance_type,
+            "networkInterfaces": efa_interfaces(GPU_INSTANCE_TYPES[instance_type].efa_interfaces),
+            "metadataOptions": {"httpTokens": "required", "httpEndpoint": "enabled", "httpPutResponseHopLimit": 1},
+            "placement": {"groupName": UNKNOWN if unknown_ids else "gpu-nodes-pg-1a2b3c"},
+        },
+        deps={"placement": [pg]},
+        parent=comp,
+    )
+    ng = Res(
+        NODE_GROUP,
+        "gpu-nodes-ng",
+        {
+            "clusterName": "llm-pd-eks-test",
+            "subnetIds": [UNKNOWN if unknown_ids else f"subnet-{az}-id" for az in azs],
+            "launchTemplate": {"id": UNKNOWN if unknown_ids else "lt-0123", "version": UNKNOWN if unknown_ids else "1"},
+            "amiType": "AL2023_x86_64_NVIDIA",
+            "scalingConfig": {"minSize": 2, "desiredSize": 2, "maxSize": 2},
+        },
+        deps={"subnetIds": list(subnets.values()), "launchTemplate": [lt]},
+        parent=comp,
+    )
+    return {"component": comp, **subnets, "pg": pg, "lt": lt, "ng": ng}
+
+
+def without_deps(stack: dict[str, Res]) -> dict[str, Res]:
+    """The same stack linked only by known IDs/names (as after an update), no property dependencies."""
+    stack = copy.deepcopy(stack)
+    for key, res in stack.items():
+        res.deps = {}
+    for key, res in stack.items():
+        if res.type == SUBNET:
+            res.props["id"] = f"{key}-id"
+    stack["lt"].props["id"] = "lt-0123"
+    stack["pg"].props["name"] = "gpu-nodes-pg-1a2b3c"
+    return stack
+
+
+# -- Kubernetes: the RayService --------------------------------------------------------------------
+RAY_SERVICE = "kubernetes:ray.io/v1:RayService"
+
+
+def kv_transfer(backends: Optional[list[str]] = ("LIBFABRIC",)) -> dict[str, Any]:
+    extra = {} if backends is None else {"kv_connector_extra_config": {"backends": list(backends)}}
+    return {"kv_connector": "NixlConnector", "kv_role": "kv_both", **extra}
+
+
+def serve_config(prefill_kv: dict[str, Any], decode_kv: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """A Ray Serve LLM prefill/decode application as `build_pd_openai_app` takes it."""
+
+    def llm(kv: dict[str, Any]) -> dict[str, Any]:
+        return {"model_loading_config": {"model_id": "qwen", "model_source": "Qwen/Qwen2.5-7B-Instruct"},
+                "engine_kwargs": {"tensor_parallel_size": 1, "kv_transfer_config": kv},
+                "runtime_env": {"env_vars": {"VLLM_USE_V1": "1"}}}
+
+    return {"applications": [{
+        "name": "llm", "route_prefix": "/", "import_path": "ray.serve.llm:build_pd_openai_app",
+        "args": {"prefill_config": llm(prefill_kv), "decode_config": llm(decode_kv or prefill_kv)},
+    }]}
+
+
+def gpu_container(gpus: int = 8, efa: Optional[int] = 32, fi_provider: Optional[str] = "efa",
+                  env: tuple = ()) -> dict[str, Any]:
+    limits: dict[str, Any] = {"nvidia.com/gpu": gpus, "cpu": "32", "memory": "256Gi"}
+    if efa is not None:
+        limits["vpc.amazonaws.com/efa"] = efa
+    env_list = [{"name": "FI_PROVIDER", "value": fi_provider}] if fi_provider is not None else []
+    return {"name": "ray-worker", "image": "rayproject/ray-llm:2.60.0-py311-cu128",
+            "resources": {"limits": limits, "requests": dict(limits)}, "env": env_list + list(env)}
+
+
+def ray_service(
+    config: Any = None,
+    worker: Optional[dict[str, Any]] = None,
+    serve_service: Optional[dict[str, Any]] = None,
+    head_env: tuple = (),
+) -> Res:
+    """A compliant RayService; `config` replaces the serve config (a dict is dumped to YAML text)."""
+    config = serve_config(kv_transfer()) if config is None else config
+    spec: dict[str, Any] = {
+        "serveConfigV2": yaml.safe_dump(config) if isinstance(config, dict) else config,
+        "rayClusterConfig": {
+            "rayVersion": "2.60.0",
+            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
+                {"name": "ray-head", "image": "rayproject/ray-llm:2.60.0-py311-cu128",
+                 "env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}},
+                         *head_env]}]}}},
+            "workerGroupSpecs": [{
+                "groupName": "gpu", "replicas": 2, "minReplicas": 2, "maxReplicas": 2, "rayStartParams": {},
+                "template": {"spec": {"containers": [worker or gpu_container()]}},
+            }],
+        },
+    }
+    if serve_service is not None:
+        spec["serveService"] = serve_service
+    return Res(RAY_SERVICE, "llm", {"apiVersion": "ray.io/v1", "kind": "RayService",
+                                    "metadata": {"name": "llm", "namespace": "llm"}, "spec": spec})

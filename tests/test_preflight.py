@@ -1,0 +1,359 @@
+"""`make preflight` against a real AWS API emulator.
+
+EC2 is served by a moto server (moto 5.2.5) on a loopback port, reached through AWS_ENDPOINT_URL
+exactly as a real endpoint would be; moto ships AWS's own instance-type and per-AZ offering data,
+so what it says about our catalog types is what EC2 said when moto captured it. Service Quotas:
+moto 5.2.5 implements GetServiceQuota only for service code "vpc" (the ec2 codes raise
+NoSuchResource and GetAWSDefaultServiceQuota is missing), so quota answers come from a botocore
+Stubber on a real service-quotas client; the CLI run against moto shows those items as
+could-not-check.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from components.catalog import GPU_INSTANCE_TYPES
+from components.config import StackConfig, validate_stack_config
+from tools import preflight
+from tools.mockrun import stacks
+
+ROOT = Path(__file__).resolve().parent.parent
+STACKS = stacks(ROOT)
+
+
+# --- the emulator ---------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def moto_url(tmp_path_factory):
+    """A moto server on a free loopback port for the whole session, killed afterwards."""
+    port = _free_port()
+    log = tmp_path_factory.mktemp("moto") / "server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"moto server exited with {proc.returncode}: {log.read_text()[-2000:]}")
+            try:
+                urllib.request.urlopen(f"{url}/moto-api/data.json", timeout=2).read()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"moto server did not come up on {url}: {log.read_text()[-2000:]}")
+                time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _aws_env(tmp: Path, endpoint: str | None, credentials: bool = True) -> dict[str, str]:
+    """A clean AWS environment: nothing from the host's profiles, metadata service off."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_CONFIG_FILE=str(tmp / "no-config"), AWS_SHARED_CREDENTIALS_FILE=str(tmp / "no-credentials"),
+               AWS_EC2_METADATA_DISABLED="true")
+    if credentials:
+        env.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
+    if endpoint:
+        env["AWS_ENDPOINT_URL"] = endpoint
+    return env
+
+
+@pytest.fixture
+def aws(moto_url, tmp_path, monkeypatch):
+    """Point this process's boto3 at moto with dummy credentials; returns the moto URL."""
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(key)
+    for key, value in _aws_env(tmp_path, moto_url).items():
+        if key.startswith("AWS_"):
+            monkeypatch.setenv(key, value)
+    return moto_url
+
+
+def ec2_client(region: str):
+    return boto3.client("ec2", region_name=region)
+
+
+def stubbed_quotas(region: str, answers: list[tuple[str, float]]) -> tuple[object, Stubber]:
+    """A real service-quotas client answering GetServiceQuota for `answers` in order, params checked."""
+    client = boto3.client("service-quotas", region_name=region)
+    stub = Stubber(client)
+    for code, value in answers:
+        stub.add_response("get_service_quota",
+                          {"Quota": {"ServiceCode": "ec2", "QuotaCode": code, "QuotaName": f"quota {code}",
+                                     "Value": value}},
+                          {"ServiceCode": "ec2", "QuotaCode": code})
+    stub.activate()
+    return client, stub
+
+
+def quota_answers(config: StackConfig, ec2, gpu: float, system: float, eip: float) -> list[tuple[str, float]]:
+    """Stub answers in the order run_checks asks: GPU family, system family, Elastic IPs."""
+    gpu_code = GPU_INSTANCE_TYPES[config.gpu_nodes.instance_type].family_quota_code
+    system_code = preflight.standard_quota_code(config.system_nodes.instance_type)
+    return [(gpu_code, gpu), (system_code, system), (preflight.EIP_QUOTA_CODE, eip)]
+
+
+def variant(stack: str, section: str, **changes) -> StackConfig:
+    """A checked-in stack with one section changed, validated through the project's own model."""
+    values, region = preflight.stack_values(stack)
+    data = json.loads(values[section])
+    data.update(changes)
+    return validate_stack_config({**values, section: json.dumps(data)}, region)
+
+
+def by_check(results: list[preflight.Result]) -> dict[str, preflight.Result]:
+    return {r.check: r for r in results}
+
+
+# --- catalog drift --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(GPU_INSTANCE_TYPES))
+def test_catalog_matches_ec2(aws, name):
+    """EFA interfaces build the launch template and vCPUs size the quota check: both must be EC2's."""
+    ec2 = ec2_client("us-west-2")
+    info = preflight.instance_type_info(ec2, name)
+    entry = GPU_INSTANCE_TYPES[name]
+    assert info is not None, f"EC2 does not know {name}"
+    assert preflight.efa_interfaces(info) == entry.efa_interfaces
+    assert info["VCpuInfo"]["DefaultVCpus"] == entry.vcpus
+    assert info["GpuInfo"]["Gpus"][0]["Count"] == entry.gpus
+    assert preflight.check_efa(ec2, name, entry.efa_interfaces).status == "ok"
+
+
+def test_efa_count_drift_is_a_failure(aws):
+    ec2 = ec2_client("us-west-2")
+    wrong = GPU_INSTANCE_TYPES["g6e.24xlarge"].efa_interfaces + 1
+    result = preflight.check_efa(ec2, "g6e.24xlarge", wrong)
+    assert result.status == "FAIL"
+    assert f"{wrong - 1} EFA interfaces" in result.detail and f"says {wrong}" in result.detail
+
+
+def test_type_without_efa_or_unknown_type_fails(aws):
+    ec2 = ec2_client("us-west-2")
+    no_efa = preflight.check_efa(ec2, "g4dn.xlarge", 1)  # EC2: EfaSupported false for g4dn.xlarge
+    assert (no_efa.status, no_efa.detail) == ("FAIL", "g4dn.xlarge does not support EFA")
+    unknown = preflight.check_efa(ec2, "p9.48xlarge", 1)
+    assert (unknown.status, unknown.detail) == ("FAIL", "p9.48xlarge does not exist in this region")
+
+
+# --- whole stacks ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_checked_in_stacks_pass_with_just_enough_quota(aws, stack):
+    """Every stack's AZs and types exist as configured; quotas exactly equal to the need pass."""
+    config = preflight.load_config(stack)
+    ec2 = ec2_client(config.region)
+    gpu = GPU_INSTANCE_TYPES[config.gpu_nodes.instance_type]
+    system_vcpus = ec2.describe_instance_types(InstanceTypes=[config.system_nodes.instance_type])[
+        "InstanceTypes"][0]["VCpuInfo"]["DefaultVCpus"]
+    nat = 1 if config.network.nat_gateways == "single" else len(config.network.availability_zones)
+    answers = quota_answers(config, ec2, gpu=config.gpu_nodes.max_size * gpu.vcpus,
+                            system=config.system_nodes.max_size * system_vcpus, eip=nat)
+    quotas, stub = stubbed_quotas(config.region, answers)
+    results = preflight.run_checks(config, ec2, quotas)
+    stub.assert_no_pending_responses()
+    assert [r.check for r in results] == list(preflight.CHECK_NAMES)
+    assert [r.status for r in results] == ["ok"] * len(results), results
+
+
+def test_nonexistent_az_fails_and_names_the_region_azs(aws):
+    config = variant("dev", "network", availabilityZones=["us-west-2a", "us-west-2e"])
+    ec2 = ec2_client("us-west-2")
+    region_azs = sorted(z["ZoneName"] for z in ec2.describe_availability_zones()["AvailabilityZones"])
+    assert "us-west-2e" not in region_azs
+    quotas, _ = stubbed_quotas("us-west-2", quota_answers(config, ec2, 10_000, 10_000, 100))
+    results = by_check(preflight.run_checks(config, ec2, quotas))
+    azs = results["availability-zones"]
+    assert azs.status == "FAIL"
+    assert azs.detail == f"us-west-2e not in us-west-2 (the region has {', '.join(region_azs)})"
+    assert results["system-offering"].status == "FAIL"
+    assert "not offered in us-west-2e" in results["system-offering"].detail
+    assert results["gpu-offering"].status == "ok"  # the GPU AZ (us-west-2a) is real
+
+
+def test_gpu_type_not_offered_in_az_lists_the_azs_that_offer_it(aws):
+    # p5e.48xlarge is a catalog type that EC2 (per moto's captured data) offers only in some us-west-2 AZs.
+    config = variant("dev", "gpuNodes", instanceType="p5e.48xlarge", availabilityZone="us-west-2a")
+    ec2 = ec2_client("us-west-2")
+    # The expected list by a different route: every offering of the region, filtered here.
+    pages = ec2.get_paginator("describe_instance_type_offerings").paginate(LocationType="availability-zone")
+    offering = sorted({o["Location"] for p in pages for o in p["InstanceTypeOfferings"]
+                       if o["InstanceType"] == "p5e.48xlarge"})
+    assert offering and "us-west-2a" not in offering
+    result = preflight.check_offered(ec2, "gpu-offering", "p5e.48xlarge", [config.gpu_nodes.availability_zone])
+    assert result.status == "FAIL"
+    assert result.detail == f"p5e.48xlarge is not offered in us-west-2a; AZs that offer it: {', '.join(offering)}"
+
+
+# --- quotas ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack, code, needed", [
+    ("dev", "L-DB2E81BA", 96),    # G family: maxSize 2 x g6e.12xlarge 48 vCPUs
+    ("prod", "L-417A185B", 768),  # P family: maxSize 4 x p5.48xlarge 192 vCPUs
+])
+def test_gpu_vcpu_quota_boundary(aws, stack, code, needed):
+    config = preflight.load_config(stack)
+    gpu = GPU_INSTANCE_TYPES[config.gpu_nodes.instance_type]
+    for value, status in ((needed - 1, "FAIL"), (needed, "ok")):
+        quotas, stub = stubbed_quotas(config.region, [(code, value)])
+        result = preflight.check_vcpu_quota(quotas, "gpu-vcpu-quota", gpu.family_quota_code,
+                                            config.gpu_nodes.max_size, gpu.vcpus)
+        stub.assert_no_pending_responses()  # and the Stubber checked that `code` was asked for
+        assert result.status == status
+        assert f"{value} vCPUs" in result.detail and str(needed) in result.detail
+
+
+def test_quota_too_small_fails_the_whole_run(aws):
+    config = preflight.load_config("dev")
+    ec2 = ec2_client("us-west-2")
+    quotas, _ = stubbed_quotas("us-west-2", quota_answers(config, ec2, gpu=0, system=10_000, eip=100))
+    results = by_check(preflight.run_checks(config, ec2, quotas))
+    assert results["gpu-vcpu-quota"].status == "FAIL"
+    assert "request an increase" in results["gpu-vcpu-quota"].detail
+    assert preflight.verdict(list(results.values())) == "FAIL"
+
+
+def test_eip_quota_counts_allocated_addresses(aws):
+    """prod has natGateways perAz over 3 AZs: 3 new addresses beside the ones already allocated."""
+    config = preflight.load_config("prod")
+    ec2 = ec2_client(config.region)
+    assert preflight.nat_gateway_count(config) == 3
+    allocated = [ec2.allocate_address(Domain="vpc")["AllocationId"] for _ in range(2)]
+    try:
+        for quota, status in ((4, "FAIL"), (5, "ok")):  # 2 allocated + 3 NAT = 5
+            quotas, _ = stubbed_quotas(config.region, [(preflight.EIP_QUOTA_CODE, quota)])
+            result = preflight.check_eip_quota(ec2, quotas, preflight.nat_gateway_count(config))
+            assert result.status == status, result
+            assert "2 allocated" in result.detail or "2 already allocated" in result.detail
+    finally:
+        for allocation in allocated:
+            ec2.release_address(AllocationId=allocation)
+
+
+def test_unapplied_quota_falls_back_to_the_aws_default(aws):
+    quotas = boto3.client("service-quotas", region_name="us-west-2")
+    with Stubber(quotas) as stub:
+        stub.add_client_error("get_service_quota", "NoSuchResourceException", "no applied value",
+                              expected_params={"ServiceCode": "ec2", "QuotaCode": "L-417A185B"})
+        stub.add_response("get_aws_default_service_quota",
+                          {"Quota": {"QuotaCode": "L-417A185B", "QuotaName": "P vCPUs", "Value": 0.0}},
+                          {"ServiceCode": "ec2", "QuotaCode": "L-417A185B"})
+        result = preflight.check_vcpu_quota(quotas, "gpu-vcpu-quota", "L-417A185B", 2, 96)
+    assert result.status == "FAIL"
+    assert "AWS default" in result.detail and "need 192" in result.detail  # 2 x 96
+
+
+def test_quota_without_value_cannot_be_checked(aws):
+    quotas = boto3.client("service-quotas", region_name="us-west-2")
+    with Stubber(quotas) as stub:
+        stub.add_response("get_service_quota", {"Quota": {
+            "QuotaCode": "L-0263D0A3",
+            "ErrorReason": {"ErrorCode": "DEPENDENCY_ACCESS_DENIED_ERROR", "ErrorMessage": "access denied"}}})
+        result = preflight.check_eip_quota(ec2_client("us-west-2"), quotas, 1)
+    assert result.status == "could-not-check"
+    assert "access denied" in result.detail
+
+
+# --- the CLI --------------------------------------------------------------------------------
+
+
+def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tools.preflight", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_against_moto_json_and_warning_exit(moto_url, tmp_path):
+    env = _aws_env(tmp_path, moto_url)
+    proc = run_cli(env, "--stack", "dev", "--json")
+    assert "Traceback" not in proc.stderr
+    assert proc.returncode == 0, proc.stderr  # could-not-check alone is a warning
+    report = json.loads(proc.stdout)
+    assert set(report) == {"stack", "region", "account", "verdict", "checks"}
+    assert (report["stack"], report["region"], report["verdict"]) == ("dev", "us-west-2", "warning")
+    assert report["account"] == "123456789012"  # moto's default account, from STS GetCallerIdentity
+    assert [c["check"] for c in report["checks"]] == list(preflight.CHECK_NAMES)
+    assert all(set(c) == {"check", "status", "detail"} for c in report["checks"])
+    status = {c["check"]: c["status"] for c in report["checks"]}
+    for ec2_item in ("availability-zones", "gpu-offering", "gpu-efa", "system-offering"):
+        assert status[ec2_item] == "ok"
+    for quota_item in ("gpu-vcpu-quota", "system-vcpu-quota", "eip-quota"):  # moto: no ec2 quotas
+        assert status[quota_item] == "could-not-check"
+
+    strict = run_cli(env, "--stack", "dev", "--strict")
+    assert strict.returncode == 3
+    assert "WARNING: 3 of 7 check(s) could not be run" in strict.stdout
+
+
+def test_cli_unreachable_endpoint_is_one_clear_line(tmp_path):
+    closed = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    proc = run_cli(_aws_env(tmp_path, closed), "--stack", "dev")
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f'preflight: cannot reach AWS: Could not connect to the endpoint URL: "{closed}/"']
+    assert proc.returncode == 0
+    assert "nothing was verified" in proc.stdout
+    assert proc.stdout.count("could-not-check") == len(preflight.CHECK_NAMES)
+
+    as_json = json.loads(run_cli(_aws_env(tmp_path, closed), "--stack", "dev", "--json").stdout)
+    assert as_json["verdict"] == "warning" and as_json["account"] is None
+    assert {c["status"] for c in as_json["checks"]} == {"could-not-check"}
+
+
+def test_cli_without_credentials_says_so(moto_url, tmp_path):
+    proc = run_cli(_aws_env(tmp_path, moto_url, credentials=False), "--stack", "dev", "--strict")
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("preflight: no usable AWS credentials")
+    assert proc.returncode == 3
+
+
+def test_cli_unknown_stack_exits_2(tmp_path):
+    proc = run_cli(_aws_env(tmp_path, None), "--stack", "nosuchstack")
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert "no stack file Pulumi.nosuchstack.yaml" in proc.stderr
+
+
+def test_main_exit_codes_with_injected_clients(aws, capsys):
+    config = preflight.load_config("dev")
+    sts = boto3.client("sts", region_name="us-west-2")
+    ec2 = ec2_client("us-west-2")
+
+    quotas, _ = stubbed_quotas("us-west-2", quota_answers(config, ec2, 10_000, 10_000, 100))
+    assert preflight.main(["--stack", "dev", "--json"], clients=(sts, ec2, quotas)) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "ok"
+
+    quotas, _ = stubbed_quotas("us-west-2", quota_answers(config, ec2, 1, 10_000, 100))
+    assert preflight.main(["--stack", "dev"], clients=(sts, ec2, quotas)) == 1
+    out = capsys.readouterr().out
+    assert "FAIL: 1 check(s) failed" in out
+    assert any(line.split()[:2] == ["FAIL", "gpu-vcpu-quota"] for line in out.splitlines())

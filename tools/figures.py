@@ -1,0 +1,235 @@
+"""The preview's key figures: GPU placement, node counts, cost and the KV-cache transfer.
+
+Node groups, NAT gateways and the control plane are read from the *recorded plan* (what the program
+would create), not from the config, so a component that ignores a setting shows up here. The serving
+figures come from the validated stack config (`config.serving`), absent until that section exists.
+
+Pure functions (`kv_transfer`, `estimate_cost`) carry the arithmetic so tests can check it by hand.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tools.mockrun import ProgramRun, Registration
+
+PRICES_FILE = Path(__file__).resolve().parent / "data" / "prices.json"
+
+# A plain-TCP KV handoff is one connection (one 5-tuple flow). EC2 caps single-flow traffic at
+# 10 Gbit/s between instances in the same cluster placement group (5 Gbit/s outside one) — "Amazon
+# EC2 instance network bandwidth", EC2 User Guide. The GPU nodes share a cluster placement group,
+# so 10 is the generous figure; EFA (SRD, NIXL over LIBFABRIC) instead spreads one transfer over
+# every EFA interface, up to the node's aggregate EFA bandwidth (catalog `network_gbps`).
+TCP_SINGLE_FLOW_GBPS = 10.0
+
+# Bytes per element of the KV cache for each `kv_cache_dtype` (vLLM's names). "auto" follows the
+# model's bf16 weights.
+KV_DTYPE_BYTES = {"auto": 2, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+
+
+# -- KV-cache transfer -------------------------------------------------------------------------
+def kv_cache_bytes(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int, tokens: int) -> int:
+    """K and V for every layer, KV head and position: 2 x layers x KV heads x head dim x bytes x tokens."""
+    return 2 * layers * kv_heads * head_dim * dtype_bytes * tokens
+
+
+def transfer_seconds(num_bytes: int, gbps: float) -> float:
+    """Ideal line-rate time (no protocol overhead) to move `num_bytes` at `gbps` gigabit/s."""
+    return num_bytes * 8 / (gbps * 1e9)
+
+
+@dataclass(frozen=True)
+class KvTransfer:
+    """The KV cache of one request moved from a prefill to a decode node."""
+
+    model_id: str
+    tokens: int
+    kv_cache_dtype: str
+    bytes: int
+    efa_gbps: float
+    tcp_gbps: float
+
+    @property
+    def efa_seconds(self) -> float:
+        return transfer_seconds(self.bytes, self.efa_gbps)
+
+    @property
+    def tcp_seconds(self) -> float:
+        return transfer_seconds(self.bytes, self.tcp_gbps)
+
+    @property
+    def speedup(self) -> float:
+        return self.tcp_seconds / self.efa_seconds
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "efa_seconds": self.efa_seconds, "tcp_seconds": self.tcp_seconds}
+
+
+def kv_transfer(model: Any, tokens: int, kv_cache_dtype: str, efa_gbps: float,
+                tcp_gbps: float = TCP_SINGLE_FLOW_GBPS) -> KvTransfer:
+    """`model` is a `components.models.ModelSpec` (layers, kv_heads, head_dim, model_id)."""
+    if kv_cache_dtype not in KV_DTYPE_BYTES:
+        raise ValueError(f"kv_cache_dtype {kv_cache_dtype!r} is not one of {sorted(KV_DTYPE_BYTES)}")
+    size = kv_cache_bytes(model.layers, model.kv_heads, model.head_dim, KV_DTYPE_BYTES[kv_cache_dtype], tokens)
+    return KvTransfer(model.model_id, tokens, kv_cache_dtype, size, float(efa_gbps), float(tcp_gbps))
+
+
+# -- cost --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PriceTable:
+    regions: dict[str, dict[str, Any]]
+    as_of: str
+    source: str
+    about: str
+    currency: str = "USD"
+    hours_per_month: float = 730.0
+
+
+def load_prices(path: Path = PRICES_FILE) -> PriceTable:
+    data = json.loads(Path(path).read_text())
+    return PriceTable(
+        regions=data["regions"], as_of=data["as_of"], source=data["source"], about=data["about"],
+        currency=data.get("currency", "USD"), hours_per_month=float(data.get("hours_per_month", 730)),
+    )
+
+
+@dataclass(frozen=True)
+class CostLine:
+    item: str
+    quantity: int
+    unit_hourly: float
+    hourly: float
+
+
+@dataclass
+class Cost:
+    region: str
+    lines: list[CostLine]
+    hourly: float
+    monthly: float
+    missing: list[str] = field(default_factory=list)  # items with no price in the table
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def estimate_cost(prices: PriceTable, region: str, instances: list[tuple[str, int]], nat_gateways: int,
+                  eks_clusters: int) -> Cost:
+    """Hourly and monthly on-demand cost of `instances` [(type, count)] plus NAT and control plane."""
+    table = prices.regions.get(region)
+    if table is None:
+        return Cost(region, [], 0.0, 0.0, [f"region {region} (priced: {', '.join(sorted(prices.regions))})"])
+    lines: list[CostLine] = []
+    missing: list[str] = []
+    for instance_type, count in instances:
+        unit = table["instances"].get(instance_type)
+        if unit is None:
+            missing.append(f"{instance_type} in {region}")
+            continue
+        lines.append(CostLine(instance_type, count, unit, unit * count))
+    if nat_gateways:
+        lines.append(CostLine("NAT gateway", nat_gateways, table["nat_gateway_hour"], table["nat_gateway_hour"] * nat_gateways))
+    if eks_clusters:
+        lines.append(CostLine("EKS control plane", eks_clusters, table["eks_cluster_hour"], table["eks_cluster_hour"] * eks_clusters))
+    hourly = sum(line.hourly for line in lines)
+    return Cost(region, lines, hourly, hourly * prices.hours_per_month, missing)
+
+
+# -- figures from the recorded plan ------------------------------------------------------------
+@dataclass(frozen=True)
+class NodeGroupFigure:
+    name: str
+    instance_type: str
+    min_size: int
+    desired_size: int
+    max_size: int
+    gpu: bool
+    efa_interfaces: int  # EFA interfaces in its launch template (0 without one)
+    availability_zones: tuple[str, ...]
+
+
+def _launch_template(run: "ProgramRun", node_group: "Registration") -> Optional["Registration"]:
+    for urn in node_group.property_dependencies.get("launchTemplate", []):
+        try:
+            return run.by_urn(urn)
+        except KeyError:
+            continue
+    return None
+
+
+def node_groups(run: "ProgramRun") -> list[NodeGroupFigure]:
+    """Every managed node group of the plan, its instance type taken from it or its launch template."""
+    from components.catalog import GPU_INSTANCE_TYPES
+
+    found = []
+    for ng in run.of_type("aws:eks/nodeGroup:NodeGroup"):
+        lt = _launch_template(run, ng)
+        types = ng.inputs.get("instanceTypes") or []
+        instance_type = types[0] if types else (lt.inputs.get("instanceType", "?") if lt else "?")
+        scaling = ng.inputs.get("scalingConfig") or {}
+        nics = (lt.inputs.get("networkInterfaces") or []) if lt else []
+        efa = sum(1 for nic in nics if nic.get("interfaceType") in ("efa", "efa-only"))
+        azs = []
+        for urn in ng.property_dependencies.get("subnetIds", []):
+            try:
+                azs.append(run.by_urn(urn).inputs.get("availabilityZone", "?"))
+            except KeyError:
+                continue
+        found.append(NodeGroupFigure(
+            name=ng.name, instance_type=instance_type, min_size=int(scaling.get("minSize", 0)),
+            desired_size=int(scaling.get("desiredSize", 0)), max_size=int(scaling.get("maxSize", 0)),
+            gpu=instance_type in GPU_INSTANCE_TYPES, efa_interfaces=efa, availability_zones=tuple(sorted(set(azs))),
+        ))
+    return found
+
+
+def _serving_kv(config: Any, gpu: Optional[NodeGroupFigure]) -> dict[str, Any]:
+    serving = getattr(config, "serving", None) if config is not None else None
+    if serving is None:
+        return {"status": "n/a", "reason": "the stack config has no serving section"}
+    if gpu is None:
+        return {"status": "n/a", "reason": "the plan has no GPU node group"}
+    from components.catalog import GPU_INSTANCE_TYPES
+    from components.models import MODELS
+
+    model = MODELS.get(serving.model_id)
+    if model is None:
+        return {"status": "n/a", "reason": f"model {serving.model_id} is not in components/models.py"}
+    instance = GPU_INSTANCE_TYPES[gpu.instance_type]
+    kv = kv_transfer(model, serving.max_model_len, serving.kv_cache_dtype, instance.network_gbps)
+    return {"status": "ok", **kv.as_dict(), "speedup": kv.speedup}
+
+
+def key_figures(run: "ProgramRun", config: Any, region: str, prices: Optional[PriceTable] = None) -> dict[str, Any]:
+    """Everything the report shows as figures, JSON-ready (the diff compares these)."""
+    prices = prices or load_prices()
+    groups = node_groups(run)
+    gpu = next((g for g in groups if g.gpu), None)
+    nat = len(run.of_type("aws:ec2/natGateway:NatGateway"))
+    clusters = len(run.of_type("eks:index:Cluster")) + len(run.of_type("aws:eks/cluster:Cluster"))
+    cost = estimate_cost(prices, region, [(g.instance_type, g.desired_size) for g in groups], nat, clusters)
+    cost_max = estimate_cost(prices, region, [(g.instance_type, g.max_size) for g in groups], nat, clusters)
+    return {
+        "region": region,
+        "gpu": None if gpu is None else {
+            "availability_zones": list(gpu.availability_zones),
+            "instance_type": gpu.instance_type,
+            "nodes": {"min": gpu.min_size, "desired": gpu.desired_size, "max": gpu.max_size},
+            "efa_interfaces_per_node": gpu.efa_interfaces,
+        },
+        "node_groups": [asdict(g) for g in groups],
+        "nat_gateways": nat,
+        "eks_clusters": clusters,
+        "cost": {
+            **cost.as_dict(),
+            "at_max_size_hourly": cost_max.hourly,
+            "prices_as_of": prices.as_of,
+            "currency": prices.currency,
+            "hours_per_month": prices.hours_per_month,
+        },
+        "kv_transfer": _serving_kv(config, gpu),
+    }

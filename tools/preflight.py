@@ -1,0 +1,384 @@
+"""Can this stack be deployed in this account and region? Ask AWS before `pulumi up` does.
+
+The expensive surprises of this setup (no GPU capacity type in the chosen AZ, a vCPU quota of
+zero for P instances, too few Elastic IPs for per-AZ NAT) surface twenty minutes into an
+`up`. Each check here is a small function over injected boto3 clients returning one `Result`
+(ok / FAIL / could-not-check with the reason); `run_checks` maps the validated `StackConfig`
+onto them and `main` is the thin CLI:
+
+    python -m tools.preflight --stack dev [--json] [--strict]
+
+Credentials come from the standard boto3 chain, the region from the stack's `aws:region`, and
+botocore itself honours `AWS_ENDPOINT_URL` (an emulator such as moto, or a VPC endpoint).
+Exit codes: 0 all ok, or only could-not-check (a warning; `--strict` turns that into 3);
+1 at least one FAIL; 2 the stack or its config could not be loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, Optional
+
+from components.catalog import GPU_INSTANCE_TYPES
+from components.config import ConfigError, StackConfig, validate_stack_config
+
+Status = Literal["ok", "FAIL", "could-not-check"]
+OK: Status = "ok"
+FAIL: Status = "FAIL"
+UNKNOWN: Status = "could-not-check"
+
+# Service Quotas codes (service code "ec2") not carried by the GPU catalog.
+EIP_QUOTA_CODE = "L-0263D0A3"  # EC2-VPC Elastic IPs
+STANDARD_VCPU_QUOTA_CODE = "L-1216C47A"  # Running On-Demand Standard (A, C, D, H, I, M, R, T, Z)
+STANDARD_FAMILIES = "acdhimrtz"
+# The items `run_checks` reports, in order.
+CHECK_NAMES = ("availability-zones", "gpu-offering", "gpu-efa", "system-offering",
+               "gpu-vcpu-quota", "system-vcpu-quota", "eip-quota")
+
+
+@dataclass(frozen=True)
+class Result:
+    """One preflight item."""
+
+    check: str  # stable identifier, e.g. "gpu-offering"
+    status: Status
+    detail: str
+
+
+# --- error handling -------------------------------------------------------------------------
+
+
+def describe_error(exc: Exception) -> str:
+    """One line for any botocore failure: no credentials, no endpoint, an API error."""
+    from botocore.exceptions import (
+        ClientError,
+        ConnectTimeoutError,
+        EndpointConnectionError,
+        NoCredentialsError,
+        NoRegionError,
+        PartialCredentialsError,
+        ReadTimeoutError,
+    )
+
+    if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
+        return f"no usable AWS credentials ({exc}); configure a profile, env vars or SSO"
+    if isinstance(exc, (EndpointConnectionError, ConnectTimeoutError)):
+        return f"cannot reach AWS: {exc}"
+    if isinstance(exc, ReadTimeoutError):
+        return f"the AWS endpoint did not answer in time ({exc})"
+    if isinstance(exc, NoRegionError):
+        return "no region"
+    if isinstance(exc, ClientError):
+        err = exc.response.get("Error", {})
+        code = str(err.get("Code", "error"))
+        message = " ".join(str(err.get("Message", "")).split())
+        if code.isdigit() or message.startswith("<"):
+            # Not an AWS error document (a proxy's or an emulator's HTML page): the status says it all.
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", code)
+            return f"{exc.operation_name}: HTTP {status} from the endpoint (not an AWS error response)"
+        return f"{exc.operation_name}: {code}{': ' + message[:160] if message else ''}"
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+
+
+def _aws_errors() -> tuple[type[Exception], ...]:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    return (BotoCoreError, ClientError)
+
+
+def guarded(check: str, fn: Callable[[], Result]) -> Result:
+    """Run one check; an AWS-side failure makes it could-not-check, never a traceback."""
+    try:
+        return fn()
+    except _aws_errors() as exc:
+        return Result(check, UNKNOWN, describe_error(exc))
+
+
+def _error_code(exc: Exception) -> str:
+    return getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+
+
+# --- EC2 lookups ----------------------------------------------------------------------------
+
+
+def region_azs(ec2) -> dict[str, str]:
+    """AZ name -> state, for the client's region (Local/Wavelength zones not opted in are absent)."""
+    zones = ec2.describe_availability_zones()["AvailabilityZones"]
+    return {z["ZoneName"]: z.get("State", "") for z in zones}
+
+
+def offering_azs(ec2, instance_type: str) -> set[str]:
+    """The AZs of the client's region where `instance_type` is offered."""
+    pages = ec2.get_paginator("describe_instance_type_offerings").paginate(
+        LocationType="availability-zone",
+        Filters=[{"Name": "instance-type", "Values": [instance_type]}],
+    )
+    return {o["Location"] for page in pages for o in page["InstanceTypeOfferings"]
+            if o["InstanceType"] == instance_type}
+
+
+def instance_type_info(ec2, instance_type: str) -> Optional[dict[str, Any]]:
+    """DescribeInstanceTypes for one type; None when the region does not know it."""
+    try:
+        found = ec2.describe_instance_types(InstanceTypes=[instance_type])["InstanceTypes"]
+    except _aws_errors() as exc:
+        if _error_code(exc) == "InvalidInstanceType":
+            return None
+        raise
+    return found[0] if found else None
+
+
+def efa_interfaces(info: dict[str, Any]) -> Optional[int]:
+    """MaximumEfaInterfaces of a DescribeInstanceTypes entry; None when EFA is unsupported."""
+    network = info.get("NetworkInfo", {})
+    if not network.get("EfaSupported"):
+        return None
+    return network.get("EfaInfo", {}).get("MaximumEfaInterfaces")
+
+
+# --- checks ---------------------------------------------------------------------------------
+
+
+def check_availability_zones(ec2, region: str, azs: Iterable[str]) -> Result:
+    """Every configured AZ exists in the region and is available."""
+    known = region_azs(ec2)
+    missing = [az for az in azs if az not in known]
+    unavailable = [az for az in azs if az in known and known[az] != "available"]
+    if missing or unavailable:
+        parts = []
+        if missing:
+            parts.append(f"{', '.join(missing)} not in {region}")
+        if unavailable:
+            parts.append(", ".join(f"{az} is {known[az]}" for az in unavailable))
+        return Result("availability-zones", FAIL,
+                      f"{'; '.join(parts)} (the region has {', '.join(sorted(known)) or 'no AZs'})")
+    return Result("availability-zones", OK, f"{', '.join(azs)} exist in {region}")
+
+
+def check_offered(ec2, check: str, instance_type: str, azs: list[str]) -> Result:
+    """`instance_type` is offered in every AZ of `azs`; when not, name the AZs that do offer it."""
+    offered = offering_azs(ec2, instance_type)
+    missing = [az for az in azs if az not in offered]
+    if missing:
+        where = ", ".join(sorted(offered)) if offered else "none in this region"
+        return Result(check, FAIL,
+                      f"{instance_type} is not offered in {', '.join(missing)}; AZs that offer it: {where}")
+    return Result(check, OK, f"{instance_type} is offered in {', '.join(azs)}")
+
+
+def check_efa(ec2, instance_type: str, expected_interfaces: int) -> Result:
+    """The GPU type supports EFA with as many interfaces as the catalog builds its launch template with."""
+    info = instance_type_info(ec2, instance_type)
+    if info is None:
+        return Result("gpu-efa", FAIL, f"{instance_type} does not exist in this region")
+    actual = efa_interfaces(info)
+    if actual is None:
+        return Result("gpu-efa", FAIL, f"{instance_type} does not support EFA")
+    if actual != expected_interfaces:
+        return Result("gpu-efa", FAIL,
+                      f"{instance_type} has {actual} EFA interfaces, components/catalog.py says "
+                      f"{expected_interfaces}: fix the catalog")
+    return Result("gpu-efa", OK, f"{instance_type} supports EFA with {actual} interface(s), as catalogued")
+
+
+class _QuotaUnavailable(Exception):
+    """The quota exists but Service Quotas returned no value for it (ErrorReason)."""
+
+
+def quota_value(quotas, quota_code: str) -> tuple[float, str]:
+    """The applied value of an ec2 quota, falling back to the AWS default where none is applied."""
+    try:
+        quota = quotas.get_service_quota(ServiceCode="ec2", QuotaCode=quota_code)["Quota"]
+        source = "applied"
+    except _aws_errors() as exc:
+        if _error_code(exc) != "NoSuchResourceException":
+            raise
+        quota = quotas.get_aws_default_service_quota(ServiceCode="ec2", QuotaCode=quota_code)["Quota"]
+        source = "AWS default"
+    if "Value" not in quota:
+        reason = quota.get("ErrorReason", {}).get("ErrorMessage", "no value returned")
+        raise _QuotaUnavailable(f"{quota_code}: {reason}")
+    name = quota.get("QuotaName", quota_code)
+    return float(quota["Value"]), f"{name} ({quota_code}, {source})"
+
+
+def check_vcpu_quota(quotas, check: str, quota_code: str, nodes: int, vcpus_per_node: int) -> Result:
+    """The on-demand vCPU quota covers `nodes` x `vcpus_per_node` (usage by other instances not counted)."""
+    needed = nodes * vcpus_per_node
+    try:
+        value, label = quota_value(quotas, quota_code)
+    except _QuotaUnavailable as exc:
+        return Result(check, UNKNOWN, str(exc))
+    if value < needed:
+        return Result(check, FAIL,
+                      f"{label} is {value:g} vCPUs; {nodes} nodes x {vcpus_per_node} vCPUs need {needed}: "
+                      f"request an increase in Service Quotas")
+    return Result(check, OK, f"{label} is {value:g} vCPUs >= {nodes} x {vcpus_per_node} = {needed} needed "
+                             f"(if nothing else in the region uses it)")
+
+
+def check_eip_quota(ec2, quotas, nat_gateways: int) -> Result:
+    """The Elastic IP quota leaves room for one address per NAT gateway beside those already allocated."""
+    try:
+        value, label = quota_value(quotas, EIP_QUOTA_CODE)
+    except _QuotaUnavailable as exc:
+        return Result("eip-quota", UNKNOWN, str(exc))
+    in_use = len(ec2.describe_addresses()["Addresses"])
+    if in_use + nat_gateways > value:
+        return Result("eip-quota", FAIL,
+                      f"{label} is {value:g}; {in_use} already allocated + {nat_gateways} for NAT gateways "
+                      f"= {in_use + nat_gateways}")
+    return Result("eip-quota", OK,
+                  f"{label} is {value:g} >= {in_use} allocated + {nat_gateways} for NAT gateways")
+
+
+def nat_gateway_count(config: StackConfig) -> int:
+    return 1 if config.network.nat_gateways == "single" else len(config.network.availability_zones)
+
+
+def standard_quota_code(instance_type: str) -> Optional[str]:
+    """The Standard on-demand vCPU quota covers families starting A, C, D, H, I, M, R, T, Z."""
+    return STANDARD_VCPU_QUOTA_CODE if instance_type[:1] in STANDARD_FAMILIES else None
+
+
+def run_checks(config: StackConfig, ec2, quotas, catalog=GPU_INSTANCE_TYPES) -> list[Result]:
+    """Every preflight item for `config`, in a fixed order; each failure stays in its own item."""
+    gpu = catalog[config.gpu_nodes.instance_type]
+    azs = list(config.network.availability_zones)
+    system = config.system_nodes
+    results = [
+        guarded("availability-zones", lambda: check_availability_zones(ec2, config.region, azs)),
+        guarded("gpu-offering", lambda: check_offered(
+            ec2, "gpu-offering", gpu.name, [config.gpu_nodes.availability_zone])),
+        guarded("gpu-efa", lambda: check_efa(ec2, gpu.name, gpu.efa_interfaces)),
+        guarded("system-offering", lambda: check_offered(ec2, "system-offering", system.instance_type, azs)),
+        guarded("gpu-vcpu-quota", lambda: check_vcpu_quota(
+            quotas, "gpu-vcpu-quota", gpu.family_quota_code, config.gpu_nodes.max_size, gpu.vcpus)),
+    ]
+    system_code = standard_quota_code(system.instance_type)
+
+    def system_quota() -> Result:
+        # System types are not in the catalog: their vCPU count comes from EC2 itself.
+        found = instance_type_info(ec2, system.instance_type)
+        if found is None:
+            return Result("system-vcpu-quota", UNKNOWN, f"{system.instance_type} is unknown in this region")
+        vcpus = found["VCpuInfo"]["DefaultVCpus"]
+        return check_vcpu_quota(quotas, "system-vcpu-quota", system_code, system.max_size, vcpus)
+
+    if system_code:
+        results.append(guarded("system-vcpu-quota", system_quota))
+    else:
+        results.append(Result("system-vcpu-quota", UNKNOWN,
+                              f"no on-demand quota code known for the {system.instance_type} family"))
+    results.append(guarded("eip-quota", lambda: check_eip_quota(ec2, quotas, nat_gateway_count(config))))
+    return results
+
+
+# --- stack config and clients ---------------------------------------------------------------
+
+
+def stack_values(stack: str) -> tuple[dict[str, str], Optional[str]]:
+    """The stack's project-namespace values (as the engine hands them over) and its aws:region."""
+    from tools.mockrun import PROJECT, load_stack_config
+
+    engine, _secret_keys = load_stack_config(stack)
+    prefix = f"{PROJECT}:"
+    return {k[len(prefix):]: v for k, v in engine.items() if k.startswith(prefix)}, engine.get("aws:region")
+
+
+def load_config(stack: str) -> StackConfig:
+    """The stack's validated config, read exactly as the program reads it."""
+    return validate_stack_config(*stack_values(stack))
+
+
+def make_clients(region: str):
+    """(sts, ec2, service-quotas) clients: standard credential chain, few retries, short timeouts."""
+    import boto3
+    from botocore.config import Config
+
+    cfg = Config(connect_timeout=5, read_timeout=20, retries={"mode": "standard", "max_attempts": 2})
+    session = boto3.session.Session()
+    return tuple(session.client(name, region_name=region, config=cfg)
+                 for name in ("sts", "ec2", "service-quotas"))
+
+
+def caller_account(sts) -> str:
+    """The account the credentials belong to; also proves the endpoint and credentials work."""
+    return sts.get_caller_identity()["Account"]
+
+
+# --- CLI ------------------------------------------------------------------------------------
+
+
+def verdict(results: list[Result]) -> str:
+    statuses = {r.status for r in results}
+    return "FAIL" if FAIL in statuses else "warning" if UNKNOWN in statuses else "ok"
+
+
+def render_text(stack: str, region: str, account: Optional[str], results: list[Result]) -> str:
+    endpoint = os.environ.get("AWS_ENDPOINT_URL")
+    where = f"account {account or 'unknown'}, region {region}" + (f", endpoint {endpoint}" if endpoint else "")
+    width = max(len(r.check) for r in results)
+    lines = [f"preflight {stack}: {where}"]
+    lines += [f"  {r.status:<15}  {r.check:<{width}}  {r.detail}" for r in results]
+    failed = sum(r.status == FAIL for r in results)
+    unknown = sum(r.status == UNKNOWN for r in results)
+    v = verdict(results)
+    if v == "FAIL":
+        lines.append(f"FAIL: {failed} check(s) failed" + (f", {unknown} could not be checked" if unknown else ""))
+    elif v == "warning":
+        rest = "the rest passed" if unknown < len(results) else "nothing was verified"
+        lines.append(f"WARNING: {unknown} of {len(results)} check(s) could not be run ({rest}); "
+                     f"this stack is NOT confirmed deployable (--strict exits 3 on this)")
+    else:
+        lines.append(f"ok: all {len(results)} checks passed")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None, clients=None) -> int:
+    """CLI entry. `clients` = (sts, ec2, service-quotas) to inject; built from boto3 otherwise."""
+    parser = argparse.ArgumentParser(prog="python -m tools.preflight", description=__doc__.split("\n")[0])
+    parser.add_argument("--stack", default="dev", help="stack name (reads Pulumi.<stack>.yaml)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--strict", action="store_true", help="exit 3 when any item could not be checked")
+    args = parser.parse_args(argv)
+
+    try:
+        config = load_config(args.stack)
+    except (FileNotFoundError, ConfigError) as exc:
+        print(f"preflight: cannot load stack {args.stack!r}: {exc}", file=sys.stderr)
+        return 2
+
+    try:
+        sts, ec2, quotas = clients if clients is not None else make_clients(config.region)
+    except _aws_errors() as exc:
+        print(f"preflight: cannot create AWS clients: {describe_error(exc)}", file=sys.stderr)
+        return 2
+
+    account: Optional[str] = None
+    try:
+        account = caller_account(sts)
+        results = run_checks(config, ec2, quotas)
+    except _aws_errors() as exc:
+        # Credentials or endpoint unusable: say so once and mark every item, instead of N retries.
+        reason = describe_error(exc)
+        print(f"preflight: {reason}", file=sys.stderr)
+        results = [Result(name, UNKNOWN, reason) for name in CHECK_NAMES]
+
+    if args.json:
+        print(json.dumps({"stack": args.stack, "region": config.region, "account": account,
+                          "verdict": verdict(results), "checks": [asdict(r) for r in results]}, indent=2))
+    else:
+        print(render_text(args.stack, config.region, account, results))
+    v = verdict(results)
+    return 1 if v == "FAIL" else 3 if v == "warning" and args.strict else 0
+
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""Compare two stacks' config before promoting a commit from one to the other.
+
+The deploy workflow moves one commit dev -> staging -> prod. What staging proved only carries over
+to prod if prod runs the same software: chart versions, image, model, engine settings. Sizes,
+counts, networks, region and secrets legitimately differ per environment.
+
+Every config key is flattened to a dotted path (`llm-pd-eks:serving.prefill.tensorParallelSize`)
+and classified by `PER_ENVIRONMENT`, a list of glob patterns. Whatever no pattern matches must be
+promoted unchanged, so a key added later is checked by default (the safe side).
+
+    python -m tools.promote_check --from staging --to prod     # exit 1 on an unpromoted difference
+
+Meant for staging -> prod: dev serves a smaller model on smaller GPUs by design, so dev -> staging
+differs in must-promote keys and is not a promotion gate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+from tools.mockrun import ROOT, SECRET_PLACEHOLDER, load_stack_config
+
+# Keys expected to differ between environments (fnmatch globs on `namespace:dotted.path`; `*`
+# also matches dots). Everything else must be equal in both stacks.
+PER_ENVIRONMENT: tuple[str, ...] = (
+    "aws:*",  # region (and any provider setting): where the stack lives
+    "*:network.*",  # VPC CIDR, subnet CIDRs, availability zones, NAT gateways
+    "*:cluster.publicAccessCidrs",  # who may reach the API endpoint
+    "*:cluster.adminPrincipalArns",  # the account's own IAM principals
+    "*.instanceType",  # node sizes
+    "*.availabilityZone",  # the GPU nodes' AZ follows the region
+    "*.minSize",
+    "*.desiredSize",
+    "*.maxSize",
+    "*.diskSizeGib",
+    "*[rR]eplicas",  # Serve autoscaling bounds, replica counts
+    "*TimeoutMinutes",  # operational patience, not behaviour
+    "*:protect",  # prod is protected against `pulumi destroy`
+)
+
+
+
+def image_without_registry(value: Any) -> Any:
+    """`<registry>/<repository>:<tag>` -> `<repository>:<tag>`; a first component with a dot,
+    a colon or `localhost` is a registry host (the Docker reference grammar)."""
+    if not isinstance(value, str) or "/" not in value:
+        return value
+    first, rest = value.split("/", 1)
+    if "." in first or ":" in first or first == "localhost":
+        return rest
+    return value
+
+
+# Values compared in a normal form: an ECR image lives in each region's own registry, so only
+# `repository:tag` (or `@digest`) has to match, not the registry host.
+NORMALIZE: tuple[tuple[str, Callable[[Any], Any]], ...] = (("*.image", image_without_registry),)
+
+PER_ENVIRONMENT_KIND = "per-environment"
+MUST_PROMOTE_KIND = "must-promote"
+SECRET_KIND = "secret"
+
+
+class _Missing:
+    """The key is not set in that stack (the program's default applies)."""
+
+    def __repr__(self) -> str:
+        return "(not set)"
+
+
+MISSING: Any = _Missing()
+
+
+class _Secret:
+    """A `{secure: ...}` value: ciphertext differs per stack by construction."""
+
+    def __repr__(self) -> str:
+        return "(secret)"
+
+
+_SECRET: Any = _Secret()
+
+
+@dataclass(frozen=True)
+class Difference:
+    key: str
+    source: Any
+    target: Any
+    kind: str  # PER_ENVIRONMENT_KIND | MUST_PROMOTE_KIND | SECRET_KIND
+
+    @property
+    def one_sided(self) -> bool:
+        return self.source is MISSING or self.target is MISSING
+
+
+@dataclass(frozen=True)
+class Report:
+    source: str
+    target: str
+    differences: tuple[Difference, ...]
+    secrets: tuple[str, ...]  # keys that are secret in both stacks: never compared
+
+    @property
+    def unpromoted(self) -> list[Difference]:
+        return [d for d in self.differences if d.kind == MUST_PROMOTE_KIND]
+
+    @property
+    def ok(self) -> bool:
+        return not self.unpromoted
+
+    def render(self) -> str:
+        lines = [f"promote-check {self.source} -> {self.target}"]
+        sections = (
+            (MUST_PROMOTE_KIND, "must be promoted unchanged, but differ"),
+            (PER_ENVIRONMENT_KIND, "per-environment (expected to differ)"),
+            (SECRET_KIND, "secret on one side only"),
+        )
+        for kind, title in sections:
+            found = [d for d in self.differences if d.kind == kind]
+            if not found:
+                continue
+            lines.append(f"  {title}:")
+            for d in found:
+                note = "  [only in one stack]" if d.one_sided else ""
+                lines.append(f"    {d.key}: {self.source}={_show(d.source)}  {self.target}={_show(d.target)}{note}")
+        if self.secrets:
+            lines.append(f"  secrets (per-environment, not compared): {', '.join(self.secrets)}")
+        if self.ok:
+            lines.append(f"OK: {self.target} runs what {self.source} ran ({len(self.differences)} expected difference(s))")
+        else:
+            keys = ", ".join(d.key for d in self.unpromoted)
+            lines.append(
+                f"FAIL: {len(self.unpromoted)} unpromoted difference(s): {keys}. Make both stacks set the same "
+                f"value (or move the key to PER_ENVIRONMENT in tools/promote_check.py if it truly is per-environment)."
+            )
+        return "\n".join(lines)
+
+
+def _show(value: Any) -> str:
+    if value is MISSING:
+        return "(not set)"
+    if value is _SECRET:
+        return "(secret)"
+    return json.dumps(value) if not isinstance(value, str) else value
+
+
+def classify(key: str, per_environment: Iterable[str] = PER_ENVIRONMENT) -> str:
+    """PER_ENVIRONMENT_KIND if any glob matches `key`, else MUST_PROMOTE_KIND."""
+    return PER_ENVIRONMENT_KIND if any(fnmatchcase(key, p) for p in per_environment) else MUST_PROMOTE_KIND
+
+
+def _is_secure(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {"secure"}
+
+
+def _flatten(prefix: str, value: Any) -> Iterator[tuple[str, Any]]:
+    """Objects become dotted paths; lists of objects become `key[i].field`; other lists are leaves
+    (an AZ list is one value). A `{secure: ...}` object is a secret leaf."""
+    if _is_secure(value):
+        yield prefix, _SECRET
+    elif isinstance(value, dict) and value:
+        for k, v in value.items():
+            yield from _flatten(f"{prefix}.{k}", v)
+    elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        for i, v in enumerate(value):
+            yield from _flatten(f"{prefix}[{i}]", v)
+    else:
+        yield prefix, value
+
+
+def flatten(config: dict[str, str], secret_keys: Iterable[str]) -> dict[str, Any]:
+    """Engine config (`ns:key` -> string, objects as JSON text) -> `ns:dotted.path` -> value."""
+    secret = set(secret_keys)
+    flat: dict[str, Any] = {}
+    for key, raw in config.items():
+        if key in secret or raw == SECRET_PLACEHOLDER:
+            flat[key] = _SECRET
+            continue
+        value: Any = raw
+        if raw[:1] in ("{", "["):
+            try:
+                value = json.loads(raw)
+            except ValueError:
+                pass
+        flat.update(_flatten(key, value))
+    return flat
+
+
+def _normalize(key: str, value: Any) -> Any:
+    for pattern, normal_form in NORMALIZE:
+        if fnmatchcase(key, pattern):
+            return normal_form(value)
+    return value
+
+
+def compare_configs(
+    source: str,
+    source_flat: dict[str, Any],
+    target: str,
+    target_flat: dict[str, Any],
+    per_environment: Iterable[str] = PER_ENVIRONMENT,
+) -> Report:
+    patterns = tuple(per_environment)
+    differences: list[Difference] = []
+    secrets: list[str] = []
+    for key in sorted(source_flat.keys() | target_flat.keys()):
+        a, b = source_flat.get(key, MISSING), target_flat.get(key, MISSING)
+        if a is _SECRET and b is _SECRET:
+            secrets.append(key)
+            continue
+        if a is _SECRET or b is _SECRET:
+            differences.append(Difference(key, a, b, SECRET_KIND))
+            continue
+        if a is not MISSING and b is not MISSING and _normalize(key, a) == _normalize(key, b):
+            continue
+        differences.append(Difference(key, a, b, classify(key, patterns)))
+    return Report(source, target, tuple(differences), tuple(secrets))
+
+
+def compare_stacks(source: str, target: str, root: Path = ROOT) -> Report:
+    """Read `Pulumi.<source>.yaml` and `Pulumi.<target>.yaml` under `root` and compare them."""
+    src_config, src_secrets = load_stack_config(source, root)
+    dst_config, dst_secrets = load_stack_config(target, root)
+    return compare_configs(source, flatten(src_config, src_secrets), target, flatten(dst_config, dst_secrets))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.promote_check", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--from", dest="source", required=True, help="the stack the commit was proven on")
+    parser.add_argument("--to", dest="target", required=True, help="the stack it is promoted to")
+    parser.add_argument("--root", type=Path, default=ROOT, help="directory holding Pulumi.<stack>.yaml")
+    args = parser.parse_args(argv)
+    try:
+        report = compare_stacks(args.source, args.target, args.root)
+    except FileNotFoundError as exc:
+        print(f"promote-check: {exc}", file=sys.stderr)
+        return 2
+    print(report.render())
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
