@@ -7,10 +7,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
 STACK ?= dev
 
-.PHONY: help venv test preview preflight lint promote-check
+.PHONY: help venv test preview preview-diff preflight lint promote-check
 
 help:
 	@echo "make preview [STACK=dev]   offline preview of a stack: plan, policy verdicts, figures"
+	@echo "make preview-diff BASE=<git rev> [STACK=dev]   the preview of BASE vs this working tree, as a diff"
 	@echo "make test                  the test suite (offline)"
 	@echo "make preflight [STACK=dev] can the stack deploy in its AWS account/region? (JSON=1, STRICT=1)"
 	@echo "make lint                  ruff, mypy, actionlint (with shellcheck) on the workflows"
@@ -30,6 +31,11 @@ test: $(STAMP)
 
 preview: $(STAMP)
 	$(PY) -m tools.preview --stack $(STACK)
+
+# Previews BASE (in a temporary git worktree) and the working tree; writes build/preview-diff/<stack>/diff.md.
+preview-diff: $(STAMP)
+	@test -n "$(BASE)" || { echo "usage: make preview-diff BASE=<git rev> [STACK=dev]" >&2; exit 2; }
+	$(PY) -m tools.preview_diff --base $(BASE) --stack $(STACK)
 
 # Needs AWS credentials (standard chain) and network; AWS_ENDPOINT_URL points it at an emulator.
 preflight: $(STAMP)

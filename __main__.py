@@ -9,8 +9,8 @@ from components.addons import CoreAddons, CoreAddonsArgs
 from components.catalog import gpu_instance_type
 from components.cluster import Cluster, ClusterArgs
 from components.config import ConfigError, load_stack_config
-from components.efa_gpu_nodes import EfaGpuNodeGroup, EfaGpuNodeGroupArgs
 from components.device_plugins import DevicePlugins, DevicePluginsArgs
+from components.efa_gpu_nodes import EfaGpuNodeGroup, EfaGpuNodeGroupArgs
 from components.kuberay import KubeRayOperator, KubeRayOperatorArgs
 from components.network import Network, NetworkArgs
 from components.ray_service import LlmRayService, RayServiceArgs

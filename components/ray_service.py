@@ -155,9 +155,7 @@ def worker_group(
     max_pods = group.nodes(group.max_replicas, instance.gpus)
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in EFA_ENV.items()]
     if hf_secret_name is not None:
-        env.append(
-            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": hf_secret_name, "key": HF_SECRET_KEY}}}
-        )
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": hf_secret_name, "key": HF_SECRET_KEY}}})
     return {
         "groupName": role,
         "replicas": min_pods,
@@ -229,12 +227,12 @@ def wait_annotations(serving: ServingConfig) -> dict[str, str]:
     }
 
 
-def endpoint_service_spec(public: bool, ray_service_name: pulumi.Input[str]) -> dict[str, Any]:
-    return {
-        "type": "LoadBalancer" if public else "ClusterIP",
-        "selector": {APP_LABEL: ray_service_name, SERVE_READY_LABEL: "true"},
-        "ports": [{"name": "serve", "port": SERVE_PORT, "targetPort": SERVE_PORT, "protocol": "TCP"}],
-    }
+def endpoint_service_spec(public: bool, ray_service_name: pulumi.Input[str]) -> k8s.core.v1.ServiceSpecArgs:
+    return k8s.core.v1.ServiceSpecArgs(
+        type="LoadBalancer" if public else "ClusterIP",
+        selector={APP_LABEL: ray_service_name, SERVE_READY_LABEL: "true"},
+        ports=[k8s.core.v1.ServicePortArgs(name="serve", port=SERVE_PORT, target_port=SERVE_PORT, protocol="TCP")],
+    )
 
 
 def endpoint_annotations(public: bool) -> dict[str, str]:
@@ -281,11 +279,12 @@ class LlmRayService(pulumi.ComponentResource):
         self.hf_secret = None
         hf_secret_name: Optional[pulumi.Output[str]] = None
         if args.hf_token is not None:
+            token: pulumi.Output[str] = pulumi.Output.secret(args.hf_token)
             self.hf_secret = k8s.core.v1.Secret(
                 f"{name}-hf-token",
                 metadata=k8s.meta.v1.ObjectMetaArgs(name=HF_SECRET_NAME, namespace=namespace),
                 type="Opaque",
-                string_data={HF_SECRET_KEY: pulumi.Output.secret(args.hf_token)},
+                string_data={HF_SECRET_KEY: token},
                 opts=k8s_opts,
             )
             hf_secret_name = self.hf_secret.metadata.name
@@ -311,7 +310,8 @@ class LlmRayService(pulumi.ComponentResource):
         public = serving.public_endpoint
         # Selects the ready Serve proxies of this RayService; created once the RayService is Ready
         # (its name flows in), so Pulumi's wait for endpoints does not race the first pods.
-        ray_service_name = self.ray_service.metadata.apply(lambda m: _field(m, "name") or RAY_SERVICE_NAME)
+        metadata: pulumi.Output[Any] = self.ray_service.metadata  # type: ignore[attr-defined]  # set dynamically
+        ray_service_name = metadata.apply(lambda m: _field(m, "name") or RAY_SERVICE_NAME)
         self.endpoint_service = k8s.core.v1.Service(
             f"{name}-endpoint",
             metadata=k8s.meta.v1.ObjectMetaArgs(

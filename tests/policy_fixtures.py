@@ -151,7 +151,7 @@ def gpu_stack(
 def without_deps(stack: dict[str, Res]) -> dict[str, Res]:
     """The same stack linked only by known IDs/names (as after an update), no property dependencies."""
     stack = copy.deepcopy(stack)
-    for key, res in stack.items():
+    for res in stack.values():
         res.deps = {}
     for key, res in stack.items():
         if res.type == SUBNET:

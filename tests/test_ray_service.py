@@ -37,7 +37,7 @@ def stack_config(stack: str):
     values, secret_keys = load_stack_config(stack)
     prefix = f"{PROJECT}:"
     return validate_stack_config(
-        {k[len(prefix):]: v for k, v in values.items() if k.startswith(prefix)}, values.get("aws:region"), secret_keys
+        {k[len(prefix) :]: v for k, v in values.items() if k.startswith(prefix)}, values.get("aws:region"), secret_keys
     )
 
 
@@ -136,7 +136,7 @@ def test_workers_take_whole_efa_gpu_nodes(run: ProgramRun):
     gpu_ng = run.one(NODE_GROUP, "gpu-nodes")
     (taint,) = gpu_ng.inputs["taints"]
     assert set(workers(run)) == {"prefill", "decode"}
-    for role, group in workers(run).items():
+    for group in workers(run).values():
         spec, c = group["template"]["spec"], container(group)
         assert c["resources"]["limits"][GPU] == str(instance.gpus)
         assert c["resources"]["limits"][EFA] == str(instance.efa_interfaces)
@@ -157,7 +157,10 @@ def test_worker_pod_counts_cover_the_serve_replica_bounds(run: ProgramRun):
     for role, group in workers(run).items():
         wanted = getattr(cfg.serving, role)
         per_pod = instance.gpus // wanted.tensor_parallel_size  # replicas one whole-node pod holds
-        for pods, replicas in ((group["minReplicas"], wanted.min_replicas), (group["maxReplicas"], wanted.max_replicas)):
+        for pods, replicas in (
+            (group["minReplicas"], wanted.min_replicas),
+            (group["maxReplicas"], wanted.max_replicas),
+        ):
             # the fewest pods that hold `replicas` replicas
             assert pods * per_pod >= replicas > (pods - 1) * per_pod
         assert group["replicas"] == group["minReplicas"]
@@ -239,14 +242,24 @@ def test_image_is_pinned_everywhere(run: ProgramRun):
 def test_charts_are_pinned_from_their_official_repositories(run: ProgramRun):
     cfg = stack_config(run.stack)
     expected = {
-        "kuberay-operator": ("kuberay-operator", cfg.kuberay.chart_version, "https://ray-project.github.io/kuberay-helm/"),
-        "nvidia": ("nvidia-device-plugin", cfg.device_plugins.nvidia_chart_version, "https://nvidia.github.io/k8s-device-plugin"),
+        "kuberay-operator": (
+            "kuberay-operator",
+            cfg.kuberay.chart_version,
+            "https://ray-project.github.io/kuberay-helm/",
+        ),
+        "nvidia": (
+            "nvidia-device-plugin",
+            cfg.device_plugins.nvidia_chart_version,
+            "https://nvidia.github.io/k8s-device-plugin",
+        ),
         "efa": ("aws-efa-k8s-device-plugin", cfg.device_plugins.efa_chart_version, "https://aws.github.io/eks-charts"),
     }
     for fragment, (chart, version, repo) in expected.items():
         release = run.one(RELEASE, fragment)
         assert (release.inputs["chart"], release.inputs["version"], release.inputs["repositoryOpts"]["repo"]) == (
-            chart, version, repo,
+            chart,
+            version,
+            repo,
         )
     assert run.one(RELEASE, "kuberay").inputs["values"]["nodeSelector"].items() <= (
         run.one(NODE_GROUP, "system-nodes").inputs["labels"].items()
@@ -324,10 +337,13 @@ def run_with_token() -> ProgramRun:
 
 def test_hf_token_becomes_a_secret_the_workers_read(run_with_token: ProgramRun):
     secret = run_with_token.one(SECRET)
-    for role, group in workers(run_with_token).items():
+    for group in workers(run_with_token).values():
         (ref,) = [e["valueFrom"]["secretKeyRef"] for e in container(group)["env"] if e["name"] == "HF_TOKEN"]
         assert ref["name"] == secret.inputs["metadata"]["name"]
-        assert ref["key"] in secret.inputs["stringData"]
+        string_data = secret.inputs["stringData"]
+        if string_data.get(rpc._special_sig_key) == rpc._special_secret_sig:  # wholly secret
+            string_data = string_data["value"]
+        assert ref["key"] in string_data
     # the Secret's name flows into the RayService, so the Secret exists first
     assert secret.urn in ray_service(run_with_token).property_dependencies["spec"]
 
@@ -358,4 +374,5 @@ def test_public_endpoint_is_an_internet_facing_load_balancer():
     run = run_program("dev", config=dev_config(publicEndpoint=True), secret_keys=[])
     svc = run.one(SERVICE, "endpoint")
     assert svc.inputs["spec"]["type"] == "LoadBalancer"
-    assert svc.inputs["metadata"]["annotations"]["service.beta.kubernetes.io/aws-load-balancer-scheme"] == "internet-facing"
+    annotations = svc.inputs["metadata"]["annotations"]
+    assert annotations["service.beta.kubernetes.io/aws-load-balancer-scheme"] == "internet-facing"

@@ -1,6 +1,6 @@
 """Drive the CrossGuard pack in `policies/` through the real analyzer gRPC protocol.
 
-The Pulumi CLI runs a Python policy pack as `python -u -m pulumi.policy <engine-address> <pack-dir>`;
+The Pulumi CLI runs a Python policy pack as `python -m pulumi.policy <engine-address> <pack-dir>`;
 the pack's `PolicyPack(...)` starts an Analyzer gRPC server on 127.0.0.1:0 and prints the port on
 stdout. The engine then calls GetAnalyzerInfo, Configure (the policy config, with each policy's
 schema defaults filled in and an enforcement level for every policy), Analyze once per resource and
@@ -21,7 +21,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Optional, Union
+from typing import IO, TYPE_CHECKING, Any, Iterable, Optional, Union
 
 import grpc
 from google.protobuf import empty_pb2, json_format, struct_pb2
@@ -151,11 +151,11 @@ class PolicyPackServer:
         self.pack_dir = Path(pack_dir)
         # The CLI would use the pack's own virtualenv (policies/.venv); the project's venv carries
         # the same pinned pulumi-policy, so it is the default here. POLICY_PYTHON overrides.
-        self.python = python or os.environ.get("POLICY_PYTHON") or sys.executable
+        self.python = os.path.abspath(python or os.environ.get("POLICY_PYTHON") or sys.executable)
         self.startup_timeout = startup_timeout
         self.env = env
         self._proc: Optional[subprocess.Popen] = None
-        self._stderr = None
+        self._stderr: Optional[IO[bytes]] = None
         self._channel: Optional[grpc.Channel] = None
         self._stub: Optional[analyzer_pb2_grpc.AnalyzerStub] = None
         self._info: Optional[analyzer_pb2.AnalyzerInfo] = None
@@ -175,7 +175,7 @@ class PolicyPackServer:
         for key in ("PULUMI_CONFIG", "PULUMI_CONFIG_SECRET_KEYS"):
             env.pop(key, None)
         self._stderr = tempfile.TemporaryFile()
-        self._proc = subprocess.Popen(
+        proc = self._proc = subprocess.Popen(
             [self.python, "-u", "-m", "pulumi.policy", _UNUSED_ENGINE_ADDRESS, str(self.pack_dir)],
             stdout=subprocess.PIPE,
             stderr=self._stderr,
@@ -184,7 +184,9 @@ class PolicyPackServer:
             env=env,
         )
         line: list[bytes] = []
-        reader = threading.Thread(target=lambda: line.append(self._proc.stdout.readline()), daemon=True)
+        stdout = proc.stdout
+        assert stdout is not None
+        reader = threading.Thread(target=lambda: line.append(stdout.readline()), daemon=True)
         reader.start()
         reader.join(self.startup_timeout)
         text = line[0].decode().strip() if line else ""
@@ -344,6 +346,12 @@ def mandatory(verdicts: Iterable[Verdict]) -> list[Verdict]:
 
 
 __all__ = [
-    "PolicyPackServer", "Verdict", "analyze_run", "analyze_request", "mandatory", "run_resources",
-    "to_analyzer_resource", "UNKNOWN",
+    "UNKNOWN",
+    "PolicyPackServer",
+    "Verdict",
+    "analyze_request",
+    "analyze_run",
+    "mandatory",
+    "run_resources",
+    "to_analyzer_resource",
 ]

@@ -69,8 +69,9 @@ class KvTransfer:
         return {**asdict(self), "efa_seconds": self.efa_seconds, "tcp_seconds": self.tcp_seconds}
 
 
-def kv_transfer(model: Any, tokens: int, kv_cache_dtype: str, efa_gbps: float,
-                tcp_gbps: float = TCP_SINGLE_FLOW_GBPS) -> KvTransfer:
+def kv_transfer(
+    model: Any, tokens: int, kv_cache_dtype: str, efa_gbps: float, tcp_gbps: float = TCP_SINGLE_FLOW_GBPS
+) -> KvTransfer:
     """`model` is a `components.models.ModelSpec` (layers, kv_heads, head_dim, model_id)."""
     if kv_cache_dtype not in KV_DTYPE_BYTES:
         raise ValueError(f"kv_cache_dtype {kv_cache_dtype!r} is not one of {sorted(KV_DTYPE_BYTES)}")
@@ -92,8 +93,12 @@ class PriceTable:
 def load_prices(path: Path = PRICES_FILE) -> PriceTable:
     data = json.loads(Path(path).read_text())
     return PriceTable(
-        regions=data["regions"], as_of=data["as_of"], source=data["source"], about=data["about"],
-        currency=data.get("currency", "USD"), hours_per_month=float(data.get("hours_per_month", 730)),
+        regions=data["regions"],
+        as_of=data["as_of"],
+        source=data["source"],
+        about=data["about"],
+        currency=data.get("currency", "USD"),
+        hours_per_month=float(data.get("hours_per_month", 730)),
     )
 
 
@@ -117,8 +122,9 @@ class Cost:
         return asdict(self)
 
 
-def estimate_cost(prices: PriceTable, region: str, instances: list[tuple[str, int]], nat_gateways: int,
-                  eks_clusters: int) -> Cost:
+def estimate_cost(
+    prices: PriceTable, region: str, instances: list[tuple[str, int]], nat_gateways: int, eks_clusters: int
+) -> Cost:
     """Hourly and monthly on-demand cost of `instances` [(type, count)] plus NAT and control plane."""
     table = prices.regions.get(region)
     if table is None:
@@ -132,9 +138,15 @@ def estimate_cost(prices: PriceTable, region: str, instances: list[tuple[str, in
             continue
         lines.append(CostLine(instance_type, count, unit, unit * count))
     if nat_gateways:
-        lines.append(CostLine("NAT gateway", nat_gateways, table["nat_gateway_hour"], table["nat_gateway_hour"] * nat_gateways))
+        lines.append(
+            CostLine("NAT gateway", nat_gateways, table["nat_gateway_hour"], table["nat_gateway_hour"] * nat_gateways)
+        )
     if eks_clusters:
-        lines.append(CostLine("EKS control plane", eks_clusters, table["eks_cluster_hour"], table["eks_cluster_hour"] * eks_clusters))
+        lines.append(
+            CostLine(
+                "EKS control plane", eks_clusters, table["eks_cluster_hour"], table["eks_cluster_hour"] * eks_clusters
+            )
+        )
     hourly = sum(line.hourly for line in lines)
     return Cost(region, lines, hourly, hourly * prices.hours_per_month, missing)
 
@@ -179,11 +191,18 @@ def node_groups(run: "ProgramRun") -> list[NodeGroupFigure]:
                 azs.append(run.by_urn(urn).inputs.get("availabilityZone", "?"))
             except KeyError:
                 continue
-        found.append(NodeGroupFigure(
-            name=ng.name, instance_type=instance_type, min_size=int(scaling.get("minSize", 0)),
-            desired_size=int(scaling.get("desiredSize", 0)), max_size=int(scaling.get("maxSize", 0)),
-            gpu=instance_type in GPU_INSTANCE_TYPES, efa_interfaces=efa, availability_zones=tuple(sorted(set(azs))),
-        ))
+        found.append(
+            NodeGroupFigure(
+                name=ng.name,
+                instance_type=instance_type,
+                min_size=int(scaling.get("minSize", 0)),
+                desired_size=int(scaling.get("desiredSize", 0)),
+                max_size=int(scaling.get("maxSize", 0)),
+                gpu=instance_type in GPU_INSTANCE_TYPES,
+                efa_interfaces=efa,
+                availability_zones=tuple(sorted(set(azs))),
+            )
+        )
     return found
 
 
@@ -194,8 +213,11 @@ def _serving_kv(config: Any, gpu: Optional[NodeGroupFigure]) -> dict[str, Any]:
     if gpu is None:
         return {"status": "n/a", "reason": "the plan has no GPU node group"}
     from components.catalog import GPU_INSTANCE_TYPES
-    from components.models import MODELS
 
+    try:
+        from components.models import MODELS
+    except ImportError:
+        return {"status": "n/a", "reason": "this checkout has no components/models.py"}
     model = MODELS.get(serving.model_id)
     if model is None:
         return {"status": "n/a", "reason": f"model {serving.model_id} is not in components/models.py"}
@@ -215,7 +237,9 @@ def key_figures(run: "ProgramRun", config: Any, region: str, prices: Optional[Pr
     cost_max = estimate_cost(prices, region, [(g.instance_type, g.max_size) for g in groups], nat, clusters)
     return {
         "region": region,
-        "gpu": None if gpu is None else {
+        "gpu": None
+        if gpu is None
+        else {
             "availability_zones": list(gpu.availability_zones),
             "instance_type": gpu.instance_type,
             "nodes": {"min": gpu.min_size, "desired": gpu.desired_size, "max": gpu.max_size},

@@ -15,6 +15,7 @@ Exit status: 0 fine, 1 mandatory policy violation, 2 config error (stack or poli
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import shutil
@@ -107,30 +108,34 @@ def resource_records(run: Any) -> list[dict[str, Any]]:
 
     records = []
     for r in sorted(run.resources, key=lambda r: r.urn):
-        records.append({
-            "urn": r.urn,
-            "type": r.type,
-            "name": r.name,
-            "parent": r.parent,
-            "custom": r.custom,
-            "protect": r.protect,
-            "provider": r.provider,
-            "dependencies": sorted(r.dependencies),
-            "property_dependencies": {k: sorted(v) for k, v in sorted(r.property_dependencies.items())},
-            "inputs": plain(json_format.MessageToDict(r.inputs_struct)),
-        })
+        records.append(
+            {
+                "urn": r.urn,
+                "type": r.type,
+                "name": r.name,
+                "parent": r.parent,
+                "custom": r.custom,
+                "protect": r.protect,
+                "provider": r.provider,
+                "dependencies": sorted(r.dependencies),
+                "property_dependencies": {k: sorted(v) for k, v in sorted(r.property_dependencies.items())},
+                "inputs": plain(json_format.MessageToDict(r.inputs_struct)),
+            }
+        )
     return records
 
 
 # -- config --------------------------------------------------------------------------------------
 def _use_root(root: Path) -> None:
     """Make `root`'s `components` the importable one; refuse to mix two checkouts in one process."""
-    loaded = sys.modules.get("components")
-    if loaded is not None and getattr(loaded, "__file__", None):
-        where = Path(loaded.__file__).resolve().parent.parent
+    loaded_from = getattr(sys.modules.get("components"), "__file__", None)
+    if loaded_from:
+        where = Path(loaded_from).resolve().parent.parent
         if where != root.resolve():
-            raise PreviewError(EXIT_PROGRAM, f"this process already imported components from {where}; "
-                                             f"preview {root} in a fresh process")
+            raise PreviewError(
+                EXIT_PROGRAM,
+                f"this process already imported components from {where}; preview {root} in a fresh process",
+            )
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
 
@@ -145,17 +150,24 @@ def read_config(stack: str, root: Path) -> tuple[dict[str, str], list[str], Any]
         raise PreviewError(EXIT_CONFIG, str(error)) from None
     except Exception as error:  # unreadable YAML
         raise PreviewError(EXIT_CONFIG, f"{mockrun.stack_file(stack, root).name}: {error}") from None
-    from components.config import PROJECT, ConfigError, validate_stack_config
+    try:
+        from components.config import PROJECT, ConfigError, validate_stack_config
+    except ImportError as error:
+        raise PreviewError(EXIT_PROGRAM, f"{root} has no usable components/config.py: {error}") from None
 
     prefix = f"{PROJECT}:"
-    values = {k[len(prefix):]: v for k, v in engine_config.items() if k.startswith(prefix)}
+    values = {k[len(prefix) :]: v for k, v in engine_config.items() if k.startswith(prefix)}
     try:
-        config = validate_stack_config(values, engine_config.get("aws:region"))
+        if "secret_keys" in inspect.signature(validate_stack_config).parameters:
+            config = validate_stack_config(values, engine_config.get("aws:region"), secret_keys)
+        else:  # an older revision's config model (preview-diff), before secret-only keys existed
+            config = validate_stack_config(values, engine_config.get("aws:region"))
     except ConfigError as error:
         problems = "\n".join(f"  - {p}" for p in error.problems)
         raise PreviewError(
             EXIT_CONFIG,
-            f"{mockrun.stack_file(stack, root).name}: {len(error.problems)} problem(s) in the stack config:\n{problems}",
+            f"{mockrun.stack_file(stack, root).name}: {len(error.problems)} problem(s) in the stack config:"
+            f"\n{problems}",
         ) from None
     return engine_config, secret_keys, config
 
@@ -195,8 +207,11 @@ def _program_error(error: BaseException, root: Path) -> PreviewError:
 
     if isinstance(error, pulumi.RunError):
         return PreviewError(EXIT_PROGRAM, f"the program failed: {error}")
-    frames = [f for f in traceback.extract_tb(error.__traceback__)
-              if f.filename.startswith(str(root)) and "/.venv/" not in f.filename]
+    frames = [
+        f
+        for f in traceback.extract_tb(error.__traceback__)
+        if f.filename.startswith(str(root)) and "/.venv/" not in f.filename
+    ]
     where = "".join(f"\n    {Path(f.filename).relative_to(root)}:{f.lineno} in {f.name}: {f.line}" for f in frames[-4:])
     return PreviewError(EXIT_PROGRAM, f"the program failed: {type(error).__name__}: {error}{where}")
 
@@ -265,9 +280,11 @@ def preview(
     progress("computing figures and writing artifacts…")
     from tools.figures import key_figures
 
+    t = time.perf_counter()
     figures = key_figures(run, config, config.region)
     result = PreviewResult(stack, config.region, out, run, verdicts, pack, figures, resource_records(run), timings)
     write_artifacts(result)
+    timings["artifacts"] = time.perf_counter() - t
     timings["total"] = time.perf_counter() - t0
     return result
 
@@ -338,24 +355,49 @@ def figure_lines(figures: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("GPU nodes", "none in the plan"))
     others = [g for g in figures["node_groups"] if not g["gpu"]]
     for g in others:
-        rows.append((f"node group {g['name']}", f"{g['desired_size']} × {g['instance_type']} (min {g['min_size']}, max {g['max_size']})"))
+        rows.append(
+            (
+                f"node group {g['name']}",
+                f"{g['desired_size']} × {g['instance_type']} (min {g['min_size']}, max {g['max_size']})",
+            )
+        )
     rows.append(("NAT gateways", str(figures["nat_gateways"])))
     cost = figures["cost"]
     if cost["lines"]:
         detail = " + ".join(f"{line['quantity']}×{line['item']}" for line in cost["lines"])
         missing = f"; no price for {', '.join(cost['missing'])}" if cost["missing"] else ""
-        rows.append(("Estimated cost", f"{_money(cost['hourly'])}/hour · {_money(cost['monthly'])}/month "
-                     f"({detail}; {_money(cost['at_max_size_hourly'])}/hour at max size){missing}"))
-        rows.append(("", f"approximate public on-demand list prices, {cost['region']}, as of {cost['prices_as_of']} "
-                     "(tools/data/prices.json); excludes EBS, data transfer, public IPv4"))
+        rows.append(
+            (
+                "Estimated cost",
+                f"{_money(cost['hourly'])}/hour · {_money(cost['monthly'])}/month "
+                f"({detail}; {_money(cost['at_max_size_hourly'])}/hour at max size){missing}",
+            )
+        )
+        rows.append(
+            (
+                "",
+                f"approximate public on-demand list prices, {cost['region']}, as of {cost['prices_as_of']} "
+                "(tools/data/prices.json); excludes EBS, data transfer, public IPv4",
+            )
+        )
     else:
         rows.append(("Estimated cost", f"n/a (no price for {', '.join(cost['missing'])})"))
     kv = figures["kv_transfer"]
     if kv["status"] == "ok":
-        rows.append(("KV-cache transfer", f"{kv['model_id']}, {kv['tokens']:,} tokens, kv_cache_dtype={kv['kv_cache_dtype']}: "
-                     f"{_bytes(kv['bytes'])} per request"))
-        rows.append(("", f"EFA {kv['efa_gbps']:g} Gbit/s: {_ms(kv['efa_seconds'])} · single-flow TCP "
-                     f"{kv['tcp_gbps']:g} Gbit/s: {_ms(kv['tcp_seconds'])} ({kv['speedup']:.0f}× slower)"))
+        rows.append(
+            (
+                "KV-cache transfer",
+                f"{kv['model_id']}, {kv['tokens']:,} tokens, kv_cache_dtype={kv['kv_cache_dtype']}: "
+                f"{_bytes(kv['bytes'])} per request",
+            )
+        )
+        rows.append(
+            (
+                "",
+                f"EFA {kv['efa_gbps']:g} Gbit/s: {_ms(kv['efa_seconds'])} · single-flow TCP "
+                f"{kv['tcp_gbps']:g} Gbit/s: {_ms(kv['tcp_seconds'])} ({kv['speedup']:.0f}× slower)",
+            )
+        )
     else:
         rows.append(("KV-cache transfer", f"n/a ({kv['reason']})"))
     return rows
@@ -373,16 +415,21 @@ def render_text(result: PreviewResult) -> str:
     by_urn = {r.urn: r for r in run.resources}
     protected = sum(1 for r in run.resources if r.protect)
     rows = component_rows(run)
+    parents = {x.parent for x in run.resources}
     lines = [
         f"Offline preview of stack {result.stack} ({result.region}) — mock runtime, no cloud calls",
         "",
-        f"Plan: {len(run.resources)} registrations, {sum(1 for _, r, _ in rows if r.urn in {x.parent for x in run.resources})} "
+        f"Plan: {len(run.resources)} registrations, {sum(1 for _, r, _ in rows if r.urn in parents)} "
         f"components, {protected} protected",
         f"  {run.stack_outputs.get('clusterName', result.stack)} (stack)",
     ]
-    for depth, comp, members in rows:
+    for i, (depth, comp, members) in enumerate(rows):
+        later = [d for d, _, _ in rows[i + 1 :]]
+        last = next((d for d in later if d <= depth), -1) < depth  # no later sibling at this depth
+        branch = "└─" if last else "├─"
         indent = "  " + "   " * depth
-        lines.append(f"{indent}├─ {comp.name} [{comp.type.split(':')[-1]}] {len(members)}: {_count_types(members)}")
+        kind = comp.type.split(":")[-1]
+        lines.append(f"{indent}{branch} {comp.name} [{kind}] {len(members)}: {_count_types(members)}")
     lines.append("")
     pack = result.pack
     if pack["status"] != "ran":
@@ -390,8 +437,10 @@ def render_text(result: PreviewResult) -> str:
     elif not result.verdicts:
         lines.append(f"Policy verdicts: none — {pack['name']} ({pack['policies']} policies) passed")
     else:
-        lines.append(f"Policy verdicts ({pack['name']}, {pack['policies']} policies): "
-                     f"{len(result.mandatory)} mandatory, {len(result.verdicts) - len(result.mandatory)} other")
+        lines.append(
+            f"Policy verdicts ({pack['name']}, {pack['policies']} policies): "
+            f"{len(result.mandatory)} mandatory, {len(result.verdicts) - len(result.mandatory)} other"
+        )
         for v in sorted(result.verdicts, key=lambda v: (v.enforcement != "mandatory", v.policy, v.urn)):
             lines.append(f"  {v.enforcement.upper():<10} {v.policy}: {_resource_label(v.urn, by_urn)}")
             for part in v.message.strip().splitlines():
@@ -401,7 +450,10 @@ def render_text(result: PreviewResult) -> str:
     for label, value in figure_lines(result.figures):
         lines.append(f"  {label:<28} {value}")
     lines.append("")
-    lines.append(f"Artifacts in {_display(result.out)}: resources.json, report.json, manifests/, graph.dot, graph.svg, summary.md")
+    lines.append(
+        f"Artifacts in {_display(result.out)}: "
+        "resources.json, report.json, manifests/, graph.dot, graph.svg, summary.md"
+    )
     if result.mandatory:
         lines.append(f"RESULT: FAILED — {len(result.mandatory)} mandatory policy violation(s)")
     else:
@@ -424,10 +476,15 @@ def render_summary(result: PreviewResult) -> str:
     """Markdown fit for a pull-request comment."""
     run = result.run
     by_urn = {r.urn: r for r in run.resources}
-    status = (f"❌ **{len(result.mandatory)} mandatory policy violation(s)**" if result.mandatory
-              else "✅ **no mandatory policy violations**")
+    status = (
+        f"❌ **{len(result.mandatory)} mandatory policy violation(s)**"
+        if result.mandatory
+        else "✅ **no mandatory policy violations**"
+    )
     out = [f"### Offline preview: stack `{result.stack}` ({result.region})", "", status, "", "| | |", "|---|---|"]
-    out.append(f"| Resources | {len(run.resources)} registrations, {sum(1 for r in run.resources if r.protect)} protected |")
+    out.append(
+        f"| Resources | {len(run.resources)} registrations, {sum(1 for r in run.resources if r.protect)} protected |"
+    )
     for label, value in figure_lines(result.figures):
         out.append(f"| {_md(label)} | {_md(value)} |")
     out += ["", "#### Policy verdicts", ""]
@@ -438,18 +495,32 @@ def render_summary(result: PreviewResult) -> str:
     else:
         out += ["| Enforcement | Policy | Resource | Message |", "|---|---|---|---|"]
         for v in sorted(result.verdicts, key=lambda v: (v.enforcement != "mandatory", v.policy, v.urn)):
-            out.append(f"| {v.enforcement} | `{v.policy}` | {_md(_resource_label(v.urn, by_urn))} | {_md(v.message.strip())} |")
+            out.append(
+                f"| {v.enforcement} | `{v.policy}` | {_md(_resource_label(v.urn, by_urn))} | {_md(v.message.strip())} |"
+            )
     out += ["", "#### Components", "", "| Component | Type | Resources |", "|---|---|---|"]
     for depth, comp, members in component_rows(run):
-        out.append(f"| {'&nbsp;&nbsp;' * depth}{comp.name} | `{comp.type}` | {len(members)}: {_md(_count_types(members))} |")
-    out += ["", f"<details><summary>All {len(run.resources)} registrations</summary>", "",
-            "| Name | Type | Parent | Protect |", "|---|---|---|---|"]
+        out.append(
+            f"| {'&nbsp;&nbsp;' * depth}{comp.name} | `{comp.type}` | {len(members)}: {_md(_count_types(members))} |"
+        )
+    out += [
+        "",
+        f"<details><summary>All {len(run.resources)} registrations</summary>",
+        "",
+        "| Name | Type | Parent | Protect |",
+        "|---|---|---|---|",
+    ]
     for rec in result.resources:
         parent = by_urn[rec["parent"]].name if rec["parent"] in by_urn else "(stack)"
         out.append(f"| {rec['name']} | `{rec['type']}` | {parent} | {'yes' if rec['protect'] else ''} |")
-    out += ["", "</details>", "",
-            "_Generated by `make preview` (mock runtime: no credentials, no cloud calls). Artifacts: "
-            "resources.json, report.json, manifests/, graph.dot, graph.svg._", ""]
+    out += [
+        "",
+        "</details>",
+        "",
+        "_Generated by `make preview` (mock runtime: no credentials, no cloud calls). Artifacts: "
+        "resources.json, report.json, manifests/, graph.dot, graph.svg._",
+        "",
+    ]
     return "\n".join(out)
 
 
@@ -486,11 +557,13 @@ def manifests(records: list[dict[str, Any]]) -> dict[str, str]:
             files[f"{base}.yaml"] = f"# {rec['urn']}\n" + _yaml_dump(doc)
             serve = (inputs.get("spec") or {}).get("serveConfigV2") if isinstance(inputs.get("spec"), dict) else None
             if serve is not None:
-                files[f"{base}.serve-config.yaml"] = (f"# spec.serveConfigV2 of {rec['urn']}\n"
-                                                      + (serve if isinstance(serve, str) else _yaml_dump(serve)))
+                files[f"{base}.serve-config.yaml"] = f"# spec.serveConfigV2 of {rec['urn']}\n" + (
+                    serve if isinstance(serve, str) else _yaml_dump(serve)
+                )
         else:  # e.g. a Helm chart: its chart, version, repository and values
             files[f"{_slug(rec['type'].split(':')[-1])}-{_slug(rec['name'])}.yaml"] = (
-                f"# {rec['urn']}\n# {rec['type']} inputs\n" + _yaml_dump(inputs))
+                f"# {rec['urn']}\n# {rec['type']} inputs\n" + _yaml_dump(inputs)
+            )
     return files
 
 
@@ -528,7 +601,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--stack", default="dev")
     parser.add_argument("--root", type=Path, default=ROOT, help="checkout to preview (default: this one)")
     parser.add_argument("--out", type=Path, help="artifact directory (default: <root>/build/preview/<stack>)")
-    parser.add_argument("--policy-config", type=Path, help="JSON policy config, as `pulumi preview --policy-pack-config`")
+    parser.add_argument(
+        "--policy-config", type=Path, help="JSON policy config, as `pulumi preview --policy-pack-config`"
+    )
     parser.add_argument("--mermaid", action="store_true", help="print only the component diagram (README)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     args = parser.parse_args(argv)
@@ -546,7 +621,9 @@ def main(argv: Optional[list[str]] = None) -> int:
 
             _use_root(args.root.resolve())
             engine_config, secret_keys, _ = read_config(args.stack, args.root.resolve())
-            print(component_mermaid(run_program(args.stack, engine_config, secret_keys, root=args.root.resolve())), end="")
+            print(
+                component_mermaid(run_program(args.stack, engine_config, secret_keys, root=args.root.resolve())), end=""
+            )
             return EXIT_OK
         result = preview(args.stack, args.root, args.out, policy_config, progress=progress)
     except PreviewError as error:

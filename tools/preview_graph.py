@@ -4,7 +4,7 @@ Graphviz (`dot`) is not on a fresh machine, so the SVG is laid out here: a layer
 each resource sits one row below the deepest resource it depends on. The DOT file is there for
 anyone with Graphviz who wants a nicer layout (`dot -Tsvg graph.dot`).
 
-Edges are "A must exist before B": B's `dependencies` and property dependencies. Components (the
+Edges are "A must exist before B": B's `dependencies`, property dependencies and explicit provider. Components (the
 resources that have children) are drawn as clusters/colours, not as nodes.
 """
 
@@ -69,10 +69,18 @@ def ancestor_map(run: "ProgramRun") -> dict[str, str]:
     return result
 
 
+def provider_urn(r: "Registration") -> str:
+    """The URN of an explicit provider reference (`urn::id`), or ""."""
+    return r.provider.rsplit("::", 1)[0] if r.provider else ""
+
+
 def dependency_urns(r: "Registration") -> set[str]:
+    """What must exist before `r`: its dependencies, property dependencies and explicit provider."""
     deps = set(r.dependencies)
     for urns in r.property_dependencies.values():
         deps.update(urns)
+    if r.provider:
+        deps.add(provider_urn(r))
     deps.discard(r.urn)
     return deps
 
@@ -113,7 +121,7 @@ def to_dot(run: "ProgramRun") -> str:
         f"digraph {_q(run.stack)} {{",
         '  graph [rankdir=TB, fontname="Helvetica", fontsize=11, compound=true];',
         '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10];',
-        "  edge [color=\"#64748b\"];",
+        '  edge [color="#64748b"];',
     ]
 
     def emit(r: "Registration", depth: int, colour: str) -> None:
@@ -176,7 +184,7 @@ def to_svg(run: "ProgramRun") -> str:
     for index in sorted(by_layer):
         members = sorted(by_layer[index], key=lambda r: (order.get(graph.groups[r.urn], 99), r.name))
         for start in range(0, len(members), MAX_PER_ROW):
-            row = members[start:start + MAX_PER_ROW]
+            row = members[start : start + MAX_PER_ROW]
             for i, r in enumerate(row):
                 pos[r.urn] = (MARGIN + i * (NODE_W + H_GAP), y)
             width = max(width, MARGIN * 2 + len(row) * (NODE_W + H_GAP) - H_GAP)
@@ -189,30 +197,37 @@ def to_svg(run: "ProgramRun") -> str:
         f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="Helvetica, Arial, sans-serif">',
         '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" '
         'orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#64748b"/></marker></defs>',
-        f'<rect width="100%" height="100%" fill="white"/>',
+        '<rect width="100%" height="100%" fill="white"/>',
         f'<text x="{MARGIN}" y="{MARGIN + 6}" font-size="15" font-weight="bold">'
-        f'{escape(run.stack)}: {len(graph.nodes)} resources, {len(graph.edges)} dependencies '
-        f'(an arrow points from a dependency to its dependent)</text>',
+        f"{escape(run.stack)}: {len(graph.nodes)} resources, {len(graph.edges)} dependencies "
+        f"(an arrow points from a dependency to its dependent)</text>",
     ]
     for a, b in graph.edges:
         (ax, ay), (bx, by) = pos[a], pos[b]
         x1, y1, x2, y2 = ax + NODE_W / 2, ay + NODE_H, bx + NODE_W / 2, by
         mid = (y1 + y2) / 2
-        out.append(f'<path d="M {x1:.0f} {y1:.0f} C {x1:.0f} {mid:.0f}, {x2:.0f} {mid:.0f}, {x2:.0f} {y2:.0f}" '
-                   'fill="none" stroke="#64748b" stroke-width="1" opacity="0.6" marker-end="url(#arrow)"/>')
+        out.append(
+            f'<path d="M {x1:.0f} {y1:.0f} C {x1:.0f} {mid:.0f}, {x2:.0f} {mid:.0f}, {x2:.0f} {y2:.0f}" '
+            'fill="none" stroke="#64748b" stroke-width="1" opacity="0.6" marker-end="url(#arrow)"/>'
+        )
     for r in graph.nodes:
         x, y0 = pos[r.urn]
         stroke = "#b91c1c" if r.protect else "#334155"
-        out.append(f'<g><title>{escape(r.urn)}</title>'
-                   f'<rect x="{x:.0f}" y="{y0:.0f}" width="{NODE_W}" height="{NODE_H}" rx="6" '
-                   f'fill="{colour.get(graph.groups[r.urn], "#f1f5f9")}" stroke="{stroke}"/>'
-                   f'<text x="{x + 8:.0f}" y="{y0 + 18:.0f}" font-size="12" font-weight="bold">{escape(_clip(r.name, 30))}</text>'
-                   f'<text x="{x + 8:.0f}" y="{y0 + 34:.0f}" font-size="10" fill="#475569">'
-                   f'{escape(_clip(r.type, 38))}{" · protected" if r.protect else ""}</text></g>')
+        out.append(
+            f"<g><title>{escape(r.urn)}</title>"
+            f'<rect x="{x:.0f}" y="{y0:.0f}" width="{NODE_W}" height="{NODE_H}" rx="6" '
+            f'fill="{colour.get(graph.groups[r.urn], "#f1f5f9")}" stroke="{stroke}"/>'
+            f'<text x="{x + 8:.0f}" y="{y0 + 18:.0f}" font-size="12" font-weight="bold">'
+            f"{escape(_clip(r.name, 30))}</text>"
+            f'<text x="{x + 8:.0f}" y="{y0 + 34:.0f}" font-size="10" fill="#475569">'
+            f"{escape(_clip(r.type, 38))}{' · protected' if r.protect else ''}</text></g>"
+        )
     lx = float(MARGIN)
     for name in top_names:
-        out.append(f'<rect x="{lx:.0f}" y="{legend_y:.0f}" width="14" height="14" fill="{colour[name]}" stroke="#334155"/>'
-                   f'<text x="{lx + 20:.0f}" y="{legend_y + 12:.0f}" font-size="12">{escape(name)}</text>')
+        out.append(
+            f'<rect x="{lx:.0f}" y="{legend_y:.0f}" width="14" height="14" fill="{colour[name]}" stroke="#334155"/>'
+            f'<text x="{lx + 20:.0f}" y="{legend_y + 12:.0f}" font-size="12">{escape(name)}</text>'
+        )
         lx += 30 + 8 * len(name)
     out.append("</svg>")
     return "\n".join(out) + "\n"
@@ -243,7 +258,7 @@ def component_mermaid(run: "ProgramRun") -> str:
     """A mermaid flowchart of the stack's top-level components and the data flowing between them."""
     lines = ["```mermaid", "flowchart LR"]
     for r in top_level(run):
-        lines.append(f'  {_mermaid_id(r.name)}["{r.name}<br/><small>{short_type(r.type)}</small>"]')
+        lines.append(f'  {_mermaid_id(r.name)}["{r.name}<br/>({short_type(r.type)})"]')
     for a, b in component_edges(run):
         lines.append(f"  {_mermaid_id(a)} --> {_mermaid_id(b)}")
     lines.append("```")

@@ -132,7 +132,8 @@ class Report:
         if self.secrets:
             lines.append(f"  secrets (per-environment, not compared): {', '.join(self.secrets)}")
         if self.ok:
-            lines.append(f"OK: {self.target} runs what {self.source} ran ({len(self.differences)} expected difference(s))")
+            expected = len(self.differences)
+            lines.append(f"OK: {self.target} runs what {self.source} ran ({expected} expected difference(s))")
         else:
             keys = ", ".join(d.key for d in self.unpromoted)
             lines.append(
@@ -217,7 +218,11 @@ def compare_configs(
         if a is _SECRET or b is _SECRET:
             differences.append(Difference(key, a, b, SECRET_KIND))
             continue
+        if a == b:
+            continue
         if a is not MISSING and b is not MISSING and _normalize(key, a) == _normalize(key, b):
+            # e.g. the same image tag in each region's own registry
+            differences.append(Difference(key, a, b, PER_ENVIRONMENT_KIND))
             continue
         differences.append(Difference(key, a, b, classify(key, patterns)))
     return Report(source, target, tuple(differences), tuple(secrets))

@@ -184,14 +184,14 @@ def _cluster_placement(args: StackValidationArgs, report: ReportViolation) -> No
             group.resource.urn,
         )
     for template in templates:
-        state, group = view.placement_group(template.resource)
+        state, placement = view.placement_group(template.resource)
         if state == "none":
             report(f"{template.describe()} sets no placement group. {fix}", template.resource.urn)
-        elif state == "resolved":
-            strategy = dig(view.props(group), "strategy")
+        elif state == "resolved" and placement is not None:
+            strategy = dig(view.props(placement), "strategy")
             if strategy is not None and not is_unknown(strategy) and strategy != "cluster":
                 report(
-                    f"{template.describe()} uses placement group '{group.name}' with strategy "
+                    f"{template.describe()} uses placement group '{placement.name}' with strategy "
                     f"'{strategy}'; EFA needs the nodes close together. {fix}",
                     template.resource.urn,
                 )

@@ -71,7 +71,7 @@ def walk(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
 
 
 # -- 6. NIXL over LIBFABRIC --------------------------------------------------------------------
-NIXL_CONFIG = {
+NIXL_CONFIG: dict[str, dict[str, Any]] = {
     "requiredBackend": {
         "type": "string",
         "description": "NIXL backend the KV transfer must name (LIBFABRIC = EFA; NIXL defaults to UCX)",
@@ -119,7 +119,7 @@ nixl_libfabric = ResourceValidationPolicy(
 
 
 # -- 7. EFA devices in GPU pods ----------------------------------------------------------------
-POD_EFA_CONFIG = {
+POD_EFA_CONFIG: dict[str, dict[str, Any]] = {
     "gpuResource": {"type": "string", "default": "nvidia.com/gpu", "description": "GPU extended resource"},
     "efaResource": {"type": "string", "default": "vpc.amazonaws.com/efa", "description": "EFA extended resource"},
     "fiProvider": {"type": "string", "default": "efa", "description": "required value of env FI_PROVIDER"},

@@ -35,7 +35,7 @@ from .common import (
 from .ray_serving import ServeConfigError, serve_config, walk
 
 # -- literal secrets ---------------------------------------------------------------------------
-SECRET_CONFIG = {
+SECRET_CONFIG: dict[str, dict[str, Any]] = {
     "secretNamePattern": {
         "type": "string",
         "description": "regex (case-insensitive) for env names whose literal values count as secrets",
@@ -124,7 +124,7 @@ no_literal_secrets = ResourceValidationPolicy(
 )
 
 # -- internet-facing serve endpoint ------------------------------------------------------------
-EXPOSURE_CONFIG = {
+EXPOSURE_CONFIG: dict[str, dict[str, Any]] = {
     "allowInternetFacing": {
         "type": "boolean",
         "description": "allow LoadBalancer Services / Ingresses that are internet-facing",
@@ -191,7 +191,7 @@ not_internet_facing = ResourceValidationPolicy(
 )
 
 # -- EKS public endpoint -----------------------------------------------------------------------
-ENDPOINT_CONFIG = {
+ENDPOINT_CONFIG: dict[str, dict[str, Any]] = {
     "allowedPublicAccessCidrs": {
         "type": "array",
         "items": {"type": "string"},
@@ -206,7 +206,7 @@ ENDPOINT_CONFIG = {
 
 def cidrs_not_allowed(cidrs: list[str], allowed: list[str]) -> list[str]:
     """The entries of `cidrs` the config does not allow (unparsable ones included)."""
-    allowed_nets = []
+    allowed_nets: list[Any] = []
     for a in allowed:
         try:
             allowed_nets.append(ipaddress.ip_network(a, strict=False))

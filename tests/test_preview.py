@@ -1,0 +1,291 @@
+"""End-to-end tests of the offline preview: every stack, its verdicts, artifacts and exit codes.
+
+The happy paths run in-process (reusing the session's program run per stack); the exit-code checks
+run `python -m tools.preview` in a subprocess on a temporary copy of the checkout.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT, STACKS, program_run
+from google.protobuf import json_format, struct_pb2
+
+from components.models import MODELS
+from tools.figures import KV_DTYPE_BYTES, kv_cache_bytes
+from tools.mockrun import SECRET_PLACEHOLDER, load_stack_config, run_program
+from tools.preview import SECRET, UNKNOWN, plain, preview, render_text, resource_records
+from tools.preview_graph import component_mermaid
+
+_results: dict[str, object] = {}
+
+
+@pytest.fixture(scope="module")
+def previews(tmp_path_factory):
+    """One in-process preview per stack (the policy pack is started once per stack)."""
+    out = tmp_path_factory.mktemp("preview")
+    for stack in STACKS:
+        _results[stack] = preview(stack, out=out / stack, run=program_run(stack), progress=lambda _m: None)
+    return _results
+
+
+def containers(run) -> set[str]:
+    return {r.parent for r in run.resources if r.parent}
+
+
+def leaf_descendants(run, component) -> list:
+    """Registrations below `component` that are not themselves components (worked out independently)."""
+    by_urn = {r.urn: r for r in run.resources}
+    found = []
+    for r in run.resources:
+        if r.urn in containers(run):
+            continue
+        cur = r
+        while cur.parent in by_urn:
+            cur = by_urn[cur.parent]
+            if cur.urn == component.urn:
+                found.append(r)
+                break
+    return found
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_preview_passes_and_prints_the_tree(previews, stack):
+    result = previews[stack]
+    run = result.run
+    assert result.exit_code == 0 and not result.mandatory, [v.message for v in result.mandatory]
+    assert result.pack["status"] == "ran" and result.pack["policies"] > 0
+    text = render_text(result)
+    assert "RESULT: OK" in text
+    top = [r for r in run.resources if r.parent not in {x.urn for x in run.resources}]
+    assert top, "the program registered no components"
+    for comp in top:
+        if comp.urn in containers(run):
+            count = len(leaf_descendants(run, comp))
+            assert re.search(rf"[├└]─ {re.escape(comp.name)} \[\w+\] {count}: ", text), (comp.name, count, text)
+    cost = result.figures["cost"]
+    assert f"${cost['monthly']:,.2f}/month" in text
+    assert result.figures["gpu"]["instance_type"] in text
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_resources_json_holds_every_registration(previews, stack):
+    result = previews[stack]
+    records = json.loads((result.out / "resources.json").read_text())
+    by_urn = {r["urn"]: r for r in records}
+    assert set(by_urn) == {r.urn for r in result.run.resources}
+    for reg in result.run.resources:
+        rec = by_urn[reg.urn]
+        assert (rec["type"], rec["name"], rec["parent"], rec["protect"]) == (
+            reg.type,
+            reg.name,
+            reg.parent,
+            reg.protect,
+        )
+        assert rec["dependencies"] == sorted(reg.dependencies)
+        assert rec["property_dependencies"] == {k: sorted(v) for k, v in reg.property_dependencies.items()}
+    lt = next(r for r in result.run.of_type("aws:ec2/launchTemplate:LaunchTemplate") if "instanceType" in r.inputs)
+    assert by_urn[lt.urn]["inputs"]["instanceType"] == lt.inputs["instanceType"]
+    assert SECRET_PLACEHOLDER not in json.dumps(records)
+    if any(r.protect for r in result.run.resources):
+        assert any(r["protect"] for r in records)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_kubernetes_manifests_and_serve_config(previews, stack):
+    result = previews[stack]
+    manifests = result.out / "manifests"
+    k8s = [r for r in result.run.resources if r.type.startswith("kubernetes:")]
+    assert k8s, "no Kubernetes resources registered"
+    texts = {p.name: p.read_text() for p in manifests.glob("*.yaml")}
+    for reg in k8s:
+        assert any(t.startswith(f"# {reg.urn}\n") for t in texts.values()), f"no manifest for {reg.urn}"
+    services = result.run.of_type("kubernetes:ray.io/v1:RayService")
+    assert len(services) == 1
+    inputs = services[0].inputs
+    doc = yaml.safe_load(texts[f"rayservice-{services[0].name}.yaml"])
+    assert (doc["apiVersion"], doc["kind"]) == ("ray.io/v1", "RayService")
+    serve = yaml.safe_load(texts[f"rayservice-{services[0].name}.serve-config.yaml"])
+    assert serve == yaml.safe_load(inputs["spec"]["serveConfigV2"])
+    assert serve["applications"]
+    # all.yaml is every manifest as one multi-document stream.
+    docs = [d for d in yaml.safe_load_all((manifests / "all.yaml").read_text()) if d]
+    assert len(docs) == len(k8s)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_kv_figure_matches_the_deployed_serve_config(previews, stack):
+    """The KV figure is worked out from what the RayService actually serves, not from the config."""
+    result = previews[stack]
+    serve = yaml.safe_load(result.run.of_type("kubernetes:ray.io/v1:RayService")[0].inputs["spec"]["serveConfigV2"])
+    prefill = serve["applications"][0]["args"]["prefill_config"]
+    engine = prefill["engine_kwargs"]
+    model = MODELS[prefill["model_loading_config"]["model_id"]]
+    dtype_bytes = KV_DTYPE_BYTES[engine.get("kv_cache_dtype", "auto")]
+    expected = kv_cache_bytes(model.layers, model.kv_heads, model.head_dim, dtype_bytes, engine["max_model_len"])
+    kv = result.figures["kv_transfer"]
+    assert kv["status"] == "ok" and kv["bytes"] == expected
+    assert kv["efa_seconds"] < kv["tcp_seconds"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_graph_artifacts(previews, stack):
+    result = previews[stack]
+    run = result.run
+    nodes = [r for r in run.resources if r.urn not in containers(run)]
+    node_urns = {r.urn for r in nodes}
+    edges = set()
+    for r in nodes:
+        provider = [r.provider.rsplit("::", 1)[0]] if r.provider else []
+        for d in set(r.dependencies).union(*r.property_dependencies.values(), provider):
+            if d in node_urns and d != r.urn:
+                edges.add((d, r.urn))
+    dot = (result.out / "graph.dot").read_text()
+    assert dot.startswith("digraph") and dot.count(" -> ") == len(edges)
+    for r in nodes:
+        assert f'label="{r.name}\\n{r.type}' in dot
+    svg = ET.parse(result.out / "graph.svg").getroot()
+    titles = [t.text for t in svg.iter("{http://www.w3.org/2000/svg}title")]
+    assert sorted(titles) == sorted(node_urns)
+    assert len(list(svg.iter("{http://www.w3.org/2000/svg}path"))) - 1 == len(edges)  # minus the arrowhead
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_summary_and_report(previews, stack):
+    result = previews[stack]
+    summary = (result.out / "summary.md").read_text()
+    assert summary.startswith(f"### Offline preview: stack `{stack}`")
+    assert "✅ **no mandatory policy violations**" in summary
+    assert f"${result.figures['cost']['monthly']:,.2f}/month" in summary
+    assert "approximate public on-demand list prices" in summary
+    report = json.loads((result.out / "report.json").read_text())
+    assert report["verdicts"] == [] and report["figures"]["gpu"] == result.figures["gpu"]
+
+
+def test_policy_config_violation_fails_the_preview(tmp_path):
+    """A policy config that no longer allows dev's endpoint CIDR turns into a mandatory verdict."""
+    result = preview(
+        "dev",
+        out=tmp_path,
+        run=program_run("dev"),
+        progress=lambda _m: None,
+        policy_config={"eks-public-endpoint-restricted": {"allowedPublicAccessCidrs": ["10.0.0.0/8"]}},
+    )
+    assert result.exit_code == 1
+    eks = program_run("dev").one("eks:index:Cluster")
+    assert [(v.policy, v.urn) for v in result.mandatory] == [("eks-public-endpoint-restricted", eks.urn)]
+    text = render_text(result)
+    assert "MANDATORY  eks-public-endpoint-restricted" in text and "RESULT: FAILED" in text
+    assert "❌ **1 mandatory policy violation(s)**" in (tmp_path / "summary.md").read_text()
+
+
+def test_plain_marks_secrets_unknowns_and_numbers():
+    struct = struct_pb2.Struct()
+    struct.update(
+        {
+            "token": {"4dabf18193072939515e22adb298388d": "1b47061264138c4ac30d75fd1eb44270", "value": "hunter2"},
+            "later": "04da6b54-80e4-46f7-96ec-b56ff0331ba9",
+            "size": 3,
+            "ratio": 0.5,
+            "nested": {"b": [1, 2], "a": True},
+        }
+    )
+    value = plain(json_format.MessageToDict(struct))
+    assert value == {"later": UNKNOWN, "nested": {"a": True, "b": [1, 2]}, "ratio": 0.5, "size": 3, "token": SECRET}
+    assert list(value) == sorted(value)
+
+
+def test_secret_config_reaches_resources_json_only_as_marked():
+    config, secret_keys = load_stack_config("dev")
+    config["llm-pd-eks:hfToken"] = SECRET_PLACEHOLDER
+    run = run_program("dev", config, [*secret_keys, "llm-pd-eks:hfToken"])
+    text = json.dumps(resource_records(run))
+    assert SECRET_PLACEHOLDER not in text
+    assert SECRET in text
+
+
+def test_readme_component_diagram_is_the_real_graph():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("<!-- section:what-it-deploys -->")[1].split("<!-- /section:what-it-deploys -->")[0]
+    block = re.search(r"```mermaid\n.*?```\n", section, re.S)
+    assert block, "README what-it-deploys has no mermaid diagram"
+    assert block.group(0) == component_mermaid(program_run("dev")), (
+        "README diagram is stale: regenerate with `.venv/bin/python -m tools.preview --stack dev --mermaid`"
+    )
+
+
+# -- exit codes, in a subprocess on a temporary copy ----------------------------------------------
+IGNORE = shutil.ignore_patterns(
+    ".venv", "build", ".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", "node_modules", "tests"
+)
+
+
+def copy_checkout(dst: Path) -> Path:
+    shutil.copytree(ROOT, dst, ignore=IGNORE)
+    return dst
+
+
+def run_cli(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tools.preview", "--stack", "dev", *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_bad_config_exits_2_naming_every_problem(tmp_path):
+    root = copy_checkout(tmp_path / "repo")
+    stack = yaml.safe_load((root / "Pulumi.dev.yaml").read_text())
+    stack["config"]["llm-pd-eks:gpuNode"] = {"instanceType": "g6e.12xlarge"}  # typo of gpuNodes
+    stack["config"]["llm-pd-eks:systemNodes"]["desiredSize"] = 99  # above maxSize
+    (root / "Pulumi.dev.yaml").write_text(yaml.safe_dump(stack))
+    done = run_cli(root)
+    assert done.returncode == 2, done.stderr
+    assert "llm-pd-eks:gpuNode: unknown key" in done.stderr
+    assert "systemNodes" in done.stderr and "desiredSize (99)" in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    assert not (root / "build" / "preview" / "dev").exists()  # nothing half-written
+
+
+def test_injected_imdsv1_launch_template_exits_1(tmp_path):
+    root = copy_checkout(tmp_path / "repo")
+    common = root / "components" / "node_common.py"
+    text = common.read_text()
+    assert 'http_tokens="required"' in text
+    common.write_text(text.replace('http_tokens="required"', 'http_tokens="optional"'))
+    done = run_cli(root)
+    assert done.returncode == 1, done.stderr
+    assert "MANDATORY  launch-template-imdsv2" in done.stdout
+    assert "RESULT: FAILED" in done.stdout and "Traceback" not in done.stderr
+    summary = (root / "build" / "preview" / "dev" / "summary.md").read_text()
+    assert "launch-template-imdsv2" in summary
+
+
+def test_policy_config_file_violation_exits_1(tmp_path):
+    config = tmp_path / "policy.json"
+    config.write_text(json.dumps({"eks-public-endpoint-restricted": {"allowedPublicAccessCidrs": ["10.0.0.0/8"]}}))
+    done = run_cli(ROOT, "--out", str(tmp_path / "out"), "--policy-config", str(config))
+    assert done.returncode == 1, done.stderr
+    assert "MANDATORY  eks-public-endpoint-restricted" in done.stdout and "Traceback" not in done.stderr
+    # Progress is shown while it works.
+    assert "[preview] running the program under the mock runtime" in done.stderr
+
+
+def test_program_error_exits_3_with_the_failing_line(tmp_path):
+    root = copy_checkout(tmp_path / "repo")
+    main = root / "__main__.py"
+    main.write_text(main.read_text() + '\nraise RuntimeError("injected failure")\n')
+    done = run_cli(root)
+    assert done.returncode == 3, done.stderr
+    assert "RuntimeError: injected failure" in done.stderr
+    assert "__main__.py:" in done.stderr  # where it failed, without a full traceback

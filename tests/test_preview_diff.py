@@ -1,0 +1,149 @@
+"""The preview diff: comparing two previews, and end to end against a temporary git repository."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT
+
+from components.catalog import GPU_INSTANCE_TYPES
+from tools.figures import load_prices
+from tools.preview_diff import DiffError, Side, changed_paths, compare, cost_delta, preview_diff, render
+
+IGNORE = shutil.ignore_patterns(
+    ".venv", "build", ".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", "node_modules", "tests"
+)
+
+
+# -- comparing -----------------------------------------------------------------------------------
+def test_changed_paths_reports_leaves():
+    old = {"a": 1, "b": {"c": [1, 2], "d": "x"}, "gone": True, "vpc.amazonaws.com/efa": "1"}
+    new = {"a": 1, "b": {"c": [1, 3, 4], "d": "x"}, "new": 5, "vpc.amazonaws.com/efa": "2"}
+    assert changed_paths(old, new) == [
+        ("b.c[1]", 2, 3),
+        ("b.c[2]", None, 4),
+        ("gone", True, None),
+        ("new", None, 5),
+        ('["vpc.amazonaws.com/efa"]', "1", "2"),
+    ]
+    assert changed_paths({"x": [1]}, {"x": [1]}) == []
+
+
+def _rec(name: str, **inputs) -> dict:
+    return {
+        "urn": f"urn:pulumi:dev::p::t::{name}",
+        "type": "aws:x/y:Y",
+        "name": name,
+        "parent": "",
+        "protect": False,
+        "provider": "",
+        "dependencies": [],
+        "property_dependencies": {},
+        "inputs": inputs,
+    }
+
+
+def _side(records: list[dict], verdicts: list[dict], hourly: float) -> Side:
+    cost = {"lines": [{"item": "x"}], "hourly": hourly, "monthly": hourly * 730}
+    return Side(
+        "s",
+        Path("."),
+        0,
+        "",
+        {r["urn"]: r for r in records},
+        {"verdicts": verdicts, "figures": {"cost": cost}, "resource_count": len(records)},
+    )
+
+
+def test_compare_finds_added_removed_changed_and_verdicts():
+    verdict = {"policy": "p", "enforcement": "mandatory", "urn": "urn:pulumi:dev::p::t::kept", "message": "m"}
+    base = _side([_rec("kept", size=1), _rec("old")], [verdict], hourly=1.0)
+    head = _side([_rec("kept", size=2), _rec("fresh")], [], hourly=1.5)
+    diff = compare("dev", base, head)
+    assert [r["name"] for r in diff.added] == ["fresh"]
+    assert [r["name"] for r in diff.removed] == ["old"]
+    assert [(r["name"], paths) for r, paths in diff.changed] == [("kept", [("inputs.size", 1, 2)])]
+    assert diff.verdicts_gone == [verdict] and diff.verdicts_new == []
+    # 1.5 - 1.0 = +0.50 per hour; x 730 = +365.00 per month.
+    assert cost_delta(diff) == pytest.approx((0.5, 365.0))
+    text = render(diff)
+    assert "**1 to add, 1 to change, 1 to remove; 0 new policy verdict(s), 1 resolved.**" in text
+    assert "+$0.50/hour, +$365.00/month" in text
+    assert "- resolved mandatory `p` on `kept`" in text
+
+
+# -- end to end ----------------------------------------------------------------------------------
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.email=t@example.com", "-c", "user.name=t", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    """A git repository holding a copy of the program; the working tree then changes Pulumi.dev.yaml."""
+    root = tmp_path_factory.mktemp("diff") / "repo"
+    shutil.copytree(ROOT, root, ignore=IGNORE)
+    _git(root, "init", "-q")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "base")
+    stack = yaml.safe_load((root / "Pulumi.dev.yaml").read_text())
+    cfg = stack["config"]
+    assert cfg["llm-pd-eks:gpuNodes"]["instanceType"] == "g6e.12xlarge"
+    assert cfg["llm-pd-eks:network"]["natGateways"] == "single"
+    cfg["llm-pd-eks:gpuNodes"]["instanceType"] = "g6e.24xlarge"
+    cfg["llm-pd-eks:network"]["natGateways"] = "perAz"
+    (root / "Pulumi.dev.yaml").write_text(yaml.safe_dump(stack))
+    (root / "Pulumi.qa.yaml").write_text(yaml.safe_dump(stack))  # a stack the base does not have
+    return root
+
+
+def test_diff_of_a_config_change(repo):
+    diff, code = preview_diff("HEAD", "dev", root=repo, progress=lambda _m: None)
+    assert code == 0
+    azs = yaml.safe_load((repo / "Pulumi.dev.yaml").read_text())["config"]["llm-pd-eks:network"]["availabilityZones"]
+    # perAz: one more NAT gateway (and its EIP) for the second AZ.
+    added = {(r["type"], r["name"]) for r in diff.added}
+    assert ("aws:ec2/natGateway:NatGateway", f"network-nat-{azs[1]}") in added
+    assert ("aws:ec2/eip:Eip", f"network-nat-eip-{azs[1]}") in added
+    assert not diff.removed
+    changed = {r["name"]: paths for r, paths in diff.changed}
+    assert ("inputs.instanceType", "g6e.12xlarge", "g6e.24xlarge") in changed["gpu-nodes-lt"]
+    # Cost: 2 GPU nodes move from g6e.12xlarge to g6e.24xlarge, plus one NAT gateway:
+    # 2 x (p[24xl] - p[12xl]) + p[NAT] per hour (us-west-2 table), x 730 per month.
+    table = load_prices().regions["us-west-2"]
+    hourly = 2 * (table["instances"]["g6e.24xlarge"] - table["instances"]["g6e.12xlarge"]) + table["nat_gateway_hour"]
+    assert cost_delta(diff) == pytest.approx((hourly, hourly * 730))
+    text = (repo / "build" / "preview-diff" / "dev" / "diff.md").read_text()
+    assert text == render(diff)
+    efa = (GPU_INSTANCE_TYPES["g6e.12xlarge"].efa_interfaces, GPU_INSTANCE_TYPES["g6e.24xlarge"].efa_interfaces)
+    assert f"| EFA interfaces per GPU node | {efa[0]} | {efa[1]} **(changed)** |" in text
+    assert "`inputs.instanceType`: `g6e.12xlarge` → `g6e.24xlarge`" in text
+    # The temporary worktree is gone again.
+    assert len(_git(repo, "worktree", "list").splitlines()) == 1
+    head = json.loads((repo / "build" / "preview-diff" / "dev" / "head" / "report.json").read_text())
+    assert head["figures"]["gpu"]["instance_type"] == "g6e.24xlarge"
+
+
+def test_a_stack_new_in_the_working_tree_counts_as_added(repo):
+    diff, code = preview_diff("HEAD", "qa", root=repo, progress=lambda _m: None)
+    assert code == 0
+    assert diff.notes and "could not be previewed" in diff.notes[0] and "Pulumi.qa.yaml" in diff.notes[0]
+    assert not diff.removed and not diff.changed
+    assert (
+        len(diff.added) == json.loads((repo / "build/preview-diff/qa/head/report.json").read_text())["resource_count"]
+    )
+
+
+def test_unknown_base_is_refused(repo):
+    with pytest.raises(DiffError) as error:
+        preview_diff("no-such-rev", "dev", root=repo, progress=lambda _m: None)
+    assert error.value.exit_code == 2 and "no-such-rev" in str(error.value)

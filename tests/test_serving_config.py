@@ -1,0 +1,161 @@
+"""Config validation of the serving layer: each mistake refused with a message naming its key.
+
+Numbers in the expected messages are worked by hand from the catalog (components/catalog.py) and
+the model table (components/models.py), as noted next to each case.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from components.config import ConfigError, validate_stack_config
+from tools.mockrun import PROJECT
+
+IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/ray-llm:2.60.0-py311-cu128"
+
+# g6e.12xlarge: 4x L40S 48 GiB, 1 EFA; two GPU nodes at most.
+GOOD = {
+    "network": {"vpcCidr": "10.0.0.0/16", "availabilityZones": ["us-west-2a", "us-west-2b"]},
+    "gpuNodes": {"instanceType": "g6e.12xlarge", "availabilityZone": "us-west-2a", "maxSize": 2},
+    "serving": {
+        "modelId": "Qwen/Qwen2.5-7B-Instruct",
+        "image": IMAGE,
+        "maxModelLen": 8192,
+        "prefill": {"tensorParallelSize": 1, "minReplicas": 1, "maxReplicas": 4},
+        "decode": {"tensorParallelSize": 1, "minReplicas": 1, "maxReplicas": 4},
+    },
+}
+
+
+def merged(base: dict, overrides: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def validate(overrides: dict, secret_keys=()):
+    values = merged(GOOD, overrides)
+    return validate_stack_config(
+        {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}, "us-west-2", secret_keys
+    )
+
+
+def problems(overrides: dict, secret_keys=()) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        validate(overrides, secret_keys)
+    return info.value.problems
+
+
+def test_good_serving_config_and_its_defaults():
+    cfg = validate({})
+    assert cfg.serving.model_id == "Qwen/Qwen2.5-7B-Instruct"
+    assert cfg.serving.kv_cache_dtype == "auto" and cfg.serving.kv_cache_dtype_bytes == 2
+    assert cfg.serving.public_endpoint is False
+    assert cfg.kuberay.chart_version == "1.7.0"
+    assert cfg.device_plugins.nvidia_chart_version and cfg.device_plugins.efa_chart_version
+
+
+def test_serving_may_be_left_out():
+    values = {k: json.dumps(v) for k, v in GOOD.items() if k != "serving"}
+    assert validate_stack_config(values, "us-west-2").serving is None
+
+
+def test_unknown_model_lists_the_known_ones():
+    (p,) = problems({"serving": {"modelId": "mistralai/Mistral-7B"}})
+    assert p.startswith(f"{PROJECT}:serving.modelId: 'mistralai/Mistral-7B' is not a model")
+    assert "Qwen/Qwen2.5-7B-Instruct" in p and "meta-llama/Llama-3.3-70B-Instruct" in p
+
+
+@pytest.mark.parametrize(
+    "image, words",
+    [
+        ("123456789012.dkr.ecr.us-west-2.amazonaws.com/ray-llm:latest", "'latest'"),
+        ("123456789012.dkr.ecr.us-west-2.amazonaws.com/ray-llm", "no tag"),
+        ("rayproject/ray-llm:2.60.0-py311-cu128", "not an ECR image URI"),
+    ],
+)
+def test_image_must_be_a_tagged_ecr_uri(image, words):
+    (p,) = problems({"serving": {"image": image}})
+    assert p.startswith(f"{PROJECT}:serving.image: ") and words in p
+
+
+def test_tensor_parallel_size_must_be_a_power_of_two():
+    (p,) = problems({"serving": {"decode": {"tensorParallelSize": 3}}})
+    assert p == f"{PROJECT}:serving.decode.tensorParallelSize: 3 is not a power of two (1, 2, 4, 8)"
+
+
+def test_tensor_parallel_size_must_divide_the_node_gpus():
+    # g6e.12xlarge has 4 GPUs; TP 8 cannot live on one node
+    (p,) = problems({"serving": {"prefill": {"tensorParallelSize": 8}}})
+    assert "serving.prefill.tensorParallelSize: 8 does not divide the 4 GPU(s) of a g6e.12xlarge node" in p
+
+
+def test_weights_must_fit_the_tensor_parallel_group():
+    # Qwen2.5-32B: 61 GiB at bf16, TP 1 -> 61.0 GiB on one L40S; vLLM budgets 0.9 x 48 = 43.2 GiB
+    (p,) = problems({"serving": {"modelId": "Qwen/Qwen2.5-32B-Instruct"}})
+    assert "serving.prefill.tensorParallelSize" in p and "serving.decode.tensorParallelSize" in p
+    assert "61.0 GiB per GPU at TP 1" in p and "43.2 GiB" in p
+    # at TP 2: 30.5 GiB per GPU fits (2 replicas a node: maxReplicas 2 each keeps to 1 + 1 nodes)
+    tp2 = {"tensorParallelSize": 2, "maxReplicas": 2}
+    ok = validate({"serving": {"modelId": "Qwen/Qwen2.5-32B-Instruct", "prefill": tp2, "decode": tp2}})
+    assert ok.serving.prefill.tensor_parallel_size == 2
+
+
+def test_replicas_must_fit_the_gpu_node_group():
+    # TP 1 on 4-GPU nodes: 4 replicas a node. prefill max 5 -> 2 nodes, decode max 4 -> 1 node: 3 > maxSize 2
+    (p,) = problems({"serving": {"prefill": {"maxReplicas": 5}}})
+    assert "2 prefill + 1 decode node(s) of g6e.12xlarge exceed gpuNodes.maxSize (2)" in p
+    assert p.startswith(f"{PROJECT}: serving.prefill.maxReplicas")
+    # with room for three nodes it is fine
+    assert validate({"serving": {"prefill": {"maxReplicas": 5}}, "gpuNodes": {"maxSize": 3}}).serving
+
+
+def test_min_replicas_above_max_replicas():
+    (p,) = problems({"serving": {"decode": {"minReplicas": 3, "maxReplicas": 2}}})
+    assert p == f"{PROJECT}:serving.decode: minReplicas (3) is greater than maxReplicas (2)"
+
+
+def test_kv_cache_dtype_is_auto_or_fp8():
+    assert validate({"serving": {"kvCacheDtype": "fp8"}}).serving.kv_cache_dtype_bytes == 1
+    (p,) = problems({"serving": {"kvCacheDtype": "int8"}})
+    assert p.startswith(f"{PROJECT}:serving.kvCacheDtype: ")
+
+
+def test_unknown_serving_key_is_refused_by_path():
+    (p,) = problems({"serving": {"prefill": {"tensorParalelSize": 2}}})
+    assert p == f"{PROJECT}:serving.prefill.tensorParalelSize: unknown key"
+
+
+def test_chart_versions_are_pinned():
+    problems_ = problems({"kuberay": {"chartVersion": "1.6.0"}, "devicePlugins": {"nvidiaChartVersion": "latest"}})
+    assert any(p.startswith(f"{PROJECT}:kuberay.chartVersion: '1.6.0' is not a 1.7.x release") for p in problems_)
+    assert any(p.startswith(f"{PROJECT}:devicePlugins.nvidiaChartVersion: 'latest'") for p in problems_)
+
+
+def test_every_field_mistake_is_reported_at_once():
+    found = problems({"serving": {"modelId": "nope/nope", "image": "nope:latest", "maxModelLen": 0}})
+    assert sorted(p.split(":")[1].split(" ")[0] for p in found) == [
+        "serving.image",
+        "serving.maxModelLen",
+        "serving.modelId",
+    ]
+
+
+def test_hf_token_in_plain_text_is_refused():
+    (p,) = problems({"hfToken": "hf_plain"})
+    assert p == (
+        f"{PROJECT}:hfToken: set in plain text; store it encrypted with `pulumi config set --secret hfToken <value>`"
+    )
+    assert "hf_plain" not in p
+
+
+def test_hf_token_as_a_secret_is_accepted_and_kept_out_of_the_model():
+    cfg = validate({"hfToken": "hf_secret"}, secret_keys=[f"{PROJECT}:hfToken"])
+    assert "hf_secret" not in cfg.model_dump_json()
