@@ -207,7 +207,11 @@ def _figure_rows(base: dict[str, Any], head: dict[str, Any]) -> list[tuple[str, 
                 else "n/a"
             ),
             "Resources": str(report.get("resource_count", 0)),
-            "Policy verdicts": str(len(report.get("verdicts", []))),
+            "Policy verdicts": (
+                str(len(report.get("verdicts", [])))
+                if (report.get("pack") or {}).get("status") == "ran"
+                else "n/a (no policy pack)"
+            ),
         }
 
     a, b = pick(base), pick(head)

@@ -46,7 +46,6 @@ PER_ENVIRONMENT: tuple[str, ...] = (
 )
 
 
-
 def image_without_registry(value: Any) -> Any:
     """`<registry>/<repository>:<tag>` -> `<repository>:<tag>`; a first component with a dot,
     a colon or `localhost` is a registry host (the Docker reference grammar)."""
