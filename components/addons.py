@@ -33,7 +33,9 @@ class CoreAddons(pulumi.ComponentResource):
         versions = dict(args.versions or {})
         self.addons = {}
         for addon in CORE_ADDONS:
-            after: Sequence[pulumi.Resource] = [args.cluster, args.system_nodes] if addon == "coredns" else [args.cluster]
+            after: Sequence[pulumi.Resource] = (
+                [args.cluster, args.system_nodes] if addon == "coredns" else [args.cluster]
+            )
             self.addons[addon] = aws.eks.Addon(
                 f"{name}-{addon}",
                 cluster_name=args.cluster_name,

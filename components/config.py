@@ -16,7 +16,7 @@ import ipaddress
 import json
 import math
 import re
-from typing import Any, Iterable, Literal, Optional
+from typing import Any, Iterable, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -91,7 +91,7 @@ class NetworkConfig(Strict):
 
     @model_validator(mode="after")
     def _layout(self) -> "NetworkConfig":
-        vpc = ipaddress.ip_network(self.vpc_cidr)
+        vpc = ipaddress.IPv4Network(self.vpc_cidr)  # validated above: an IPv4 block
         problems = []
         for label, cidrs in (("privateSubnetCidrs", self.private_subnet_cidrs),
                              ("publicSubnetCidrs", self.public_subnet_cidrs)):
@@ -101,7 +101,7 @@ class NetworkConfig(Strict):
                 )
         subnets = [("private", c) for c in self.private_cidrs()] + [("public", c) for c in self.public_cidrs()]
         for kind, cidr in subnets:
-            if not ipaddress.ip_network(cidr).subnet_of(vpc):
+            if not ipaddress.IPv4Network(cidr).subnet_of(vpc):
                 problems.append(f"{kind} subnet {cidr} does not fit in vpcCidr {self.vpc_cidr}")
         for i, (kind_a, a) in enumerate(subnets):
             for kind_b, b in subnets[i + 1:]:
@@ -114,16 +114,19 @@ class NetworkConfig(Strict):
     def private_cidrs(self) -> list[str]:
         if self.private_subnet_cidrs is not None:
             return list(self.private_subnet_cidrs)
-        vpc = ipaddress.ip_network(self.vpc_cidr)
+        vpc = ipaddress.IPv4Network(self.vpc_cidr)
         blocks = list(vpc.subnets(prefixlen_diff=3))[:-1]  # the last eighth is for public subnets
         return [str(b) for b in blocks[: len(self.availability_zones)]]
 
     def public_cidrs(self) -> list[str]:
         if self.public_subnet_cidrs is not None:
             return list(self.public_subnet_cidrs)
-        vpc = ipaddress.ip_network(self.vpc_cidr)
+        vpc = ipaddress.IPv4Network(self.vpc_cidr)
         top = list(vpc.subnets(prefixlen_diff=3))[-1]
         return [str(b) for b in list(top.subnets(prefixlen_diff=3))[: len(self.availability_zones)]]
+
+
+LogType = Literal["api", "audit", "authenticator", "controllerManager", "scheduler"]
 
 
 class ClusterConfig(Strict):
@@ -134,9 +137,7 @@ class ClusterConfig(Strict):
     public_access_cidrs: list[str] = Field(default_factory=list)
     # IAM principals given cluster-admin through EKS access entries (authentication mode API).
     admin_principal_arns: list[str] = Field(default_factory=list)
-    log_types: list[Literal["api", "audit", "authenticator", "controllerManager", "scheduler"]] = Field(
-        default_factory=lambda: ["api", "audit", "authenticator"]
-    )
+    log_types: list[LogType] = Field(default_factory=lambda: list[LogType](["api", "audit", "authenticator"]))
 
     @field_validator("public_access_cidrs")
     @classmethod
@@ -422,14 +423,14 @@ def _known_keys() -> list[str]:
     return [field.alias or name for name, field in StackConfig.model_fields.items() if name != "region"]
 
 
-def _location(error: dict[str, Any]) -> str:
+def _location(error: Mapping[str, Any]) -> str:
     parts = [str(p) for p in error["loc"] if not str(p).startswith("function-after")]
     if not parts:
         return PROJECT
     return f"{PROJECT}:{parts[0]}" + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in parts[1:])
 
 
-def _describe(error: dict[str, Any]) -> str:
+def _describe(error: Mapping[str, Any]) -> str:
     where = _location(error)
     if error["type"] == "extra_forbidden":
         key = str(error["loc"][-1])

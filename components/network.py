@@ -86,7 +86,9 @@ class Network(pulumi.ComponentResource):
         nat_azs = cfg.availability_zones if cfg.nat_gateways == "perAz" else cfg.availability_zones[:1]
         nat_by_az: dict[str, aws.ec2.NatGateway] = {}
         for az in nat_azs:
-            eip = aws.ec2.Eip(f"{name}-nat-eip-{az}", domain="vpc", tags={**tags, "Name": f"{name}-nat-{az}"}, opts=child)
+            eip = aws.ec2.Eip(
+                f"{name}-nat-eip-{az}", domain="vpc", tags={**tags, "Name": f"{name}-nat-{az}"}, opts=child
+            )
             nat_by_az[az] = aws.ec2.NatGateway(
                 f"{name}-nat-{az}",
                 allocation_id=eip.id,

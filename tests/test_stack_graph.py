@@ -17,7 +17,7 @@ LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 
 
 def stack_config(stack: str):
-    values, secret_keys = load_stack_config(stack)
+    values, _secret_keys = load_stack_config(stack)
     prefix = f"{PROJECT}:"
     return validate_stack_config(
         {k[len(prefix):]: v for k, v in values.items() if k.startswith(prefix)}, values.get("aws:region")
@@ -153,7 +153,8 @@ def test_dev_is_single_nat_and_prod_is_nat_per_az():
 
     assert len(program_run("dev").of_type("aws:ec2/natGateway:NatGateway")) == 1
     prod = program_run("prod")
-    assert len(prod.of_type("aws:ec2/natGateway:NatGateway")) == len(stack_config("prod").network.availability_zones) > 1
+    prod_azs = stack_config("prod").network.availability_zones
+    assert len(prod.of_type("aws:ec2/natGateway:NatGateway")) == len(prod_azs) > 1
 
 
 def test_protect_only_where_configured(run: ProgramRun):

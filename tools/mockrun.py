@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import yaml
+from pulumi.runtime import Mocks
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "llm-pd-eks"
@@ -130,7 +131,7 @@ def _fake_outputs(type_: str, name: str, inputs: dict[str, Any]) -> dict[str, An
     return {**extra, **inputs}
 
 
-class _Mocks:
+class _Mocks(Mocks):
     """Resource ids are `<name>-id`; outputs echo the inputs plus a few computed fields."""
 
     def new_resource(self, args):  # MockResourceArgs
@@ -233,7 +234,10 @@ def run_program(
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
     try:
-        _sync_await(run_in_stack(lambda: runpy.run_path(str(root / "__main__.py"), run_name="__main__")))
+        def program() -> None:
+            runpy.run_path(str(root / "__main__.py"), run_name="__main__")
+
+        _sync_await(run_in_stack(program))
     except BaseException as exc:
         exc.registrations = recorded  # type: ignore[attr-defined]  # what got registered before the failure
         raise

@@ -264,6 +264,7 @@ def run_checks(config: StackConfig, ec2, quotas, catalog=GPU_INSTANCE_TYPES) -> 
 
     def system_quota() -> Result:
         # System types are not in the catalog: their vCPU count comes from EC2 itself.
+        assert system_code  # only scheduled when the type has a standard quota
         found = instance_type_info(ec2, system.instance_type)
         if found is None:
             return Result("system-vcpu-quota", UNKNOWN, f"{system.instance_type} is unknown in this region")
