@@ -108,7 +108,7 @@ class NetworkConfig(Strict):
                 if ipaddress.ip_network(a).overlaps(ipaddress.ip_network(b)):
                     problems.append(f"{kind_a} subnet {a} overlaps {kind_b} subnet {b}")
         if problems:
-            raise ValueError("; ".join(problems))
+            raise ValueError("\n".join(problems))  # one problem a line: reported separately
         return self
 
     def private_cidrs(self) -> list[str]:
@@ -368,7 +368,7 @@ class StackConfig(Strict):
                     f"({self.gpu_nodes.max_size}); prefill and decode replicas need separate nodes"
                 )
         if problems:
-            raise ValueError("; ".join(problems))
+            raise ValueError("\n".join(problems))  # one problem a line: reported separately
         return self
 
     @property
@@ -439,7 +439,8 @@ def _describe(error: Mapping[str, Any]) -> str:
         suffix = f" (did you mean {hint[0]!r}?)" if hint else ""
         return f"{where}: unknown key{suffix}"
     message = error["msg"].removeprefix("Value error, ")
-    return f"{where}: {message}"
+    # A model-level check reports several problems, one a line; at the top level each names its key.
+    return "\n".join(f"{PROJECT}:{part}" if where == PROJECT else f"{where}: {part}" for part in message.split("\n"))
 
 
 def _parse_value(raw: Any) -> Any:
@@ -482,7 +483,7 @@ def validate_stack_config(
     try:
         config = StackConfig.model_validate(data)
     except ValidationError as exc:
-        problems.extend(_describe(e) for e in exc.errors())
+        problems.extend(line for e in exc.errors() for line in _describe(e).split("\n"))
     problems.extend(placement_problems({**data, "region": region}))
     if problems or config is None:
         raise ConfigError(problems)

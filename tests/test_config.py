@@ -57,8 +57,11 @@ def test_overlapping_subnets():
 
 
 def test_subnet_that_does_not_fit_the_vpc():
-    (p,) = problems({"network": {"publicSubnetCidrs": ["10.0.0.0/24", "10.1.0.0/24"]}})
-    assert "public subnet 10.1.0.0/24 does not fit in vpcCidr 10.0.0.0/16" in p
+    found = problems({"network": {"publicSubnetCidrs": ["10.0.0.0/24", "10.1.0.0/24"]}})
+    assert f"{PROJECT}:network: public subnet 10.1.0.0/24 does not fit in vpcCidr 10.0.0.0/16" in found
+    # 10.0.0.0/24 fits, but sits inside the first carved private /19: each problem on its own line
+    assert f"{PROJECT}:network: private subnet 10.0.0.0/19 overlaps public subnet 10.0.0.0/24" in found
+    assert len(found) == 2
 
 
 def test_malformed_cidr():

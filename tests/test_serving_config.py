@@ -99,9 +99,10 @@ def test_tensor_parallel_size_must_divide_the_node_gpus():
 
 def test_weights_must_fit_the_tensor_parallel_group():
     # Qwen2.5-32B: 61 GiB at bf16, TP 1 -> 61.0 GiB on one L40S; vLLM budgets 0.9 x 48 = 43.2 GiB
-    (p,) = problems({"serving": {"modelId": "Qwen/Qwen2.5-32B-Instruct"}})
-    assert "serving.prefill.tensorParallelSize" in p and "serving.decode.tensorParallelSize" in p
-    assert "61.0 GiB per GPU at TP 1" in p and "43.2 GiB" in p
+    prefill, decode = problems({"serving": {"modelId": "Qwen/Qwen2.5-32B-Instruct"}})
+    assert prefill.startswith(f"{PROJECT}:serving.prefill.tensorParallelSize: ")
+    assert decode.startswith(f"{PROJECT}:serving.decode.tensorParallelSize: ")
+    assert "61.0 GiB per GPU at TP 1" in prefill and "43.2 GiB" in prefill
     # at TP 2: 30.5 GiB per GPU fits (2 replicas a node: maxReplicas 2 each keeps to 1 + 1 nodes)
     tp2 = {"tensorParallelSize": 2, "maxReplicas": 2}
     ok = validate({"serving": {"modelId": "Qwen/Qwen2.5-32B-Instruct", "prefill": tp2, "decode": tp2}})
@@ -112,7 +113,7 @@ def test_replicas_must_fit_the_gpu_node_group():
     # TP 1 on 4-GPU nodes: 4 replicas a node. prefill max 5 -> 2 nodes, decode max 4 -> 1 node: 3 > maxSize 2
     (p,) = problems({"serving": {"prefill": {"maxReplicas": 5}}})
     assert "2 prefill + 1 decode node(s) of g6e.12xlarge exceed gpuNodes.maxSize (2)" in p
-    assert p.startswith(f"{PROJECT}: serving.prefill.maxReplicas")
+    assert p.startswith(f"{PROJECT}:serving.prefill.maxReplicas")
     # with room for three nodes it is fine
     assert validate({"serving": {"prefill": {"maxReplicas": 5}}, "gpuNodes": {"maxSize": 3}}).serving
 
