@@ -490,21 +490,23 @@ def validate_stack_config(
     return config
 
 
-def read_project_values() -> tuple[dict[str, Any], Optional[str]]:
-    """All keys of the project namespace, as the engine passed them, and aws:region."""
-    from pulumi.runtime import config as runtime_config
+def validate_engine_config(config: Mapping[str, Any], secret_keys: Iterable[str] = ()) -> StackConfig:
+    """Validate config in the engine's form: `project:key` -> value (objects as JSON text), `aws:region`.
 
-    merged: dict[str, Any] = dict(runtime_config.get_config_env())
-    merged.update(runtime_config.CONFIG.get())
+    The one entry point for the program (from the runtime) and the tools (from a stack file).
+    """
     prefix = f"{PROJECT}:"
-    values = {k[len(prefix):]: v for k, v in merged.items() if k.startswith(prefix)}
-    return values, merged.get("aws:region")
+    values = {k[len(prefix):]: v for k, v in config.items() if k.startswith(prefix)}
+    region = config.get("aws:region")
+    return validate_stack_config(values, str(region) if region else None, secret_keys)
 
 
 def load_stack_config() -> StackConfig:
     """Read and validate the running stack's config (raises ConfigError listing every problem)."""
-    from pulumi.runtime.config import is_config_secret
+    from pulumi.runtime import config as runtime_config
 
-    values, region = read_project_values()
-    secret_keys = [f"{PROJECT}:{k}" for k in values if is_config_secret(f"{PROJECT}:{k}")]
-    return validate_stack_config(values, region, secret_keys)
+    merged: dict[str, Any] = dict(runtime_config.get_config_env())
+    merged.update(runtime_config.CONFIG.get())
+    secret_keys = set(runtime_config.get_config_secret_keys_env())
+    secret_keys.update(k for k in merged if runtime_config.is_config_secret(k))
+    return validate_engine_config(merged, secret_keys)

@@ -25,9 +25,9 @@ import pytest
 from botocore.stub import Stubber
 
 from components.catalog import GPU_INSTANCE_TYPES
-from components.config import StackConfig, validate_stack_config
+from components.config import ConfigError, StackConfig, validate_engine_config
 from tools import preflight
-from tools.mockrun import stacks
+from tools.mockrun import PROJECT, load_stack_config, stacks
 
 ROOT = Path(__file__).resolve().parent.parent
 STACKS = stacks(ROOT)
@@ -122,10 +122,10 @@ def quota_answers(config: StackConfig, ec2, gpu: float, system: float, eip: floa
 
 def variant(stack: str, section: str, **changes) -> StackConfig:
     """A checked-in stack with one section changed, validated through the project's own model."""
-    values, region = preflight.stack_values(stack)
-    data = json.loads(values[section])
-    data.update(changes)
-    return validate_stack_config({**values, section: json.dumps(data)}, region)
+    config, secret_keys = load_stack_config(stack)
+    key = f"{PROJECT}:{section}"
+    config[key] = json.dumps({**json.loads(config[key]), **changes})
+    return validate_engine_config(config, secret_keys)
 
 
 def by_check(results: list[preflight.Result]) -> dict[str, preflight.Result]:
@@ -357,3 +357,14 @@ def test_main_exit_codes_with_injected_clients(aws, capsys):
     out = capsys.readouterr().out
     assert "FAIL: 1 check(s) failed" in out
     assert any(line.split()[:2] == ["FAIL", "gpu-vcpu-quota"] for line in out.splitlines())
+
+
+def test_a_secret_hf_token_is_read_like_the_program_reads_it(tmp_path):
+    # A stack with an encrypted hfToken must load (the secret is recognised, not refused as plain text).
+    stack = (ROOT / "Pulumi.dev.yaml").read_text()
+    (tmp_path / "Pulumi.dev.yaml").write_text(stack + "  llm-pd-eks:hfToken:\n    secure: v1:abc:def\n")
+    config = preflight.load_config("dev", tmp_path)
+    assert config.gpu_nodes.instance_type == preflight.load_config("dev").gpu_nodes.instance_type
+    (tmp_path / "Pulumi.dev.yaml").write_text(stack + "  llm-pd-eks:hfToken: hf_plain\n")
+    with pytest.raises(ConfigError, match="hfToken: set in plain text"):
+        preflight.load_config("dev", tmp_path)

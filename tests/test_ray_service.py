@@ -17,8 +17,7 @@ from google.protobuf import json_format
 from pulumi.runtime import rpc
 
 from components.catalog import GPU_INSTANCE_TYPES
-from components.config import validate_stack_config
-from tools.mockrun import PROJECT, ProgramRun, Registration, load_stack_config, run_program
+from tools.mockrun import PROJECT, ProgramRun, Registration, load_stack_config, run_program, stack_config
 
 RAY_SERVICE = "kubernetes:ray.io/v1:RayService"
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -31,14 +30,6 @@ EFA = "vpc.amazonaws.com/efa"
 
 ROOT = Path(__file__).resolve().parent.parent
 CRD = ROOT.parent / "shared" / "schemas" / "kuberay" / "ray.io_rayservices.yaml"
-
-
-def stack_config(stack: str):
-    values, secret_keys = load_stack_config(stack)
-    prefix = f"{PROJECT}:"
-    return validate_stack_config(
-        {k[len(prefix) :]: v for k, v in values.items() if k.startswith(prefix)}, values.get("aws:region"), secret_keys
-    )
 
 
 def ints(obj):

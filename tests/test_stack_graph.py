@@ -8,20 +8,11 @@ from __future__ import annotations
 import pytest
 
 from components.catalog import GPU_INSTANCE_TYPES
-from components.config import validate_stack_config
-from tools.mockrun import PROJECT, ProgramRun, Registration, load_stack_config
+from tools.mockrun import PROJECT, ProgramRun, Registration, stack_config
 
 SUBNET = "aws:ec2/subnet:Subnet"
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
-
-
-def stack_config(stack: str):
-    values, _secret_keys = load_stack_config(stack)
-    prefix = f"{PROJECT}:"
-    return validate_stack_config(
-        {k[len(prefix):]: v for k, v in values.items() if k.startswith(prefix)}, values.get("aws:region")
-    )
 
 
 def node_group_subnets(run: ProgramRun, node_group: Registration) -> list[Registration]:

@@ -16,10 +16,13 @@ import runpy
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import yaml
 from pulumi.runtime import Mocks
+
+if TYPE_CHECKING:
+    from components.config import StackConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "llm-pd-eks"
@@ -101,10 +104,18 @@ def engine_config(stack_yaml: dict[str, Any]) -> tuple[dict[str, str], list[str]
 
 
 def load_stack_config(stack: str, root: Path = ROOT) -> tuple[dict[str, str], list[str]]:
+    """The stack file's config in the engine's form: (`project:key` -> string, secret keys)."""
     path = stack_file(stack, root)
     if not path.exists():
         raise FileNotFoundError(f"no stack file {path.name}; stacks here: {', '.join(stacks(root))}")
     return engine_config(yaml.safe_load(path.read_text()) or {})
+
+
+def stack_config(stack: str, root: Path = ROOT) -> "StackConfig":
+    """The stack's validated config, read from its stack file exactly as the program reads it."""
+    from components.config import validate_engine_config
+
+    return validate_engine_config(*load_stack_config(stack, root))
 
 
 def _fake_outputs(type_: str, name: str, inputs: dict[str, Any]) -> dict[str, Any]:

@@ -22,10 +22,11 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Literal, Optional
 
 from components.catalog import GPU_INSTANCE_TYPES
-from components.config import ConfigError, StackConfig, validate_stack_config
+from components.config import ConfigError, StackConfig
 
 Status = Literal["ok", "FAIL", "could-not-check"]
 OK: Status = "ok"
@@ -283,18 +284,11 @@ def run_checks(config: StackConfig, ec2, quotas, catalog=GPU_INSTANCE_TYPES) -> 
 # --- stack config and clients ---------------------------------------------------------------
 
 
-def stack_values(stack: str) -> tuple[dict[str, str], Optional[str]]:
-    """The stack's project-namespace values (as the engine hands them over) and its aws:region."""
-    from tools.mockrun import PROJECT, load_stack_config
+def load_config(stack: str, root: Optional[Path] = None) -> StackConfig:
+    """The stack's validated config, read exactly as the program reads it (secret keys included)."""
+    from tools.mockrun import ROOT, stack_config
 
-    engine, _secret_keys = load_stack_config(stack)
-    prefix = f"{PROJECT}:"
-    return {k[len(prefix):]: v for k, v in engine.items() if k.startswith(prefix)}, engine.get("aws:region")
-
-
-def load_config(stack: str) -> StackConfig:
-    """The stack's validated config, read exactly as the program reads it."""
-    return validate_stack_config(*stack_values(stack))
+    return stack_config(stack, root or ROOT)
 
 
 def make_clients(region: str):
