@@ -1,4 +1,5 @@
-"""Wiring only: stack config -> network -> cluster -> node groups -> core add-ons.
+"""Wiring only: stack config -> network -> cluster -> node groups -> core add-ons -> device plugins
+and KubeRay -> the prefill/decode RayService.
 
 Every decision lives in `components/`; this file says what feeds what.
 """
@@ -23,6 +24,7 @@ except ConfigError as error:  # every problem at once, before any resource regis
 
 stack = pulumi.get_stack()
 cluster_name = f"{config.name}-{stack}"
+gpu_instance = gpu_instance_type(config.gpu_nodes.instance_type)
 tags = {"project": config.name, "stack": stack, "managed-by": "pulumi"}
 
 network = Network(
@@ -61,7 +63,7 @@ gpu_nodes = EfaGpuNodeGroup(
     "gpu-nodes",
     EfaGpuNodeGroupArgs(
         config=config.gpu_nodes,
-        instance=gpu_instance_type(config.gpu_nodes.instance_type),
+        instance=gpu_instance,
         cluster_name=cluster_name,
         node_role_arn=cluster.node_role.arn,
         vpc_id=network.vpc.id,
@@ -103,7 +105,7 @@ if config.serving is not None:
         "llm",
         RayServiceArgs(
             config=config.serving,
-            instance=gpu_instance_type(config.gpu_nodes.instance_type),
+            instance=gpu_instance,
             provider=cluster.provider,
             operator=kuberay.release,
             device_plugins=[device_plugins.nvidia, device_plugins.efa],

@@ -47,12 +47,17 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
 }
 
 
+def unsupported_type(name: str) -> str:
+    """Why `name` cannot back the GPU node group, naming the types that can."""
+    return (
+        f"{name!r} is not an EFA-capable GPU instance type this project supports; "
+        f"choose one of {', '.join(sorted(GPU_INSTANCE_TYPES))}"
+    )
+
+
 def gpu_instance_type(name: str) -> GpuInstanceType:
     """The catalog entry for `name`; KeyError names the supported types."""
     try:
         return GPU_INSTANCE_TYPES[name]
     except KeyError:
-        raise KeyError(
-            f"{name!r} is not an EFA-capable GPU type this project supports; "
-            f"choose one of {', '.join(sorted(GPU_INSTANCE_TYPES))}"
-        ) from None
+        raise KeyError(unsupported_type(name)) from None

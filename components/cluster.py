@@ -130,7 +130,7 @@ class Cluster(pulumi.ComponentResource):
         self.register_outputs(
             {
                 "clusterName": args.cluster_name,
-                "kubeconfig": pulumi.Output.secret(self.eks.kubeconfig_json),
+                "kubeconfig": self.kubeconfig,
                 "oidcProviderArn": self.eks.oidc_provider_arn,
                 "clusterSecurityGroupId": self.eks.cluster_security_group_id,
             }

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Literal, Mapping, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from .catalog import GPU_INSTANCE_TYPES
+from .catalog import GPU_INSTANCE_TYPES, unsupported_type
 from .models import MODELS
 
 PROJECT = "llm-pd-eks"
@@ -194,10 +194,7 @@ class GpuNodesConfig(NodeScaling):
     @classmethod
     def _efa_type(cls, value: str) -> str:
         if value not in GPU_INSTANCE_TYPES:
-            raise ValueError(
-                f"{value!r} is not an EFA-capable GPU instance type this project supports; "
-                f"choose one of {', '.join(sorted(GPU_INSTANCE_TYPES))}"
-            )
+            raise ValueError(unsupported_type(value))
         return value
 
 
@@ -282,6 +279,10 @@ class ServingConfig(Strict):
     def kv_cache_dtype_bytes(self) -> int:
         return 1 if self.kv_cache_dtype == "fp8" else 2
 
+    def groups(self) -> dict[str, ReplicaGroupConfig]:
+        """The two sides by role name, the name the serve config and the Ray worker groups use."""
+        return {"prefill": self.prefill, "decode": self.decode}
+
 
 class KubeRayConfig(Strict):
     """The KubeRay operator chart (https://ray-project.github.io/kuberay-helm/)."""
@@ -340,7 +341,7 @@ class StackConfig(Strict):
         serving, instance = self.serving, GPU_INSTANCE_TYPES[self.gpu_nodes.instance_type]
         model = MODELS[serving.model_id]
         problems = []
-        groups = {"prefill": serving.prefill, "decode": serving.decode}
+        groups = serving.groups()
         for role, group in groups.items():
             key = f"serving.{role}.tensorParallelSize"
             tp = group.tensor_parallel_size

@@ -4,7 +4,7 @@
 Both are pinned Helm releases from their official repositories, run only on the GPU nodes
 (`GPU_LABELS`) and tolerate the GPU taint those nodes carry. The NVIDIA chart's default node
 affinity waits for Node Feature Discovery labels that EKS's NVIDIA AMI does not set; it is
-replaced by an affinity on our own `role=gpu` label, or the plugin would never schedule.
+replaced by an affinity on our own GPU node labels, or the plugin would never schedule.
 """
 
 from __future__ import annotations
@@ -16,15 +16,12 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from .config import DevicePluginsConfig
-from .efa_gpu_nodes import GPU_LABELS, GPU_TAINT_KEY
+from .efa_gpu_nodes import GPU_LABELS, GPU_TOLERATION
+from .helm import HelmChart, pinned_release
 
-NVIDIA_REPO = "https://nvidia.github.io/k8s-device-plugin"
-NVIDIA_CHART = "nvidia-device-plugin"
-EFA_REPO = "https://aws.github.io/eks-charts"
-EFA_CHART = "aws-efa-k8s-device-plugin"
+NVIDIA_CHART = HelmChart("nvidia-device-plugin", "https://nvidia.github.io/k8s-device-plugin")
+EFA_CHART = HelmChart("aws-efa-k8s-device-plugin", "https://aws.github.io/eks-charts")
 NAMESPACE = "kube-system"
-
-GPU_TOLERATION = {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
 
 
 def gpu_node_affinity() -> dict:
@@ -81,24 +78,9 @@ class DevicePlugins(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(
             parent=self, provider=args.provider, depends_on=[args.gpu_node_group, *args.depends_on]
         )
-        self.nvidia = k8s.helm.v3.Release(
-            f"{name}-nvidia",
-            name="nvidia-device-plugin",
-            chart=NVIDIA_CHART,
-            version=args.config.nvidia_chart_version,
-            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=NVIDIA_REPO),
-            namespace=NAMESPACE,
-            values=nvidia_values(),
-            opts=child,
+        config = args.config
+        self.nvidia = pinned_release(
+            f"{name}-nvidia", NVIDIA_CHART, config.nvidia_chart_version, NAMESPACE, nvidia_values(), child
         )
-        self.efa = k8s.helm.v3.Release(
-            f"{name}-efa",
-            name="aws-efa-k8s-device-plugin",
-            chart=EFA_CHART,
-            version=args.config.efa_chart_version,
-            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=EFA_REPO),
-            namespace=NAMESPACE,
-            values=efa_values(),
-            opts=child,
-        )
+        self.efa = pinned_release(f"{name}-efa", EFA_CHART, config.efa_chart_version, NAMESPACE, efa_values(), child)
         self.register_outputs({"nvidia": self.nvidia.status, "efa": self.efa.status})

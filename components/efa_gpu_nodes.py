@@ -19,10 +19,12 @@ import pulumi_aws as aws
 
 from .catalog import GpuInstanceType
 from .config import GpuNodesConfig
-from .node_common import IMDSV2, root_volume
+from .node_common import IMDSV2, instance_tags, launch_template_ref, root_volume, scaling_config
 
 GPU_TAINT_KEY = "nvidia.com/gpu"
 GPU_LABELS = {"role": "gpu", "vpc.amazonaws.com/efa.present": "true"}
+# What a pod needs to land on these nodes past their taint (device plugins, Ray workers).
+GPU_TOLERATION = {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
 
 
 def efa_network_interfaces(
@@ -104,9 +106,7 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
                 instance.efa_interfaces, [self.security_group.id, args.cluster_security_group_id]
             ),
             block_device_mappings=[root_volume(cfg.disk_size_gib)],
-            tag_specifications=[
-                aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type="instance", tags={**tags, "Name": name})
-            ],
+            tag_specifications=[instance_tags(tags, name)],
             tags=tags,
             opts=child,
         )
@@ -118,13 +118,9 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
             subnet_ids=[args.subnet.id],  # ONE subnet, hence one AZ
             ami_type="AL2023_x86_64_NVIDIA",
             capacity_type="ON_DEMAND",
-            scaling_config=aws.eks.NodeGroupScalingConfigArgs(
-                min_size=cfg.min_size, desired_size=cfg.desired_size, max_size=cfg.max_size
-            ),
+            scaling_config=scaling_config(cfg),
             update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
-            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
-                id=self.launch_template.id, version=self.launch_template.latest_version.apply(str)
-            ),
+            launch_template=launch_template_ref(self.launch_template),
             labels={**GPU_LABELS, "llm-pd-eks/gpu-az": cfg.availability_zone},
             taints=[aws.eks.NodeGroupTaintArgs(key=GPU_TAINT_KEY, value="true", effect="NO_SCHEDULE")],
             tags=tags,

@@ -17,10 +17,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from .config import KubeRayConfig
+from .helm import HelmChart, pinned_release
 from .system_nodes import SYSTEM_LABELS
 
-KUBERAY_REPO = "https://ray-project.github.io/kuberay-helm/"
-KUBERAY_CHART = "kuberay-operator"
+KUBERAY_CHART = HelmChart("kuberay-operator", "https://ray-project.github.io/kuberay-helm/")
 NAMESPACE = "kuberay-system"
 
 
@@ -42,15 +42,13 @@ class KubeRayOperator(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: KubeRayOperatorArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-pd-eks:index:KubeRayOperator", name, None, opts)
-        self.release = k8s.helm.v3.Release(
+        self.release = pinned_release(
             f"{name}-operator",
-            name="kuberay-operator",
-            chart=KUBERAY_CHART,
-            version=args.config.chart_version,
-            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=KUBERAY_REPO),
-            namespace=NAMESPACE,
+            KUBERAY_CHART,
+            args.config.chart_version,
+            NAMESPACE,
+            operator_values(),
+            pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.depends_on)),
             create_namespace=True,
-            values=operator_values(),
-            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.depends_on)),
         )
         self.register_outputs({"status": self.release.status})

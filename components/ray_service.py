@@ -30,8 +30,8 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from .catalog import GpuInstanceType
-from .config import ReplicaGroupConfig, ServingConfig
-from .efa_gpu_nodes import GPU_LABELS, GPU_TAINT_KEY
+from .config import ServingConfig
+from .efa_gpu_nodes import GPU_LABELS, GPU_TOLERATION
 from .system_nodes import SYSTEM_LABELS
 
 RAY_VERSION = "2.60.0"  # the Ray in the serving image; requirements.txt pins the same for the schema tests
@@ -48,7 +48,6 @@ ROLE_LABEL = "llm-pd-eks/role"  # prefill | decode, on worker pods (anti-affinit
 APP_LABEL = "llm-pd-eks/ray-service"  # every Ray pod of this RayService (endpoint selector)
 SERVE_READY_LABEL = "ray.io/serve"  # KubeRay sets "true" on pods whose Serve proxy is healthy
 
-GPU_TOLERATION = {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
 # libfabric's EFA provider with GPUDirect RDMA: what NIXL's LIBFABRIC backend runs on.
 EFA_ENV = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"}
 KV_TRANSFER_CONFIG = {
@@ -70,13 +69,9 @@ def other_role(role: str) -> str:
     return ROLES[1 - ROLES.index(role)]
 
 
-def _groups(serving: ServingConfig) -> dict[str, ReplicaGroupConfig]:
-    return {"prefill": serving.prefill, "decode": serving.decode}
-
-
 def llm_config(serving: ServingConfig, role: str, instance: GpuInstanceType) -> dict[str, Any]:
     """One `LLMConfig` (as a dict) for the prefill or the decode side."""
-    group = _groups(serving)[role]
+    group = serving.groups()[role]
     return {
         "model_loading_config": {"model_id": serving.model_id, "model_source": serving.model_id},
         "accelerator_type": instance.ray_accelerator_type,
@@ -150,7 +145,7 @@ def worker_group(
     hf_secret_name: Optional[pulumi.Input[str]] = None,
 ) -> dict[str, Any]:
     """A worker group whose every pod fills one GPU node (all GPUs, all EFA devices)."""
-    group = _groups(serving)[role]
+    group = serving.groups()[role]
     min_pods = group.nodes(group.min_replicas, instance.gpus)
     max_pods = group.nodes(group.max_replicas, instance.gpus)
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in EFA_ENV.items()]

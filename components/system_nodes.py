@@ -9,7 +9,7 @@ import pulumi
 import pulumi_aws as aws
 
 from .config import SystemNodesConfig
-from .node_common import IMDSV2, root_volume
+from .node_common import IMDSV2, instance_tags, launch_template_ref, root_volume, scaling_config
 
 SYSTEM_LABELS = {"role": "system"}
 
@@ -40,9 +40,7 @@ class SystemNodeGroup(pulumi.ComponentResource):
             description="System nodes: IMDSv2, encrypted gp3 root",
             metadata_options=IMDSV2,
             block_device_mappings=[root_volume(cfg.disk_size_gib)],
-            tag_specifications=[
-                aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type="instance", tags={**tags, "Name": f"{name}"})
-            ],
+            tag_specifications=[instance_tags(tags, name)],
             tags=tags,
             opts=child,
         )
@@ -54,13 +52,9 @@ class SystemNodeGroup(pulumi.ComponentResource):
             instance_types=[cfg.instance_type],
             ami_type="AL2023_x86_64_STANDARD",
             capacity_type="ON_DEMAND",
-            scaling_config=aws.eks.NodeGroupScalingConfigArgs(
-                min_size=cfg.min_size, desired_size=cfg.desired_size, max_size=cfg.max_size
-            ),
+            scaling_config=scaling_config(cfg),
             update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
-            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
-                id=launch_template.id, version=launch_template.latest_version.apply(str)
-            ),
+            launch_template=launch_template_ref(launch_template),
             labels=SYSTEM_LABELS,
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),

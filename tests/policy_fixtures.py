@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import yaml
+from conftest import LAUNCH_TEMPLATE, NODE_GROUP, PLACEMENT_GROUP, RAY_SERVICE, SUBNET
 from google.protobuf import struct_pb2
 from pulumi.runtime.proto import analyzer_pb2
 
@@ -87,10 +88,6 @@ def mandatory(verdicts: list[Verdict]) -> list[Verdict]:
 
 
 # -- AWS: the EFA GPU node group -------------------------------------------------------------------
-NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
-LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
-PLACEMENT_GROUP = "aws:ec2/placementGroup:PlacementGroup"
-SUBNET = "aws:ec2/subnet:Subnet"
 COMPONENT = "llm-pd-eks:index:EfaGpuNodeGroup"
 
 
@@ -162,8 +159,6 @@ def without_deps(stack: dict[str, Res]) -> dict[str, Res]:
 
 
 # -- Kubernetes: the RayService --------------------------------------------------------------------
-RAY_SERVICE = "kubernetes:ray.io/v1:RayService"
-
 
 def kv_transfer(backends: Optional[list[str]] = ("LIBFABRIC",)) -> dict[str, Any]:
     extra = {} if backends is None else {"kv_connector_extra_config": {"backends": list(backends)}}

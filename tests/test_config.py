@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import copy
 import json
 
 import pytest
+from conftest import config_problems, merged, validate_values
 
-from components.config import ConfigError, StackConfig, validate_stack_config
+from components.config import StackConfig
 from tools.mockrun import PROJECT, run_program
 
 GOOD = {
@@ -17,22 +17,12 @@ GOOD = {
 
 
 def problems(overrides: dict, region: str | None = "us-west-2", drop: tuple[str, ...] = ()) -> list[str]:
-    values = copy.deepcopy(GOOD)
-    for key in drop:
-        values.pop(key)
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(values.get(key), dict):
-            values[key] = {**values[key], **value}
-        else:
-            values[key] = value
-    with pytest.raises(ConfigError) as info:
-        validate_stack_config({k: json.dumps(v) if not isinstance(v, str) else v for k, v in values.items()}, region)
-    assert str(info.value).count("\n  - ") == len(info.value.problems)
-    return info.value.problems
+    values = {k: v for k, v in merged(GOOD, overrides).items() if k not in drop}
+    return config_problems(values, region)
 
 
 def test_good_config_gets_the_model_defaults():
-    cfg = validate_stack_config({k: json.dumps(v) for k, v in GOOD.items()}, "us-west-2")
+    cfg = validate_values(GOOD)
     assert isinstance(cfg, StackConfig)
     assert cfg.network.nat_gateways == "single"
     assert cfg.gpu_nodes.min_size == 2

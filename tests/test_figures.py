@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from conftest import ROOT, STACKS, program_run
+from conftest import STACKS, program_run
 
 from components.catalog import GPU_INSTANCE_TYPES
 from components.config import SystemNodesConfig
@@ -23,13 +23,14 @@ from tools.figures import (
     node_groups,
     transfer_seconds,
 )
-from tools.mockrun import load_stack_config, run_program
+from tools.mockrun import load_stack_config, run_program, stack_file
 
 GIB = 1 << 30
 
 
 def stack_yaml(stack: str) -> dict:
-    return yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
+    """The stack file's raw `config:` block (read here, not through the config model under test)."""
+    return yaml.safe_load(stack_file(stack).read_text())["config"]
 
 
 # -- KV cache ------------------------------------------------------------------------------------

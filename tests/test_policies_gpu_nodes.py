@@ -4,10 +4,8 @@ variants included (every ID unknown; resources linked only by property dependenc
 from __future__ import annotations
 
 import pytest
+from conftest import LAUNCH_TEMPLATE, NODE_GROUP, SUBNET
 from policy_fixtures import (
-    LAUNCH_TEMPLATE,
-    NODE_GROUP,
-    SUBNET,
     UNKNOWN,
     Res,
     efa_interfaces,

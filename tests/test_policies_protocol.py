@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 
 import pytest
+from conftest import LAUNCH_TEMPLATE
 from google.protobuf import json_format
-from policy_fixtures import LAUNCH_TEMPLATE, Res, gpu_stack, judge, of, pack
+from policy_fixtures import Res, gpu_stack, judge, of, pack
 from pulumi.runtime.proto import analyzer_pb2
 
 from components.catalog import GPU_INSTANCE_TYPES

@@ -23,15 +23,11 @@ from pathlib import Path
 import boto3
 import pytest
 from botocore.stub import Stubber
+from conftest import ROOT, STACKS, engine_config_with
 
 from components.catalog import GPU_INSTANCE_TYPES
 from components.config import ConfigError, StackConfig, validate_engine_config
 from tools import preflight
-from tools.mockrun import PROJECT, load_stack_config, stacks
-
-ROOT = Path(__file__).resolve().parent.parent
-STACKS = stacks(ROOT)
-
 
 # --- the emulator ---------------------------------------------------------------------------
 
@@ -122,10 +118,7 @@ def quota_answers(config: StackConfig, ec2, gpu: float, system: float, eip: floa
 
 def variant(stack: str, section: str, **changes) -> StackConfig:
     """A checked-in stack with one section changed, validated through the project's own model."""
-    config, secret_keys = load_stack_config(stack)
-    key = f"{PROJECT}:{section}"
-    config[key] = json.dumps({**json.loads(config[key]), **changes})
-    return validate_engine_config(config, secret_keys)
+    return validate_engine_config(*engine_config_with(stack, section, **changes))
 
 
 def by_check(results: list[preflight.Result]) -> dict[str, preflight.Result]:

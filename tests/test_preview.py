@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, STACKS, program_run
+from conftest import RAY_SERVICE, ROOT, STACKS, copy_checkout, program_run
 from google.protobuf import json_format, struct_pb2
 
 from components.models import MODELS
@@ -108,7 +107,7 @@ def test_kubernetes_manifests_and_serve_config(previews, stack):
     texts = {p.name: p.read_text() for p in manifests.glob("*.yaml")}
     for reg in k8s:
         assert any(t.startswith(f"# {reg.urn}\n") for t in texts.values()), f"no manifest for {reg.urn}"
-    services = result.run.of_type("kubernetes:ray.io/v1:RayService")
+    services = result.run.of_type(RAY_SERVICE)
     assert len(services) == 1
     inputs = services[0].inputs
     doc = yaml.safe_load(texts[f"rayservice-{services[0].name}.yaml"])
@@ -125,7 +124,7 @@ def test_kubernetes_manifests_and_serve_config(previews, stack):
 def test_kv_figure_matches_the_deployed_serve_config(previews, stack):
     """The KV figure is worked out from what the RayService actually serves, not from the config."""
     result = previews[stack]
-    serve = yaml.safe_load(result.run.of_type("kubernetes:ray.io/v1:RayService")[0].inputs["spec"]["serveConfigV2"])
+    serve = yaml.safe_load(result.run.of_type(RAY_SERVICE)[0].inputs["spec"]["serveConfigV2"])
     prefill = serve["applications"][0]["args"]["prefill_config"]
     engine = prefill["engine_kwargs"]
     model = MODELS[prefill["model_loading_config"]["model_id"]]
@@ -223,16 +222,6 @@ def test_readme_component_diagram_is_the_real_graph():
 
 
 # -- exit codes, in a subprocess on a temporary copy ----------------------------------------------
-IGNORE = shutil.ignore_patterns(
-    ".venv", "build", ".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", "node_modules", "tests"
-)
-
-
-def copy_checkout(dst: Path) -> Path:
-    shutil.copytree(ROOT, dst, ignore=IGNORE)
-    return dst
-
-
 def run_cli(root: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "tools.preview", "--stack", "dev", *args],

@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT
+from conftest import copy_checkout
 
 from components.catalog import GPU_INSTANCE_TYPES
 from tools.figures import load_prices
 from tools.preview_diff import DiffError, Side, changed_paths, compare, cost_delta, preview_diff, render
-
-IGNORE = shutil.ignore_patterns(
-    ".venv", "build", ".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", "node_modules", "tests"
-)
 
 
 # -- comparing -----------------------------------------------------------------------------------
@@ -91,7 +86,7 @@ def _git(repo: Path, *args: str) -> str:
 def repo(tmp_path_factory) -> Path:
     """A git repository holding a copy of the program; the working tree then changes Pulumi.dev.yaml."""
     root = tmp_path_factory.mktemp("diff") / "repo"
-    shutil.copytree(ROOT, root, ignore=IGNORE)
+    copy_checkout(root)
     _git(root, "init", "-q")
     _git(root, "add", "-A")
     _git(root, "commit", "-qm", "base")

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import ROOT
 
 from tools import promote_check
 from tools.promote_check import MUST_PROMOTE_KIND, PER_ENVIRONMENT_KIND, SECRET_KIND, compare_stacks, main
 
-ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / ".github" / "workflows"
 P = "llm-pd-eks"
 

@@ -9,27 +9,24 @@ the code under test.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
+from conftest import NODE_GROUP, RAY_SERVICE, SHARED, engine_config_with
 from google.protobuf import json_format
 from pulumi.runtime import rpc
 
 from components.catalog import GPU_INSTANCE_TYPES
-from tools.mockrun import PROJECT, ProgramRun, Registration, load_stack_config, run_program, stack_config
+from tools.mockrun import PROJECT, ProgramRun, Registration, run_program, stack_config
 
-RAY_SERVICE = "kubernetes:ray.io/v1:RayService"
 RELEASE = "kubernetes:helm.sh/v3:Release"
-NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 SERVICE = "kubernetes:core/v1:Service"
 SECRET = "kubernetes:core/v1:Secret"
 K8S_PROVIDER = "pulumi:providers:kubernetes"
 GPU = "nvidia.com/gpu"
 EFA = "vpc.amazonaws.com/efa"
 
-ROOT = Path(__file__).resolve().parent.parent
-CRD = ROOT.parent / "shared" / "schemas" / "kuberay" / "ray.io_rayservices.yaml"
+CRD = SHARED / "schemas" / "kuberay" / "ray.io_rayservices.yaml"
 
 
 def ints(obj):
@@ -292,31 +289,19 @@ TOKEN = "hf_unit-test-token-4b1d"
 
 
 def dev_config(**serving_overrides) -> dict[str, str]:
-    config, _ = load_stack_config("dev")
-    serving = json.loads(config[f"{PROJECT}:serving"])
-    serving.update(serving_overrides)
-    config[f"{PROJECT}:serving"] = json.dumps(serving)
+    config, secret_keys = engine_config_with("dev", "serving", **serving_overrides)
+    assert secret_keys == []  # the variants below choose which keys are secret
     return config
 
 
-def unsecret_occurrences(value, needle: str) -> int:
-    """Occurrences of `needle` outside secret-marked values of a deserialized Struct."""
-    if isinstance(value, dict):
-        if value.get(rpc._special_sig_key) == rpc._special_secret_sig:
-            return 0
-        return sum(unsecret_occurrences(v, needle) for v in value.values())
-    if isinstance(value, list):
-        return sum(unsecret_occurrences(v, needle) for v in value)
-    return int(isinstance(value, str) and needle in value)
-
-
-def secret_occurrences(value, needle: str, inside: bool = False) -> int:
+def occurrences(value, needle: str, *, secret: bool, inside: bool = False) -> int:
+    """Occurrences of `needle` inside (`secret`) or outside secret-marked values of a deserialized Struct."""
     if isinstance(value, dict):
         inside = inside or value.get(rpc._special_sig_key) == rpc._special_secret_sig
-        return sum(secret_occurrences(v, needle, inside) for v in value.values())
+        return sum(occurrences(v, needle, secret=secret, inside=inside) for v in value.values())
     if isinstance(value, list):
-        return sum(secret_occurrences(v, needle, inside) for v in value)
-    return int(inside and isinstance(value, str) and needle in value)
+        return sum(occurrences(v, needle, secret=secret, inside=inside) for v in value)
+    return int(inside is secret and isinstance(value, str) and needle in value)
 
 
 @pytest.fixture(scope="module")
@@ -341,9 +326,9 @@ def test_hf_token_becomes_a_secret_the_workers_read(run_with_token: ProgramRun):
 
 def test_hf_token_never_appears_in_plain_text(run_with_token: ProgramRun):
     structs = {r.urn: json_format.MessageToDict(r.inputs_struct) for r in run_with_token.resources}
-    assert sum(unsecret_occurrences(s, TOKEN) for s in structs.values()) == 0
+    assert sum(occurrences(s, TOKEN, secret=False) for s in structs.values()) == 0
     # ... while it is there, encrypted-marked, in the Secret (so the check above can see it)
-    assert secret_occurrences(structs[run_with_token.one(SECRET).urn], TOKEN) == 1
+    assert occurrences(structs[run_with_token.one(SECRET).urn], TOKEN, secret=True) == 1
 
 
 def test_no_secret_without_a_token(run: ProgramRun):
@@ -359,6 +344,7 @@ def test_hf_token_in_plain_text_stops_the_program_before_any_resource():
         run_program("dev", config=config, secret_keys=[])
     assert f"{PROJECT}:hfToken" in str(info.value) and "--secret" in str(info.value)
     assert TOKEN not in str(info.value)
+    assert info.value.registrations == []  # type: ignore[attr-defined]  # refused before any resource
 
 
 def test_public_endpoint_is_an_internet_facing_load_balancer():

@@ -6,12 +6,9 @@ the model table (components/models.py), as noted next to each case.
 
 from __future__ import annotations
 
-import copy
-import json
-
 import pytest
+from conftest import config_problems, merged, validate_values
 
-from components.config import ConfigError, validate_stack_config
 from tools.mockrun import PROJECT
 
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/ray-llm:2.60.0-py311-cu128"
@@ -30,27 +27,12 @@ GOOD = {
 }
 
 
-def merged(base: dict, overrides: dict) -> dict:
-    out = copy.deepcopy(base)
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merged(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
 def validate(overrides: dict, secret_keys=()):
-    values = merged(GOOD, overrides)
-    return validate_stack_config(
-        {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}, "us-west-2", secret_keys
-    )
+    return validate_values(merged(GOOD, overrides), secret_keys=secret_keys)
 
 
 def problems(overrides: dict, secret_keys=()) -> list[str]:
-    with pytest.raises(ConfigError) as info:
-        validate(overrides, secret_keys)
-    return info.value.problems
+    return config_problems(merged(GOOD, overrides), secret_keys=secret_keys)
 
 
 def test_good_serving_config_and_its_defaults():
@@ -63,8 +45,7 @@ def test_good_serving_config_and_its_defaults():
 
 
 def test_serving_may_be_left_out():
-    values = {k: json.dumps(v) for k, v in GOOD.items() if k != "serving"}
-    assert validate_stack_config(values, "us-west-2").serving is None
+    assert validate_values({k: v for k, v in GOOD.items() if k != "serving"}).serving is None
 
 
 def test_unknown_model_lists_the_known_ones():

@@ -6,13 +6,10 @@ Expected values come from the stack's own config file and the GPU catalog, never
 from __future__ import annotations
 
 import pytest
+from conftest import LAUNCH_TEMPLATE, NODE_GROUP, PLACEMENT_GROUP, SUBNET, program_run
 
 from components.catalog import GPU_INSTANCE_TYPES
 from tools.mockrun import PROJECT, ProgramRun, Registration, stack_config
-
-SUBNET = "aws:ec2/subnet:Subnet"
-NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
-LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 
 
 def node_group_subnets(run: ProgramRun, node_group: Registration) -> list[Registration]:
@@ -78,7 +75,7 @@ def test_gpu_launch_template_sits_in_a_cluster_placement_group(run: ProgramRun):
     lt = launch_template_of(run, gpu_node_group(run))
     (pg_urn,) = lt.property_dependencies["placement"]
     pg = run.by_urn(pg_urn)
-    assert pg.type == "aws:ec2/placementGroup:PlacementGroup"
+    assert pg.type == PLACEMENT_GROUP
     assert pg.inputs["strategy"] == "cluster"
     assert lt.inputs["placement"]["groupName"] == pg.outputs["name"]
 
@@ -140,8 +137,6 @@ def test_nat_gateways_per_stack(run: ProgramRun):
 
 
 def test_dev_is_single_nat_and_prod_is_nat_per_az():
-    from tests.conftest import program_run
-
     assert len(program_run("dev").of_type("aws:ec2/natGateway:NatGateway")) == 1
     prod = program_run("prod")
     prod_azs = stack_config("prod").network.availability_zones
@@ -157,8 +152,6 @@ def test_protect_only_where_configured(run: ProgramRun):
 
 
 def test_prod_is_protected():
-    from tests.conftest import program_run
-
     prod = program_run("prod")
     assert prod.one("aws:ec2/vpc:Vpc").protect and prod.one("eks:index:Cluster").protect
 

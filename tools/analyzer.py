@@ -25,6 +25,7 @@ from typing import IO, TYPE_CHECKING, Any, Iterable, Optional, Union
 
 import grpc
 from google.protobuf import empty_pb2, json_format, struct_pb2
+from pulumi.runtime import rpc
 from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -32,9 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICY_PACK_DIR = ROOT / "policies"
-UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"  # the engine's unknown-value sentinel
-_RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
-_SIG_KEY = "4dabf18193072939515e22adb298388d"
+UNKNOWN = rpc.UNKNOWN  # the engine's unknown-value sentinel
 _UNUSED_ENGINE_ADDRESS = "127.0.0.1:1"
 
 _LEVEL_NAMES = {
@@ -78,7 +77,7 @@ def _strip_resource_refs(value: Any, ids: dict[str, str]) -> Any:
     if isinstance(value, list):
         return [_strip_resource_refs(v, ids) for v in value]
     if isinstance(value, dict):
-        if value.get(_SIG_KEY) == _RESOURCE_SIG:
+        if value.get(rpc._special_sig_key) == rpc._special_resource_sig:
             return value.get("id") or ids.get(value.get("urn", "")) or value.get("urn", "")
         return {k: _strip_resource_refs(v, ids) for k, v in value.items()}
     return value

@@ -85,13 +85,18 @@ def stacks(root: Path = ROOT) -> list[str]:
     return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
 
 
+def is_secure(value: Any) -> bool:
+    """A stack file's encrypted value: `{secure: <ciphertext>}`."""
+    return isinstance(value, dict) and set(value) == {"secure"}
+
+
 def engine_config(stack_yaml: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
     """Turn a Pulumi.<stack>.yaml `config:` block into the engine's (config, secret keys)."""
     config: dict[str, str] = {}
     secret_keys: list[str] = []
     for key, value in (stack_yaml.get("config") or {}).items():
         full = key if ":" in key else f"{PROJECT}:{key}"
-        if isinstance(value, dict) and set(value) == {"secure"}:
+        if is_secure(value):
             config[full] = SECRET_PLACEHOLDER
             secret_keys.append(full)
         elif isinstance(value, (dict, list)):
@@ -239,7 +244,6 @@ def run_program(
     os.environ["PULUMI_CONFIG"] = json.dumps(config)
     os.environ["PULUMI_CONFIG_SECRET_KEYS"] = json.dumps(list(secret_keys or []))
     runtime_config.set_all_config(dict(config), list(secret_keys or []))
-    settings.ROOT.set(None)
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=True, monitor=monitor)
     settings.ROOT.set(None)  # run_in_stack makes the root Stack, as the language host does
     if str(root) not in sys.path:

@@ -374,6 +374,5 @@ def main(argv: Optional[list[str]] = None, clients=None) -> int:
     return 1 if v == "FAIL" else 3 if v == "warning" and args.strict else 0
 
 
-
 if __name__ == "__main__":
     sys.exit(main())

@@ -26,20 +26,15 @@ import traceback
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NoReturn, Optional
+
+# The wire format's marker keys (secrets, unknowns, resource refs), for turning inputs into plain JSON.
+from pulumi.runtime import rpc
 
 ROOT = Path(__file__).resolve().parent.parent
 
 EXIT_OK, EXIT_VIOLATION, EXIT_CONFIG, EXIT_PROGRAM, EXIT_POLICY = 0, 1, 2, 3, 4
 
-# Marker keys of Pulumi's wire format (pulumi.runtime.rpc), for turning inputs into plain JSON.
-_SIG = "4dabf18193072939515e22adb298388d"
-_SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
-_RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
-_OUTPUT_SIG = "d0e6a833031e9bbcd3f4e8bde6ca49a4"
-_ASSET_SIG = "c44067f5952c0a294b673a41bacd8c17"
-_ARCHIVE_SIG = "0def7320c3a5731c473e5ecbe6d01bc7"
-_UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
 SECRET = "[secret]"
 UNKNOWN = "[unknown until apply]"
 
@@ -81,21 +76,21 @@ def _stderr_progress(message: str) -> None:
 def plain(value: Any) -> Any:
     """Wire-format value -> JSON: secrets "[secret]", unknowns marked, resource refs as URNs."""
     if isinstance(value, dict):
-        sig = value.get(_SIG)
-        if sig == _SECRET_SIG:
+        sig = value.get(rpc._special_sig_key)
+        if sig == rpc._special_secret_sig:
             return SECRET
-        if sig == _RESOURCE_SIG:
+        if sig == rpc._special_resource_sig:
             return value.get("urn", "")
-        if sig == _OUTPUT_SIG:
+        if sig == rpc._special_output_value_sig:
             if value.get("secret"):
                 return SECRET
             return plain(value["value"]) if "value" in value else UNKNOWN
-        if sig == _ASSET_SIG or sig == _ARCHIVE_SIG:
-            return {k: plain(v) for k, v in value.items() if k != _SIG}
+        if sig == rpc._special_asset_sig or sig == rpc._special_archive_sig:
+            return {k: plain(v) for k, v in value.items() if k != rpc._special_sig_key}
         return {k: plain(value[k]) for k in sorted(value)}  # wire maps are unordered: sort, for stable diffs
     if isinstance(value, list):
         return [plain(v) for v in value]
-    if value == _UNKNOWN:
+    if value == rpc.UNKNOWN:
         return UNKNOWN
     if isinstance(value, float) and value.is_integer():
         return int(value)  # protobuf carries every number as a double
@@ -151,18 +146,21 @@ def read_config(stack: str, root: Path) -> tuple[dict[str, str], list[str], Any]
     except Exception as error:  # unreadable YAML
         raise PreviewError(EXIT_CONFIG, f"{mockrun.stack_file(stack, root).name}: {error}") from None
     try:
-        from components.config import PROJECT, ConfigError, validate_stack_config
+        from components import config as model
     except ImportError as error:
         raise PreviewError(EXIT_PROGRAM, f"{root} has no usable components/config.py: {error}") from None
 
-    prefix = f"{PROJECT}:"
-    values = {k[len(prefix) :]: v for k, v in engine_config.items() if k.startswith(prefix)}
     try:
-        if "secret_keys" in inspect.signature(validate_stack_config).parameters:
-            config = validate_stack_config(values, engine_config.get("aws:region"), secret_keys)
-        else:  # an older revision's config model (preview-diff), before secret-only keys existed
-            config = validate_stack_config(values, engine_config.get("aws:region"))
-    except ConfigError as error:
+        if hasattr(model, "validate_engine_config"):  # the one entry point for config in the engine's form
+            config = model.validate_engine_config(engine_config, secret_keys)
+        else:  # an older revision's config model (preview-diff), from before validate_engine_config
+            prefix = f"{model.PROJECT}:"
+            values = {k[len(prefix) :]: v for k, v in engine_config.items() if k.startswith(prefix)}
+            if "secret_keys" in inspect.signature(model.validate_stack_config).parameters:
+                config = model.validate_stack_config(values, engine_config.get("aws:region"), secret_keys)
+            else:  # ... and from before secret-only keys existed
+                config = model.validate_stack_config(values, engine_config.get("aws:region"))
+    except model.ConfigError as error:
         problems = "\n".join(f"  - {p}" for p in error.problems)
         raise PreviewError(
             EXIT_CONFIG,
@@ -299,12 +297,10 @@ def _count_types(regs: list[Any]) -> str:
 
 def component_rows(run: Any) -> list[tuple[int, Any, list[Any]]]:
     """(depth, component, its descendants that are not themselves containers) in tree order."""
-    from tools.preview_graph import parents_with_children, top_level
+    from tools.preview_graph import children_by_parent, parents_with_children, top_level
 
     containers = parents_with_children(run)
-    children: dict[str, list[Any]] = {}
-    for r in run.resources:
-        children.setdefault(r.parent, []).append(r)
+    children = children_by_parent(run)
 
     def descendants(urn: str) -> list[Any]:
         found = []
@@ -619,11 +615,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             from tools.mockrun import run_program
             from tools.preview_graph import component_mermaid
 
-            _use_root(args.root.resolve())
-            engine_config, secret_keys, _ = read_config(args.stack, args.root.resolve())
-            print(
-                component_mermaid(run_program(args.stack, engine_config, secret_keys, root=args.root.resolve())), end=""
-            )
+            root = args.root.resolve()
+            _use_root(root)
+            engine_config, secret_keys, _ = read_config(args.stack, root)
+            print(component_mermaid(run_program(args.stack, engine_config, secret_keys, root=root)), end="")
             return EXIT_OK
         result = preview(args.stack, args.root, args.out, policy_config, progress=progress)
     except PreviewError as error:
@@ -635,15 +630,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     return result.exit_code
 
 
-if __name__ == "__main__":
+def run_and_exit(argv: Optional[list[str]] = None) -> NoReturn:
+    """`main` as a process of its own: `python -m tools.preview`, and each side of `tools.preview_diff`."""
     import gc
 
     # The preview allocates hundreds of thousands of objects importing the provider SDKs and never
     # frees much; the cyclic collector only costs time here (~20% of a run), so it is switched off.
     gc.disable()
-    code = main()
+    code = main(argv)
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown (tens of thousands of SDK objects, and asyncio loop finalisers that
     # complain once gc is off): everything is written and the policy process is already closed.
     os._exit(code)
+
+
+if __name__ == "__main__":
+    run_and_exit()

@@ -22,7 +22,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = Path(__file__).resolve().parent
@@ -30,7 +30,7 @@ TOOLS = Path(__file__).resolve().parent
 # Runs this checkout's `tools` against another checkout's program: `tools` is loaded from TOOLS
 # explicitly, `components` then resolves from the previewed root (first on sys.path).
 _BOOTSTRAP = """
-import gc, importlib.util, os, sys
+import importlib.util, os, sys
 tools_dir, root = sys.argv[1], sys.argv[2]
 sys.path.insert(0, root)
 spec = importlib.util.spec_from_file_location("tools", os.path.join(tools_dir, "__init__.py"),
@@ -38,11 +38,8 @@ spec = importlib.util.spec_from_file_location("tools", os.path.join(tools_dir, "
 module = importlib.util.module_from_spec(spec)
 sys.modules["tools"] = module
 spec.loader.exec_module(module)
-from tools.preview import main
-gc.disable()
-code = main(["--root", root] + sys.argv[3:])
-sys.stdout.flush(); sys.stderr.flush()
-os._exit(code)
+from tools.preview import run_and_exit
+run_and_exit(["--root", root] + sys.argv[3:])
 """
 
 
@@ -54,6 +51,10 @@ class DiffError(Exception):
 
 def _progress(message: str) -> None:
     print(f"[preview-diff] {message}", file=sys.stderr, flush=True)
+
+
+def default_out_dir(root: Path, stack: str) -> Path:
+    return Path(root).resolve() / "build" / "preview-diff" / stack
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -288,12 +289,12 @@ def preview_diff(
     root: Path = ROOT,
     out_dir: Optional[Path] = None,
     python: Optional[str] = None,
-    progress=_progress,
+    progress: Callable[[str], None] = _progress,
 ) -> tuple[Diff, int]:
     """Preview `base_rev` and the working tree of `root`; returns the diff and the head's exit code."""
     root = Path(root).resolve()
     python = python or sys.executable
-    out_dir = Path(out_dir) if out_dir is not None else root / "build" / "preview-diff" / stack
+    out_dir = Path(out_dir) if out_dir is not None else default_out_dir(root, stack)
     try:
         sha = _git(root, "rev-parse", "--verify", "--quiet", f"{base_rev}^{{commit}}")
     except DiffError:
@@ -344,7 +345,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code
     print(render(diff), end="")
-    where = args.out or args.root.resolve() / "build" / "preview-diff" / args.stack
+    where = args.out or default_out_dir(args.root, args.stack)
     _progress(f"written to {where / 'diff.md'}")
     return code
 

@@ -57,6 +57,19 @@ def parents_with_children(run: "ProgramRun") -> set[str]:
     return {r.parent for r in run.resources if r.parent}
 
 
+def children_by_parent(run: "ProgramRun") -> dict[str, list["Registration"]]:
+    """parent urn -> its children, in registration order ("" holds the stack's direct children)."""
+    children: dict[str, list["Registration"]] = defaultdict(list)
+    for r in run.resources:
+        children[r.parent].append(r)
+    return children
+
+
+def component_colours(run: "ProgramRun") -> dict[str, str]:
+    """Top-level component name -> its colour, in `top_level` order (DOT clusters, SVG nodes and legend)."""
+    return {r.name: PALETTE[i % len(PALETTE)] for i, r in enumerate(top_level(run))}
+
+
 def ancestor_map(run: "ProgramRun") -> dict[str, str]:
     """urn -> urn of its top-level ancestor (itself when top-level)."""
     by_urn = {r.urn: r for r in run.resources}
@@ -112,11 +125,8 @@ def to_dot(run: "ProgramRun") -> str:
     graph = build_graph(run)
     ids = {r.urn: f"n{i}" for i, r in enumerate(graph.nodes)}
     containers = parents_with_children(run)
-    children: dict[str, list["Registration"]] = defaultdict(list)
-    for r in run.resources:
-        children[r.parent].append(r)
-    top_names = [r.name for r in top_level(run)]
-    colours = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(top_names)}
+    children = children_by_parent(run)
+    colours = component_colours(run)
     lines = [
         f"digraph {_q(run.stack)} {{",
         '  graph [rankdir=TB, fontname="Helvetica", fontsize=11, compound=true];',
@@ -172,8 +182,8 @@ def layers(graph: Graph) -> dict[str, int]:
 def to_svg(run: "ProgramRun") -> str:
     graph = build_graph(run)
     layer = layers(graph)
-    top_names = [r.name for r in top_level(run)]
-    colour = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(top_names)}
+    colour = component_colours(run)
+    top_names = list(colour)
     order = {name: i for i, name in enumerate(top_names)}
     by_layer: dict[int, list["Registration"]] = defaultdict(list)
     for r in graph.nodes:

@@ -25,7 +25,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from tools.mockrun import ROOT, SECRET_PLACEHOLDER, load_stack_config
+from tools.mockrun import ROOT, SECRET_PLACEHOLDER, is_secure, load_stack_config
 
 # Keys expected to differ between environments (fnmatch globs on `namespace:dotted.path`; `*`
 # also matches dots). Everything else must be equal in both stacks.
@@ -143,10 +143,8 @@ class Report:
 
 
 def _show(value: Any) -> str:
-    if value is MISSING:
-        return "(not set)"
-    if value is _SECRET:
-        return "(secret)"
+    if value is MISSING or value is _SECRET:
+        return repr(value)
     return json.dumps(value) if not isinstance(value, str) else value
 
 
@@ -155,14 +153,10 @@ def classify(key: str, per_environment: Iterable[str] = PER_ENVIRONMENT) -> str:
     return PER_ENVIRONMENT_KIND if any(fnmatchcase(key, p) for p in per_environment) else MUST_PROMOTE_KIND
 
 
-def _is_secure(value: Any) -> bool:
-    return isinstance(value, dict) and set(value) == {"secure"}
-
-
 def _flatten(prefix: str, value: Any) -> Iterator[tuple[str, Any]]:
     """Objects become dotted paths; lists of objects become `key[i].field`; other lists are leaves
     (an AZ list is one value). A `{secure: ...}` object is a secret leaf."""
-    if _is_secure(value):
+    if is_secure(value):
         yield prefix, _SECRET
     elif isinstance(value, dict) and value:
         for k, v in value.items():

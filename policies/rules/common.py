@@ -66,17 +66,6 @@ def is_unknown(value: Any) -> bool:
     return value is UNKNOWN or (isinstance(value, str) and value in UNKNOWN_SENTINELS)
 
 
-def has_unknown(value: Any) -> bool:
-    """True when `value` or anything nested in it is unknown."""
-    if is_unknown(value):
-        return True
-    if isinstance(value, Mapping):
-        return any(has_unknown(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(has_unknown(v) for v in value)
-    return False
-
-
 def plain(props: Any) -> Any:
     """A plain dict/list copy of (possibly proxied) properties, unknown sentinels kept as strings."""
     if isinstance(props, Mapping):
@@ -151,6 +140,7 @@ def efa_types(config: Mapping[str, Any]) -> dict[str, int]:
 
 
 def name_of(resource: Any) -> str:
+    """`Kind 'name'` of a resource or of validation args (both carry resource_type and name)."""
     return f"{resource.resource_type.split(':')[-1]} '{resource.name}'"
 
 

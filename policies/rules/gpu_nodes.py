@@ -10,7 +10,7 @@ subnets, placement group), joined by `StackView`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from pulumi_policy import (
     EnforcementLevel,
@@ -79,10 +79,33 @@ def _efa_hint(types: dict[str, int], gpu_types: set[str]) -> str:
     return "; ".join(f"{t} has {types[t]} network card(s)" for t in sorted(gpu_types) if t in types)
 
 
+def _gpu_types(group: NodeGroupView, types: dict[str, int]) -> str:
+    """The group's EFA GPU types, for messages."""
+    return join(group.instance_types & types.keys())
+
+
+GpuCheck = Callable[[StackView, dict[str, int], ReportViolation], None]
+
+
+def gpu_stack_policy(
+    name: str, description: str, check: GpuCheck, level: EnforcementLevel = EnforcementLevel.MANDATORY
+) -> StackValidationPolicy:
+    """A stack policy over the GPU resources: `check` gets the joined view and the `efaGpuTypes` table."""
+
+    def validate(args: StackValidationArgs, report: ReportViolation) -> None:
+        check(StackView(args.resources), efa_types(config_with_defaults(args, EFA_CONFIG)), report)
+
+    return StackValidationPolicy(
+        name=name,
+        description=description,
+        validate=validate,
+        enforcement_level=level,
+        config_schema=PolicyConfigSchema(properties=EFA_CONFIG),
+    )
+
+
 # -- 1. one AZ ---------------------------------------------------------------------------------
-def _single_az(args: StackValidationArgs, report: ReportViolation) -> None:
-    types = efa_types(config_with_defaults(args, EFA_CONFIG))
-    view = StackView(args.resources)
+def _single_az(view: StackView, types: dict[str, int], report: ReportViolation) -> None:
     for group in gpu_node_groups(view, types):
         azs: dict[str, list[str]] = {}
         for subnet in group.subnets:
@@ -92,7 +115,7 @@ def _single_az(args: StackValidationArgs, report: ReportViolation) -> None:
         if len(azs) > 1:
             spread = "; ".join(f"{az}: {join(names)}" for az, names in sorted(azs.items()))
             report(
-                f"node group '{group.resource.name}' runs {join(group.instance_types & types.keys())} "
+                f"node group '{group.resource.name}' runs {_gpu_types(group, types)} "
                 f"across {len(azs)} availability zones ({spread}). EFA traffic does not cross AZs and a "
                 f"cluster placement group lives in one AZ. Fix: give the node group the private subnet "
                 f"of a single AZ.",
@@ -100,19 +123,15 @@ def _single_az(args: StackValidationArgs, report: ReportViolation) -> None:
             )
 
 
-gpu_group_single_az = StackValidationPolicy(
+gpu_group_single_az = gpu_stack_policy(
     name="gpu-node-group-single-az",
     description="Node groups of EFA-capable GPU instances keep all their subnets in one availability zone.",
-    validate=_single_az,
-    enforcement_level=EnforcementLevel.MANDATORY,
-    config_schema=PolicyConfigSchema(properties=EFA_CONFIG),
+    check=_single_az,
 )
 
 
 # -- 2. EFA on every card ----------------------------------------------------------------------
-def _efa_present(args: StackValidationArgs, report: ReportViolation) -> None:
-    types = efa_types(config_with_defaults(args, EFA_CONFIG))
-    view = StackView(args.resources)
+def _efa_present(view: StackView, types: dict[str, int], report: ReportViolation) -> None:
     templates, without = gpu_templates(view, types)
     for group in without:
         gpu = group.instance_types & types.keys()
@@ -133,18 +152,14 @@ def _efa_present(args: StackValidationArgs, report: ReportViolation) -> None:
             )
 
 
-efa_on_every_card = StackValidationPolicy(
+efa_on_every_card = gpu_stack_policy(
     name="efa-on-gpu-nodes",
     description="Launch templates and node groups for EFA-capable GPU instances attach EFA interfaces.",
-    validate=_efa_present,
-    enforcement_level=EnforcementLevel.MANDATORY,
-    config_schema=PolicyConfigSchema(properties=EFA_CONFIG),
+    check=_efa_present,
 )
 
 
-def _efa_count(args: StackValidationArgs, report: ReportViolation) -> None:
-    types = efa_types(config_with_defaults(args, EFA_CONFIG))
-    view = StackView(args.resources)
+def _efa_count(view: StackView, types: dict[str, int], report: ReportViolation) -> None:
     templates, _ = gpu_templates(view, types)
     for template in templates:
         efa = view.efa_interfaces(template.resource)
@@ -162,24 +177,21 @@ def _efa_count(args: StackValidationArgs, report: ReportViolation) -> None:
             )
 
 
-efa_interface_count = StackValidationPolicy(
+efa_interface_count = gpu_stack_policy(
     name="efa-interface-count",
     description="GPU launch templates attach as many EFA interfaces as the instance type has network cards.",
-    validate=_efa_count,
-    enforcement_level=EnforcementLevel.ADVISORY,
-    config_schema=PolicyConfigSchema(properties=EFA_CONFIG),
+    check=_efa_count,
+    level=EnforcementLevel.ADVISORY,
 )
 
 
 # -- 3. cluster placement ----------------------------------------------------------------------
-def _cluster_placement(args: StackValidationArgs, report: ReportViolation) -> None:
-    types = efa_types(config_with_defaults(args, EFA_CONFIG))
-    view = StackView(args.resources)
+def _cluster_placement(view: StackView, types: dict[str, int], report: ReportViolation) -> None:
     templates, without = gpu_templates(view, types)
     fix = "Fix: create an aws.ec2.PlacementGroup with strategy 'cluster' and set placement.groupName to it."
     for group in without:
         report(
-            f"node group '{group.resource.name}' runs {join(group.instance_types & types.keys())} without "
+            f"node group '{group.resource.name}' runs {_gpu_types(group, types)} without "
             f"a launch template, so its nodes sit in no placement group. {fix}",
             group.resource.urn,
         )
@@ -197,12 +209,10 @@ def _cluster_placement(args: StackValidationArgs, report: ReportViolation) -> No
                 )
 
 
-cluster_placement = StackValidationPolicy(
+cluster_placement = gpu_stack_policy(
     name="gpu-cluster-placement-group",
     description="Launch templates for EFA-capable GPU instances use a placement group with strategy 'cluster'.",
-    validate=_cluster_placement,
-    enforcement_level=EnforcementLevel.MANDATORY,
-    config_schema=PolicyConfigSchema(properties=EFA_CONFIG),
+    check=_cluster_placement,
 )
 
 
@@ -233,9 +243,7 @@ imdsv2_required = ResourceValidationPolicy(
 
 
 # -- 5. private GPU nodes ----------------------------------------------------------------------
-def _private_gpu_nodes(args: StackValidationArgs, report: ReportViolation) -> None:
-    types = efa_types(config_with_defaults(args, EFA_CONFIG))
-    view = StackView(args.resources)
+def _private_gpu_nodes(view: StackView, types: dict[str, int], report: ReportViolation) -> None:
     for group in gpu_node_groups(view, types):
         public = [s.name for s in group.subnets if truthy(dig(view.props(s), "mapPublicIpOnLaunch"))]
         if public:
@@ -256,12 +264,10 @@ def _private_gpu_nodes(args: StackValidationArgs, report: ReportViolation) -> No
                 )
 
 
-private_gpu_nodes = StackValidationPolicy(
+private_gpu_nodes = gpu_stack_policy(
     name="gpu-nodes-private",
     description="GPU node groups run only in subnets that do not map public IPs.",
-    validate=_private_gpu_nodes,
-    enforcement_level=EnforcementLevel.MANDATORY,
-    config_schema=PolicyConfigSchema(properties=EFA_CONFIG),
+    check=_private_gpu_nodes,
 )
 
 POLICIES = [

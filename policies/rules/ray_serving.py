@@ -29,6 +29,7 @@ from .common import (
     dig,
     is_unknown,
     known_list,
+    name_of,
     plain,
 )
 
@@ -58,16 +59,17 @@ def walk(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
                     value = json.loads(value)
                 except ValueError:
                     pass
-            label = f"{path}.{key}" if path else str(key)
-            if isinstance(value, dict) and isinstance(value.get("name"), str):
-                label += f"({value['name']})"
-            yield from walk(value, label)
+            yield from walk(value, _named(f"{path}.{key}" if path else str(key), value))
     elif isinstance(node, list):
         for i, value in enumerate(node):
-            label = f"{path}[{i}]"
-            if isinstance(value, dict) and isinstance(value.get("name"), str):
-                label += f"({value['name']})"
-            yield from walk(value, label)
+            yield from walk(value, _named(f"{path}[{i}]", value))
+
+
+def _named(label: str, value: Any) -> str:
+    """`label(name)` for a node that carries a name (an application, a connector), so paths read well."""
+    if isinstance(value, dict) and isinstance(value.get("name"), str):
+        return f"{label}({value['name']})"
+    return label
 
 
 # -- 6. NIXL over LIBFABRIC --------------------------------------------------------------------
@@ -88,7 +90,7 @@ def _nixl_backend(args: ResourceValidationArgs, report: ReportViolation) -> None
     try:
         config = serve_config(spec)
     except ServeConfigError as error:
-        report(f"RayService '{args.name}': spec.serveConfigV2 is not valid YAML ({error}). Fix: build it "
+        report(f"{name_of(args)}: spec.serveConfigV2 is not valid YAML ({error}). Fix: build it "
                f"with yaml.safe_dump from the serve config dict.")
         return
     if config is None or is_unknown(config):
@@ -103,7 +105,7 @@ def _nixl_backend(args: ResourceValidationArgs, report: ReportViolation) -> None
         if required not in names:
             shown = names or "unset (NIXL then uses UCX)"
             report(
-                f"RayService '{args.name}': NixlConnector at {path or '(root)'} has backends {shown}; the "
+                f"{name_of(args)}: NixlConnector at {path or '(root)'} has backends {shown}; the "
                 f"KV cache would not travel over EFA. Fix: kv_connector_extra_config: "
                 f"{{backends: ['{required}']}}."
             )
@@ -185,7 +187,7 @@ def _gpu_pods_efa(args: ResourceValidationArgs, report: ReportViolation) -> None
             if problems:
                 cname = dig(container, "name")
                 report(
-                    f"{args.resource_type.split(':')[-1]} '{args.name}', {label}, container '{cname}' requests "
+                    f"{name_of(args)}, {label}, container '{cname}' requests "
                     f"{gpus} x {gpu_res} but does not use EFA. Fix: " + "; ".join(problems) + "."
                 )
 

@@ -29,6 +29,7 @@ from .common import (
     dig,
     is_unknown,
     known_list,
+    name_of,
     plain,
     truthy,
 )
@@ -109,7 +110,7 @@ def _literal_secrets(args: ResourceValidationArgs, report: ReportViolation) -> N
                 found += [f"serveConfigV2 {path} {k}" for k, v in node.items() if secret_like(str(k), v)]
     if found:
         report(
-            f"{args.resource_type.split(':')[-1]} '{args.name}' carries literal secret-looking values: "
+            f"{name_of(args)} carries literal secret-looking values: "
             f"{', '.join(found)}. Fix: put them in a Kubernetes Secret (from `pulumi config set --secret`) "
             f"and reference it with env valueFrom.secretKeyRef."
         )
@@ -138,10 +139,7 @@ _ALB_SCHEME = "alb.ingress.kubernetes.io/scheme"
 
 def _service_exposure(service: Any) -> Any:
     """Why a Service object is internet-facing; None if it is not or cannot be told yet."""
-    kind = dig(service, "spec", "type")
-    if is_unknown(kind):
-        return None
-    if kind != "LoadBalancer":
+    if dig(service, "spec", "type") != "LoadBalancer":  # not one, or not known yet
         return None
     annotations = dig(service, "metadata", "annotations")
     if is_unknown(annotations):
@@ -175,7 +173,7 @@ def _internet_facing(args: ResourceValidationArgs, report: ReportViolation) -> N
         why = f"annotation {_ALB_SCHEME}: internet-facing" if scheme == "internet-facing" else None
     if why:
         report(
-            f"{args.resource_type.split(':')[-1]} '{args.name}' is internet-facing ({why}). The serve "
+            f"{name_of(args)} is internet-facing ({why}). The serve "
             f"endpoint has no authentication in front of it. Fix: annotate "
             f"{_SCHEME}: internal (or {_ALB_SCHEME}: internal), or set allowInternetFacing in the "
             f"policy config if exposure is intended."
