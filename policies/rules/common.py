@@ -9,8 +9,15 @@ sentinels explicitly: an unknown never yields a violation, it only makes a check
 from __future__ import annotations
 
 import copy
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
+from pulumi_policy import (
+    EnforcementLevel,
+    PolicyConfigSchema,
+    ReportViolation,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+)
 from pulumi_policy.deserialize import serialize_properties
 from pulumi_policy.proxy import (
     UNKNOWN_ARCHIVE_VALUE,
@@ -146,3 +153,22 @@ def name_of(resource: Any) -> str:
 
 def join(items: Iterable[str]) -> str:
     return ", ".join(sorted(items))
+
+
+def resource_policy(
+    name: str,
+    description: str,
+    validate: Callable[[ResourceValidationArgs, ReportViolation], None],
+    config: Optional[dict[str, dict[str, Any]]] = None,
+) -> ResourceValidationPolicy:
+    """A mandatory per-resource rule whose thresholds are `config` (JSON-schema properties with defaults).
+
+    One place states the level: a policy the engine is given without one silently becomes advisory.
+    """
+    return ResourceValidationPolicy(
+        name=name,
+        description=description,
+        validate=validate,
+        enforcement_level=EnforcementLevel.MANDATORY,
+        config_schema=PolicyConfigSchema(properties=config) if config is not None else None,
+    )

@@ -17,7 +17,6 @@ from pulumi_policy import (
     PolicyConfigSchema,
     ReportViolation,
     ResourceValidationArgs,
-    ResourceValidationPolicy,
     StackValidationArgs,
     StackValidationPolicy,
 )
@@ -31,6 +30,7 @@ from .common import (
     is_unknown,
     join,
     plain,
+    resource_policy,
     truthy,
 )
 from .stack import NodeGroupView, StackView
@@ -234,11 +234,10 @@ def _imdsv2(args: ResourceValidationArgs, report: ReportViolation) -> None:
         )
 
 
-imdsv2_required = ResourceValidationPolicy(
+imdsv2_required = resource_policy(
     name="launch-template-imdsv2",
     description="Every launch template requires IMDSv2 (metadataOptions.httpTokens = 'required').",
     validate=_imdsv2,
-    enforcement_level=EnforcementLevel.MANDATORY,
 )
 
 

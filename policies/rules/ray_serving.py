@@ -13,11 +13,8 @@ from typing import Any, Iterator, Optional
 
 import yaml
 from pulumi_policy import (
-    EnforcementLevel,
-    PolicyConfigSchema,
     ReportViolation,
     ResourceValidationArgs,
-    ResourceValidationPolicy,
 )
 
 from .common import (
@@ -31,6 +28,7 @@ from .common import (
     known_list,
     name_of,
     plain,
+    resource_policy,
 )
 
 
@@ -111,12 +109,11 @@ def _nixl_backend(args: ResourceValidationArgs, report: ReportViolation) -> None
             )
 
 
-nixl_libfabric = ResourceValidationPolicy(
+nixl_libfabric = resource_policy(
     name="nixl-libfabric-backend",
     description="A RayService whose serve config uses NixlConnector names LIBFABRIC in its NIXL backends.",
     validate=_nixl_backend,
-    enforcement_level=EnforcementLevel.MANDATORY,
-    config_schema=PolicyConfigSchema(properties=NIXL_CONFIG),
+    config=NIXL_CONFIG,
 )
 
 
@@ -192,12 +189,11 @@ def _gpu_pods_efa(args: ResourceValidationArgs, report: ReportViolation) -> None
                 )
 
 
-gpu_pods_efa = ResourceValidationPolicy(
+gpu_pods_efa = resource_policy(
     name="ray-gpu-pods-efa",
     description="Ray worker containers that request GPUs also request EFA devices and set FI_PROVIDER=efa.",
     validate=_gpu_pods_efa,
-    enforcement_level=EnforcementLevel.MANDATORY,
-    config_schema=PolicyConfigSchema(properties=POD_EFA_CONFIG),
+    config=POD_EFA_CONFIG,
 )
 
 POLICIES = [nixl_libfabric, gpu_pods_efa]

@@ -12,11 +12,8 @@ import re
 from typing import Any, Iterator
 
 from pulumi_policy import (
-    EnforcementLevel,
-    PolicyConfigSchema,
     ReportViolation,
     ResourceValidationArgs,
-    ResourceValidationPolicy,
 )
 
 from .common import (
@@ -31,6 +28,7 @@ from .common import (
     known_list,
     name_of,
     plain,
+    resource_policy,
     truthy,
 )
 from .ray_serving import ServeConfigError, serve_config, walk
@@ -116,12 +114,11 @@ def _literal_secrets(args: ResourceValidationArgs, report: ReportViolation) -> N
         )
 
 
-no_literal_secrets = ResourceValidationPolicy(
+no_literal_secrets = resource_policy(
     name="no-literal-secrets-in-pods",
     description="Pod specs carry no literal secret-looking env values; secrets come from secretKeyRef.",
     validate=_literal_secrets,
-    enforcement_level=EnforcementLevel.MANDATORY,
-    config_schema=PolicyConfigSchema(properties=SECRET_CONFIG),
+    config=SECRET_CONFIG,
 )
 
 # -- internet-facing serve endpoint ------------------------------------------------------------
@@ -180,12 +177,11 @@ def _internet_facing(args: ResourceValidationArgs, report: ReportViolation) -> N
         )
 
 
-not_internet_facing = ResourceValidationPolicy(
+not_internet_facing = resource_policy(
     name="serve-endpoint-not-internet-facing",
     description="Load balancers in front of the serve endpoint are internal unless the policy config allows it.",
     validate=_internet_facing,
-    enforcement_level=EnforcementLevel.MANDATORY,
-    config_schema=PolicyConfigSchema(properties=EXPOSURE_CONFIG),
+    config=EXPOSURE_CONFIG,
 )
 
 # -- EKS public endpoint -----------------------------------------------------------------------
@@ -256,12 +252,11 @@ def _public_endpoint(args: ResourceValidationArgs, report: ReportViolation) -> N
         )
 
 
-eks_endpoint_restricted = ResourceValidationPolicy(
+eks_endpoint_restricted = resource_policy(
     name="eks-public-endpoint-restricted",
     description="The EKS public API endpoint is not open to 0.0.0.0/0 unless the policy config allows it.",
     validate=_public_endpoint,
-    enforcement_level=EnforcementLevel.MANDATORY,
-    config_schema=PolicyConfigSchema(properties=ENDPOINT_CONFIG),
+    config=ENDPOINT_CONFIG,
 )
 
 POLICIES = [no_literal_secrets, not_internet_facing, eks_endpoint_restricted]
