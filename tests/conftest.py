@@ -1,92 +1,14 @@
-"""Shared fixtures: the program run under mocks once per stack, reused by every test."""
+"""Fixtures shared by every test module; plain helpers live in `helpers.py`."""
 
 from __future__ import annotations
 
-import copy
-import json
-import shutil
-import sys
-from pathlib import Path
-from typing import Any, Iterable, Optional
-
 import pytest
+from helpers import STACKS, program_run
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from components.config import ConfigError, StackConfig, validate_stack_config  # noqa: E402
-from tools.mockrun import PROJECT, ProgramRun, load_stack_config, run_program, stacks  # noqa: E402
-
-STACKS = stacks(ROOT)
-SHARED = ROOT.parent / "shared"
-
-# Pulumi type tokens the tests look for.
-NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
-LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
-PLACEMENT_GROUP = "aws:ec2/placementGroup:PlacementGroup"
-SUBNET = "aws:ec2/subnet:Subnet"
-RAY_SERVICE = "kubernetes:ray.io/v1:RayService"
-
-_runs: dict[str, ProgramRun] = {}
-
-
-def program_run(stack: str) -> ProgramRun:
-    """The recorded registrations of `stack` (run once per session; runs are deterministic)."""
-    if stack not in _runs:
-        _runs[stack] = run_program(stack)
-    return _runs[stack]
+from tools.mockrun import ProgramRun
 
 
 @pytest.fixture(params=STACKS)
 def run(request) -> ProgramRun:
+    """The recorded registrations of each stack in turn."""
     return program_run(request.param)
-
-
-# -- stack config variants -------------------------------------------------------------------------
-def merged(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """`base` with `overrides` merged in, nested objects key by key (lists and scalars replace)."""
-    out = copy.deepcopy(base)
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merged(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-def validate_values(
-    values: dict[str, Any], region: Optional[str] = "us-west-2", secret_keys: Iterable[str] = ()
-) -> StackConfig:
-    """Validate project values as the engine hands them over (objects as JSON text)."""
-    raw = {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
-    return validate_stack_config(raw, region, secret_keys)
-
-
-def config_problems(
-    values: dict[str, Any], region: Optional[str] = "us-west-2", secret_keys: Iterable[str] = ()
-) -> list[str]:
-    """The problems `values` are refused with; the error lists each on its own line."""
-    with pytest.raises(ConfigError) as info:
-        validate_values(values, region, secret_keys)
-    assert str(info.value).count("\n  - ") == len(info.value.problems)
-    return info.value.problems
-
-
-def engine_config_with(stack: str, section: str, **changes: Any) -> tuple[dict[str, str], list[str]]:
-    """A checked-in stack's engine config (and secret keys) with keys of one section changed."""
-    config, secret_keys = load_stack_config(stack)
-    key = f"{PROJECT}:{section}"
-    config[key] = json.dumps({**json.loads(config[key]), **changes})
-    return config, secret_keys
-
-
-# -- a copy of the checkout, for tests that change the program or run its CLIs ----------------------
-_NOT_COPIED = shutil.ignore_patterns(
-    ".venv", "build", ".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", "node_modules", "tests"
-)
-
-
-def copy_checkout(dst: Path) -> Path:
-    """The program, its tools and stack files (no virtualenv, caches, build output or tests) at `dst`."""
-    shutil.copytree(ROOT, dst, ignore=_NOT_COPIED)
-    return dst

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import yaml
-from conftest import LAUNCH_TEMPLATE, NODE_GROUP, PLACEMENT_GROUP, RAY_SERVICE, SUBNET
+from helpers import LAUNCH_TEMPLATE, NODE_GROUP, PLACEMENT_GROUP, RAY_SERVICE, SUBNET
 from google.protobuf import struct_pb2
 from pulumi.runtime.proto import analyzer_pb2
 

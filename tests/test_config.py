@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import config_problems, merged, validate_values
+from helpers import config_problems, merged, validate_values
 
 from components.config import StackConfig
 from tools.mockrun import PROJECT, run_program

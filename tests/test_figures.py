@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from conftest import STACKS, program_run
+from helpers import STACKS, program_run
 
 from components.catalog import GPU_INSTANCE_TYPES
 from components.config import SystemNodesConfig

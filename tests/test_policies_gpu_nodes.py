@@ -4,7 +4,7 @@ variants included (every ID unknown; resources linked only by property dependenc
 from __future__ import annotations
 
 import pytest
-from conftest import LAUNCH_TEMPLATE, NODE_GROUP, SUBNET
+from helpers import LAUNCH_TEMPLATE, NODE_GROUP, SUBNET
 from policy_fixtures import (
     UNKNOWN,
     Res,

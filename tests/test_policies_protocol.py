@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import LAUNCH_TEMPLATE
+from helpers import LAUNCH_TEMPLATE
 from google.protobuf import json_format
 from policy_fixtures import Res, gpu_stack, judge, of, pack
 from pulumi.runtime.proto import analyzer_pb2

@@ -4,7 +4,7 @@ no mandatory violation, every policy actually ran, and the same stacks bent in o
 from __future__ import annotations
 
 import pytest
-from conftest import RAY_SERVICE, STACKS, program_run
+from helpers import RAY_SERVICE, STACKS, program_run
 from google.protobuf import json_format
 from policy_fixtures import mandatory, of, pack
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import boto3
 import pytest
 from botocore.stub import Stubber
-from conftest import ROOT, STACKS, engine_config_with
+from helpers import ROOT, STACKS, engine_config_with
 
 from components.catalog import GPU_INSTANCE_TYPES
 from components.config import ConfigError, StackConfig, validate_engine_config

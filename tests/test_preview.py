@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import RAY_SERVICE, ROOT, STACKS, copy_checkout, program_run
+from helpers import RAY_SERVICE, ROOT, STACKS, copy_checkout, program_run
 from google.protobuf import json_format, struct_pb2
 
 from components.models import MODELS

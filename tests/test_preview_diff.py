@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import copy_checkout
+from helpers import copy_checkout
 
 from components.catalog import GPU_INSTANCE_TYPES
 from tools.figures import load_prices

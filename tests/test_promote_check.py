@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import ROOT
+from helpers import ROOT
 
 from tools import promote_check
 from tools.promote_check import MUST_PROMOTE_KIND, PER_ENVIRONMENT_KIND, SECRET_KIND, compare_stacks, main

@@ -12,7 +12,7 @@ import json
 
 import pytest
 import yaml
-from conftest import NODE_GROUP, RAY_SERVICE, SHARED, engine_config_with
+from helpers import DATA, NODE_GROUP, RAY_SERVICE, engine_config_with
 from google.protobuf import json_format
 from pulumi.runtime import rpc
 
@@ -26,7 +26,7 @@ K8S_PROVIDER = "pulumi:providers:kubernetes"
 GPU = "nvidia.com/gpu"
 EFA = "vpc.amazonaws.com/efa"
 
-CRD = SHARED / "schemas" / "kuberay" / "ray.io_rayservices.yaml"
+CRD = DATA / "kuberay" / "ray.io_rayservices.yaml"  # vendored: tests/data/kuberay/SOURCE
 
 
 def ints(obj):
@@ -182,8 +182,6 @@ def test_prefill_and_decode_replicas_never_share_a_node(run: ProgramRun):
 
 
 def test_manifest_validates_against_the_kuberay_crd(run: ProgramRun):
-    if not CRD.exists():
-        pytest.skip(f"KubeRay CRDs not present at {CRD} (../shared is only beside the development checkout)")
     import jsonschema
 
     crd = yaml.safe_load(CRD.read_text())

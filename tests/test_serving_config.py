@@ -7,7 +7,7 @@ the model table (components/models.py), as noted next to each case.
 from __future__ import annotations
 
 import pytest
-from conftest import config_problems, merged, validate_values
+from helpers import config_problems, merged, validate_values
 
 from tools.mockrun import PROJECT
 

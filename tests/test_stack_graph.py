@@ -6,7 +6,7 @@ Expected values come from the stack's own config file and the GPU catalog, never
 from __future__ import annotations
 
 import pytest
-from conftest import LAUNCH_TEMPLATE, NODE_GROUP, PLACEMENT_GROUP, SUBNET, program_run
+from helpers import LAUNCH_TEMPLATE, NODE_GROUP, PLACEMENT_GROUP, SUBNET, program_run
 
 from components.catalog import GPU_INSTANCE_TYPES
 from tools.mockrun import PROJECT, ProgramRun, Registration, stack_config
