@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuInstanceType:
-    """One EFA-capable GPU instance type."""
+    """One EFA-capable GPU instance type (one field a line in the table below, by keyword)."""
 
     name: str
     efa_interfaces: int  # = network cards carrying EFA; one interface each
@@ -33,16 +33,106 @@ class GpuInstanceType:
 GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
     t.name: t
     for t in (
-        GpuInstanceType("g6e.8xlarge", 1, 1, 48, 32, "L40S", "L40S", 25),
-        GpuInstanceType("g6e.12xlarge", 1, 4, 48, 48, "L40S", "L40S", 100),
-        GpuInstanceType("g6e.24xlarge", 2, 4, 48, 96, "L40S", "L40S", 200),
-        GpuInstanceType("g6e.48xlarge", 4, 8, 48, 192, "L40S", "L40S", 400),
-        GpuInstanceType("g5.48xlarge", 1, 8, 24, 192, "A10G", "A10G", 100),
-        GpuInstanceType("p4d.24xlarge", 4, 8, 40, 96, "A100", "A100-40G", 400),
-        GpuInstanceType("p4de.24xlarge", 4, 8, 80, 96, "A100", "A100-80G", 400),
-        GpuInstanceType("p5.48xlarge", 32, 8, 80, 192, "H100", "H100", 3200),
-        GpuInstanceType("p5e.48xlarge", 32, 8, 141, 192, "H200", "H200", 3200),
-        GpuInstanceType("p5en.48xlarge", 16, 8, 141, 192, "H200", "H200", 3200),
+        GpuInstanceType(
+            name="g6e.8xlarge",
+            efa_interfaces=1,
+            gpus=1,
+            gpu_memory_gib=48,
+            vcpus=32,
+            gpu_model="L40S",
+            ray_accelerator_type="L40S",
+            network_gbps=25,
+        ),
+        GpuInstanceType(
+            name="g6e.12xlarge",
+            efa_interfaces=1,
+            gpus=4,
+            gpu_memory_gib=48,
+            vcpus=48,
+            gpu_model="L40S",
+            ray_accelerator_type="L40S",
+            network_gbps=100,
+        ),
+        GpuInstanceType(
+            name="g6e.24xlarge",
+            efa_interfaces=2,
+            gpus=4,
+            gpu_memory_gib=48,
+            vcpus=96,
+            gpu_model="L40S",
+            ray_accelerator_type="L40S",
+            network_gbps=200,
+        ),
+        GpuInstanceType(
+            name="g6e.48xlarge",
+            efa_interfaces=4,
+            gpus=8,
+            gpu_memory_gib=48,
+            vcpus=192,
+            gpu_model="L40S",
+            ray_accelerator_type="L40S",
+            network_gbps=400,
+        ),
+        GpuInstanceType(
+            name="g5.48xlarge",
+            efa_interfaces=1,
+            gpus=8,
+            gpu_memory_gib=24,
+            vcpus=192,
+            gpu_model="A10G",
+            ray_accelerator_type="A10G",
+            network_gbps=100,
+        ),
+        GpuInstanceType(
+            name="p4d.24xlarge",
+            efa_interfaces=4,
+            gpus=8,
+            gpu_memory_gib=40,
+            vcpus=96,
+            gpu_model="A100",
+            ray_accelerator_type="A100-40G",
+            network_gbps=400,
+        ),
+        GpuInstanceType(
+            name="p4de.24xlarge",
+            efa_interfaces=4,
+            gpus=8,
+            gpu_memory_gib=80,
+            vcpus=96,
+            gpu_model="A100",
+            ray_accelerator_type="A100-80G",
+            network_gbps=400,
+        ),
+        GpuInstanceType(
+            name="p5.48xlarge",
+            efa_interfaces=32,
+            gpus=8,
+            gpu_memory_gib=80,
+            vcpus=192,
+            gpu_model="H100",
+            ray_accelerator_type="H100",
+            network_gbps=3200,
+        ),
+        GpuInstanceType(
+            name="p5e.48xlarge",
+            efa_interfaces=32,
+            gpus=8,
+            gpu_memory_gib=141,
+            vcpus=192,
+            gpu_model="H200",
+            ray_accelerator_type="H200",
+            network_gbps=3200,
+        ),
+        GpuInstanceType(
+            name="p5en.48xlarge",
+            efa_interfaces=16,
+            gpus=8,
+            gpu_memory_gib=141,
+            vcpus=192,
+            gpu_model="H200",
+            ray_accelerator_type="H200",
+            network_gbps=3200,
+        ),
     )
 }
 
