@@ -9,7 +9,7 @@ import pulumi
 from components.addons import CoreAddons, CoreAddonsArgs
 from components.catalog import gpu_instance_type
 from components.cluster import Cluster, ClusterArgs
-from components.config import ConfigError, load_stack_config
+from components.config import ConfigError, load_stack_config, stack_cluster_name
 from components.device_plugins import DevicePlugins, DevicePluginsArgs
 from components.efa_gpu_nodes import EfaGpuNodeGroup, EfaGpuNodeGroupArgs
 from components.kuberay import KubeRayOperator, KubeRayOperatorArgs
@@ -23,7 +23,7 @@ except ConfigError as error:  # every problem at once, before any resource regis
     raise pulumi.RunError(str(error)) from None
 
 stack = pulumi.get_stack()
-cluster_name = f"{config.name}-{stack}"
+cluster_name = stack_cluster_name(stack)
 gpu_instance = gpu_instance_type(config.gpu_nodes.instance_type)
 tags = {"project": config.name, "stack": stack, "managed-by": "pulumi"}
 

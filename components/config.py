@@ -16,6 +16,7 @@ import ipaddress
 import json
 import math
 import re
+from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -29,20 +30,87 @@ PROJECT = "llm-pd-eks"
 _AZ_SUFFIX = re.compile(r"^[a-z]$")
 
 
+# --- limits of the real services (issue 12): absurd values are refused before anything registers ----
+
+# EKS service quota L-BD136A63 "Nodes per managed node group", default 450 (adjustable: raise this
+# with the quota). Without a bound, `maxSize: 1000000000` priced at millions of dollars an hour.
+MAX_NODES_PER_NODE_GROUP = 450
+# Largest gp3 volume: 16 TiB (Amazon EBS volume types, "Volume size").
+EBS_GP3_MAX_GIB = 16_384
+# The longest context of the models in components/models.py (Llama 3.1/3.3: max_position_embeddings
+# 131072 in their config.json); vLLM refuses a max_model_len beyond the model's.
+MAX_MODEL_LEN = 131_072
+# Kubernetes minor versions Amazon EKS has released (the EKS "Kubernetes versions" page; 1.28 was
+# released on EKS in Sept 2023, 1.35 in Jan 2026, 1.36 is the page's newest example). `make
+# preflight` asks EKS which of them the region still offers.
+EKS_KUBERNETES_VERSIONS = tuple(f"1.{minor}" for minor in range(28, 37))
+# EKS CreateCluster `name` (botocore eks model, shape ClusterName): 1-100 characters, this pattern.
+EKS_CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9\-_]{0,99}$")
+# AWS subnets are /16 to /28 ("Subnet CIDR blocks", Amazon VPC User Guide).
+SMALLEST_SUBNET_PREFIX = 28
+# Config namespaces the program reads: the AWS provider's and its own. Anything else in a stack
+# file is a typo (`aws-native:`, `llm-pd-eks2:`) or belongs to another program.
+KNOWN_NAMESPACES = ("aws", PROJECT)
+# AWS provider keys that are credentials: accepted only as Pulumi secrets (`--secret`).
+AWS_SECRET_ONLY_KEYS = ("aws:secretKey", "aws:token")
+# How much of a user's value a message repeats (a 100 KB value must not come back whole).
+ECHO_LIMIT = 100
+
+
+def clip(text: str, limit: int = ECHO_LIMIT) -> str:
+    """`text` on one line, at most `limit` characters."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def shown(value: Any, limit: int = ECHO_LIMIT) -> str:
+    """`value` as a message repeats it: repr'd, on one line, at most `limit` characters."""
+    return clip(repr(value), limit)
+
+
+def stack_cluster_name(stack: str) -> str:
+    """The EKS cluster's name for a stack: the one formula `__main__` and the checks share."""
+    return f"{PROJECT}-{stack}"
+
+
+def _ec2_instance_types() -> frozenset[str]:
+    """Every EC2 instance type name (vendored from botocore's EC2 model: see components/data/SOURCE)."""
+    path = Path(__file__).resolve().parent / "data" / "ec2_instance_types.json"
+    return frozenset(json.loads(path.read_text())["instanceTypes"])
+
+
+EC2_INSTANCE_TYPES = _ec2_instance_types()
+
+
+def _special_purpose(net: ipaddress.IPv4Network) -> Optional[str]:
+    """Why a block can be neither a VPC nor a subnet nor an API allow-list entry, if it cannot."""
+    for label, flag in (("loopback", net.is_loopback), ("multicast", net.is_multicast),
+                        ("link-local", net.is_link_local), ("reserved (240.0.0.0/4)", net.is_reserved)):
+        if flag:
+            return label
+    if net.prefixlen and net.subnet_of(ipaddress.IPv4Network("0.0.0.0/8")):
+        return "'this network' (0.0.0.0/8)"
+    return None
+
+
 class Strict(BaseModel):
-    """Base for every config section: camelCase keys, unknown keys refused, immutable."""
+    """Base for every config section: camelCase keys, unknown keys refused, immutable.
+
+    Strict: `maxSize: true` or `maxSize: "3"` is refused rather than coerced to 1 or 3, and only the
+    camelCase spelling is accepted (`max_size` is an unknown key), so one key has one spelling.
+    """
 
     model_config = ConfigDict(
-        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+        extra="forbid", alias_generator=to_camel, populate_by_name=False, frozen=True, strict=True
     )
 
 
 class NodeScaling(Strict):
     """Managed node group sizes. EKS refuses desired outside [min, max]; so do we, earlier."""
 
-    min_size: int = Field(ge=0)
-    desired_size: int = Field(ge=0)
-    max_size: int = Field(ge=1)
+    min_size: int = Field(ge=0, description="Fewest nodes the group scales in to.")
+    desired_size: int = Field(ge=0, description="Nodes the group starts with; between minSize and maxSize.")
+    max_size: int = Field(ge=1, le=MAX_NODES_PER_NODE_GROUP, description="Most nodes the group scales out to.")
 
     @model_validator(mode="after")
     def _ordered(self) -> "NodeScaling":
@@ -59,19 +127,18 @@ class NodeScaling(Strict):
 class NetworkConfig(Strict):
     """VPC layout: one public and one private subnet per AZ."""
 
-    vpc_cidr: str = "10.0.0.0/16"
-    availability_zones: list[str] = Field(min_length=2)
-    # Omitted: carved from vpcCidr (private /19-sized blocks first, public /22-sized at the top).
-    private_subnet_cidrs: Optional[list[str]] = None
-    public_subnet_cidrs: Optional[list[str]] = None
-    nat_gateways: Literal["single", "perAz"] = "single"
+    vpc_cidr: str = Field(default="10.0.0.0/16", description="The VPC's IPv4 block, /16 to /22 when subnets are carved from it.")
+    availability_zones: list[str] = Field(min_length=2, description="AZs of the region, at least 2, no duplicates; one public and one private subnet each.")
+    private_subnet_cidrs: Optional[list[str]] = Field(default=None, description="One private subnet per AZ; omitted: carved from vpcCidr (its first eighths, /19 of a /16).")
+    public_subnet_cidrs: Optional[list[str]] = Field(default=None, description="One public subnet per AZ; omitted: carved from the top eighth of vpcCidr (/22 of a /16).")
+    nat_gateways: Literal["single", "perAz"] = Field(default="single", description="`single` NAT gateway (cheap, dev) or one `perAz` (survives an AZ outage).")
 
     @field_validator("availability_zones")
     @classmethod
     def _unique_azs(cls, azs: list[str]) -> list[str]:
         dupes = sorted({az for az in azs if azs.count(az) > 1})
         if dupes:
-            raise ValueError(f"availability zones listed twice: {', '.join(dupes)}")
+            raise ValueError(f"availability zones listed twice: {clip(', '.join(dupes))}")
         return azs
 
     @field_validator("vpc_cidr")
@@ -92,7 +159,9 @@ class NetworkConfig(Strict):
     @model_validator(mode="after")
     def _layout(self) -> "NetworkConfig":
         vpc = ipaddress.IPv4Network(self.vpc_cidr)  # validated above: an IPv4 block
-        problems = []
+        problems = self._carving_problems(vpc)
+        if problems:
+            raise ValueError("\n".join(problems))
         for label, cidrs in (("privateSubnetCidrs", self.private_subnet_cidrs),
                              ("publicSubnetCidrs", self.public_subnet_cidrs)):
             if cidrs is not None and len(cidrs) != len(self.availability_zones):
@@ -110,6 +179,28 @@ class NetworkConfig(Strict):
         if problems:
             raise ValueError("\n".join(problems))  # one problem a line: reported separately
         return self
+
+    def _carving_problems(self, vpc: ipaddress.IPv4Network) -> list[str]:
+        """Subnets AWS would refuse (smaller than /28) and AZs the carved layout has no room for."""
+        problems = []
+        azs = len(self.availability_zones)
+        for label, given, extra_bits, room in (("privateSubnetCidrs", self.private_subnet_cidrs, 3, 7),
+                                               ("publicSubnetCidrs", self.public_subnet_cidrs, 6, 8)):
+            if given is not None:
+                small = [c for c in given if ipaddress.IPv4Network(c).prefixlen > SMALLEST_SUBNET_PREFIX]
+                if small:
+                    problems.append(f"{label}: {clip(', '.join(small))} smaller than /{SMALLEST_SUBNET_PREFIX}, "
+                                    "the smallest subnet AWS allows")
+                continue
+            if vpc.prefixlen + extra_bits > SMALLEST_SUBNET_PREFIX:
+                problems.append(
+                    f"{label}: vpcCidr {self.vpc_cidr} carves /{vpc.prefixlen + extra_bits} subnets, smaller than "
+                    f"/{SMALLEST_SUBNET_PREFIX} (the smallest AWS allows); use a vpcCidr of "
+                    f"/{SMALLEST_SUBNET_PREFIX - extra_bits} or larger, or set {label}")
+            elif azs > room:
+                problems.append(f"{label}: the layout carved from vpcCidr has room for {room} subnets, not one for "
+                                f"each of {azs} availability zones; list at most {room} or set {label}")
+        return problems
 
     def private_cidrs(self) -> list[str]:
         if self.private_subnet_cidrs is not None:
@@ -132,12 +223,10 @@ LogType = Literal["api", "audit", "authenticator", "controllerManager", "schedul
 class ClusterConfig(Strict):
     """The EKS control plane."""
 
-    kubernetes_version: str = "1.33"
-    # The public endpoint is reachable only from these CIDRs; empty list = private endpoint only.
-    public_access_cidrs: list[str] = Field(default_factory=list)
-    # IAM principals given cluster-admin through EKS access entries (authentication mode API).
-    admin_principal_arns: list[str] = Field(default_factory=list)
-    log_types: list[LogType] = Field(default_factory=lambda: list[LogType](["api", "audit", "authenticator"]))
+    kubernetes_version: str = Field(default="1.33", description="EKS Kubernetes minor version, quoted (`\"1.33\"`).")
+    public_access_cidrs: list[str] = Field(default_factory=list, description="CIDRs allowed to reach the public API endpoint; empty: private endpoint only.")
+    admin_principal_arns: list[str] = Field(default_factory=list, description="IAM principal ARNs given cluster-admin through EKS access entries (authentication mode API).")
+    log_types: list[LogType] = Field(default_factory=lambda: list[LogType](["api", "audit", "authenticator"]), description="Control-plane log types sent to CloudWatch Logs.")
 
     @field_validator("public_access_cidrs")
     @classmethod
@@ -150,7 +239,10 @@ class ClusterConfig(Strict):
     @classmethod
     def _version(cls, value: str) -> str:
         if not re.fullmatch(r"1\.\d{2}", value):
-            raise ValueError(f"{value!r} is not a Kubernetes minor version such as '1.33'")
+            raise ValueError(f"{shown(value)} is not a Kubernetes minor version such as '1.33'")
+        if value not in EKS_KUBERNETES_VERSIONS:
+            raise ValueError(f"{value} is not a Kubernetes version Amazon EKS has released; choose one of "
+                             f"{', '.join(EKS_KUBERNETES_VERSIONS)}")
         return value
 
     @field_validator("admin_principal_arns")
@@ -158,29 +250,39 @@ class ClusterConfig(Strict):
     def _arns(cls, values: list[str]) -> list[str]:
         for value in values:
             if not re.fullmatch(r"arn:aws[\w-]*:(iam|sts)::\d{12}:\S+", value):
-                raise ValueError(f"{value!r} is not an IAM principal ARN")
+                raise ValueError(f"{shown(value)} is not an IAM principal ARN")
         return values
 
 
 class SystemNodesConfig(NodeScaling):
     """CPU nodes for system pods, the operators and the Ray head (label role=system)."""
 
-    instance_type: str = "m7i.2xlarge"
-    disk_size_gib: int = Field(default=100, ge=20)
-    min_size: int = Field(default=2, ge=1)
-    desired_size: int = Field(default=2, ge=1)
-    max_size: int = Field(default=4, ge=1)
+    instance_type: str = Field(default="m7i.2xlarge", description="EC2 instance type of the CPU nodes (operators, Ray head).")
+    disk_size_gib: int = Field(default=100, ge=20, le=EBS_GP3_MAX_GIB, description="Encrypted gp3 root volume, GiB.")
+    min_size: int = Field(default=2, ge=1, description="Fewest system nodes.")
+    desired_size: int = Field(default=2, ge=1, description="System nodes to start with.")
+    max_size: int = Field(default=4, ge=1, le=MAX_NODES_PER_NODE_GROUP, description="Most system nodes.")
+
+    @field_validator("instance_type")
+    @classmethod
+    def _ec2_type(cls, value: str) -> str:
+        # A misspelt type would fail `up` 15 minutes in (and drops out of the preview's cost).
+        if value not in EC2_INSTANCE_TYPES:
+            hint = difflib.get_close_matches(value[:64], sorted(EC2_INSTANCE_TYPES), n=1)
+            raise ValueError(f"{shown(value)} is not an EC2 instance type"
+                             + (f" (did you mean {hint[0]!r}?)" if hint else " such as 'm7i.2xlarge'"))
+        return value
 
 
 class GpuNodesConfig(NodeScaling):
     """The EFA GPU node group: one AZ, one cluster placement group, prefill and decode nodes."""
 
-    instance_type: str
-    availability_zone: str
-    min_size: int = Field(default=2, ge=0)
-    desired_size: int = Field(default=2, ge=0)
-    max_size: int = Field(default=2, ge=1)
-    disk_size_gib: int = Field(default=500, ge=100)  # Ray LLM images and model weights are large
+    instance_type: str = Field(description="An EFA GPU instance type from components/catalog.py.")
+    availability_zone: str = Field(description="The one AZ of every GPU node (one cluster placement group); one of network.availabilityZones.")
+    min_size: int = Field(default=2, ge=0, description="Fewest GPU nodes; at least 2 (prefill and decode run on separate nodes).")
+    desired_size: int = Field(default=2, ge=0, description="GPU nodes to start with.")
+    max_size: int = Field(default=2, ge=1, le=MAX_NODES_PER_NODE_GROUP, description="Most GPU nodes; prefill plus decode nodes at maxReplicas must fit.")
+    disk_size_gib: int = Field(default=500, ge=100, le=EBS_GP3_MAX_GIB, description="Root volume, GiB: the Ray LLM image and the model weights cache are large.")
 
     @field_validator("min_size")
     @classmethod
@@ -194,7 +296,7 @@ class GpuNodesConfig(NodeScaling):
     @classmethod
     def _efa_type(cls, value: str) -> str:
         if value not in GPU_INSTANCE_TYPES:
-            raise ValueError(unsupported_type(value))
+            raise ValueError(unsupported_type(clip(value)))
         return value
 
 
@@ -214,9 +316,9 @@ _ECR_IMAGE = re.compile(
 class ReplicaGroupConfig(Strict):
     """One side of the prefill/decode split: vLLM tensor parallelism and Serve autoscaling bounds."""
 
-    tensor_parallel_size: int = Field(default=1, ge=1)
-    min_replicas: int = Field(default=1, ge=1)
-    max_replicas: int = Field(default=1, ge=1)
+    tensor_parallel_size: int = Field(default=1, ge=1, description="GPUs per vLLM replica (a power of two dividing the node's GPUs).")
+    min_replicas: int = Field(default=1, ge=1, description="Fewest Serve replicas.")
+    max_replicas: int = Field(default=1, ge=1, description="Most Serve replicas (autoscaling bound).")
 
     @field_validator("tensor_parallel_size")
     @classmethod
@@ -244,20 +346,20 @@ class ReplicaGroupConfig(Strict):
 class ServingConfig(Strict):
     """The model served by the RayService and how prefill and decode are laid out."""
 
-    model_id: str
-    image: str  # the Ray LLM image (with EFA/libfabric) in ECR, pinned by tag
-    max_model_len: int = Field(default=8192, ge=256)
-    kv_cache_dtype: Literal["auto", "fp8"] = "auto"  # auto = the model dtype (bf16, 2 bytes)
-    prefill: ReplicaGroupConfig = ReplicaGroupConfig()
-    decode: ReplicaGroupConfig = ReplicaGroupConfig()
-    public_endpoint: bool = False  # true: an internet-facing NLB; false: a ClusterIP Service
-    ready_timeout_minutes: int = Field(default=60, ge=5, le=360)  # image pull + weights download + warm-up
+    model_id: str = Field(description="Hugging Face id of a model in components/models.py.")
+    image: str = Field(description="The Ray LLM image (with EFA/libfabric) in ECR, pinned by a tag other than `latest`.")
+    max_model_len: int = Field(default=8192, ge=256, le=MAX_MODEL_LEN, description="vLLM max_model_len: longest prompt plus output, tokens.")
+    kv_cache_dtype: Literal["auto", "fp8"] = Field(default="auto", description="KV-cache element type; `auto` is the model dtype (bf16, 2 bytes).")
+    prefill: ReplicaGroupConfig = Field(default=ReplicaGroupConfig(), description="The prefill side: tensorParallelSize, minReplicas, maxReplicas.")
+    decode: ReplicaGroupConfig = Field(default=ReplicaGroupConfig(), description="The decode side: tensorParallelSize, minReplicas, maxReplicas.")
+    public_endpoint: bool = Field(default=False, description="true: an internet-facing NLB; false: a ClusterIP Service only.")
+    ready_timeout_minutes: int = Field(default=60, ge=5, le=360, description="How long `up` waits for the RayService: image pull, weights download, warm-up.")
 
     @field_validator("model_id")
     @classmethod
     def _known_model(cls, value: str) -> str:
         if value not in MODELS:
-            raise ValueError(f"{value!r} is not a model this project knows; choose one of {', '.join(sorted(MODELS))}")
+            raise ValueError(f"{shown(value)} is not a model this project knows; choose one of {', '.join(sorted(MODELS))}")
         return value
 
     @field_validator("image")
@@ -266,13 +368,13 @@ class ServingConfig(Strict):
         match = _ECR_IMAGE.match(value)
         if not match:
             raise ValueError(
-                f"{value!r} is not an ECR image URI such as "
+                f"{shown(value)} is not an ECR image URI such as "
                 "'123456789012.dkr.ecr.us-west-2.amazonaws.com/ray-llm:2.60.0-py311-cu128'"
             )
         if not match["tag"]:
-            raise ValueError(f"{value!r} has no tag; pin the image with an explicit tag")
+            raise ValueError(f"{shown(value)} has no tag; pin the image with an explicit tag")
         if match["tag"] == "latest":
-            raise ValueError(f"{value!r} uses the 'latest' tag; pin a version tag so up and preview agree")
+            raise ValueError(f"{shown(value)} uses the 'latest' tag; pin a version tag so up and preview agree")
         return value
 
     @property
@@ -287,51 +389,49 @@ class ServingConfig(Strict):
 class KubeRayConfig(Strict):
     """The KubeRay operator chart (https://ray-project.github.io/kuberay-helm/)."""
 
-    chart_version: str = "1.7.0"
+    chart_version: str = Field(default="1.7.0", description="kuberay-operator Helm chart version, a 1.7.x release.")
 
     @field_validator("chart_version")
     @classmethod
     def _v1_7(cls, value: str) -> str:
         # the RayService fields used here (and the CRDs in ../shared) are those of KubeRay 1.7
         if not re.fullmatch(r"1\.7\.\d+", value):
-            raise ValueError(f"{value!r} is not a 1.7.x release of the kuberay-operator chart")
+            raise ValueError(f"{shown(value)} is not a 1.7.x release of the kuberay-operator chart")
         return value
 
 
 class DevicePluginsConfig(Strict):
     """Chart versions of the NVIDIA and the AWS EFA device plugins."""
 
-    nvidia_chart_version: str = "0.18.0"  # https://nvidia.github.io/k8s-device-plugin
-    efa_chart_version: str = "v0.5.7"  # https://aws.github.io/eks-charts
+    nvidia_chart_version: str = Field(default="0.18.0", description="nvidia-device-plugin chart version (https://nvidia.github.io/k8s-device-plugin).")
+    efa_chart_version: str = Field(default="v0.5.7", description="aws-efa-k8s-device-plugin chart version (https://aws.github.io/eks-charts).")
 
     @field_validator("nvidia_chart_version", "efa_chart_version")
     @classmethod
     def _pinned(cls, value: str) -> str:
         if not re.fullmatch(r"v?\d+\.\d+\.\d+", value):
-            raise ValueError(f"{value!r} is not an exact chart version such as '0.18.0'")
+            raise ValueError(f"{shown(value)} is not an exact chart version such as '0.18.0'")
         return value
 
 
 class StackConfig(Strict):
     """Everything a stack may set. Defaults here; per-stack overrides in Pulumi.<stack>.yaml."""
 
-    region: str  # from aws:region
-    network: NetworkConfig
-    cluster: ClusterConfig = ClusterConfig()
-    system_nodes: SystemNodesConfig = SystemNodesConfig()
-    gpu_nodes: GpuNodesConfig
-    # protect=True on the VPC and the cluster: `pulumi destroy` must be a deliberate act.
-    protect: bool = False
-    device_plugins: DevicePluginsConfig = DevicePluginsConfig()
-    kuberay: KubeRayConfig = KubeRayConfig()
-    # Omitted: the cluster, device plugins and operator come up without a RayService.
-    serving: Optional[ServingConfig] = None
+    region: str = Field(description="The AWS region (set as `aws:region`); every AZ must belong to it.")
+    network: NetworkConfig = Field(description="The VPC: CIDR, availability zones, subnets, NAT gateways.")
+    cluster: ClusterConfig = Field(default=ClusterConfig(), description="The EKS control plane.")
+    system_nodes: SystemNodesConfig = Field(default=SystemNodesConfig(), description="CPU nodes (label role=system) for system pods, the operators and the Ray head.")
+    gpu_nodes: GpuNodesConfig = Field(description="The EFA GPU node group: one AZ, one cluster placement group.")
+    protect: bool = Field(default=False, description="protect=True on the VPC and the cluster, so `pulumi destroy` must be a deliberate act.")
+    device_plugins: DevicePluginsConfig = Field(default=DevicePluginsConfig(), description="Chart versions of the NVIDIA and EFA device plugins.")
+    kuberay: KubeRayConfig = Field(default=KubeRayConfig(), description="The KubeRay operator chart.")
+    serving: Optional[ServingConfig] = Field(default=None, description="The model and its prefill/decode layout; omitted: no RayService is deployed.")
 
     @field_validator("region")
     @classmethod
     def _region(cls, value: str) -> str:
         if not re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", value):
-            raise ValueError(f"{value!r} is not an AWS region name such as 'us-west-2'")
+            raise ValueError(f"{shown(value)} is not an AWS region name such as 'us-west-2'")
         return value
 
     @model_validator(mode="after")
@@ -387,15 +487,15 @@ def placement_problems(data: dict[str, Any]) -> list[str]:
     if not isinstance(azs, list) or not all(isinstance(a, str) for a in azs):
         return []
     problems = [
-        f"{PROJECT}:network.availabilityZones: {az!r} is not an AZ of region {region}"
+        f"{PROJECT}:network.availabilityZones: {shown(az)} is not an AZ of region {region}"
         for az in azs
         if region and not (az.startswith(region) and _AZ_SUFFIX.match(az[len(region):]))
     ]
     gpu_az = gpu.get("availabilityZone") if isinstance(gpu, dict) else None
     if isinstance(gpu_az, str) and gpu_az not in azs:
         problems.append(
-            f"{PROJECT}:gpuNodes.availabilityZone: {gpu_az!r} is not one of the network's availability zones "
-            f"({', '.join(azs)})"
+            f"{PROJECT}:gpuNodes.availabilityZone: {shown(gpu_az)} is not one of the network's availability zones "
+            f"({clip(', '.join(azs))})"
         )
     return problems
 
@@ -404,9 +504,13 @@ def _network(value: str) -> ipaddress.IPv4Network:
     try:
         net = ipaddress.ip_network(value, strict=True)
     except ValueError as exc:
-        raise ValueError(f"{value!r} is not a valid CIDR block ({exc})") from None
+        raise ValueError(f"{shown(value)} is not a valid CIDR block ({shown(str(exc))})") from None
     if not isinstance(net, ipaddress.IPv4Network):
-        raise ValueError(f"{value!r} is not an IPv4 CIDR block")
+        raise ValueError(f"{shown(value)} is not an IPv4 CIDR block")
+    special = _special_purpose(net)
+    if special:
+        raise ValueError(f"{value} is a {special} block, which AWS does not route; use a private block "
+                         "such as 10.0.0.0/16")
     return net
 
 
@@ -425,9 +529,12 @@ def _known_keys() -> list[str]:
 
 
 def _location(error: Mapping[str, Any]) -> str:
-    parts = [str(p) for p in error["loc"] if not str(p).startswith("function-after")]
+    parts = [shown(p, 60) if not isinstance(p, (str, int)) else str(p)[:60]
+             for p in error["loc"] if not str(p).startswith("function-after")]
     if not parts:
         return PROJECT
+    if parts == ["region"]:  # the model's `region` is the AWS provider's key
+        return "aws:region"
     return f"{PROJECT}:{parts[0]}" + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in parts[1:])
 
 
@@ -436,12 +543,22 @@ def _describe(error: Mapping[str, Any]) -> str:
     if error["type"] == "extra_forbidden":
         key = str(error["loc"][-1])
         siblings = _known_keys() if len(error["loc"]) == 1 else []
-        hint = difflib.get_close_matches(key, siblings, n=1)
+        hint = difflib.get_close_matches(key[:64], siblings, n=1)
         suffix = f" (did you mean {hint[0]!r}?)" if hint else ""
         return f"{where}: unknown key{suffix}"
     message = error["msg"].removeprefix("Value error, ")
+    if error["type"] not in ("value_error", "missing", "assertion_error") and "input" in error:
+        message += f" (got {shown(error['input'], 60)})"  # e.g. `maxSize: true` -> a valid integer (got True)
     # A model-level check reports several problems, one a line; at the top level each names its key.
-    return "\n".join(f"{PROJECT}:{part}" if where == PROJECT else f"{where}: {part}" for part in message.split("\n"))
+    return "\n".join(_at(where, part) for part in message.split("\n"))
+
+
+def _at(where: str, part: str) -> str:
+    """One problem of a model-level check at `where`; a leading `key: ` names a field below it."""
+    if where == PROJECT:
+        return f"{PROJECT}:{part}"
+    field = re.match(r"([a-z][A-Za-z]*): ", part)
+    return f"{where}.{field[1]}: {part[field.end():]}" if field else f"{where}: {part}"
 
 
 def _parse_value(raw: Any) -> Any:
@@ -477,6 +594,10 @@ def validate_stack_config(
                     f"{PROJECT}:{key}: set in plain text; store it encrypted with "
                     f"`pulumi config set --secret {key} <value>`"
                 )
+    if "region" in data:  # would be silently replaced by aws:region below
+        data.pop("region")
+        problems.append(f"{PROJECT}:region: unknown key; the region is the AWS provider's "
+                        "(pulumi config set aws:region us-west-2)")
     if not region:
         problems.append("aws:region: not set (pulumi config set aws:region us-west-2)")
     data["region"] = region or "us-east-1"  # stand-in so the rest still validates
@@ -491,15 +612,53 @@ def validate_stack_config(
     return config
 
 
-def validate_engine_config(config: Mapping[str, Any], secret_keys: Iterable[str] = ()) -> StackConfig:
+def validate_engine_config(
+    config: Mapping[str, Any], secret_keys: Iterable[str] = (), stack: Optional[str] = None
+) -> StackConfig:
     """Validate config in the engine's form: `project:key` -> value (objects as JSON text), `aws:region`.
 
     The one entry point for the program (from the runtime) and the tools (from a stack file).
+    Beyond the project's keys it refuses what the engine would pass on silently: keys of other
+    namespaces, AWS credentials in plain text, and (given `stack`) a stack name that makes an
+    invalid EKS cluster name. Every problem is reported at once.
     """
+    problems = engine_problems(config, secret_keys, stack)
     prefix = f"{PROJECT}:"
     values = {k[len(prefix):]: v for k, v in config.items() if k.startswith(prefix)}
     region = config.get("aws:region")
-    return validate_stack_config(values, str(region) if region else None, secret_keys)
+    try:
+        validated = validate_stack_config(values, str(region) if region else None, secret_keys)
+    except ConfigError as error:
+        raise ConfigError(problems + error.problems) from None
+    if problems:
+        raise ConfigError(problems)
+    return validated
+
+
+def engine_problems(config: Mapping[str, Any], secret_keys: Iterable[str] = (), stack: Optional[str] = None) -> list[str]:
+    """What is wrong outside the project's own keys (namespaces, AWS credentials, the stack name)."""
+    problems = []
+    secret = set(secret_keys)
+    for key in config:
+        namespace = str(key).split(":", 1)[0]
+        if namespace not in KNOWN_NAMESPACES:
+            hint = difflib.get_close_matches(namespace[:64], KNOWN_NAMESPACES, n=1)
+            problems.append(
+                f"{clip(str(key), 60)}: unknown namespace {shown(namespace, 40)}"
+                + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                + f"; this program reads only {' and '.join(n + ':' for n in KNOWN_NAMESPACES)} keys"
+            )
+    for key in AWS_SECRET_ONLY_KEYS:
+        if key in config and key not in secret:
+            problems.append(f"{key}: a credential set in plain text; store it encrypted with "
+                            f"`pulumi config set --secret {key} <value>` (or use an AWS profile)")
+    if stack is not None and not EKS_CLUSTER_NAME.match(stack_cluster_name(stack)):
+        problems.append(
+            f"stack name {shown(stack, 60)} makes the EKS cluster name {shown(stack_cluster_name(stack), 60)}, which EKS "
+            f"refuses (letters, digits, '-' and '_', at most 100 characters); rename the stack "
+            "(`pulumi stack rename`)"
+        )
+    return problems
 
 
 def load_stack_config() -> StackConfig:
@@ -510,4 +669,6 @@ def load_stack_config() -> StackConfig:
     merged.update(runtime_config.CONFIG.get())
     secret_keys = set(runtime_config.get_config_secret_keys_env())
     secret_keys.update(k for k in merged if runtime_config.is_config_secret(k))
-    return validate_engine_config(merged, secret_keys)
+    import pulumi
+
+    return validate_engine_config(merged, secret_keys, stack=pulumi.get_stack())

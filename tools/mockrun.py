@@ -18,15 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-import yaml
 from pulumi.runtime import Mocks
+
+from tools import stackfile
 
 if TYPE_CHECKING:
     from components.config import StackConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "llm-pd-eks"
-SECRET_PLACEHOLDER = "[secret-placeholder]"
+SECRET_PLACEHOLDER = stackfile.SECRET_PLACEHOLDER
 
 
 @dataclass
@@ -77,43 +78,29 @@ class ProgramRun:
 
 
 def stack_file(stack: str, root: Path = ROOT) -> Path:
-    return root / f"Pulumi.{stack}.yaml"
+    return stackfile.stack_file(stack, root)
 
 
 def stacks(root: Path = ROOT) -> list[str]:
     """The stacks this checkout defines, from its Pulumi.<stack>.yaml files."""
-    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+    return stackfile.stacks(root)
 
 
-def is_secure(value: Any) -> bool:
-    """A stack file's encrypted value: `{secure: <ciphertext>}`."""
-    return isinstance(value, dict) and set(value) == {"secure"}
+is_secure = stackfile.is_secure
 
 
 def engine_config(stack_yaml: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
     """Turn a Pulumi.<stack>.yaml `config:` block into the engine's (config, secret keys)."""
-    config: dict[str, str] = {}
-    secret_keys: list[str] = []
-    for key, value in (stack_yaml.get("config") or {}).items():
-        full = key if ":" in key else f"{PROJECT}:{key}"
-        if is_secure(value):
-            config[full] = SECRET_PLACEHOLDER
-            secret_keys.append(full)
-        elif isinstance(value, (dict, list)):
-            config[full] = json.dumps(value)
-        elif isinstance(value, bool):
-            config[full] = "true" if value else "false"
-        else:
-            config[full] = str(value)
-    return config, secret_keys
+    return stackfile.engine_config(stack_yaml.get("config") or {})
 
 
 def load_stack_config(stack: str, root: Path = ROOT) -> tuple[dict[str, str], list[str]]:
-    """The stack file's config in the engine's form: (`project:key` -> string, secret keys)."""
-    path = stack_file(stack, root)
-    if not path.exists():
-        raise FileNotFoundError(f"no stack file {path.name}; stacks here: {', '.join(stacks(root))}")
-    return engine_config(yaml.safe_load(path.read_text()) or {})
+    """The stack file's config in the engine's form: (`project:key` -> string, secret keys).
+
+    Read strictly (`tools.stackfile`): duplicate keys, aliases and a wrong shape are refused with
+    a `StackFileError` (exit code USAGE) naming the file and line.
+    """
+    return stackfile.load(stack, root)
 
 
 def stack_config(stack: str, root: Path = ROOT) -> "StackConfig":
