@@ -127,11 +127,26 @@ class NodeScaling(Strict):
 class NetworkConfig(Strict):
     """VPC layout: one public and one private subnet per AZ."""
 
-    vpc_cidr: str = Field(default="10.0.0.0/16", description="The VPC's IPv4 block, /16 to /22 when subnets are carved from it.")
-    availability_zones: list[str] = Field(min_length=2, description="AZs of the region, at least 2, no duplicates; one public and one private subnet each.")
-    private_subnet_cidrs: Optional[list[str]] = Field(default=None, description="One private subnet per AZ; omitted: carved from vpcCidr (its first eighths, /19 of a /16).")
-    public_subnet_cidrs: Optional[list[str]] = Field(default=None, description="One public subnet per AZ; omitted: carved from the top eighth of vpcCidr (/22 of a /16).")
-    nat_gateways: Literal["single", "perAz"] = Field(default="single", description="`single` NAT gateway (cheap, dev) or one `perAz` (survives an AZ outage).")
+    vpc_cidr: str = Field(
+        default="10.0.0.0/16",
+        description="The VPC's IPv4 block, /16 to /22 when subnets are carved from it.",
+    )
+    availability_zones: list[str] = Field(
+        min_length=2,
+        description="AZs of the region, at least 2, no duplicates; one public and one private subnet each.",
+    )
+    private_subnet_cidrs: Optional[list[str]] = Field(
+        default=None,
+        description="One private subnet per AZ; omitted: carved from vpcCidr (its first eighths, /19 of a /16).",
+    )
+    public_subnet_cidrs: Optional[list[str]] = Field(
+        default=None,
+        description="One public subnet per AZ; omitted: carved from the top eighth of vpcCidr (/22 of a /16).",
+    )
+    nat_gateways: Literal["single", "perAz"] = Field(
+        default="single",
+        description="`single` NAT gateway (cheap, dev) or one `perAz` (survives an AZ outage).",
+    )
 
     @field_validator("availability_zones")
     @classmethod
@@ -224,9 +239,18 @@ class ClusterConfig(Strict):
     """The EKS control plane."""
 
     kubernetes_version: str = Field(default="1.33", description="EKS Kubernetes minor version, quoted (`\"1.33\"`).")
-    public_access_cidrs: list[str] = Field(default_factory=list, description="CIDRs allowed to reach the public API endpoint; empty: private endpoint only.")
-    admin_principal_arns: list[str] = Field(default_factory=list, description="IAM principal ARNs given cluster-admin through EKS access entries (authentication mode API).")
-    log_types: list[LogType] = Field(default_factory=lambda: list[LogType](["api", "audit", "authenticator"]), description="Control-plane log types sent to CloudWatch Logs.")
+    public_access_cidrs: list[str] = Field(
+        default_factory=list,
+        description="CIDRs allowed to reach the public API endpoint; empty: private endpoint only.",
+    )
+    admin_principal_arns: list[str] = Field(
+        default_factory=list,
+        description="IAM principal ARNs given cluster-admin through EKS access entries (authentication mode API).",
+    )
+    log_types: list[LogType] = Field(
+        default_factory=lambda: list[LogType](["api", "audit", "authenticator"]),
+        description="Control-plane log types sent to CloudWatch Logs.",
+    )
 
     @field_validator("public_access_cidrs")
     @classmethod
@@ -257,7 +281,10 @@ class ClusterConfig(Strict):
 class SystemNodesConfig(NodeScaling):
     """CPU nodes for system pods, the operators and the Ray head (label role=system)."""
 
-    instance_type: str = Field(default="m7i.2xlarge", description="EC2 instance type of the CPU nodes (operators, Ray head).")
+    instance_type: str = Field(
+        default="m7i.2xlarge",
+        description="EC2 instance type of the CPU nodes (operators, Ray head).",
+    )
     disk_size_gib: int = Field(default=100, ge=20, le=EBS_GP3_MAX_GIB, description="Encrypted gp3 root volume, GiB.")
     min_size: int = Field(default=2, ge=1, description="Fewest system nodes.")
     desired_size: int = Field(default=2, ge=1, description="System nodes to start with.")
@@ -278,11 +305,22 @@ class GpuNodesConfig(NodeScaling):
     """The EFA GPU node group: one AZ, one cluster placement group, prefill and decode nodes."""
 
     instance_type: str = Field(description="An EFA GPU instance type from components/catalog.py.")
-    availability_zone: str = Field(description="The one AZ of every GPU node (one cluster placement group); one of network.availabilityZones.")
-    min_size: int = Field(default=2, ge=0, description="Fewest GPU nodes; at least 2 (prefill and decode run on separate nodes).")
+    availability_zone: str = Field(
+        description="The one AZ of every GPU node (one cluster placement group); one of network.availabilityZones.",
+    )
+    min_size: int = Field(
+        default=2, ge=0,
+        description="Fewest GPU nodes; at least 2 (prefill and decode run on separate nodes).",
+    )
     desired_size: int = Field(default=2, ge=0, description="GPU nodes to start with.")
-    max_size: int = Field(default=2, ge=1, le=MAX_NODES_PER_NODE_GROUP, description="Most GPU nodes; prefill plus decode nodes at maxReplicas must fit.")
-    disk_size_gib: int = Field(default=500, ge=100, le=EBS_GP3_MAX_GIB, description="Root volume, GiB: the Ray LLM image and the model weights cache are large.")
+    max_size: int = Field(
+        default=2, ge=1, le=MAX_NODES_PER_NODE_GROUP,
+        description="Most GPU nodes; prefill plus decode nodes at maxReplicas must fit.",
+    )
+    disk_size_gib: int = Field(
+        default=500, ge=100, le=EBS_GP3_MAX_GIB,
+        description="Root volume, GiB: the Ray LLM image and the model weights cache are large.",
+    )
 
     @field_validator("min_size")
     @classmethod
@@ -316,7 +354,10 @@ _ECR_IMAGE = re.compile(
 class ReplicaGroupConfig(Strict):
     """One side of the prefill/decode split: vLLM tensor parallelism and Serve autoscaling bounds."""
 
-    tensor_parallel_size: int = Field(default=1, ge=1, description="GPUs per vLLM replica (a power of two dividing the node's GPUs).")
+    tensor_parallel_size: int = Field(
+        default=1, ge=1,
+        description="GPUs per vLLM replica (a power of two dividing the node's GPUs).",
+    )
     min_replicas: int = Field(default=1, ge=1, description="Fewest Serve replicas.")
     max_replicas: int = Field(default=1, ge=1, description="Most Serve replicas (autoscaling bound).")
 
@@ -347,19 +388,41 @@ class ServingConfig(Strict):
     """The model served by the RayService and how prefill and decode are laid out."""
 
     model_id: str = Field(description="Hugging Face id of a model in components/models.py.")
-    image: str = Field(description="The Ray LLM image (with EFA/libfabric) in ECR, pinned by a tag other than `latest`.")
-    max_model_len: int = Field(default=8192, ge=256, le=MAX_MODEL_LEN, description="vLLM max_model_len: longest prompt plus output, tokens.")
-    kv_cache_dtype: Literal["auto", "fp8"] = Field(default="auto", description="KV-cache element type; `auto` is the model dtype (bf16, 2 bytes).")
-    prefill: ReplicaGroupConfig = Field(default=ReplicaGroupConfig(), description="The prefill side: tensorParallelSize, minReplicas, maxReplicas.")
-    decode: ReplicaGroupConfig = Field(default=ReplicaGroupConfig(), description="The decode side: tensorParallelSize, minReplicas, maxReplicas.")
-    public_endpoint: bool = Field(default=False, description="true: an internet-facing NLB; false: a ClusterIP Service only.")
-    ready_timeout_minutes: int = Field(default=60, ge=5, le=360, description="How long `up` waits for the RayService: image pull, weights download, warm-up.")
+    image: str = Field(
+        description="The Ray LLM image (with EFA/libfabric) in ECR, pinned by a tag other than `latest`.",
+    )
+    max_model_len: int = Field(
+        default=8192, ge=256, le=MAX_MODEL_LEN,
+        description="vLLM max_model_len: longest prompt plus output, tokens.",
+    )
+    kv_cache_dtype: Literal["auto", "fp8"] = Field(
+        default="auto",
+        description="KV-cache element type; `auto` is the model dtype (bf16, 2 bytes).",
+    )
+    prefill: ReplicaGroupConfig = Field(
+        default=ReplicaGroupConfig(),
+        description="The prefill side: tensorParallelSize, minReplicas, maxReplicas.",
+    )
+    decode: ReplicaGroupConfig = Field(
+        default=ReplicaGroupConfig(),
+        description="The decode side: tensorParallelSize, minReplicas, maxReplicas.",
+    )
+    public_endpoint: bool = Field(
+        default=False,
+        description="true: an internet-facing NLB; false: a ClusterIP Service only.",
+    )
+    ready_timeout_minutes: int = Field(
+        default=60, ge=5, le=360,
+        description="How long `up` waits for the RayService: image pull, weights download, warm-up.",
+    )
 
     @field_validator("model_id")
     @classmethod
     def _known_model(cls, value: str) -> str:
         if value not in MODELS:
-            raise ValueError(f"{shown(value)} is not a model this project knows; choose one of {', '.join(sorted(MODELS))}")
+            raise ValueError(
+                f"{shown(value)} is not a model this project knows; choose one of {', '.join(sorted(MODELS))}"
+            )
         return value
 
     @field_validator("image")
@@ -403,8 +466,14 @@ class KubeRayConfig(Strict):
 class DevicePluginsConfig(Strict):
     """Chart versions of the NVIDIA and the AWS EFA device plugins."""
 
-    nvidia_chart_version: str = Field(default="0.18.0", description="nvidia-device-plugin chart version (https://nvidia.github.io/k8s-device-plugin).")
-    efa_chart_version: str = Field(default="v0.5.7", description="aws-efa-k8s-device-plugin chart version (https://aws.github.io/eks-charts).")
+    nvidia_chart_version: str = Field(
+        default="0.18.0",
+        description="nvidia-device-plugin chart version (https://nvidia.github.io/k8s-device-plugin).",
+    )
+    efa_chart_version: str = Field(
+        default="v0.5.7",
+        description="aws-efa-k8s-device-plugin chart version (https://aws.github.io/eks-charts).",
+    )
 
     @field_validator("nvidia_chart_version", "efa_chart_version")
     @classmethod
@@ -420,12 +489,24 @@ class StackConfig(Strict):
     region: str = Field(description="The AWS region (set as `aws:region`); every AZ must belong to it.")
     network: NetworkConfig = Field(description="The VPC: CIDR, availability zones, subnets, NAT gateways.")
     cluster: ClusterConfig = Field(default=ClusterConfig(), description="The EKS control plane.")
-    system_nodes: SystemNodesConfig = Field(default=SystemNodesConfig(), description="CPU nodes (label role=system) for system pods, the operators and the Ray head.")
+    system_nodes: SystemNodesConfig = Field(
+        default=SystemNodesConfig(),
+        description="CPU nodes (label role=system) for system pods, the operators and the Ray head.",
+    )
     gpu_nodes: GpuNodesConfig = Field(description="The EFA GPU node group: one AZ, one cluster placement group.")
-    protect: bool = Field(default=False, description="protect=True on the VPC and the cluster, so `pulumi destroy` must be a deliberate act.")
-    device_plugins: DevicePluginsConfig = Field(default=DevicePluginsConfig(), description="Chart versions of the NVIDIA and EFA device plugins.")
+    protect: bool = Field(
+        default=False,
+        description="protect=True on the VPC and the cluster, so `pulumi destroy` must be a deliberate act.",
+    )
+    device_plugins: DevicePluginsConfig = Field(
+        default=DevicePluginsConfig(),
+        description="Chart versions of the NVIDIA and EFA device plugins.",
+    )
     kuberay: KubeRayConfig = Field(default=KubeRayConfig(), description="The KubeRay operator chart.")
-    serving: Optional[ServingConfig] = Field(default=None, description="The model and its prefill/decode layout; omitted: no RayService is deployed.")
+    serving: Optional[ServingConfig] = Field(
+        default=None,
+        description="The model and its prefill/decode layout; omitted: no RayService is deployed.",
+    )
 
     @field_validator("region")
     @classmethod
@@ -635,7 +716,9 @@ def validate_engine_config(
     return validated
 
 
-def engine_problems(config: Mapping[str, Any], secret_keys: Iterable[str] = (), stack: Optional[str] = None) -> list[str]:
+def engine_problems(
+    config: Mapping[str, Any], secret_keys: Iterable[str] = (), stack: Optional[str] = None
+) -> list[str]:
     """What is wrong outside the project's own keys (namespaces, AWS credentials, the stack name)."""
     problems = []
     secret = set(secret_keys)
@@ -654,8 +737,8 @@ def engine_problems(config: Mapping[str, Any], secret_keys: Iterable[str] = (), 
                             f"`pulumi config set --secret {key} <value>` (or use an AWS profile)")
     if stack is not None and not EKS_CLUSTER_NAME.match(stack_cluster_name(stack)):
         problems.append(
-            f"stack name {shown(stack, 60)} makes the EKS cluster name {shown(stack_cluster_name(stack), 60)}, which EKS "
-            f"refuses (letters, digits, '-' and '_', at most 100 characters); rename the stack "
+            f"stack name {shown(stack, 60)} makes the EKS cluster name {shown(stack_cluster_name(stack), 60)}, "
+            "which EKS refuses (letters, digits, '-' and '_', at most 100 characters); rename the stack "
             "(`pulumi stack rename`)"
         )
     return problems

@@ -60,7 +60,7 @@ class _StrictLoader(yaml.SafeLoader):
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=True)
             try:
                 first = seen.get(key)
             except TypeError:  # an unhashable key (a list or map as a key): the base class reports it
@@ -78,7 +78,7 @@ class _StrictLoader(yaml.SafeLoader):
 def parse(text: str, name: str) -> Any:
     """YAML text -> Python data, with duplicate keys and aliases refused (`name` labels errors)."""
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark
         where = f"{name} line {mark.line + 1}" if mark is not None else name
@@ -131,7 +131,8 @@ def read(stack: str, root: Path) -> dict[str, Any]:
 
 
 def _kind(value: Any) -> str:
-    return {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}.get(type(value), type(value).__name__)
+    names = {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}
+    return names.get(type(value), type(value).__name__)
 
 
 def is_secure(value: Any) -> bool:
