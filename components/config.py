@@ -654,6 +654,11 @@ def _parse_value(raw: Any) -> Any:
 
 # Keys read only as Pulumi secrets (pulumi.Config().get_secret), never part of the model.
 SECRET_ONLY_KEYS = ("hfToken",)
+# What each secret-only key is for (the README's config table lists them with the model's keys).
+SECRET_ONLY_KEY_DESCRIPTIONS = {
+    "hfToken": "Hugging Face token for gated models, set only with `pulumi config set --secret hfToken`; "
+    "plain text is refused.",
+}
 
 
 def validate_stack_config(
