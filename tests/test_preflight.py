@@ -14,8 +14,10 @@ from __future__ import annotations
 import json
 import os
 import socket
+import socketserver
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -23,7 +25,7 @@ from pathlib import Path
 import boto3
 import pytest
 from botocore.stub import Stubber
-from helpers import ROOT, STACKS, engine_config_with
+from helpers import ROOT, STACKS, copy_checkout, engine_config_with
 
 from components.catalog import GPU_INSTANCE_TYPES
 from components.config import ConfigError, StackConfig, validate_engine_config
@@ -303,7 +305,7 @@ def test_cli_against_moto_json_and_warning_exit(moto_url, tmp_path):
         assert status[quota_item] == "could-not-check"
 
     strict = run_cli(env, "--stack", "dev", "--strict")
-    assert strict.returncode == 3
+    assert strict.returncode == 5  # Exit.UNVERIFIED
     assert "WARNING: 3 of 7 check(s) could not be run" in strict.stdout
 
 
@@ -313,7 +315,7 @@ def test_cli_unreachable_endpoint_is_one_clear_line(tmp_path):
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
         f'preflight: cannot reach AWS: Could not connect to the endpoint URL: "{closed}/"']
-    assert proc.returncode == 0
+    assert proc.returncode == 5  # Exit.UNVERIFIED: it verified nothing
     assert "nothing was verified" in proc.stdout
     assert proc.stdout.count("could-not-check") == len(preflight.CHECK_NAMES)
 
@@ -326,7 +328,7 @@ def test_cli_without_credentials_says_so(moto_url, tmp_path):
     proc = run_cli(_aws_env(tmp_path, moto_url, credentials=False), "--stack", "dev", "--strict")
     assert "Traceback" not in proc.stderr
     assert proc.stderr.startswith("preflight: no usable AWS credentials")
-    assert proc.returncode == 3
+    assert proc.returncode == 5
 
 
 def test_cli_unknown_stack_exits_2(tmp_path):
@@ -361,3 +363,100 @@ def test_a_secret_hf_token_is_read_like_the_program_reads_it(tmp_path):
     (tmp_path / "Pulumi.dev.yaml").write_text(stack + "  llm-pd-eks:hfToken: hf_plain\n")
     with pytest.raises(ConfigError, match="hfToken: set in plain text"):
         preflight.load_config("dev", tmp_path)
+
+
+# --- endpoints that misbehave (issue 12): one line, a documented exit code, bounded time ------------
+
+
+class _BadEndpoint(socketserver.BaseRequestHandler):
+    """Reads a request, then misbehaves as `server.mode` says."""
+
+    def handle(self) -> None:
+        self.request.settimeout(5)
+        mode = self.server.mode  # type: ignore[attr-defined]
+        try:
+            self.request.recv(65536)
+            if mode == "close":
+                return
+            if mode == "drip":  # headers, then one byte every half second: no read timeout ever trips
+                self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+                for _ in range(600):
+                    self.request.sendall(b"<")
+                    time.sleep(0.5)
+                return
+            body, kind = {"html": (b"<html><body>Welcome to nginx</body></html>", b"text/html"),
+                          "json": (b'{"ok": true, "items": [1, 2, 3]}', b"application/json")}[mode]
+            self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: " + kind
+                                 + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        except OSError:  # the client gave up (the deadline passed): nothing to do
+            pass
+
+
+@pytest.fixture
+def bad_endpoint():
+    """Start a misbehaving endpoint: `bad_endpoint(mode)` -> its URL; stopped after the test."""
+    servers = []
+
+    def start(mode: str) -> str:
+        server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _BadEndpoint)
+        server.daemon_threads = True
+        server.mode = mode  # type: ignore[attr-defined]
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("mode, line", [
+    ("close", "preflight: cannot reach AWS: the endpoint closed the connection without answering ({url}/)"),
+    ("html", "preflight: the endpoint's answer is not an AWS response (no 'GetCallerIdentityResult' in it)"),
+    ("json", "preflight: the endpoint's answer is not an AWS response (Unable to parse response (not well-formed "
+             "(invalid token): line 1, column 0), invalid XML received. Further retries may…)"),
+    ("drip", "preflight: AWS did not answer within the 3 s deadline (endpoint {url}); nothing was verified"),
+])
+def test_a_misbehaving_endpoint_is_one_line_and_unverified(bad_endpoint, tmp_path, mode, line):
+    url = bad_endpoint(mode)
+    proc = run_cli(_aws_env(tmp_path, url), "--stack", "dev", "--json", "--deadline", "3")
+    assert proc.stderr.strip().splitlines() == [line.format(url=url)]
+    assert proc.returncode == 5  # Exit.UNVERIFIED: nothing was verified
+    report = json.loads(proc.stdout)  # stdout is pure JSON
+    assert report["verdict"] == "warning" and report["account"] is None
+    assert {c["status"] for c in report["checks"]} == {"could-not-check"}
+
+
+@pytest.mark.parametrize("value", ["not-a-url", "ftp://example.com", "http://"])
+def test_an_endpoint_url_that_is_not_a_url_is_a_usage_error(tmp_path, value):
+    env = {**_aws_env(tmp_path, None), "AWS_ENDPOINT_URL": value}
+    proc = run_cli(env, "--stack", "dev")
+    assert proc.stderr.strip() == (
+        f"preflight: AWS_ENDPOINT_URL={value!r} is not a URL such as http://127.0.0.1:5000 or "
+        "https://ec2.us-west-2.amazonaws.com; fix or unset it")
+    assert (proc.returncode, proc.stdout) == (2, "")
+
+
+def test_some_items_unverified_is_a_warning_and_strict_makes_it_unverified():
+    ok = preflight.Result("gpu-efa", "ok", "fine")
+    unknown = preflight.Result("eip-quota", "could-not-check", "no quota")
+    failed = preflight.Result("gpu-offering", "FAIL", "not offered")
+    assert preflight.exit_code([ok, unknown], strict=False) == 0
+    assert preflight.exit_code([ok, unknown], strict=True) == 5
+    assert preflight.exit_code([unknown], strict=False) == 5  # verified nothing: never 0
+    assert preflight.exit_code([ok, unknown, failed], strict=False) == 1
+    assert preflight.exit_code([ok], strict=True) == 0
+
+
+def test_a_bad_stack_file_is_one_line_with_the_usage_code(tmp_path):
+    checkout = copy_checkout(tmp_path / "checkout")
+    stack = checkout / "Pulumi.dev.yaml"
+    text = stack.read_text()
+    stack.write_text(text + "  llm-pd-eks:gpuNodes:\n    maxSize: 9\n")
+    line = len(text.splitlines()) + 1
+    proc = subprocess.run([sys.executable, "-m", "tools.preflight", "--stack", "dev"], cwd=checkout,
+                          env=_aws_env(tmp_path, None), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().startswith(
+        f"preflight: Pulumi.dev.yaml line {line}: key 'llm-pd-eks:gpuNodes' is defined twice")

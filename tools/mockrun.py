@@ -107,7 +107,7 @@ def stack_config(stack: str, root: Path = ROOT) -> "StackConfig":
     """The stack's validated config, read from its stack file exactly as the program reads it."""
     from components.config import validate_engine_config
 
-    return validate_engine_config(*load_stack_config(stack, root))
+    return validate_engine_config(*load_stack_config(stack, root), stack=stack)
 
 
 def _fake_outputs(type_: str, name: str, inputs: dict[str, Any]) -> dict[str, Any]:
