@@ -16,10 +16,11 @@ help:
 	@echo "make preflight [STACK=dev] can the stack deploy in its AWS account/region? (JSON=1, STRICT=1)"
 	@echo "make lint                  ruff, mypy, actionlint (with shellcheck) on the workflows"
 	@echo "make promote-check FROM=staging TO=prod   may the commit move on? (chart/image/model/engine must match)"
+	@echo "make config-doc            regenerate the README config table from components/config.py"
 
 $(STAMP): requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@echo "installing requirements into $(VENV) (first run takes a few minutes)"
+	@echo "installing requirements into $(VENV) (first run takes a few minutes)" >&2
 	@$(PY) -m pip install -q --upgrade pip
 	@$(PY) -m pip install -q -r requirements.txt
 	@rm -f $(VENV)/.installed-* && touch $@
@@ -30,16 +31,16 @@ test: $(STAMP)
 	$(PY) -m pytest
 
 preview: $(STAMP)
-	$(PY) -m tools.preview --stack $(STACK)
+	@$(PY) -m tools.preview --stack $(STACK)
 
 # Previews BASE (in a temporary git worktree) and the working tree; writes build/preview-diff/<stack>/diff.md.
 preview-diff: $(STAMP)
 	@test -n "$(BASE)" || { echo "usage: make preview-diff BASE=<git rev> [STACK=dev]" >&2; exit 2; }
-	$(PY) -m tools.preview_diff --base $(BASE) --stack $(STACK)
+	@$(PY) -m tools.preview_diff --base $(BASE) --stack $(STACK)
 
 # Needs AWS credentials (standard chain) and network; AWS_ENDPOINT_URL points it at an emulator.
 preflight: $(STAMP)
-	$(PY) -m tools.preflight --stack $(STACK) $(if $(JSON),--json) $(if $(STRICT),--strict)
+	@$(PY) -m tools.preflight --stack $(STACK) $(if $(JSON),--json) $(if $(STRICT),--strict)
 
 # Static checks: ruff and mypy (configured in pyproject.toml), actionlint on .github/workflows
 # (its shellcheck pass uses the pinned shellcheck in the venv, so every machine checks the same).
@@ -52,4 +53,14 @@ lint: $(STAMP)
 FROM ?= staging
 TO ?= prod
 promote-check: $(STAMP)
-	$(PY) -m tools.promote_check --from $(FROM) --to $(TO)
+	@$(PY) -m tools.promote_check --from $(FROM) --to $(TO)
+
+# Tool recipes are silent (`@`): stdout carries only the tool's output (`make preflight JSON=1` is
+# pure JSON). GNU make itself exits 2 whenever a recipe fails ("The exit status of make is always
+# one of three values", GNU make manual, "Running"); the tool's own code is in make's last line on
+# stderr, `make: *** [Makefile:NN: preflight] Error 5` (README, "Exit codes").
+
+# The README's config table, generated from the config model (a test fails when it is stale).
+.PHONY: config-doc
+config-doc: $(STAMP)
+	@$(PY) -m tools.config_doc
