@@ -57,6 +57,7 @@ class ProgramRun:
     resources: list[Registration]
     stack_outputs: dict[str, Any]
     secret_outputs: set[str] = field(default_factory=set)  # stack outputs the engine would store encrypted
+    mock_values: set[str] = field(default_factory=set)  # ids and outputs the mocks made up (not AWS's)
 
     def of_type(self, type_: str) -> list[Registration]:
         return [r for r in self.resources if r.type == type_]
@@ -137,10 +138,17 @@ def _fake_outputs(type_: str, name: str, inputs: dict[str, Any]) -> dict[str, An
 class _Mocks(Mocks):
     """Resource ids are `<name>-id`; outputs echo the inputs plus a few computed fields."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.made_up: set[str] = set()  # every id and computed output returned, so reports can mark them
+
     def new_resource(self, args):  # MockResourceArgs
         if not args.custom and "$" not in args.typ and args.typ.split(":")[0] not in ("eks", "kubernetes"):
             return "", {}
-        return f"{args.name}-id", _fake_outputs(args.typ, args.name, args.inputs)
+        resource_id, outputs = f"{args.name}-id", _fake_outputs(args.typ, args.name, args.inputs)
+        self.made_up.add(resource_id)
+        self.made_up.update(v for k, v in outputs.items() if k not in args.inputs and isinstance(v, str))
+        return resource_id, outputs
 
     def call(self, args):  # MockCallArgs
         if args.token == "aws:index/getRegion:getRegion":
@@ -250,4 +258,5 @@ def run_program(
     outputs_by_urn = {urn: reg.state for urn, reg in monitor.resources.items()}
     for r in recorded:
         r.outputs = outputs_by_urn.get(r.urn, {})
-    return ProgramRun(stack=stack, resources=recorded, stack_outputs=stack_outputs, secret_outputs=secret_outputs)
+    return ProgramRun(stack=stack, resources=recorded, stack_outputs=stack_outputs, secret_outputs=secret_outputs,
+                      mock_values=set(mocks.made_up))
