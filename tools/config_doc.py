@@ -28,7 +28,7 @@ def _models() -> dict[str, Any]:
     from components import config
 
     found: dict[str, Any] = {}
-    pending = [config.StackConfig]
+    pending: list[type[config.Strict]] = [config.StackConfig]
     while pending:
         cls = pending.pop()
         found[cls.__name__] = cls

@@ -373,7 +373,7 @@ def main(argv: Optional[list[str]] = None, clients=None) -> int:
         check_endpoint_env(os.environ)
         try:
             clients = make_clients(config.region)
-        except (ValueError, *_aws_errors()) as exc:
+        except _client_errors() as exc:
             raise ToolError(Exit.USAGE, f"cannot create AWS clients: {describe_error(exc)}") from None
     sts, ec2, quotas = clients
 
@@ -392,6 +392,11 @@ def main(argv: Optional[list[str]] = None, clients=None) -> int:
 
 
 # --- bounded time and exit codes (issue 12) ---------------------------------------------------
+
+
+def _client_errors() -> tuple[type[Exception], ...]:
+    """What creating clients can raise: botocore's errors, and ValueError for a bad endpoint or setting."""
+    return (ValueError, *_aws_errors())
 
 # The whole run's budget: 7 checks of a few calls each answer in seconds against real AWS.
 DEADLINE_SECONDS = 60.0

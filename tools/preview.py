@@ -102,7 +102,7 @@ def resource_records(run: Any) -> list[dict[str, Any]]:
     from google.protobuf import json_format
 
     records = []
-    mock = getattr(run, "mock_values", set())  # ids and outputs the mock runtime made up
+    mock: set[str] = getattr(run, "mock_values", set())  # ids and outputs the mock runtime made up
     for r in sorted(run.resources, key=lambda r: r.urn):
         records.append(
             {
