@@ -87,3 +87,20 @@ def test_secure_values_become_secret_keys(tmp_path):
     config, secrets = load_stack_config("dev", write(tmp_path, DEV + f"  {PROJECT}:hfToken:\n    secure: v1:abc\n"))
     assert secrets == [f"{PROJECT}:hfToken"]
     assert config[f"{PROJECT}:hfToken"] == stackfile.SECRET_PLACEHOLDER
+
+
+def test_booleans_are_read_as_the_pulumi_cli_reads_them():
+    # yaml.v3 (YAML 1.2) reads yes/no/on/off as strings; only true/false are booleans.
+    data = stackfile.parse("a: yes\nb: off\nc: true\nd: False\ne: 'true'\n", "x.yaml")
+    assert data == {"a": "yes", "b": "off", "c": True, "d": False, "e": "true"}
+
+
+def test_protect_yes_is_refused_not_read_as_true(tmp_path):
+    from components.config import ConfigError, validate_engine_config
+
+    config, secrets = load_stack_config("dev", write(tmp_path, DEV + f"  {PROJECT}:protect: yes\n"))
+    with pytest.raises(ConfigError) as info:
+        validate_engine_config(config, secrets, stack="dev")
+    assert info.value.problems == [f"{PROJECT}:protect: Input should be a valid boolean (got 'yes')"]
+    config, secrets = load_stack_config("dev", write(tmp_path, DEV + f"  {PROJECT}:protect: true\n"))
+    assert validate_engine_config(config, secrets, stack="dev").protect is True

@@ -15,6 +15,7 @@ the line and what to do.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,17 @@ def echo(value: Any, limit: int = ECHO_LIMIT) -> str:
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses aliases and duplicate mapping keys."""
+    """SafeLoader that refuses aliases and duplicate mapping keys, and reads booleans as YAML 1.2.
+
+    PyYAML implements YAML 1.1, where `yes`, `no`, `on` and `off` are booleans; the Pulumi CLI's
+    yaml.v3 reads them as strings, so `protect: yes` must not pass here and fail in `up`. Only
+    true/false (any case yaml.v3 accepts) resolve to booleans.
+    """
+
+    yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
@@ -73,6 +84,10 @@ class _StrictLoader(yaml.SafeLoader):
                 )
             seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 
 
 def parse(text: str, name: str) -> Any:
