@@ -721,6 +721,19 @@ def validate_engine_config(
     return validated
 
 
+def aws_provider_keys() -> frozenset[str]:
+    """The `aws:` config keys the AWS provider reads, from pulumi_aws's own config module.
+
+    `pulumi_aws.config.vars` has one property per provider setting (`access_key` reads
+    `aws:accessKey`); their camelCase names are the keys. A key outside them (`aws:regoin`) would be
+    ignored by the provider without a word.
+    """
+    from pulumi_aws.config import vars as aws_vars
+
+    return frozenset(to_camel(name) for name, member in vars(aws_vars._ExportableConfig).items()
+                     if isinstance(member, property))
+
+
 def engine_problems(
     config: Mapping[str, Any], secret_keys: Iterable[str] = (), stack: Optional[str] = None
 ) -> list[str]:
@@ -736,6 +749,15 @@ def engine_problems(
                 + (f" (did you mean {hint[0]!r}?)" if hint else "")
                 + f"; this program reads only {' and '.join(n + ':' for n in KNOWN_NAMESPACES)} keys"
             )
+    aws_keys = [str(k)[len("aws:"):] for k in config if str(k).startswith("aws:") and k != "aws:region"]
+    if aws_keys:
+        known = aws_provider_keys()
+        for key in aws_keys:
+            if key not in known:
+                hint = difflib.get_close_matches(key[:64], sorted(known), n=1)
+                problems.append(f"aws:{clip(key, 60)}: not a setting of the AWS provider"
+                                + (f" (did you mean 'aws:{hint[0]}'?)" if hint else "")
+                                + "; it would be ignored")
     for key in AWS_SECRET_ONLY_KEYS:
         if key in config and key not in secret:
             problems.append(f"{key}: a credential set in plain text; store it encrypted with "

@@ -191,3 +191,24 @@ def test_engine_and_model_problems_are_reported_together():
     p = engine_problems({"kubernetes:context": "x", f"{PROJECT}:gpuNodes": json.dumps({"maxSize": True})})
     assert p[0].startswith("kubernetes:context: unknown namespace")
     assert f"{PROJECT}:gpuNodes.maxSize: Input should be a valid integer (got True)" in p
+
+
+def test_a_misspelt_aws_provider_key_is_reported():
+    assert engine_problems({"aws:regoin": "us-east-1"}) == [
+        "aws:regoin: not a setting of the AWS provider (did you mean 'aws:region'?); it would be ignored"]
+    config, secrets = load_stack_config("dev")
+    assert validate_engine_config({**config, "aws:profile": "prod-admin"}, secrets, stack="dev")
+
+
+def test_aws_provider_keys_are_what_pulumi_aws_reads():
+    """The camelCase names equal the keys pulumi_aws's config module reads (`__config__.get('...')`)."""
+    import inspect
+    import re
+
+    from pulumi_aws.config import vars as aws_vars
+
+    from components.config import aws_provider_keys
+
+    read = set(re.findall(r"__config__\.get\w*\('(\w+)'\)", inspect.getsource(aws_vars)))
+    assert aws_provider_keys() == read
+    assert {"region", "profile", "secretKey", "defaultTags"} <= read

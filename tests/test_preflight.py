@@ -460,3 +460,11 @@ def test_a_bad_stack_file_is_one_line_with_the_usage_code(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().startswith(
         f"preflight: Pulumi.dev.yaml line {line}: key 'llm-pd-eks:gpuNodes' is defined twice")
+
+
+def test_clients_have_short_timeouts_and_one_retry():
+    sts, ec2, quotas = preflight.make_clients("us-west-2")
+    for client in (sts, ec2, quotas):
+        config = client.meta.config
+        assert (config.connect_timeout, config.read_timeout) == (5, 10)
+        assert config.retries == {"mode": "standard", "max_attempts": 2}
