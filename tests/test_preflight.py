@@ -467,4 +467,4 @@ def test_clients_have_short_timeouts_and_one_retry():
     for client in (sts, ec2, quotas):
         config = client.meta.config
         assert (config.connect_timeout, config.read_timeout) == (5, 10)
-        assert config.retries == {"mode": "standard", "max_attempts": 2}
+        assert config.retries == {"mode": "standard", "total_max_attempts": 2}  # one try plus one retry

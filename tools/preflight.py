@@ -406,11 +406,12 @@ def client_config():
     """botocore Config: short connect/read timeouts and one retry, so a dead endpoint costs seconds.
 
     `connect_timeout`/`read_timeout` bound each socket wait; `retries` "standard" mode with
-    `max_attempts` 2 (the first try plus one retry) keeps throttling from turning into a retry storm.
+    `total_max_attempts` 2 (the first try plus one retry) keeps throttling from turning into a retry
+    storm. (botocore's `max_attempts` counts retries only: `max_attempts: 2` means three requests.)
     """
     from botocore.config import Config
 
-    return Config(connect_timeout=5, read_timeout=10, retries={"mode": "standard", "max_attempts": 2})
+    return Config(connect_timeout=5, read_timeout=10, retries={"mode": "standard", "total_max_attempts": 2})
 
 
 def check_endpoint_env(environ) -> None:
