@@ -104,3 +104,13 @@ def test_protect_yes_is_refused_not_read_as_true(tmp_path):
     assert info.value.problems == [f"{PROJECT}:protect: Input should be a valid boolean (got 'yes')"]
     config, secrets = load_stack_config("dev", write(tmp_path, DEV + f"  {PROJECT}:protect: true\n"))
     assert validate_engine_config(config, secrets, stack="dev").protect is True
+
+
+def test_a_deeply_nested_file_is_refused_not_a_crash(tmp_path):
+    text = "config:\n  llm-pd-eks:x: " + "[" * 50_000 + "]" * 50_000 + "\n"
+    assert refused(tmp_path, text) == "Pulumi.dev.yaml: nested too deeply to be a stack file; is it the right file?"
+
+
+def test_python_tags_are_refused_with_the_line(tmp_path):
+    message = refused(tmp_path, "config:\n  llm-pd-eks:x: !!python/object/apply:os.system [echo hi]\n")
+    assert message.startswith("Pulumi.dev.yaml line 2: could not determine a constructor for the tag")

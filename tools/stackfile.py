@@ -100,6 +100,8 @@ def parse(text: str, name: str) -> Any:
         raise StackFileError(f"{where}: {one_line(str(error.problem), 300)}") from None
     except yaml.YAMLError as error:
         raise StackFileError(f"{name}: not valid YAML ({one_line(str(error), 200)})") from None
+    except RecursionError:  # PyYAML composes recursively: `[[[[...` thousands deep exhausts the stack
+        raise StackFileError(f"{name}: nested too deeply to be a stack file; is it the right file?") from None
 
 
 def stack_file(stack: str, root: Path) -> Path:
