@@ -114,3 +114,11 @@ def test_a_deeply_nested_file_is_refused_not_a_crash(tmp_path):
 def test_python_tags_are_refused_with_the_line(tmp_path):
     message = refused(tmp_path, "config:\n  llm-pd-eks:x: !!python/object/apply:os.system [echo hi]\n")
     assert message.startswith("Pulumi.dev.yaml line 2: could not determine a constructor for the tag")
+
+
+@pytest.mark.parametrize("name", ["../etc/x", "a/b", "", "s" * 101, ".."])
+def test_a_stack_name_the_pulumi_cli_refuses_is_refused(tmp_path, name):
+    with pytest.raises(stackfile.StackFileError) as info:
+        load_stack_config(name, tmp_path)
+    assert str(info.value).endswith(" is not a Pulumi stack name (letters, digits, '-', '_' and '.', "
+                                    "at most 100 characters)")

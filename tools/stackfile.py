@@ -104,7 +104,15 @@ def parse(text: str, name: str) -> Any:
         raise StackFileError(f"{name}: nested too deeply to be a stack file; is it the right file?") from None
 
 
+# The Pulumi CLI's stack-name rule (pkg/backend: stackNameAndProjectRegexp, `^[A-Za-z0-9_.-]{1,100}$`).
+STACK_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+
+
 def stack_file(stack: str, root: Path) -> Path:
+    """`Pulumi.<stack>.yaml` under `root`; a name the Pulumi CLI would refuse (`../x`) is refused here."""
+    if not STACK_NAME.match(stack) or stack in (".", ".."):
+        raise StackFileError(f"{echo(stack, 60)} is not a Pulumi stack name (letters, digits, '-', '_' and '.', "
+                             "at most 100 characters)")
     return root / f"Pulumi.{stack}.yaml"
 
 
