@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from components.config import StackConfig
 
 ROOT = Path(__file__).resolve().parent.parent
-PROJECT = "llm-pd-eks"
+PROJECT = stackfile.PROJECT
 SECRET_PLACEHOLDER = stackfile.SECRET_PLACEHOLDER
 
 
