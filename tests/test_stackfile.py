@@ -122,3 +122,8 @@ def test_a_stack_name_the_pulumi_cli_refuses_is_refused(tmp_path, name):
         load_stack_config(name, tmp_path)
     assert str(info.value).endswith(" is not a Pulumi stack name (letters, digits, '-', '_' and '.', "
                                     "at most 100 characters)")
+
+
+def test_an_inline_merge_key_still_reads():
+    # `<<` without an alias merges an inline mapping (yaml.v3 supports it too); explicit keys win.
+    assert stackfile.parse("a:\n  <<: {x: 1, z: 0}\n  y: 2\n  z: 3\n", "x.yaml") == {"a": {"x": 1, "y": 2, "z": 3}}

@@ -71,6 +71,8 @@ class _StrictLoader(yaml.SafeLoader):
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: {...}`: flattened by the base class
+                continue
             key = self.construct_object(key_node, deep=True)
             try:
                 first = seen.get(key)
