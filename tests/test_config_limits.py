@@ -212,3 +212,18 @@ def test_aws_provider_keys_are_what_pulumi_aws_reads():
     read = set(re.findall(r"__config__\.get\w*\('(\w+)'\)", inspect.getsource(aws_vars)))
     assert aws_provider_keys() == read
     assert {"region", "profile", "secretKey", "defaultTags"} <= read
+
+
+def test_the_program_itself_refuses_them_before_registering_anything():
+    """`pulumi up` reads config through the same entry point, with the running stack's name."""
+    import pulumi
+
+    from tools.mockrun import run_program
+
+    config, secrets = load_stack_config("dev")
+    with pytest.raises(pulumi.RunError) as info:
+        run_program("my.dev", config={**config, "aws:regoin": "us-east-1"}, secret_keys=secrets)
+    message = str(info.value)
+    assert "aws:regoin: not a setting of the AWS provider (did you mean 'aws:region'?)" in message
+    assert "stack name 'my.dev' makes the EKS cluster name 'llm-pd-eks-my.dev', which EKS refuses" in message
+    assert info.value.registrations == []  # type: ignore[attr-defined]
