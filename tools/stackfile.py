@@ -99,7 +99,8 @@ def parse(text: str, name: str) -> Any:
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark
         where = f"{name} line {mark.line + 1}" if mark is not None else name
-        raise StackFileError(f"{where}: {one_line(str(error.problem), 300)}") from None
+        problem = error.problem or error.context or "not valid YAML"
+        raise StackFileError(f"{where}: {one_line(str(problem), 300)}") from None
     except yaml.YAMLError as error:
         raise StackFileError(f"{name}: not valid YAML ({one_line(str(error), 200)})") from None
     except RecursionError:  # PyYAML composes recursively: `[[[[...` thousands deep exhausts the stack
