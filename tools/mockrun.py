@@ -46,6 +46,7 @@ class Registration:
     inputs_struct: Any  # google.protobuf.Struct, secrets and unknowns still marked
     id: str = ""
     outputs: dict[str, Any] = field(default_factory=dict)
+    ignore_changes: list[str] = field(default_factory=list)  # property paths `pulumi up` leaves alone
 
 
 @dataclass
@@ -292,6 +293,7 @@ def _make_monitor(
                     inputs=rpc.deserialize_properties(request.object),
                     inputs_struct=struct,
                     id=response.id,
+                    ignore_changes=list(request.ignoreChanges),
                 )
             )
             return response
