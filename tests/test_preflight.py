@@ -109,6 +109,21 @@ def stubbed_quotas(region: str, answers: list[tuple[str, float]]) -> tuple[objec
     return client, stub
 
 
+def stubbed_eks_versions(region: str, version: str, status: str):
+    """A real EKS client answering DescribeClusterVersions (moto 5.2.5 lacks it), shapes checked by botocore."""
+    from datetime import datetime, timezone
+
+    client = boto3.client("eks", region_name=region)
+    stub = Stubber(client)
+    stub.add_response("describe_cluster_versions", {"clusterVersions": [{
+        "clusterVersion": version, "clusterType": "eks", "versionStatus": status, "status": status,
+        "endOfStandardSupportDate": datetime(2027, 3, 27, tzinfo=timezone.utc),
+        "endOfExtendedSupportDate": datetime(2028, 3, 27, tzinfo=timezone.utc),
+    }]}, {"clusterVersions": [version]})
+    stub.activate()
+    return client, stub
+
+
 def quota_answers(config: StackConfig, ec2, gpu: float, system: float, eip: float) -> list[tuple[str, float]]:
     """Stub answers in the order run_checks asks: GPU family, system family, Elastic IPs."""
     gpu_code = GPU_INSTANCE_TYPES[config.gpu_nodes.instance_type].family_quota_code
@@ -172,8 +187,10 @@ def test_checked_in_stacks_pass_with_just_enough_quota(aws, stack):
     answers = quota_answers(config, ec2, gpu=config.gpu_nodes.max_size * gpu.vcpus,
                             system=config.system_nodes.max_size * system_vcpus, eip=nat)
     quotas, stub = stubbed_quotas(config.region, answers)
-    results = preflight.run_checks(config, ec2, quotas)
+    eks, eks_stub = stubbed_eks_versions(config.region, config.cluster.kubernetes_version, "STANDARD_SUPPORT")
+    results = preflight.run_checks(config, ec2, quotas, eks=eks)
     stub.assert_no_pending_responses()
+    eks_stub.assert_no_pending_responses()
     assert [r.check for r in results] == list(preflight.CHECK_NAMES)
     assert [r.status for r in results] == ["ok"] * len(results), results
 
@@ -299,12 +316,14 @@ def test_cli_against_moto_json_and_warning_exit(moto_url, tmp_path):
     status = {c["check"]: c["status"] for c in report["checks"]}
     for ec2_item in ("availability-zones", "gpu-offering", "gpu-efa", "system-offering"):
         assert status[ec2_item] == "ok"
-    for quota_item in ("gpu-vcpu-quota", "system-vcpu-quota", "eip-quota"):  # moto: no ec2 quotas
-        assert status[quota_item] == "could-not-check"
+    # moto: no ec2 quotas, no EKS DescribeClusterVersions
+    for unknown_item in ("gpu-vcpu-quota", "system-vcpu-quota", "eip-quota", "eks-version"):
+        assert status[unknown_item] == "could-not-check"
+    assert status["gpu-capacity"] == "ok"  # dev runs on demand: nothing to look up
 
     strict = run_cli(env, "--stack", "dev", "--strict")
     assert strict.returncode == 3
-    assert "WARNING: 3 of 7 check(s) could not be run" in strict.stdout
+    assert "WARNING: 4 of 9 check(s) could not be run" in strict.stdout
 
 
 def test_cli_unreachable_endpoint_is_one_clear_line(tmp_path):

@@ -28,10 +28,11 @@ from typing import Any, Literal, Optional
 from components.catalog import GPU_INSTANCE_TYPES
 from components.config import ConfigError, StackConfig
 
-Status = Literal["ok", "FAIL", "could-not-check"]
+Status = Literal["ok", "FAIL", "could-not-check", "warning"]
 OK: Status = "ok"
 FAIL: Status = "FAIL"
 UNKNOWN: Status = "could-not-check"
+WARN: Status = "warning"  # deployable, but costs or risks something the report names (exit 0)
 
 # Service Quotas codes (service code "ec2") not carried by the GPU catalog.
 EIP_QUOTA_CODE = "L-0263D0A3"  # EC2-VPC Elastic IPs
@@ -39,7 +40,7 @@ STANDARD_VCPU_QUOTA_CODE = "L-1216C47A"  # Running On-Demand Standard (A, C, D, 
 STANDARD_FAMILIES = "acdhimrtz"
 # The items `run_checks` reports, in order.
 CHECK_NAMES = ("availability-zones", "gpu-offering", "gpu-efa", "system-offering",
-               "gpu-vcpu-quota", "system-vcpu-quota", "eip-quota")
+               "gpu-vcpu-quota", "system-vcpu-quota", "eip-quota", "gpu-capacity", "eks-version")
 
 
 @dataclass(frozen=True)
@@ -247,7 +248,7 @@ def standard_quota_code(instance_type: str) -> Optional[str]:
     return STANDARD_VCPU_QUOTA_CODE if instance_type[:1] in STANDARD_FAMILIES else None
 
 
-def run_checks(config: StackConfig, ec2, quotas, catalog=GPU_INSTANCE_TYPES) -> list[Result]:
+def run_checks(config: StackConfig, ec2, quotas, catalog=GPU_INSTANCE_TYPES, eks=None) -> list[Result]:
     """Every preflight item for `config`, in a fixed order; each failure stays in its own item."""
     gpu = catalog[config.gpu_nodes.instance_type]
     azs = list(config.network.availability_zones)
@@ -278,7 +279,85 @@ def run_checks(config: StackConfig, ec2, quotas, catalog=GPU_INSTANCE_TYPES) -> 
         results.append(Result("system-vcpu-quota", UNKNOWN,
                               f"no on-demand quota code known for the {system.instance_type} family"))
     results.append(guarded("eip-quota", lambda: check_eip_quota(ec2, quotas, nat_gateway_count(config))))
+    results.append(guarded("gpu-capacity", lambda: check_capacity(ec2, config)))
+    if eks is None:
+        results.append(Result("eks-version", UNKNOWN, "no EKS client"))
+    else:
+        results.append(guarded("eks-version", lambda: check_eks_version(eks, config.cluster.kubernetes_version)))
     return results
+
+
+# --- capacity reservations and the EKS version (issue 10) -------------------------------------
+
+
+def check_capacity(ec2, config: StackConfig) -> Result:
+    """The configured ODCR / Capacity Block exists, is usable, and fits the GPU node group.
+
+    DescribeCapacityReservations answers for both kinds (`ReservationType` `default` or
+    `capacity-block`). Usable: `active`, or `scheduled` (a Capacity Block before its start, shown).
+    It must be for the GPU type, in the GPU AZ, and hold at least `gpuNodes.minSize` instances.
+    """
+    from components.config import CapacityBlock
+    from components.efa_gpu_nodes import capacity_reservation_id
+
+    gpu = config.gpu_nodes
+    reservation_id = capacity_reservation_id(gpu)
+    if reservation_id is None:
+        return Result("gpu-capacity", OK, f"on demand: no reservation configured (a {gpu.instance_type} "
+                                          f"cluster placement group may still find no capacity)")
+    kind = "Capacity Block" if isinstance(gpu.capacity, CapacityBlock) else "capacity reservation"
+    try:
+        found = ec2.describe_capacity_reservations(CapacityReservationIds=[reservation_id])["CapacityReservations"]
+    except _aws_errors() as exc:
+        if _error_code(exc) in ("InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"):
+            return Result("gpu-capacity", FAIL, f"{kind} {reservation_id} does not exist in {config.region} "
+                                                f"({_error_code(exc)})")
+        raise
+    if not found:
+        return Result("gpu-capacity", FAIL, f"{kind} {reservation_id} does not exist in {config.region}")
+    cr = found[0]
+    state = cr.get("State", "unknown")
+    problems = []
+    if state not in ("active", "scheduled"):
+        problems.append(f"state is {state} (needs active or scheduled)")
+    if cr.get("InstanceType") != gpu.instance_type:
+        problems.append(f"it reserves {cr.get('InstanceType')}, gpuNodes.instanceType is {gpu.instance_type}")
+    if cr.get("AvailabilityZone") != gpu.availability_zone:
+        problems.append(f"it is in {cr.get('AvailabilityZone')}, gpuNodes.availabilityZone is {gpu.availability_zone}")
+    total = int(cr.get("TotalInstanceCount", 0))
+    if total < gpu.min_size:
+        problems.append(f"it holds {total} instance(s), gpuNodes.minSize is {gpu.min_size}")
+    if problems:
+        return Result("gpu-capacity", FAIL, f"{kind} {reservation_id}: " + "; ".join(problems))
+    when = ""
+    if state == "scheduled":
+        start = cr.get("StartDate")
+        when = f", starts {start.isoformat() if hasattr(start, 'isoformat') else start}: nodes launch only then"
+    return Result("gpu-capacity", OK,
+                  f"{kind} {reservation_id} is {state}{when}: {total} x {gpu.instance_type} in "
+                  f"{gpu.availability_zone} ({cr.get('AvailableInstanceCount', '?')} available) >= minSize {gpu.min_size}")
+
+
+def check_eks_version(eks, version: str) -> Result:
+    """Warn when the configured Kubernetes version is in EKS extended support (paid per cluster hour)."""
+    found = eks.describe_cluster_versions(clusterVersions=[version]).get("clusterVersions", [])
+    if not found:
+        return Result("eks-version", FAIL, f"EKS does not offer Kubernetes {version} in this region")
+    info = found[0]
+    status = info.get("versionStatus") or info.get("status") or "unknown"
+    end_std = info.get("endOfStandardSupportDate")
+    end_ext = info.get("endOfExtendedSupportDate")
+
+    def day(value) -> str:
+        return value.date().isoformat() if hasattr(value, "date") else str(value)
+
+    if status == "STANDARD_SUPPORT":
+        return Result("eks-version", OK, f"Kubernetes {version} is in standard support until {day(end_std)}")
+    if status == "EXTENDED_SUPPORT":
+        return Result("eks-version", WARN,
+                      f"Kubernetes {version} is in EXTENDED support (extra cost per cluster hour) since {day(end_std)}, "
+                      f"ends {day(end_ext)}: raise cluster.kubernetesVersion")
+    return Result("eks-version", FAIL, f"Kubernetes {version} has EKS status {status}")
 
 
 # --- stack config and clients ---------------------------------------------------------------
@@ -292,14 +371,14 @@ def load_config(stack: str, root: Optional[Path] = None) -> StackConfig:
 
 
 def make_clients(region: str):
-    """(sts, ec2, service-quotas) clients: standard credential chain, few retries, short timeouts."""
+    """(sts, ec2, service-quotas, eks) clients: standard credential chain, few retries, short timeouts."""
     import boto3
     from botocore.config import Config
 
     cfg = Config(connect_timeout=5, read_timeout=20, retries={"mode": "standard", "max_attempts": 2})
     session = boto3.session.Session()
     return tuple(session.client(name, region_name=region, config=cfg)
-                 for name in ("sts", "ec2", "service-quotas"))
+                 for name in ("sts", "ec2", "service-quotas", "eks"))
 
 
 def caller_account(sts) -> str:
@@ -350,7 +429,7 @@ def main(argv: Optional[list[str]] = None, clients=None) -> int:
         return 2
 
     try:
-        sts, ec2, quotas = clients if clients is not None else make_clients(config.region)
+        sts, ec2, quotas, *more = clients if clients is not None else make_clients(config.region)
     except _aws_errors() as exc:
         print(f"preflight: cannot create AWS clients: {describe_error(exc)}", file=sys.stderr)
         return 2
@@ -358,7 +437,7 @@ def main(argv: Optional[list[str]] = None, clients=None) -> int:
     account: Optional[str] = None
     try:
         account = caller_account(sts)
-        results = run_checks(config, ec2, quotas)
+        results = run_checks(config, ec2, quotas, eks=more[0] if more else None)
     except _aws_errors() as exc:
         # Credentials or endpoint unusable: say so once and mark every item, instead of N retries.
         reason = describe_error(exc)
