@@ -361,8 +361,15 @@ def test_main_exit_codes_with_injected_clients(aws, capsys):
     ec2 = ec2_client("us-west-2")
 
     quotas, _ = stubbed_quotas("us-west-2", quota_answers(config, ec2, 10_000, 10_000, 100))
-    assert preflight.main(["--stack", "dev", "--json"], clients=(sts, ec2, quotas)) == 0
+    eks, _ = stubbed_eks_versions("us-west-2", config.cluster.kubernetes_version, "STANDARD_SUPPORT")
+    assert preflight.main(["--stack", "dev", "--json"], clients=(sts, ec2, quotas, eks)) == 0
     assert json.loads(capsys.readouterr().out)["verdict"] == "ok"
+
+    # extended support warns, and does not fail the run
+    quotas, _ = stubbed_quotas("us-west-2", quota_answers(config, ec2, 10_000, 10_000, 100))
+    eks, _ = stubbed_eks_versions("us-west-2", config.cluster.kubernetes_version, "EXTENDED_SUPPORT")
+    assert preflight.main(["--stack", "dev"], clients=(sts, ec2, quotas, eks)) == 0
+    assert any(line.split()[:2] == ["warning", "eks-version"] for line in capsys.readouterr().out.splitlines())
 
     quotas, _ = stubbed_quotas("us-west-2", quota_answers(config, ec2, 1, 10_000, 100))
     assert preflight.main(["--stack", "dev"], clients=(sts, ec2, quotas)) == 1
