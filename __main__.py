@@ -7,7 +7,13 @@ Every decision lives in `components/`; this file says what feeds what.
 import pulumi
 
 from components.addons import CoreAddons, CoreAddonsArgs
-from components.autoscaler import AutoscaledGroup, NodeAutoscaler, NodeAutoscalerArgs, autoscaler_tags, node_template_tags
+from components.autoscaler import (
+    AutoscaledGroup,
+    NodeAutoscaler,
+    NodeAutoscalerArgs,
+    autoscaler_tags,
+    node_template_tags,
+)
 from components.catalog import gpu_instance_type
 from components.cluster import Cluster, ClusterArgs
 from components.config import ConfigError, load_stack_config

@@ -161,7 +161,10 @@ def _slug(tag_key: str) -> str:
 
 def asg_name(node_group: aws.eks.NodeGroup) -> pulumi.Output[str]:
     """The Auto Scaling group EKS created for a managed node group."""
-    return node_group.resources.apply(lambda r: r[0].autoscaling_groups[0].name)  # type: ignore[index]
+    def first_asg(resources) -> str:
+        return str(resources[0].autoscaling_groups[0].name)
+
+    return node_group.resources.apply(first_asg)
 
 
 class NodeAutoscaler(pulumi.ComponentResource):

@@ -245,7 +245,9 @@ def gp3_problem(iops: int, throughput: int) -> Optional[str]:
 class NodeAutoscalerConfig(Strict):
     """Cluster Autoscaler (https://kubernetes.github.io/autoscaler), pinned chart, image per Kubernetes minor."""
 
-    enabled: bool = Field(default=True, description="install Cluster Autoscaler so node groups scale between min and max")
+    enabled: bool = Field(
+        default=True, description="install Cluster Autoscaler so node groups scale between min and max"
+    )
     chart_version: str = Field(default="9.59.0", description="`cluster-autoscaler` chart, exact version")
     image_tag: Optional[str] = Field(
         default=None,
@@ -310,7 +312,8 @@ class GpuNodesConfig(NodeScaling):
     disk_size_gib: int = Field(default=500, ge=100)  # Ray LLM images and model weights are large
     capacity: GpuCapacity = Field(
         default="onDemand",
-        description="`onDemand`, `{reservationId: cr-…}` (targeted ODCR) or `{capacityBlockId: cr-…}` (Capacity Block for ML)",
+        description="`onDemand`, `{reservationId: cr-…}` (targeted ODCR) or "
+        "`{capacityBlockId: cr-…}` (Capacity Block for ML)",
     )
     # The image and weights land on the instance-store RAID0 where the type has one; the root volume
     # still holds the OS and anything else, so its throughput is raised over gp3's 125 MiB/s baseline.

@@ -98,7 +98,7 @@ def gpu_node_labels(cfg: GpuNodesConfig) -> dict[str, str]:
     return {**GPU_LABELS, "llm-pd-eks/gpu-az": cfg.availability_zone}
 
 
-def gpu_autoscaler_template(cfg: GpuNodesConfig, instance: GpuInstanceType) -> dict[str, object]:
+def gpu_autoscaler_template(cfg: GpuNodesConfig, instance: GpuInstanceType) -> dict[str, dict[str, str]]:
     """What a node of this group will offer, for the node autoscaler's scale-from-template.
 
     Labels, taint and the extended resources the device plugins advertise only once a node runs;

@@ -32,7 +32,7 @@ class SystemNodeGroupArgs:
     autoscaler_tags: Mapping[str, str] = field(default_factory=dict)  # discovery + node-template tags
 
 
-def system_autoscaler_template() -> dict[str, object]:
+def system_autoscaler_template() -> dict[str, dict[str, str]]:
     """What a system node offers the node autoscaler's template: its label (no taint, no extras)."""
     return {"labels": dict(SYSTEM_LABELS), "taints": {}, "resources": {}}
 

@@ -75,7 +75,8 @@ def test_policy_is_least_privilege(run: ProgramRun):
     assert scale["Condition"] == {"StringEquals": {f"aws:ResourceTag/{TAG_PREFIX}/{cluster}": "owned"}}
     node_group_arns = {ng.outputs["arn"] for ng in run.of_type(NODE_GROUP)}
     assert set(by_sid["ReadThisClustersNodeGroups"]["Resource"]) == node_group_arns
-    everything = {a for s in policy["Statement"] for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+    everything = {a for s in policy["Statement"]
+                  for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
     assert not any(a.endswith("*") for a in everything)
 
 

@@ -136,7 +136,8 @@ def test_catalog_instance_store_matches_ec2_data():
     """Drift check against EC2's DescribeInstanceTypes data as moto ships it (InstanceStorageInfo)."""
     import moto
 
-    ec2_types = json.load(gzip.open(os.path.join(os.path.dirname(moto.__file__), "ec2/resources/instance_types.json.gz")))
+    data = os.path.join(os.path.dirname(moto.__file__), "ec2/resources/instance_types.json.gz")
+    ec2_types = json.load(gzip.open(data))
     for name, t in GPU_INSTANCE_TYPES.items():
         (disks,) = ec2_types[name]["InstanceStorageInfo"]["Disks"]
         assert (t.nvme_disks, t.nvme_disk_gb) == (disks["Count"], disks["SizeInGB"]), name
@@ -166,4 +167,5 @@ def test_every_stack_runs_a_kubernetes_version_with_an_autoscaler_image():
     for stack in ("dev", "staging", "prod"):
         cfg = stack_config(stack)
         assert cfg.autoscaler_image_tag().startswith(f"v{cfg.cluster.kubernetes_version}.")
-    assert program_run("dev").one("eks:index:Cluster").inputs["version"] == stack_config("dev").cluster.kubernetes_version
+    eks = program_run("dev").one("eks:index:Cluster")
+    assert eks.inputs["version"] == stack_config("dev").cluster.kubernetes_version

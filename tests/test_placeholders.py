@@ -29,7 +29,8 @@ def test_a_real_looking_stack_has_none():
 
 @pytest.mark.parametrize("cidr", ["192.0.2.0/24", "198.51.100.7/32", "203.0.113.0/24", "203.0.0.0/16"])
 def test_documentation_cidrs_flagged(cidr):
-    assert keys({**CLEAN, "cluster": {**CLEAN["cluster"], "publicAccessCidrs": [cidr]}}) == ["cluster.publicAccessCidrs"]
+    found = keys({**CLEAN, "cluster": {**CLEAN["cluster"], "publicAccessCidrs": [cidr]}})
+    assert found == ["cluster.publicAccessCidrs"]
 
 
 def test_ipv6_documentation_range_known():

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from helpers import LAUNCH_TEMPLATE
 from google.protobuf import json_format
+from helpers import LAUNCH_TEMPLATE
 from policy_fixtures import Res, gpu_stack, judge, of, pack
 from pulumi.runtime.proto import analyzer_pb2
 

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from datetime import UTC
 from pathlib import Path
 
 import boto3
@@ -111,14 +112,14 @@ def stubbed_quotas(region: str, answers: list[tuple[str, float]]) -> tuple[objec
 
 def stubbed_eks_versions(region: str, version: str, status: str):
     """A real EKS client answering DescribeClusterVersions (moto 5.2.5 lacks it), shapes checked by botocore."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     client = boto3.client("eks", region_name=region)
     stub = Stubber(client)
     stub.add_response("describe_cluster_versions", {"clusterVersions": [{
         "clusterVersion": version, "clusterType": "eks", "versionStatus": status, "status": status,
-        "endOfStandardSupportDate": datetime(2027, 3, 27, tzinfo=timezone.utc),
-        "endOfExtendedSupportDate": datetime(2028, 3, 27, tzinfo=timezone.utc),
+        "endOfStandardSupportDate": datetime(2027, 3, 27, tzinfo=UTC),
+        "endOfExtendedSupportDate": datetime(2028, 3, 27, tzinfo=UTC),
     }]}, {"clusterVersions": [version]})
     stub.activate()
     return client, stub

@@ -7,7 +7,7 @@ checked against the services' own models.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import boto3
 import pytest
@@ -53,7 +53,7 @@ def test_matching_active_reservation_passes(capacity):
 
 
 def test_scheduled_capacity_block_passes_and_shows_its_start():
-    start = datetime(2026, 12, 3, 11, 30, tzinfo=timezone.utc)
+    start = datetime(2026, 12, 3, 11, 30, tzinfo=UTC)
     cr = reservation(State="scheduled", StartDate=start, ReservationType="capacity-block")
     result = preflight.check_capacity(ec2_answering(cr), config({"capacityBlockId": RID}))
     assert result.status == "ok"
@@ -90,8 +90,8 @@ def eks_answering(status: str):
     stub = Stubber(client)
     stub.add_response("describe_cluster_versions", {"clusterVersions": [{
         "clusterVersion": "1.33", "versionStatus": status, "status": status,
-        "endOfStandardSupportDate": datetime(2026, 7, 29, tzinfo=timezone.utc),
-        "endOfExtendedSupportDate": datetime(2027, 7, 29, tzinfo=timezone.utc)}]},
+        "endOfStandardSupportDate": datetime(2026, 7, 29, tzinfo=UTC),
+        "endOfExtendedSupportDate": datetime(2027, 7, 29, tzinfo=UTC)}]},
         {"clusterVersions": ["1.33"]})
     stub.activate()
     return client

@@ -48,7 +48,7 @@ def documentation_range(cidr: str) -> Optional[str]:
     """The RFC documentation range `cidr` overlaps, or None."""
     net = ipaddress.ip_network(cidr, strict=False)
     for doc in DOCUMENTATION_NETWORKS:
-        if net.version == doc.version and net.overlaps(doc):  # type: ignore[arg-type]
+        if net.version == doc.version and net.overlaps(doc):
             return str(doc)
     return None
 
@@ -125,7 +125,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     for p in found:
         print(f"placeholder: {p}", file=sys.stderr)
     if found:
-        print(f"stack {args.stack}: {len(found)} placeholder value(s); replace them before `pulumi up`", file=sys.stderr)
+        print(f"stack {args.stack}: {len(found)} placeholder value(s); replace them before `pulumi up`",
+              file=sys.stderr)
         return Exit.FAILED
     print(f"stack {args.stack}: no placeholder values; pulumi up runs on {label}")
     return Exit.OK

@@ -335,7 +335,8 @@ def check_capacity(ec2, config: StackConfig) -> Result:
         when = f", starts {start.isoformat() if hasattr(start, 'isoformat') else start}: nodes launch only then"
     return Result("gpu-capacity", OK,
                   f"{kind} {reservation_id} is {state}{when}: {total} x {gpu.instance_type} in "
-                  f"{gpu.availability_zone} ({cr.get('AvailableInstanceCount', '?')} available) >= minSize {gpu.min_size}")
+                  f"{gpu.availability_zone} ({cr.get('AvailableInstanceCount', '?')} available) "
+                  f">= minSize {gpu.min_size}")
 
 
 def check_eks_version(eks, version: str) -> Result:
@@ -355,8 +356,8 @@ def check_eks_version(eks, version: str) -> Result:
         return Result("eks-version", OK, f"Kubernetes {version} is in standard support until {day(end_std)}")
     if status == "EXTENDED_SUPPORT":
         return Result("eks-version", WARN,
-                      f"Kubernetes {version} is in EXTENDED support (extra cost per cluster hour) since {day(end_std)}, "
-                      f"ends {day(end_ext)}: raise cluster.kubernetesVersion")
+                      f"Kubernetes {version} is in EXTENDED support (extra cost per cluster hour) since "
+                      f"{day(end_std)}, ends {day(end_ext)}: raise cluster.kubernetesVersion")
     return Result("eks-version", FAIL, f"Kubernetes {version} has EKS status {status}")
 
 
