@@ -190,16 +190,25 @@ class CapacityReservation(Strict):
     reservation_id: str = Field(
         description="ODCR id (`cr-…`) targeted by the GPU launch template's capacity reservation specification"
     )
-    _check = field_validator("reservation_id")(classmethod(lambda cls, v: _reservation_id(v)))
+
+    @field_validator("reservation_id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        return _reservation_id(value)
 
 
 class CapacityBlock(Strict):
     """An EC2 Capacity Block for ML: node group capacity type CAPACITY_BLOCK, market type capacity-block."""
 
     capacity_block_id: str = Field(
-        description="Capacity Block id (`cr-…`); the node group runs CAPACITY_BLOCK, the template `capacity-block`"
+        description="the Capacity Block's reservation id (`cr-…`); the node group runs CAPACITY_BLOCK, "
+        "the template market type `capacity-block`"
     )
-    _check = field_validator("capacity_block_id")(classmethod(lambda cls, v: _reservation_id(v)))
+
+    @field_validator("capacity_block_id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        return _reservation_id(value)
 
 
 def _capacity_kind(value: Any) -> Optional[str]:
@@ -228,7 +237,8 @@ GpuCapacity = Annotated[
 ]
 
 # gp3 limits (https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html#gp3-ebs-volume-type):
-# 3,000 IOPS and 125 MiB/s baseline; throughput at most 0.25 MiB/s per provisioned IOPS.
+# 3,000 IOPS and 125 MiB/s baseline, up to 80,000 IOPS and 2,000 MiB/s (the EC2 API model's
+# LaunchTemplateEbsBlockDeviceRequest docs, checked in tests); throughput at most 0.25 MiB/s per IOPS.
 GP3_BASELINE_IOPS = 3000
 GP3_BASELINE_MIBPS = 125
 GP3_MIBPS_PER_IOPS = 0.25

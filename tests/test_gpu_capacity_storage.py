@@ -100,6 +100,30 @@ def test_gp3_throughput_bounded_by_iops():
     assert "exceeds 0.25 MiB/s per IOPS" in problem and "at most 1000" in problem
 
 
+def test_gp3_bounds_are_the_ec2_api_models():
+    """The config's bounds equal what EC2's own API model documents for a launch template's gp3 volume."""
+    import re
+
+    import boto3
+
+    from components.config import GpuNodesConfig
+
+    shape = boto3.client("ec2", region_name="us-east-1").meta.service_model.shape_for(
+        "LaunchTemplateEbsBlockDeviceRequest")
+    text = {k: re.sub(r"<[^>]+>", " ", shape.members[k].documentation) for k in ("Iops", "Throughput")}
+    low, high = (int(x.replace(",", "")) for x in re.search(r"gp3\s*:\s*([\d,]+)\s*-\s*([\d,]+)\s*IOPS",
+                                                            text["Iops"]).groups())
+    mib = int(re.search(r"Maximum value of ([\d,]+)", text["Throughput"]).group(1).replace(",", ""))
+    fields = GpuNodesConfig.model_fields
+
+    def bounds(name: str) -> tuple[int, int]:
+        meta = {type(m).__name__: m for m in fields[name].metadata}
+        return meta["Ge"].ge, meta["Le"].le
+
+    assert bounds("root_volume_iops") == (low, high)
+    assert bounds("root_volume_throughput_mibps") == (125, mib)
+
+
 # --- nodeadm NodeConfig in MIME user data ------------------------------------------------------------
 
 def nodeadm_parts(lt) -> list[dict]:
