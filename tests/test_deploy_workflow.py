@@ -32,3 +32,14 @@ def test_every_stage_passes_its_runner_variable():
     jobs = workflow("deploy.yml")["jobs"]
     for stage in ("dev", "staging", "prod"):
         assert jobs[stage]["with"]["runner"] == f"${{{{ vars.DEPLOY_RUNNER_{stage.upper()} }}}}"
+
+
+def test_per_environment_keys_of_this_issue_do_not_block_promotion():
+    from tools.promote_check import classify
+
+    p = "llm-pd-eks"
+    for key in (f"{p}:gpuNodes.capacity.reservationId", f"{p}:gpuNodes.capacity", f"{p}:deploy.runnerLabel",
+                f"{p}:gpuNodes.rootVolumeIops", f"{p}:systemNodes.rootVolumeThroughputMibps"):
+        assert classify(key) != classify(f"{p}:nodeAutoscaler.chartVersion"), key
+    # chart and image pins still must be promoted unchanged
+    assert classify(f"{p}:nodeAutoscaler.chartVersion") == classify(f"{p}:devicePlugins.efaChartVersion")
