@@ -370,7 +370,9 @@ def test_main_exit_codes_with_injected_clients(aws, capsys):
     quotas, _ = stubbed_quotas("us-west-2", quota_answers(config, ec2, 10_000, 10_000, 100))
     eks, _ = stubbed_eks_versions("us-west-2", config.cluster.kubernetes_version, "EXTENDED_SUPPORT")
     assert preflight.main(["--stack", "dev"], clients=(sts, ec2, quotas, eks)) == 0
-    assert any(line.split()[:2] == ["warning", "eks-version"] for line in capsys.readouterr().out.splitlines())
+    out = capsys.readouterr().out
+    assert any(line.split()[:2] == ["warning", "eks-version"] for line in out.splitlines())
+    assert "ok: all 9 checks passed, 1 with a warning" in out
 
     quotas, _ = stubbed_quotas("us-west-2", quota_answers(config, ec2, 1, 10_000, 100))
     assert preflight.main(["--stack", "dev"], clients=(sts, ec2, quotas)) == 1

@@ -411,7 +411,8 @@ def render_text(stack: str, region: str, account: Optional[str], results: list[R
         lines.append(f"WARNING: {unknown} of {len(results)} check(s) could not be run ({rest}); "
                      f"this stack is NOT confirmed deployable (--strict exits 3 on this)")
     else:
-        lines.append(f"ok: all {len(results)} checks passed")
+        warned = sum(r.status == WARN for r in results)
+        lines.append(f"ok: all {len(results)} checks passed" + (f", {warned} with a warning" if warned else ""))
     return "\n".join(lines)
 
 
