@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
 STACK ?= dev
 
-.PHONY: help venv test preview preview-diff preflight lint promote-check
+.PHONY: help venv test preview preview-diff preflight lint promote-check placeholders
 
 help:
 	@echo "make preview [STACK=dev]   offline preview of a stack: plan, policy verdicts, figures"
@@ -17,6 +17,7 @@ help:
 	@echo "make lint                  ruff, mypy, actionlint (with shellcheck) on the workflows"
 	@echo "make promote-check FROM=staging TO=prod   may the commit move on? (chart/image/model/engine must match)"
 	@echo "make config-doc            regenerate the README config table from components/config.py"
+	@echo "make placeholders [STACK=dev] [RUNNER=label]   does the stack still carry example values? (deploy refuses it)"
 
 $(STAMP): requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -64,3 +65,7 @@ promote-check: $(STAMP)
 .PHONY: config-doc
 config-doc: $(STAMP)
 	@$(PY) -m tools.config_doc
+
+# Documentation CIDRs, the example account 123456789012, a private endpoint with no runner: exit 1.
+placeholders: $(STAMP)
+	@$(PY) -m tools.placeholders --stack $(STACK) $(if $(RUNNER),--runner $(RUNNER))

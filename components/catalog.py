@@ -23,6 +23,13 @@ class GpuInstanceType:
     gpu_model: str
     ray_accelerator_type: str  # Ray's accelerator label (ray.util.accelerators)
     network_gbps: int  # aggregate EFA bandwidth of the node
+    # Local NVMe instance store (EC2 DescribeInstanceTypes `InstanceStorageInfo.Disks`): nodeadm
+    # RAID0s it for kubelet/containerd state, so images and weights land on it, not on EBS.
+    nvme_disks: int
+    nvme_disk_gb: int
+    # First aws-efa-k8s-device-plugin chart whose DaemonSet node affinity (`supportedInstanceLabels`)
+    # lists this type; an older chart never schedules the plugin there (no `vpc.amazonaws.com/efa`).
+    min_efa_chart_version: str
 
     @property
     def family_quota_code(self) -> str:
@@ -42,6 +49,9 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_model="L40S",
             ray_accelerator_type="L40S",
             network_gbps=25,
+            nvme_disks=2,
+            nvme_disk_gb=450,
+            min_efa_chart_version="v0.5.5",
         ),
         GpuInstanceType(
             name="g6e.12xlarge",
@@ -52,6 +62,9 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_model="L40S",
             ray_accelerator_type="L40S",
             network_gbps=100,
+            nvme_disks=2,
+            nvme_disk_gb=1900,
+            min_efa_chart_version="v0.5.5",
         ),
         GpuInstanceType(
             name="g6e.24xlarge",
@@ -62,6 +75,9 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_model="L40S",
             ray_accelerator_type="L40S",
             network_gbps=200,
+            nvme_disks=2,
+            nvme_disk_gb=1900,
+            min_efa_chart_version="v0.5.5",
         ),
         GpuInstanceType(
             name="g6e.48xlarge",
@@ -72,6 +88,9 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_model="L40S",
             ray_accelerator_type="L40S",
             network_gbps=400,
+            nvme_disks=4,
+            nvme_disk_gb=1900,
+            min_efa_chart_version="v0.5.5",
         ),
         GpuInstanceType(
             name="g5.48xlarge",
@@ -82,6 +101,9 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_model="A10G",
             ray_accelerator_type="A10G",
             network_gbps=100,
+            nvme_disks=2,
+            nvme_disk_gb=3800,
+            min_efa_chart_version="v0.4.2",
         ),
         GpuInstanceType(
             name="p4d.24xlarge",
@@ -92,6 +114,9 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_model="A100",
             ray_accelerator_type="A100-40G",
             network_gbps=400,
+            nvme_disks=8,
+            nvme_disk_gb=1000,
+            min_efa_chart_version="v0.4.2",
         ),
         GpuInstanceType(
             name="p4de.24xlarge",
@@ -102,6 +127,9 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_model="A100",
             ray_accelerator_type="A100-80G",
             network_gbps=400,
+            nvme_disks=8,
+            nvme_disk_gb=1000,
+            min_efa_chart_version="v0.4.4",
         ),
         GpuInstanceType(
             name="p5.48xlarge",
@@ -112,6 +140,9 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_model="H100",
             ray_accelerator_type="H100",
             network_gbps=3200,
+            nvme_disks=8,
+            nvme_disk_gb=3800,
+            min_efa_chart_version="v0.4.2",
         ),
         GpuInstanceType(
             name="p5e.48xlarge",
@@ -122,6 +153,9 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_model="H200",
             ray_accelerator_type="H200",
             network_gbps=3200,
+            nvme_disks=8,
+            nvme_disk_gb=3800,
+            min_efa_chart_version="v0.5.5",
         ),
         GpuInstanceType(
             name="p5en.48xlarge",
@@ -132,9 +166,17 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_model="H200",
             ray_accelerator_type="H200",
             network_gbps=3200,
+            nvme_disks=8,
+            nvme_disk_gb=3800,
+            min_efa_chart_version="v0.5.6",
         ),
     )
 }
+
+
+def chart_version_key(version: str) -> tuple[int, ...]:
+    """`v0.5.30` / `0.5.30` as a comparable tuple (chart versions here are plain x.y.z)."""
+    return tuple(int(p) for p in version.lstrip("v").split("."))
 
 
 def unsupported_type(name: str) -> str:
@@ -151,3 +193,17 @@ def gpu_instance_type(name: str) -> GpuInstanceType:
         return GPU_INSTANCE_TYPES[name]
     except KeyError:
         raise KeyError(unsupported_type(name)) from None
+
+
+# --- Cluster Autoscaler image per Kubernetes minor (issue 10) -------------------------------------
+# Cluster Autoscaler is released per Kubernetes minor and supports only that minor
+# (https://github.com/kubernetes/autoscaler/tree/master/cluster-autoscaler#releases). Latest
+# patch tags of github.com/kubernetes/autoscaler (`cluster-autoscaler-<version>`) as of 2026-08-22;
+# images at registry.k8s.io/autoscaling/cluster-autoscaler:<tag>.
+CLUSTER_AUTOSCALER_IMAGE = "registry.k8s.io/autoscaling/cluster-autoscaler"
+CLUSTER_AUTOSCALER_TAGS: dict[str, str] = {
+    "1.33": "v1.33.6",
+    "1.34": "v1.34.5",
+    "1.35": "v1.35.2",
+    "1.36": "v1.36.1",
+}

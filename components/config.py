@@ -17,12 +17,21 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Iterable, Literal, Mapping, Optional
+from typing import Annotated, Any, Iterable, Literal, Mapping, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
-from .catalog import GPU_INSTANCE_TYPES, unsupported_type
+from .catalog import CLUSTER_AUTOSCALER_TAGS, GPU_INSTANCE_TYPES, chart_version_key, unsupported_type
 from .models import MODELS
 
 PROJECT = "llm-pd-eks"
@@ -238,7 +247,10 @@ LogType = Literal["api", "audit", "authenticator", "controllerManager", "schedul
 class ClusterConfig(Strict):
     """The EKS control plane."""
 
-    kubernetes_version: str = Field(default="1.33", description="EKS Kubernetes minor version, quoted (`\"1.33\"`).")
+    kubernetes_version: str = Field(
+        default="1.35",
+        description="EKS Kubernetes minor version, quoted (`\"1.35\"`); 1.35 is in standard support until 2027-03-27.",
+    )
     public_access_cidrs: list[str] = Field(
         default_factory=list,
         description="CIDRs allowed to reach the public API endpoint; empty: private endpoint only.",
@@ -278,6 +290,124 @@ class ClusterConfig(Strict):
         return values
 
 
+# --- real AWS, part 1 (issue 10): GPU capacity, root volumes, autoscaler, deploy runner ----------
+
+# EC2 capacity reservation ids: `cr-` and 17 hex digits (8 for older ids).
+_RESERVATION_ID = re.compile(r"^cr-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
+
+
+def _reservation_id(value: str) -> str:
+    if not _RESERVATION_ID.fullmatch(value):
+        raise ValueError(f"{value!r} is not an EC2 capacity reservation id such as 'cr-0123456789abcdef0'")
+    return value
+
+
+class CapacityReservation(Strict):
+    """An On-Demand Capacity Reservation (ODCR) the GPU launch template targets."""
+
+    reservation_id: str = Field(
+        description="ODCR id (`cr-…`) targeted by the GPU launch template's capacity reservation specification"
+    )
+
+    @field_validator("reservation_id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        return _reservation_id(value)
+
+
+class CapacityBlock(Strict):
+    """An EC2 Capacity Block for ML: node group capacity type CAPACITY_BLOCK, market type capacity-block."""
+
+    capacity_block_id: str = Field(
+        description="the Capacity Block's reservation id (`cr-…`); the node group runs CAPACITY_BLOCK, "
+        "the template market type `capacity-block`"
+    )
+
+    @field_validator("capacity_block_id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        return _reservation_id(value)
+
+
+def _capacity_kind(value: Any) -> Optional[str]:
+    """Which capacity shape `value` is (None: none of them, reported with the one message below)."""
+    if isinstance(value, (CapacityReservation, CapacityBlock)):
+        return type(value).__name__
+    if value == "onDemand":
+        return "onDemand"
+    if isinstance(value, dict) and len(value) == 1:
+        key = next(iter(value))
+        return {"reservationId": "CapacityReservation", "capacityBlockId": "CapacityBlock"}.get(key)
+    return None
+
+
+GpuCapacity = Annotated[
+    Union[
+        Annotated[Literal["onDemand"], Tag("onDemand")],
+        Annotated[CapacityReservation, Tag("CapacityReservation")],
+        Annotated[CapacityBlock, Tag("CapacityBlock")],
+    ],
+    Discriminator(
+        _capacity_kind,
+        custom_error_type="capacity_shape",
+        custom_error_message="must be 'onDemand', {reservationId: cr-...} or {capacityBlockId: cr-...}",
+    ),
+]
+
+# gp3 limits (https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html#gp3-ebs-volume-type):
+# 3,000 IOPS and 125 MiB/s baseline, up to 80,000 IOPS and 2,000 MiB/s (the EC2 API model's
+# LaunchTemplateEbsBlockDeviceRequest docs, checked in tests); throughput at most 0.25 MiB/s per IOPS.
+GP3_BASELINE_IOPS = 3000
+GP3_BASELINE_MIBPS = 125
+GP3_MIBPS_PER_IOPS = 0.25
+
+
+def gp3_problem(iops: int, throughput: int) -> Optional[str]:
+    """Why an IOPS/throughput pair is not a valid gp3 volume, or None."""
+    if throughput > iops * GP3_MIBPS_PER_IOPS:
+        return (f"rootVolumeThroughputMibps {throughput} exceeds {GP3_MIBPS_PER_IOPS} MiB/s per IOPS at "
+                f"rootVolumeIops {iops} (gp3 allows at most {int(iops * GP3_MIBPS_PER_IOPS)})")
+    return None
+
+
+class NodeAutoscalerConfig(Strict):
+    """Cluster Autoscaler (https://kubernetes.github.io/autoscaler), pinned chart, image per Kubernetes minor."""
+
+    enabled: bool = Field(
+        default=True, description="install Cluster Autoscaler so node groups scale between min and max"
+    )
+    chart_version: str = Field(default="9.59.0", description="`cluster-autoscaler` chart, exact version")
+    image_tag: Optional[str] = Field(
+        default=None,
+        description="cluster-autoscaler image tag; default: the catalog's tag for `cluster.kubernetesVersion` "
+        "(its minor must equal the cluster's)",
+    )
+
+    @field_validator("chart_version")
+    @classmethod
+    def _exact(cls, value: str) -> str:
+        if not re.fullmatch(r"\d+\.\d+\.\d+", value):
+            raise ValueError(f"{value!r} is not an exact chart version such as '9.59.0'")
+        return value
+
+    @field_validator("image_tag")
+    @classmethod
+    def _tag(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and not re.fullmatch(r"v1\.\d+\.\d+", value):
+            raise ValueError(f"{value!r} is not a cluster-autoscaler image tag such as 'v1.35.2'")
+        return value
+
+
+class DeployConfig(Strict):
+    """How `pulumi up` reaches the stack (read by the deploy workflow and the placeholder check)."""
+
+    runner_label: Optional[str] = Field(
+        default=None,
+        description="GitHub Actions runner label for `pulumi up` (e.g. a self-hosted runner inside the VPC); "
+        "required in practice when the API endpoint is private-only",
+    )
+
+
 class SystemNodesConfig(NodeScaling):
     """CPU nodes for system pods, the operators and the Ray head (label role=system)."""
 
@@ -289,6 +419,10 @@ class SystemNodesConfig(NodeScaling):
     min_size: int = Field(default=2, ge=1, description="Fewest system nodes.")
     desired_size: int = Field(default=2, ge=1, description="System nodes to start with.")
     max_size: int = Field(default=4, ge=1, le=MAX_NODES_PER_NODE_GROUP, description="Most system nodes.")
+    root_volume_iops: int = Field(default=GP3_BASELINE_IOPS, ge=3000, le=80000,
+                                  description="provisioned IOPS of the gp3 root volume")
+    root_volume_throughput_mibps: int = Field(default=GP3_BASELINE_MIBPS, ge=125, le=2000,
+                                              description="provisioned throughput (MiB/s) of the gp3 root volume")
 
     @field_validator("instance_type")
     @classmethod
@@ -299,6 +433,13 @@ class SystemNodesConfig(NodeScaling):
             raise ValueError(f"{shown(value)} is not an EC2 instance type"
                              + (f" (did you mean {hint[0]!r}?)" if hint else " such as 'm7i.2xlarge'"))
         return value
+
+    @model_validator(mode="after")
+    def _gp3(self) -> "SystemNodesConfig":
+        problem = gp3_problem(self.root_volume_iops, self.root_volume_throughput_mibps)
+        if problem:
+            raise ValueError(problem)
+        return self
 
 
 class GpuNodesConfig(NodeScaling):
@@ -321,6 +462,24 @@ class GpuNodesConfig(NodeScaling):
         default=500, ge=100, le=EBS_GP3_MAX_GIB,
         description="Root volume, GiB: the Ray LLM image and the model weights cache are large.",
     )
+    capacity: GpuCapacity = Field(
+        default="onDemand",
+        description="`onDemand`, `{reservationId: cr-…}` (targeted ODCR) or "
+        "`{capacityBlockId: cr-…}` (Capacity Block for ML)",
+    )
+    # The image and weights land on the instance-store RAID0 where the type has one; the root volume
+    # still holds the OS and anything else, so its throughput is raised over gp3's 125 MiB/s baseline.
+    root_volume_iops: int = Field(default=6000, ge=3000, le=80000,
+                                  description="provisioned IOPS of the gp3 root volume")
+    root_volume_throughput_mibps: int = Field(default=500, ge=125, le=2000,
+                                              description="provisioned throughput (MiB/s) of the gp3 root volume")
+
+    @model_validator(mode="after")
+    def _gp3(self) -> "GpuNodesConfig":
+        problem = gp3_problem(self.root_volume_iops, self.root_volume_throughput_mibps)
+        if problem:
+            raise ValueError(problem)
+        return self
 
     @field_validator("min_size")
     @classmethod
@@ -467,12 +626,12 @@ class DevicePluginsConfig(Strict):
     """Chart versions of the NVIDIA and the AWS EFA device plugins."""
 
     nvidia_chart_version: str = Field(
-        default="0.18.0",
+        default="0.20.0",
         description="nvidia-device-plugin chart version (https://nvidia.github.io/k8s-device-plugin).",
     )
     efa_chart_version: str = Field(
-        default="v0.5.7",
-        description="aws-efa-k8s-device-plugin chart version (https://aws.github.io/eks-charts).",
+        default="v0.5.30",
+        description="aws-efa-k8s-device-plugin chart version (https://aws.github.io/eks-charts; v0.5.30 ships app v0.5.20).",
     )
 
     @field_validator("nvidia_chart_version", "efa_chart_version")
@@ -507,6 +666,10 @@ class StackConfig(Strict):
         default=None,
         description="The model and its prefill/decode layout; omitted: no RayService is deployed.",
     )
+    node_autoscaler: NodeAutoscalerConfig = Field(
+        default_factory=NodeAutoscalerConfig, description="Cluster Autoscaler for both node groups"
+    )
+    deploy: DeployConfig = Field(default_factory=DeployConfig, description="how `pulumi up` reaches this stack")
 
     @field_validator("region")
     @classmethod
@@ -552,6 +715,38 @@ class StackConfig(Strict):
         if problems:
             raise ValueError("\n".join(problems))  # one problem a line: reported separately
         return self
+
+    @model_validator(mode="after")
+    def _versions_fit(self) -> "StackConfig":
+        """Chart and image versions the GPU type and the Kubernetes minor need (facts in the catalog)."""
+        problems = []
+        instance = GPU_INSTANCE_TYPES[self.gpu_nodes.instance_type]
+        efa = self.device_plugins.efa_chart_version
+        if chart_version_key(efa) < chart_version_key(instance.min_efa_chart_version):
+            problems.append(
+                f"devicePlugins.efaChartVersion: {efa} does not list {instance.name} in its node affinity "
+                f"(first chart that does: {instance.min_efa_chart_version}); the EFA device plugin would never "
+                f"run on the GPU nodes"
+            )
+        autoscaler, minor = self.node_autoscaler, self.cluster.kubernetes_version
+        if autoscaler.enabled:
+            if autoscaler.image_tag is None and minor not in CLUSTER_AUTOSCALER_TAGS:
+                problems.append(
+                    f"nodeAutoscaler.imageTag: no Cluster Autoscaler image known for Kubernetes {minor} "
+                    f"(known: {', '.join(CLUSTER_AUTOSCALER_TAGS)}); set imageTag to a v{minor}.x release"
+                )
+            elif autoscaler.image_tag is not None and not autoscaler.image_tag.startswith(f"v{minor}."):
+                problems.append(
+                    f"nodeAutoscaler.imageTag: {autoscaler.image_tag} is not a {minor} release; Cluster Autoscaler "
+                    f"supports only the Kubernetes minor it was built for"
+                )
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    def autoscaler_image_tag(self) -> str:
+        """The Cluster Autoscaler image tag for this stack (validated above)."""
+        return self.node_autoscaler.image_tag or CLUSTER_AUTOSCALER_TAGS[self.cluster.kubernetes_version]
 
     @property
     def name(self) -> str:

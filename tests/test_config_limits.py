@@ -79,8 +79,8 @@ def test_kubernetes_version_must_be_one_eks_released():
         f"choose one of {listed}"]
     assert problems({"cluster": {"kubernetesVersion": 1.3}}) == [  # unquoted 1.30 in YAML is the float 1.3
         f"{PROJECT}:cluster.kubernetesVersion: Input should be a valid string (got 1.3)"]
-    cfg = validate_values(merged(GOOD, {"cluster": {"kubernetesVersion": "1.30"}}))
-    assert cfg.cluster.kubernetes_version == "1.30"
+    cfg = validate_values(merged(GOOD, {"cluster": {"kubernetesVersion": "1.34"}}))
+    assert cfg.cluster.kubernetes_version == "1.34"
 
 
 # --- network ------------------------------------------------------------------------------------

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from helpers import LAUNCH_TEMPLATE
 from google.protobuf import json_format
+from helpers import LAUNCH_TEMPLATE
 from policy_fixtures import Res, gpu_stack, judge, of, pack
 from pulumi.runtime.proto import analyzer_pb2
 
@@ -30,7 +30,7 @@ def test_info_announces_every_rule_with_its_level_and_kind():
     assert info.name == "llm-pd-eks-policies" and info.supportsConfig
     policies = _policies()
     stack_rules = {"gpu-node-group-single-az", "efa-on-gpu-nodes", "efa-interface-count",
-                   "gpu-cluster-placement-group", "gpu-nodes-private"}
+                   "gpu-cluster-placement-group", "gpu-nodes-private", "capacity-reservation-in-gpu-az"}
     resource_rules = {"launch-template-imdsv2", "nixl-libfabric-backend", "ray-gpu-pods-efa",
                       "no-literal-secrets-in-pods", "serve-endpoint-not-internet-facing",
                       "eks-public-endpoint-restricted"}

@@ -4,8 +4,8 @@ no mandatory violation, every policy actually ran, and the same stacks bent in o
 from __future__ import annotations
 
 import pytest
-from helpers import RAY_SERVICE, STACKS, program_run
 from google.protobuf import json_format
+from helpers import RAY_SERVICE, STACKS, program_run
 from policy_fixtures import mandatory, of, pack
 
 from tools.analyzer import UNKNOWN, analyze_run, run_resources

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 import urllib.request
+from datetime import UTC
 from pathlib import Path
 
 import boto3
@@ -111,6 +112,21 @@ def stubbed_quotas(region: str, answers: list[tuple[str, float]]) -> tuple[objec
     return client, stub
 
 
+def stubbed_eks_versions(region: str, version: str, status: str):
+    """A real EKS client answering DescribeClusterVersions (moto 5.2.5 lacks it), shapes checked by botocore."""
+    from datetime import datetime
+
+    client = boto3.client("eks", region_name=region)
+    stub = Stubber(client)
+    stub.add_response("describe_cluster_versions", {"clusterVersions": [{
+        "clusterVersion": version, "clusterType": "eks", "versionStatus": status, "status": status,
+        "endOfStandardSupportDate": datetime(2027, 3, 27, tzinfo=UTC),
+        "endOfExtendedSupportDate": datetime(2028, 3, 27, tzinfo=UTC),
+    }]}, {"clusterVersions": [version]})
+    stub.activate()
+    return client, stub
+
+
 def quota_answers(config: StackConfig, ec2, gpu: float, system: float, eip: float) -> list[tuple[str, float]]:
     """Stub answers in the order run_checks asks: GPU family, system family, Elastic IPs."""
     gpu_code = GPU_INSTANCE_TYPES[config.gpu_nodes.instance_type].family_quota_code
@@ -174,8 +190,10 @@ def test_checked_in_stacks_pass_with_just_enough_quota(aws, stack):
     answers = quota_answers(config, ec2, gpu=config.gpu_nodes.max_size * gpu.vcpus,
                             system=config.system_nodes.max_size * system_vcpus, eip=nat)
     quotas, stub = stubbed_quotas(config.region, answers)
-    results = preflight.run_checks(config, ec2, quotas)
+    eks, eks_stub = stubbed_eks_versions(config.region, config.cluster.kubernetes_version, "STANDARD_SUPPORT")
+    results = preflight.run_checks(config, ec2, quotas, eks=eks)
     stub.assert_no_pending_responses()
+    eks_stub.assert_no_pending_responses()
     assert [r.check for r in results] == list(preflight.CHECK_NAMES)
     assert [r.status for r in results] == ["ok"] * len(results), results
 
@@ -301,12 +319,14 @@ def test_cli_against_moto_json_and_warning_exit(moto_url, tmp_path):
     status = {c["check"]: c["status"] for c in report["checks"]}
     for ec2_item in ("availability-zones", "gpu-offering", "gpu-efa", "system-offering"):
         assert status[ec2_item] == "ok"
-    for quota_item in ("gpu-vcpu-quota", "system-vcpu-quota", "eip-quota"):  # moto: no ec2 quotas
-        assert status[quota_item] == "could-not-check"
+    # moto: no ec2 quotas, no EKS DescribeClusterVersions
+    for unknown_item in ("gpu-vcpu-quota", "system-vcpu-quota", "eip-quota", "eks-version"):
+        assert status[unknown_item] == "could-not-check"
+    assert status["gpu-capacity"] == "ok"  # dev runs on demand: nothing to look up
 
     strict = run_cli(env, "--stack", "dev", "--strict")
     assert strict.returncode == 5  # Exit.UNVERIFIED
-    assert "WARNING: 3 of 7 check(s) could not be run" in strict.stdout
+    assert "WARNING: 4 of 9 check(s) could not be run" in strict.stdout
 
 
 def test_cli_unreachable_endpoint_is_one_clear_line(tmp_path):
@@ -344,8 +364,17 @@ def test_main_exit_codes_with_injected_clients(aws, capsys):
     ec2 = ec2_client("us-west-2")
 
     quotas, _ = stubbed_quotas("us-west-2", quota_answers(config, ec2, 10_000, 10_000, 100))
-    assert preflight.main(["--stack", "dev", "--json"], clients=(sts, ec2, quotas)) == 0
+    eks, _ = stubbed_eks_versions("us-west-2", config.cluster.kubernetes_version, "STANDARD_SUPPORT")
+    assert preflight.main(["--stack", "dev", "--json"], clients=(sts, ec2, quotas, eks)) == 0
     assert json.loads(capsys.readouterr().out)["verdict"] == "ok"
+
+    # extended support warns, and does not fail the run
+    quotas, _ = stubbed_quotas("us-west-2", quota_answers(config, ec2, 10_000, 10_000, 100))
+    eks, _ = stubbed_eks_versions("us-west-2", config.cluster.kubernetes_version, "EXTENDED_SUPPORT")
+    assert preflight.main(["--stack", "dev"], clients=(sts, ec2, quotas, eks)) == 0
+    out = capsys.readouterr().out
+    assert any(line.split()[:2] == ["warning", "eks-version"] for line in out.splitlines())
+    assert "ok: all 9 checks passed, 1 with a warning" in out
 
     quotas, _ = stubbed_quotas("us-west-2", quota_answers(config, ec2, 1, 10_000, 100))
     assert preflight.main(["--stack", "dev"], clients=(sts, ec2, quotas)) == 1
@@ -463,8 +492,9 @@ def test_a_bad_stack_file_is_one_line_with_the_usage_code(tmp_path):
 
 
 def test_clients_have_short_timeouts_and_one_retry():
-    sts, ec2, quotas = preflight.make_clients("us-west-2")
-    for client in (sts, ec2, quotas):
+    clients = preflight.make_clients("us-west-2")
+    assert [c.meta.service_model.service_name for c in clients] == ["sts", "ec2", "service-quotas", "eks"]
+    for client in clients:
         config = client.meta.config
         assert (config.connect_timeout, config.read_timeout) == (5, 10)
         assert config.retries == {"mode": "standard", "total_max_attempts": 2}  # one try plus one retry

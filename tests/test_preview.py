@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import RAY_SERVICE, ROOT, STACKS, copy_checkout, program_run
 from google.protobuf import json_format, struct_pb2
+from helpers import RAY_SERVICE, ROOT, STACKS, copy_checkout, program_run
 
 from components.models import MODELS
 from tools.figures import KV_DTYPE_BYTES, kv_cache_bytes

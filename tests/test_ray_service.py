@@ -12,8 +12,8 @@ import json
 
 import pytest
 import yaml
-from helpers import DATA, NODE_GROUP, RAY_SERVICE, engine_config_with
 from google.protobuf import json_format
+from helpers import DATA, NODE_GROUP, RAY_SERVICE, engine_config_with
 from pulumi.runtime import rpc
 
 from components.catalog import GPU_INSTANCE_TYPES

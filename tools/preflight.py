@@ -33,10 +33,11 @@ from components.catalog import GPU_INSTANCE_TYPES
 from components.config import ConfigError, StackConfig
 from tools.cli import Exit, ToolError, exit_with, one_line
 
-Status = Literal["ok", "FAIL", "could-not-check"]
+Status = Literal["ok", "FAIL", "could-not-check", "warning"]
 OK: Status = "ok"
 FAIL: Status = "FAIL"
 UNKNOWN: Status = "could-not-check"
+WARN: Status = "warning"  # deployable, but costs or risks something the report names (exit 0)
 
 # Service Quotas codes (service code "ec2") not carried by the GPU catalog.
 EIP_QUOTA_CODE = "L-0263D0A3"  # EC2-VPC Elastic IPs
@@ -44,7 +45,7 @@ STANDARD_VCPU_QUOTA_CODE = "L-1216C47A"  # Running On-Demand Standard (A, C, D, 
 STANDARD_FAMILIES = "acdhimrtz"
 # The items `run_checks` reports, in order.
 CHECK_NAMES = ("availability-zones", "gpu-offering", "gpu-efa", "system-offering",
-               "gpu-vcpu-quota", "system-vcpu-quota", "eip-quota")
+               "gpu-vcpu-quota", "system-vcpu-quota", "eip-quota", "gpu-capacity", "eks-version")
 
 
 @dataclass(frozen=True)
@@ -265,7 +266,7 @@ def standard_quota_code(instance_type: str) -> Optional[str]:
     return STANDARD_VCPU_QUOTA_CODE if instance_type[:1] in STANDARD_FAMILIES else None
 
 
-def run_checks(config: StackConfig, ec2, quotas, catalog=GPU_INSTANCE_TYPES) -> list[Result]:
+def run_checks(config: StackConfig, ec2, quotas, catalog=GPU_INSTANCE_TYPES, eks=None) -> list[Result]:
     """Every preflight item for `config`, in a fixed order; each failure stays in its own item."""
     gpu = catalog[config.gpu_nodes.instance_type]
     azs = list(config.network.availability_zones)
@@ -296,7 +297,86 @@ def run_checks(config: StackConfig, ec2, quotas, catalog=GPU_INSTANCE_TYPES) -> 
         results.append(Result("system-vcpu-quota", UNKNOWN,
                               f"no on-demand quota code known for the {system.instance_type} family"))
     results.append(guarded("eip-quota", lambda: check_eip_quota(ec2, quotas, nat_gateway_count(config))))
+    results.append(guarded("gpu-capacity", lambda: check_capacity(ec2, config)))
+    if eks is None:
+        results.append(Result("eks-version", UNKNOWN, "no EKS client"))
+    else:
+        results.append(guarded("eks-version", lambda: check_eks_version(eks, config.cluster.kubernetes_version)))
     return results
+
+
+# --- capacity reservations and the EKS version (issue 10) -------------------------------------
+
+
+def check_capacity(ec2, config: StackConfig) -> Result:
+    """The configured ODCR / Capacity Block exists, is usable, and fits the GPU node group.
+
+    DescribeCapacityReservations answers for both kinds (`ReservationType` `default` or
+    `capacity-block`). Usable: `active`, or `scheduled` (a Capacity Block before its start, shown).
+    It must be for the GPU type, in the GPU AZ, and hold at least `gpuNodes.minSize` instances.
+    """
+    from components.config import CapacityBlock
+    from components.efa_gpu_nodes import capacity_reservation_id
+
+    gpu = config.gpu_nodes
+    reservation_id = capacity_reservation_id(gpu)
+    if reservation_id is None:
+        return Result("gpu-capacity", OK, f"on demand: no reservation configured (a {gpu.instance_type} "
+                                          f"cluster placement group may still find no capacity)")
+    kind = "Capacity Block" if isinstance(gpu.capacity, CapacityBlock) else "capacity reservation"
+    try:
+        found = ec2.describe_capacity_reservations(CapacityReservationIds=[reservation_id])["CapacityReservations"]
+    except _aws_errors() as exc:
+        if _error_code(exc) in ("InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"):
+            return Result("gpu-capacity", FAIL, f"{kind} {reservation_id} does not exist in {config.region} "
+                                                f"({_error_code(exc)})")
+        raise
+    if not found:
+        return Result("gpu-capacity", FAIL, f"{kind} {reservation_id} does not exist in {config.region}")
+    cr = found[0]
+    state = cr.get("State", "unknown")
+    problems = []
+    if state not in ("active", "scheduled"):
+        problems.append(f"state is {state} (needs active or scheduled)")
+    if cr.get("InstanceType") != gpu.instance_type:
+        problems.append(f"it reserves {cr.get('InstanceType')}, gpuNodes.instanceType is {gpu.instance_type}")
+    if cr.get("AvailabilityZone") != gpu.availability_zone:
+        problems.append(f"it is in {cr.get('AvailabilityZone')}, gpuNodes.availabilityZone is {gpu.availability_zone}")
+    total = int(cr.get("TotalInstanceCount", 0))
+    if total < gpu.min_size:
+        problems.append(f"it holds {total} instance(s), gpuNodes.minSize is {gpu.min_size}")
+    if problems:
+        return Result("gpu-capacity", FAIL, f"{kind} {reservation_id}: " + "; ".join(problems))
+    when = ""
+    if state == "scheduled":
+        start = cr.get("StartDate")
+        when = f", starts {start.isoformat() if hasattr(start, 'isoformat') else start}: nodes launch only then"
+    return Result("gpu-capacity", OK,
+                  f"{kind} {reservation_id} is {state}{when}: {total} x {gpu.instance_type} in "
+                  f"{gpu.availability_zone} ({cr.get('AvailableInstanceCount', '?')} available) "
+                  f">= minSize {gpu.min_size}")
+
+
+def check_eks_version(eks, version: str) -> Result:
+    """Warn when the configured Kubernetes version is in EKS extended support (paid per cluster hour)."""
+    found = eks.describe_cluster_versions(clusterVersions=[version]).get("clusterVersions", [])
+    if not found:
+        return Result("eks-version", FAIL, f"EKS does not offer Kubernetes {version} in this region")
+    info = found[0]
+    status = info.get("versionStatus") or info.get("status") or "unknown"
+    end_std = info.get("endOfStandardSupportDate")
+    end_ext = info.get("endOfExtendedSupportDate")
+
+    def day(value) -> str:
+        return value.date().isoformat() if hasattr(value, "date") else str(value)
+
+    if status == "STANDARD_SUPPORT":
+        return Result("eks-version", OK, f"Kubernetes {version} is in standard support until {day(end_std)}")
+    if status == "EXTENDED_SUPPORT":
+        return Result("eks-version", WARN,
+                      f"Kubernetes {version} is in EXTENDED support (extra cost per cluster hour) since "
+                      f"{day(end_std)}, ends {day(end_ext)}: raise cluster.kubernetesVersion")
+    return Result("eks-version", FAIL, f"Kubernetes {version} has EKS status {status}")
 
 
 # --- stack config and clients ---------------------------------------------------------------
@@ -310,13 +390,13 @@ def load_config(stack: str, root: Optional[Path] = None) -> StackConfig:
 
 
 def make_clients(region: str):
-    """(sts, ec2, service-quotas) clients: standard credential chain, few retries, short timeouts."""
+    """(sts, ec2, service-quotas, eks) clients: standard credential chain, few retries, short timeouts."""
     import boto3
 
     cfg = client_config()
     session = boto3.session.Session()
     return tuple(session.client(name, region_name=region, config=cfg)
-                 for name in ("sts", "ec2", "service-quotas"))
+                 for name in ("sts", "ec2", "service-quotas", "eks"))
 
 
 def caller_account(sts) -> str:
@@ -348,12 +428,13 @@ def render_text(stack: str, region: str, account: Optional[str], results: list[R
         lines.append(f"WARNING: {unknown} of {len(results)} check(s) could not be run ({rest}); "
                      f"this stack is NOT confirmed deployable (--strict exits 5 on this)")
     else:
-        lines.append(f"ok: all {len(results)} checks passed")
+        warned = sum(r.status == WARN for r in results)
+        lines.append(f"ok: all {len(results)} checks passed" + (f", {warned} with a warning" if warned else ""))
     return "\n".join(lines)
 
 
 def main(argv: Optional[list[str]] = None, clients=None) -> int:
-    """CLI entry. `clients` = (sts, ec2, service-quotas) to inject; built from boto3 otherwise."""
+    """CLI entry. `clients` = (sts, ec2, service-quotas[, eks]) to inject; built from boto3 otherwise."""
     parser = argparse.ArgumentParser(prog="python -m tools.preflight", description=__doc__.split("\n")[0])
     parser.add_argument("--stack", default="dev", help="stack name (reads Pulumi.<stack>.yaml)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON (and nothing else on stdout)")
@@ -375,10 +456,12 @@ def main(argv: Optional[list[str]] = None, clients=None) -> int:
             clients = make_clients(config.region)
         except _client_errors() as exc:
             raise ToolError(Exit.USAGE, f"cannot create AWS clients: {describe_error(exc)}") from None
-    sts, ec2, quotas = clients
+    sts, ec2, quotas, *more = clients
 
-    account, results, reason = run_with_deadline(lambda: (caller_account(sts), run_checks(config, ec2, quotas)),
-                                                 args.deadline)
+    eks = more[0] if more else None
+    account, results, reason = run_with_deadline(
+        lambda: (caller_account(sts), run_checks(config, ec2, quotas, eks=eks)), args.deadline
+    )
     if reason is not None:
         # Credentials or endpoint unusable, or out of time: say so once and mark every item.
         print(f"preflight: {reason}", file=sys.stderr)

@@ -58,6 +58,7 @@ class PreviewResult:
     figures: dict[str, Any]
     resources: list[dict[str, Any]]  # what resources.json holds
     timings: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # tools.placeholders.warning_lines
 
     @property
     def mandatory(self) -> list[Any]:
@@ -290,10 +291,21 @@ def preview(
     t = time.perf_counter()
     figures = key_figures(run, config, config.region)
     result = PreviewResult(stack, config.region, out, run, verdicts, pack, figures, resource_records(run), timings)
+    result.warnings = _placeholder_warnings(config)
     write_artifacts(result)
     timings["artifacts"] = time.perf_counter() - t
     timings["total"] = time.perf_counter() - t0
     return result
+
+
+def _placeholder_warnings(config: Any) -> list[str]:
+    """Example values the stack still carries (tools/placeholders.py); none for an older config model."""
+    from tools.placeholders import warning_lines
+
+    try:
+        return warning_lines(config)
+    except AttributeError:  # preview-diff's base revision may predate the fields read there
+        return []
 
 
 # -- rendering -----------------------------------------------------------------------------------
@@ -459,6 +471,7 @@ def render_text(result: PreviewResult) -> str:
         f"Artifacts in {_display(result.out)}: "
         "resources.json, report.json, manifests/, graph.dot, graph.svg, summary.md"
     )
+    lines += result.warnings
     if result.mandatory:
         lines.append(f"RESULT: FAILED — {len(result.mandatory)} mandatory policy violation(s)")
     else:
@@ -486,7 +499,10 @@ def render_summary(result: PreviewResult) -> str:
         if result.mandatory
         else "✅ **no mandatory policy violations**"
     )
-    out = [f"### Offline preview: stack `{result.stack}` ({result.region})", "", status, "", "| | |", "|---|---|"]
+    out = [f"### Offline preview: stack `{result.stack}` ({result.region})", "", status, ""]
+    if result.warnings:  # a GitHub callout: the stack still carries example values
+        out += ["> [!WARNING]", *(f"> {_md(line.strip())}<br>" for line in result.warnings), ""]
+    out += ["| | |", "|---|---|"]
     out.append(
         f"| Resources | {len(run.resources)} registrations, {sum(1 for r in run.resources if r.protect)} protected |"
     )

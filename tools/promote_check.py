@@ -44,6 +44,9 @@ PER_ENVIRONMENT: tuple[str, ...] = (
     "*[rR]eplicas",  # Serve autoscaling bounds, replica counts
     "*TimeoutMinutes",  # operational patience, not behaviour
     "*:protect",  # prod is protected against `pulumi destroy`
+    "*:gpuNodes.capacity*",  # a capacity reservation / Capacity Block belongs to one account and AZ
+    "*.rootVolume*",  # gp3 IOPS/throughput, sized per environment like the disks
+    "*:deploy.*",  # the runner that reaches each stack's API endpoint
 )
 
 
