@@ -9,6 +9,7 @@ its launch template (one EFA interface per network card).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,6 +24,8 @@ class GpuInstanceType:
     gpu_model: str
     ray_accelerator_type: str  # Ray's accelerator label (ray.util.accelerators)
     network_gbps: int  # aggregate EFA bandwidth of the node
+    # KV transfer NIXL achieved over EFA between two nodes of this type, Gbit/s (issue 15 fills it in).
+    nixl_efa_measured_gbps: Optional[float] = None
 
     @property
     def family_quota_code(self) -> str:
@@ -151,3 +154,24 @@ def gpu_instance_type(name: str) -> GpuInstanceType:
         return GPU_INSTANCE_TYPES[name]
     except KeyError:
         raise KeyError(unsupported_type(name)) from None
+
+
+# --- observability (issue 14): the KV-throughput floor below which NIXL is taken to be off EFA ---------
+
+# Half the reference: vLLM's NIXL throughput is bytes over transfer time per transfer (see
+# components/alerts.py), and Ray reconstructs histogram sums from bucket midpoints, so the measured
+# figure is noisy; a NIXL that fell back to TCP (UCX) runs many times below the reference, not 2x.
+KV_FLOOR_FRACTION = 0.5
+
+
+def kv_throughput_floor_gbps(instance: GpuInstanceType, fraction: float = KV_FLOOR_FRACTION) -> float:
+    """Gbit/s of KV transfer below which NIXL is assumed to have left EFA, for `instance`.
+
+    The reference is the measured NIXL-over-EFA throughput where one exists (`nixl_efa_measured_gbps`),
+    otherwise one GPU's share of the node's EFA bandwidth (a transfer moves one rank's KV blocks).
+    """
+    if instance.nixl_efa_measured_gbps is not None:
+        reference = instance.nixl_efa_measured_gbps
+    else:
+        reference = instance.network_gbps / instance.gpus
+    return round(fraction * reference, 3)
