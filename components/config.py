@@ -528,7 +528,7 @@ def _parse_value(raw: Any) -> Any:
 
 
 # Keys read only as Pulumi secrets (pulumi.Config().get_secret), never part of the model.
-SECRET_ONLY_KEYS = ("hfToken",)
+SECRET_ONLY_KEYS = ("hfToken", "grafanaAdminPassword")
 
 
 def validate_stack_config(
