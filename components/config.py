@@ -320,7 +320,8 @@ class ObservabilityConfig(Strict):
     """What watches the serving layer: kube-prometheus-stack, the DCGM exporter and the alert thresholds."""
 
     enabled: bool = Field(
-        default=True, description="Deploy Prometheus, Grafana, the DCGM exporter, scrape configs, dashboards and alerts."
+        default=True,
+        description="Deploy Prometheus, Grafana, the DCGM exporter, scrape configs, dashboards and alerts.",
     )
     kube_prometheus_stack_chart_version: str = Field(
         default="88.5.3",

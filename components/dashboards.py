@@ -25,7 +25,8 @@ _PHASE = m.PHASE_LABEL
 
 
 def _target(expr: str, legend: str, ref: str = "A") -> dict[str, Any]:
-    return {"expr": expr, "legendFormat": legend, "refId": ref, "datasource": {"type": "prometheus", "uid": "${datasource}"}}
+    datasource = {"type": "prometheus", "uid": "${datasource}"}
+    return {"expr": expr, "legendFormat": legend, "refId": ref, "datasource": datasource}
 
 
 def _panel(title: str, targets: list[dict[str, Any]], unit: str, x: int, y: int, **field: Any) -> dict[str, Any]:
@@ -64,7 +65,8 @@ def dashboard(kv_floor_gbps: float, hourly_prices: Mapping[str, float]) -> dict[
     panels = [
         _panel("Time to first token by phase", _quantiles(m.TTFT), "s", 0, 0),
         _panel("Inter-token latency by phase", _quantiles(m.ITL), "s", 12, 0),
-        _panel("Queue depth (waiting requests)", [_target(f"sum by ({_PHASE}) ({m.WAITING})", by_phase)], "short", 0, 8),
+        _panel("Queue depth (waiting requests)", [_target(f"sum by ({_PHASE}) ({m.WAITING})", by_phase)], "short",
+               0, 8),
         _panel("Running requests", [_target(f"sum by ({_PHASE}) ({m.RUNNING})", by_phase)], "short", 12, 8),
         _panel(
             "KV-cache usage per replica",

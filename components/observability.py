@@ -136,7 +136,6 @@ class Observability(pulumi.ComponentResource):
     def __init__(self, name: str, args: ObservabilityArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-pd-eks:index:Observability", name, None, opts)
         config = args.config
-        k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider)
 
         self.grafana_secret = None
         if args.grafana_admin_password is not None:
@@ -144,7 +143,7 @@ class Observability(pulumi.ComponentResource):
                 f"{name}-grafana-admin",
                 metadata=k8s.meta.v1.ObjectMetaArgs(name=GRAFANA_ADMIN_SECRET, namespace=NAMESPACE),
                 type="Opaque",
-                string_data={"admin-user": "admin", "admin-password": pulumi.Output.secret(args.grafana_admin_password)},
+                string_data={"admin-user": "admin", "admin-password": args.grafana_admin_password},
                 opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.depends_on)),
             )
         secret_deps = [self.grafana_secret] if self.grafana_secret is not None else []
