@@ -321,6 +321,7 @@ def check_kv_transfer(client: KubeClient, exp: Expected, ctx: Context, wait_seco
                       poll_seconds: float = 5.0) -> list[Check]:
     """KV bytes > 0 (waiting for the scrape that follows our request), failures = 0, throughput ≥ floor."""
     end = time.monotonic() + min(wait_seconds, client.deadline.left())
+    poll_seconds = min(poll_seconds, max(0.5, wait_seconds / 10))
     count = prom_query(client, KV_COUNT)
     while not count and time.monotonic() < end:
         time.sleep(min(poll_seconds, max(0.0, end - time.monotonic())))
