@@ -1,8 +1,8 @@
 """A fixture exporter: one Ray node's /metrics, rendered by Ray's own metrics code, for the verify tests.
 
-Run as `python tests/ray_exporter.py [PORT]` (it prints `ready <port>`) (a subprocess: Ray's OpenTelemetry meter provider is
-process-global). Metrics go through ray._private.telemetry.open_telemetry_metric_recorder, the
-recorder Ray 2.60's dashboard agent exports with, then prometheus_client renders the exposition, so
+Run as `python tests/ray_exporter.py [PORT]`; it prints `ready <port>`. A subprocess, because Ray's
+OpenTelemetry meter provider is process-global. Metrics go through
+ray._private.telemetry.open_telemetry_metric_recorder, the recorder Ray 2.60's dashboard agent exports with, then prometheus_client renders the exposition, so
 names, `_total` suffixes, label sets and histogram reconstruction are Ray's, not ours.
 
 Endpoints: GET /metrics; POST /record with a JSON body {"transfers": [[bytes, seconds], ...],

@@ -31,7 +31,8 @@ from verify_fakes import (
 
 from components import metrics as m
 from components.catalog import GPU_INSTANCE_TYPES, kv_throughput_floor_gbps
-from components.observability import NAMESPACE as MONITORING, PROMETHEUS_PORT_NAME, PROMETHEUS_SERVICE
+from components.observability import NAMESPACE as MONITORING
+from components.observability import PROMETHEUS_PORT_NAME, PROMETHEUS_SERVICE
 from components.ray_service import ENDPOINT_SERVICE_NAME, NAMESPACE, SERVE_PORT
 from tools.cli import Exit, run
 from tools.verify.checks import HEAD_SERVICE, Status, quantity_mib

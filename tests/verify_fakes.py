@@ -308,7 +308,7 @@ class Prometheus:
         if rule_file is not None:
             config["rule_files"] = [str(rule_file)]
         (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-        self.log = open(workdir / "prometheus.log", "w")  # noqa: SIM115 - closed in close()
+        self.log = open(workdir / "prometheus.log", "w")
         self.process = subprocess.Popen(
             [PROMETHEUS, f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={workdir / 'tsdb'}",
              f"--web.listen-address=127.0.0.1:{self.port}"],
