@@ -16,6 +16,7 @@ help:
 	@echo "make preflight [STACK=dev] can the stack deploy in its AWS account/region? (JSON=1, STRICT=1)"
 	@echo "make lint                  ruff, mypy, actionlint (with shellcheck) on the workflows"
 	@echo "make promote-check FROM=staging TO=prod   may the commit move on? (chart/image/model/engine must match)"
+	@echo "make verify STACK=dev [KUBECONFIG=path] [TIMEOUT=600] [JSON=1]   after pulumi up: EFA, NIXL on LIBFABRIC, P/D, KV bytes"
 
 $(STAMP): requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -53,3 +54,10 @@ FROM ?= staging
 TO ?= prod
 promote-check: $(STAMP)
 	$(PY) -m tools.promote_check --from $(FROM) --to $(TO)
+
+# After `pulumi up`: proves the deployed stack (nodes, EFA devices, P/D placement, one completion,
+# NIXL on LIBFABRIC, KV bytes/failures/throughput). Kubeconfig from KUBECONFIG or the stack output.
+.PHONY: verify
+TIMEOUT ?= 600
+verify: $(STAMP)
+	$(PY) -m tools.verify --stack $(STACK) --timeout $(TIMEOUT) $(if $(JSON),--json)
