@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers import ROOT  # noqa: F401  (puts the checkout on sys.path)
+from helpers import requires_binary
 
 from components import metrics as m
 from components.alerts import KV_THROUGHPUT_RECORD, rule_groups
@@ -118,9 +118,7 @@ RECORDING_CASE = {
     ],
 }
 
-needs_promtool = pytest.mark.skipif(
-    PROMTOOL is None, reason="promtool missing: CI installs Debian's `prometheus` package (see README)"
-)
+needs_promtool = requires_binary("promtool")
 
 
 def _write_rules(path: Path, strip_annotations: bool) -> Path:

@@ -13,8 +13,8 @@ import urllib.request
 
 import pytest
 import yaml
-from helpers import ROOT  # noqa: F401  (puts the checkout on sys.path)
-from verify_fakes import PROMETHEUS, Prometheus, RayExporter
+from helpers import requires_binary
+from verify_fakes import Prometheus, RayExporter
 
 from components import metrics as m
 from components.alerts import GROUP_NAME, KV_THROUGHPUT_RECORD, rule_groups
@@ -22,9 +22,7 @@ from components.catalog import GPU_INSTANCE_TYPES, kv_throughput_floor_gbps
 from components.config import ObservabilityConfig
 from components.dashboards import dashboard, expressions
 
-pytestmark = pytest.mark.skipif(
-    PROMETHEUS is None, reason="prometheus missing: CI installs Debian's `prometheus` package (see README)"
-)
+pytestmark = requires_binary("prometheus")
 INSTANCE = GPU_INSTANCE_TYPES["g6e.12xlarge"]
 CONFIG = ObservabilityConfig()
 FLOOR = kv_throughput_floor_gbps(INSTANCE)

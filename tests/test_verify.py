@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 import pytest
-from helpers import ROOT  # noqa: F401  (puts the checkout on sys.path)
+from helpers import requires_binary
 from verify_fakes import (
-    PROMETHEUS,
     Cluster,
     FakeKubeApi,
     FakeOpenAi,
@@ -44,9 +43,7 @@ KV_BYTES = 448 * 2**20  # one 8k-token Qwen2.5-7B request's KV cache (the previe
 EFA_SECONDS = KV_BYTES * 8 / 100e9  # at the node's 100 Gbit/s
 TCP_SECONDS = KV_BYTES * 8 / 10e9  # at the 10 Gbit/s of one TCP flow
 
-needs_prometheus = pytest.mark.skipif(
-    PROMETHEUS is None, reason="prometheus missing: CI installs Debian's `prometheus` package (see README)"
-)
+needs_prometheus = requires_binary("prometheus")
 
 
 # --- Kubernetes objects in the API's shapes --------------------------------------------------------
@@ -103,6 +100,10 @@ class Scenario:
     backend: str = "LIBFABRIC"
     transfer_seconds: Optional[float] = EFA_SECONDS  # None: no KV bytes move
     failed: int = 0
+    plugins_ready: int = 2
+    ray_service: Optional[bool] = True  # None: no RayService object
+    endpoint_status: int = 0  # non-zero: the OpenAI endpoint answers with this HTTP status
+    nixl_logged: bool = True
 
 
 @dataclass
@@ -121,17 +122,17 @@ def _start(scenario: Scenario, tmp_path: Path, with_prometheus: bool) -> Iterato
         transfers = [[KV_BYTES, scenario.transfer_seconds]] if scenario.transfer_seconds is not None else []
         exporter.record(transfers=transfers, failed=scenario.failed, tokens=16)
 
-    logs = {ip: {f"worker-{ip}-01000000-4242.out": "started\n" + nixl_log_line(scenario.backend) + "\n"}
-            for ip in ("10.10.1.20", "10.10.1.21")}
-    openai, dashboard = FakeOpenAi(on_request), FakeRayDashboard(logs)
+    line = nixl_log_line(scenario.backend) + "\n" if scenario.nixl_logged else ""
+    logs = {ip: {f"worker-{ip}-01000000-4242.out": "started\n" + line} for ip in ("10.10.1.20", "10.10.1.21")}
+    openai, dashboard = FakeOpenAi(on_request, scenario.endpoint_status), FakeRayDashboard(logs)
     prometheus = None
     if exporter is not None:
         prometheus = Prometheus(tmp_path, [(exporter.target, {m.PHASE_LABEL: "decode", "pod": "llm-pd-decode-a",
                                                               m.NODE_LABEL: scenario.decode_node})]).wait_ready()
     cluster = Cluster(
         nodes=scenario.nodes,
-        daemonsets=[daemonset("nvidia-device-plugin"), daemonset("aws-efa-k8s-device-plugin")],
-        ray_service=ray_service(),
+        daemonsets=[daemonset("nvidia-device-plugin"), daemonset("aws-efa-k8s-device-plugin", scenario.plugins_ready)],
+        ray_service=None if scenario.ray_service is None else ray_service(scenario.ray_service),
         pods=[pod("llm-pd-prefill-a", "prefill", "ip-10-10-1-10", "10.10.1.20"),
               pod("llm-pd-decode-a", "decode", scenario.decode_node, "10.10.1.21")],
         services=[ENDPOINT_SERVICE_NAME, HEAD_SERVICE],
@@ -215,8 +216,15 @@ def test_kv_failures_fail_verify_naming_the_cause(scenario, check, words, tmp_pa
         (Scenario(nodes=[node("ip-10-10-1-10"), node("ip-10-10-1-11", zone="us-west-2b")]), "gpu-nodes",
          "is in us-west-2b, not the GPU AZ us-west-2a"),
         (Scenario(nodes=[node("ip-10-10-1-10")]), "gpu-nodes", "1 GPU node(s) Ready, the stack expects 2"),
+        (Scenario(nodes=[node("ip-10-10-1-10"), node("ip-10-10-1-11", gpus="0")]), "gpu-nodes",
+         "ip-10-10-1-11 offers 0 GPU(s), the catalog says 4"),
+        (Scenario(plugins_ready=1), "device-plugins", "aws-efa-k8s-device-plugin ready on 1 of 2 node(s)"),
+        (Scenario(ray_service=False), "rayservice-ready", "not Ready: Number of serve endpoints dropped to 0"),
+        (Scenario(ray_service=None), "rayservice-ready", "no RayService llm-serving/llm-pd"),
+        (Scenario(endpoint_status=500), "chat-completion", "HTTP 500"),
     ],
-    ids=["ucx-backend", "node-missing-efa", "p-and-d-on-one-node", "node-in-another-az", "node-missing"],
+    ids=["ucx-backend", "node-missing-efa", "p-and-d-on-one-node", "node-in-another-az", "node-missing",
+         "node-without-gpus", "efa-plugin-not-ready", "rayservice-not-ready", "rayservice-missing", "endpoint-500"],
 )
 def test_cluster_failures_fail_verify_naming_the_cause(scenario, check, words, tmp_path, capsys):
     env_iter = _start(scenario, tmp_path, with_prometheus=False)
@@ -230,6 +238,35 @@ def test_cluster_failures_fail_verify_naming_the_cause(scenario, check, words, t
     assert found["status"] == "FAIL" and words in found["detail"], found
     # without Prometheus behind the proxy the KV checks say so instead of guessing
     assert by_name(report)["kv-bytes"]["status"] == "UNVERIFIED"
+
+
+def test_no_nixl_log_line_is_unverified_not_pass(tmp_path, capsys):
+    env_iter = _start(Scenario(nixl_logged=False), tmp_path, with_prometheus=False)
+    env = next(env_iter)
+    try:
+        code, report, _ = verify(env, capsys, "--kv-wait", "0")
+    finally:
+        env_iter.close()
+    found = by_name(report)["nixl-backend"]
+    assert code == Exit.UNVERIFIED
+    assert found["status"] == "UNVERIFIED" and "llm-pd-decode-a" in found["detail"]
+
+
+def test_hugepages_are_checked_once_the_catalog_has_a_figure():
+    """Issue 11 adds `efa_hugepages_2mi_mib` to the catalog; the check reads it and bites on a short node."""
+    from tools.verify.checks import Context, Expected, check_nodes
+
+    class Nodes:
+        def get_json(self, path, **query):
+            return {"kind": "NodeList", "items": [node("a"), node("b")]}  # 5Gi each
+
+    def expected(hugepages):
+        return Expected(gpu_nodes=2, availability_zone="us-west-2a", instance=INSTANCE, hugepages_mib=hugepages,
+                        model_id=None, floor_gbps=FLOOR)
+
+    assert check_nodes(Nodes(), expected(5120), Context()).status == Status.PASS
+    short = check_nodes(Nodes(), expected(8192), Context())
+    assert short.status == Status.FAIL and "a has 5Gi hugepages-2Mi, the catalog says 8192Mi" in short.detail
 
 
 def test_table_output_lists_every_check(tmp_path, capsys):

@@ -209,6 +209,11 @@ class OpenAiHandler(_Handler):
         if self.path != "/v1/chat/completions" or not request.get("messages"):
             self.reply(404, {"error": {"message": "not found"}})
             return
+        if self.owner.fail_status:
+            error = {"object": "error", "message": "engine dead", "type": "InternalServerError",
+                     "code": self.owner.fail_status}
+            self.reply(self.owner.fail_status, error)
+            return
         prompt_tokens = len(request["messages"][-1]["content"].split())
         self.owner.on_request(prompt_tokens)
         self.reply(200, {
@@ -220,8 +225,9 @@ class OpenAiHandler(_Handler):
 
 
 class FakeOpenAi(_Server):
-    def __init__(self, on_request: Callable[[int], None]):
+    def __init__(self, on_request: Callable[[int], None], fail_status: int = 0):
         self.on_request = on_request
+        self.fail_status = fail_status  # answer every request with this HTTP status
         super().__init__(OpenAiHandler)
 
 
