@@ -8,7 +8,8 @@ exporter, a PodMonitor for every Ray pod, the alert rules and the serving dashbo
 - The DCGM exporter (pinned, NVIDIA) runs on the GPU nodes only and brings its own ServiceMonitor;
   a relabelling adds the node name, so GPU panels group by node.
 - The PodMonitor scrapes KubeRay's `metrics` container port (8080, KubeRay's DefaultMetricsPort /
-  MetricsPortName) on head and worker pods and copies `ray.io/group` into `phase` (prefill, decode,
+  MetricsPortName; KubeRay's own config/prometheus/podMonitor.yaml scrapes workers the same way) on
+  head and worker pods and copies `ray.io/group` into `phase` (prefill, decode,
   headgroup): every vLLM and NIXL series then says which side it comes from.
 - EFA device counters: there is no official, pinnable EFA exporter (aws-samples ships a node_exporter
   fork to build yourself). EFA is instead proven by `make verify` (devices allocatable, NIXL on

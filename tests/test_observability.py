@@ -167,3 +167,16 @@ def test_disabled_registers_nothing_of_it():
     run = run_program("dev", config, secret_keys)
     assert not run.of_type(POD_MONITOR) and not run.of_type(PROMETHEUS_RULE)
     assert PROMETHEUS_STACK_CHART.name not in {r.inputs["chart"] for r in run.of_type(RELEASE)}
+
+
+def test_the_served_engines_export_the_metrics_the_alerts_read(run: ProgramRun):
+    """Every vLLM/NIXL series comes from `LLMConfig.log_engine_metrics` (Ray's default True): the
+    RayService's serve config, parsed by Ray's own LLMConfig, must leave it on for both phases."""
+    from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
+
+    (rs,) = run.of_type("kubernetes:ray.io/v1:RayService")
+    (app,) = yaml.safe_load(rs.inputs["spec"]["serveConfigV2"])["applications"]
+    for role in m.PHASES:
+        llm = LLMConfig.model_validate(app["args"][f"{role}_config"])
+        assert llm.log_engine_metrics is True, role
+        assert not llm.engine_kwargs.get("disable_log_stats"), role
