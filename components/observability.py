@@ -74,7 +74,8 @@ def ray_pod_monitor_spec() -> dict[str, Any]:
 
 
 def prometheus_stack_values(config: ObservabilityConfig, grafana_secret: Optional[str]) -> dict[str, Any]:
-    """Everything on the system nodes except node-exporter (a DaemonSet that must reach GPU nodes too)."""
+    """Everything on the system nodes except node-exporter: a DaemonSet whose chart default (4.56.1,
+    the version kube-prometheus-stack 88.5.3 pins) tolerates every NoSchedule taint, the GPU one included."""
     system = dict(SYSTEM_LABELS)
     grafana: dict[str, Any] = {"nodeSelector": system, "sidecar": {"dashboards": {"enabled": True}}}
     if grafana_secret is not None:
@@ -97,7 +98,6 @@ def prometheus_stack_values(config: ObservabilityConfig, grafana_secret: Optiona
             # kube_node_labels carries only allow-listed labels: the cost panel needs the instance type.
             "metricLabelsAllowlist": ["nodes=[node.kubernetes.io/instance-type]"],
         },
-        "prometheus-node-exporter": {"tolerations": [GPU_TOLERATION]},
     }
 
 
