@@ -60,4 +60,4 @@ promote-check: $(STAMP)
 .PHONY: verify
 TIMEOUT ?= 600
 verify: $(STAMP)
-	$(PY) -m tools.verify --stack $(STACK) --timeout $(TIMEOUT) $(if $(JSON),--json)
+	$(PY) -m tools.verify --stack $(STACK) --timeout $(TIMEOUT) $(if $(KUBECONFIG),--kubeconfig $(KUBECONFIG)) $(if $(JSON),--json)

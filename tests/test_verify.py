@@ -353,3 +353,37 @@ def test_nixl_line_is_recognised_only_as_nixl_writes_it():
 
     assert NIXL_BACKEND_LINE.findall(nixl_log_line("LIBFABRIC")) == ["LIBFABRIC"]
     assert NIXL_BACKEND_LINE.findall("Backend UCX was requested") == []
+
+
+def _exec_kubeconfig(script: str) -> str:
+    import sys
+
+    import yaml
+
+    return yaml.safe_dump({
+        "current-context": "eks",
+        "clusters": [{"name": "eks",
+                      "cluster": {"server": "https://example.invalid", "insecure-skip-tls-verify": True}}],
+        "contexts": [{"name": "eks", "context": {"cluster": "eks", "user": "aws"}}],
+        "users": [{"name": "aws", "user": {"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1", "command": sys.executable, "args": ["-c", script],
+            "env": [{"name": "AWS_PROFILE", "value": "deploy"}]}}}],
+    })
+
+
+def test_exec_credentials_are_run_like_kubectl_does():
+    """pulumi-eks kubeconfigs authenticate with `aws eks get-token`: an ExecCredential on stdout."""
+    from tools.verify.kube import load_kubeconfig
+
+    script = ("import json, os; print(json.dumps({'kind': 'ExecCredential', 'status': "
+              "{'token': 'k8s-aws-v1.' + os.environ['AWS_PROFILE']}}))")
+    assert load_kubeconfig(_exec_kubeconfig(script)).token == "k8s-aws-v1.deploy"
+
+
+def test_a_failing_credential_command_is_unverified_not_a_crash():
+    from tools.cli import ToolError
+    from tools.verify.kube import load_kubeconfig
+
+    with pytest.raises(ToolError) as info:
+        load_kubeconfig(_exec_kubeconfig("import sys; sys.exit('ExpiredToken: the security token has expired')"))
+    assert info.value.exit_code == Exit.UNVERIFIED and "ExpiredToken" in str(info.value)

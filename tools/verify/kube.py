@@ -47,11 +47,11 @@ class Deadline:
     def left(self) -> float:
         return max(0.0, self.end - time.monotonic())
 
-    def request_timeout(self) -> float:
+    def request_timeout(self, cap: float = MAX_REQUEST_SECONDS) -> float:
         left = self.left()
         if left <= 0:
             raise TimeoutError("verify's total time limit reached")
-        return min(MAX_REQUEST_SECONDS, left)
+        return min(cap, left)
 
 
 @dataclass
@@ -132,7 +132,10 @@ class KubeClient:
         self.credentials = credentials
         self.deadline = deadline
 
-    def _request(self, method: str, path: str, body: Optional[bytes] = None, accept: str = "application/json") -> bytes:
+    def _request(
+        self, method: str, path: str, body: Optional[bytes] = None, accept: str = "application/json",
+        cap: float = MAX_REQUEST_SECONDS,
+    ) -> bytes:
         url = self.credentials.server + path
         headers = {"Accept": accept}
         if body is not None:
@@ -142,7 +145,7 @@ class KubeClient:
         request = urllib.request.Request(url, data=body, method=method, headers=headers)
         try:
             with urllib.request.urlopen(
-                request, timeout=self.deadline.request_timeout(), context=self.credentials.ssl_context
+                request, timeout=self.deadline.request_timeout(cap), context=self.credentials.ssl_context
             ) as response:
                 return bytes(response.read())
         except urllib.error.HTTPError as exc:
@@ -157,8 +160,8 @@ class KubeClient:
     def get_text(self, path: str, **query: str) -> str:
         return self._request("GET", _with_query(path, query), accept="*/*").decode(errors="replace")
 
-    def post_json(self, path: str, payload: Any) -> Any:
-        return json.loads(self._request("POST", path, json.dumps(payload).encode()))
+    def post_json(self, path: str, payload: Any, cap: float = MAX_REQUEST_SECONDS) -> Any:
+        return json.loads(self._request("POST", path, json.dumps(payload).encode(), cap=cap))
 
     @staticmethod
     def service_proxy(namespace: str, service: str, port: str, path: str) -> str:
