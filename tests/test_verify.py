@@ -387,3 +387,27 @@ def test_a_failing_credential_command_is_unverified_not_a_crash():
     with pytest.raises(ToolError) as info:
         load_kubeconfig(_exec_kubeconfig("import sys; sys.exit('ExpiredToken: the security token has expired')"))
     assert info.value.exit_code == Exit.UNVERIFIED and "ExpiredToken" in str(info.value)
+
+
+def test_tls_api_server_is_trusted_only_through_the_kubeconfig_ca(tmp_path, capsys):
+    """EKS serves its API over TLS with the CA in `certificate-authority-data`: verified, not skipped."""
+    from verify_fakes import TlsKubeApi, self_signed
+
+    api = TlsKubeApi(Cluster(nodes=Scenario().nodes), tmp_path)
+    try:
+        good, wrong = tmp_path / "good", tmp_path / "wrong"
+        good.write_text(api.kubeconfig())
+        other = tmp_path / "other"
+        other.mkdir()
+        wrong.write_text(api.kubeconfig(ca=self_signed(other)[2]))  # someone else's certificate
+        for path, status in ((good, "PASS"), (wrong, "UNVERIFIED")):
+            run("verify", main, ["--stack", "dev", "--kubeconfig", str(path), "--json", "--kv-wait", "0",
+                                 "--timeout", "30"])
+            report = json.loads(capsys.readouterr().out)
+            assert by_name(report)["api-server"]["status"] == status, report
+            if status == "PASS":
+                assert by_name(report)["gpu-nodes"]["status"] == "PASS"
+            else:
+                assert "CERTIFICATE_VERIFY_FAILED" in by_name(report)["api-server"]["detail"]
+    finally:
+        api.close()

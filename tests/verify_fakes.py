@@ -361,3 +361,59 @@ class Prometheus:
             self.process.kill()
             self.process.wait(timeout=10)
         self.log.close()
+
+
+# --- TLS, as EKS serves its API (certificate-authority-data in the kubeconfig) ---------------------
+
+
+def self_signed(workdir: Path, host: str = "127.0.0.1") -> tuple[Path, Path, bytes]:
+    """A CA-less self-signed server certificate for `host` (cryptography ships with moto)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    pem = cert.public_bytes(serialization.Encoding.PEM)
+    cert_path, key_path = workdir / "apiserver.crt", workdir / "apiserver.key"
+    cert_path.write_bytes(pem)
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path, pem
+
+
+class TlsKubeApi(FakeKubeApi):
+    """The fake API server behind TLS; `kubeconfig()` carries its certificate as the CA."""
+
+    def __init__(self, cluster: Cluster, workdir: Path):
+        import ssl
+
+        super().__init__(cluster)
+        cert, key, self.pem = self_signed(workdir)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def kubeconfig(self, token: str = TOKEN, ca: Optional[bytes] = None) -> str:
+        import base64
+
+        config = yaml.safe_load(kubeconfig_text(self.url, token))
+        config["clusters"][0]["cluster"]["certificate-authority-data"] = base64.b64encode(ca or self.pem).decode()
+        return yaml.safe_dump(config)
