@@ -411,3 +411,17 @@ def test_tls_api_server_is_trusted_only_through_the_kubeconfig_ca(tmp_path, caps
                 assert "CERTIFICATE_VERIFY_FAILED" in by_name(report)["api-server"]["detail"]
     finally:
         api.close()
+
+
+def test_a_stalled_api_server_ends_at_the_total_deadline_as_unverified(tmp_path, capsys):
+    api = FakeKubeApi(Cluster(nodes=Scenario().nodes, stall_seconds=5))
+    try:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(api.kubeconfig())
+        code = run("verify", main, ["--stack", "dev", "--kubeconfig", str(kubeconfig), "--json", "--timeout", "1"])
+    finally:
+        api.close()
+    report = json.loads(capsys.readouterr().out)
+    assert code == Exit.UNVERIFIED
+    assert {c["status"] for c in report["checks"]} == {"UNVERIFIED"}
+    assert "timed out" in by_name(report)["api-server"]["detail"]

@@ -116,6 +116,7 @@ class Cluster:
     pods: list[dict[str, Any]] = field(default_factory=list)
     services: list[str] = field(default_factory=list)
     upstreams: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (ns, svc, port) -> base URL
+    stall_seconds: float = 0.0  # answer every request this late (an API server under water)
 
 
 class KubeHandler(_Handler):
@@ -135,6 +136,7 @@ class KubeHandler(_Handler):
 
     def _route(self, method: str) -> None:
         cluster: Cluster = self.owner.cluster
+        time.sleep(cluster.stall_seconds)
         url = urlsplit(self.path)
         query = {k: v[0] for k, v in parse_qs(url.query).items()}
         parts = url.path.strip("/").split("/")
