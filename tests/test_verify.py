@@ -306,7 +306,9 @@ def test_wrong_token_is_not_a_pass(tmp_path, capsys):
         code, report, _ = verify(env, capsys, "--kv-wait", "0")
     finally:
         env_iter.close()
-    assert code == Exit.UNVERIFIED and by_name(report)["api-server"]["status"] == "UNVERIFIED"
+    api_server = by_name(report)["api-server"]
+    assert code == Exit.UNVERIFIED and api_server["status"] == "UNVERIFIED"
+    assert "refused the request: HTTP 401" in api_server["detail"]
 
 
 @pytest.mark.parametrize(

@@ -380,9 +380,12 @@ def run_checks(client: KubeClient, exp: Expected, kv_wait_seconds: float = 90.0)
     try:
         version = client.get_json("/version")
         results.append(Check("api-server", Status.PASS, f"Kubernetes {version.get('gitVersion', '?')}"))
-    except (Unreachable, HttpError, TimeoutError) as exc:
+    except (Unreachable, TimeoutError) as exc:
         results.append(Check("api-server", Status.UNVERIFIED, f"cluster unreachable: {exc}"))
         return results + unverified_rest("cluster unreachable")
+    except HttpError as exc:  # 401/403: the kubeconfig's credentials are not (or no longer) accepted
+        results.append(Check("api-server", Status.UNVERIFIED, f"API server refused the request: {exc}"))
+        return results + unverified_rest("API server refused the request")
     for name, check in CLUSTER_CHECKS:
         try:
             results.append(check(client, exp, ctx))
