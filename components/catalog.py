@@ -165,13 +165,12 @@ KV_FLOOR_FRACTION = 0.5
 
 
 def kv_throughput_floor_gbps(instance: GpuInstanceType, fraction: float = KV_FLOOR_FRACTION) -> float:
-    """Gbit/s of KV transfer below which NIXL is assumed to have left EFA, for `instance`.
+    """Gbit/s per KV transfer below which NIXL is assumed to have left EFA, for `instance`.
 
-    The reference is the measured NIXL-over-EFA throughput where one exists (`nixl_efa_measured_gbps`),
-    otherwise one GPU's share of the node's EFA bandwidth (a transfer moves one rank's KV blocks).
+    vLLM's NIXL throughput is per rank (one GPU's transfers: NixlKVConnectorStats.reduce), so the
+    reference is one GPU's share of the node's figure: the measured NIXL-over-EFA throughput
+    (`nixl_efa_measured_gbps`, per node) where one exists, otherwise the node's EFA bandwidth.
     """
-    if instance.nixl_efa_measured_gbps is not None:
-        reference = instance.nixl_efa_measured_gbps
-    else:
-        reference = instance.network_gbps / instance.gpus
-    return round(fraction * reference, 3)
+    measured = instance.nixl_efa_measured_gbps
+    node_gbps = measured if measured is not None else instance.network_gbps
+    return round(fraction * node_gbps / instance.gpus, 3)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +173,8 @@ def test_floor_follows_the_catalog() -> None:
     """The floor comes from the GPU type: a measured figure where one exists, else the per-GPU EFA share."""
     assert FLOOR == pytest.approx(0.5 * INSTANCE.network_gbps / INSTANCE.gpus)
     big = GPU_INSTANCE_TYPES["p5.48xlarge"]
+    measured = replace(big, nixl_efa_measured_gbps=76.8)  # a measured figure wins over the line rate
+    assert kv_throughput_floor_gbps(measured, 0.5) == pytest.approx(0.5 * 76.8 / big.gpus)
     assert kv_throughput_floor_gbps(big, 0.5) > FLOOR
     rules = {r.get("alert"): r for r in rule_groups(CONFIG, big)[0]["rules"]}
     assert f"< {kv_throughput_floor_gbps(big, 0.5)}" in rules["KVThroughputBelowFloor"]["expr"]
