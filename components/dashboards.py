@@ -79,6 +79,12 @@ def dashboard(kv_floor_gbps: float, hourly_prices: Mapping[str, float]) -> dict[
             "short", 12, 16,
         ),
         _panel(
+            "Serve replicas: target vs healthy",
+            [_target(f"sum by (deployment) ({m.SERVE_TARGET_REPLICAS})", "target {{deployment}}"),
+             _target(f"sum by (deployment) ({m.SERVE_REPLICA_HEALTHY})", "healthy {{deployment}}", "B")],
+            "short", 12, 48,
+        ),
+        _panel(
             "KV bytes moved (NIXL)",
             [_target(f"sum by ({_PHASE}) (rate({m.NIXL_BYTES}_sum[5m]))", by_phase)],
             "Bps", 0, 24,

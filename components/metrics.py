@@ -16,7 +16,8 @@ tests/test_observability_exposition.py renders these names through Ray's own rec
 table honest. Caveat from that recorder's docstring: a histogram's `_sum` is rebuilt from bucket
 midpoints, so sums (and throughputs derived from them) are approximations; counts are exact.
 
-Sources of the vLLM names: vllm/v1/metrics/loggers.py (scheduler gauges, TTFT and inter-token
+Sources of the vLLM names (vllm-project/vllm as indexed by the session's code search; the v0.29.0
+tag itself could not be checked out offline): vllm/v1/metrics/loggers.py (scheduler gauges, TTFT and inter-token
 histograms) and the NIXL connector's stats module
 (vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py, `NixlPromMetrics`): NIXL transfer
 metrics are recorded by the worker that pulls the KV blocks, i.e. on the decode side; expired KV
@@ -40,7 +41,6 @@ ITL = ray_vllm("vllm:inter_token_latency_seconds")  # histogram
 RUNNING = ray_vllm("vllm:num_requests_running")  # gauge
 WAITING = ray_vllm("vllm:num_requests_waiting")  # gauge
 KV_CACHE_USAGE = ray_vllm("vllm:kv_cache_usage_perc")  # gauge, 1 = full
-PROMPT_TOKENS = ray_vllm("vllm:prompt_tokens") + "_total"  # counter
 GENERATION_TOKENS = ray_vllm("vllm:generation_tokens") + "_total"  # counter
 
 # NIXL KV connector metrics (NixlPromMetrics).
@@ -51,14 +51,12 @@ NIXL_FAILED_NOTIFICATIONS = ray_vllm("vllm:nixl_num_failed_notifications") + "_t
 NIXL_KV_EXPIRED = ray_vllm("vllm:nixl_num_kv_expired_reqs") + "_total"  # counter (prefill side)
 
 # Ray Serve metrics (ray/serve/_private/replica.py, autoscaling_state.py, deployment_state.py).
-SERVE_REQUESTS = RAY_PREFIX + "serve_deployment_request_counter_total"  # labels: deployment, replica, application
 SERVE_TARGET_REPLICAS = RAY_PREFIX + "serve_autoscaling_target_replicas"  # gauge, labels: deployment, application
-SERVE_REPLICA_HEALTHY = RAY_PREFIX + "serve_deployment_replica_healthy"  # gauge 1/0 per replica
+SERVE_REPLICA_HEALTHY = RAY_PREFIX + "serve_deployment_replica_healthy"  # gauge, healthy replicas
 
 # NVIDIA DCGM exporter default counters (NVIDIA/dcgm-exporter etc/default-counters.csv, chart 4.8.2).
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent
 GPU_FB_USED = "DCGM_FI_DEV_FB_USED"  # MiB
-GPU_FB_FREE = "DCGM_FI_DEV_FB_FREE"  # MiB
 
 # kube-state-metrics (shipped by kube-prometheus-stack).
 KSM_POD_PHASE = "kube_pod_status_phase"
