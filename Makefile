@@ -18,6 +18,7 @@ help:
 	@echo "make promote-check FROM=staging TO=prod   may the commit move on? (chart/image/model/engine must match)"
 	@echo "make config-doc            regenerate the README config table from components/config.py"
 	@echo "make placeholders [STACK=dev] [RUNNER=label]   does the stack still carry example values? (deploy refuses it)"
+	@echo "make verify STACK=dev [KUBECONFIG=path] [TIMEOUT=600] [JSON=1]   after pulumi up: EFA, NIXL on LIBFABRIC, P/D, KV bytes"
 
 $(STAMP): requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -69,3 +70,10 @@ config-doc: $(STAMP)
 # Documentation CIDRs, the example account 123456789012, a private endpoint with no runner: exit 1.
 placeholders: $(STAMP)
 	@$(PY) -m tools.placeholders --stack $(STACK) $(if $(RUNNER),--runner $(RUNNER))
+
+# After `pulumi up`: proves the deployed stack (nodes, EFA devices, P/D placement, one completion,
+# NIXL on LIBFABRIC, KV bytes/failures/throughput). Kubeconfig from KUBECONFIG or the stack output.
+.PHONY: verify
+TIMEOUT ?= 600
+verify: $(STAMP)
+	@$(PY) -m tools.verify --stack $(STACK) --timeout $(TIMEOUT) $(if $(KUBECONFIG),--kubeconfig $(KUBECONFIG)) $(if $(JSON),--json)

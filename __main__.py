@@ -21,8 +21,10 @@ from components.device_plugins import DevicePlugins, DevicePluginsArgs
 from components.efa_gpu_nodes import EfaGpuNodeGroup, EfaGpuNodeGroupArgs, gpu_autoscaler_template
 from components.kuberay import KubeRayOperator, KubeRayOperatorArgs
 from components.network import Network, NetworkArgs
+from components.observability import Observability, ObservabilityArgs
 from components.ray_service import LlmRayService, RayServiceArgs
 from components.system_nodes import SystemNodeGroup, SystemNodeGroupArgs, system_autoscaler_template
+from tools.figures import load_prices
 
 try:
     config = load_stack_config()
@@ -148,6 +150,23 @@ if config.serving is not None:
     )
     pulumi.export("endpoint", llm.endpoint)
     pulumi.export("modelId", config.serving.model_id)
+
+# Observability: Prometheus, Grafana, the DCGM exporter, the Ray scrape config, alerts and dashboards.
+if config.observability.enabled:
+    listed = load_prices().regions.get(config.region, {}).get("instances", {})
+    node_types = (config.system_nodes.instance_type, config.gpu_nodes.instance_type)
+    observability = Observability(
+        "observability",
+        ObservabilityArgs(
+            config=config.observability,
+            instance=gpu_instance,
+            provider=cluster.provider,
+            hourly_prices={t: listed[t] for t in node_types if t in listed},
+            gpu_node_group=gpu_nodes.node_group,
+            depends_on=[system_nodes.node_group, *addons.addons.values()],
+            grafana_admin_password=pulumi.Config().get_secret("grafanaAdminPassword"),
+        ),
+    )
 
 pulumi.export("vpcId", network.vpc.id)
 pulumi.export("privateSubnetIds", network.private_subnet_ids)

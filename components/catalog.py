@@ -9,6 +9,7 @@ its launch template (one EFA interface per network card).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,6 +31,8 @@ class GpuInstanceType:
     # First aws-efa-k8s-device-plugin chart whose DaemonSet node affinity (`supportedInstanceLabels`)
     # lists this type; an older chart never schedules the plugin there (no `vpc.amazonaws.com/efa`).
     min_efa_chart_version: str
+    # KV transfer NIXL achieved over EFA between two nodes of this type, Gbit/s (issue 15 fills it in).
+    nixl_efa_measured_gbps: Optional[float] = None
 
     @property
     def family_quota_code(self) -> str:
@@ -207,3 +210,21 @@ CLUSTER_AUTOSCALER_TAGS: dict[str, str] = {
     "1.35": "v1.35.2",
     "1.36": "v1.36.1",
 }
+# --- observability (issue 14): the KV-throughput floor below which NIXL is taken to be off EFA ---------
+
+# Half the reference: vLLM's NIXL throughput is bytes over transfer time per transfer (see
+# components/alerts.py), and Ray reconstructs histogram sums from bucket midpoints, so the measured
+# figure is noisy; a NIXL that fell back to TCP (UCX) runs many times below the reference, not 2x.
+KV_FLOOR_FRACTION = 0.5
+
+
+def kv_throughput_floor_gbps(instance: GpuInstanceType, fraction: float = KV_FLOOR_FRACTION) -> float:
+    """Gbit/s per KV transfer below which NIXL is assumed to have left EFA, for `instance`.
+
+    vLLM's NIXL throughput is per rank (one GPU's transfers: NixlKVConnectorStats.reduce), so the
+    reference is one GPU's share of the node's figure: the measured NIXL-over-EFA throughput
+    (`nixl_efa_measured_gbps`, per node) where one exists, otherwise the node's EFA bandwidth.
+    """
+    measured = instance.nixl_efa_measured_gbps
+    node_gbps = measured if measured is not None else instance.network_gbps
+    return round(fraction * node_gbps / instance.gpus, 3)

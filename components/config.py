@@ -32,6 +32,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from .catalog import CLUSTER_AUTOSCALER_TAGS, GPU_INSTANCE_TYPES, chart_version_key, unsupported_type
+from .metrics import ITL_BUCKETS, TTFT_BUCKETS
 from .models import MODELS
 
 PROJECT = "llm-pd-eks"
@@ -642,6 +643,76 @@ class DevicePluginsConfig(Strict):
         return value
 
 
+# --- observability (issue 14): Prometheus, Grafana, DCGM exporter, alert thresholds -------------------
+
+
+class ObservabilityConfig(Strict):
+    """What watches the serving layer: kube-prometheus-stack, the DCGM exporter and the alert thresholds."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Deploy Prometheus, Grafana, the DCGM exporter, scrape configs, dashboards and alerts.",
+    )
+    kube_prometheus_stack_chart_version: str = Field(
+        default="88.5.3",
+        description="kube-prometheus-stack chart version (https://prometheus-community.github.io/helm-charts).",
+    )
+    dcgm_exporter_chart_version: str = Field(
+        default="4.8.2", description="dcgm-exporter chart version (https://nvidia.github.io/dcgm-exporter/helm-charts)."
+    )
+    retention: str = Field(
+        default="15d", pattern=r"^\d+[hdw]$", description="How long Prometheus keeps samples (e.g. 15d)."
+    )
+    ttft_slo_seconds: float = Field(
+        default=2.5, description="Time-to-first-token SLO per phase; must be a bucket bound of vLLM's TTFT histogram."
+    )
+    itl_slo_seconds: float = Field(
+        default=0.1, description="Inter-token latency SLO per phase; must be a bucket bound of vLLM's ITL histogram."
+    )
+    slo_objective: float = Field(
+        default=0.99, gt=0.5, lt=1.0, description="Fraction of requests that must meet each latency SLO."
+    )
+    kv_cache_full_ratio: float = Field(
+        default=0.9, gt=0.0, le=1.0, description="Decode KV-cache usage (0..1) above which the cache counts as full."
+    )
+    kv_throughput_floor_fraction: float = Field(
+        default=0.5,
+        gt=0.0,
+        le=1.0,
+        description="KV throughput floor as a fraction of the GPU type's reference NIXL-over-EFA throughput.",
+    )
+    pending_minutes: int = Field(
+        default=15, ge=1, le=240, description="Minutes a Ray pod may stay Pending before the replicas-pending alert."
+    )
+
+    @field_validator("kube_prometheus_stack_chart_version", "dcgm_exporter_chart_version")
+    @classmethod
+    def _exact_version(cls, value: str) -> str:
+        if not re.fullmatch(r"\d+\.\d+\.\d+", value):
+            raise ValueError(f"{value!r} is not an exact chart version such as '88.5.3'")
+        return value
+
+    @field_validator("ttft_slo_seconds")
+    @classmethod
+    def _ttft_bucket(cls, value: float) -> float:
+        return _bucket_bound(value, TTFT_BUCKETS, "TTFT")
+
+    @field_validator("itl_slo_seconds")
+    @classmethod
+    def _itl_bucket(cls, value: float) -> float:
+        return _bucket_bound(value, ITL_BUCKETS, "inter-token latency")
+
+
+def _bucket_bound(value: float, buckets: tuple[float, ...], what: str) -> float:
+    # `le="<slo>"` must name a real bucket, or the SLO series is empty and the alert can never fire.
+    if float(value) not in buckets:
+        raise ValueError(
+            f"{value} is not a bucket bound of vLLM's {what} histogram; choose one of "
+            + ", ".join(f"{b:g}" for b in buckets)
+        )
+    return float(value)
+
+
 class StackConfig(Strict):
     """Everything a stack may set. Defaults here; per-stack overrides in Pulumi.<stack>.yaml."""
 
@@ -670,6 +741,9 @@ class StackConfig(Strict):
         default_factory=NodeAutoscalerConfig, description="Cluster Autoscaler for both node groups"
     )
     deploy: DeployConfig = Field(default_factory=DeployConfig, description="how `pulumi up` reaches this stack")
+    observability: ObservabilityConfig = Field(
+        default_factory=ObservabilityConfig, description="Prometheus, Grafana, DCGM exporter, dashboards and alerts."
+    )
 
     @field_validator("region")
     @classmethod
@@ -848,11 +922,12 @@ def _parse_value(raw: Any) -> Any:
 
 
 # Keys read only as Pulumi secrets (pulumi.Config().get_secret), never part of the model.
-SECRET_ONLY_KEYS = ("hfToken",)
+SECRET_ONLY_KEYS = ("hfToken", "grafanaAdminPassword")
 # What each secret-only key is for (the README's config table lists them with the model's keys).
 SECRET_ONLY_KEY_DESCRIPTIONS = {
     "hfToken": "Hugging Face token for gated models, set only with `pulumi config set --secret hfToken`; "
     "plain text is refused.",
+    "grafanaAdminPassword": "Grafana's admin password, set only with `pulumi config set --secret grafanaAdminPassword`; omitted: the Grafana chart generates one.",
 }
 
 
