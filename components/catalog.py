@@ -21,8 +21,20 @@ class GpuInstanceType:
     gpu_memory_gib: int  # per GPU
     vcpus: int
     gpu_model: str
-    ray_accelerator_type: str  # Ray's accelerator label (ray.util.accelerators)
+    ray_accelerator_type: str  # as Ray names the GPU: derived from nvml_gpu_name (below), not the SKU
     network_gbps: int  # aggregate EFA bandwidth of the node
+    # The GPU's NVML device name (nvidia-smi): Ray derives the node's `accelerator_type:<T>` resource
+    # from it (ray._private.accelerators.nvidia_gpu, "NVIDIA A100-SXM4-40GB" -> "A100"); tests check
+    # `ray_accelerator_type` against Ray's own derivation.
+    nvml_gpu_name: str
+    # GPUDirect RDMA over EFA (the device's RDMA read, FI_EFA_USE_DEVICE_RDMA). NIXL's LIBFABRIC
+    # backend requires GPU Direct RDMA (ai-dynamo/nixl src/plugins/libfabric/README.md); on EC2 only the
+    # P-series from p4d has it, g5/g6e do not (AWS in aws/aws-ofi-nccl#547, 2025).
+    efa_rdma_read: bool
+    memory_gib: int  # instance RAM (EC2 DescribeInstanceTypes MemoryInfo); pods get a share of it
+    # 2 MiB huge pages a worker pod requests for libfabric's EFA provider (its bounce and packet
+    # buffers); the EKS EFA guide's example pod requests 5120Mi.
+    efa_hugepages_2mi_mib: int
 
     @property
     def family_quota_code(self) -> str:
@@ -42,6 +54,10 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_model="L40S",
             ray_accelerator_type="L40S",
             network_gbps=25,
+            nvml_gpu_name="NVIDIA L40S",
+            efa_rdma_read=False,
+            memory_gib=256,
+            efa_hugepages_2mi_mib=5120,
         ),
         GpuInstanceType(
             name="g6e.12xlarge",
@@ -52,6 +68,10 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_model="L40S",
             ray_accelerator_type="L40S",
             network_gbps=100,
+            nvml_gpu_name="NVIDIA L40S",
+            efa_rdma_read=False,
+            memory_gib=384,
+            efa_hugepages_2mi_mib=5120,
         ),
         GpuInstanceType(
             name="g6e.24xlarge",
@@ -62,6 +82,10 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_model="L40S",
             ray_accelerator_type="L40S",
             network_gbps=200,
+            nvml_gpu_name="NVIDIA L40S",
+            efa_rdma_read=False,
+            memory_gib=768,
+            efa_hugepages_2mi_mib=5120,
         ),
         GpuInstanceType(
             name="g6e.48xlarge",
@@ -72,6 +96,10 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_model="L40S",
             ray_accelerator_type="L40S",
             network_gbps=400,
+            nvml_gpu_name="NVIDIA L40S",
+            efa_rdma_read=False,
+            memory_gib=1536,
+            efa_hugepages_2mi_mib=5120,
         ),
         GpuInstanceType(
             name="g5.48xlarge",
@@ -82,6 +110,10 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_model="A10G",
             ray_accelerator_type="A10G",
             network_gbps=100,
+            nvml_gpu_name="NVIDIA A10G",
+            efa_rdma_read=False,
+            memory_gib=768,
+            efa_hugepages_2mi_mib=5120,
         ),
         GpuInstanceType(
             name="p4d.24xlarge",
@@ -90,8 +122,12 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_memory_gib=40,
             vcpus=96,
             gpu_model="A100",
-            ray_accelerator_type="A100-40G",
+            ray_accelerator_type="A100",
             network_gbps=400,
+            nvml_gpu_name="NVIDIA A100-SXM4-40GB",
+            efa_rdma_read=True,
+            memory_gib=1152,
+            efa_hugepages_2mi_mib=5120,
         ),
         GpuInstanceType(
             name="p4de.24xlarge",
@@ -100,8 +136,12 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_memory_gib=80,
             vcpus=96,
             gpu_model="A100",
-            ray_accelerator_type="A100-80G",
+            ray_accelerator_type="A100",
             network_gbps=400,
+            nvml_gpu_name="NVIDIA A100-SXM4-80GB",
+            efa_rdma_read=True,
+            memory_gib=1152,
+            efa_hugepages_2mi_mib=5120,
         ),
         GpuInstanceType(
             name="p5.48xlarge",
@@ -112,6 +152,10 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_model="H100",
             ray_accelerator_type="H100",
             network_gbps=3200,
+            nvml_gpu_name="NVIDIA H100 80GB HBM3",
+            efa_rdma_read=True,
+            memory_gib=2048,
+            efa_hugepages_2mi_mib=5120,
         ),
         GpuInstanceType(
             name="p5e.48xlarge",
@@ -122,6 +166,10 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_model="H200",
             ray_accelerator_type="H200",
             network_gbps=3200,
+            nvml_gpu_name="NVIDIA H200",
+            efa_rdma_read=True,
+            memory_gib=2048,
+            efa_hugepages_2mi_mib=5120,
         ),
         GpuInstanceType(
             name="p5en.48xlarge",
@@ -132,6 +180,10 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_model="H200",
             ray_accelerator_type="H200",
             network_gbps=3200,
+            nvml_gpu_name="NVIDIA H200",
+            efa_rdma_read=True,
+            memory_gib=2048,
+            efa_hugepages_2mi_mib=5120,
         ),
     )
 }
