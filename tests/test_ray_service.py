@@ -406,7 +406,8 @@ def test_device_rdma_is_set_only_where_the_efa_has_rdma_read():
 
 
 def test_a_disruption_budget_keeps_the_last_pod_of_each_role(run: ProgramRun):
-    pdbs = {ints(p.inputs)["spec"]["selector"]["matchLabels"]["llm-pd-eks/role"]: ints(p.inputs) for p in run.of_type(PDB)}
+    budgets = [ints(p.inputs) for p in run.of_type(PDB)]
+    pdbs = {pdb["spec"]["selector"]["matchLabels"]["llm-pd-eks/role"]: pdb for pdb in budgets}
     assert set(pdbs) == set(workers(run))
     for role, pdb in pdbs.items():
         labels = workers(run)[role]["template"]["metadata"]["labels"]
