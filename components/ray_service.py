@@ -293,11 +293,25 @@ def wait_annotations(serving: ServingConfig) -> dict[str, str]:
     }
 
 
+# The RayCluster fields whose change needs a new Ray cluster: KubeRay hashes the cluster spec without
+# each worker group's replicas/minReplicas/maxReplicas (utils.GenerateHashWithoutReplicasAndWorkersToDelete),
+# so scale bounds are updated in place and are not listed. tools/rollout.py classifies by the same rule.
+CLUSTER_REPLACE_PATHS = (
+    "spec.rayClusterConfig.rayVersion",
+    "spec.rayClusterConfig.enableInTreeAutoscaling",
+    "spec.rayClusterConfig.headGroupSpec",
+    "spec.rayClusterConfig.workerGroupSpecs[*].groupName",
+    "spec.rayClusterConfig.workerGroupSpecs[*].rayStartParams",
+    "spec.rayClusterConfig.workerGroupSpecs[*].resources",
+    "spec.rayClusterConfig.workerGroupSpecs[*].template",
+)
+
+
 def replace_on_changes(serving: ServingConfig) -> list[str]:
     """With KubeRay's `None` strategy a Ray cluster change would never reach the pods; `Recreate`
-    makes Pulumi replace the RayService (delete first: same name) instead. serveConfigV2 is not listed:
-    KubeRay applies it to the running cluster in place."""
-    return ["spec.rayClusterConfig"] if serving.upgrade_strategy == "Recreate" else []
+    makes Pulumi replace the RayService (delete first: same name) instead. serveConfigV2 and the
+    scale bounds are not listed: KubeRay applies them to the running cluster in place."""
+    return list(CLUSTER_REPLACE_PATHS) if serving.upgrade_strategy == "Recreate" else []
 
 
 def disruption_budget_spec(role: str) -> k8s.policy.v1.PodDisruptionBudgetSpecArgs:

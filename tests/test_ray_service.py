@@ -446,7 +446,17 @@ def test_recreate_replaces_the_rayservice_when_its_cluster_changes(register_requ
     assert spec["upgradeStrategy"] == {"type": "None"}  # KubeRay builds no second cluster
     request = register_requests[ray_service(run).name]
     # ... so Pulumi replaces the RayService on a Ray cluster change, deleting first (same name, same GPUs)
-    assert list(request.replaceOnChanges) == ["spec.rayClusterConfig"]
+    paths = set(request.replaceOnChanges)
+    cluster = spec["rayClusterConfig"]
+    # every rendered cluster field KubeRay hashes is covered; the scale bounds (which KubeRay
+    # applies in place) and serveConfigV2 are not
+    expected = {f"spec.rayClusterConfig.{k}" for k in cluster if k != "workerGroupSpecs"} | {
+        f"spec.rayClusterConfig.workerGroupSpecs[*].{k}"
+        for group in cluster["workerGroupSpecs"]
+        for k in group
+        if k not in ("replicas", "minReplicas", "maxReplicas")
+    }
+    assert paths == expected
     assert request.deleteBeforeReplace is True
 
 
