@@ -208,6 +208,10 @@ def compare_configs(
         if a is _SECRET and b is _SECRET:
             secrets.append(key)
             continue
+        if a is _SECRET and b is MISSING:
+            # the source ran with this secret (e.g. the hfToken of a gated model); the target would not
+            differences.append(Difference(key, a, b, MUST_PROMOTE_KIND))
+            continue
         if a is _SECRET or b is _SECRET:
             differences.append(Difference(key, a, b, SECRET_KIND))
             continue
