@@ -61,6 +61,9 @@ def ray_cluster() -> Iterator[Any]:
         ray.shutdown()
         cluster.shutdown()
         sys.path.remove(str(STANDINS))
+        # the stand-ins serve this module only: later imports of vllm/sglang find the real thing or nothing
+        for name in [m for m in sys.modules if m.split(".")[0] in ("vllm", "sglang")]:
+            del sys.modules[name]
 
 
 # --- what Ray's own code derives --------------------------------------------------------------------
