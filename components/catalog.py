@@ -22,7 +22,7 @@ class GpuInstanceType:
     gpu_memory_gib: int  # per GPU
     vcpus: int
     gpu_model: str
-    ray_accelerator_type: str  # Ray's accelerator label (ray.util.accelerators)
+    ray_accelerator_type: str  # as Ray names the GPU: derived from nvml_gpu_name (below), not the SKU
     network_gbps: int  # aggregate EFA bandwidth of the node
     # Local NVMe instance store (EC2 DescribeInstanceTypes `InstanceStorageInfo.Disks`): nodeadm
     # RAID0s it for kubelet/containerd state, so images and weights land on it, not on EBS.
@@ -33,6 +33,18 @@ class GpuInstanceType:
     min_efa_chart_version: str
     # KV transfer NIXL achieved over EFA between two nodes of this type, Gbit/s (issue 15 fills it in).
     nixl_efa_measured_gbps: Optional[float] = None
+    # The GPU's NVML device name (nvidia-smi): Ray derives the node's `accelerator_type:<T>` resource
+    # from it (ray._private.accelerators.nvidia_gpu, "NVIDIA A100-SXM4-40GB" -> "A100"); tests check
+    # `ray_accelerator_type` against Ray's own derivation.
+    nvml_gpu_name: str
+    # GPUDirect RDMA over EFA (the device's RDMA read, FI_EFA_USE_DEVICE_RDMA). NIXL's LIBFABRIC
+    # backend requires GPU Direct RDMA (ai-dynamo/nixl src/plugins/libfabric/README.md); on EC2 only the
+    # P-series from p4d has it, g5/g6e do not (AWS in aws/aws-ofi-nccl#547, 2025).
+    efa_rdma_read: bool
+    memory_gib: int  # instance RAM (EC2 DescribeInstanceTypes MemoryInfo); pods get a share of it
+    # 2 MiB huge pages a worker pod requests for libfabric's EFA provider (its bounce and packet
+    # buffers); the EKS EFA guide's example pod requests 5120Mi.
+    efa_hugepages_2mi_mib: int
 
     @property
     def family_quota_code(self) -> str:
@@ -55,6 +67,10 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             nvme_disks=2,
             nvme_disk_gb=450,
             min_efa_chart_version="v0.5.5",
+            nvml_gpu_name="NVIDIA L40S",
+            efa_rdma_read=False,
+            memory_gib=256,
+            efa_hugepages_2mi_mib=5120,
         ),
         GpuInstanceType(
             name="g6e.12xlarge",
@@ -68,6 +84,10 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             nvme_disks=2,
             nvme_disk_gb=1900,
             min_efa_chart_version="v0.5.5",
+            nvml_gpu_name="NVIDIA L40S",
+            efa_rdma_read=False,
+            memory_gib=384,
+            efa_hugepages_2mi_mib=5120,
         ),
         GpuInstanceType(
             name="g6e.24xlarge",
@@ -81,6 +101,10 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             nvme_disks=2,
             nvme_disk_gb=1900,
             min_efa_chart_version="v0.5.5",
+            nvml_gpu_name="NVIDIA L40S",
+            efa_rdma_read=False,
+            memory_gib=768,
+            efa_hugepages_2mi_mib=5120,
         ),
         GpuInstanceType(
             name="g6e.48xlarge",
@@ -94,6 +118,10 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             nvme_disks=4,
             nvme_disk_gb=1900,
             min_efa_chart_version="v0.5.5",
+            nvml_gpu_name="NVIDIA L40S",
+            efa_rdma_read=False,
+            memory_gib=1536,
+            efa_hugepages_2mi_mib=5120,
         ),
         GpuInstanceType(
             name="g5.48xlarge",
@@ -107,6 +135,10 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             nvme_disks=2,
             nvme_disk_gb=3800,
             min_efa_chart_version="v0.4.2",
+            nvml_gpu_name="NVIDIA A10G",
+            efa_rdma_read=False,
+            memory_gib=768,
+            efa_hugepages_2mi_mib=5120,
         ),
         GpuInstanceType(
             name="p4d.24xlarge",
@@ -115,11 +147,15 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_memory_gib=40,
             vcpus=96,
             gpu_model="A100",
-            ray_accelerator_type="A100-40G",
+            ray_accelerator_type="A100",
             network_gbps=400,
             nvme_disks=8,
             nvme_disk_gb=1000,
             min_efa_chart_version="v0.4.2",
+            nvml_gpu_name="NVIDIA A100-SXM4-40GB",
+            efa_rdma_read=True,
+            memory_gib=1152,
+            efa_hugepages_2mi_mib=5120,
         ),
         GpuInstanceType(
             name="p4de.24xlarge",
@@ -128,11 +164,15 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_memory_gib=80,
             vcpus=96,
             gpu_model="A100",
-            ray_accelerator_type="A100-80G",
+            ray_accelerator_type="A100",
             network_gbps=400,
             nvme_disks=8,
             nvme_disk_gb=1000,
             min_efa_chart_version="v0.4.4",
+            nvml_gpu_name="NVIDIA A100-SXM4-80GB",
+            efa_rdma_read=True,
+            memory_gib=1152,
+            efa_hugepages_2mi_mib=5120,
         ),
         GpuInstanceType(
             name="p5.48xlarge",
@@ -146,6 +186,10 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             nvme_disks=8,
             nvme_disk_gb=3800,
             min_efa_chart_version="v0.4.2",
+            nvml_gpu_name="NVIDIA H100 80GB HBM3",
+            efa_rdma_read=True,
+            memory_gib=2048,
+            efa_hugepages_2mi_mib=5120,
         ),
         GpuInstanceType(
             name="p5e.48xlarge",
@@ -159,6 +203,10 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             nvme_disks=8,
             nvme_disk_gb=3800,
             min_efa_chart_version="v0.5.5",
+            nvml_gpu_name="NVIDIA H200",
+            efa_rdma_read=True,
+            memory_gib=2048,
+            efa_hugepages_2mi_mib=5120,
         ),
         GpuInstanceType(
             name="p5en.48xlarge",
@@ -172,6 +220,10 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             nvme_disks=8,
             nvme_disk_gb=3800,
             min_efa_chart_version="v0.5.6",
+            nvml_gpu_name="NVIDIA H200",
+            efa_rdma_read=True,
+            memory_gib=2048,
+            efa_hugepages_2mi_mib=5120,
         ),
     )
 }

@@ -575,6 +575,35 @@ class ServingConfig(Strict):
         default=60, ge=5, le=360,
         description="How long `up` waits for the RayService: image pull, weights download, warm-up.",
     )
+    upgrade_strategy: Literal["Recreate", "NewCluster"] = Field(
+        default="Recreate",
+        description=(
+            "How a change to the Ray cluster (image, pods, worker groups) rolls out. `Recreate`: KubeRay's "
+            "`None` strategy, and Pulumi replaces the RayService: downtime while the new cluster loads the "
+            "model, no extra GPU nodes. `NewCluster`: KubeRay builds a second full cluster and switches "
+            "traffic when it is ready: no downtime, but gpuNodes.maxSize must hold both clusters. "
+            "Serve-only changes (serveConfigV2) are applied in place either way."
+        ),
+    )
+    endpoint_name: str = Field(
+        default="llm-openai",
+        description="Name of the Service KubeRay creates for the endpoint (spec.serveService), a DNS-1035 label",
+    )
+    endpoint_annotations: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Extra annotations on the endpoint Service (e.g. AWS load-balancer settings); "
+            "added to the NLB annotations when publicEndpoint is true"
+        ),
+    )
+
+    @field_validator("endpoint_name")
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        # Service names are DNS-1035 labels (Kubernetes refuses anything else at apply time).
+        if not re.fullmatch(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", value):
+            raise ValueError(f"{value!r} is not a DNS-1035 label (lower case letters, digits, '-'; at most 63)")
+        return value
 
     @field_validator("model_id")
     @classmethod
@@ -818,6 +847,38 @@ class StackConfig(Strict):
             raise ValueError("\n".join(problems))
         return self
 
+    @model_validator(mode="after")
+    def _serving_runs_and_rolls_out_on_these_nodes(self) -> "StackConfig":
+        if self.serving is None:
+            return self
+        instance = GPU_INSTANCE_TYPES[self.gpu_nodes.instance_type]
+        problems = []
+        # The RayService moves the KV cache with NIXL over LIBFABRIC, which requires GPUDirect RDMA;
+        # without it the transfer cannot start (see the catalog's efa_rdma_read).
+        if not instance.efa_rdma_read:
+            capable = sorted(t.name for t in GPU_INSTANCE_TYPES.values() if t.efa_rdma_read)
+            problems.append(
+                f"gpuNodes.instanceType: {instance.name} has no GPUDirect RDMA over EFA (no RDMA read), and the "
+                f"serving layer moves the KV cache with NIXL over LIBFABRIC, which requires it; choose one of "
+                f"{', '.join(capable)}"
+            )
+        # KubeRay's NewCluster upgrade starts a second RayCluster (its worker groups at `replicas`,
+        # i.e. at their minimum) while the old one still serves, possibly at its maximum.
+        groups = self.serving.groups().values()
+        divisible = all(instance.gpus % g.tensor_parallel_size == 0 for g in groups)  # else reported above
+        if self.serving.upgrade_strategy == "NewCluster" and divisible:
+            old = sum(g.nodes(g.max_replicas, instance.gpus) for g in groups)
+            new = sum(g.nodes(g.min_replicas, instance.gpus) for g in groups)
+            if old + new > self.gpu_nodes.max_size:
+                problems.append(
+                    f"serving.upgradeStrategy: NewCluster needs {old} GPU node(s) for the serving cluster at its "
+                    f"maximum plus {new} for the new cluster, {old + new} in all, more than gpuNodes.maxSize "
+                    f"({self.gpu_nodes.max_size}); raise maxSize or use Recreate"
+                )
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
     def autoscaler_image_tag(self) -> str:
         """The Cluster Autoscaler image tag for this stack (validated above)."""
         return self.node_autoscaler.image_tag or CLUSTER_AUTOSCALER_TAGS[self.cluster.kubernetes_version]
@@ -930,6 +991,19 @@ SECRET_ONLY_KEY_DESCRIPTIONS = {
     "grafanaAdminPassword": "Grafana's admin password, set only with `pulumi config set --secret grafanaAdminPassword`; omitted: the Grafana chart generates one.",
 }
 
+HF_TOKEN_KEY = "hfToken"
+
+
+def gated_model_problems(config: StackConfig, has_hf_token: bool) -> list[str]:
+    """A gated model without a token would deploy, then fail every download with 401 until
+    `pulumi up` times out (serving.readyTimeoutMinutes); refuse it before anything registers."""
+    if config.serving is None or has_hf_token or not MODELS[config.serving.model_id].gated:
+        return []
+    return [
+        f"{PROJECT}:{HF_TOKEN_KEY}: not set, but serving.modelId {config.serving.model_id} is gated on Hugging Face "
+        f"(downloads without a token get 401); set it with `pulumi config set --secret {HF_TOKEN_KEY} hf_...`"
+    ]
+
 
 def validate_stack_config(
     project_values: dict[str, Any], region: Optional[str], secret_keys: Iterable[str] = ()
@@ -940,6 +1014,7 @@ def validate_stack_config(
     in plain text is refused, so it never reaches state or a manifest unencrypted.
     """
     data = {k: _parse_value(v) for k, v in project_values.items()}
+    has_hf_token = HF_TOKEN_KEY in data
     problems: list[str] = []
     secret = set(secret_keys)
     for key in SECRET_ONLY_KEYS:
@@ -963,6 +1038,8 @@ def validate_stack_config(
     except ValidationError as exc:
         problems.extend(line for e in exc.errors() for line in _describe(e).split("\n"))
     problems.extend(placement_problems({**data, "region": region}))
+    if config is not None:
+        problems.extend(gated_model_problems(config, has_hf_token))
     if problems or config is None:
         raise ConfigError(problems)
     return config

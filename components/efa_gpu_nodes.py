@@ -194,6 +194,9 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
             ami_type="AL2023_x86_64_NVIDIA",
             capacity_type=capacity_type(cfg),
             scaling_config=scaling_config(cfg),
+            # One node at a time. EKS drains through the eviction API and honours PodDisruptionBudgets
+            # (the RayService's keep one prefill and one decode pod): rather than evict the last one it
+            # fails the update (PodEvictionFailure) unless forced, and force_update_version stays unset.
             update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
             launch_template=launch_template_ref(self.launch_template),
             labels=gpu_node_labels(cfg),

@@ -18,6 +18,9 @@ class ModelSpec:
     kv_heads: int
     head_dim: int
     weights_gib_bf16: float  # weights at bf16, to check they fit the tensor-parallel group's GPUs
+    # Gated on Hugging Face (the licence must be accepted; downloads without a token get 401): such a
+    # stack needs a secret hfToken, or the workers retry the download until `pulumi up` times out.
+    gated: bool = False
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
         return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
@@ -27,8 +30,8 @@ MODELS: dict[str, ModelSpec] = {
     m.model_id: m
     for m in (
         ModelSpec("Qwen/Qwen2.5-7B-Instruct", 7.6, 28, 4, 128, 14.2),
-        ModelSpec("meta-llama/Llama-3.1-8B-Instruct", 8.0, 32, 8, 128, 15.0),
+        ModelSpec("meta-llama/Llama-3.1-8B-Instruct", 8.0, 32, 8, 128, 15.0, gated=True),
         ModelSpec("Qwen/Qwen2.5-32B-Instruct", 32.8, 64, 8, 128, 61.0),
-        ModelSpec("meta-llama/Llama-3.3-70B-Instruct", 70.6, 80, 8, 128, 131.5),
+        ModelSpec("meta-llama/Llama-3.3-70B-Instruct", 70.6, 80, 8, 128, 131.5, gated=True),
     )
 }

@@ -196,6 +196,17 @@ def test_secrets_differ_by_construction_and_pass(tmp_path, capsys):
     assert "AAABA" not in out  # ciphertext is never printed
 
 
+def test_target_without_a_token_the_source_has_fails(tmp_path, capsys):
+    # staging pulled the gated model with its token; prod without one would get 401 on every download
+    write_stacks(tmp_path, BASE, variant(hfToken=None))
+    code, out = run_cli(tmp_path, capsys)
+    assert code == 1, out
+    assert kinds(tmp_path) == {f"{P}:hfToken": MUST_PROMOTE_KIND}
+    assert f"{P}:hfToken: staging=(secret)  prod=(not set)  [only in one stack]" in out
+    assert "AAABA" not in out
+    # the other way round (a secret only the target has) still passes: see the test above
+
+
 def test_lists_of_objects_are_compared_per_item_and_field(tmp_path, capsys):
     rules = [{"port": 8000, "chartVersion": "1.0.0"}, {"port": 8001, "chartVersion": "1.0.0"}]
     drifted = copy.deepcopy(rules)

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from tools.rollout import classify_resources
+
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = Path(__file__).resolve().parent
 
@@ -137,6 +139,7 @@ class Diff:
     base_report: dict[str, Any]
     head_report: dict[str, Any]
     notes: list[str]
+    rollouts: list[tuple[str, Any]] = field(default_factory=list)  # (RayService name, tools.rollout.Rollout)
 
     @property
     def empty(self) -> bool:
@@ -172,6 +175,7 @@ def compare(stack: str, base: Side, head: Side, notes: Optional[list[str]] = Non
         base.report,
         head.report,
         list(notes or []),
+        classify_resources(base.resources, head.resources),
     )
 
 
@@ -248,6 +252,7 @@ def render(diff: Diff) -> str:
             f"Estimated cost: {sign}{_money(abs(delta[0]))}/hour, {sign}{_money(abs(delta[1]))}/month "
             "(approximate on-demand list prices)."
         )
+    out += [f"**Roll-out:** {rollout.describe()}" for _, rollout in diff.rollouts if rollout.kind != "no change"]
     out += ["", "| Figure | Before | After |", "|---|---|---|"]
     for name, before, after in _figure_rows(diff.base_report, diff.head_report):
         mark = "" if before == after else " **(changed)**"

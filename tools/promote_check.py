@@ -222,6 +222,10 @@ def compare_configs(
         if a is _SECRET and b is _SECRET:
             secrets.append(key)
             continue
+        if a is _SECRET and b is MISSING:
+            # the source ran with this secret (e.g. the hfToken of a gated model); the target would not
+            differences.append(Difference(key, a, b, MUST_PROMOTE_KIND))
+            continue
         if a is _SECRET or b is _SECRET:
             # Secret on one side and plain text on the other cannot be compared; for a key that must
             # be promoted that is a failure, not a pass (issue 12). A secret only one stack sets
