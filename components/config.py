@@ -661,7 +661,8 @@ class DevicePluginsConfig(Strict):
     )
     efa_chart_version: str = Field(
         default="v0.5.30",
-        description="aws-efa-k8s-device-plugin chart version (https://aws.github.io/eks-charts; v0.5.30 ships app v0.5.20).",
+        description="aws-efa-k8s-device-plugin chart version (https://aws.github.io/eks-charts; "
+        "v0.5.30 ships app v0.5.20).",
     )
 
     @field_validator("nvidia_chart_version", "efa_chart_version")
@@ -988,7 +989,8 @@ SECRET_ONLY_KEYS = ("hfToken", "grafanaAdminPassword")
 SECRET_ONLY_KEY_DESCRIPTIONS = {
     "hfToken": "Hugging Face token for gated models, set only with `pulumi config set --secret hfToken`; "
     "plain text is refused.",
-    "grafanaAdminPassword": "Grafana's admin password, set only with `pulumi config set --secret grafanaAdminPassword`; omitted: the Grafana chart generates one.",
+    "grafanaAdminPassword": "Grafana's admin password, set only with "
+    "`pulumi config set --secret grafanaAdminPassword`; omitted: the Grafana chart generates one.",
 }
 
 HF_TOKEN_KEY = "hfToken"

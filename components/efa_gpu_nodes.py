@@ -21,6 +21,7 @@ from .catalog import GpuInstanceType
 from .config import CapacityBlock, CapacityReservation, GpuNodesConfig
 from .node_common import (
     IMDSV2,
+    hugepages_script,
     instance_tags,
     launch_template_ref,
     node_config,
@@ -178,8 +179,12 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
             block_device_mappings=[
                 root_volume(cfg.disk_size_gib, cfg.root_volume_iops, cfg.root_volume_throughput_mibps)
             ],
-            # Instance store (catalog): nodeadm RAID0s the NVMe disks for kubelet/containerd state.
-            user_data=nodeadm_user_data(node_config(local_storage_raid0=instance.nvme_disks > 0)),
+            # Instance store (catalog): nodeadm RAID0s the NVMe disks for kubelet/containerd state;
+            # the huge pages the EFA worker pod requests are reserved before the kubelet starts.
+            user_data=nodeadm_user_data(
+                node_config(local_storage_raid0=instance.nvme_disks > 0),
+                scripts=[hugepages_script(instance.efa_hugepages_2mi_mib)],
+            ),
             tag_specifications=[instance_tags(tags, name)],
             tags=tags,
             opts=child,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from email.mime.multipart import MIMEMultipart
 from email.mime.nonmultipart import MIMENonMultipart
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import pulumi
 import pulumi_aws as aws
@@ -80,8 +80,28 @@ def node_config(local_storage_raid0: bool) -> dict[str, Any]:
     return {"apiVersion": "node.eks.aws/v1alpha1", "kind": "NodeConfig", "spec": spec}
 
 
-def nodeadm_user_data(config: dict[str, Any]) -> str:
-    """Base64 MIME multipart user data with one `application/node.eks.aws` part.
+def hugepages_script(mib: int) -> str:
+    """A boot script that reserves `mib` MiB of 2 MiB huge pages before the kubelet starts.
+
+    The kubelet advertises `hugepages-2Mi` as the kernel has reserved them when it starts, and a pod
+    that requests more than is allocatable stays Pending. libfabric's EFA provider takes its bounce
+    buffers from huge pages (ofiwg/libfabric prov/efa/docs/overview.md), so the EFA worker pods
+    request them; the EFA installer's own boot-time reservation depends on the core count, so the
+    amount the pods request is reserved here explicitly. On AL2023, cloud-init runs user-data shell
+    parts before `nodeadm-run` starts the kubelet.
+    """
+    pages = mib // 2
+    return (
+        "#!/bin/bash\n"
+        "set -euo pipefail\n"
+        f"# {mib} MiB of 2 MiB huge pages for the EFA worker pod (components/catalog.py efa_hugepages_2mi_mib)\n"
+        f"echo 'vm.nr_hugepages = {pages}' > /etc/sysctl.d/90-llm-pd-eks-hugepages.conf\n"
+        f"sysctl -w vm.nr_hugepages={pages}\n"
+    )
+
+
+def nodeadm_user_data(config: dict[str, Any], scripts: Sequence[str] = ()) -> str:
+    """Base64 MIME multipart user data: one `application/node.eks.aws` part, then any shell scripts.
 
     For managed node groups on an EKS AMI (no custom image), EKS requires MIME multipart user data
     in the launch template and merges its own NodeConfig part with this one
@@ -92,6 +112,10 @@ def nodeadm_user_data(config: dict[str, Any]) -> str:
     part = MIMENonMultipart(*NODEADM_CONTENT_TYPE.split("/"))
     part.set_payload("---\n" + yaml.safe_dump(config, sort_keys=False))
     message.attach(part)
+    for script in scripts:
+        shell = MIMENonMultipart("text", "x-shellscript")
+        shell.set_payload(script)
+        message.attach(shell)
     return base64.b64encode(message.as_string().encode()).decode()
 
 

@@ -7,11 +7,21 @@ import email
 import gzip
 import json
 import os
+import re
 
 import jsonschema
 import pytest
 import yaml
-from helpers import DATA, LAUNCH_TEMPLATE, NODE_GROUP, config_problems, engine_config_with, program_run, validate_values
+from helpers import (
+    DATA,
+    LAUNCH_TEMPLATE,
+    NODE_GROUP,
+    RAY_SERVICE,
+    config_problems,
+    engine_config_with,
+    program_run,
+    validate_values,
+)
 
 from components.catalog import GPU_INSTANCE_TYPES
 from components.node_common import NODEADM_CONTENT_TYPE, node_config
@@ -193,3 +203,22 @@ def test_every_stack_runs_a_kubernetes_version_with_an_autoscaler_image():
         assert cfg.autoscaler_image_tag().startswith(f"v{cfg.cluster.kubernetes_version}.")
     eks = program_run("dev").one("eks:index:Cluster")
     assert eks.inputs["version"] == stack_config("dev").cluster.kubernetes_version
+
+
+def test_gpu_nodes_reserve_the_huge_pages_the_worker_pods_request(run: ProgramRun):
+    """A pod asking for more `hugepages-2Mi` than the kubelet found reserved at start stays Pending.
+
+    Both sides are read from the plan: the boot script in the GPU launch template's user data and
+    the requests of every worker group of the RayService (one worker pod per GPU node).
+    """
+    message = email.message_from_bytes(base64.b64decode(run.one(LAUNCH_TEMPLATE, "gpu").inputs["userData"]))
+    (script,) = [p.get_payload() for p in message.walk() if p.get_content_type() == "text/x-shellscript"]
+    pages = {int(v) for v in re.findall(r"vm\.nr_hugepages\s*=\s*(\d+)", script)}
+    assert len(pages) == 1, script  # persisted and applied with the same count
+    reserved_mib = pages.pop() * 2
+    (rs,) = run.of_type(RAY_SERVICE)
+    for group in rs.inputs["spec"]["rayClusterConfig"]["workerGroupSpecs"]:
+        (container,) = group["template"]["spec"]["containers"]
+        for kind in ("requests", "limits"):
+            asked = container["resources"][kind]["hugepages-2Mi"]
+            assert asked.endswith("Mi") and int(asked[:-2]) <= reserved_mib, (group["groupName"], kind, asked)
