@@ -3,8 +3,8 @@ log API and a REAL Prometheus scraping an exporter that renders metrics with Ray
 
 Each failure the issue names (UCX backend, zero KV bytes, failed transfers, a node missing EFA
 devices, P and D on one node) and a slow, off-EFA transfer make verify fail with the cause named;
-the healthy cluster passes. The stack is `dev` (g6e.12xlarge: 4 GPUs and 1 EFA device per node, two
-GPU nodes in us-west-2a; KV floor = 0.5 x 100 Gbit/s / 4 GPUs = 12.5 Gbit/s).
+the healthy cluster passes. The stack is `dev` (its GPU type from Pulumi.dev.yaml and the catalog; two
+GPU nodes in us-west-2a; the KV floor from `kv_throughput_floor_gbps`).
 """
 
 from __future__ import annotations
@@ -32,15 +32,18 @@ from components import metrics as m
 from components.catalog import GPU_INSTANCE_TYPES, kv_throughput_floor_gbps
 from components.observability import NAMESPACE as MONITORING
 from components.observability import PROMETHEUS_PORT_NAME, PROMETHEUS_SERVICE
-from components.ray_service import ENDPOINT_SERVICE_NAME, NAMESPACE, SERVE_PORT
+from components.ray_service import NAMESPACE, SERVE_PORT
 from tools.cli import Exit, run
+from tools.mockrun import stack_config
 from tools.verify.checks import HEAD_SERVICE, Status, quantity_mib
 from tools.verify.cli import exit_code, main
 
-INSTANCE = GPU_INSTANCE_TYPES["g6e.12xlarge"]
+ENDPOINT_SERVICE_NAME = stack_config("dev").serving.endpoint_name  # KubeRay's serve Service
+
+INSTANCE = GPU_INSTANCE_TYPES[stack_config("dev").gpu_nodes.instance_type]
 FLOOR = kv_throughput_floor_gbps(INSTANCE)
 KV_BYTES = 448 * 2**20  # one 8k-token Qwen2.5-7B request's KV cache (the preview's figure)
-EFA_SECONDS = KV_BYTES * 8 / 100e9  # at the node's 100 Gbit/s
+EFA_SECONDS = KV_BYTES * 8 / (INSTANCE.network_gbps * 1e9)  # at the node's EFA line rate
 TCP_SECONDS = KV_BYTES * 8 / 10e9  # at the 10 Gbit/s of one TCP flow
 
 needs_prometheus = requires_binary("prometheus")
@@ -49,7 +52,8 @@ needs_prometheus = requires_binary("prometheus")
 # --- Kubernetes objects in the API's shapes --------------------------------------------------------
 
 
-def node(name: str, zone: str = "us-west-2a", efa: str = "1", gpus: str = "4") -> dict[str, Any]:
+def node(name: str, zone: str = "us-west-2a", efa: str = str(INSTANCE.efa_interfaces), gpus: str = str(INSTANCE.gpus)
+         ) -> dict[str, Any]:
     return {
         "kind": "Node", "apiVersion": "v1",
         "metadata": {"name": name, "labels": {
@@ -175,7 +179,7 @@ def test_healthy_cluster_passes_every_check(tmp_path, capsys):
     finally:
         env_iter.close()
     checks = by_name(report)
-    assert code == Exit.OK, report
+    assert code == Exit.OK, [c for c in report["checks"] if c["status"] != "PASS"]
     assert all(c["status"] == "PASS" for c in report["checks"]), report
     assert checks["kv-throughput"]["data"]["floor_gbps"] == FLOOR
     assert checks["kv-throughput"]["data"]["gbps"] > FLOOR
@@ -211,13 +215,13 @@ def test_kv_failures_fail_verify_naming_the_cause(scenario, check, words, tmp_pa
     [
         (Scenario(backend="UCX"), "nixl-backend", "NIXL backend UCX, not LIBFABRIC"),
         (Scenario(nodes=[node("ip-10-10-1-10"), node("ip-10-10-1-11", efa="0")]), "gpu-nodes",
-         "ip-10-10-1-11 offers 0 EFA device(s), the catalog says 1"),
+         f"ip-10-10-1-11 offers 0 EFA device(s), the catalog says {INSTANCE.efa_interfaces}"),
         (Scenario(decode_node="ip-10-10-1-10"), "pd-separate-nodes", "share node(s) ip-10-10-1-10"),
         (Scenario(nodes=[node("ip-10-10-1-10"), node("ip-10-10-1-11", zone="us-west-2b")]), "gpu-nodes",
          "is in us-west-2b, not the GPU AZ us-west-2a"),
         (Scenario(nodes=[node("ip-10-10-1-10")]), "gpu-nodes", "1 GPU node(s) Ready, the stack expects 2"),
         (Scenario(nodes=[node("ip-10-10-1-10"), node("ip-10-10-1-11", gpus="0")]), "gpu-nodes",
-         "ip-10-10-1-11 offers 0 GPU(s), the catalog says 4"),
+         f"ip-10-10-1-11 offers 0 GPU(s), the catalog says {INSTANCE.gpus}"),
         (Scenario(plugins_ready=1), "device-plugins", "aws-efa-k8s-device-plugin ready on 1 of 2 node(s)"),
         (Scenario(ray_service=False), "rayservice-ready", "not Ready: Number of serve endpoints dropped to 0"),
         (Scenario(ray_service=None), "rayservice-ready", "no RayService llm-serving/llm-pd"),
@@ -262,7 +266,7 @@ def test_hugepages_are_checked_once_the_catalog_has_a_figure():
 
     def expected(hugepages):
         return Expected(gpu_nodes=2, availability_zone="us-west-2a", instance=INSTANCE, hugepages_mib=hugepages,
-                        model_id=None, floor_gbps=FLOOR)
+                        model_id=None, endpoint_service=None, floor_gbps=FLOOR)
 
     assert check_nodes(Nodes(), expected(5120), Context()).status == Status.PASS
     short = check_nodes(Nodes(), expected(8192), Context())

@@ -30,7 +30,7 @@ from components.device_plugins import NAMESPACE as PLUGIN_NAMESPACE
 from components.efa_gpu_nodes import GPU_LABELS
 from components.observability import NAMESPACE as MONITORING_NAMESPACE
 from components.observability import PROMETHEUS_PORT_NAME, PROMETHEUS_SERVICE, RAY_GROUP_LABEL, RAY_NODE_TYPE_LABEL
-from components.ray_service import ENDPOINT_SERVICE_NAME, NAMESPACE, RAY_SERVICE_NAME, ROLES, SERVE_PORT
+from components.ray_service import NAMESPACE, RAY_SERVICE_NAME, ROLES, SERVE_PORT
 
 from .kube import HttpError, KubeClient, Unreachable
 
@@ -40,7 +40,6 @@ HUGEPAGES_RESOURCE = "hugepages-2Mi"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 HEAD_SERVICE = f"{RAY_SERVICE_NAME}-head-svc"  # KubeRay: <RayService name>-head-svc, port "dashboard"
-SERVE_SERVICE = f"{RAY_SERVICE_NAME}-serve-svc"  # KubeRay: <RayService name>-serve-svc, port "serve"
 NIXL_BACKEND_LINE = re.compile(r"NIXL\s+\w+\s+\S+\s+Backend (\w+) was instantiated")
 EXPECTED_BACKEND = "LIBFABRIC"
 NIXL_LOG_GLOB = "worker-*.out"
@@ -73,16 +72,18 @@ class Expected:
     instance: GpuInstanceType
     hugepages_mib: Optional[int]
     model_id: Optional[str]
+    endpoint_service: Optional[str]  # KubeRay's serve Service (`spec.serveService.metadata.name`)
     floor_gbps: float
 
     @classmethod
     def from_config(cls, config: StackConfig, instance: GpuInstanceType) -> "Expected":
         return cls(
-            gpu_nodes=config.gpu_nodes.desired_size,
+            gpu_nodes=config.gpu_nodes.min_size,  # at least: Cluster Autoscaler owns the count above it
             availability_zone=config.gpu_nodes.availability_zone,
             instance=instance,
             hugepages_mib=catalog_hugepages_mib(instance),
             model_id=config.serving.model_id if config.serving else None,
+            endpoint_service=config.serving.endpoint_name if config.serving else None,
             floor_gbps=kv_throughput_floor_gbps(instance, config.observability.kv_throughput_floor_fraction),
         )
 
@@ -220,20 +221,20 @@ def long_prompt() -> str:
     return " ".join(words[i % len(words)] for i in range(LONG_PROMPT_WORDS)) + "\nSummarise the text in one sentence."
 
 
-def endpoint_service(client: KubeClient) -> str:
-    """KubeRay's serve Service if present (issue 11 may move the endpoint there), else this program's."""
+def endpoint_service(client: KubeClient, name: str) -> str:
+    """The endpoint: the serve Service KubeRay creates from `spec.serveService` under the stack's name."""
     names = {s["metadata"]["name"] for s in client.get_json(f"/api/v1/namespaces/{NAMESPACE}/services")["items"]}
-    for name in (SERVE_SERVICE, ENDPOINT_SERVICE_NAME):
-        if name in names:
-            return name
-    raise LookupError(f"neither {SERVE_SERVICE} nor {ENDPOINT_SERVICE_NAME} exists in {NAMESPACE}")
+    if name not in names:
+        raise LookupError(f"the endpoint Service {name} (serving.endpointName) does not exist in {NAMESPACE}; "
+                          "KubeRay creates it once the RayService's serve application is ready")
+    return name
 
 
 def check_chat_completion(client: KubeClient, exp: Expected, ctx: Context) -> Check:
-    if exp.model_id is None:
+    if exp.model_id is None or exp.endpoint_service is None:
         return Check("chat-completion", Status.UNVERIFIED, "the stack sets no `serving`: nothing to ask")
     try:
-        service = endpoint_service(client)
+        service = endpoint_service(client, exp.endpoint_service)
     except LookupError as exc:
         return Check("chat-completion", Status.FAIL, str(exc))
     path = KubeClient.service_proxy(NAMESPACE, service, str(SERVE_PORT), "/v1/chat/completions")
