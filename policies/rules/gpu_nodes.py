@@ -302,9 +302,11 @@ def _sg_rules(view: StackView, group: Any) -> tuple[set[str], list[str]]:
     open_in: list[str] = []
     for direction in ("ingress", "egress"):
         for rule in known_list(dig(props, direction)) or []:
-            if str(dig(rule, "protocol")) in _ALL_PROTOCOLS and truthy(dig(rule, "self")):
-                self_all.add(direction)
             cidrs = (known_list(dig(rule, "cidrBlocks")) or []) + (known_list(dig(rule, "ipv6CidrBlocks")) or [])
+            if str(dig(rule, "protocol")) in _ALL_PROTOCOLS and (
+                truthy(dig(rule, "self")) or (direction == "egress" and "0.0.0.0/0" in cidrs)
+            ):
+                self_all.add(direction)  # all egress includes the group itself
             if direction == "ingress" and any(c in _OPEN for c in cidrs):
                 open_in.append(f"inline ingress {dig(rule, 'description') or cidrs}")
     for rule in view.of_type(SECURITY_GROUP_RULE):

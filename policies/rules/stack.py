@@ -410,7 +410,11 @@ class StackView:
                 unmatched.append(str(sg_id))
         # IDs produced by resources of the stack (its own groups, the EKS cluster's group) are
         # accounted for by the dependencies; literal IDs beyond those point outside the stack.
-        feeders = {d.urn for key in ("networkInterfaces", "vpcSecurityGroupIds")
-                   for d in (template.property_dependencies or {}).get(key, [])} - matched
+        deps = {d.urn: d for key in ("networkInterfaces", "vpcSecurityGroupIds")
+                for d in (template.property_dependencies or {}).get(key, [])}
+        feeders = set(deps) - matched
         external = unmatched[len(feeders):] if len(unmatched) > len(feeders) else []
+        # Unknown IDs fed only by security groups of this stack are those groups: nothing is hidden.
+        if unknown and found and all(d.resource_type == SECURITY_GROUP for d in deps.values()):
+            unknown = False
         return list(found.values()), unknown, external
