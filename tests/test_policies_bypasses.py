@@ -482,3 +482,20 @@ def test_odd_shapes_never_crash_the_pack(bend):
     verdicts = judge(stack)  # a crash would raise grpc.RpcError here
     assert [v for v in verdicts if "could not judge" in v.message] == []
 
+
+
+def test_compliant_variants_pass_every_rule():
+    """Shapes a real deployment uses that must not be refused: an image pinned by digest, FI_PROVIDER
+    through envFrom of a ConfigMap in the stack, the EFA self rule as separate rule resources."""
+    worker = gpu_container(fi_provider=None)
+    worker["image"] = "rayproject/ray-llm@sha256:" + "0123456789abcdef" * 4
+    worker["envFrom"] = [{"configMapRef": {"name": "fabric-env"}}]
+    stack = gpu_stack()
+    stack["sg"].props["ingress"] = []
+    rule = Res("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule", "efa-self",
+               {"ipProtocol": "-1", "securityGroupId": UNKNOWN, "referencedSecurityGroupId": UNKNOWN},
+               deps={"securityGroupId": [stack["sg"]], "referencedSecurityGroupId": [stack["sg"]]})
+    resources = [*stack.values(), rule, ray_service(worker=worker), _configmap("fabric-env", {"FI_PROVIDER": "efa"})]
+    assert judge(resources) == []
+    del resources[resources.index(rule)]
+    assert of(judge(resources), "efa-security-group")  # the rule resource was what made it pass

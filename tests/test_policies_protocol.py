@@ -57,6 +57,25 @@ def test_pack_efa_table_module_agrees_with_the_program_catalog():
     assert EFA_GPU_TYPES == CATALOG_EFA
 
 
+def test_pack_gpu_counts_agree_with_the_program_catalog():
+    from policies.rules.efa_table import GPUS_PER_INSTANCE
+
+    assert GPUS_PER_INSTANCE == {name: t.gpus for name, t in GPU_INSTANCE_TYPES.items()}
+
+
+def test_readme_policy_config_example_is_accepted_and_covers_every_policy():
+    """The README's example config is valid for the pack, and its table names every policy."""
+    import json
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("<!-- section:policies -->"):text.index("<!-- /section:policies -->")]
+    example = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
+    sent = pack().configure(example)
+    assert sent["gpu-references-in-stack"]["enforcementLevel"] == "advisory"
+    for name in _policies():
+        assert f"| `{name}` |" in section, name
+
+
 def test_pack_pins_the_same_pulumi_policy_as_the_project():
     def pin(path):
         text = path.read_text()
