@@ -474,11 +474,15 @@ def test_a_rule_that_cannot_judge_reports_instead_of_crashing():
         lambda s: s["lt"].props.update(placement="cluster", metadataOptions=[1]),
         lambda s: s["sg"].props.update(ingress="all"),
         lambda s: s["subnet-us-west-2a"].props.update(availabilityZone=7),
+        lambda s: s["lt"].props["networkInterfaces"][0].update(securityGroups=[[1], {"a": 1}]),
+        lambda s: s["component"].props.update(kind=[1], apiVersion={"a": 1}),
     ],
 )
 def test_odd_shapes_never_crash_the_pack(bend):
+    """Found by replacing each property of dev's resources with 123 / "x" / [1] / {"a": 1} / null."""
     stack = gpu_stack()
     bend(stack)
+    stack["component"].type = "kubernetes:core/v1:Service"  # a Kubernetes object: every K8s rule reads it
     verdicts = judge(stack)  # a crash would raise grpc.RpcError here
     assert [v for v in verdicts if "could not judge" in v.message] == []
 

@@ -82,7 +82,8 @@ def ray_objects(resource_type: str, props: Any) -> list[RayObject]:
 
 def _embedded(node: Any, path: str) -> Iterator[tuple[str, dict]]:
     if isinstance(node, dict):
-        if node.get("kind") in RAY_CLUSTER_SPEC and str(node.get("apiVersion", "")).startswith("ray.io/"):
+        kind, api = node.get("kind"), node.get("apiVersion")
+        if isinstance(kind, str) and kind in RAY_CLUSTER_SPEC and str(api).startswith("ray.io/"):
             yield path, node
             return
         for key, value in node.items():

@@ -398,7 +398,8 @@ class StackView:
                  for g in self.deps(template, key, SECURITY_GROUP)}
         matched: set[str] = set()
         unmatched: list[str] = []
-        for sg_id in dict.fromkeys(ids):  # the same group on every interface counts once
+        # The same group on every interface counts once; a non-string is no ID (EC2 would refuse it).
+        for sg_id in dict.fromkeys(i for i in ids if isinstance(i, str)):
             if is_unknown(sg_id):
                 unknown = True
                 continue
