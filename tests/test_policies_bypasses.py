@@ -503,3 +503,21 @@ def test_compliant_variants_pass_every_rule():
     assert judge(resources) == []
     del resources[resources.index(rule)]
     assert of(judge(resources), "efa-security-group")  # the rule resource was what made it pass
+
+
+def test_a_kubernetes_secret_may_hold_the_token():
+    """The engine hands analyzers secret values in plaintext; a Secret is where the token belongs."""
+    secret = Res("kubernetes:core/v1:Secret", "hf", {"metadata": {"name": "hf", "namespace": "llm"},
+                                                     "type": "Opaque", "stringData": {"token": TOKEN}})
+    assert judge([secret]) == []
+    leaked = _configmap("hf", {"token": TOKEN})
+    assert of(judge([leaked]), "no-literal-secrets-in-pods")
+
+
+def test_launch_template_availability_zone_counts_for_the_single_az_rule():
+    stack = gpu_stack()
+    stack["lt"].props["placement"]["availabilityZone"] = "us-west-2b"  # the subnet is in us-west-2a
+    (found,) = of(judge(stack), "gpu-node-group-single-az")
+    assert "us-west-2a" in found.message and "us-west-2b" in found.message
+    stack["lt"].props["placement"]["availabilityZone"] = "us-west-2a"
+    assert mandatory(judge(stack)) == []

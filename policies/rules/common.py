@@ -266,8 +266,8 @@ def guarded(name: str, validate: Callable[[Any, ReportViolation], None]) -> Call
             frame = traceback.extract_tb(error.__traceback__)[-1]
             report(
                 f"{name} could not judge {f'resource {where!r}' if where else 'the stack'}: "
-                f"{type(error).__name__}: {str(error)[:200]} (at {frame.name}). A property has a shape "
-                f"the provider would not accept either; fix the property or report the rule."
+                f"{type(error).__name__}: {str(error)[:200]} (at {frame.name}). A property or the policy "
+                f"config has a shape the rule does not handle; fix it, or report the rule."
             )
 
     return run

@@ -21,6 +21,7 @@ from .common import (
     EKS_COMPONENT_CLUSTER,
     K8S_CONFIG_MAP,
     K8S_INGRESS,
+    K8S_SECRET,
     K8S_SERVICE,
     config_with_defaults,
     dig,
@@ -87,8 +88,8 @@ def _literal_secrets(args: ResourceValidationArgs, report: ReportViolation) -> N
     args/command (`--hf-token=...`, `--api-key X`, token shapes), ConfigMap data, and every key of a
     Ray serve config (`engine_kwargs`, `runtime_env.env_vars`), plus token shapes in any string
     (Helm values included). The verdict names where, never the value."""
-    if not args.resource_type.startswith("kubernetes:"):
-        return
+    if not args.resource_type.startswith("kubernetes:") or args.resource_type == K8S_SECRET:
+        return  # a Secret is where secrets belong (the engine hands the pack its plaintext)
     cfg = config_with_defaults(args, SECRET_CONFIG)
     name_re = re.compile(cfg["secretNamePattern"], re.IGNORECASE)
     value_res = [re.compile(p) for p in cfg["secretValuePatterns"]]

@@ -194,8 +194,13 @@ class StackView:
         return self.ref(owner, dep_key, LAUNCH_TEMPLATE, [("id", dig(spec, id_key)), ("name", dig(spec, name_key))])
 
     def _with_template_types(self, cap: Capacity) -> Capacity:
+        """The launch template's own instance type and `placement.availabilityZone` count too."""
         if cap.launch_template.state == "resolved":
-            self._add_types(cap, dig(self.props(cap.launch_template.resource), "instanceType"))
+            props = self.props(cap.launch_template.resource)
+            self._add_types(cap, dig(props, "instanceType"))
+            az = dig(props, "placement", "availabilityZone")
+            if isinstance(az, str) and not is_unknown(az):
+                cap.literal_azs.add(az)
         return cap
 
     def _node_group(self, group: Any, kind: str) -> Capacity:
