@@ -252,18 +252,28 @@ def test_auto_scaling_group_with_instance_overrides(unknown_ids):
     assert of(judge([*stack.values(), asg]), "gpu-node-group-single-az")
 
 
-@pytest.mark.parametrize("kind", ["eks:index:NodeGroupV2", "eks:index:NodeGroup", "eks:index:ManagedNodeGroup"])
-def test_pulumi_eks_node_groups(kind):
+def test_pulumi_eks_managed_node_group_with_efa_support():
+    """pulumi-eks ManagedNodeGroup `enableEfaSupport` builds the EFA launch template and a cluster
+    placement group in `placementGroupAvailabilityZone` (pulumi/pulumi-eks#1593)."""
     subnet = gpu_stack()["subnet-us-west-2a"]
-    key, type_key = ("subnetIds", "instanceTypes") if kind.endswith("ManagedNodeGroup") else (
-        "nodeSubnetIds", "instanceType")
-    value = ["p5.48xlarge"] if type_key == "instanceTypes" else "p5.48xlarge"
-    group = _path(kind, {type_key: value, key: [UNKNOWN]}, {key: [subnet]})
+    group = _path("eks:index:ManagedNodeGroup", {"instanceTypes": ["p5.48xlarge"], "subnetIds": [UNKNOWN]},
+                  {"subnetIds": [subnet]})
     assert {"efa-on-gpu-nodes", "gpu-cluster-placement-group"} <= _policies(judge([subnet, group]))
     group.props.update(enableEfaSupport=True, placementGroupAvailabilityZone="us-west-2a")
     assert mandatory(judge([subnet, group])) == []
     group.props["placementGroupAvailabilityZone"] = "us-west-2b"  # not the subnet's AZ
     assert of(judge([subnet, group]), "gpu-node-group-single-az")
+
+
+@pytest.mark.parametrize("kind", ["eks:index:NodeGroupV2", "eks:index:NodeGroup"])
+def test_pulumi_eks_self_managed_node_groups_cannot_carry_efa(kind):
+    subnet = gpu_stack()["subnet-us-west-2a"]
+    group = _path(kind, {"instanceType": "p5.48xlarge", "nodeSubnetIds": [UNKNOWN],
+                         "enableEfaSupport": True}, {"nodeSubnetIds": [subnet]})
+    (found,) = of(judge([subnet, group]), "efa-on-gpu-nodes")
+    assert "no EFA option" in found.message
+    group.props["instanceType"] = "m7i.2xlarge"
+    assert mandatory(judge([subnet, group])) == []
 
 
 @pytest.mark.parametrize(

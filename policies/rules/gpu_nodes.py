@@ -118,9 +118,9 @@ def _efa_present(view: StackView, table: TypeTable, report: ReportViolation) -> 
     for cap, gpu in gpu_capacities(view, table):
         fix = (f"Fix: a launch template with interfaceType 'efa' on network card 0 and 'efa-only' on every "
                f"further card ({_hint(table, gpu)}).")
-        if not cap.can_carry_efa:
-            report(f"{cap.label} launches {join(gpu)} through a launch configuration, which cannot attach "
-                   f"EFA interfaces. {fix}", cap.resource.urn)
+        if cap.no_efa_reason:
+            report(f"{cap.label} launches {join(gpu)} through {cap.no_efa_reason}. {fix}",
+                   cap.resource.urn)
         elif cap.launch_template.state == "none" and not cap.builtin_efa:
             report(f"{cap.label} runs {join(gpu)} without a launch template, so its nodes get no EFA "
                    f"interface. {fix}", cap.resource.urn)
@@ -180,7 +180,7 @@ efa_interface_count = gpu_stack_policy(
 def _cluster_placement(view: StackView, table: TypeTable, report: ReportViolation) -> None:
     fix = "Fix: create an aws.ec2.PlacementGroup with strategy 'cluster' and set placement.groupName to it."
     for cap, gpu in gpu_capacities(view, table):
-        if cap.builtin_efa or not cap.can_carry_efa:
+        if cap.builtin_efa or cap.no_efa_reason:
             continue  # pulumi-eks builds its own cluster group; efa-on-gpu-nodes refuses the other
         refs = [("the resource's placementGroup", cap.placement)]
         if cap.launch_template.state == "resolved":

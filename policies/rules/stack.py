@@ -45,6 +45,8 @@ from .common import (
 )
 
 PULUMI_EKS_GROUPS = (MANAGED_NODE_GROUP, EKS_NODE_GROUP, EKS_NODE_GROUP_V2)
+NO_EFA_LAUNCH_CONFIGURATION = "a launch configuration, which cannot attach EFA interfaces"
+NO_EFA_PULUMI_EKS = "the launch template pulumi-eks generates for it (no EFA option outside ManagedNodeGroup)"
 
 
 @dataclass
@@ -74,7 +76,7 @@ class Capacity:
     literal_azs: set[str] = field(default_factory=set)  # AZs named on the resource itself
     placement: Ref = field(default_factory=lambda: Ref("none"))  # a placement group set on the resource
     builtin_efa: bool = False  # pulumi-eks enableEfaSupport: EFA on every card + cluster placement group
-    can_carry_efa: bool = True  # False: the resource type has no way to attach EFA (LaunchConfiguration)
+    no_efa_reason: str = ""  # set when the resource type has no way to attach EFA interfaces
     public_ip: bool = False  # asks for public IPs on the resource itself
 
     @property
@@ -223,12 +225,16 @@ class StackView:
                 cap.literal_azs.add(az)
 
     def _eks_self_managed(self, group: Any) -> Capacity:
+        """pulumi-eks self-managed groups build their own launch template (V2) or CloudFormation launch
+        configuration (V1) from `NodeGroupBaseOptions`, which has no EFA option (only
+        ManagedNodeGroup has `enableEfaSupport`, pulumi/pulumi-eks#1593)."""
         props = self.props(group)
-        cap = Capacity(group, f"pulumi-eks {group.resource_type.split(':')[-1]}")
+        kind = group.resource_type.split(":")[-1]
+        cap = Capacity(group, f"pulumi-eks {kind}",
+                       no_efa_reason=NO_EFA_PULUMI_EKS)
         self._add_types(cap, dig(props, "instanceType"))
         cap.subnets = self.subnet_refs(group, "nodeSubnetIds", dig(props, "nodeSubnetIds"))
         cap.public_ip = truthy(dig(props, "nodeAssociatePublicIpAddress")) is True
-        self._pulumi_eks_efa(cap, props)
         return cap
 
     def _instance(self, inst: Any) -> Capacity:
@@ -246,7 +252,7 @@ class StackView:
 
     def _launch_configuration(self, conf: Any) -> Capacity:
         props = self.props(conf)
-        cap = Capacity(conf, "launch configuration", can_carry_efa=False)
+        cap = Capacity(conf, "launch configuration", no_efa_reason=NO_EFA_LAUNCH_CONFIGURATION)
         self._add_types(cap, dig(props, "instanceType"))
         cap.public_ip = truthy(dig(props, "associatePublicIpAddress")) is True
         return cap
@@ -269,7 +275,7 @@ class StackView:
             cap.launch_configuration = self.ref(asg, "launchConfiguration", LAUNCH_CONFIGURATION, [("name", conf)])
             if cap.launch_configuration.state == "resolved":
                 self._add_types(cap, dig(self.props(cap.launch_configuration.resource), "instanceType"))
-                cap.can_carry_efa = False
+                cap.no_efa_reason = NO_EFA_LAUNCH_CONFIGURATION
         cap.subnets = self.subnet_refs(asg, "vpcZoneIdentifiers", dig(props, "vpcZoneIdentifiers"))
         for az in known_list(dig(props, "availabilityZones")) or []:
             if isinstance(az, str) and not is_unknown(az):
