@@ -282,6 +282,11 @@ def test_pulumi_eks_self_managed_node_groups_cannot_carry_efa(kind):
         ({"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["p5.48xlarge"]}, True),
         ({"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["p5"]}, True),
         ({"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m7i.large", "c7i.large"]}, False),
+        ({"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}, True),  # unrestricted type
+        ({"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["c", "m", "r"]}, False),
+        ({"key": "karpenter.k8s.aws/instance-category", "operator": "NotIn", "values": ["p", "g"]}, False),
+        ({"key": "karpenter.k8s.aws/instance-category", "operator": "NotIn", "values": ["p"]}, True),  # g6e left
+        ({"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "DoesNotExist"}, False),
     ],
 )
 def test_karpenter_node_pool_cannot_launch_efa_gpu_types(requirement, violation):
@@ -531,3 +536,11 @@ def test_launch_template_availability_zone_counts_for_the_single_az_rule():
     assert "us-west-2a" in found.message and "us-west-2b" in found.message
     stack["lt"].props["placement"]["availabilityZone"] = "us-west-2a"
     assert mandatory(judge(stack)) == []
+
+
+def test_karpenter_node_pool_naming_an_unlisted_gpu_type():
+    pool = Res("kubernetes:karpenter.sh/v1:NodePool", "new", {"spec": {"template": {"spec": {"requirements": [
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["P6-B200.48xlarge"]}]}}}})
+    (found,) = of(judge([pool]), REFS)
+    assert "p6-b200.48xlarge" in found.message and "table does not list" in found.message
+    assert of(judge([pool], {REFS: {"nonEfaGpuTypes": ["p6-b200.48xlarge"]}}), REFS) == []

@@ -13,6 +13,7 @@ resources joined by `StackView`.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Iterable
 
 from pulumi_policy import (
@@ -369,21 +370,52 @@ efa_security_group = gpu_stack_policy(
 
 
 # -- 7. no blind spots: unlisted GPU types, references outside the stack, Karpenter -------------
+_KARPENTER_CATEGORY_KEY = "karpenter.k8s.aws/instance-category"
+_KARPENTER_GPU_COUNT_KEY = "karpenter.k8s.aws/instance-gpu-count"
+
+
+def _family(instance_type: str) -> str:
+    return instance_type.split(".")[0]
+
+
+def _category(instance_type: str) -> str:
+    """Karpenter's instance-category: the family's leading letters (p5 -> p, g6e -> g, trn1 -> trn)."""
+    return re.match(r"[a-z]*", _family(instance_type)).group(0)  # type: ignore[union-attr]
+
+
 def _karpenter_types(view: StackView, pool: Any, table: TypeTable) -> tuple[set[str], set[str]]:
-    """(EFA table types, unlisted GPU types) a NodePool's requirements allow."""
-    types: set[str] = set()
+    """(EFA table types, unlisted GPU types) a NodePool's requirements allow.
+
+    Karpenter ANDs the requirements; a NodePool that restricts none of type, family, category or GPU
+    count may launch any type a pending pod fits, GPU types included (a pod asking for nvidia.com/gpu
+    makes it pick one), so it counts as allowing the whole table."""
+    possible = set(table.efa)
+    named: set[str] = set()  # types/families named by In requirements (for unlisted ones)
     for req in known_list(dig(view.props(pool), "spec", "template", "spec", "requirements")) or []:
         key, op = dig(req, "key"), dig(req, "operator")
-        values = {norm_type(v) for v in known_list(dig(req, "values")) or []} - {None}
-        if op != "In":
-            continue
+        values = {str(v) for v in (norm_type(v) for v in known_list(dig(req, "values")) or []) if v}
+        if is_unknown(key) or is_unknown(op) or is_unknown(dig(req, "values")):
+            continue  # not known yet: it might restrict, so it does not widen either
+        part: Callable[[str], str] | None = None
         if key in _KARPENTER_TYPE_KEYS:
-            types |= {str(v) for v in values}
+            part = str
+            named |= {v for v in values if op == "In"}
         elif key == _KARPENTER_FAMILY_KEY:
-            types |= {t for t in table.efa if t.split(".")[0] in values}
-            types |= {f"{v}.*" for v in values if table.family.search(f"{v}.") and
-                      not any(t.split(".")[0] == v for t in table.efa)}
-    return table.efa_of(types), table.unlisted(types)
+            part = _family
+            named |= {f"{v}.*" for v in values if op == "In" and not any(_family(t) == v for t in table.efa)}
+        elif key == _KARPENTER_CATEGORY_KEY:
+            part = _category
+        elif key == _KARPENTER_GPU_COUNT_KEY and (op == "DoesNotExist" or (
+                op == "Lt" and all((as_int(v) or 0) <= 1 for v in values))):
+            possible = set()  # no GPUs at all
+            continue
+        if part is None:
+            continue
+        if op == "In":
+            possible = {t for t in possible if part(t) in values}
+        elif op == "NotIn":
+            possible = {t for t in possible if part(t) not in values}
+    return possible, table.unlisted(named)
 
 
 def _blind_spots(view: StackView, table: TypeTable, report: ReportViolation) -> None:
