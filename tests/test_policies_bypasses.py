@@ -544,3 +544,13 @@ def test_karpenter_node_pool_naming_an_unlisted_gpu_type():
     (found,) = of(judge([pool]), REFS)
     assert "p6-b200.48xlarge" in found.message and "table does not list" in found.message
     assert of(judge([pool], {REFS: {"nonEfaGpuTypes": ["p6-b200.48xlarge"]}}), REFS) == []
+
+
+def test_gpu_launch_template_no_group_uses_is_judged_on_its_own():
+    """A node group in another stack (or a later change) would launch it: its own content is judged."""
+    stack = gpu_stack()
+    lone = {k: stack[k] for k in ("pg", "sg", "lt")}
+    assert mandatory(judge(lone)) == []
+    lone["lt"].props["networkInterfaces"] = [{"networkCardIndex": 0, "deviceIndex": 0}]
+    (found,) = of(judge(lone), "efa-on-gpu-nodes")
+    assert found.message.split("\n")[-1].startswith("launch template 'gpu-nodes-lt' (p5.48xlarge) declares no EFA")

@@ -69,6 +69,12 @@ def _hint(table: TypeTable, types: Iterable[str]) -> str:
     return "; ".join(f"{t} has {table.efa[t]} network card(s) with EFA" for t in sorted(types) if t in table.efa)
 
 
+def _template_of(cap: Capacity) -> str:
+    """`launch template 'x' of node group 'y'` (or just the template when it is judged on its own)."""
+    lt = cap.launch_template.resource
+    return cap.label if lt is cap.resource else f"launch template '{lt.name}' of {cap.label}"
+
+
 GpuCheck = Callable[[StackView, TypeTable, ReportViolation], None]
 
 
@@ -128,11 +134,11 @@ def _efa_present(view: StackView, table: TypeTable, report: ReportViolation) -> 
         elif cap.launch_template.state == "resolved":
             efa = view.efa_interfaces(cap.launch_template.resource)
             if efa.malformed:
-                report(f"launch template '{cap.launch_template.resource.name}' of {cap.label}: "
+                report(f"{_template_of(cap)}: "
                        f"{'; '.join(efa.malformed)}. EC2 refuses such an interface. {fix}",
                        cap.launch_template.resource.urn)
             elif efa.known and efa.count == 0:
-                report(f"launch template '{cap.launch_template.resource.name}' of {cap.label} ({join(gpu)}) "
+                report(f"{_template_of(cap)} ({join(gpu)}) "
                        f"declares no EFA network interface. {fix}", cap.launch_template.resource.urn)
 
 
@@ -162,7 +168,7 @@ def _efa_count(view: StackView, table: TypeTable, report: ReportViolation) -> No
             problems += [f"more than one EFA interface on card(s) {doubled}"] if doubled else []
             problems += [f"card index(es) {beyond} do not exist on {join(gpu)}"] if beyond else []
             report(
-                f"launch template '{lt.name}' of {cap.label} has {efa.count} EFA interface(s) on card(s) "
+                f"{_template_of(cap)} has {efa.count} EFA interface(s) on card(s) "
                 f"{sorted(efa.cards)} but {join(gpu)} has {expected} network card(s) with EFA; "
                 f"{'; '.join(problems)}. KV-cache transfer gets only part of the node's EFA bandwidth. "
                 f"Fix: exactly one EFA interface per network card (networkCardIndex 0..{expected - 1}).",
@@ -278,7 +284,7 @@ def _private_gpu_nodes(view: StackView, table: TypeTable, report: ReportViolatio
         if cap.launch_template.state == "resolved":
             efa = view.efa_interfaces(cap.launch_template.resource)
             if efa.public:
-                report(f"launch template '{cap.launch_template.resource.name}' of {cap.label} sets "
+                report(f"{_template_of(cap)} sets "
                        f"associatePublicIpAddress on interface(s) {efa.public}. Fix: drop it (GPU nodes stay "
                        f"private).", cap.launch_template.resource.urn)
 
