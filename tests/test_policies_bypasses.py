@@ -554,3 +554,30 @@ def test_gpu_launch_template_no_group_uses_is_judged_on_its_own():
     lone["lt"].props["networkInterfaces"] = [{"networkCardIndex": 0, "deviceIndex": 0}]
     (found,) = of(judge(lone), "efa-on-gpu-nodes")
     assert found.message.split("\n")[-1].startswith("launch template 'gpu-nodes-lt' (p5.48xlarge) declares no EFA")
+
+
+@pytest.mark.parametrize("how", ["main-association", "default-route-table"])
+def test_subnet_without_association_uses_the_vpcs_main_route_table(how):
+    stack = gpu_stack(unknown_ids=True)
+    vpc = Res("aws:ec2/vpc:Vpc", "vpc", {"cidrBlock": "10.0.0.0/16"})
+    igw = Res("aws:ec2/internetGateway:InternetGateway", "igw", {"vpcId": UNKNOWN}, deps={"vpcId": [vpc]})
+    subnet = stack["subnet-us-west-2a"]
+    subnet.props["vpcId"] = UNKNOWN
+    subnet.deps = {"vpcId": [vpc]}
+    routes = [{"cidrBlock": "0.0.0.0/0", "gatewayId": UNKNOWN}]
+    if how == "main-association":
+        table = Res("aws:ec2/routeTable:RouteTable", "main", {"vpcId": UNKNOWN, "routes": routes},
+                    deps={"vpcId": [vpc], "routes": [igw]})
+        main = Res("aws:ec2/mainRouteTableAssociation:MainRouteTableAssociation", "main-assoc",
+                   {"vpcId": UNKNOWN, "routeTableId": UNKNOWN}, deps={"vpcId": [vpc], "routeTableId": [table]})
+        extra = [table, main]
+    else:
+        table = Res("aws:ec2/defaultRouteTable:DefaultRouteTable", "main", {
+            "defaultRouteTableId": UNKNOWN, "routes": routes}, deps={"defaultRouteTableId": [vpc], "routes": [igw]})
+        extra = [table]
+    resources = [*stack.values(), vpc, igw, *extra]
+    (found,) = of(judge(resources), "gpu-nodes-private")
+    assert "route table 'main' routes to an internet gateway" in found.message
+    table.deps["routes"] = []  # the default route goes elsewhere (NAT)
+    table.props["routes"] = [{"cidrBlock": "0.0.0.0/0", "natGatewayId": "nat-1"}]
+    assert of(judge(resources), "gpu-nodes-private") == []

@@ -44,6 +44,9 @@ from .common import (
     truthy,
 )
 
+VPC = "aws:ec2/vpc:Vpc"
+MAIN_ROUTE_TABLE_ASSOCIATION = "aws:ec2/mainRouteTableAssociation:MainRouteTableAssociation"
+DEFAULT_ROUTE_TABLE = "aws:ec2/defaultRouteTable:DefaultRouteTable"
 PULUMI_EKS_GROUPS = (MANAGED_NODE_GROUP, EKS_NODE_GROUP, EKS_NODE_GROUP_V2)
 NO_EFA_LAUNCH_CONFIGURATION = "a launch configuration, which cannot attach EFA interfaces"
 NO_EFA_PULUMI_EKS = "the launch template pulumi-eks generates for it (no EFA option outside ManagedNodeGroup)"
@@ -318,11 +321,35 @@ class StackView:
             ref = self.ref(assoc, "routeTableId", ROUTE_TABLE, [("id", dig(props, "routeTableId"))])
             if ref.state == "resolved":
                 tables[ref.resource.urn] = ref.resource
+        if not tables:  # no explicit association: the VPC's main route table applies
+            tables = {t.urn: t for t in self._main_route_tables(subnet)}
         public = []
         for table in tables.values():
             if self._table_has_igw_route(table):
                 public.append(f"route table '{table.name}'")
         return public
+
+    def _same_vpc(self, a: Any, a_key: str, b: Any, b_key: str) -> bool:
+        vpcs_a = {v.urn for v in self.deps(a, a_key, VPC)}
+        vpcs_b = {v.urn for v in self.deps(b, b_key, VPC)}
+        if vpcs_a and vpcs_b:
+            return bool(vpcs_a & vpcs_b)
+        id_a, id_b = dig(self.props(a), a_key), dig(self.props(b), b_key)
+        return isinstance(id_a, str) and not is_unknown(id_a) and id_a == id_b
+
+    def _main_route_tables(self, subnet: Any) -> list:
+        """The subnet's VPC's main route table: a MainRouteTableAssociation's table, or a
+        DefaultRouteTable (which manages the VPC's default main table and carries the routes)."""
+        found = []
+        for main in self.of_type(MAIN_ROUTE_TABLE_ASSOCIATION):
+            if self._same_vpc(subnet, "vpcId", main, "vpcId"):
+                ref = self.ref(main, "routeTableId", ROUTE_TABLE, [("id", dig(self.props(main), "routeTableId"))])
+                if ref.state == "resolved":
+                    found.append(ref.resource)
+        if not found:
+            found = [d for d in self.of_type(DEFAULT_ROUTE_TABLE)
+                     if self._same_vpc(subnet, "vpcId", d, "defaultRouteTableId")]
+        return found
 
     def _is_igw(self, owner: Any, key: str, gateway: Any) -> bool:
         if gateway is None:
