@@ -581,3 +581,20 @@ def test_subnet_without_association_uses_the_vpcs_main_route_table(how):
     table.deps["routes"] = []  # the default route goes elsewhere (NAT)
     table.props["routes"] = [{"cidrBlock": "0.0.0.0/0", "natGatewayId": "nat-1"}]
     assert of(judge(resources), "gpu-nodes-private") == []
+
+
+@pytest.mark.parametrize("kind, cards, violation", [("efa", 4, False), ("efa", 1, True), ("interface", 4, True)])
+def test_ec2_instance_built_from_existing_enis(kind, cards, violation):
+    """aws.ec2.Instance may attach pre-created ENIs instead of a launch template: their types count."""
+    base = gpu_stack("p4d.24xlarge", unknown_ids=True)
+    enis = [Res("aws:ec2/networkInterface:NetworkInterface", f"eni-{i}",
+                {"subnetId": UNKNOWN, "interfaceType": kind if i == 0 or kind != "efa" else "efa-only"})
+            for i in range(cards)]
+    inst = _path("aws:ec2/instance:Instance", {
+        "instanceType": "p4d.24xlarge", "placementGroup": UNKNOWN,
+        "metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 1},
+        "networkInterfaces": [{"networkInterfaceId": UNKNOWN, "deviceIndex": 0 if i == 0 else 1,
+                               "networkCardIndex": i} for i in range(cards)]},
+        {"networkInterfaces": enis, "placementGroup": [base["pg"]]})
+    found = _policies(judge([base["pg"], *enis, inst]))
+    assert bool(found & {"efa-on-gpu-nodes", "efa-interface-count"}) == violation, found

@@ -14,7 +14,7 @@ resources joined by `StackView`.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Optional
 
 from pulumi_policy import (
     EnforcementLevel,
@@ -47,7 +47,7 @@ from .common import (
     resource_policy,
     truthy,
 )
-from .stack import Capacity, StackView
+from .stack import Capacity, EfaInterfaces, StackView
 
 EFA_CONFIG = GPU_TABLE_SCHEMA
 KARPENTER_NODE_POOLS = ("kubernetes:karpenter.sh/v1:NodePool", "kubernetes:karpenter.sh/v1beta1:NodePool")
@@ -128,18 +128,24 @@ def _efa_present(view: StackView, table: TypeTable, report: ReportViolation) -> 
         if cap.no_efa_reason:
             report(f"{cap.label} launches {join(gpu)} through {cap.no_efa_reason}. {fix}",
                    cap.resource.urn)
-        elif cap.launch_template.state == "none" and not cap.builtin_efa:
+        elif cap.launch_template.state == "none" and not cap.builtin_efa and cap.attached is None:
             report(f"{cap.label} runs {join(gpu)} without a launch template, so its nodes get no EFA "
                    f"interface. {fix}", cap.resource.urn)
-        elif cap.launch_template.state == "resolved":
-            efa = view.efa_interfaces(cap.launch_template.resource)
+        elif (source := _interfaces(view, cap)) is not None:
+            label, urn, efa = source
             if efa.malformed:
-                report(f"{_template_of(cap)}: "
-                       f"{'; '.join(efa.malformed)}. EC2 refuses such an interface. {fix}",
-                       cap.launch_template.resource.urn)
+                report(f"{label}: {'; '.join(efa.malformed)}. EC2 refuses such an interface. {fix}", urn)
             elif efa.known and efa.count == 0:
-                report(f"{_template_of(cap)} ({join(gpu)}) "
-                       f"declares no EFA network interface. {fix}", cap.launch_template.resource.urn)
+                report(f"{label} ({join(gpu)}) declares no EFA network interface. {fix}", urn)
+
+
+def _interfaces(view: StackView, cap: Capacity) -> Optional[tuple[str, str, EfaInterfaces]]:
+    """(label, urn, interfaces) of where a capacity's network interfaces are declared, if known."""
+    if cap.launch_template.state == "resolved":
+        return _template_of(cap), cap.launch_template.resource.urn, view.efa_interfaces(cap.launch_template.resource)
+    if cap.launch_template.state == "none" and cap.attached is not None:
+        return f"{cap.label}'s networkInterfaces", cap.resource.urn, cap.attached
+    return None
 
 
 efa_on_every_card = gpu_stack_policy(
@@ -152,13 +158,13 @@ efa_on_every_card = gpu_stack_policy(
 def _efa_count(view: StackView, table: TypeTable, report: ReportViolation) -> None:
     seen: set[str] = set()
     for cap, gpu in gpu_capacities(view, table):
-        if cap.launch_template.state != "resolved":
+        source = _interfaces(view, cap)
+        if source is None:
             continue
-        lt = cap.launch_template.resource
-        efa = view.efa_interfaces(lt)
-        if not efa.known or efa.count == 0 or efa.malformed or lt.urn in seen:
+        label, urn, efa = source
+        if not efa.known or efa.count == 0 or efa.malformed or urn in seen:
             continue  # unknown: skip; none / malformed: efa-on-gpu-nodes reports it
-        seen.add(lt.urn)
+        seen.add(urn)
         expected = min(table.efa[t] for t in gpu)
         missing = sorted(set(range(expected)) - set(efa.cards))
         doubled = sorted(c for c, n in efa.cards.items() if n > 1)
@@ -168,11 +174,11 @@ def _efa_count(view: StackView, table: TypeTable, report: ReportViolation) -> No
             problems += [f"more than one EFA interface on card(s) {doubled}"] if doubled else []
             problems += [f"card index(es) {beyond} do not exist on {join(gpu)}"] if beyond else []
             report(
-                f"{_template_of(cap)} has {efa.count} EFA interface(s) on card(s) "
+                f"{label} has {efa.count} EFA interface(s) on card(s) "
                 f"{sorted(efa.cards)} but {join(gpu)} has {expected} network card(s) with EFA; "
                 f"{'; '.join(problems)}. KV-cache transfer gets only part of the node's EFA bandwidth. "
                 f"Fix: exactly one EFA interface per network card (networkCardIndex 0..{expected - 1}).",
-                lt.urn,
+                urn,
             )
 
 

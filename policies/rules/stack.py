@@ -16,7 +16,7 @@ states (`Ref.state`):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from .common import (
     AUTOSCALING_GROUP,
@@ -45,6 +45,7 @@ from .common import (
 )
 
 VPC = "aws:ec2/vpc:Vpc"
+NETWORK_INTERFACE = "aws:ec2/networkInterface:NetworkInterface"
 MAIN_ROUTE_TABLE_ASSOCIATION = "aws:ec2/mainRouteTableAssociation:MainRouteTableAssociation"
 DEFAULT_ROUTE_TABLE = "aws:ec2/defaultRouteTable:DefaultRouteTable"
 PULUMI_EKS_GROUPS = (MANAGED_NODE_GROUP, EKS_NODE_GROUP, EKS_NODE_GROUP_V2)
@@ -81,6 +82,7 @@ class Capacity:
     builtin_efa: bool = False  # pulumi-eks enableEfaSupport: EFA on every card + cluster placement group
     no_efa_reason: str = ""  # set when the resource type has no way to attach EFA interfaces
     public_ip: bool = False  # asks for public IPs on the resource itself
+    attached: Optional["EfaInterfaces"] = None  # an EC2 instance's own networkInterfaces (existing ENIs)
 
     @property
     def label(self) -> str:
@@ -251,7 +253,42 @@ class StackView:
             cap.literal_azs.add(az)
         cap.placement = self.ref(inst, "placementGroup", PLACEMENT_GROUP, [("name", dig(props, "placementGroup"))])
         cap.public_ip = truthy(dig(props, "associatePublicIpAddress")) is True
+        if dig(props, "networkInterfaces") is not None:
+            cap.attached = self.instance_interfaces(inst)
         return self._with_template_types(cap)
+
+    def instance_interfaces(self, inst: Any) -> "EfaInterfaces":
+        """EFA interfaces of an instance built from existing ENIs (`networkInterfaces` entries naming
+        aws:ec2/networkInterface resources whose `interfaceType` is efa/efa-only)."""
+        entries = known_list(dig(self.props(inst), "networkInterfaces"))
+        if entries is None:
+            return EfaInterfaces(False, 0, {}, [])
+        enis = self.deps(inst, "networkInterfaces", NETWORK_INTERFACE)
+        dep_kinds = {str(dig(self.props(e), "interfaceType")).lower() for e in enis}
+        result = EfaInterfaces(True, 0, {}, [])
+        for i, entry in enumerate(entries):
+            eni_id = dig(entry, "networkInterfaceId")
+            hits = self.by_property(NETWORK_INTERFACE, "id", eni_id)
+            if hits:
+                kind = dig(self.props(hits[0]), "interfaceType")
+            elif len(dep_kinds) == 1 and (is_unknown(eni_id) or len(enis) >= len(entries)):
+                kind = next(iter(dep_kinds))  # every ENI feeding the list has the same type
+            else:
+                result.known = False
+                continue
+            if is_unknown(kind):
+                result.known = False
+            elif isinstance(kind, str) and kind.lower() in EFA_INTERFACE_TYPES:
+                card = dig(entry, "networkCardIndex")
+                index = 0 if card is None else as_int(card)
+                if is_unknown(card):
+                    result.known = False
+                elif index is None or index < 0:
+                    result.malformed.append(f"networkInterfaces[{i}].networkCardIndex is {card!r}")
+                else:
+                    result.count += 1
+                    result.cards[index] = result.cards.get(index, 0) + 1
+        return result
 
     def _launch_configuration(self, conf: Any) -> Capacity:
         props = self.props(conf)
