@@ -8,6 +8,7 @@ from helpers import RAY_SERVICE, STACKS, program_run
 from google.protobuf import json_format
 from policy_fixtures import mandatory, of, pack
 
+from components.catalog import GPU_INSTANCE_TYPES
 from tools.analyzer import UNKNOWN, analyze_run, run_resources
 from tools.mockrun import stack_config
 
@@ -189,3 +190,22 @@ def test_stack_gpu_subnet_route_to_internet_gateway_is_really_judged(stack, prev
     table.propertyDependencies["routes"].urns[:] = [igw.urn]
     found = of(_judge(resources), "gpu-nodes-private")
     assert [v.urn for v in found] == [gpu_ng.urn] and "routes to an internet gateway" in found[0].message
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_stack_ray_pods_efa_share_is_really_judged(stack):
+    """One EFA device per GPU pod: enough on a 1-card type (dev's g6e.12xlarge), refused on p4d/p5."""
+    resources = first_preview(program_run(stack))
+    svc = _ray_service(stack, resources)
+    gpu_type = stack_config(stack).gpu_nodes.instance_type
+    props = _props(svc)
+    for group in props["spec"]["rayClusterConfig"]["workerGroupSpecs"]:
+        for c in group["template"]["spec"]["containers"]:
+            if "vpc.amazonaws.com/efa" in c.get("resources", {}).get("limits", {}):
+                c["resources"]["limits"]["vpc.amazonaws.com/efa"] = "1"
+    _set_props(svc, props)
+    found = of(_judge(resources), "ray-gpu-pods-efa")
+    cards = GPU_INSTANCE_TYPES[gpu_type].efa_interfaces
+    assert bool(found) == (cards > 1)
+    for v in found:
+        assert f"of its {cards})" in v.message and gpu_type in v.message
