@@ -51,25 +51,25 @@ def _reservation_az(view: StackView, template: Any, reservation_id: Any, known: 
 def _check(args: StackValidationArgs, report: ReportViolation) -> None:
     known = {str(k): str(v) for k, v in (config_with_defaults(args, CONFIG).get("reservationAzs") or {}).items()}
     view = StackView(args.resources)
-    for group in view.node_groups():
-        template = group.launch_template
-        if template is None:
-            continue
+    for cap in view.capacities():  # every path to GPU capacity the pack knows (node groups, ASGs, instances)
+        if cap.launch_template.state != "resolved":
+            continue  # no template, or one not in the stack (gpu-references-in-stack judges that)
+        template = cap.launch_template.resource
         reservation_id = dig(view.props(template), *RESERVATION_PATH)
         if reservation_id is None:
             continue  # on demand
         reservation_az = _reservation_az(view, template, reservation_id, known)
-        subnet_azs = {str(az) for az in (view.subnet_az(s) for s in group.subnets)
+        subnet_azs = {str(az) for az in (view.subnet_az(s) for s in cap.subnets.resolved)
                       if az is not None and not is_unknown(az)}
         if reservation_az is None or not subnet_azs or subnet_azs == {reservation_az}:
             continue
         shown = reservation_id if isinstance(reservation_id, str) and not is_unknown(reservation_id) else "(pending)"
         report(
-            f"node group '{group.resource.name}' targets capacity reservation {shown} in {reservation_az}, "
+            f"{cap.label} targets capacity reservation {shown} in {reservation_az}, "
             f"but its subnets are in {join(subnet_azs)}. A reservation serves only its own AZ, so no node would "
             f"launch. Fix: put gpuNodes.availabilityZone in {reservation_az}, or use a reservation in "
             f"{join(subnet_azs)}.",
-            group.resource.urn,
+            cap.resource.urn,
         )
 
 
