@@ -9,6 +9,7 @@ its launch template (one EFA interface per network card).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,11 +24,44 @@ class GpuInstanceType:
     gpu_model: str
     ray_accelerator_type: str  # Ray's accelerator label (ray.util.accelerators)
     network_gbps: int  # aggregate EFA bandwidth of the node
+    # --- sizing (issue 15): per-GPU roofline figures and the KV-transfer band; sources at each constant ---
+    peak_bf16_dense_tflops: float  # per GPU, dense (no 2:4 sparsity), BF16 tensor cores, FP32 accumulate
+    memory_bandwidth_gbytes_s: float  # per GPU, HBM/GDDR bandwidth in gigabytes (10^9 B) per second
+    # KV transfer NIXL actually achieved over EFA between two nodes of this type, gigabits/s per node
+    # (same unit as network_gbps); None where no public measurement exists.
+    nixl_efa_measured_gbps: Optional[float] = None
+    nixl_efa_measured_source: Optional[str] = None  # where the figure above was published
+    single_flow_tcp_gbps: float  # one TCP flow between two nodes of the cluster placement group
 
     @property
     def family_quota_code(self) -> str:
         """Service Quotas code for the on-demand vCPU quota of this family."""
         return "L-417A185B" if self.name.startswith("p") else "L-DB2E81BA"
+
+
+# Sources of the sizing figures (issue 15). Peak dense BF16 TFLOPS and memory bandwidth are NVIDIA
+# datasheet figures per GPU (the "with sparsity" numbers halved): L40S datasheet (362.05 TF, 864 GB/s);
+# A100 SXM datasheet (312 TF; 1,555 GB/s for 40 GB, 2,039 GB/s for 80 GB); H100 SXM5 datasheet
+# (989 TF, 3.35 TB/s); H200 SXM datasheet (989 TF, 4.8 TB/s). The A10G is an AWS-only variant of
+# the A10 with no NVIDIA datasheet: 600 GB/s (same GDDR6 as the A10) and ~70 TF dense FP16/BF16
+# tensor as reported by Baseten ("NVIDIA A10 vs A10G for ML model inference"), not the A10's 125 TF.
+_L40S_TFLOPS, _L40S_GBYTES_S = 362.05, 864.0
+_A10G_TFLOPS, _A10G_GBYTES_S = 70.0, 600.0
+_A100_TFLOPS, _A100_40G_GBYTES_S, _A100_80G_GBYTES_S = 312.0, 1555.0, 2039.0
+_H100_TFLOPS, _H100_GBYTES_S = 989.0, 3350.0
+_H200_TFLOPS, _H200_GBYTES_S = 989.0, 4800.0
+
+# AWS "Amazon EC2 instance network bandwidth": a single TCP/UDP flow is limited to 5 Gbps between
+# instances, and to 10 Gbps between instances in the same cluster placement group (our GPU nodes are).
+# This is what NIXL's UCX backend falls back to when it cannot drive EFA (ray-project/ray PR #62339
+# measured ~0.3 GB/s for that software path: the band's floor is optimistic for it).
+SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS = 10.0
+
+# The only public measurement of NIXL over EFA we know of: about 9.6 GB/s (76.8 Gbit/s) between two
+# p5.48xlarge nodes, ai-dynamo/dynamo PR #7764 (as cited by issue 15; the PR text itself could not be
+# read offline). Some 40x below the node's 3,200 Gbit/s line rate.
+_P5_NIXL_EFA_GBPS = 9.6 * 8
+_P5_NIXL_EFA_SOURCE = "ai-dynamo/dynamo PR #7764 (~9.6 GB/s NIXL over EFA, p5.48xlarge pair)"
 
 
 GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
@@ -42,6 +76,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_model="L40S",
             ray_accelerator_type="L40S",
             network_gbps=25,
+            peak_bf16_dense_tflops=_L40S_TFLOPS,
+            memory_bandwidth_gbytes_s=_L40S_GBYTES_S,
+            nixl_efa_measured_gbps=None,
+            nixl_efa_measured_source=None,
+            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
         ),
         GpuInstanceType(
             name="g6e.12xlarge",
@@ -52,6 +91,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_model="L40S",
             ray_accelerator_type="L40S",
             network_gbps=100,
+            peak_bf16_dense_tflops=_L40S_TFLOPS,
+            memory_bandwidth_gbytes_s=_L40S_GBYTES_S,
+            nixl_efa_measured_gbps=None,
+            nixl_efa_measured_source=None,
+            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
         ),
         GpuInstanceType(
             name="g6e.24xlarge",
@@ -62,6 +106,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_model="L40S",
             ray_accelerator_type="L40S",
             network_gbps=200,
+            peak_bf16_dense_tflops=_L40S_TFLOPS,
+            memory_bandwidth_gbytes_s=_L40S_GBYTES_S,
+            nixl_efa_measured_gbps=None,
+            nixl_efa_measured_source=None,
+            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
         ),
         GpuInstanceType(
             name="g6e.48xlarge",
@@ -72,6 +121,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_model="L40S",
             ray_accelerator_type="L40S",
             network_gbps=400,
+            peak_bf16_dense_tflops=_L40S_TFLOPS,
+            memory_bandwidth_gbytes_s=_L40S_GBYTES_S,
+            nixl_efa_measured_gbps=None,
+            nixl_efa_measured_source=None,
+            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
         ),
         GpuInstanceType(
             name="g5.48xlarge",
@@ -82,6 +136,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_model="A10G",
             ray_accelerator_type="A10G",
             network_gbps=100,
+            peak_bf16_dense_tflops=_A10G_TFLOPS,
+            memory_bandwidth_gbytes_s=_A10G_GBYTES_S,
+            nixl_efa_measured_gbps=None,
+            nixl_efa_measured_source=None,
+            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
         ),
         GpuInstanceType(
             name="p4d.24xlarge",
@@ -92,6 +151,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_model="A100",
             ray_accelerator_type="A100-40G",
             network_gbps=400,
+            peak_bf16_dense_tflops=_A100_TFLOPS,
+            memory_bandwidth_gbytes_s=_A100_40G_GBYTES_S,
+            nixl_efa_measured_gbps=None,
+            nixl_efa_measured_source=None,
+            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
         ),
         GpuInstanceType(
             name="p4de.24xlarge",
@@ -102,6 +166,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_model="A100",
             ray_accelerator_type="A100-80G",
             network_gbps=400,
+            peak_bf16_dense_tflops=_A100_TFLOPS,
+            memory_bandwidth_gbytes_s=_A100_80G_GBYTES_S,
+            nixl_efa_measured_gbps=None,
+            nixl_efa_measured_source=None,
+            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
         ),
         GpuInstanceType(
             name="p5.48xlarge",
@@ -112,6 +181,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_model="H100",
             ray_accelerator_type="H100",
             network_gbps=3200,
+            peak_bf16_dense_tflops=_H100_TFLOPS,
+            memory_bandwidth_gbytes_s=_H100_GBYTES_S,
+            nixl_efa_measured_gbps=_P5_NIXL_EFA_GBPS,
+            nixl_efa_measured_source=_P5_NIXL_EFA_SOURCE,
+            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
         ),
         GpuInstanceType(
             name="p5e.48xlarge",
@@ -122,6 +196,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_model="H200",
             ray_accelerator_type="H200",
             network_gbps=3200,
+            peak_bf16_dense_tflops=_H200_TFLOPS,
+            memory_bandwidth_gbytes_s=_H200_GBYTES_S,
+            nixl_efa_measured_gbps=None,
+            nixl_efa_measured_source=None,
+            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
         ),
         GpuInstanceType(
             name="p5en.48xlarge",
@@ -132,6 +211,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             gpu_model="H200",
             ray_accelerator_type="H200",
             network_gbps=3200,
+            peak_bf16_dense_tflops=_H200_TFLOPS,
+            memory_bandwidth_gbytes_s=_H200_GBYTES_S,
+            nixl_efa_measured_gbps=None,
+            nixl_efa_measured_source=None,
+            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
         ),
     )
 }
