@@ -146,7 +146,8 @@ def load_workload(path: Path) -> Workload:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ToolError(Exit.USAGE, one_line(f"{path}: not valid YAML{where}: {getattr(exc, 'problem', exc)}")) from None
+        problem = getattr(exc, "problem", exc)
+        raise ToolError(Exit.USAGE, one_line(f"{path}: not valid YAML{where}: {problem}")) from None
     return parse_workload(data, str(path))
 
 
@@ -502,7 +503,8 @@ class Sizing:
     def verdict(self) -> str:
         dis, agg = self.disaggregated, self.aggregated
         if not dis.feasible and not agg.feasible:
-            return "neither layout meets the objectives on this GPU type: change the SLOs, the model or the instance type"
+            return ("neither layout meets the objectives on this GPU type: "
+                    "change the SLOs, the model or the instance type")
         if not dis.feasible:
             return f"disaggregation does not pay here: it cannot meet the objectives ({dis.reason}); serve aggregated"
         if not agg.feasible:
