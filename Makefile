@@ -16,6 +16,7 @@ help:
 	@echo "make preflight [STACK=dev] can the stack deploy in its AWS account/region? (JSON=1, STRICT=1)"
 	@echo "make lint                  ruff, mypy, actionlint (with shellcheck) on the workflows"
 	@echo "make promote-check FROM=staging TO=prod   may the commit move on? (chart/image/model/engine must match)"
+	@echo "make size [STACK=dev] [WORKLOAD=workloads/<stack>.yaml] [WRITE=1] [JSON=1]   replicas, nodes, P:D, \$$/Mtok for a workload"
 
 $(STAMP): requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -53,3 +54,10 @@ FROM ?= staging
 TO ?= prod
 promote-check: $(STAMP)
 	$(PY) -m tools.promote_check --from $(FROM) --to $(TO)
+
+# Sizes the stack for a workload, offline (tools/sizing.py); WRITE=1 puts the sized replica bounds and
+# GPU node-group sizes into Pulumi.<stack>.yaml (comments kept).
+.PHONY: size
+WORKLOAD ?= workloads/$(STACK).yaml
+size: $(STAMP)
+	$(PY) -m tools.size --stack $(STACK) --workload $(WORKLOAD) $(if $(WRITE),--write) $(if $(JSON),--json)

@@ -313,3 +313,12 @@ def test_kvband_as_dict_round_trips_for_the_preview():
     d = band.as_dict()
     assert KvBand(**{k: d[k] for k in ("tokens", "bytes", "line_rate_gbps", "measured_gbps", "measured_source",
                                        "tcp_gbps")}) == band
+
+
+def test_exit_code_is_failed_only_when_no_layout_meets_the_objectives(tmp_path, capsys):
+    tight = tmp_path / "tight.yaml"
+    tight.write_text(yaml.safe_dump({**GOOD, "slo": {"ttftMs": 1000, "itlMs": 5, "percentile": 90}}))
+    assert run("size", size_cli.main, ["--stack", "prod", "--workload", str(tight)]) == Exit.FAILED
+    # staging: disaggregation cannot meet its TTFT over the unmeasured (TCP-floor) KV path, aggregated can
+    assert run("size", size_cli.main, ["--stack", "staging", "--workload", str(WORKLOADS / "staging.yaml")]) == Exit.OK
+    assert "cannot meet the objectives" in capsys.readouterr().out

@@ -7,8 +7,9 @@ aggregated, a verdict on whether disaggregation pays, and the KV-transfer band. 
 `Pulumi.<stack>.yaml` with ruamel.yaml's round-trip mode, so comments and layout survive; the new
 file is validated as the program would read it before it replaces the old one.
 
-Exit codes (tools/cli.py): 0 the stack's disaggregated layout can meet the objectives; 1 it cannot
-(the output says why and what aggregated serving would need); 2 a bad workload file, stack or argument.
+Exit codes (tools/cli.py): 0 the workload can be served on the stack's GPU type (disaggregated,
+aggregated or both; the verdict says which pays); 1 neither layout meets the objectives, or `--write`
+was asked for a layout that cannot meet them (nothing is written); 2 a bad workload file, stack or argument.
 """
 
 from __future__ import annotations
@@ -101,9 +102,9 @@ def sized_values(result: Sizing, current: Any) -> dict[str, dict[str, int]]:
     the nodes the minimum replicas need (at least 2: prefill and decode never share a node) and its
     maxSize the nodes the sized replicas need.
     """
-    serving, instance_gpus = current.serving, None
     from components.catalog import gpu_instance_type
 
+    serving = current.serving
     instance_gpus = gpu_instance_type(current.gpu_nodes.instance_type).gpus
     plan = result.disaggregated
     out: dict[str, dict[str, int]] = {}
@@ -183,7 +184,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         _, values = write_stack(args.stack, result, config, args.root)
         print(f"wrote Pulumi.{args.stack}.yaml: " + "; ".join(
             f"{section} " + ", ".join(f"{k}={v}" for k, v in kv.items()) for section, kv in values.items()))
-    return Exit.OK if result.disaggregated.feasible else Exit.FAILED
+    return Exit.OK if result.disaggregated.feasible or result.aggregated.feasible else Exit.FAILED
 
 
 if __name__ == "__main__":
