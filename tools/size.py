@@ -67,7 +67,7 @@ def _plan_lines(plan: Plan) -> list[str]:
             f"  {s.role:<10} {s.replicas} replica(s) at TP {s.tp} = {s.gpus} GPU(s) on {s.nodes} node(s); "
             + ", ".join(latency)
         )
-    lines.append(f"  total      {plan.nodes} node(s), {plan.gpus} GPU(s) busy; {_money(plan.hourly)}/hour, "
+    lines.append(f"  total      {plan.nodes} node(s), {plan.gpus} GPU(s) busy; GPU nodes {_money(plan.hourly)}/hour, "
                  f"{_money(plan.usd_per_mtok)} per million output tokens")
     return lines
 
