@@ -329,3 +329,27 @@ def test_readme_calibration_table_shows_what_the_model_predicts():
     rows = [line for line in section.splitlines() if line.startswith("| ") and " ms" not in line.split("|")[1]]
     shown = [float(cells.split("|")[3]) for cells in rows if cells.split("|")[3].strip().replace(".", "").isdigit()]
     assert shown == [round(predict(p), 1) for p in CALIBRATION["points"]]
+
+
+def test_tp_options_are_powers_of_two_whose_shards_fit():
+    from tools.sizing import tp_options
+
+    assert tp_options(L70, P5) == [2, 4, 8]  # 131.5 GiB: 65.8 GiB a GPU at TP 2 fits 72 GiB of 80; TP 1 does not
+    assert tp_options(L70, GPU_INSTANCE_TYPES["p4d.24xlarge"]) == [4, 8]  # 40 GiB GPUs
+    assert tp_options(MODELS["Qwen/Qwen2.5-7B-Instruct"], GPU_INSTANCE_TYPES["g6e.12xlarge"]) == [1, 2, 4]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_placement_search_is_never_worse_than_the_stacks_tp(stack):
+    result = size(stack, stack_config(stack, ROOT), load_workload(WORKLOADS / f"{stack}.yaml"))
+    found = result.placement
+    if result.disaggregated.feasible:
+        assert found.disaggregated_nodes is not None and found.disaggregated_nodes <= result.disaggregated.nodes
+    if result.aggregated.feasible:
+        assert found.aggregated is not None and found.aggregated.nodes <= result.aggregated.nodes
+
+
+def test_non_finite_numbers_are_refused():
+    with pytest.raises(ToolError) as info:
+        parse_workload({**GOOD, "requestRate": float("inf")})
+    assert info.value.exit_code == Exit.USAGE and "requestRate" in str(info.value)

@@ -72,6 +72,30 @@ def _plan_lines(plan: Plan) -> list[str]:
     return lines
 
 
+def placement_lines(result: Sizing) -> list[str]:
+    """Advice: the tensor-parallel size per side that needs the fewest nodes, when it beats the stack's."""
+    found = result.placement
+    if found is None:
+        return []
+    lines = []
+    dis = result.disaggregated
+    if found.disaggregated_nodes is not None and found.prefill and found.decode and (
+        not dis.feasible or found.disaggregated_nodes < dis.nodes
+    ):
+        lines.append(
+            f"placement search: prefill TP {found.prefill.tp} x {found.prefill.replicas} + decode TP "
+            f"{found.decode.tp} x {found.decode.replicas} needs {found.disaggregated_nodes} node(s)"
+            + (f" (the stack's TP: {dis.nodes})" if dis.feasible else "")
+        )
+    agg = result.aggregated
+    if found.aggregated is not None and (not agg.feasible or found.aggregated.nodes < agg.nodes):
+        lines.append(
+            f"placement search: aggregated TP {found.aggregated.tp} x {found.aggregated.replicas} needs "
+            f"{found.aggregated.nodes} node(s)" + (f" (at the decode TP: {agg.nodes})" if agg.feasible else "")
+        )
+    return lines
+
+
 def render_text(result: Sizing) -> str:
     w = result.workload
     lines = [
@@ -87,6 +111,7 @@ def render_text(result: Sizing) -> str:
         *_plan_lines(result.aggregated),
         "",
         f"verdict: {result.verdict()}",
+        *placement_lines(result),
         "",
         f"KV transfer at the p{w.slo.percentile:g} prompt (sizing plans on {result.band.planning_basis}):",
         *(f"  {line}" for line in band_lines(result.band)),

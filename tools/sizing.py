@@ -33,7 +33,7 @@ from statistics import NormalDist
 from typing import Any, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from components.catalog import GpuInstanceType, gpu_instance_type
@@ -65,7 +65,9 @@ def vllm_step_budget(instance: GpuInstanceType) -> tuple[int, int]:
 
 # -- the workload file ---------------------------------------------------------------------------
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True, allow_inf_nan=False
+    )
 
 
 class TokenLengths(_Strict):
@@ -109,13 +111,6 @@ class Workload(_Strict):
     input_tokens: TokenLengths = Field(description="Prompt length distribution.")
     output_tokens: TokenLengths = Field(description="Generated length distribution.")
     slo: Slo = Field(description="Latency objectives.")
-
-    @field_validator("request_rate")
-    @classmethod
-    def _finite(cls, value: float) -> float:
-        if not math.isfinite(value):
-            raise ValueError("must be a finite number of requests per second")
-        return value
 
 
 def _location(loc: tuple[Any, ...]) -> str:
@@ -487,6 +482,7 @@ class Sizing:
     disaggregated: Plan
     aggregated: Plan
     price_hourly: Optional[float]
+    placement: Optional[Placement] = None  # the cheapest TP per side, as advice (not written)
 
     @property
     def output_tokens_s(self) -> float:
@@ -525,6 +521,7 @@ class Sizing:
             "kv_band": self.band.as_dict(), "disaggregated": self.disaggregated.as_dict(),
             "aggregated": self.aggregated.as_dict(), "pd_ratio": self.pd_ratio,
             "output_tokens_s": self.output_tokens_s, "price_hourly": self.price_hourly, "verdict": self.verdict(),
+            "placement": None if self.placement is None else asdict(self.placement),
         }
 
 
@@ -533,6 +530,47 @@ def _priced(plan: Plan, price: Optional[float], output_tokens_s: float) -> Plan:
         plan.hourly = plan.nodes * price
         plan.usd_per_mtok = usd_per_million_output_tokens(plan.hourly, output_tokens_s)
     return plan
+
+
+def tp_options(model: ModelSpec, instance: GpuInstanceType) -> list[int]:
+    """Tensor-parallel sizes a replica can use on this node: powers of two dividing its GPUs, weights fitting."""
+    options = []
+    tp = 1
+    while tp <= instance.gpus:
+        if instance.gpus % tp == 0 and model.weights_gib_bf16 / tp <= instance.gpu_memory_gib * GPU_MEMORY_BUDGET:
+            options.append(tp)
+        tp *= 2
+    return options
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The cheapest tensor-parallel layout per side (DistServe-style placement search over TP only)."""
+
+    prefill: Optional[Side]
+    decode: Optional[Side]
+    aggregated: Optional[Side]
+
+    @property
+    def disaggregated_nodes(self) -> Optional[int]:
+        return None if self.prefill is None or self.decode is None else self.prefill.nodes + self.decode.nodes
+
+
+def search_placement(model: ModelSpec, instance: GpuInstanceType, kv_dtype_bytes: int, workload: Workload,
+                     transfer_s_per_token: float) -> Placement:
+    """For each side (and aggregated), the TP that needs the fewest nodes, then the fewest GPUs."""
+    found: dict[str, list[Side]] = {"prefill": [], "decode": [], "aggregated": []}
+    for tp in tp_options(model, instance):
+        replica = Replica(model, instance, tp, kv_dtype_bytes)
+        for role, sizer in (("prefill", lambda r: size_prefill(r, workload, transfer_s_per_token)),
+                            ("decode", lambda r: size_decode(r, workload)),
+                            ("aggregated", lambda r: size_aggregated(r, workload))):
+            try:
+                found[role].append(sizer(replica))
+            except _Infeasible:
+                pass
+    best = {role: min(sides, key=lambda s: (s.nodes, s.gpus)) if sides else None for role, sides in found.items()}
+    return Placement(best["prefill"], best["decode"], best["aggregated"])
 
 
 def size(stack: str, config: StackConfig, workload: Workload) -> Sizing:
@@ -570,5 +608,6 @@ def size(stack: str, config: StackConfig, workload: Workload) -> Sizing:
         agg.feasible, agg.reason = False, str(exc)
     price = hourly_price(config.region, instance.name)
     out = workload.request_rate * workload.output_tokens.mean
+    placement = search_placement(model, instance, dtype, workload, per_token)
     return Sizing(stack, model.model_id, instance.name, config.region, workload, band,
-                  _priced(dis, price, out), _priced(agg, price, out), price)
+                  _priced(dis, price, out), _priced(agg, price, out), price, placement)
