@@ -353,3 +353,44 @@ def test_non_finite_numbers_are_refused():
     with pytest.raises(ToolError) as info:
         parse_workload({**GOOD, "requestRate": float("inf")})
     assert info.value.exit_code == Exit.USAGE and "requestRate" in str(info.value)
+
+
+# -- calibration under load (closed loop, means) ------------------------------------------------------------
+def _closed_loop(point: dict):
+    """The arrival rate (and the replica's load) at which `concurrency` closed-loop clients settle."""
+    from tools.sizing import aggregated_load
+
+    replica = Replica(L70, P5, 2, weight_dtype_bytes=1, compute_scale=2)  # NIM's 2 x H100 fp8 TP2
+    workload = parse_workload({"requestRate": 1, "inputTokens": {"mean": point["input"]},
+                               "outputTokens": {"mean": point["output"]},
+                               "slo": {"ttftMs": 1, "itlMs": 1, "percentile": 90}})
+    lo, hi = 1e-6, 100.0
+    for _ in range(100):  # rate x cycle time grows with rate: bisect for rate x cycle = concurrency
+        mid = (lo + hi) / 2
+        load = aggregated_load(replica, workload, mid)
+        if load is None or mid * (load.ttft_mean_s + (point["output"] - 1) * load.itl_mean_s) > point["concurrency"]:
+            hi = mid
+        else:
+            lo = mid
+    load = aggregated_load(replica, workload, lo)
+    assert load is not None
+    return load
+
+
+@pytest.mark.parametrize("point", CALIBRATION["load_points"], ids=lambda p: p["name"])
+def test_calibration_under_load_within_tolerance(point):
+    load, tolerance = _closed_loop(point), CALIBRATION["load_tolerance"]
+    assert abs(load.ttft_mean_s * 1e3 / point["ttft_ms"] - 1) <= tolerance, load
+    assert abs(load.itl_mean_s * 1e3 / point["itl_ms"] - 1) <= tolerance, load
+
+
+def test_load_raises_batch_and_itl_as_measured():
+    loads = [_closed_loop(p) for p in CALIBRATION["load_points"]]
+    assert [round(x.batch) for x in loads] == sorted(round(x.batch) for x in loads)
+    assert loads[0].itl_mean_s < loads[-1].itl_mean_s
+
+
+@pytest.mark.parametrize("point", CALIBRATION["known_misses"], ids=lambda p: p["name"])
+def test_known_miss_is_still_a_miss(point):
+    load = _closed_loop(point)
+    assert abs(load.ttft_mean_s * 1e3 / point["ttft_ms"] - 1) > CALIBRATION["load_tolerance"]

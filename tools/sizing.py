@@ -412,43 +412,73 @@ def size_prefill(replica: Replica, workload: Workload, transfer_s_per_token: flo
     raise _Infeasible(f"prefill: more than {MAX_REPLICAS} replicas needed")
 
 
-def size_aggregated(replica: Replica, workload: Workload) -> Side:
-    """Fewest replicas doing both phases (vLLM chunked prefill) that meet both objectives.
+@dataclass(frozen=True)
+class AggregatedLoad:
+    """One aggregated replica at a given arrival rate: means and the workload's percentile."""
 
-    Per replica: prefill takes a share u = rate x E[prefill] of GPU time; decode runs in the rest, so its
-    batch follows Little's law stretched by 1/(1-u). A step that carries a prefill chunk (vLLM's token
-    budget) takes that chunk's prefill time longer; when more than (1 - percentile) of steps carry one,
-    the percentile ITL is such a step. A prompt's prefill is spread over ceil(L / chunk) steps, each
-    also carrying the decode batch, and waits in an M/G/1 queue.
+    batch: float
+    step_s: float  # a decode step without a prefill chunk
+    chunk_fraction: float  # share of steps that carry a prefill chunk
+    itl_mean_s: float
+    itl_tail_s: float
+    ttft_mean_s: float
+    ttft_tail_s: float
+
+
+def aggregated_load(replica: Replica, workload: Workload, rate: float) -> Optional[AggregatedLoad]:
+    """Latencies of one replica doing both phases at `rate` requests/s; None if it cannot keep up.
+
+    Prefill takes a share u = rate x E[prefill] of GPU time; decode runs in the rest, so its batch follows
+    Little's law stretched by 1/(1-u). A step that carries a prefill chunk (vLLM's token budget) takes
+    that chunk's prefill time longer; when more than (1 - percentile) of steps carry one, the percentile
+    ITL is such a step. A prompt's prefill is spread over ceil(L / chunk) steps, each also carrying the
+    decode batch, and waits in an M/G/1 queue.
     """
     p = workload.slo.percentile / 100
     chunk = vllm_step_budget(replica.instance)[0]
     context = workload.input_tokens.mean + workload.output_tokens.mean / 2
-    cap = _batch_cap(replica, workload)
     a, b = replica.prefill_coefficients()
     mean_prefill, _ = _service_moments(a, b, workload.input_tokens)
-    chunk_s = replica.prefill_seconds(min(chunk, workload.input_tokens.quantile(p)))
-    per_node = replica.instance.gpus // replica.tp
+    share = rate * mean_prefill
+    if share >= 1:
+        return None
+    batch = _decode_fixed_point(replica, rate * workload.output_tokens.mean, context, 1 / (1 - share))
+    if batch > _batch_cap(replica, workload):
+        return None
+    step = replica.decode_step_seconds(batch, context)
+    steps_s = (1 - share) / step
+    chunk_fraction = min(1.0, rate * workload.input_tokens.mean / chunk / steps_s)
     tail_len = workload.input_tokens.quantile(p)
+    chunk_s = replica.prefill_seconds(min(chunk, tail_len))
+    # prefill stretched by the decode step each chunk rides with: S'(L) = S(L) + (L / chunk) x step
+    mean_s, second_s = _service_moments(a + step / chunk, b, workload.input_tokens)
+    if rate * mean_s >= 1:
+        return None
+    mean_wait = rate * second_s / (2 * (1 - rate * mean_s))
+    return AggregatedLoad(
+        batch=batch,
+        step_s=step,
+        chunk_fraction=chunk_fraction,
+        itl_mean_s=step + chunk_fraction * replica.prefill_seconds(min(chunk, workload.input_tokens.mean)),
+        itl_tail_s=step + chunk_s if chunk_fraction > 1 - p else step,
+        ttft_mean_s=mean_wait + mean_s,
+        ttft_tail_s=mg1_wait_quantile(rate, mean_s, second_s, p)
+        + replica.prefill_seconds(tail_len) + math.ceil(tail_len / chunk) * step,
+    )
+
+
+def size_aggregated(replica: Replica, workload: Workload) -> Side:
+    """Fewest replicas doing both phases (vLLM chunked prefill) that meet both objectives (`aggregated_load`)."""
+    per_node = replica.instance.gpus // replica.tp
     for replicas in range(1, MAX_REPLICAS + 1):
-        rate = workload.request_rate / replicas
-        share = rate * mean_prefill
-        if share >= 1:
+        load = aggregated_load(replica, workload, workload.request_rate / replicas)
+        if load is None:
             continue
-        batch = _decode_fixed_point(replica, rate * workload.output_tokens.mean, context, 1 / (1 - share))
-        if batch > cap:
-            continue
-        step = replica.decode_step_seconds(batch, context)
-        steps_s = (1 - share) / step
-        chunk_fraction = min(1.0, rate * workload.input_tokens.mean / chunk / steps_s)
-        itl = step + chunk_s if chunk_fraction > 1 - p else step
-        # prefill stretched by the decode step each chunk rides with: S'(L) = S(L) + (L / chunk) x step
-        a2 = a + step / chunk
-        mean_s, second_s = _service_moments(a2, b, workload.input_tokens)
-        wait = mg1_wait_quantile(rate, mean_s, second_s, p)
-        ttft = wait + replica.prefill_seconds(tail_len) + math.ceil(tail_len / chunk) * step
-        if itl * 1e3 <= workload.slo.itl_ms and ttft * 1e3 <= workload.slo.ttft_ms:
-            return Side("aggregated", replica.tp, replicas, per_node, ttft_ms=ttft * 1e3, itl_ms=itl * 1e3, batch=batch)
+        if load.itl_tail_s * 1e3 <= workload.slo.itl_ms and load.ttft_tail_s * 1e3 <= workload.slo.ttft_ms:
+            return Side("aggregated", replica.tp, replicas, per_node, ttft_ms=load.ttft_tail_s * 1e3,
+                        itl_ms=load.itl_tail_s * 1e3, batch=load.batch)
+    chunk = vllm_step_budget(replica.instance)[0]
+    chunk_s = replica.prefill_seconds(min(chunk, workload.input_tokens.quantile(workload.slo.percentile / 100)))
     raise _Infeasible(
         f"aggregated: no replica count up to {MAX_REPLICAS} meets both objectives (prefill chunks of {chunk} "
         f"tokens stall decode steps by {chunk_s * 1e3:.0f} ms against a {workload.slo.itl_ms:g} ms ITL objective)"
