@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tools.cli import ROOT, Exit, ToolError, exit_with, one_line
-from tools.sizing import Plan, Sizing, load_workload, size
+from tools.sizing import Plan, Sizing, band_text, load_workload, size
 
 PROG = "size"
 
@@ -37,18 +37,9 @@ def _money(value: Optional[float]) -> str:
 
 
 def band_lines(band: Any) -> list[str]:
-    """The KV band as text; `band` is a `KvBand` or its `as_dict()` (the preview passes the dict)."""
+    """The KV band as text; `band` is a `KvBand` or its `as_dict()`."""
     b = band if isinstance(band, dict) else band.as_dict()
-    measured = (
-        f"measured NIXL/EFA {b['measured_gbps']:g} Gbit/s: {_ms(b['measured_seconds'] * 1e3)} ({b['measured_source']})"
-        if b["measured_gbps"] is not None
-        else "measured NIXL/EFA: none published for this type (make verify measures it)"
-    )
-    return [
-        f"{b['tokens']:,} tokens = {b['bytes'] / 2**20:,.1f} MiB of KV cache per request",
-        f"line-rate bound {b['line_rate_gbps']:g} Gbit/s: {_ms(b['line_rate_seconds'] * 1e3)} · {measured} · "
-        f"single-flow TCP {b['tcp_gbps']:g} Gbit/s: {_ms(b['tcp_seconds'] * 1e3)}",
-    ]
+    return [f"{b['tokens']:,} tokens = {b['bytes'] / 2**20:,.1f} MiB of KV cache per request", band_text(b)]
 
 
 def _plan_lines(plan: Plan) -> list[str]:

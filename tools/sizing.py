@@ -267,6 +267,24 @@ def kv_band(model: ModelSpec, tokens: int, kv_dtype_bytes: int, instance: GpuIns
     )
 
 
+def _duration(seconds: float) -> str:
+    return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1e3:.1f} ms"
+
+
+def band_text(band: dict[str, Any]) -> str:
+    """One line for a `KvBand.as_dict()`: line rate · measured (or that none exists) · single-flow TCP."""
+    measured = (
+        f"measured NIXL/EFA {band['measured_gbps']:g} Gbit/s: {_duration(band['measured_seconds'])} "
+        f"({band['measured_source']})"
+        if band["measured_gbps"] is not None
+        else "measured NIXL/EFA: none published for this type"
+    )
+    return (
+        f"line-rate bound {band['line_rate_gbps']:g} Gbit/s: {_duration(band['line_rate_seconds'])} · {measured} · "
+        f"single-flow TCP {band['tcp_gbps']:g} Gbit/s: {_duration(band['tcp_seconds'])}"
+    )
+
+
 # -- queueing -------------------------------------------------------------------------------------
 def mg1_wait_quantile(rate: float, mean_s: float, second_moment_s: float, p: float) -> float:
     """The p-quantile of the M/G/1 queueing delay (seconds); inf when the queue is unstable.
