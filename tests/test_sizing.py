@@ -394,3 +394,15 @@ def test_load_raises_batch_and_itl_as_measured():
 def test_known_miss_is_still_a_miss(point):
     load = _closed_loop(point)
     assert abs(load.ttft_mean_s * 1e3 / point["ttft_ms"] - 1) > CALIBRATION["load_tolerance"]
+
+
+@pytest.mark.parametrize("instance", GPU_INSTANCE_TYPES.values(), ids=lambda t: t.name)
+def test_catalog_sizing_figures_are_physical(instance):
+    assert instance.peak_bf16_dense_tflops > 0 and instance.memory_bandwidth_gbytes_s > 0
+    # ridge points (FLOPs per byte): A10G ~117, A100 ~150-200, H100 ~295, L40S ~419 -- a typo by 10x leaves the band
+    assert 50 < instance.peak_bf16_dense_tflops * 1e3 / instance.memory_bandwidth_gbytes_s < 500
+    assert instance.single_flow_tcp_gbps < instance.network_gbps
+    if instance.nixl_efa_measured_gbps is not None:
+        assert instance.nixl_efa_measured_gbps <= instance.network_gbps and instance.nixl_efa_measured_source
+    else:
+        assert instance.nixl_efa_measured_source is None
