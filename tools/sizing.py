@@ -30,7 +30,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import NormalDist
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -408,20 +408,26 @@ def size_decode(replica: Replica, workload: Workload) -> Side:
     raise _Infeasible(f"decode: more than {MAX_REPLICAS} replicas needed")
 
 
-def size_prefill(replica: Replica, workload: Workload, transfer_s_per_token: float) -> Side:
-    """Fewest prefill replicas whose percentile TTFT (queue + prefill + KV transfer) meets the objective."""
+def size_prefill(replica: Replica, workload: Workload, transfer_s_per_token: float, first_step_s: float = 0.0) -> Side:
+    """Fewest prefill replicas whose percentile TTFT meets the objective.
+
+    TTFT = queue + prefill + KV transfer + the decode replica's first step: Ray Serve LLM's PD proxy
+    sends the prefill replica the request with max_tokens=1 and stream=False, then streams the client's
+    tokens, the first included, from the decode replica that pulled the KV cache
+    (ray.llm PDProxyServer._prepare_prefill_request / _prepare_decode_request).
+    """
     p = workload.slo.percentile / 100
     a, b = replica.prefill_coefficients()
     mean_s, second_s = _service_moments(a, b, workload.input_tokens)
     tail_len = workload.input_tokens.quantile(p)
-    own = replica.prefill_seconds(tail_len) + transfer_s_per_token * tail_len
+    own = replica.prefill_seconds(tail_len) + transfer_s_per_token * tail_len + first_step_s
     slo = workload.slo.ttft_ms / 1000
     per_node = replica.instance.gpus // replica.tp
     if own > slo:
         raise _Infeasible(
             f"prefill: a p{workload.slo.percentile:g} prompt ({tail_len:,.0f} tokens) takes {own * 1e3:,.0f} ms "
-            f"to prefill and hand over on TP {replica.tp} x {replica.instance.gpu_model}, above the "
-            f"{workload.slo.ttft_ms:g} ms TTFT objective at any replica count"
+            f"to prefill, hand over and decode its first token on TP {replica.tp} x {replica.instance.gpu_model}, "
+            f"above the {workload.slo.ttft_ms:g} ms TTFT objective at any replica count"
         )
     for replicas in range(1, MAX_REPLICAS + 1):
         wait = mg1_wait_quantile(workload.request_rate / replicas, mean_s, second_s, p)
@@ -606,19 +612,27 @@ class Placement:
 
 def search_placement(model: ModelSpec, instance: GpuInstanceType, kv_dtype_bytes: int, workload: Workload,
                      transfer_s_per_token: float) -> Placement:
-    """For each side (and aggregated), the TP that needs the fewest nodes, then the fewest GPUs."""
-    found: dict[str, list[Side]] = {"prefill": [], "decode": [], "aggregated": []}
-    for tp in tp_options(model, instance):
-        replica = Replica(model, instance, tp, kv_dtype_bytes)
-        for role, sizer in (("prefill", lambda r: size_prefill(r, workload, transfer_s_per_token)),
-                            ("decode", lambda r: size_decode(r, workload)),
-                            ("aggregated", lambda r: size_aggregated(r, workload))):
+    """For each side (and aggregated), the TP that needs the fewest nodes, then the fewest GPUs.
+
+    Decode first: its step time is part of every TTFT (the first token comes from the decode replica).
+    """
+    replicas = [Replica(model, instance, tp, kv_dtype_bytes) for tp in tp_options(model, instance)]
+
+    def best(sizer: Callable[[Replica], Side]) -> Optional[Side]:
+        sides = []
+        for replica in replicas:
             try:
-                found[role].append(sizer(replica))
+                sides.append(sizer(replica))
             except _Infeasible:
                 pass
-    best = {role: min(sides, key=lambda s: (s.nodes, s.gpus)) if sides else None for role, sides in found.items()}
-    return Placement(best["prefill"], best["decode"], best["aggregated"])
+        return min(sides, key=lambda s: (s.nodes, s.gpus)) if sides else None
+
+    decode = best(lambda r: size_decode(r, workload))
+    prefill = None
+    if decode is not None:
+        first_step = (decode.itl_ms or 0.0) / 1e3
+        prefill = best(lambda r: size_prefill(r, workload, transfer_s_per_token, first_step))
+    return Placement(prefill, decode, best(lambda r: size_aggregated(r, workload)))
 
 
 def size(stack: str, config: StackConfig, workload: Workload) -> Sizing:
@@ -646,7 +660,9 @@ def size(stack: str, config: StackConfig, workload: Workload) -> Sizing:
     per_token = model.kv_bytes_per_token(dtype) * 8 / (band.planning_gbps * 1e9)
     dis = Plan("disaggregated")
     try:
-        dis.sides = [size_prefill(prefill, workload, per_token), size_decode(decode, workload)]
+        decode_side = size_decode(decode, workload)
+        first_step = (decode_side.itl_ms or 0.0) / 1e3
+        dis.sides = [size_prefill(prefill, workload, per_token, first_step), decode_side]
     except _Infeasible as exc:
         dis.feasible, dis.reason, dis.sides = False, str(exc), []
     agg = Plan("aggregated")
