@@ -406,3 +406,17 @@ def test_catalog_sizing_figures_are_physical(instance):
         assert instance.nixl_efa_measured_gbps <= instance.network_gbps and instance.nixl_efa_measured_source
     else:
         assert instance.nixl_efa_measured_source is None
+
+
+def test_disaggregated_ttft_counts_the_decode_replicas_first_step():
+    from tools.sizing import size_prefill
+
+    workload = parse_workload(GOOD)
+    replica = Replica(L70, P5, 8)
+    without, with_step = size_prefill(replica, workload, 0.0), size_prefill(replica, workload, 0.0, 0.05)
+    assert without.replicas == with_step.replicas
+    assert with_step.ttft_ms - without.ttft_ms == pytest.approx(50.0)
+    result = _size("prod")
+    decode_itl = result.disaggregated.side("decode").itl_ms
+    recomputed = size_prefill(replica, workload, L70.kv_bytes_per_token(2) * 8 / 76.8e9, decode_itl / 1e3)
+    assert result.disaggregated.side("prefill").ttft_ms == pytest.approx(recomputed.ttft_ms)
