@@ -19,6 +19,7 @@ help:
 	@echo "make config-doc            regenerate the README config table from components/config.py"
 	@echo "make placeholders [STACK=dev] [RUNNER=label]   does the stack still carry example values? (deploy refuses it)"
 	@echo "make verify STACK=dev [KUBECONFIG=path] [TIMEOUT=600] [JSON=1]   after pulumi up: EFA, NIXL on LIBFABRIC, P/D, KV bytes"
+	@echo "make size [STACK=dev] [WORKLOAD=workloads/<stack>.yaml] [WRITE=1] [JSON=1]   replicas, nodes, P:D, \$$/Mtok for a workload"
 
 $(STAMP): requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -77,3 +78,10 @@ placeholders: $(STAMP)
 TIMEOUT ?= 600
 verify: $(STAMP)
 	@$(PY) -m tools.verify --stack $(STACK) --timeout $(TIMEOUT) $(if $(KUBECONFIG),--kubeconfig $(KUBECONFIG)) $(if $(JSON),--json)
+
+# Sizes the stack for a workload, offline (tools/sizing.py); WRITE=1 puts the sized replica bounds and
+# GPU node-group sizes into Pulumi.<stack>.yaml (comments kept).
+.PHONY: size
+WORKLOAD ?= workloads/$(STACK).yaml
+size: $(STAMP)
+	@$(PY) -m tools.size --stack $(STACK) --workload $(WORKLOAD) $(if $(WRITE),--write) $(if $(JSON),--json)

@@ -45,11 +45,44 @@ class GpuInstanceType:
     # 2 MiB huge pages a worker pod requests for libfabric's EFA provider (its bounce and packet
     # buffers); the EKS EFA guide's example pod requests 5120Mi.
     efa_hugepages_2mi_mib: int
+    # --- sizing (issue 15): per-GPU roofline figures and the KV-transfer band; sources at each constant ---
+    peak_bf16_dense_tflops: float  # per GPU, dense (no 2:4 sparsity), BF16 tensor cores, FP32 accumulate
+    memory_bandwidth_gbytes_s: float  # per GPU, HBM/GDDR bandwidth in gigabytes (10^9 B) per second
+    # KV transfer NIXL actually achieved over EFA between two nodes of this type, gigabits/s per node
+    # (same unit as network_gbps); None where no public measurement exists.
+    nixl_efa_measured_gbps: Optional[float] = None
+    nixl_efa_measured_source: Optional[str] = None  # where the figure above was published
+    single_flow_tcp_gbps: float  # one TCP flow between two nodes of the cluster placement group
 
     @property
     def family_quota_code(self) -> str:
         """Service Quotas code for the on-demand vCPU quota of this family."""
         return "L-417A185B" if self.name.startswith("p") else "L-DB2E81BA"
+
+
+# Sources of the sizing figures (issue 15). Peak dense BF16 TFLOPS and memory bandwidth are NVIDIA
+# datasheet figures per GPU (the "with sparsity" numbers halved): L40S datasheet (362.05 TF, 864 GB/s);
+# A100 SXM datasheet (312 TF; 1,555 GB/s for 40 GB, 2,039 GB/s for 80 GB); H100 SXM5 datasheet
+# (989 TF, 3.35 TB/s); H200 SXM datasheet (989 TF, 4.8 TB/s). The A10G is an AWS-only variant of
+# the A10 with no NVIDIA datasheet: 600 GB/s (same GDDR6 as the A10) and ~70 TF dense FP16/BF16
+# tensor as reported by Baseten ("NVIDIA A10 vs A10G for ML model inference"), not the A10's 125 TF.
+_L40S_TFLOPS, _L40S_GBYTES_S = 362.05, 864.0
+_A10G_TFLOPS, _A10G_GBYTES_S = 70.0, 600.0
+_A100_TFLOPS, _A100_40G_GBYTES_S, _A100_80G_GBYTES_S = 312.0, 1555.0, 2039.0
+_H100_TFLOPS, _H100_GBYTES_S = 989.0, 3350.0
+_H200_TFLOPS, _H200_GBYTES_S = 989.0, 4800.0
+
+# AWS "Amazon EC2 instance network bandwidth": a single TCP/UDP flow is limited to 5 Gbps between
+# instances, and to 10 Gbps between instances in the same cluster placement group (our GPU nodes are).
+# This is what NIXL's UCX backend falls back to when it cannot drive EFA (ray-project/ray PR #62339
+# measured ~0.3 GB/s for that software path: the band's floor is optimistic for it).
+SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS = 10.0
+
+# The only public measurement of NIXL over EFA we know of: about 9.6 GB/s (76.8 Gbit/s) between two
+# p5.48xlarge nodes, ai-dynamo/dynamo PR #7764 (as cited by issue 15; the PR text itself could not be
+# read offline). Some 40x below the node's 3,200 Gbit/s line rate.
+_P5_NIXL_EFA_GBPS = 9.6 * 8
+_P5_NIXL_EFA_SOURCE = "ai-dynamo/dynamo PR #7764 (~9.6 GB/s NIXL over EFA, p5.48xlarge pair)"
 
 
 GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
@@ -71,6 +104,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             efa_rdma_read=False,
             memory_gib=256,
             efa_hugepages_2mi_mib=5120,
+            peak_bf16_dense_tflops=_L40S_TFLOPS,
+            memory_bandwidth_gbytes_s=_L40S_GBYTES_S,
+            nixl_efa_measured_gbps=None,
+            nixl_efa_measured_source=None,
+            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
         ),
         GpuInstanceType(
             name="g6e.12xlarge",
@@ -88,6 +126,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             efa_rdma_read=False,
             memory_gib=384,
             efa_hugepages_2mi_mib=5120,
+            peak_bf16_dense_tflops=_L40S_TFLOPS,
+            memory_bandwidth_gbytes_s=_L40S_GBYTES_S,
+            nixl_efa_measured_gbps=None,
+            nixl_efa_measured_source=None,
+            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
         ),
         GpuInstanceType(
             name="g6e.24xlarge",
@@ -105,6 +148,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             efa_rdma_read=False,
             memory_gib=768,
             efa_hugepages_2mi_mib=5120,
+            peak_bf16_dense_tflops=_L40S_TFLOPS,
+            memory_bandwidth_gbytes_s=_L40S_GBYTES_S,
+            nixl_efa_measured_gbps=None,
+            nixl_efa_measured_source=None,
+            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
         ),
         GpuInstanceType(
             name="g6e.48xlarge",
@@ -122,6 +170,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             efa_rdma_read=False,
             memory_gib=1536,
             efa_hugepages_2mi_mib=5120,
+            peak_bf16_dense_tflops=_L40S_TFLOPS,
+            memory_bandwidth_gbytes_s=_L40S_GBYTES_S,
+            nixl_efa_measured_gbps=None,
+            nixl_efa_measured_source=None,
+            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
         ),
         GpuInstanceType(
             name="g5.48xlarge",
@@ -139,6 +192,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             efa_rdma_read=False,
             memory_gib=768,
             efa_hugepages_2mi_mib=5120,
+            peak_bf16_dense_tflops=_A10G_TFLOPS,
+            memory_bandwidth_gbytes_s=_A10G_GBYTES_S,
+            nixl_efa_measured_gbps=None,
+            nixl_efa_measured_source=None,
+            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
         ),
         GpuInstanceType(
             name="p4d.24xlarge",
@@ -156,6 +214,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             efa_rdma_read=True,
             memory_gib=1152,
             efa_hugepages_2mi_mib=5120,
+            peak_bf16_dense_tflops=_A100_TFLOPS,
+            memory_bandwidth_gbytes_s=_A100_40G_GBYTES_S,
+            nixl_efa_measured_gbps=None,
+            nixl_efa_measured_source=None,
+            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
         ),
         GpuInstanceType(
             name="p4de.24xlarge",
@@ -173,6 +236,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             efa_rdma_read=True,
             memory_gib=1152,
             efa_hugepages_2mi_mib=5120,
+            peak_bf16_dense_tflops=_A100_TFLOPS,
+            memory_bandwidth_gbytes_s=_A100_80G_GBYTES_S,
+            nixl_efa_measured_gbps=None,
+            nixl_efa_measured_source=None,
+            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
         ),
         GpuInstanceType(
             name="p5.48xlarge",
@@ -190,6 +258,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             efa_rdma_read=True,
             memory_gib=2048,
             efa_hugepages_2mi_mib=5120,
+            peak_bf16_dense_tflops=_H100_TFLOPS,
+            memory_bandwidth_gbytes_s=_H100_GBYTES_S,
+            nixl_efa_measured_gbps=_P5_NIXL_EFA_GBPS,
+            nixl_efa_measured_source=_P5_NIXL_EFA_SOURCE,
+            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
         ),
         GpuInstanceType(
             name="p5e.48xlarge",
@@ -207,6 +280,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             efa_rdma_read=True,
             memory_gib=2048,
             efa_hugepages_2mi_mib=5120,
+            peak_bf16_dense_tflops=_H200_TFLOPS,
+            memory_bandwidth_gbytes_s=_H200_GBYTES_S,
+            nixl_efa_measured_gbps=None,
+            nixl_efa_measured_source=None,
+            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
         ),
         GpuInstanceType(
             name="p5en.48xlarge",
@@ -224,6 +302,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
             efa_rdma_read=True,
             memory_gib=2048,
             efa_hugepages_2mi_mib=5120,
+            peak_bf16_dense_tflops=_H200_TFLOPS,
+            memory_bandwidth_gbytes_s=_H200_GBYTES_S,
+            nixl_efa_measured_gbps=None,
+            nixl_efa_measured_source=None,
+            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
         ),
     )
 }
