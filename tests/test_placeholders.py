@@ -13,7 +13,7 @@ from tools.placeholders import DEFAULT_RUNNER, documentation_range, find_placeho
 CLEAN = {
     "network": {"vpcCidr": "10.40.0.0/16", "availabilityZones": ["us-west-2a", "us-west-2b"]},
     "cluster": {"publicAccessCidrs": ["198.18.0.0/15"], "adminPrincipalArns": ["arn:aws:iam::210987654321:role/admin"]},
-    "gpuNodes": {"instanceType": "g6e.12xlarge", "availabilityZone": "us-west-2a"},
+    "gpuNodes": {"instanceType": "p4d.24xlarge", "availabilityZone": "us-west-2a"},
     "serving": {"modelId": "Qwen/Qwen2.5-7B-Instruct",
                 "image": "210987654321.dkr.ecr.us-west-2.amazonaws.com/ray-llm:2.60.0-py311-cu128"},
 }
