@@ -310,12 +310,13 @@ def test_pack_version_is_pulumipolicy_yamls(tmp_path):
 
 
 def test_summary_names_the_kubernetes_service_as_kubernetes_does():
-    from components.ray_service import ENDPOINT_SERVICE_NAME
+    from components.ray_service import RAY_SERVICE_NAME
     from tools.preview import named
 
     run = program_run("dev")
-    (service,) = [r for r in resource_records(run) if r["type"] == "kubernetes:core/v1:Service"]
-    assert named(service) == f"{service['name']} (Kubernetes name `{ENDPOINT_SERVICE_NAME}`)"
+    (ray_service,) = [r for r in resource_records(run) if r["type"] == RAY_SERVICE]
+    assert ray_service["name"] != RAY_SERVICE_NAME  # Pulumi's name and Kubernetes' differ: both are shown
+    assert named(ray_service) == f"{ray_service['name']} (Kubernetes name `{RAY_SERVICE_NAME}`)"
     plain_ns = {"name": "llm-ns", "type": "kubernetes:core/v1:Namespace", "inputs": {"metadata": {"name": "llm-ns"}}}
     assert named(plain_ns) == "llm-ns"
 
