@@ -256,4 +256,56 @@ def key_figures(run: "ProgramRun", config: Any, region: str, prices: Optional[Pr
             "hours_per_month": prices.hours_per_month,
         },
         "kv_transfer": _serving_kv(config, gpu),
+        "kv_band": kv_band_figure(config, gpu),
+        "sized": sized_throughput_figure(run.stack, config, cost.hourly),
+    }
+
+
+# -- issue 15: the KV-transfer band and $/Mtok at the throughput the stack is sized for ----------------
+def _checkout_root() -> Path:
+    """The previewed checkout: where its `components` package was imported from (the preview ensures it)."""
+    import components
+
+    return Path(components.__file__).resolve().parent.parent
+
+
+def kv_band_figure(config: Any, gpu: Optional[NodeGroupFigure]) -> dict[str, Any]:
+    """The KV band (tools/sizing.py: line rate, measured NIXL/EFA, single-flow TCP) for a maxModelLen request."""
+    serving = getattr(config, "serving", None) if config is not None else None
+    if serving is None or gpu is None:
+        return {"status": "n/a", "reason": "no serving section or no GPU node group"}
+    try:
+        from components.catalog import GPU_INSTANCE_TYPES
+        from components.models import MODELS
+        from tools.sizing import kv_band
+
+        band = kv_band(MODELS[serving.model_id], serving.max_model_len, serving.kv_cache_dtype_bytes,
+                       GPU_INSTANCE_TYPES[gpu.instance_type])
+    except (ImportError, AttributeError, KeyError) as error:  # an older checkout (preview-diff's base)
+        return {"status": "n/a", "reason": f"this checkout has no KV band figures ({type(error).__name__})"}
+    return {"status": "ok", **band.as_dict()}
+
+
+def sized_throughput_figure(stack: str, config: Any, hourly: float) -> dict[str, Any]:
+    """$/Mtok of the stack as previewed (desired sizes) at the output rate of `workloads/<stack>.yaml`."""
+    path = _checkout_root() / "workloads" / f"{stack}.yaml"
+    if not path.exists():
+        return {"status": "n/a", "reason": f"no workloads/{stack}.yaml to size for"}
+    try:
+        from tools.cli import ToolError
+        from tools.sizing import load_workload, size, usd_per_million_output_tokens
+
+        result = size(stack, config, load_workload(path))
+    except (ImportError, AttributeError) as error:
+        return {"status": "n/a", "reason": f"this checkout cannot size ({type(error).__name__})"}
+    except ToolError as error:
+        return {"status": "n/a", "reason": str(error)}
+    tokens_s = result.output_tokens_s
+    return {
+        "status": "ok",
+        "workload": f"workloads/{stack}.yaml",
+        "output_tokens_s": tokens_s,
+        "usd_per_mtok": usd_per_million_output_tokens(hourly, tokens_s) if hourly else None,
+        "sized_nodes": result.disaggregated.nodes if result.disaggregated.feasible else None,
+        "verdict": result.verdict(),
     }

@@ -397,6 +397,16 @@ def figure_lines(figures: dict[str, Any]) -> list[tuple[str, str]]:
                 "(tools/data/prices.json); excludes EBS, data transfer, public IPv4",
             )
         )
+        sized = figures.get("sized") or {}
+        if sized.get("status") == "ok" and sized.get("usd_per_mtok") is not None:
+            rows.append(
+                (
+                    "",
+                    f"{_money(sized['usd_per_mtok'])} per million output tokens at the sized throughput "
+                    f"({sized['output_tokens_s']:,.0f} tokens/s, {sized['workload']}) with the GPU nodes as configured"
+                    + (f"; make size: {sized['sized_nodes']} GPU node(s)" if sized.get("sized_nodes") else ""),
+                )
+            )
     else:
         rows.append(("Estimated cost", f"n/a (no price for {', '.join(cost['missing'])})"))
     kv = figures["kv_transfer"]
@@ -408,13 +418,19 @@ def figure_lines(figures: dict[str, Any]) -> list[tuple[str, str]]:
                 f"{_bytes(kv['bytes'])} per request",
             )
         )
-        rows.append(
-            (
-                "",
-                f"EFA {kv['efa_gbps']:g} Gbit/s: {_ms(kv['efa_seconds'])} · single-flow TCP "
-                f"{kv['tcp_gbps']:g} Gbit/s: {_ms(kv['tcp_seconds'])} ({kv['speedup']:.0f}× slower)",
+        band = figures.get("kv_band") or {}
+        if band.get("status") == "ok":  # line rate · measured NIXL/EFA · single-flow TCP (tools/sizing.py)
+            from tools.sizing import band_text
+
+            rows.append(("", band_text(band)))
+        else:
+            rows.append(
+                (
+                    "",
+                    f"EFA {kv['efa_gbps']:g} Gbit/s: {_ms(kv['efa_seconds'])} · single-flow TCP "
+                    f"{kv['tcp_gbps']:g} Gbit/s: {_ms(kv['tcp_seconds'])} ({kv['speedup']:.0f}× slower)",
+                )
             )
-        )
     else:
         rows.append(("KV-cache transfer", f"n/a ({kv['reason']})"))
     return rows

@@ -1,0 +1,60 @@
+"""The preview shows the KV band and $/Mtok at the stack's sized throughput (issue 15)."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import ROOT, STACKS, program_run
+
+from components.catalog import GPU_INSTANCE_TYPES
+from components.models import MODELS
+from tools.figures import key_figures, sized_throughput_figure
+from tools.mockrun import stack_config
+from tools.preview import figure_lines
+from tools.sizing import band_text, load_workload, size
+
+
+def _figures(stack: str) -> dict:
+    config = stack_config(stack, ROOT)
+    return key_figures(program_run(stack), config, config.region)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_preview_kv_figure_is_the_band(stack):
+    figures, config = _figures(stack), stack_config(stack, ROOT)
+    band = figures["kv_band"]
+    instance = GPU_INSTANCE_TYPES[config.gpu_nodes.instance_type]
+    model = MODELS[config.serving.model_id]
+    assert band["status"] == "ok"
+    assert band["bytes"] == model.kv_bytes_per_token(config.serving.kv_cache_dtype_bytes) * config.serving.max_model_len
+    assert band["line_rate_gbps"] == instance.network_gbps and band["tcp_gbps"] == instance.single_flow_tcp_gbps
+    assert band["measured_gbps"] == instance.nixl_efa_measured_gbps
+    values = [value for _, value in figure_lines(figures)]
+    assert band_text(band) in values
+
+
+def test_prod_preview_no_longer_claims_line_rate_alone():
+    values = " ".join(value for _, value in figure_lines(_figures("prod")))
+    assert "line-rate bound 3200 Gbit/s: 26.8 ms" in values  # the issue's figure, now labelled a bound
+    assert "measured NIXL/EFA 76.8 Gbit/s: 1.12 s" in values  # 10 GiB at ~9.6 GB/s
+    assert "single-flow TCP 10 Gbit/s: 8.59 s" in values
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_preview_cost_shows_dollars_per_mtok_at_the_sized_throughput(stack):
+    figures = _figures(stack)
+    sized = figures["sized"]
+    workload = load_workload(ROOT / "workloads" / f"{stack}.yaml")
+    tokens_s = workload.request_rate * workload.output_tokens.mean
+    assert sized["status"] == "ok" and sized["output_tokens_s"] == pytest.approx(tokens_s)
+    assert sized["usd_per_mtok"] == pytest.approx(figures["cost"]["hourly"] / (tokens_s * 3600) * 1e6)
+    result = size(stack, stack_config(stack, ROOT), workload)
+    assert sized["sized_nodes"] == (result.disaggregated.nodes if result.disaggregated.feasible else None)
+    assert any("per million output tokens at the sized throughput" in v for _, v in figure_lines(figures))
+
+
+def test_no_workload_file_means_no_dollars_per_mtok(tmp_path, monkeypatch):
+    import tools.figures as figures_module
+
+    monkeypatch.setattr(figures_module, "_checkout_root", lambda: tmp_path)
+    sized = sized_throughput_figure("dev", stack_config("dev", ROOT), 10.0)
+    assert sized["status"] == "n/a" and "workloads/dev.yaml" in sized["reason"]
