@@ -35,7 +35,7 @@ preview: $(STAMP)
 # Previews BASE (in a temporary git worktree) and the working tree; writes build/preview-diff/<stack>/diff.md.
 preview-diff: $(STAMP)
 	@test -n "$(BASE)" || { echo "usage: make preview-diff BASE=<git rev> [STACK=dev]" >&2; exit 2; }
-	$(PY) -m tools.preview_diff --base $(BASE) --stack $(STACK)
+	$(PY) -m tools.preview.diff --base $(BASE) --stack $(STACK)
 
 # Needs AWS credentials (standard chain) and network; AWS_ENDPOINT_URL points it at an emulator.
 preflight: $(STAMP)

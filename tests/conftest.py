@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from helpers import STACKS, program_run
 
-from tools.mockrun import ProgramRun
+from tools.preview.mockrun import ProgramRun
 
 
 @pytest.fixture(params=STACKS)

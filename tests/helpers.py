@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from components.config import ConfigError, StackConfig, validate_stack_config  # noqa: E402
-from tools.mockrun import PROJECT, ProgramRun, load_stack_config, run_program, stacks  # noqa: E402
+from tools.preview.mockrun import PROJECT, ProgramRun, load_stack_config, run_program, stacks  # noqa: E402
 
 STACKS = stacks(ROOT)
 DATA = Path(__file__).resolve().parent / "data"  # vendored reference data (each folder has a SOURCE)

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import yaml
-from helpers import LAUNCH_TEMPLATE, NODE_GROUP, PLACEMENT_GROUP, RAY_SERVICE, SUBNET
 from google.protobuf import struct_pb2
+from helpers import LAUNCH_TEMPLATE, NODE_GROUP, PLACEMENT_GROUP, RAY_SERVICE, SUBNET
 from pulumi.runtime.proto import analyzer_pb2
 
 from components.catalog import GPU_INSTANCE_TYPES
-from tools.analyzer import UNKNOWN, PolicyPackServer, Verdict
+from tools.preview.analyzer import UNKNOWN, PolicyPackServer, Verdict
 
 STACK, PROJECT = "test", "llm-pd-eks"
 

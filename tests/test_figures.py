@@ -12,7 +12,7 @@ from helpers import STACKS, program_run
 from components.catalog import GPU_INSTANCE_TYPES
 from components.config import SystemNodesConfig
 from components.models import MODELS
-from tools.figures import (
+from tools.preview.figures import (
     TCP_SINGLE_FLOW_GBPS,
     PriceTable,
     estimate_cost,
@@ -23,7 +23,7 @@ from tools.figures import (
     node_groups,
     transfer_seconds,
 )
-from tools.mockrun import load_stack_config, run_program, stack_file
+from tools.preview.mockrun import load_stack_config, run_program, stack_file
 
 GIB = 1 << 30
 

@@ -4,12 +4,12 @@ no mandatory violation, every policy actually ran, and the same stacks bent in o
 from __future__ import annotations
 
 import pytest
-from helpers import RAY_SERVICE, STACKS, program_run
 from google.protobuf import json_format
+from helpers import RAY_SERVICE, STACKS, program_run
 from policy_fixtures import mandatory, of, pack
 
-from tools.analyzer import UNKNOWN, analyze_run, run_resources
-from tools.mockrun import stack_config
+from tools.preview.analyzer import UNKNOWN, analyze_run, run_resources
+from tools.preview.mockrun import stack_config
 
 
 def _judge(resources):

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import RAY_SERVICE, ROOT, STACKS, copy_checkout, program_run
 from google.protobuf import json_format, struct_pb2
+from helpers import RAY_SERVICE, ROOT, STACKS, copy_checkout, program_run
 
 from components.models import MODELS
-from tools.figures import KV_DTYPE_BYTES, kv_cache_bytes
-from tools.mockrun import SECRET_PLACEHOLDER, load_stack_config, run_program
-from tools.preview import SECRET, UNKNOWN, plain, preview, render_text, resource_records
-from tools.preview_graph import component_mermaid
+from tools.preview.figures import KV_DTYPE_BYTES, kv_cache_bytes
+from tools.preview.graph import component_mermaid
+from tools.preview.mockrun import SECRET_PLACEHOLDER, load_stack_config, run_program
+from tools.preview.render import SECRET, UNKNOWN, plain, preview, render_text, resource_records
 
 _results: dict[str, object] = {}
 

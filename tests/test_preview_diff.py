@@ -11,8 +11,8 @@ import yaml
 from helpers import copy_checkout
 
 from components.catalog import GPU_INSTANCE_TYPES
-from tools.figures import load_prices
-from tools.preview_diff import DiffError, Side, changed_paths, compare, cost_delta, preview_diff, render
+from tools.preview.diff import DiffError, Side, changed_paths, compare, cost_delta, preview_diff, render
+from tools.preview.figures import load_prices
 
 
 # -- comparing -----------------------------------------------------------------------------------

@@ -12,12 +12,12 @@ import json
 
 import pytest
 import yaml
-from helpers import DATA, NODE_GROUP, RAY_SERVICE, engine_config_with
 from google.protobuf import json_format
+from helpers import DATA, NODE_GROUP, RAY_SERVICE, engine_config_with
 from pulumi.runtime import rpc
 
 from components.catalog import GPU_INSTANCE_TYPES
-from tools.mockrun import PROJECT, ProgramRun, Registration, run_program, stack_config
+from tools.preview.mockrun import PROJECT, ProgramRun, Registration, run_program, stack_config
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 SERVICE = "kubernetes:core/v1:Service"

@@ -9,7 +9,7 @@ import pytest
 from helpers import LAUNCH_TEMPLATE, NODE_GROUP, PLACEMENT_GROUP, SUBNET, program_run
 
 from components.catalog import GPU_INSTANCE_TYPES
-from tools.mockrun import PROJECT, ProgramRun, Registration, stack_config
+from tools.preview.mockrun import PROJECT, ProgramRun, Registration, stack_config
 
 
 def node_group_subnets(run: ProgramRun, node_group: Registration) -> list[Registration]:
@@ -217,7 +217,7 @@ def test_components_parent_their_children(run: ProgramRun):
 
 
 def test_names_are_deterministic(run: ProgramRun):
-    from tools.mockrun import run_program
+    from tools.preview.mockrun import run_program
 
     again = run_program(run.stack)
     assert sorted(r.urn for r in again.resources) == sorted(r.urn for r in run.resources)
@@ -236,7 +236,7 @@ def test_stack_outputs(run: ProgramRun):
 
 @pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
 def test_each_environment_has_a_valid_stack_file(stack):
-    from tools.mockrun import stacks
+    from tools.preview.mockrun import stacks
 
     assert stack in stacks()
     cfg = stack_config(stack)

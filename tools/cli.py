@@ -55,7 +55,7 @@ def run(prog: str, main: Callable[[Optional[list[str]]], int], argv: Optional[li
         return 130
     except SystemExit as exit_:  # argparse: usage errors exit 2 after printing its own line
         return exit_.code if isinstance(exit_.code, int) else Exit.USAGE
-    except Exception as error:  # noqa: BLE001 - the last line of defence: never a traceback
+    except Exception as error:
         where = _innermost_frame(error)
         print(f"{prog}: internal error: {type(error).__name__}: {one_line(str(error))} ({where}); "
               "please report it with the command you ran", file=sys.stderr)

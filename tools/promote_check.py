@@ -25,7 +25,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from tools.mockrun import ROOT, SECRET_PLACEHOLDER, is_secure, load_stack_config
+from tools.preview.mockrun import ROOT, SECRET_PLACEHOLDER, is_secure, load_stack_config
 
 # Keys expected to differ between environments (fnmatch globs on `namespace:dotted.path`; `*`
 # also matches dots). Everything else must be equal in both stacks.

@@ -1,6 +1,6 @@
 """What a change does to a stack: the offline preview of another revision against this working tree.
 
-`python -m tools.preview_diff --base <git rev> [--stack dev]` (what `make preview-diff` runs):
+`python -m tools.preview.diff --base <git rev> [--stack dev]` (what `make preview-diff` runs):
 checks `<rev>` out into a temporary `git worktree`, previews it and the working tree (in parallel,
 each in its own process: both import a `components` package), then reports resources added,
 removed and changed (input by input), policy verdicts that appeared or went away, and the change in
@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-ROOT = Path(__file__).resolve().parent.parent
-TOOLS = Path(__file__).resolve().parent
+from tools.cli import ROOT
+
+TOOLS = ROOT / "tools"
 
 # Runs this checkout's `tools` against another checkout's program: `tools` is loaded from TOOLS
 # explicitly, `components` then resolves from the previewed root (first on sys.path).
@@ -38,7 +39,7 @@ spec = importlib.util.spec_from_file_location("tools", os.path.join(tools_dir, "
 module = importlib.util.module_from_spec(spec)
 sys.modules["tools"] = module
 spec.loader.exec_module(module)
-from tools.preview import run_and_exit
+from tools.preview.render import run_and_exit
 run_and_exit(["--root", root] + sys.argv[3:])
 """
 
@@ -333,7 +334,7 @@ def preview_diff(
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.preview_diff", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.preview.diff", description=__doc__.splitlines()[0])
     parser.add_argument("--base", required=True, help="git revision to compare against (e.g. origin/main, HEAD~1)")
     parser.add_argument("--stack", default="dev")
     parser.add_argument("--root", type=Path, default=ROOT)

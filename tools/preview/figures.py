@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tools.mockrun import ProgramRun, Registration
+    from tools.preview.mockrun import ProgramRun, Registration
 
 PRICES_FILE = Path(__file__).resolve().parent / "data" / "prices.json"
 

@@ -17,7 +17,7 @@ from html import escape
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tools.mockrun import ProgramRun, Registration
+    from tools.preview.mockrun import ProgramRun, Registration
 
 STACK_TYPE = "pulumi:pulumi:Stack"
 PALETTE = ["#dbeafe", "#dcfce7", "#fef9c3", "#fde2e2", "#ede9fe", "#cffafe", "#ffedd5", "#e5e7eb", "#fce7f3", "#d9f99d"]

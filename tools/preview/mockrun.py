@@ -24,7 +24,8 @@ from pulumi.runtime import Mocks
 if TYPE_CHECKING:
     from components.config import StackConfig
 
-ROOT = Path(__file__).resolve().parent.parent
+from tools.cli import ROOT
+
 PROJECT = "llm-pd-eks"
 SECRET_PLACEHOLDER = "[secret-placeholder]"
 

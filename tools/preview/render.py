@@ -3,8 +3,8 @@
 `python -m tools.preview --stack dev` (what `make preview` runs):
 1. reads `Pulumi.<stack>.yaml` as the engine would and validates it (every bad key at once);
 2. starts the policy pack's analyzer process (in parallel with step 3: it is the slow start-up);
-3. runs `__main__.py` under the mock runtime (`tools.mockrun`), recording every registration;
-4. serves the pack over the analyzer protocol on those resources (`tools.analyzer`);
+3. runs `__main__.py` under the mock runtime (`tools.preview.mockrun`), recording every registration;
+4. serves the pack over the analyzer protocol on those resources (`tools.preview.analyzer`);
 5. prints the component tree, the verdicts and key figures, and writes `build/preview/<stack>/`:
    resources.json, report.json, manifests/, graph.dot, graph.svg, summary.md.
 
@@ -31,7 +31,7 @@ from typing import Any, Callable, NoReturn, Optional
 # The wire format's marker keys (secrets, unknowns, resource refs), for turning inputs into plain JSON.
 from pulumi.runtime import rpc
 
-ROOT = Path(__file__).resolve().parent.parent
+from tools.cli import ROOT
 
 EXIT_OK, EXIT_VIOLATION, EXIT_CONFIG, EXIT_PROGRAM, EXIT_POLICY = 0, 1, 2, 3, 4
 
@@ -52,8 +52,8 @@ class PreviewResult:
     stack: str
     region: str
     out: Path
-    run: Any  # tools.mockrun.ProgramRun
-    verdicts: list[Any]  # tools.analyzer.Verdict
+    run: Any  # tools.preview.mockrun.ProgramRun
+    verdicts: list[Any]  # tools.preview.analyzer.Verdict
     pack: dict[str, Any]
     figures: dict[str, Any]
     resources: list[dict[str, Any]]  # what resources.json holds
@@ -137,7 +137,7 @@ def _use_root(root: Path) -> None:
 
 def read_config(stack: str, root: Path) -> tuple[dict[str, str], list[str], Any]:
     """(engine config, secret keys, validated StackConfig) for the stack; PreviewError if bad."""
-    from tools import mockrun
+    from tools.preview import mockrun
 
     try:
         engine_config, secret_keys = mockrun.load_stack_config(stack, root)
@@ -175,7 +175,7 @@ class _PackStarter:
     """Starts the analyzer process on a thread, so its start-up overlaps running the program."""
 
     def __init__(self, pack_dir: Path):
-        from tools.analyzer import PolicyPackServer
+        from tools.preview.analyzer import PolicyPackServer
 
         self.server = PolicyPackServer(pack_dir=pack_dir)
         self.error: Optional[BaseException] = None
@@ -244,7 +244,7 @@ def preview(
     try:
         if run is None:
             progress("running the program under the mock runtime…")
-            from tools.mockrun import run_program
+            from tools.preview.mockrun import run_program
 
             t = time.perf_counter()
             try:
@@ -260,7 +260,7 @@ def preview(
             progress("serving the policy pack over the analyzer protocol…")
             t = time.perf_counter()
             server = starter.ready()
-            from tools.analyzer import analyze_run
+            from tools.preview.analyzer import analyze_run
 
             try:
                 verdicts = analyze_run(run, policy_config, server=server)
@@ -276,7 +276,7 @@ def preview(
             starter.close()
 
     progress("computing figures and writing artifacts…")
-    from tools.figures import key_figures
+    from tools.preview.figures import key_figures
 
     t = time.perf_counter()
     figures = key_figures(run, config, config.region)
@@ -289,7 +289,7 @@ def preview(
 
 # -- rendering -----------------------------------------------------------------------------------
 def _count_types(regs: list[Any]) -> str:
-    from tools.preview_graph import short_type
+    from tools.preview.graph import short_type
 
     counts = Counter(short_type(r.type) for r in regs)
     return ", ".join(f"{t} ×{n}" if n > 1 else t for t, n in sorted(counts.items()))
@@ -297,7 +297,7 @@ def _count_types(regs: list[Any]) -> str:
 
 def component_rows(run: Any) -> list[tuple[int, Any, list[Any]]]:
     """(depth, component, its descendants that are not themselves containers) in tree order."""
-    from tools.preview_graph import children_by_parent, parents_with_children, top_level
+    from tools.preview.graph import children_by_parent, parents_with_children, top_level
 
     containers = parents_with_children(run)
     children = children_by_parent(run)
@@ -564,7 +564,7 @@ def manifests(records: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def write_artifacts(result: PreviewResult) -> None:
-    from tools.preview_graph import to_dot, to_svg
+    from tools.preview.graph import to_dot, to_svg
 
     out = result.out
     if out.exists():
@@ -612,8 +612,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             except (OSError, ValueError) as error:
                 raise PreviewError(EXIT_CONFIG, f"policy config {args.policy_config}: {error}") from None
         if args.mermaid:
-            from tools.mockrun import run_program
-            from tools.preview_graph import component_mermaid
+            from tools.preview.graph import component_mermaid
+            from tools.preview.mockrun import run_program
 
             root = args.root.resolve()
             _use_root(root)
