@@ -20,6 +20,8 @@ class ModelSpec:
     weights_gib_bf16: float  # weights at bf16, to check they fit the tensor-parallel group's GPUs
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        """The one KV-cache formula (the preview's figures and any sizing use it): K and V for every
+        layer and KV head, `head_dim` elements each, `dtype_bytes` per element."""
         return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
 
 

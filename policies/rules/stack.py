@@ -35,7 +35,6 @@ class NodeGroupView:
     launch_template_state: str = "none"  # "none" (no LT given) | "resolved" | "unresolved"
     instance_types: set[str] = field(default_factory=set)  # the known ones
     subnets: list = field(default_factory=list)  # resolved subnet PolicyResources
-    unresolved_subnets: int = 0  # subnet IDs that matched no subnet in the stack (or unknown list)
 
 
 @dataclass
@@ -93,7 +92,7 @@ class StackView:
             lt_type = dig(self.props(view.launch_template), "instanceType")
             if isinstance(lt_type, str):
                 view.instance_types.add(lt_type)
-        view.subnets, view.unresolved_subnets = self._subnets(group, props)
+        view.subnets = self._subnets(group, props)
         return view
 
     def _launch_template(self, group: Any, props: dict) -> tuple[str, Optional[Any]]:
@@ -109,15 +108,16 @@ class StackView:
             return "resolved", found[0]
         return "unresolved", None
 
-    def _subnets(self, group: Any, props: dict) -> tuple[list, int]:
+    def _subnets(self, group: Any, props: dict) -> list:
+        """The node group's subnets: from its recorded dependencies, plus any matched by known ID."""
         found = {s.urn: s for s in self.deps(group, "subnetIds", SUBNET)}
         ids = known_list(dig(props, "subnetIds"))
         if ids is None:  # the whole list is unknown: only the dependencies can tell
-            return list(found.values()), 0 if found else 1
+            return list(found.values())
         for subnet_id in ids:
             for s in self.by_property(SUBNET, "id", subnet_id):
                 found.setdefault(s.urn, s)
-        return list(found.values()), max(0, len(ids) - len(found))
+        return list(found.values())
 
     def subnet_az(self, subnet: Any) -> Any:
         props = self.props(subnet)

@@ -244,9 +244,6 @@ class PolicyPackServer:
             self._info = self.stub.GetAnalyzerInfo(empty_pb2.Empty())
         return self._info
 
-    def plugin_version(self) -> str:
-        return self.stub.GetPluginInfo(empty_pb2.Empty()).version
-
     def effective_config(self, policy_config: Optional[PolicyConfig] = None) -> dict[str, dict[str, Any]]:
         """Per policy: enforcement level and properties, schema defaults filled in, as the engine does.
 

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from tools.cli import ROOT
+from tools.cli import ROOT, Exit, ToolError, exit_with, one_line
 
 FLOOR = "import pulumi, pulumi_aws, pulumi_eks, pulumi_kubernetes"
 GOAL = 3.0
@@ -51,7 +51,7 @@ def _time(cmd: list[str], ok_codes: tuple[int, ...] = (0,)) -> float:
     done = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     elapsed = time.perf_counter() - start
     if done.returncode not in ok_codes:
-        raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr}")
+        raise ToolError(Exit.FAILED, f"{' '.join(cmd)} failed ({done.returncode}): {one_line(done.stderr)}")
     return elapsed
 
 
@@ -118,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         f"importing just the {record['program_sdk_modules']} SDK modules the program loads: {sdk:.2f}s "
         f"(preview = {preview / sdk:.2f}x that)"
     )
-    return 0
+    return Exit.OK
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with("bench", main)

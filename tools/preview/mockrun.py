@@ -73,9 +73,6 @@ class ProgramRun:
                 return r
         raise KeyError(urn)
 
-    def children(self, parent: Registration) -> list[Registration]:
-        return [r for r in self.resources if r.parent == parent.urn]
-
 
 def stack_file(stack: str, root: Path = ROOT) -> Path:
     return root / f"Pulumi.{stack}.yaml"
