@@ -7,7 +7,6 @@ test bends in exactly one way. One policy-pack process serves the whole session 
 
 from __future__ import annotations
 
-import atexit
 import copy
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -26,13 +25,21 @@ _server: Optional[PolicyPackServer] = None
 
 
 def pack() -> PolicyPackServer:
-    """The policy pack as a running analyzer, started once per test session."""
+    """The policy pack as a running analyzer, started on first use; conftest's session fixture stops
+    it at the end of the session. (`judge` is a plain helper used by dozens of tests, so it reaches
+    the server through here rather than through a fixture argument.)"""
     global _server
     if _server is None:
         _server = PolicyPackServer()
         _server.start()
-        atexit.register(_server.close)
     return _server
+
+
+def close_pack() -> None:
+    global _server
+    if _server is not None:
+        _server.close()
+        _server = None
 
 
 @dataclass

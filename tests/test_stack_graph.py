@@ -6,7 +6,7 @@ Expected values come from the stack's own config file and the GPU catalog, never
 from __future__ import annotations
 
 import pytest
-from helpers import LAUNCH_TEMPLATE, NODE_GROUP, PLACEMENT_GROUP, SUBNET, program_run
+from helpers import LAUNCH_TEMPLATE, NODE_GROUP, PLACEMENT_GROUP, SUBNET
 
 from components.catalog import GPU_INSTANCE_TYPES
 from tools.preview.mockrun import PROJECT, ProgramRun, Registration, stack_config
@@ -136,9 +136,9 @@ def test_nat_gateways_per_stack(run: ProgramRun):
     assert all(r.inputs["routes"][0]["natGatewayId"] in nat_ids for r in private_rts)
 
 
-def test_dev_is_single_nat_and_prod_is_nat_per_az():
-    assert len(program_run("dev").of_type("aws:ec2/natGateway:NatGateway")) == 1
-    prod = program_run("prod")
+def test_dev_is_single_nat_and_prod_is_nat_per_az(programs):
+    assert len(programs("dev").of_type("aws:ec2/natGateway:NatGateway")) == 1
+    prod = programs("prod")
     prod_azs = stack_config("prod").network.availability_zones
     assert len(prod.of_type("aws:ec2/natGateway:NatGateway")) == len(prod_azs) > 1
 
@@ -151,8 +151,8 @@ def test_protect_only_where_configured(run: ProgramRun):
     assert not any(r.protect for r in run.resources if r.type not in ("aws:ec2/vpc:Vpc", "eks:index:Cluster"))
 
 
-def test_prod_is_protected():
-    prod = program_run("prod")
+def test_prod_is_protected(programs):
+    prod = programs("prod")
     assert prod.one("aws:ec2/vpc:Vpc").protect and prod.one("eks:index:Cluster").protect
 
 
