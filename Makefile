@@ -1,13 +1,16 @@
 # Two commands on a fresh machine: `make preview` and `make test`. Each builds the virtualenv
-# on first use (and again when requirements.txt changes).
+# on first use (and again when its requirements change): `make preview` installs only the runtime
+# set (requirements.txt: what `pulumi up` imports), `make test`/`lint`/`preflight` add the
+# test and tooling set (requirements-dev.txt: Ray, pyarrow, moto, boto3, mypy, ...).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-runtime-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
+DEV_STAMP := $(VENV)/.installed-dev-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
 STACK ?= dev
 
-.PHONY: help venv test preview preview-diff preflight lint promote-check
+.PHONY: help venv venv-dev test preview preview-diff preflight lint promote-check
 
 help:
 	@echo "make preview [STACK=dev]   offline preview of a stack: plan, policy verdicts, figures"
@@ -19,14 +22,20 @@ help:
 
 $(STAMP): requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@echo "installing requirements into $(VENV) (first run takes a few minutes)"
-	@$(PY) -m pip install -q --upgrade pip
+	@echo "installing the runtime requirements into $(VENV) (first run: about a minute)"
 	@$(PY) -m pip install -q -r requirements.txt
 	@rm -f $(VENV)/.installed-* && touch $@
 
+$(DEV_STAMP): $(STAMP) requirements-dev.txt
+	@echo "installing the test and tooling requirements into $(VENV) (first run: a few minutes)"
+	@$(PY) -m pip install -q -r requirements-dev.txt
+	@rm -f $(VENV)/.installed-dev-* && touch $@
+
 venv: $(STAMP)
 
-test: $(STAMP)
+venv-dev: $(DEV_STAMP)
+
+test: $(DEV_STAMP)
 	$(PY) -m pytest
 
 preview: $(STAMP)
@@ -38,12 +47,12 @@ preview-diff: $(STAMP)
 	$(PY) -m tools.preview.diff --base $(BASE) --stack $(STACK)
 
 # Needs AWS credentials (standard chain) and network; AWS_ENDPOINT_URL points it at an emulator.
-preflight: $(STAMP)
+preflight: $(DEV_STAMP)
 	$(PY) -m tools.preflight --stack $(STACK) $(if $(JSON),--json) $(if $(STRICT),--strict)
 
 # Static checks: ruff and mypy (configured in pyproject.toml), actionlint on .github/workflows
 # (its shellcheck pass uses the pinned shellcheck in the venv, so every machine checks the same).
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) -m mypy
 	$(VENV)/bin/actionlint -shellcheck=$(VENV)/bin/shellcheck
