@@ -36,7 +36,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     from tools.preview import harness
 
-    progress = (lambda _m: None) if args.quiet else harness._stderr_progress
+    progress = (lambda _m: None) if args.quiet else harness.stderr_progress
     policy_config = None
     if args.policy_config:
         try:

@@ -73,7 +73,7 @@ class PreviewResult:
         return Exit.FAILED if self.mandatory else Exit.OK
 
 
-def _stderr_progress(message: str) -> None:
+def stderr_progress(message: str) -> None:
     print(f"[preview] {message}", file=sys.stderr, flush=True)
 
 
@@ -237,7 +237,7 @@ def preview(
     out: Optional[Path] = None,
     policy_config: Optional[dict[str, Any]] = None,
     run: Optional["ProgramRun"] = None,
-    progress: Callable[[str], None] = _stderr_progress,
+    progress: Callable[[str], None] = stderr_progress,
 ) -> PreviewResult:
     """Run the whole preview and write its artifacts. Raises ToolError on expected failures.
 
