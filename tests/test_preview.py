@@ -303,3 +303,37 @@ def test_program_error_exits_3_with_the_failing_line(tmp_path):
     assert done.returncode == 3, done.stderr
     assert "RuntimeError: injected failure" in done.stderr
     assert "__main__.py:" in done.stderr  # where it failed, without a full traceback
+
+
+def test_a_previous_preview_is_cleared_first_but_foreign_files_are_not(tmp_path):
+    """A failed preview must not leave the last run's summary.md claiming success; a mistyped
+    --out must not delete someone's files."""
+    from tools.preview.harness import clear_out_dir
+
+    old = tmp_path / "old"
+    (old / "manifests").mkdir(parents=True)
+    (old / "summary.md").write_text("✅ **no mandatory policy violations**")
+    (old / "graph.svg").write_text("<svg/>")  # written by earlier versions
+    clear_out_dir(old)
+    assert not old.exists()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "summary.md").write_text("x")
+    (mine / "thesis.tex").write_text("precious")
+    with pytest.raises(ToolError) as error:
+        clear_out_dir(mine)
+    assert error.value.exit_code == 2 and "thesis.tex" in str(error.value)
+    assert (mine / "thesis.tex").read_text() == "precious" and (mine / "summary.md").exists()
+
+
+def test_a_failed_preview_leaves_no_stale_summary(tmp_path):
+    root = copy_checkout(tmp_path / "repo")
+    out = root / "build" / "preview" / "dev"
+    out.mkdir(parents=True)
+    (out / "summary.md").write_text("✅ **no mandatory policy violations**")
+    stack = yaml.safe_load((root / "Pulumi.dev.yaml").read_text())
+    stack["config"]["llm-pd-eks:gpuNode"] = {"instanceType": "g6e.12xlarge"}  # typo of gpuNodes
+    (root / "Pulumi.dev.yaml").write_text(yaml.safe_dump(stack))
+    done = run_cli(root)
+    assert done.returncode == 2, done.stderr
+    assert not out.exists()
