@@ -9,6 +9,18 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-runtime-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 DEV_STAMP := $(VENV)/.installed-dev-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
 STACK ?= dev
+# Installs go through uv (pinned here; bootstrapped into the venv with pip): on a fresh clone it
+# installs the runtime set ~8x faster than pip (README, "Fresh-clone timings"). INSTALLER=pip
+# uses plain pip instead, e.g. where no uv wheel exists for the platform.
+INSTALLER ?= uv
+UV_VERSION := 0.13.9
+ifeq ($(INSTALLER),pip)
+INSTALL := $(PY) -m pip install -q
+BOOTSTRAP := true
+else
+INSTALL := $(VENV)/bin/uv pip install -q --python $(PY)
+BOOTSTRAP := test -x $(VENV)/bin/uv || $(PY) -m pip install -q uv==$(UV_VERSION)
+endif
 
 .PHONY: help venv venv-dev test preview preview-diff preflight lint promote-check
 
@@ -22,13 +34,15 @@ help:
 
 $(STAMP): requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@echo "installing the runtime requirements into $(VENV) (first run: about a minute)"
-	@$(PY) -m pip install -q -r requirements.txt
+	@echo "installing the runtime requirements into $(VENV) with $(INSTALLER)"
+	@$(BOOTSTRAP)
+	@$(INSTALL) -r requirements.txt
 	@rm -f $(VENV)/.installed-* && touch $@
 
 $(DEV_STAMP): $(STAMP) requirements-dev.txt
-	@echo "installing the test and tooling requirements into $(VENV) (first run: a few minutes)"
-	@$(PY) -m pip install -q -r requirements-dev.txt
+	@echo "installing the test and tooling requirements into $(VENV) with $(INSTALLER)"
+	@$(BOOTSTRAP)
+	@$(INSTALL) -r requirements-dev.txt
 	@rm -f $(VENV)/.installed-dev-* && touch $@
 
 venv: $(STAMP)
