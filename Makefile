@@ -28,6 +28,7 @@ help:
 	@echo "make preview [STACK=dev]   offline preview of a stack: plan, policy verdicts, figures"
 	@echo "make preview-diff BASE=<git rev> [STACK=dev]   the preview of BASE vs this working tree, as a diff"
 	@echo "make test                  the test suite (offline)"
+	@echo "make venv | venv-dev       just the runtime set | plus the test/tooling set (INSTALLER=pip: no uv)"
 	@echo "make preflight [STACK=dev] can the stack deploy in its AWS account/region? (JSON=1, STRICT=1)"
 	@echo "make lint                  ruff, mypy, actionlint (with shellcheck) on the workflows"
 	@echo "make promote-check FROM=staging TO=prod   may the commit move on? (chart/image/model/engine must match)"
