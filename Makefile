@@ -7,7 +7,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-runtime-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
-DEV_STAMP := $(VENV)/.installed-dev-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
+# `STAMP=` on the command line skips the virtualenv step for both sets (tests run make that way).
+DEV_STAMP := $(if $(STAMP),$(VENV)/.installed-dev-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1))
 STACK ?= dev
 # Installs go through uv (pinned here; bootstrapped into the venv with pip): on a fresh clone it
 # installs the runtime set ~8x faster than pip (README, "Fresh-clone timings"). INSTALLER=pip
@@ -22,7 +23,7 @@ INSTALL := $(VENV)/bin/uv pip install -q --python $(PY)
 BOOTSTRAP := test -x $(VENV)/bin/uv || $(PY) -m pip install -q uv==$(UV_VERSION)
 endif
 
-.PHONY: help venv venv-dev test preview preview-diff preflight lint promote-check
+.PHONY: help venv venv-dev test preview preview-diff preflight lint promote-check placeholders
 
 help:
 	@echo "make preview [STACK=dev]   offline preview of a stack: plan, policy verdicts, figures"
@@ -32,16 +33,20 @@ help:
 	@echo "make preflight [STACK=dev] can the stack deploy in its AWS account/region? (JSON=1, STRICT=1)"
 	@echo "make lint                  ruff, mypy, actionlint (with shellcheck) on the workflows"
 	@echo "make promote-check FROM=staging TO=prod   may the commit move on? (chart/image/model/engine must match)"
+	@echo "make config-doc            regenerate the README config table from components/config.py"
+	@echo "make placeholders [STACK=dev] [RUNNER=label]   does the stack still carry example values? (deploy refuses it)"
+	@echo "make verify STACK=dev [KUBECONFIG=path] [TIMEOUT=600] [JSON=1]   after pulumi up: EFA, NIXL on LIBFABRIC, P/D, KV bytes"
+	@echo "make size [STACK=dev] [WORKLOAD=workloads/<stack>.yaml] [WRITE=1] [JSON=1]   replicas, nodes, P:D, \$$/Mtok for a workload"
 
 $(STAMP): requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@echo "installing the runtime requirements into $(VENV) with $(INSTALLER)"
+	@echo "installing the runtime requirements into $(VENV) with $(INSTALLER)" >&2
 	@$(BOOTSTRAP)
 	@$(INSTALL) -r requirements.txt
 	@rm -f $(VENV)/.installed-* && touch $@
 
 $(DEV_STAMP): $(STAMP) requirements-dev.txt
-	@echo "installing the test and tooling requirements into $(VENV) with $(INSTALLER)"
+	@echo "installing the test and tooling requirements into $(VENV) with $(INSTALLER)" >&2
 	@$(BOOTSTRAP)
 	@$(INSTALL) -r requirements-dev.txt
 	@rm -f $(VENV)/.installed-dev-* && touch $@
@@ -54,16 +59,16 @@ test: $(DEV_STAMP)
 	$(PY) -m pytest
 
 preview: $(STAMP)
-	$(PY) -m tools.preview --stack $(STACK)
+	@$(PY) -m tools.preview --stack $(STACK)
 
 # Previews BASE (in a temporary git worktree) and the working tree; writes build/preview-diff/<stack>/diff.md.
 preview-diff: $(STAMP)
 	@test -n "$(BASE)" || { echo "usage: make preview-diff BASE=<git rev> [STACK=dev]" >&2; exit 2; }
-	$(PY) -m tools.preview.diff --base $(BASE) --stack $(STACK)
+	@$(PY) -m tools.preview.diff --base $(BASE) --stack $(STACK)
 
 # Needs AWS credentials (standard chain) and network; AWS_ENDPOINT_URL points it at an emulator.
 preflight: $(DEV_STAMP)
-	$(PY) -m tools.preflight --stack $(STACK) $(if $(JSON),--json) $(if $(STRICT),--strict)
+	@$(PY) -m tools.preflight --stack $(STACK) $(if $(JSON),--json) $(if $(STRICT),--strict)
 
 # Static checks: ruff and mypy (configured in pyproject.toml), actionlint on .github/workflows
 # (its shellcheck pass uses the pinned shellcheck in the venv, so every machine checks the same).
@@ -76,4 +81,32 @@ lint: $(DEV_STAMP)
 FROM ?= staging
 TO ?= prod
 promote-check: $(STAMP)
-	$(PY) -m tools.promote_check --from $(FROM) --to $(TO)
+	@$(PY) -m tools.promote_check --from $(FROM) --to $(TO)
+
+# Tool recipes are silent (`@`): stdout carries only the tool's output (`make preflight JSON=1` is
+# pure JSON). GNU make itself exits 2 whenever a recipe fails ("The exit status of make is always
+# one of three values", GNU make manual, "Running"); the tool's own code is in make's last line on
+# stderr, `make: *** [Makefile:NN: preflight] Error 5` (README, "Exit codes").
+
+# The README's config table, generated from the config model (a test fails when it is stale).
+.PHONY: config-doc
+config-doc: $(STAMP)
+	@$(PY) -m tools.config_doc
+
+# Documentation CIDRs, the example account 123456789012, a private endpoint with no runner: exit 1.
+placeholders: $(STAMP)
+	@$(PY) -m tools.placeholders --stack $(STACK) $(if $(RUNNER),--runner $(RUNNER))
+
+# After `pulumi up`: proves the deployed stack (nodes, EFA devices, P/D placement, one completion,
+# NIXL on LIBFABRIC, KV bytes/failures/throughput). Kubeconfig from KUBECONFIG or the stack output.
+.PHONY: verify
+TIMEOUT ?= 600
+verify: $(STAMP)
+	@$(PY) -m tools.verify --stack $(STACK) --timeout $(TIMEOUT) $(if $(KUBECONFIG),--kubeconfig $(KUBECONFIG)) $(if $(JSON),--json)
+
+# Sizes the stack for a workload, offline (tools/sizing.py); WRITE=1 puts the sized replica bounds and
+# GPU node-group sizes into Pulumi.<stack>.yaml (comments kept).
+.PHONY: size
+WORKLOAD ?= workloads/$(STACK).yaml
+size: $(STAMP)
+	@$(PY) -m tools.size --stack $(STACK) --workload $(WORKLOAD) $(if $(WRITE),--write) $(if $(JSON),--json)

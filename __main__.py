@@ -7,15 +7,24 @@ Every decision lives in `components/`; this file says what feeds what.
 import pulumi
 
 from components.addons import CoreAddons, CoreAddonsArgs
+from components.autoscaler import (
+    AutoscaledGroup,
+    NodeAutoscaler,
+    NodeAutoscalerArgs,
+    autoscaler_tags,
+    node_template_tags,
+)
 from components.catalog import gpu_instance_type
 from components.cluster import Cluster, ClusterArgs
-from components.config import ConfigError, load_stack_config
+from components.config import ConfigError, load_stack_config, stack_cluster_name
 from components.device_plugins import DevicePlugins, DevicePluginsArgs
-from components.efa_gpu_nodes import EfaGpuNodeGroup, EfaGpuNodeGroupArgs
+from components.efa_gpu_nodes import EfaGpuNodeGroup, EfaGpuNodeGroupArgs, gpu_autoscaler_template
 from components.kuberay import KubeRayOperator, KubeRayOperatorArgs
 from components.network import Network, NetworkArgs
+from components.observability import Observability, ObservabilityArgs
 from components.ray_service import LlmRayService, RayServiceArgs
-from components.system_nodes import SystemNodeGroup, SystemNodeGroupArgs
+from components.system_nodes import SystemNodeGroup, SystemNodeGroupArgs, system_autoscaler_template
+from tools.preview.figures import load_prices
 
 try:
     config = load_stack_config()
@@ -23,7 +32,7 @@ except ConfigError as error:  # every problem at once, before any resource regis
     raise pulumi.RunError(str(error)) from None
 
 stack = pulumi.get_stack()
-cluster_name = f"{config.name}-{stack}"
+cluster_name = stack_cluster_name(stack)
 gpu_instance = gpu_instance_type(config.gpu_nodes.instance_type)
 tags = {"project": config.name, "stack": stack, "managed-by": "pulumi"}
 
@@ -46,6 +55,10 @@ cluster = Cluster(
 )
 # Node groups take the cluster by name (known up front), so they wait for it explicitly.
 nodes_after = [cluster.eks, *cluster.node_policies]
+# What the node autoscaler must know of each group's future nodes (empty when it is not installed).
+system_template = system_autoscaler_template()
+gpu_template = gpu_autoscaler_template(config.gpu_nodes, gpu_instance)
+autoscaled = config.node_autoscaler.enabled
 
 system_nodes = SystemNodeGroup(
     "system-nodes",
@@ -56,6 +69,7 @@ system_nodes = SystemNodeGroup(
         subnet_ids=network.private_subnet_ids,
         depends_on=nodes_after,
         tags=tags,
+        autoscaler_tags=autoscaler_tags(cluster_name, system_template) if autoscaled else {},
     ),
 )
 
@@ -71,6 +85,7 @@ gpu_nodes = EfaGpuNodeGroup(
         cluster_security_group_id=cluster.security_group_id,
         depends_on=nodes_after,
         tags=tags,
+        autoscaler_tags=autoscaler_tags(cluster_name, gpu_template) if autoscaled else {},
     ),
 )
 
@@ -100,6 +115,26 @@ kuberay = KubeRayOperator(
     ),
 )
 
+if autoscaled:
+    node_autoscaler = NodeAutoscaler(
+        "node-autoscaler",
+        NodeAutoscalerArgs(
+            config=config.node_autoscaler,
+            cluster_name=cluster_name,
+            region=config.region,
+            image_tag=config.autoscaler_image_tag(),
+            oidc_provider_arn=cluster.oidc_provider_arn,
+            oidc_issuer=cluster.oidc_issuer,
+            provider=cluster.provider,
+            groups=[
+                AutoscaledGroup("system", system_nodes.node_group, node_template_tags(system_template)),
+                AutoscaledGroup("gpu", gpu_nodes.node_group, node_template_tags(gpu_template)),
+            ],
+            depends_on=[system_nodes.node_group, addons.addons["vpc-cni"]],
+            tags=tags,
+        ),
+    )
+
 if config.serving is not None:
     llm = LlmRayService(
         "llm",
@@ -115,6 +150,23 @@ if config.serving is not None:
     )
     pulumi.export("endpoint", llm.endpoint)
     pulumi.export("modelId", config.serving.model_id)
+
+# Observability: Prometheus, Grafana, the DCGM exporter, the Ray scrape config, alerts and dashboards.
+if config.observability.enabled:
+    listed = load_prices().regions.get(config.region, {}).get("instances", {})
+    node_types = (config.system_nodes.instance_type, config.gpu_nodes.instance_type)
+    observability = Observability(
+        "observability",
+        ObservabilityArgs(
+            config=config.observability,
+            instance=gpu_instance,
+            provider=cluster.provider,
+            hourly_prices={t: listed[t] for t in node_types if t in listed},
+            gpu_node_group=gpu_nodes.node_group,
+            depends_on=[system_nodes.node_group, *addons.addons.values()],
+            grafana_admin_password=pulumi.Config().get_secret("grafanaAdminPassword"),
+        ),
+    )
 
 pulumi.export("vpcId", network.vpc.id)
 pulumi.export("privateSubnetIds", network.private_subnet_ids)

@@ -132,7 +132,7 @@ class Cluster(pulumi.ComponentResource):
                 "clusterName": args.cluster_name,
                 "kubeconfig": self.kubeconfig,
                 "oidcProviderArn": self.eks.oidc_provider_arn,
-                "clusterSecurityGroupId": self.eks.cluster_security_group_id,
+                "clusterSecurityGroupId": self.security_group_id,
             }
         )
 
@@ -143,5 +143,25 @@ class Cluster(pulumi.ComponentResource):
 
     @property
     def security_group_id(self) -> pulumi.Output[str]:
-        """The EKS-created cluster security group; nodes with custom interfaces must join it."""
-        return self.eks.cluster_security_group_id
+        """The security group EKS creates for the cluster (`vpcConfig.clusterSecurityGroupId`).
+
+        Not pulumi-eks's `cluster_security_group_id`: that is pulumi-eks's own extra control-plane
+        group (created unless `skipDefaultSecurityGroups`), which admits 443 only from pulumi-eks's
+        node security group. EKS attaches *this* group to the control-plane ENIs and to managed nodes
+        whose launch template names no security group; it allows all traffic among its members.
+        A launch template with its own network interfaces replaces that automatic attachment, so
+        such nodes must list this group themselves or the kubelet never reaches the API server
+        (https://docs.aws.amazon.com/eks/latest/userguide/sec-group-reqs.html). pulumi-eks's own EFA
+        node path and terraform-aws-eks (`cluster_primary_security_group_id`) use the same group.
+        """
+        return self.eks.eks_cluster.apply(lambda c: c.vpc_config.cluster_security_group_id)
+
+    @property
+    def oidc_provider_arn(self) -> pulumi.Output[str]:
+        """The IAM OIDC provider of the cluster (IRSA: the trust principal of service-account roles)."""
+        return self.eks.oidc_provider_arn
+
+    @property
+    def oidc_issuer(self) -> pulumi.Output[str]:
+        """The OIDC issuer without `https://`: the prefix of the `:sub`/`:aud` condition keys of IRSA trust."""
+        return self.eks.oidc_issuer

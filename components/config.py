@@ -16,12 +16,23 @@ import ipaddress
 import json
 import math
 import re
-from typing import Any, Iterable, Literal, Mapping, Optional
+from pathlib import Path
+from typing import Annotated, Any, Iterable, Literal, Mapping, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
-from .catalog import GPU_INSTANCE_TYPES, unsupported_type
+from .catalog import CLUSTER_AUTOSCALER_TAGS, GPU_INSTANCE_TYPES, chart_version_key, unsupported_type
+from .metrics import ITL_BUCKETS, TTFT_BUCKETS
 from .models import MODELS
 
 PROJECT = "llm-pd-eks"
@@ -29,20 +40,87 @@ PROJECT = "llm-pd-eks"
 _AZ_SUFFIX = re.compile(r"^[a-z]$")
 
 
+# --- limits of the real services (issue 12): absurd values are refused before anything registers ----
+
+# EKS service quota L-BD136A63 "Nodes per managed node group", default 450 (adjustable: raise this
+# with the quota). Without a bound, `maxSize: 1000000000` priced at millions of dollars an hour.
+MAX_NODES_PER_NODE_GROUP = 450
+# Largest gp3 volume: 16 TiB (Amazon EBS volume types, "Volume size").
+EBS_GP3_MAX_GIB = 16_384
+# The longest context of the models in components/models.py (Llama 3.1/3.3: max_position_embeddings
+# 131072 in their config.json); vLLM refuses a max_model_len beyond the model's.
+MAX_MODEL_LEN = 131_072
+# Kubernetes minor versions Amazon EKS has released (the EKS "Kubernetes versions" page; 1.28 was
+# released on EKS in Sept 2023, 1.35 in Jan 2026, 1.36 is the page's newest example). `make
+# preflight` asks EKS which of them the region still offers.
+EKS_KUBERNETES_VERSIONS = tuple(f"1.{minor}" for minor in range(28, 37))
+# EKS CreateCluster `name` (botocore eks model, shape ClusterName): 1-100 characters, this pattern.
+EKS_CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9\-_]{0,99}$")
+# AWS subnets are /16 to /28 ("Subnet CIDR blocks", Amazon VPC User Guide).
+SMALLEST_SUBNET_PREFIX = 28
+# Config namespaces the program reads: the AWS provider's and its own. Anything else in a stack
+# file is a typo (`aws-native:`, `llm-pd-eks2:`) or belongs to another program.
+KNOWN_NAMESPACES = ("aws", PROJECT)
+# AWS provider keys that are credentials: accepted only as Pulumi secrets (`--secret`).
+AWS_SECRET_ONLY_KEYS = ("aws:secretKey", "aws:token")
+# How much of a user's value a message repeats (a 100 KB value must not come back whole).
+ECHO_LIMIT = 100
+
+
+def clip(text: str, limit: int = ECHO_LIMIT) -> str:
+    """`text` on one line, at most `limit` characters."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def shown(value: Any, limit: int = ECHO_LIMIT) -> str:
+    """`value` as a message repeats it: repr'd, on one line, at most `limit` characters."""
+    return clip(repr(value), limit)
+
+
+def stack_cluster_name(stack: str) -> str:
+    """The EKS cluster's name for a stack: the one formula `__main__` and the checks share."""
+    return f"{PROJECT}-{stack}"
+
+
+def _ec2_instance_types() -> frozenset[str]:
+    """Every EC2 instance type name (vendored from botocore's EC2 model: see components/data/SOURCE)."""
+    path = Path(__file__).resolve().parent / "data" / "ec2_instance_types.json"
+    return frozenset(json.loads(path.read_text())["instanceTypes"])
+
+
+EC2_INSTANCE_TYPES = _ec2_instance_types()
+
+
+def _special_purpose(net: ipaddress.IPv4Network) -> Optional[str]:
+    """Why a block can be neither a VPC nor a subnet nor an API allow-list entry, if it cannot."""
+    for label, flag in (("loopback", net.is_loopback), ("multicast", net.is_multicast),
+                        ("link-local", net.is_link_local), ("reserved (240.0.0.0/4)", net.is_reserved)):
+        if flag:
+            return label
+    if net.prefixlen and net.subnet_of(ipaddress.IPv4Network("0.0.0.0/8")):
+        return "'this network' (0.0.0.0/8)"
+    return None
+
+
 class Strict(BaseModel):
-    """Base for every config section: camelCase keys, unknown keys refused, immutable."""
+    """Base for every config section: camelCase keys, unknown keys refused, immutable.
+
+    Strict: `maxSize: true` or `maxSize: "3"` is refused rather than coerced to 1 or 3, and only the
+    camelCase spelling is accepted (`max_size` is an unknown key), so one key has one spelling.
+    """
 
     model_config = ConfigDict(
-        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+        extra="forbid", alias_generator=to_camel, populate_by_name=False, frozen=True, strict=True
     )
 
 
 class NodeScaling(Strict):
     """Managed node group sizes. EKS refuses desired outside [min, max]; so do we, earlier."""
 
-    min_size: int = Field(ge=0)
-    desired_size: int = Field(ge=0)
-    max_size: int = Field(ge=1)
+    min_size: int = Field(ge=0, description="Fewest nodes the group scales in to.")
+    desired_size: int = Field(ge=0, description="Nodes the group starts with; between minSize and maxSize.")
+    max_size: int = Field(ge=1, le=MAX_NODES_PER_NODE_GROUP, description="Most nodes the group scales out to.")
 
     @model_validator(mode="after")
     def _ordered(self) -> "NodeScaling":
@@ -59,19 +137,33 @@ class NodeScaling(Strict):
 class NetworkConfig(Strict):
     """VPC layout: one public and one private subnet per AZ."""
 
-    vpc_cidr: str = "10.0.0.0/16"
-    availability_zones: list[str] = Field(min_length=2)
-    # Omitted: carved from vpcCidr (private /19-sized blocks first, public /22-sized at the top).
-    private_subnet_cidrs: Optional[list[str]] = None
-    public_subnet_cidrs: Optional[list[str]] = None
-    nat_gateways: Literal["single", "perAz"] = "single"
+    vpc_cidr: str = Field(
+        default="10.0.0.0/16",
+        description="The VPC's IPv4 block, /16 to /22 when subnets are carved from it.",
+    )
+    availability_zones: list[str] = Field(
+        min_length=2,
+        description="AZs of the region, at least 2, no duplicates; one public and one private subnet each.",
+    )
+    private_subnet_cidrs: Optional[list[str]] = Field(
+        default=None,
+        description="One private subnet per AZ; omitted: carved from vpcCidr (its first eighths, /19 of a /16).",
+    )
+    public_subnet_cidrs: Optional[list[str]] = Field(
+        default=None,
+        description="One public subnet per AZ; omitted: carved from the top eighth of vpcCidr (/22 of a /16).",
+    )
+    nat_gateways: Literal["single", "perAz"] = Field(
+        default="single",
+        description="`single` NAT gateway (cheap, dev) or one `perAz` (survives an AZ outage).",
+    )
 
     @field_validator("availability_zones")
     @classmethod
     def _unique_azs(cls, azs: list[str]) -> list[str]:
         dupes = sorted({az for az in azs if azs.count(az) > 1})
         if dupes:
-            raise ValueError(f"availability zones listed twice: {', '.join(dupes)}")
+            raise ValueError(f"availability zones listed twice: {clip(', '.join(dupes))}")
         return azs
 
     @field_validator("vpc_cidr")
@@ -92,7 +184,9 @@ class NetworkConfig(Strict):
     @model_validator(mode="after")
     def _layout(self) -> "NetworkConfig":
         vpc = ipaddress.IPv4Network(self.vpc_cidr)  # validated above: an IPv4 block
-        problems = []
+        problems = self._carving_problems(vpc)
+        if problems:
+            raise ValueError("\n".join(problems))
         for label, cidrs in (("privateSubnetCidrs", self.private_subnet_cidrs),
                              ("publicSubnetCidrs", self.public_subnet_cidrs)):
             if cidrs is not None and len(cidrs) != len(self.availability_zones):
@@ -110,6 +204,28 @@ class NetworkConfig(Strict):
         if problems:
             raise ValueError("\n".join(problems))  # one problem a line: reported separately
         return self
+
+    def _carving_problems(self, vpc: ipaddress.IPv4Network) -> list[str]:
+        """Subnets AWS would refuse (smaller than /28) and AZs the carved layout has no room for."""
+        problems = []
+        azs = len(self.availability_zones)
+        for label, given, extra_bits, room in (("privateSubnetCidrs", self.private_subnet_cidrs, 3, 7),
+                                               ("publicSubnetCidrs", self.public_subnet_cidrs, 6, 8)):
+            if given is not None:
+                small = [c for c in given if ipaddress.IPv4Network(c).prefixlen > SMALLEST_SUBNET_PREFIX]
+                if small:
+                    problems.append(f"{label}: {clip(', '.join(small))} smaller than /{SMALLEST_SUBNET_PREFIX}, "
+                                    "the smallest subnet AWS allows")
+                continue
+            if vpc.prefixlen + extra_bits > SMALLEST_SUBNET_PREFIX:
+                problems.append(
+                    f"{label}: vpcCidr {self.vpc_cidr} carves /{vpc.prefixlen + extra_bits} subnets, smaller than "
+                    f"/{SMALLEST_SUBNET_PREFIX} (the smallest AWS allows); use a vpcCidr of "
+                    f"/{SMALLEST_SUBNET_PREFIX - extra_bits} or larger, or set {label}")
+            elif azs > room:
+                problems.append(f"{label}: the layout carved from vpcCidr has room for {room} subnets, not one for "
+                                f"each of {azs} availability zones; list at most {room} or set {label}")
+        return problems
 
     def private_cidrs(self) -> list[str]:
         if self.private_subnet_cidrs is not None:
@@ -132,12 +248,22 @@ LogType = Literal["api", "audit", "authenticator", "controllerManager", "schedul
 class ClusterConfig(Strict):
     """The EKS control plane."""
 
-    kubernetes_version: str = "1.33"
-    # The public endpoint is reachable only from these CIDRs; empty list = private endpoint only.
-    public_access_cidrs: list[str] = Field(default_factory=list)
-    # IAM principals given cluster-admin through EKS access entries (authentication mode API).
-    admin_principal_arns: list[str] = Field(default_factory=list)
-    log_types: list[LogType] = Field(default_factory=lambda: list[LogType](["api", "audit", "authenticator"]))
+    kubernetes_version: str = Field(
+        default="1.35",
+        description="EKS Kubernetes minor version, quoted (`\"1.35\"`); 1.35 is in standard support until 2027-03-27.",
+    )
+    public_access_cidrs: list[str] = Field(
+        default_factory=list,
+        description="CIDRs allowed to reach the public API endpoint; empty: private endpoint only.",
+    )
+    admin_principal_arns: list[str] = Field(
+        default_factory=list,
+        description="IAM principal ARNs given cluster-admin through EKS access entries (authentication mode API).",
+    )
+    log_types: list[LogType] = Field(
+        default_factory=lambda: list[LogType](["api", "audit", "authenticator"]),
+        description="Control-plane log types sent to CloudWatch Logs.",
+    )
 
     @field_validator("public_access_cidrs")
     @classmethod
@@ -150,7 +276,10 @@ class ClusterConfig(Strict):
     @classmethod
     def _version(cls, value: str) -> str:
         if not re.fullmatch(r"1\.\d{2}", value):
-            raise ValueError(f"{value!r} is not a Kubernetes minor version such as '1.33'")
+            raise ValueError(f"{shown(value)} is not a Kubernetes minor version such as '1.33'")
+        if value not in EKS_KUBERNETES_VERSIONS:
+            raise ValueError(f"{value} is not a Kubernetes version Amazon EKS has released; choose one of "
+                             f"{', '.join(EKS_KUBERNETES_VERSIONS)}")
         return value
 
     @field_validator("admin_principal_arns")
@@ -158,29 +287,200 @@ class ClusterConfig(Strict):
     def _arns(cls, values: list[str]) -> list[str]:
         for value in values:
             if not re.fullmatch(r"arn:aws[\w-]*:(iam|sts)::\d{12}:\S+", value):
-                raise ValueError(f"{value!r} is not an IAM principal ARN")
+                raise ValueError(f"{shown(value)} is not an IAM principal ARN")
         return values
+
+
+# --- real AWS, part 1 (issue 10): GPU capacity, root volumes, autoscaler, deploy runner ----------
+
+# EC2 capacity reservation ids: `cr-` and 17 hex digits (8 for older ids).
+_RESERVATION_ID = re.compile(r"^cr-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
+
+
+def _reservation_id(value: str) -> str:
+    if not _RESERVATION_ID.fullmatch(value):
+        raise ValueError(f"{value!r} is not an EC2 capacity reservation id such as 'cr-0123456789abcdef0'")
+    return value
+
+
+class CapacityReservation(Strict):
+    """An On-Demand Capacity Reservation (ODCR) the GPU launch template targets."""
+
+    reservation_id: str = Field(
+        description="ODCR id (`cr-…`) targeted by the GPU launch template's capacity reservation specification"
+    )
+
+    @field_validator("reservation_id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        return _reservation_id(value)
+
+
+class CapacityBlock(Strict):
+    """An EC2 Capacity Block for ML: node group capacity type CAPACITY_BLOCK, market type capacity-block."""
+
+    capacity_block_id: str = Field(
+        description="the Capacity Block's reservation id (`cr-…`); the node group runs CAPACITY_BLOCK, "
+        "the template market type `capacity-block`"
+    )
+
+    @field_validator("capacity_block_id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        return _reservation_id(value)
+
+
+def _capacity_kind(value: Any) -> Optional[str]:
+    """Which capacity shape `value` is (None: none of them, reported with the one message below)."""
+    if isinstance(value, (CapacityReservation, CapacityBlock)):
+        return type(value).__name__
+    if value == "onDemand":
+        return "onDemand"
+    if isinstance(value, dict) and len(value) == 1:
+        key = next(iter(value))
+        return {"reservationId": "CapacityReservation", "capacityBlockId": "CapacityBlock"}.get(key)
+    return None
+
+
+GpuCapacity = Annotated[
+    Union[
+        Annotated[Literal["onDemand"], Tag("onDemand")],
+        Annotated[CapacityReservation, Tag("CapacityReservation")],
+        Annotated[CapacityBlock, Tag("CapacityBlock")],
+    ],
+    Discriminator(
+        _capacity_kind,
+        custom_error_type="capacity_shape",
+        custom_error_message="must be 'onDemand', {reservationId: cr-...} or {capacityBlockId: cr-...}",
+    ),
+]
+
+# gp3 limits (https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html#gp3-ebs-volume-type):
+# 3,000 IOPS and 125 MiB/s baseline, up to 80,000 IOPS and 2,000 MiB/s (the EC2 API model's
+# LaunchTemplateEbsBlockDeviceRequest docs, checked in tests); throughput at most 0.25 MiB/s per IOPS.
+GP3_BASELINE_IOPS = 3000
+GP3_BASELINE_MIBPS = 125
+GP3_MIBPS_PER_IOPS = 0.25
+
+
+def gp3_problem(iops: int, throughput: int) -> Optional[str]:
+    """Why an IOPS/throughput pair is not a valid gp3 volume, or None."""
+    if throughput > iops * GP3_MIBPS_PER_IOPS:
+        return (f"rootVolumeThroughputMibps {throughput} exceeds {GP3_MIBPS_PER_IOPS} MiB/s per IOPS at "
+                f"rootVolumeIops {iops} (gp3 allows at most {int(iops * GP3_MIBPS_PER_IOPS)})")
+    return None
+
+
+class NodeAutoscalerConfig(Strict):
+    """Cluster Autoscaler (https://kubernetes.github.io/autoscaler), pinned chart, image per Kubernetes minor."""
+
+    enabled: bool = Field(
+        default=True, description="install Cluster Autoscaler so node groups scale between min and max"
+    )
+    chart_version: str = Field(default="9.59.0", description="`cluster-autoscaler` chart, exact version")
+    image_tag: Optional[str] = Field(
+        default=None,
+        description="cluster-autoscaler image tag; default: the catalog's tag for `cluster.kubernetesVersion` "
+        "(its minor must equal the cluster's)",
+    )
+
+    @field_validator("chart_version")
+    @classmethod
+    def _exact(cls, value: str) -> str:
+        if not re.fullmatch(r"\d+\.\d+\.\d+", value):
+            raise ValueError(f"{value!r} is not an exact chart version such as '9.59.0'")
+        return value
+
+    @field_validator("image_tag")
+    @classmethod
+    def _tag(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and not re.fullmatch(r"v1\.\d+\.\d+", value):
+            raise ValueError(f"{value!r} is not a cluster-autoscaler image tag such as 'v1.35.2'")
+        return value
+
+
+class DeployConfig(Strict):
+    """How `pulumi up` reaches the stack (read by the deploy workflow and the placeholder check)."""
+
+    runner_label: Optional[str] = Field(
+        default=None,
+        description="GitHub Actions runner label for `pulumi up` (e.g. a self-hosted runner inside the VPC); "
+        "required in practice when the API endpoint is private-only",
+    )
 
 
 class SystemNodesConfig(NodeScaling):
     """CPU nodes for system pods, the operators and the Ray head (label role=system)."""
 
-    instance_type: str = "m7i.2xlarge"
-    disk_size_gib: int = Field(default=100, ge=20)
-    min_size: int = Field(default=2, ge=1)
-    desired_size: int = Field(default=2, ge=1)
-    max_size: int = Field(default=4, ge=1)
+    instance_type: str = Field(
+        default="m7i.2xlarge",
+        description="EC2 instance type of the CPU nodes (operators, Ray head).",
+    )
+    disk_size_gib: int = Field(default=100, ge=20, le=EBS_GP3_MAX_GIB, description="Encrypted gp3 root volume, GiB.")
+    min_size: int = Field(default=2, ge=1, description="Fewest system nodes.")
+    desired_size: int = Field(default=2, ge=1, description="System nodes to start with.")
+    max_size: int = Field(default=4, ge=1, le=MAX_NODES_PER_NODE_GROUP, description="Most system nodes.")
+    root_volume_iops: int = Field(default=GP3_BASELINE_IOPS, ge=3000, le=80000,
+                                  description="provisioned IOPS of the gp3 root volume")
+    root_volume_throughput_mibps: int = Field(default=GP3_BASELINE_MIBPS, ge=125, le=2000,
+                                              description="provisioned throughput (MiB/s) of the gp3 root volume")
+
+    @field_validator("instance_type")
+    @classmethod
+    def _ec2_type(cls, value: str) -> str:
+        # A misspelt type would fail `up` 15 minutes in (and drops out of the preview's cost).
+        if value not in EC2_INSTANCE_TYPES:
+            hint = difflib.get_close_matches(value[:64], sorted(EC2_INSTANCE_TYPES), n=1)
+            raise ValueError(f"{shown(value)} is not an EC2 instance type"
+                             + (f" (did you mean {hint[0]!r}?)" if hint else " such as 'm7i.2xlarge'"))
+        return value
+
+    @model_validator(mode="after")
+    def _gp3(self) -> "SystemNodesConfig":
+        problem = gp3_problem(self.root_volume_iops, self.root_volume_throughput_mibps)
+        if problem:
+            raise ValueError(problem)
+        return self
 
 
 class GpuNodesConfig(NodeScaling):
     """The EFA GPU node group: one AZ, one cluster placement group, prefill and decode nodes."""
 
-    instance_type: str
-    availability_zone: str
-    min_size: int = Field(default=2, ge=0)
-    desired_size: int = Field(default=2, ge=0)
-    max_size: int = Field(default=2, ge=1)
-    disk_size_gib: int = Field(default=500, ge=100)  # Ray LLM images and model weights are large
+    instance_type: str = Field(description="An EFA GPU instance type from components/catalog.py.")
+    availability_zone: str = Field(
+        description="The one AZ of every GPU node (one cluster placement group); one of network.availabilityZones.",
+    )
+    min_size: int = Field(
+        default=2, ge=0,
+        description="Fewest GPU nodes; at least 2 (prefill and decode run on separate nodes).",
+    )
+    desired_size: int = Field(default=2, ge=0, description="GPU nodes to start with.")
+    max_size: int = Field(
+        default=2, ge=1, le=MAX_NODES_PER_NODE_GROUP,
+        description="Most GPU nodes; prefill plus decode nodes at maxReplicas must fit.",
+    )
+    disk_size_gib: int = Field(
+        default=500, ge=100, le=EBS_GP3_MAX_GIB,
+        description="Root volume, GiB: the Ray LLM image and the model weights cache are large.",
+    )
+    capacity: GpuCapacity = Field(
+        default="onDemand",
+        description="`onDemand`, `{reservationId: cr-…}` (targeted ODCR) or "
+        "`{capacityBlockId: cr-…}` (Capacity Block for ML)",
+    )
+    # The image and weights land on the instance-store RAID0 where the type has one; the root volume
+    # still holds the OS and anything else, so its throughput is raised over gp3's 125 MiB/s baseline.
+    root_volume_iops: int = Field(default=6000, ge=3000, le=80000,
+                                  description="provisioned IOPS of the gp3 root volume")
+    root_volume_throughput_mibps: int = Field(default=500, ge=125, le=2000,
+                                              description="provisioned throughput (MiB/s) of the gp3 root volume")
+
+    @model_validator(mode="after")
+    def _gp3(self) -> "GpuNodesConfig":
+        problem = gp3_problem(self.root_volume_iops, self.root_volume_throughput_mibps)
+        if problem:
+            raise ValueError(problem)
+        return self
 
     @field_validator("min_size")
     @classmethod
@@ -194,7 +494,7 @@ class GpuNodesConfig(NodeScaling):
     @classmethod
     def _efa_type(cls, value: str) -> str:
         if value not in GPU_INSTANCE_TYPES:
-            raise ValueError(unsupported_type(value))
+            raise ValueError(unsupported_type(clip(value)))
         return value
 
 
@@ -214,9 +514,12 @@ _ECR_IMAGE = re.compile(
 class ReplicaGroupConfig(Strict):
     """One side of the prefill/decode split: vLLM tensor parallelism and Serve autoscaling bounds."""
 
-    tensor_parallel_size: int = Field(default=1, ge=1)
-    min_replicas: int = Field(default=1, ge=1)
-    max_replicas: int = Field(default=1, ge=1)
+    tensor_parallel_size: int = Field(
+        default=1, ge=1,
+        description="GPUs per vLLM replica (a power of two dividing the node's GPUs).",
+    )
+    min_replicas: int = Field(default=1, ge=1, description="Fewest Serve replicas.")
+    max_replicas: int = Field(default=1, ge=1, description="Most Serve replicas (autoscaling bound).")
 
     @field_validator("tensor_parallel_size")
     @classmethod
@@ -244,20 +547,71 @@ class ReplicaGroupConfig(Strict):
 class ServingConfig(Strict):
     """The model served by the RayService and how prefill and decode are laid out."""
 
-    model_id: str
-    image: str  # the Ray LLM image (with EFA/libfabric) in ECR, pinned by tag
-    max_model_len: int = Field(default=8192, ge=256)
-    kv_cache_dtype: Literal["auto", "fp8"] = "auto"  # auto = the model dtype (bf16, 2 bytes)
-    prefill: ReplicaGroupConfig = ReplicaGroupConfig()
-    decode: ReplicaGroupConfig = ReplicaGroupConfig()
-    public_endpoint: bool = False  # true: an internet-facing NLB; false: a ClusterIP Service
-    ready_timeout_minutes: int = Field(default=60, ge=5, le=360)  # image pull + weights download + warm-up
+    model_id: str = Field(description="Hugging Face id of a model in components/models.py.")
+    image: str = Field(
+        description="The Ray LLM image (with EFA/libfabric) in ECR, pinned by a tag other than `latest`.",
+    )
+    max_model_len: int = Field(
+        default=8192, ge=256, le=MAX_MODEL_LEN,
+        description="vLLM max_model_len: longest prompt plus output, tokens.",
+    )
+    kv_cache_dtype: Literal["auto", "fp8"] = Field(
+        default="auto",
+        description="KV-cache element type; `auto` is the model dtype (bf16, 2 bytes).",
+    )
+    prefill: ReplicaGroupConfig = Field(
+        default=ReplicaGroupConfig(),
+        description="The prefill side: tensorParallelSize, minReplicas, maxReplicas.",
+    )
+    decode: ReplicaGroupConfig = Field(
+        default=ReplicaGroupConfig(),
+        description="The decode side: tensorParallelSize, minReplicas, maxReplicas.",
+    )
+    public_endpoint: bool = Field(
+        default=False,
+        description="true: an internet-facing NLB; false: a ClusterIP Service only.",
+    )
+    ready_timeout_minutes: int = Field(
+        default=60, ge=5, le=360,
+        description="How long `up` waits for the RayService: image pull, weights download, warm-up.",
+    )
+    upgrade_strategy: Literal["Recreate", "NewCluster"] = Field(
+        default="Recreate",
+        description=(
+            "How a change to the Ray cluster (image, pods, worker groups) rolls out. `Recreate`: KubeRay's "
+            "`None` strategy, and Pulumi replaces the RayService: downtime while the new cluster loads the "
+            "model, no extra GPU nodes. `NewCluster`: KubeRay builds a second full cluster and switches "
+            "traffic when it is ready: no downtime, but gpuNodes.maxSize must hold both clusters. "
+            "Serve-only changes (serveConfigV2) are applied in place either way."
+        ),
+    )
+    endpoint_name: str = Field(
+        default="llm-openai",
+        description="Name of the Service KubeRay creates for the endpoint (spec.serveService), a DNS-1035 label",
+    )
+    endpoint_annotations: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Extra annotations on the endpoint Service (e.g. AWS load-balancer settings); "
+            "added to the NLB annotations when publicEndpoint is true"
+        ),
+    )
+
+    @field_validator("endpoint_name")
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        # Service names are DNS-1035 labels (Kubernetes refuses anything else at apply time).
+        if not re.fullmatch(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", value):
+            raise ValueError(f"{value!r} is not a DNS-1035 label (lower case letters, digits, '-'; at most 63)")
+        return value
 
     @field_validator("model_id")
     @classmethod
     def _known_model(cls, value: str) -> str:
         if value not in MODELS:
-            raise ValueError(f"{value!r} is not a model this project knows; choose one of {', '.join(sorted(MODELS))}")
+            raise ValueError(
+                f"{shown(value)} is not a model this project knows; choose one of {', '.join(sorted(MODELS))}"
+            )
         return value
 
     @field_validator("image")
@@ -266,13 +620,13 @@ class ServingConfig(Strict):
         match = _ECR_IMAGE.match(value)
         if not match:
             raise ValueError(
-                f"{value!r} is not an ECR image URI such as "
+                f"{shown(value)} is not an ECR image URI such as "
                 "'123456789012.dkr.ecr.us-west-2.amazonaws.com/ray-llm:2.60.0-py311-cu128'"
             )
         if not match["tag"]:
-            raise ValueError(f"{value!r} has no tag; pin the image with an explicit tag")
+            raise ValueError(f"{shown(value)} has no tag; pin the image with an explicit tag")
         if match["tag"] == "latest":
-            raise ValueError(f"{value!r} uses the 'latest' tag; pin a version tag so up and preview agree")
+            raise ValueError(f"{shown(value)} uses the 'latest' tag; pin a version tag so up and preview agree")
         return value
 
     @property
@@ -287,51 +641,145 @@ class ServingConfig(Strict):
 class KubeRayConfig(Strict):
     """The KubeRay operator chart (https://ray-project.github.io/kuberay-helm/)."""
 
-    chart_version: str = "1.7.0"
+    chart_version: str = Field(default="1.7.0", description="kuberay-operator Helm chart version, a 1.7.x release.")
 
     @field_validator("chart_version")
     @classmethod
     def _v1_7(cls, value: str) -> str:
         # the RayService fields used here (and the CRDs vendored in tests/data/kuberay) are those of KubeRay 1.7
         if not re.fullmatch(r"1\.7\.\d+", value):
-            raise ValueError(f"{value!r} is not a 1.7.x release of the kuberay-operator chart")
+            raise ValueError(f"{shown(value)} is not a 1.7.x release of the kuberay-operator chart")
         return value
 
 
 class DevicePluginsConfig(Strict):
     """Chart versions of the NVIDIA and the AWS EFA device plugins."""
 
-    nvidia_chart_version: str = "0.18.0"  # https://nvidia.github.io/k8s-device-plugin
-    efa_chart_version: str = "v0.5.7"  # https://aws.github.io/eks-charts
+    nvidia_chart_version: str = Field(
+        default="0.20.0",
+        description="nvidia-device-plugin chart version (https://nvidia.github.io/k8s-device-plugin).",
+    )
+    efa_chart_version: str = Field(
+        default="v0.5.30",
+        description="aws-efa-k8s-device-plugin chart version (https://aws.github.io/eks-charts; "
+        "v0.5.30 ships app v0.5.20).",
+    )
 
     @field_validator("nvidia_chart_version", "efa_chart_version")
     @classmethod
     def _pinned(cls, value: str) -> str:
         if not re.fullmatch(r"v?\d+\.\d+\.\d+", value):
-            raise ValueError(f"{value!r} is not an exact chart version such as '0.18.0'")
+            raise ValueError(f"{shown(value)} is not an exact chart version such as '0.18.0'")
         return value
+
+
+# --- observability (issue 14): Prometheus, Grafana, DCGM exporter, alert thresholds -------------------
+
+
+class ObservabilityConfig(Strict):
+    """What watches the serving layer: kube-prometheus-stack, the DCGM exporter and the alert thresholds."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Deploy Prometheus, Grafana, the DCGM exporter, scrape configs, dashboards and alerts.",
+    )
+    kube_prometheus_stack_chart_version: str = Field(
+        default="88.5.3",
+        description="kube-prometheus-stack chart version (https://prometheus-community.github.io/helm-charts).",
+    )
+    dcgm_exporter_chart_version: str = Field(
+        default="4.8.2", description="dcgm-exporter chart version (https://nvidia.github.io/dcgm-exporter/helm-charts)."
+    )
+    retention: str = Field(
+        default="15d", pattern=r"^\d+[hdw]$", description="How long Prometheus keeps samples (e.g. 15d)."
+    )
+    ttft_slo_seconds: float = Field(
+        default=2.5, description="Time-to-first-token SLO per phase; must be a bucket bound of vLLM's TTFT histogram."
+    )
+    itl_slo_seconds: float = Field(
+        default=0.1, description="Inter-token latency SLO per phase; must be a bucket bound of vLLM's ITL histogram."
+    )
+    slo_objective: float = Field(
+        default=0.99, gt=0.5, lt=1.0, description="Fraction of requests that must meet each latency SLO."
+    )
+    kv_cache_full_ratio: float = Field(
+        default=0.9, gt=0.0, le=1.0, description="Decode KV-cache usage (0..1) above which the cache counts as full."
+    )
+    kv_throughput_floor_fraction: float = Field(
+        default=0.5,
+        gt=0.0,
+        le=1.0,
+        description="KV throughput floor as a fraction of the GPU type's reference NIXL-over-EFA throughput.",
+    )
+    pending_minutes: int = Field(
+        default=15, ge=1, le=240, description="Minutes a Ray pod may stay Pending before the replicas-pending alert."
+    )
+
+    @field_validator("kube_prometheus_stack_chart_version", "dcgm_exporter_chart_version")
+    @classmethod
+    def _exact_version(cls, value: str) -> str:
+        if not re.fullmatch(r"\d+\.\d+\.\d+", value):
+            raise ValueError(f"{value!r} is not an exact chart version such as '88.5.3'")
+        return value
+
+    @field_validator("ttft_slo_seconds")
+    @classmethod
+    def _ttft_bucket(cls, value: float) -> float:
+        return _bucket_bound(value, TTFT_BUCKETS, "TTFT")
+
+    @field_validator("itl_slo_seconds")
+    @classmethod
+    def _itl_bucket(cls, value: float) -> float:
+        return _bucket_bound(value, ITL_BUCKETS, "inter-token latency")
+
+
+def _bucket_bound(value: float, buckets: tuple[float, ...], what: str) -> float:
+    # `le="<slo>"` must name a real bucket, or the SLO series is empty and the alert can never fire.
+    if float(value) not in buckets:
+        raise ValueError(
+            f"{value} is not a bucket bound of vLLM's {what} histogram; choose one of "
+            + ", ".join(f"{b:g}" for b in buckets)
+        )
+    return float(value)
 
 
 class StackConfig(Strict):
     """Everything a stack may set. Defaults here; per-stack overrides in Pulumi.<stack>.yaml."""
 
-    region: str  # from aws:region
-    network: NetworkConfig
-    cluster: ClusterConfig = ClusterConfig()
-    system_nodes: SystemNodesConfig = SystemNodesConfig()
-    gpu_nodes: GpuNodesConfig
-    # protect=True on the VPC and the cluster: `pulumi destroy` must be a deliberate act.
-    protect: bool = False
-    device_plugins: DevicePluginsConfig = DevicePluginsConfig()
-    kuberay: KubeRayConfig = KubeRayConfig()
-    # Omitted: the cluster, device plugins and operator come up without a RayService.
-    serving: Optional[ServingConfig] = None
+    region: str = Field(description="The AWS region (set as `aws:region`); every AZ must belong to it.")
+    network: NetworkConfig = Field(description="The VPC: CIDR, availability zones, subnets, NAT gateways.")
+    cluster: ClusterConfig = Field(default=ClusterConfig(), description="The EKS control plane.")
+    system_nodes: SystemNodesConfig = Field(
+        default=SystemNodesConfig(),
+        description="CPU nodes (label role=system) for system pods, the operators and the Ray head.",
+    )
+    gpu_nodes: GpuNodesConfig = Field(description="The EFA GPU node group: one AZ, one cluster placement group.")
+    protect: bool = Field(
+        default=False,
+        description="protect=True on the VPC and the cluster, so `pulumi destroy` must be a deliberate act.",
+    )
+    device_plugins: DevicePluginsConfig = Field(
+        default=DevicePluginsConfig(),
+        description="Chart versions of the NVIDIA and EFA device plugins.",
+    )
+    kuberay: KubeRayConfig = Field(default=KubeRayConfig(), description="The KubeRay operator chart.")
+    serving: Optional[ServingConfig] = Field(
+        default=None,
+        description="The model and its prefill/decode layout; omitted: no RayService is deployed.",
+    )
+    node_autoscaler: NodeAutoscalerConfig = Field(
+        default_factory=NodeAutoscalerConfig, description="Cluster Autoscaler for both node groups"
+    )
+    deploy: DeployConfig = Field(default_factory=DeployConfig, description="how `pulumi up` reaches this stack")
+    observability: ObservabilityConfig = Field(
+        default_factory=ObservabilityConfig, description="Prometheus, Grafana, DCGM exporter, dashboards and alerts."
+    )
 
     @field_validator("region")
     @classmethod
     def _region(cls, value: str) -> str:
         if not re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", value):
-            raise ValueError(f"{value!r} is not an AWS region name such as 'us-west-2'")
+            raise ValueError(f"{shown(value)} is not an AWS region name such as 'us-west-2'")
         return value
 
     @model_validator(mode="after")
@@ -372,6 +820,70 @@ class StackConfig(Strict):
             raise ValueError("\n".join(problems))  # one problem a line: reported separately
         return self
 
+    @model_validator(mode="after")
+    def _versions_fit(self) -> "StackConfig":
+        """Chart and image versions the GPU type and the Kubernetes minor need (facts in the catalog)."""
+        problems = []
+        instance = GPU_INSTANCE_TYPES[self.gpu_nodes.instance_type]
+        efa = self.device_plugins.efa_chart_version
+        if chart_version_key(efa) < chart_version_key(instance.min_efa_chart_version):
+            problems.append(
+                f"devicePlugins.efaChartVersion: {efa} does not list {instance.name} in its node affinity "
+                f"(first chart that does: {instance.min_efa_chart_version}); the EFA device plugin would never "
+                f"run on the GPU nodes"
+            )
+        autoscaler, minor = self.node_autoscaler, self.cluster.kubernetes_version
+        if autoscaler.enabled:
+            if autoscaler.image_tag is None and minor not in CLUSTER_AUTOSCALER_TAGS:
+                problems.append(
+                    f"nodeAutoscaler.imageTag: no Cluster Autoscaler image known for Kubernetes {minor} "
+                    f"(known: {', '.join(CLUSTER_AUTOSCALER_TAGS)}); set imageTag to a v{minor}.x release"
+                )
+            elif autoscaler.image_tag is not None and not autoscaler.image_tag.startswith(f"v{minor}."):
+                problems.append(
+                    f"nodeAutoscaler.imageTag: {autoscaler.image_tag} is not a {minor} release; Cluster Autoscaler "
+                    f"supports only the Kubernetes minor it was built for"
+                )
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    @model_validator(mode="after")
+    def _serving_runs_and_rolls_out_on_these_nodes(self) -> "StackConfig":
+        if self.serving is None:
+            return self
+        instance = GPU_INSTANCE_TYPES[self.gpu_nodes.instance_type]
+        problems = []
+        # The RayService moves the KV cache with NIXL over LIBFABRIC, which requires GPUDirect RDMA;
+        # without it the transfer cannot start (see the catalog's efa_rdma_read).
+        if not instance.efa_rdma_read:
+            capable = sorted(t.name for t in GPU_INSTANCE_TYPES.values() if t.efa_rdma_read)
+            problems.append(
+                f"gpuNodes.instanceType: {instance.name} has no GPUDirect RDMA over EFA (no RDMA read), and the "
+                f"serving layer moves the KV cache with NIXL over LIBFABRIC, which requires it; choose one of "
+                f"{', '.join(capable)}"
+            )
+        # KubeRay's NewCluster upgrade starts a second RayCluster (its worker groups at `replicas`,
+        # i.e. at their minimum) while the old one still serves, possibly at its maximum.
+        groups = self.serving.groups().values()
+        divisible = all(instance.gpus % g.tensor_parallel_size == 0 for g in groups)  # else reported above
+        if self.serving.upgrade_strategy == "NewCluster" and divisible:
+            old = sum(g.nodes(g.max_replicas, instance.gpus) for g in groups)
+            new = sum(g.nodes(g.min_replicas, instance.gpus) for g in groups)
+            if old + new > self.gpu_nodes.max_size:
+                problems.append(
+                    f"serving.upgradeStrategy: NewCluster needs {old} GPU node(s) for the serving cluster at its "
+                    f"maximum plus {new} for the new cluster, {old + new} in all, more than gpuNodes.maxSize "
+                    f"({self.gpu_nodes.max_size}); raise maxSize or use Recreate"
+                )
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    def autoscaler_image_tag(self) -> str:
+        """The Cluster Autoscaler image tag for this stack (validated above)."""
+        return self.node_autoscaler.image_tag or CLUSTER_AUTOSCALER_TAGS[self.cluster.kubernetes_version]
+
     @property
     def name(self) -> str:
         return PROJECT
@@ -387,15 +899,15 @@ def placement_problems(data: dict[str, Any]) -> list[str]:
     if not isinstance(azs, list) or not all(isinstance(a, str) for a in azs):
         return []
     problems = [
-        f"{PROJECT}:network.availabilityZones: {az!r} is not an AZ of region {region}"
+        f"{PROJECT}:network.availabilityZones: {shown(az)} is not an AZ of region {region}"
         for az in azs
         if region and not (az.startswith(region) and _AZ_SUFFIX.match(az[len(region):]))
     ]
     gpu_az = gpu.get("availabilityZone") if isinstance(gpu, dict) else None
     if isinstance(gpu_az, str) and gpu_az not in azs:
         problems.append(
-            f"{PROJECT}:gpuNodes.availabilityZone: {gpu_az!r} is not one of the network's availability zones "
-            f"({', '.join(azs)})"
+            f"{PROJECT}:gpuNodes.availabilityZone: {shown(gpu_az)} is not one of the network's availability zones "
+            f"({clip(', '.join(azs))})"
         )
     return problems
 
@@ -404,9 +916,13 @@ def _network(value: str) -> ipaddress.IPv4Network:
     try:
         net = ipaddress.ip_network(value, strict=True)
     except ValueError as exc:
-        raise ValueError(f"{value!r} is not a valid CIDR block ({exc})") from None
+        raise ValueError(f"{shown(value)} is not a valid CIDR block ({shown(str(exc))})") from None
     if not isinstance(net, ipaddress.IPv4Network):
-        raise ValueError(f"{value!r} is not an IPv4 CIDR block")
+        raise ValueError(f"{shown(value)} is not an IPv4 CIDR block")
+    special = _special_purpose(net)
+    if special:
+        raise ValueError(f"{value} is a {special} block, which AWS does not route; use a private block "
+                         "such as 10.0.0.0/16")
     return net
 
 
@@ -425,9 +941,12 @@ def _known_keys() -> list[str]:
 
 
 def _location(error: Mapping[str, Any]) -> str:
-    parts = [str(p) for p in error["loc"] if not str(p).startswith("function-after")]
+    parts = [shown(p, 60) if not isinstance(p, (str, int)) else str(p)[:60]
+             for p in error["loc"] if not str(p).startswith("function-after")]
     if not parts:
         return PROJECT
+    if parts == ["region"]:  # the model's `region` is the AWS provider's key
+        return "aws:region"
     return f"{PROJECT}:{parts[0]}" + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in parts[1:])
 
 
@@ -436,12 +955,22 @@ def _describe(error: Mapping[str, Any]) -> str:
     if error["type"] == "extra_forbidden":
         key = str(error["loc"][-1])
         siblings = _known_keys() if len(error["loc"]) == 1 else []
-        hint = difflib.get_close_matches(key, siblings, n=1)
+        hint = difflib.get_close_matches(key[:64], siblings, n=1)
         suffix = f" (did you mean {hint[0]!r}?)" if hint else ""
         return f"{where}: unknown key{suffix}"
     message = error["msg"].removeprefix("Value error, ")
+    if error["type"] not in ("value_error", "missing", "assertion_error") and "input" in error:
+        message += f" (got {shown(error['input'], 60)})"  # e.g. `maxSize: true` -> a valid integer (got True)
     # A model-level check reports several problems, one a line; at the top level each names its key.
-    return "\n".join(f"{PROJECT}:{part}" if where == PROJECT else f"{where}: {part}" for part in message.split("\n"))
+    return "\n".join(_at(where, part) for part in message.split("\n"))
+
+
+def _at(where: str, part: str) -> str:
+    """One problem of a model-level check at `where`; a leading `key: ` names a field below it."""
+    if where == PROJECT:
+        return f"{PROJECT}:{part}"
+    field = re.match(r"([a-z][A-Za-z]*): ", part)
+    return f"{where}.{field[1]}: {part[field.end():]}" if field else f"{where}: {part}"
 
 
 def _parse_value(raw: Any) -> Any:
@@ -455,7 +984,27 @@ def _parse_value(raw: Any) -> Any:
 
 
 # Keys read only as Pulumi secrets (pulumi.Config().get_secret), never part of the model.
-SECRET_ONLY_KEYS = ("hfToken",)
+SECRET_ONLY_KEYS = ("hfToken", "grafanaAdminPassword")
+# What each secret-only key is for (the README's config table lists them with the model's keys).
+SECRET_ONLY_KEY_DESCRIPTIONS = {
+    "hfToken": "Hugging Face token for gated models, set only with `pulumi config set --secret hfToken`; "
+    "plain text is refused.",
+    "grafanaAdminPassword": "Grafana's admin password, set only with "
+    "`pulumi config set --secret grafanaAdminPassword`; omitted: the Grafana chart generates one.",
+}
+
+HF_TOKEN_KEY = "hfToken"
+
+
+def gated_model_problems(config: StackConfig, has_hf_token: bool) -> list[str]:
+    """A gated model without a token would deploy, then fail every download with 401 until
+    `pulumi up` times out (serving.readyTimeoutMinutes); refuse it before anything registers."""
+    if config.serving is None or has_hf_token or not MODELS[config.serving.model_id].gated:
+        return []
+    return [
+        f"{PROJECT}:{HF_TOKEN_KEY}: not set, but serving.modelId {config.serving.model_id} is gated on Hugging Face "
+        f"(downloads without a token get 401); set it with `pulumi config set --secret {HF_TOKEN_KEY} hf_...`"
+    ]
 
 
 def validate_stack_config(
@@ -467,6 +1016,7 @@ def validate_stack_config(
     in plain text is refused, so it never reaches state or a manifest unencrypted.
     """
     data = {k: _parse_value(v) for k, v in project_values.items()}
+    has_hf_token = HF_TOKEN_KEY in data
     problems: list[str] = []
     secret = set(secret_keys)
     for key in SECRET_ONLY_KEYS:
@@ -477,6 +1027,10 @@ def validate_stack_config(
                     f"{PROJECT}:{key}: set in plain text; store it encrypted with "
                     f"`pulumi config set --secret {key} <value>`"
                 )
+    if "region" in data:  # would be silently replaced by aws:region below
+        data.pop("region")
+        problems.append(f"{PROJECT}:region: unknown key; the region is the AWS provider's "
+                        "(pulumi config set aws:region us-west-2)")
     if not region:
         problems.append("aws:region: not set (pulumi config set aws:region us-west-2)")
     data["region"] = region or "us-east-1"  # stand-in so the rest still validates
@@ -486,20 +1040,84 @@ def validate_stack_config(
     except ValidationError as exc:
         problems.extend(line for e in exc.errors() for line in _describe(e).split("\n"))
     problems.extend(placement_problems({**data, "region": region}))
+    if config is not None:
+        problems.extend(gated_model_problems(config, has_hf_token))
     if problems or config is None:
         raise ConfigError(problems)
     return config
 
 
-def validate_engine_config(config: Mapping[str, Any], secret_keys: Iterable[str] = ()) -> StackConfig:
+def validate_engine_config(
+    config: Mapping[str, Any], secret_keys: Iterable[str] = (), stack: Optional[str] = None
+) -> StackConfig:
     """Validate config in the engine's form: `project:key` -> value (objects as JSON text), `aws:region`.
 
     The one entry point for the program (from the runtime) and the tools (from a stack file).
+    Beyond the project's keys it refuses what the engine would pass on silently: keys of other
+    namespaces, AWS credentials in plain text, and (given `stack`) a stack name that makes an
+    invalid EKS cluster name. Every problem is reported at once.
     """
+    problems = engine_problems(config, secret_keys, stack)
     prefix = f"{PROJECT}:"
     values = {k[len(prefix):]: v for k, v in config.items() if k.startswith(prefix)}
     region = config.get("aws:region")
-    return validate_stack_config(values, str(region) if region else None, secret_keys)
+    try:
+        validated = validate_stack_config(values, str(region) if region else None, secret_keys)
+    except ConfigError as error:
+        raise ConfigError(problems + error.problems) from None
+    if problems:
+        raise ConfigError(problems)
+    return validated
+
+
+def aws_provider_keys() -> frozenset[str]:
+    """The `aws:` config keys the AWS provider reads, from pulumi_aws's own config module.
+
+    `pulumi_aws.config.vars` has one property per provider setting (`access_key` reads
+    `aws:accessKey`); their camelCase names are the keys. A key outside them (`aws:regoin`) would be
+    ignored by the provider without a word.
+    """
+    from pulumi_aws.config import vars as aws_vars
+
+    return frozenset(to_camel(name) for name, member in vars(aws_vars._ExportableConfig).items()
+                     if isinstance(member, property))
+
+
+def engine_problems(
+    config: Mapping[str, Any], secret_keys: Iterable[str] = (), stack: Optional[str] = None
+) -> list[str]:
+    """What is wrong outside the project's own keys (namespaces, AWS credentials, the stack name)."""
+    problems = []
+    secret = set(secret_keys)
+    for key in config:
+        namespace = str(key).split(":", 1)[0]
+        if namespace not in KNOWN_NAMESPACES:
+            hint = difflib.get_close_matches(namespace[:64], KNOWN_NAMESPACES, n=1)
+            problems.append(
+                f"{clip(str(key), 60)}: unknown namespace {shown(namespace, 40)}"
+                + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                + f"; this program reads only {' and '.join(n + ':' for n in KNOWN_NAMESPACES)} keys"
+            )
+    aws_keys = [str(k)[len("aws:"):] for k in config if str(k).startswith("aws:") and k != "aws:region"]
+    if aws_keys:
+        known = aws_provider_keys()
+        for key in aws_keys:
+            if key not in known:
+                hint = difflib.get_close_matches(key[:64], sorted(known), n=1)
+                problems.append(f"aws:{clip(key, 60)}: not a setting of the AWS provider"
+                                + (f" (did you mean 'aws:{hint[0]}'?)" if hint else "")
+                                + "; it would be ignored")
+    for key in AWS_SECRET_ONLY_KEYS:
+        if key in config and key not in secret:
+            problems.append(f"{key}: a credential set in plain text; store it encrypted with "
+                            f"`pulumi config set --secret {key} <value>` (or use an AWS profile)")
+    if stack is not None and not EKS_CLUSTER_NAME.match(stack_cluster_name(stack)):
+        problems.append(
+            f"stack name {shown(stack, 60)} makes the EKS cluster name {shown(stack_cluster_name(stack), 60)}, "
+            "which EKS refuses (letters, digits, '-' and '_', at most 100 characters); rename the stack "
+            "(`pulumi stack rename`)"
+        )
+    return problems
 
 
 def load_stack_config() -> StackConfig:
@@ -510,4 +1128,6 @@ def load_stack_config() -> StackConfig:
     merged.update(runtime_config.CONFIG.get())
     secret_keys = set(runtime_config.get_config_secret_keys_env())
     secret_keys.update(k for k in merged if runtime_config.is_config_secret(k))
-    return validate_engine_config(merged, secret_keys)
+    import pulumi
+
+    return validate_engine_config(merged, secret_keys, stack=pulumi.get_stack())

@@ -11,15 +11,25 @@ Why each piece exists:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
 
 import pulumi
 import pulumi_aws as aws
 
 from .catalog import GpuInstanceType
-from .config import GpuNodesConfig
-from .node_common import IMDSV2, instance_tags, launch_template_ref, root_volume, scaling_config
+from .config import CapacityBlock, CapacityReservation, GpuNodesConfig
+from .node_common import (
+    IMDSV2,
+    hugepages_script,
+    instance_tags,
+    launch_template_ref,
+    node_config,
+    node_group_options,
+    nodeadm_user_data,
+    root_volume,
+    scaling_config,
+)
 
 GPU_TAINT_KEY = "nvidia.com/gpu"
 GPU_LABELS = {"role": "gpu", "vpc.amazonaws.com/efa.present": "true"}
@@ -43,6 +53,66 @@ def efa_network_interfaces(
     ]
 
 
+GPU_TAINT_VALUE = "true"
+GPU_TAINT_EFFECT = "NoSchedule"  # Kubernetes spelling; EKS's node group API spells it NO_SCHEDULE
+
+
+def capacity_type(cfg: GpuNodesConfig) -> str:
+    """The node group's capacity type: a Capacity Block needs CAPACITY_BLOCK; an ODCR is ON_DEMAND."""
+    return "CAPACITY_BLOCK" if isinstance(cfg.capacity, CapacityBlock) else "ON_DEMAND"
+
+
+def capacity_reservation_id(cfg: GpuNodesConfig) -> str | None:
+    if isinstance(cfg.capacity, CapacityReservation):
+        return cfg.capacity.reservation_id
+    if isinstance(cfg.capacity, CapacityBlock):
+        return cfg.capacity.capacity_block_id
+    return None
+
+
+def capacity_settings(cfg: GpuNodesConfig) -> dict:
+    """Launch template arguments that put the nodes on the configured capacity.
+
+    ODCR: the template targets the reservation (CapacityReservationSpecification), so instances
+    launch into it rather than "open" matching. Capacity Block: EKS documents market type
+    `capacity-block` plus the block as the reservation target, and node group capacity type
+    CAPACITY_BLOCK (https://docs.aws.amazon.com/eks/latest/userguide/capacity-blocks-mng.html).
+    """
+    reservation = capacity_reservation_id(cfg)
+    if reservation is None:
+        return {}
+    settings: dict = {
+        "capacity_reservation_specification": aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
+            capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
+                capacity_reservation_id=reservation
+            )
+        )
+    }
+    if isinstance(cfg.capacity, CapacityBlock):
+        settings["instance_market_options"] = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(
+            market_type="capacity-block"
+        )
+    return settings
+
+
+def gpu_node_labels(cfg: GpuNodesConfig) -> dict[str, str]:
+    return {**GPU_LABELS, "llm-pd-eks/gpu-az": cfg.availability_zone}
+
+
+def gpu_autoscaler_template(cfg: GpuNodesConfig, instance: GpuInstanceType) -> dict[str, dict[str, str]]:
+    """What a node of this group will offer, for the node autoscaler's scale-from-template.
+
+    Labels, taint and the extended resources the device plugins advertise only once a node runs;
+    without them Cluster Autoscaler cannot tell that a pending Ray worker (asking for
+    `nvidia.com/gpu` and `vpc.amazonaws.com/efa`, tolerating the taint) fits this group.
+    """
+    return {
+        "labels": gpu_node_labels(cfg),
+        "taints": {GPU_TAINT_KEY: f"{GPU_TAINT_VALUE}:{GPU_TAINT_EFFECT}"},
+        "resources": {"nvidia.com/gpu": str(instance.gpus), "vpc.amazonaws.com/efa": str(instance.efa_interfaces)},
+    }
+
+
 @dataclass(frozen=True)
 class EfaGpuNodeGroupArgs:
     config: GpuNodesConfig
@@ -54,6 +124,7 @@ class EfaGpuNodeGroupArgs:
     cluster_security_group_id: pulumi.Input[str]
     depends_on: Sequence[pulumi.Resource] = ()  # the control plane and the node role's policies
     tags: dict[str, str] | None = None
+    autoscaler_tags: Mapping[str, str] = field(default_factory=dict)  # discovery + node-template tags
 
 
 class EfaGpuNodeGroup(pulumi.ComponentResource):
@@ -105,10 +176,19 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
             network_interfaces=efa_network_interfaces(
                 instance.efa_interfaces, [self.security_group.id, args.cluster_security_group_id]
             ),
-            block_device_mappings=[root_volume(cfg.disk_size_gib)],
+            block_device_mappings=[
+                root_volume(cfg.disk_size_gib, cfg.root_volume_iops, cfg.root_volume_throughput_mibps)
+            ],
+            # Instance store (catalog): nodeadm RAID0s the NVMe disks for kubelet/containerd state;
+            # the huge pages the EFA worker pod requests are reserved before the kubelet starts.
+            user_data=nodeadm_user_data(
+                node_config(local_storage_raid0=instance.nvme_disks > 0),
+                scripts=[hugepages_script(instance.efa_hugepages_2mi_mib)],
+            ),
             tag_specifications=[instance_tags(tags, name)],
             tags=tags,
             opts=child,
+            **capacity_settings(cfg),
         )
 
         self.node_group = aws.eks.NodeGroup(
@@ -117,14 +197,17 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
             node_role_arn=args.node_role_arn,
             subnet_ids=[args.subnet.id],  # ONE subnet, hence one AZ
             ami_type="AL2023_x86_64_NVIDIA",
-            capacity_type="ON_DEMAND",
+            capacity_type=capacity_type(cfg),
             scaling_config=scaling_config(cfg),
+            # One node at a time. EKS drains through the eviction API and honours PodDisruptionBudgets
+            # (the RayService's keep one prefill and one decode pod): rather than evict the last one it
+            # fails the update (PodEvictionFailure) unless forced, and force_update_version stays unset.
             update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
             launch_template=launch_template_ref(self.launch_template),
-            labels={**GPU_LABELS, "llm-pd-eks/gpu-az": cfg.availability_zone},
-            taints=[aws.eks.NodeGroupTaintArgs(key=GPU_TAINT_KEY, value="true", effect="NO_SCHEDULE")],
-            tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
+            labels=gpu_node_labels(cfg),
+            taints=[aws.eks.NodeGroupTaintArgs(key=GPU_TAINT_KEY, value=GPU_TAINT_VALUE, effect="NO_SCHEDULE")],
+            tags={**tags, **dict(args.autoscaler_tags)},
+            opts=node_group_options(self, list(args.depends_on)),
         )
         self.register_outputs(
             {

@@ -1,8 +1,10 @@
 """The prefill/decode RayService: Ray Serve LLM's `build_pd_openai_app` on KubeRay, KV cache over EFA.
 
 Layout (every number comes from the stack config and the GPU catalog):
-- The head runs on the system nodes with `num-gpus: "0"`: it hosts the Serve controller and the
-  OpenAI ingress, never an engine.
+- The head runs on the system nodes with `num-cpus: "0"` and `num-gpus: "0"`: Ray schedules nothing
+  there that asks for a CPU, so it hosts only the GCS and the Serve controller (a zero-CPU actor Serve
+  pins to the head). Serve's HTTP proxies (zero-CPU, one per node: proxy_location EveryNode) run on
+  every node; the OpenAI ingress replica (one CPU) lands on a GPU worker's spare CPUs.
 - Two worker groups, `prefill` and `decode`. A worker pod takes a whole GPU node: all its GPUs
   and all its EFA devices (a replica's KV transfer needs every EFA interface of the node, and
   the devices cannot be shared between pods), holding `gpus / tensorParallelSize` Serve replicas.
@@ -11,6 +13,16 @@ Layout (every number comes from the stack config and the GPU catalog):
 - Prefill and decode never share a node: each group advertises its own custom Ray resource
   (`prefill_gpu` / `decode_gpu`, one per GPU) that only that role's LLM config asks for in its
   placement bundles, and the pods carry a required anti-affinity against the other role.
+- Each worker group also advertises `accelerator_type:<T>` in its `resources`. Ray Serve LLM adds
+  `accelerator_type:<T>: 0.001` to every placement bundle; a raylet detects that resource itself, but
+  the KubeRay autoscaler builds its view of a group only from the group spec
+  (`_get_ray_resources_from_group_spec`: CPU, GPU, memory, `resources`), so without it no bundle
+  ever looks placeable and no pod is ever requested. `<T>` is Ray's own name for the GPU (catalog).
+- EFA inside the pod: 2 MiB huge pages and a memory request/limit (libfabric's EFA provider
+  allocates its buffers from huge pages; the EKS EFA guide requests both), `IPC_LOCK` to pin the
+  memory it registers, and `FI_EFA_USE_DEVICE_RDMA=1` only on types whose EFA has RDMA read.
+- Roll-outs: `serving.upgradeStrategy` (see `UPGRADE_STRATEGIES`); PodDisruptionBudgets keep a
+  node-group update from draining the last prefill or decode pod.
 - NIXL moves the KV cache over LIBFABRIC (libfabric's `efa` provider with device RDMA). Left on
   its default backend (UCX) it falls back to TCP over the VPC and everything still "works",
   only many times slower.
@@ -22,6 +34,7 @@ Layout (every number comes from the stack config and the GPU catalog):
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -37,7 +50,6 @@ from .system_nodes import SYSTEM_LABELS
 RAY_VERSION = "2.60.0"  # the Ray in the serving image; requirements.txt pins the same for the schema tests
 NAMESPACE = "llm-serving"
 RAY_SERVICE_NAME = "llm-pd"
-ENDPOINT_SERVICE_NAME = "llm-openai"
 HF_SECRET_NAME = "hf-token"
 HF_SECRET_KEY = "HF_TOKEN"
 SERVE_PORT = 8000
@@ -45,11 +57,12 @@ IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
 ROLES = ("prefill", "decode")
 
 ROLE_LABEL = "llm-pd-eks/role"  # prefill | decode, on worker pods (anti-affinity)
-APP_LABEL = "llm-pd-eks/ray-service"  # every Ray pod of this RayService (endpoint selector)
-SERVE_READY_LABEL = "ray.io/serve"  # KubeRay sets "true" on pods whose Serve proxy is healthy
+APP_LABEL = "llm-pd-eks/ray-service"  # every Ray pod of this RayService (PodDisruptionBudget selector)
 
-# libfabric's EFA provider with GPUDirect RDMA: what NIXL's LIBFABRIC backend runs on.
-EFA_ENV = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"}
+# libfabric's EFA provider: what NIXL's LIBFABRIC backend runs on. FI_EFA_USE_DEVICE_RDMA=1 is
+# added only where the device has RDMA read (libfabric aborts when it is forced on a device without).
+EFA_ENV = {"FI_PROVIDER": "efa"}
+EFA_RDMA_ENV = {"FI_EFA_USE_DEVICE_RDMA": "1"}
 KV_TRANSFER_CONFIG = {
     "kv_connector": "NixlConnector",
     "kv_role": "kv_both",
@@ -58,6 +71,15 @@ KV_TRANSFER_CONFIG = {
 # CPUs left to the kubelet and the node's DaemonSets (CNI, kube-proxy, device plugins).
 NODE_CPU_RESERVE = 2
 HEAD_RESOURCES = {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"memory": "8Gi"}}
+# Share of the instance's RAM a worker pod requests (and is limited to): the rest holds the kernel,
+# the kubelet's reservations, the node's pre-allocated huge pages and the DaemonSets.
+WORKER_MEMORY_SHARE = 0.85
+# The Ray resource Ray Serve LLM asks for in each bundle (ray._common.utils.RESOURCE_CONSTRAINT_PREFIX).
+ACCELERATOR_RESOURCE_PREFIX = "accelerator_type:"
+# serving.upgradeStrategy -> KubeRay 1.7 spec.upgradeStrategy.type (rayservice_types.go:
+# NewCluster | NewClusterWithIncrementalUpgrade | None). `Recreate` is KubeRay's `None` plus a Pulumi
+# replacement of the RayService whenever its Ray cluster changes (see LlmRayService).
+UPGRADE_STRATEGIES = {"Recreate": "None", "NewCluster": "NewCluster"}
 
 
 def role_resource(role: str) -> str:
@@ -67,6 +89,15 @@ def role_resource(role: str) -> str:
 
 def other_role(role: str) -> str:
     return ROLES[1 - ROLES.index(role)]
+
+
+def accelerator_resource(instance: GpuInstanceType) -> str:
+    """`accelerator_type:<T>`: what a raylet on this GPU reports and Ray Serve LLM's bundles ask for."""
+    return f"{ACCELERATOR_RESOURCE_PREFIX}{instance.ray_accelerator_type}"
+
+
+def worker_memory_gib(instance: GpuInstanceType) -> int:
+    return int(instance.memory_gib * WORKER_MEMORY_SHARE)
 
 
 def llm_config(serving: ServingConfig, role: str, instance: GpuInstanceType) -> dict[str, Any]:
@@ -115,7 +146,8 @@ def serve_config_yaml(serving: ServingConfig, instance: GpuInstanceType) -> str:
 
 def head_group(image: str) -> dict[str, Any]:
     return {
-        "rayStartParams": {"num-gpus": "0", "dashboard-host": "0.0.0.0"},
+        # No CPUs for Ray: nothing that asks for a CPU (ingress, engines) is scheduled on the head.
+        "rayStartParams": {"num-cpus": "0", "num-gpus": "0", "dashboard-host": "0.0.0.0"},
         "template": {
             "metadata": {"labels": {APP_LABEL: RAY_SERVICE_NAME}},
             "spec": {
@@ -148,7 +180,10 @@ def worker_group(
     group = serving.groups()[role]
     min_pods = group.nodes(group.min_replicas, instance.gpus)
     max_pods = group.nodes(group.max_replicas, instance.gpus)
-    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in EFA_ENV.items()]
+    efa_env = {**EFA_ENV, **(EFA_RDMA_ENV if instance.efa_rdma_read else {})}
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in efa_env.items()]
+    memory = f"{worker_memory_gib(instance)}Gi"
+    hugepages = f"{instance.efa_hugepages_2mi_mib}Mi"
     if hf_secret_name is not None:
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": hf_secret_name, "key": HF_SECRET_KEY}}})
     return {
@@ -157,7 +192,8 @@ def worker_group(
         "minReplicas": min_pods,
         "maxReplicas": max_pods,
         "rayStartParams": {},
-        "resources": {role_resource(role): str(instance.gpus)},
+        # What the autoscaler sees of a node of this group: its role resource and Ray's accelerator type.
+        "resources": {role_resource(role): str(instance.gpus), accelerator_resource(instance): "1"},
         "template": {
             "metadata": {"labels": {APP_LABEL: RAY_SERVICE_NAME, ROLE_LABEL: role}},
             "spec": {
@@ -181,14 +217,23 @@ def worker_group(
                     {
                         "name": "ray-worker",
                         "image": serving.image,
-                        # Extended resources: limits only (requests default to them).
+                        # Extended resources: limits only (requests default to them). Huge pages
+                        # must be requested equal to their limit; memory likewise (Guaranteed).
                         "resources": {
-                            "requests": {"cpu": str(instance.vcpus - NODE_CPU_RESERVE)},
+                            "requests": {
+                                "cpu": str(instance.vcpus - NODE_CPU_RESERVE),
+                                "memory": memory,
+                                "hugepages-2Mi": hugepages,
+                            },
                             "limits": {
                                 "nvidia.com/gpu": str(instance.gpus),
                                 "vpc.amazonaws.com/efa": str(instance.efa_interfaces),
+                                "memory": memory,
+                                "hugepages-2Mi": hugepages,
                             },
                         },
+                        # libfabric pins (mlocks) the memory it registers with the EFA device.
+                        "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
                         "env": env,
                         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
                     }
@@ -200,10 +245,29 @@ def worker_group(
     }
 
 
+def serve_service(serving: ServingConfig) -> dict[str, Any]:
+    """`spec.serveService`: KubeRay creates this Service and pins its selector to the cluster that
+    serves (`ray.io/cluster: <active>`, `ray.io/serve: "true"`), switching it only once a new cluster
+    is ready; name, type and annotations are ours, the `serve` port is merged in by KubeRay."""
+    public = serving.public_endpoint
+    return {
+        "metadata": {
+            "name": serving.endpoint_name,
+            "annotations": {**endpoint_annotations(public), **serving.endpoint_annotations},
+        },
+        "spec": {
+            "type": "LoadBalancer" if public else "ClusterIP",
+            "ports": [{"name": "serve", "port": SERVE_PORT, "targetPort": SERVE_PORT, "protocol": "TCP"}],
+        },
+    }
+
+
 def ray_service_spec(
     serving: ServingConfig, instance: GpuInstanceType, hf_secret_name: Optional[pulumi.Input[str]] = None
 ) -> dict[str, Any]:
     return {
+        "upgradeStrategy": {"type": UPGRADE_STRATEGIES[serving.upgrade_strategy]},
+        "serveService": serve_service(serving),
         "serveConfigV2": serve_config_yaml(serving, instance),
         "rayClusterConfig": {
             "rayVersion": RAY_VERSION,
@@ -215,18 +279,47 @@ def ray_service_spec(
 
 
 def wait_annotations(serving: ServingConfig) -> dict[str, str]:
-    """pulumi-kubernetes waits for KubeRay's `Ready` condition (serve app healthy, endpoints up)."""
+    """pulumi-kubernetes waits for KubeRay's `Ready` condition (serve app healthy, endpoints up).
+
+    With NewCluster, `Ready` stays true from the old cluster during an upgrade, so `up` also waits
+    for KubeRay's `UpgradeInProgress` to be False (the new cluster serves); a JSON list means all.
+    """
+    wait_for = ["condition=Ready"]
+    if serving.upgrade_strategy == "NewCluster":
+        wait_for.append("condition=UpgradeInProgress=False")
     return {
-        "pulumi.com/waitFor": "condition=Ready",
+        "pulumi.com/waitFor": wait_for[0] if len(wait_for) == 1 else json.dumps(wait_for),
         "pulumi.com/timeoutSeconds": str(serving.ready_timeout_minutes * 60),
     }
 
 
-def endpoint_service_spec(public: bool, ray_service_name: pulumi.Input[str]) -> k8s.core.v1.ServiceSpecArgs:
-    return k8s.core.v1.ServiceSpecArgs(
-        type="LoadBalancer" if public else "ClusterIP",
-        selector={APP_LABEL: ray_service_name, SERVE_READY_LABEL: "true"},
-        ports=[k8s.core.v1.ServicePortArgs(name="serve", port=SERVE_PORT, target_port=SERVE_PORT, protocol="TCP")],
+# The RayCluster fields whose change needs a new Ray cluster: KubeRay hashes the cluster spec without
+# each worker group's replicas/minReplicas/maxReplicas (utils.GenerateHashWithoutReplicasAndWorkersToDelete),
+# so scale bounds are updated in place and are not listed. tools/rollout.py classifies by the same rule.
+CLUSTER_REPLACE_PATHS = (
+    "spec.rayClusterConfig.rayVersion",
+    "spec.rayClusterConfig.enableInTreeAutoscaling",
+    "spec.rayClusterConfig.headGroupSpec",
+    "spec.rayClusterConfig.workerGroupSpecs[*].groupName",
+    "spec.rayClusterConfig.workerGroupSpecs[*].rayStartParams",
+    "spec.rayClusterConfig.workerGroupSpecs[*].resources",
+    "spec.rayClusterConfig.workerGroupSpecs[*].template",
+)
+
+
+def replace_on_changes(serving: ServingConfig) -> list[str]:
+    """With KubeRay's `None` strategy a Ray cluster change would never reach the pods; `Recreate`
+    makes Pulumi replace the RayService (delete first: same name) instead. serveConfigV2 and the
+    scale bounds are not listed: KubeRay applies them to the running cluster in place."""
+    return list(CLUSTER_REPLACE_PATHS) if serving.upgrade_strategy == "Recreate" else []
+
+
+def disruption_budget_spec(role: str) -> k8s.policy.v1.PodDisruptionBudgetSpecArgs:
+    """A node drain (managed node-group update, which honours PDBs) may evict a `role` pod only while
+    another one keeps serving: the last prefill or decode pod stays until a human forces it."""
+    return k8s.policy.v1.PodDisruptionBudgetSpecArgs(
+        min_available=1,
+        selector=k8s.meta.v1.LabelSelectorArgs(match_labels={APP_LABEL: RAY_SERVICE_NAME, ROLE_LABEL: role}),
     )
 
 
@@ -253,12 +346,13 @@ class RayServiceArgs:
 
 
 class LlmRayService(pulumi.ComponentResource):
-    """Namespace, optional HF token Secret, the RayService and its OpenAI-compatible Service."""
+    """Namespace, optional HF token Secret, the RayService (whose serveService is the OpenAI-compatible
+    endpoint) and a PodDisruptionBudget per worker group."""
 
     namespace: k8s.core.v1.Namespace
     hf_secret: Optional[k8s.core.v1.Secret]
     ray_service: k8s.apiextensions.CustomResource
-    endpoint_service: k8s.core.v1.Service
+    disruption_budgets: dict[str, k8s.policy.v1.PodDisruptionBudget]
     endpoint: pulumi.Output[Optional[str]]
 
     def __init__(self, name: str, args: RayServiceArgs, opts: pulumi.ResourceOptions | None = None):
@@ -285,6 +379,7 @@ class LlmRayService(pulumi.ComponentResource):
             hf_secret_name = self.hf_secret.metadata.name
 
         timeout = f"{serving.ready_timeout_minutes}m"
+        recreate = replace_on_changes(serving)
         self.ray_service = k8s.apiextensions.CustomResource(
             f"{name}-rayservice",
             api_version="ray.io/v1",
@@ -299,38 +394,47 @@ class LlmRayService(pulumi.ComponentResource):
                 # No data flows from these, yet the CRD, the device plugins and the nodes must exist first.
                 depends_on=[args.operator, *args.device_plugins, *args.node_groups],
                 custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout),
+                replace_on_changes=recreate or None,
+                # The name is fixed, and the old cluster must free its GPU nodes for the new one.
+                delete_before_replace=bool(recreate),
             ),
         )
 
-        public = serving.public_endpoint
-        # Selects the ready Serve proxies of this RayService; created once the RayService is Ready
-        # (its name flows in), so Pulumi's wait for endpoints does not race the first pods.
-        metadata: pulumi.Output[Any] = self.ray_service.metadata  # type: ignore[attr-defined]  # set dynamically
-        ray_service_name = metadata.apply(lambda m: _field(m, "name") or RAY_SERVICE_NAME)
-        self.endpoint_service = k8s.core.v1.Service(
-            f"{name}-endpoint",
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=ENDPOINT_SERVICE_NAME, namespace=namespace, annotations=endpoint_annotations(public)
-            ),
-            spec=endpoint_service_spec(public, ray_service_name),
-            opts=k8s_opts,
-        )
-        self.endpoint = self._endpoint_url(public)
+        # One PodDisruptionBudget per worker group: a managed node-group update drains nodes through
+        # the eviction API, which honours them (EKS fails the update rather than break one).
+        self.disruption_budgets = {
+            role: k8s.policy.v1.PodDisruptionBudget(
+                f"{name}-{role}-pdb",
+                metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{RAY_SERVICE_NAME}-{role}", namespace=namespace),
+                spec=disruption_budget_spec(role),
+                opts=k8s_opts,
+            )
+            for role in ROLES
+        }
+
+        self.endpoint = self._endpoint_url(name, serving, namespace, k8s_opts)
         self.register_outputs({"endpoint": self.endpoint, "modelId": serving.model_id})
 
-    def _endpoint_url(self, public: bool) -> pulumi.Output[Optional[str]]:
+    def _endpoint_url(
+        self, name: str, serving: ServingConfig, namespace: pulumi.Output[str], opts: pulumi.ResourceOptions
+    ) -> pulumi.Output[Optional[str]]:
         """The OpenAI base URL: the NLB's hostname when public, the in-cluster DNS name otherwise."""
-        if not public:
-            return pulumi.Output.from_input(
-                f"http://{ENDPOINT_SERVICE_NAME}.{NAMESPACE}.svc.cluster.local:{SERVE_PORT}/v1"
-            )
+        service_name = serving.endpoint_name
+        if not serving.public_endpoint:
+            return pulumi.Output.from_input(f"http://{service_name}.{NAMESPACE}.svc.cluster.local:{SERVE_PORT}/v1")
+
+        # KubeRay creates the Service once a cluster is ready, i.e. by the time the RayService is
+        # (its metadata flows into the id, so the read waits for it and is skipped while unknown).
+        metadata: pulumi.Output[Any] = self.ray_service.metadata  # type: ignore[attr-defined]  # set dynamically
+        service_id = pulumi.Output.all(namespace, metadata).apply(lambda parts: f"{parts[0]}/{service_name}")
+        service = k8s.core.v1.Service.get(f"{name}-endpoint", service_id, opts=opts)
 
         def from_status(status: Any) -> Optional[str]:
             ingress = _field(_field(status, "load_balancer"), "ingress") or []
             host = (_field(ingress[0], "hostname") or _field(ingress[0], "ip")) if ingress else None
             return f"http://{host}:{SERVE_PORT}/v1" if host else None
 
-        return self.endpoint_service.status.apply(from_status)
+        return service.status.apply(from_status)
 
 
 def _field(obj: Any, key: str) -> Any:

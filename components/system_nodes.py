@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
 
 import pulumi
 import pulumi_aws as aws
 
 from .config import SystemNodesConfig
-from .node_common import IMDSV2, instance_tags, launch_template_ref, root_volume, scaling_config
+from .node_common import (
+    IMDSV2,
+    instance_tags,
+    launch_template_ref,
+    node_group_options,
+    root_volume,
+    scaling_config,
+)
 
 SYSTEM_LABELS = {"role": "system"}
 
@@ -22,6 +29,12 @@ class SystemNodeGroupArgs:
     subnet_ids: Sequence[pulumi.Input[str]]  # private subnets, all AZs
     depends_on: Sequence[pulumi.Resource] = ()  # the control plane and the node role's policies
     tags: dict[str, str] | None = None
+    autoscaler_tags: Mapping[str, str] = field(default_factory=dict)  # discovery + node-template tags
+
+
+def system_autoscaler_template() -> dict[str, dict[str, str]]:
+    """What a system node offers the node autoscaler's template: its label (no taint, no extras)."""
+    return {"labels": dict(SYSTEM_LABELS), "taints": {}, "resources": {}}
 
 
 class SystemNodeGroup(pulumi.ComponentResource):
@@ -39,7 +52,9 @@ class SystemNodeGroup(pulumi.ComponentResource):
             f"{name}-lt",
             description="System nodes: IMDSv2, encrypted gp3 root",
             metadata_options=IMDSV2,
-            block_device_mappings=[root_volume(cfg.disk_size_gib)],
+            block_device_mappings=[
+                root_volume(cfg.disk_size_gib, cfg.root_volume_iops, cfg.root_volume_throughput_mibps)
+            ],
             tag_specifications=[instance_tags(tags, name)],
             tags=tags,
             opts=child,
@@ -56,7 +71,7 @@ class SystemNodeGroup(pulumi.ComponentResource):
             update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
             launch_template=launch_template_ref(launch_template),
             labels=SYSTEM_LABELS,
-            tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
+            tags={**tags, **dict(args.autoscaler_tags)},
+            opts=node_group_options(self, list(args.depends_on)),
         )
         self.register_outputs({"nodeGroupName": self.node_group.node_group_name})

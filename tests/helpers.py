@@ -79,3 +79,13 @@ def copy_checkout(dst: Path) -> Path:
     """The program, its tools and stack files (no virtualenv, caches, build output or tests) at `dst`."""
     shutil.copytree(ROOT, dst, ignore=_NOT_COPIED)
     return dst
+
+
+# -- external binaries (issue 14: Debian's `prometheus` package ships promtool and the server) -----
+def requires_binary(name: str) -> pytest.MarkDecorator:
+    """Skip when `name` is not on PATH, except under CI (`CI` set, as GitHub Actions does): there a
+    missing binary must fail the run, not silently skip the tests that need it."""
+    import os
+
+    missing = shutil.which(name) is None and not os.environ.get("CI")
+    return pytest.mark.skipif(missing, reason=f"{name} not installed (Debian package `prometheus`; CI installs it)")

@@ -20,6 +20,7 @@ from components.catalog import GPU_INSTANCE_TYPES
 from tools.preview.analyzer import UNKNOWN, PolicyPackServer, Verdict
 
 STACK, PROJECT = "test", "llm-pd-eks"
+SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
 
 _server: Optional[PolicyPackServer] = None
 
@@ -98,13 +99,16 @@ def mandatory(verdicts: list[Verdict]) -> list[Verdict]:
 COMPONENT = "llm-pd-eks:index:EfaGpuNodeGroup"
 
 
-def efa_interfaces(count: int) -> list[dict[str, Any]]:
+def efa_interfaces(count: int, security_group: Any = "sg-efa") -> list[dict[str, Any]]:
     """One EFA interface per network card: 'efa' (with ENA) on card 0, 'efa-only' on the rest."""
     return [
         {"networkCardIndex": i, "deviceIndex": 0 if i == 0 else 1, "interfaceType": "efa" if i == 0 else "efa-only",
-         "deleteOnTermination": "true"}
+         "deleteOnTermination": "true", "securityGroups": [security_group]}
         for i in range(count)
     ]
+
+
+SELF_ALL = {"protocol": "-1", "fromPort": 0, "toPort": 0, "self": True}
 
 
 def gpu_stack(
@@ -124,16 +128,21 @@ def gpu_stack(
         for i, az in enumerate(azs)
     }
     pg = Res(PLACEMENT_GROUP, "gpu-nodes-pg", {"strategy": "cluster"}, parent=comp)
+    sg = Res(SECURITY_GROUP, "gpu-nodes-efa-sg",
+             {"vpcId": "vpc-1", "ingress": [SELF_ALL],
+              "egress": [SELF_ALL, {"protocol": "-1", "fromPort": 0, "toPort": 0, "cidrBlocks": ["0.0.0.0/0"]}]},
+             parent=comp)
     lt = Res(
         LAUNCH_TEMPLATE,
         "gpu-nodes-lt",
         {
             "instanceType": instance_type,
-            "networkInterfaces": efa_interfaces(GPU_INSTANCE_TYPES[instance_type].efa_interfaces),
+            "networkInterfaces": efa_interfaces(GPU_INSTANCE_TYPES[instance_type].efa_interfaces,
+                                                UNKNOWN if unknown_ids else "sg-efa"),
             "metadataOptions": {"httpTokens": "required", "httpEndpoint": "enabled", "httpPutResponseHopLimit": 1},
             "placement": {"groupName": UNKNOWN if unknown_ids else "gpu-nodes-pg-1a2b3c"},
         },
-        deps={"placement": [pg]},
+        deps={"placement": [pg], "networkInterfaces": [sg]},
         parent=comp,
     )
     ng = Res(
@@ -149,7 +158,7 @@ def gpu_stack(
         deps={"subnetIds": list(subnets.values()), "launchTemplate": [lt]},
         parent=comp,
     )
-    return {"component": comp, **subnets, "pg": pg, "lt": lt, "ng": ng}
+    return {"component": comp, **subnets, "pg": pg, "sg": sg, "lt": lt, "ng": ng}
 
 
 def without_deps(stack: dict[str, Res]) -> dict[str, Res]:
@@ -161,6 +170,7 @@ def without_deps(stack: dict[str, Res]) -> dict[str, Res]:
         if res.type == SUBNET:
             res.props["id"] = f"{key}-id"
     stack["lt"].props["id"] = "lt-0123"
+    stack["sg"].props["id"] = "sg-efa"
     stack["pg"].props["name"] = "gpu-nodes-pg-1a2b3c"
     return stack
 

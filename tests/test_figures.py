@@ -162,6 +162,7 @@ def test_dev_shaped_cost_by_hand():
     # = 20.98528 + 0.4032 + 0.045 + 0.10 = 21.53348 per hour; x 730 = 15,719.4404 per month.
     # (Unit prices as in tools/preview/data/prices.json; the shape is set here, not read from Pulumi.dev.yaml.)
     config, secret_keys = load_stack_config("dev")
+    config.pop("llm-pd-eks:serving")  # a g6e cannot serve (no GPUDirect RDMA); the cost shape needs no serving
     config["aws:region"] = "us-west-2"
     config["llm-pd-eks:network"] = json.dumps(
         {"vpcCidr": "10.10.0.0/16", "availabilityZones": ["us-west-2a", "us-west-2b"], "natGateways": "single"}

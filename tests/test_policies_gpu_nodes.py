@@ -134,16 +134,26 @@ def test_unknown_network_interfaces_are_no_violation():
 
 
 @pytest.mark.parametrize("instance_type", [t for t, c in GPU_INSTANCE_TYPES.items() if c.efa_interfaces > 1])
-def test_fewer_efa_interfaces_than_cards_is_advisory(instance_type):
+def test_fewer_efa_interfaces_than_cards_is_refused(instance_type):
+    """Mandatory: the README promises EFA on every card, and a missing card fails nothing at deploy time."""
     cards = GPU_INSTANCE_TYPES[instance_type].efa_interfaces
     stack = gpu_stack(instance_type)
     stack["lt"].props["networkInterfaces"] = efa_interfaces(cards - 1)
     verdicts = judge(stack)
-    assert mandatory(verdicts) == []
-    found = of(verdicts, "efa-interface-count", "advisory")
-    assert [v.urn for v in found] == [stack["lt"].urn]
-    assert f"{cards - 1} EFA interface(s)" in found[0].message and f"supports {cards}" in found[0].message
-    assert f"[{cards - 1}]" in found[0].message  # the one card left without EFA
+    found = of(verdicts, "efa-interface-count")
+    assert [v.urn for v in mandatory(verdicts)] == [stack["lt"].urn] == [v.urn for v in found]
+    assert f"{cards - 1} EFA interface(s)" in found[0].message and f"has {cards} network card(s)" in found[0].message
+    assert f"cards without EFA: [{cards - 1}]" in found[0].message  # the one card left without EFA
+
+
+def test_p5_with_one_of_32_interfaces_or_all_on_card_0_is_refused():
+    one = gpu_stack("p5.48xlarge")
+    one["lt"].props["networkInterfaces"] = efa_interfaces(1)
+    assert "cards without EFA: [1, 2," in of(judge(one), "efa-interface-count")[0].message
+    stacked = gpu_stack("p5.48xlarge")
+    stacked["lt"].props["networkInterfaces"] = [dict(n, networkCardIndex=0) for n in efa_interfaces(32)]
+    (found,) = of(judge(stacked), "efa-interface-count")
+    assert "more than one EFA interface on card(s) [0]" in found.message
 
 
 def test_efa_on_duplicate_card_still_misses_a_card():
@@ -151,8 +161,9 @@ def test_efa_on_duplicate_card_still_misses_a_card():
     nics = efa_interfaces(4)
     nics[3]["networkCardIndex"] = 2
     stack["lt"].props["networkInterfaces"] = nics
-    found = of(judge(stack), "efa-interface-count", "advisory")
-    assert len(found) == 1 and "[3]" in found[0].message
+    found = of(judge(stack), "efa-interface-count")
+    assert len(found) == 1 and "cards without EFA: [3]" in found[0].message
+    assert "more than one EFA interface on card(s) [2]" in found[0].message
 
 
 # -- 3. cluster placement ----------------------------------------------------------------------
@@ -182,7 +193,11 @@ def test_unknown_strategy_or_unresolvable_group_is_no_violation():
     assert of(judge(stack), "gpu-cluster-placement-group") == []
     external = without_deps(gpu_stack())
     external["lt"].props["placement"] = {"groupName": "made-elsewhere"}
-    assert of(judge(external), "gpu-cluster-placement-group") == []
+    verdicts = judge(external)
+    assert of(verdicts, "gpu-cluster-placement-group") == []
+    # ...but a literal name outside the stack is not "unknown": the blind-spot rule names it.
+    (found,) = of(verdicts, "gpu-references-in-stack")
+    assert "placement group 'made-elsewhere'" in found.message
 
 
 def test_cpu_launch_template_needs_no_placement_group():
@@ -193,17 +208,18 @@ def test_cpu_launch_template_needs_no_placement_group():
 
 
 # -- 4. IMDSv2 ---------------------------------------------------------------------------------
-SYSTEM_LT = {"instanceType": "m7i.xlarge", "metadataOptions": {"httpTokens": "required", "httpEndpoint": "enabled"}}
+SYSTEM_LT = {"instanceType": "m7i.xlarge"}
+HOP1 = {"httpPutResponseHopLimit": 1}
 
 
 @pytest.mark.parametrize(
     "metadata, violation",
     [
-        ({"httpTokens": "required", "httpEndpoint": "enabled"}, False),
+        ({"httpTokens": "required", "httpEndpoint": "enabled", **HOP1}, False),
         ({"httpEndpoint": "disabled"}, False),  # no IMDS at all
-        ({"httpTokens": UNKNOWN}, False),  # first preview: can't tell
-        ({"httpTokens": "optional", "httpEndpoint": "enabled"}, True),
-        ({"httpEndpoint": "enabled"}, True),  # EC2 default: optional
+        ({"httpTokens": UNKNOWN, "httpPutResponseHopLimit": UNKNOWN}, False),  # first preview: can't tell
+        ({"httpTokens": "optional", "httpEndpoint": "enabled", **HOP1}, True),
+        ({"httpEndpoint": "enabled", **HOP1}, True),  # EC2 default: optional
         (None, True),
     ],
 )
@@ -216,6 +232,21 @@ def test_imdsv2_on_every_launch_template(metadata, violation):
     assert [v.urn for v in found] == ([lt.urn] if violation else [])
     if violation:
         assert "system-nodes-lt" in found[0].message and "httpTokens: 'required'" in found[0].message
+
+
+@pytest.mark.parametrize("hops, violation", [(1, False), (2, True), (None, True), ("one", True), (UNKNOWN, False)])
+def test_imds_hop_limit(hops, violation):
+    """Hop limit 2+ lets every pod reach the node role's credentials; unset leaves it to the AMI."""
+    metadata = {"httpTokens": "required", "httpEndpoint": "enabled"}
+    if hops is not None:
+        metadata["httpPutResponseHopLimit"] = hops
+    lt = Res(LAUNCH_TEMPLATE, "system-nodes-lt", {**SYSTEM_LT, "metadataOptions": metadata})
+    found = of(judge([lt]), "launch-template-imdsv2")
+    assert [v.urn for v in found] == ([lt.urn] if violation else [])
+    if violation:
+        assert "httpPutResponseHopLimit" in found[0].message
+    if hops == 2:  # the limit is policy config
+        assert of(judge([lt], {"launch-template-imdsv2": {"maxHopLimit": 2}}), "launch-template-imdsv2") == []
 
 
 # -- 5. private GPU nodes ----------------------------------------------------------------------

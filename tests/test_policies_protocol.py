@@ -17,7 +17,7 @@ from tools.preview.analyzer import ROOT, PolicyPackServer
 CATALOG_EFA = {name: t.efa_interfaces for name, t in GPU_INSTANCE_TYPES.items()}
 POLICIES_NEEDING_EFA_TABLE = [
     "gpu-node-group-single-az", "efa-on-gpu-nodes", "efa-interface-count", "gpu-cluster-placement-group",
-    "gpu-nodes-private",
+    "gpu-nodes-private", "efa-security-group", "gpu-references-in-stack", "ray-gpu-pods-efa",
 ]
 
 
@@ -30,8 +30,9 @@ def test_info_announces_every_rule_with_its_level_and_kind():
     assert info.name == "llm-pd-eks-policies" and info.supportsConfig
     policies = _policies()
     stack_rules = {"gpu-node-group-single-az", "efa-on-gpu-nodes", "efa-interface-count",
-                   "gpu-cluster-placement-group", "gpu-nodes-private"}
-    resource_rules = {"launch-template-imdsv2", "nixl-libfabric-backend", "ray-gpu-pods-efa",
+                   "gpu-cluster-placement-group", "gpu-nodes-private", "efa-security-group",
+                   "gpu-references-in-stack", "ray-gpu-pods-efa", "capacity-reservation-in-gpu-az"}
+    resource_rules = {"launch-template-imdsv2", "nixl-libfabric-backend",
                       "no-literal-secrets-in-pods", "serve-endpoint-not-internet-facing",
                       "eks-public-endpoint-restricted"}
     assert set(policies) == stack_rules | resource_rules
@@ -39,9 +40,8 @@ def test_info_announces_every_rule_with_its_level_and_kind():
         kind = analyzer_pb2.POLICY_TYPE_STACK if name in stack_rules else analyzer_pb2.POLICY_TYPE_RESOURCE
         assert p.policy_type == kind, name
         assert p.description, name
-        # Only the "fewer EFA interfaces than cards" check is advisory; the rest gate deployments.
-        level = analyzer_pb2.ADVISORY if name == "efa-interface-count" else analyzer_pb2.MANDATORY
-        assert p.enforcementLevel == level, name
+        # Every rule gates deployments by default; a stack lowers a level through policy config.
+        assert p.enforcementLevel == analyzer_pb2.MANDATORY, name
 
 
 @pytest.mark.parametrize("policy", POLICIES_NEEDING_EFA_TABLE)
@@ -57,6 +57,25 @@ def test_pack_efa_table_module_agrees_with_the_program_catalog():
     assert EFA_GPU_TYPES == CATALOG_EFA
 
 
+def test_pack_gpu_counts_agree_with_the_program_catalog():
+    from policies.rules.efa_table import GPUS_PER_INSTANCE
+
+    assert GPUS_PER_INSTANCE == {name: t.gpus for name, t in GPU_INSTANCE_TYPES.items()}
+
+
+def test_readme_policy_config_example_is_accepted_and_covers_every_policy():
+    """The README's example config is valid for the pack, and its table names every policy."""
+    import json
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("<!-- section:policies -->"):text.index("<!-- /section:policies -->")]
+    example = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
+    sent = pack().configure(example)
+    assert sent["gpu-references-in-stack"]["enforcementLevel"] == "advisory"
+    for name in _policies():
+        assert f"| `{name}` |" in section, name
+
+
 def test_pack_pins_the_same_pulumi_policy_as_the_project():
     def pin(path):
         text = path.read_text()
@@ -67,8 +86,10 @@ def test_pack_pins_the_same_pulumi_policy_as_the_project():
 
 def test_configure_fills_schema_defaults_and_keeps_levels():
     sent = pack().configure({"efa-interface-count": {"efaGpuTypes": {"p5.48xlarge": 32}}})
-    assert sent["efa-interface-count"] == {"enforcementLevel": "advisory",
-                                           "properties": {"efaGpuTypes": {"p5.48xlarge": 32}}}
+    assert sent["efa-interface-count"]["enforcementLevel"] == "mandatory"
+    assert sent["efa-interface-count"]["properties"] == {
+        "efaGpuTypes": {"p5.48xlarge": 32}, "extraEfaGpuTypes": {}, "gpuFamilyPattern": r"^(p|g|gr|trn)\d",
+        "nonEfaGpuTypes": [], "unlistedGpuTypes": "deny"}
     assert sent["serve-endpoint-not-internet-facing"] == {"enforcementLevel": "mandatory",
                                                           "properties": {"allowInternetFacing": False}}
 
@@ -80,7 +101,8 @@ def test_configure_fills_schema_defaults_and_keeps_levels():
         ({"launch-template-imdsv2": "sometimes"}, "enforcementLevel 'sometimes'"),
         ({"serve-endpoint-not-internet-facing": {"allowInternetFacing": "yes"}}, "allowInternetFacing"),
         ({"efa-on-gpu-nodes": {"efaGpuType": {}}}, "efaGpuType"),
-        ({"launch-template-imdsv2": {"strict": True}}, "takes no config"),
+        ({"nixl-libfabric-backend": {"strict": True}}, "strict"),
+        ({"gpu-references-in-stack": {"unlistedGpuTypes": "maybe"}}, "unlistedGpuTypes"),
     ],
 )
 def test_bad_policy_config_is_refused_by_name(config, complaint):
@@ -97,7 +119,7 @@ def test_enforcement_level_overrides_reach_the_pack():
 
 
 def test_analyze_attributes_a_resource_verdict_to_the_resource():
-    lt = Res(LAUNCH_TEMPLATE, "bare-lt", {"instanceType": "m7i.large"})
+    lt = Res(LAUNCH_TEMPLATE, "bare-lt", {"instanceType": "m7i.large"})  # no metadataOptions
     server = pack()
     server.configure()
     verdicts = server.analyze(lt.message())

@@ -8,6 +8,7 @@ from google.protobuf import json_format
 from helpers import RAY_SERVICE, STACKS
 from policy_fixtures import mandatory, of, pack
 
+from components.catalog import GPU_INSTANCE_TYPES
 from tools.preview.analyzer import UNKNOWN, analyze_run, run_resources
 from tools.preview.mockrun import stack_config
 
@@ -153,3 +154,58 @@ def test_stack_placement_strategy_judged_on_first_preview(stack, programs):
     _set_props(pg, {**_props(pg), "strategy": "partition"})
     found = of(_judge(resources), "gpu-cluster-placement-group")
     assert [v.urn for v in found] == [lt.urn] and "'partition'" in found[0].message
+
+
+@pytest.mark.parametrize("preview", ["mock-ids", "first-preview"])
+@pytest.mark.parametrize("stack", STACKS)
+def test_stack_efa_security_group_is_really_judged(stack, preview, programs):
+    """Open the stack's EFA security group to the internet: efa-security-group names it."""
+    run = programs(stack)
+    resources = run_resources(run) if preview == "mock-ids" else first_preview(run)
+    sg = next(r for r in resources if r.type == "aws:ec2/securityGroup:SecurityGroup" and "efa" in r.name)
+    props = _props(sg)
+    props["ingress"].append({"protocol": "-1", "fromPort": 0, "toPort": 0, "cidrBlocks": ["0.0.0.0/0"]})
+    _set_props(sg, props)
+    found = of(_judge(resources), "efa-security-group")
+    assert [v.urn for v in found] == [sg.urn] and "admits the whole internet" in found[0].message
+
+
+@pytest.mark.parametrize("preview", ["mock-ids", "first-preview"])
+@pytest.mark.parametrize("stack", STACKS)
+def test_stack_gpu_subnet_route_to_internet_gateway_is_really_judged(stack, preview, programs):
+    """Point the GPU subnet's route table at the internet gateway (mapPublicIpOnLaunch stays false)."""
+    run = programs(stack)
+    resources = run_resources(run) if preview == "mock-ids" else first_preview(run)
+    gpu_ng = next(r for r in resources if r.name == "gpu-nodes-ng")
+    subnet_urn = gpu_ng.propertyDependencies["subnetIds"].urns[0]
+    assoc = next(r for r in resources if r.type == "aws:ec2/routeTableAssociation:RouteTableAssociation"
+                 and list(r.propertyDependencies["subnetId"].urns) == [subnet_urn])
+    table = next(r for r in resources if r.urn == assoc.propertyDependencies["routeTableId"].urns[0])
+    igw = next(r for r in resources if r.type == "aws:ec2/internetGateway:InternetGateway")
+    props = _props(table)
+    assert all("natGatewayId" in route for route in props["routes"])
+    assert of(_judge(resources), "gpu-nodes-private") == []
+    props["routes"] = [{"cidrBlock": "0.0.0.0/0", "gatewayId": UNKNOWN if preview == "first-preview" else "igw-1"}]
+    _set_props(table, props)
+    table.propertyDependencies["routes"].urns[:] = [igw.urn]
+    found = of(_judge(resources), "gpu-nodes-private")
+    assert [v.urn for v in found] == [gpu_ng.urn] and "routes to an internet gateway" in found[0].message
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_stack_ray_pods_efa_share_is_really_judged(stack, programs):
+    """One EFA device per GPU pod: enough on a 1-card type (dev's g6e.12xlarge), refused on p4d/p5."""
+    resources = first_preview(programs(stack))
+    svc = _ray_service(stack, resources)
+    gpu_type = stack_config(stack).gpu_nodes.instance_type
+    props = _props(svc)
+    for group in props["spec"]["rayClusterConfig"]["workerGroupSpecs"]:
+        for c in group["template"]["spec"]["containers"]:
+            if "vpc.amazonaws.com/efa" in c.get("resources", {}).get("limits", {}):
+                c["resources"]["limits"]["vpc.amazonaws.com/efa"] = "1"
+    _set_props(svc, props)
+    found = of(_judge(resources), "ray-gpu-pods-efa")
+    cards = GPU_INSTANCE_TYPES[gpu_type].efa_interfaces
+    assert bool(found) == (cards > 1)
+    for v in found:
+        assert f"of its {cards})" in v.message and gpu_type in v.message

@@ -14,16 +14,19 @@ from __future__ import annotations
 import json
 import os
 import socket
+import socketserver
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+from datetime import UTC
 from pathlib import Path
 
 import boto3
 import pytest
 from botocore.stub import Stubber
-from helpers import ROOT, STACKS, engine_config_with
+from helpers import ROOT, STACKS, copy_checkout, engine_config_with
 
 from components.catalog import GPU_INSTANCE_TYPES
 from components.config import ConfigError, StackConfig, validate_engine_config
@@ -109,6 +112,21 @@ def stubbed_quotas(region: str, answers: list[tuple[str, float]]) -> tuple[objec
     return client, stub
 
 
+def stubbed_eks_versions(region: str, version: str, status: str):
+    """A real EKS client answering DescribeClusterVersions (moto 5.2.5 lacks it), shapes checked by botocore."""
+    from datetime import datetime
+
+    client = boto3.client("eks", region_name=region)
+    stub = Stubber(client)
+    stub.add_response("describe_cluster_versions", {"clusterVersions": [{
+        "clusterVersion": version, "clusterType": "eks", "versionStatus": status, "status": status,
+        "endOfStandardSupportDate": datetime(2027, 3, 27, tzinfo=UTC),
+        "endOfExtendedSupportDate": datetime(2028, 3, 27, tzinfo=UTC),
+    }]}, {"clusterVersions": [version]})
+    stub.activate()
+    return client, stub
+
+
 def quota_answers(config: StackConfig, ec2, gpu: float, system: float, eip: float) -> list[tuple[str, float]]:
     """Stub answers in the order run_checks asks: GPU family, system family, Elastic IPs."""
     gpu_code = GPU_INSTANCE_TYPES[config.gpu_nodes.instance_type].family_quota_code
@@ -172,8 +190,10 @@ def test_checked_in_stacks_pass_with_just_enough_quota(aws, stack):
     answers = quota_answers(config, ec2, gpu=config.gpu_nodes.max_size * gpu.vcpus,
                             system=config.system_nodes.max_size * system_vcpus, eip=nat)
     quotas, stub = stubbed_quotas(config.region, answers)
-    results = preflight.run_checks(config, ec2, quotas)
+    eks, eks_stub = stubbed_eks_versions(config.region, config.cluster.kubernetes_version, "STANDARD_SUPPORT")
+    results = preflight.run_checks(config, ec2, quotas, eks=eks)
     stub.assert_no_pending_responses()
+    eks_stub.assert_no_pending_responses()
     assert [r.check for r in results] == list(preflight.CHECK_NAMES)
     assert [r.status for r in results] == ["ok"] * len(results), results
 
@@ -211,7 +231,7 @@ def test_gpu_type_not_offered_in_az_lists_the_azs_that_offer_it(aws):
 
 
 @pytest.mark.parametrize("stack, code, needed", [
-    ("dev", "L-DB2E81BA", 96),    # G family: maxSize 2 x g6e.12xlarge 48 vCPUs
+    ("dev", "L-417A185B", 192),   # P family: maxSize 2 x p4d.24xlarge 96 vCPUs
     ("prod", "L-417A185B", 768),  # P family: maxSize 4 x p5.48xlarge 192 vCPUs
 ])
 def test_gpu_vcpu_quota_boundary(aws, stack, code, needed):
@@ -299,12 +319,14 @@ def test_cli_against_moto_json_and_warning_exit(moto_url, tmp_path):
     status = {c["check"]: c["status"] for c in report["checks"]}
     for ec2_item in ("availability-zones", "gpu-offering", "gpu-efa", "system-offering"):
         assert status[ec2_item] == "ok"
-    for quota_item in ("gpu-vcpu-quota", "system-vcpu-quota", "eip-quota"):  # moto: no ec2 quotas
-        assert status[quota_item] == "could-not-check"
+    # moto: no ec2 quotas, no EKS DescribeClusterVersions
+    for unknown_item in ("gpu-vcpu-quota", "system-vcpu-quota", "eip-quota", "eks-version"):
+        assert status[unknown_item] == "could-not-check"
+    assert status["gpu-capacity"] == "ok"  # dev runs on demand: nothing to look up
 
     strict = run_cli(env, "--stack", "dev", "--strict")
-    assert strict.returncode == 3
-    assert "WARNING: 3 of 7 check(s) could not be run" in strict.stdout
+    assert strict.returncode == 5  # Exit.UNVERIFIED
+    assert "WARNING: 4 of 9 check(s) could not be run" in strict.stdout
 
 
 def test_cli_unreachable_endpoint_is_one_clear_line(tmp_path):
@@ -313,7 +335,7 @@ def test_cli_unreachable_endpoint_is_one_clear_line(tmp_path):
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
         f'preflight: cannot reach AWS: Could not connect to the endpoint URL: "{closed}/"']
-    assert proc.returncode == 0
+    assert proc.returncode == 5  # Exit.UNVERIFIED: it verified nothing
     assert "nothing was verified" in proc.stdout
     assert proc.stdout.count("could-not-check") == len(preflight.CHECK_NAMES)
 
@@ -326,7 +348,7 @@ def test_cli_without_credentials_says_so(moto_url, tmp_path):
     proc = run_cli(_aws_env(tmp_path, moto_url, credentials=False), "--stack", "dev", "--strict")
     assert "Traceback" not in proc.stderr
     assert proc.stderr.startswith("preflight: no usable AWS credentials")
-    assert proc.returncode == 3
+    assert proc.returncode == 5
 
 
 def test_cli_unknown_stack_exits_2(tmp_path):
@@ -342,8 +364,17 @@ def test_main_exit_codes_with_injected_clients(aws, capsys):
     ec2 = ec2_client("us-west-2")
 
     quotas, _ = stubbed_quotas("us-west-2", quota_answers(config, ec2, 10_000, 10_000, 100))
-    assert preflight.main(["--stack", "dev", "--json"], clients=(sts, ec2, quotas)) == 0
+    eks, _ = stubbed_eks_versions("us-west-2", config.cluster.kubernetes_version, "STANDARD_SUPPORT")
+    assert preflight.main(["--stack", "dev", "--json"], clients=(sts, ec2, quotas, eks)) == 0
     assert json.loads(capsys.readouterr().out)["verdict"] == "ok"
+
+    # extended support warns, and does not fail the run
+    quotas, _ = stubbed_quotas("us-west-2", quota_answers(config, ec2, 10_000, 10_000, 100))
+    eks, _ = stubbed_eks_versions("us-west-2", config.cluster.kubernetes_version, "EXTENDED_SUPPORT")
+    assert preflight.main(["--stack", "dev"], clients=(sts, ec2, quotas, eks)) == 0
+    out = capsys.readouterr().out
+    assert any(line.split()[:2] == ["warning", "eks-version"] for line in out.splitlines())
+    assert "ok: all 9 checks passed, 1 with a warning" in out
 
     quotas, _ = stubbed_quotas("us-west-2", quota_answers(config, ec2, 1, 10_000, 100))
     assert preflight.main(["--stack", "dev"], clients=(sts, ec2, quotas)) == 1
@@ -361,3 +392,109 @@ def test_a_secret_hf_token_is_read_like_the_program_reads_it(tmp_path):
     (tmp_path / "Pulumi.dev.yaml").write_text(stack + "  llm-pd-eks:hfToken: hf_plain\n")
     with pytest.raises(ConfigError, match="hfToken: set in plain text"):
         preflight.load_config("dev", tmp_path)
+
+
+# --- endpoints that misbehave (issue 12): one line, a documented exit code, bounded time ------------
+
+
+class _BadEndpoint(socketserver.BaseRequestHandler):
+    """Reads a request, then misbehaves as `server.mode` says."""
+
+    def handle(self) -> None:
+        self.request.settimeout(5)
+        mode = self.server.mode  # type: ignore[attr-defined]
+        try:
+            self.request.recv(65536)
+            if mode == "close":
+                return
+            if mode == "drip":  # headers, then one byte every half second: no read timeout ever trips
+                self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+                for _ in range(600):
+                    self.request.sendall(b"<")
+                    time.sleep(0.5)
+                return
+            body, kind = {"html": (b"<html><body>Welcome to nginx</body></html>", b"text/html"),
+                          "json": (b'{"ok": true, "items": [1, 2, 3]}', b"application/json")}[mode]
+            self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: " + kind
+                                 + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        except OSError:  # the client gave up (the deadline passed): nothing to do
+            pass
+
+
+@pytest.fixture
+def bad_endpoint():
+    """Start a misbehaving endpoint: `bad_endpoint(mode)` -> its URL; stopped after the test."""
+    servers = []
+
+    def start(mode: str) -> str:
+        server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _BadEndpoint)
+        server.daemon_threads = True
+        server.mode = mode  # type: ignore[attr-defined]
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("mode, line", [
+    ("close", "preflight: cannot reach AWS: the endpoint closed the connection without answering ({url}/)"),
+    ("html", "preflight: the endpoint's answer is not an AWS response (no 'GetCallerIdentityResult' in it)"),
+    ("json", "preflight: the endpoint's answer is not an AWS response (Unable to parse response (not well-formed "
+             "(invalid token): line 1, column 0), invalid XML received. Further retries may…)"),
+    ("drip", "preflight: AWS did not answer within the 3 s deadline (endpoint {url}); nothing was verified"),
+])
+def test_a_misbehaving_endpoint_is_one_line_and_unverified(bad_endpoint, tmp_path, mode, line):
+    url = bad_endpoint(mode)
+    proc = run_cli(_aws_env(tmp_path, url), "--stack", "dev", "--json", "--deadline", "3")
+    assert proc.stderr.strip().splitlines() == [line.format(url=url)]
+    assert proc.returncode == 5  # Exit.UNVERIFIED: nothing was verified
+    report = json.loads(proc.stdout)  # stdout is pure JSON
+    assert report["verdict"] == "warning" and report["account"] is None
+    assert {c["status"] for c in report["checks"]} == {"could-not-check"}
+
+
+@pytest.mark.parametrize("value", ["not-a-url", "ftp://example.com", "http://"])
+def test_an_endpoint_url_that_is_not_a_url_is_a_usage_error(tmp_path, value):
+    env = {**_aws_env(tmp_path, None), "AWS_ENDPOINT_URL": value}
+    proc = run_cli(env, "--stack", "dev")
+    assert proc.stderr.strip() == (
+        f"preflight: AWS_ENDPOINT_URL={value!r} is not a URL such as http://127.0.0.1:5000 or "
+        "https://ec2.us-west-2.amazonaws.com; fix or unset it")
+    assert (proc.returncode, proc.stdout) == (2, "")
+
+
+def test_some_items_unverified_is_a_warning_and_strict_makes_it_unverified():
+    ok = preflight.Result("gpu-efa", "ok", "fine")
+    unknown = preflight.Result("eip-quota", "could-not-check", "no quota")
+    failed = preflight.Result("gpu-offering", "FAIL", "not offered")
+    assert preflight.exit_code([ok, unknown], strict=False) == 0
+    assert preflight.exit_code([ok, unknown], strict=True) == 5
+    assert preflight.exit_code([unknown], strict=False) == 5  # verified nothing: never 0
+    assert preflight.exit_code([ok, unknown, failed], strict=False) == 1
+    assert preflight.exit_code([ok], strict=True) == 0
+
+
+def test_a_bad_stack_file_is_one_line_with_the_usage_code(tmp_path):
+    checkout = copy_checkout(tmp_path / "checkout")
+    stack = checkout / "Pulumi.dev.yaml"
+    text = stack.read_text()
+    stack.write_text(text + "  llm-pd-eks:gpuNodes:\n    maxSize: 9\n")
+    line = len(text.splitlines()) + 1
+    proc = subprocess.run([sys.executable, "-m", "tools.preflight", "--stack", "dev"], cwd=checkout,
+                          env=_aws_env(tmp_path, None), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().startswith(
+        f"preflight: Pulumi.dev.yaml line {line}: key 'llm-pd-eks:gpuNodes' is defined twice")
+
+
+def test_clients_have_short_timeouts_and_one_retry():
+    clients = preflight.make_clients("us-west-2")
+    assert [c.meta.service_model.service_name for c in clients] == ["sts", "ec2", "service-quotas", "eks"]
+    for client in clients:
+        config = client.meta.config
+        assert (config.connect_timeout, config.read_timeout) == (5, 10)
+        assert config.retries == {"mode": "standard", "total_max_attempts": 2}  # one try plus one retry

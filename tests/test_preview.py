@@ -268,7 +268,9 @@ def test_bad_config_exits_2_naming_every_problem(tmp_path):
     assert "llm-pd-eks:gpuNode: unknown key" in done.stderr
     assert "systemNodes" in done.stderr and "desiredSize (99)" in done.stderr
     assert "Traceback" not in done.stderr + done.stdout
-    assert not (root / "build" / "preview" / "dev").exists()  # nothing half-written
+    out = root / "build" / "preview" / "dev"
+    assert [p.name for p in out.iterdir()] == ["summary.md"]  # nothing half-written; the summary says so
+    assert "❌ **the preview failed** (exit 2)" in (out / "summary.md").read_text()
 
 
 def test_injected_imdsv1_launch_template_exits_1(tmp_path):
@@ -326,14 +328,51 @@ def test_a_previous_preview_is_cleared_first_but_foreign_files_are_not(tmp_path)
     assert (mine / "thesis.tex").read_text() == "precious" and (mine / "summary.md").exists()
 
 
-def test_a_failed_preview_leaves_no_stale_summary(tmp_path):
+# --- issue 12: honest artifacts -------------------------------------------------------------------------
+
+
+def test_a_failed_preview_replaces_the_previous_success_summary(tmp_path):
     root = copy_checkout(tmp_path / "repo")
+    assert run_cli(root).returncode == 0
     out = root / "build" / "preview" / "dev"
-    out.mkdir(parents=True)
-    (out / "summary.md").write_text("✅ **no mandatory policy violations**")
-    stack = yaml.safe_load((root / "Pulumi.dev.yaml").read_text())
-    stack["config"]["llm-pd-eks:gpuNode"] = {"instanceType": "g6e.12xlarge"}  # typo of gpuNodes
-    (root / "Pulumi.dev.yaml").write_text(yaml.safe_dump(stack))
-    done = run_cli(root)
-    assert done.returncode == 2, done.stderr
-    assert not out.exists()
+    assert "✅ **no mandatory policy violations**" in (out / "summary.md").read_text()
+    stack = root / "Pulumi.dev.yaml"
+    stack.write_text(stack.read_text() + "  llm-pd-eks:gpuNodes:\n    maxSize: 9\n")  # a duplicate key
+    failed = run_cli(root)
+    assert failed.returncode == 2
+    summary = (out / "summary.md").read_text()
+    assert "✅" not in summary and "❌ **the preview failed** (exit 2)" in summary
+    assert "key 'llm-pd-eks:gpuNodes' is defined twice" in summary
+    assert sorted(p.name for p in out.iterdir()) == ["summary.md"]  # no stale report.json or resources.json
+
+
+def test_pack_version_is_pulumipolicy_yamls(tmp_path):
+    from tools.preview.harness import pack_version
+
+    declared = yaml.safe_load((ROOT / "policies" / "PulumiPolicy.yaml").read_text())["version"]
+    assert pack_version(ROOT / "policies") == str(declared) != "0.0.1"  # 0.0.1: pulumi_policy's placeholder
+    (tmp_path / "PulumiPolicy.yaml").write_text("runtime: python\n")
+    assert pack_version(tmp_path) is None
+
+
+def test_summary_names_the_kubernetes_service_as_kubernetes_does(programs):
+    from components.ray_service import RAY_SERVICE_NAME
+    from tools.preview.render import named
+
+    run = programs("dev")
+    (ray_service,) = [r for r in resource_records(run) if r["type"] == RAY_SERVICE]
+    assert ray_service["name"] != RAY_SERVICE_NAME  # Pulumi's name and Kubernetes' differ: both are shown
+    assert named(ray_service) == f"{ray_service['name']} (Kubernetes name `{RAY_SERVICE_NAME}`)"
+    plain_ns = {"name": "llm-ns", "type": "kubernetes:core/v1:Namespace", "inputs": {"metadata": {"name": "llm-ns"}}}
+    assert named(plain_ns) == "llm-ns"
+
+
+def test_resources_json_marks_the_mocks_ids(programs):
+    run = programs("dev")
+    records = resource_records(run)
+    (vpc,) = [r for r in run.resources if r.type == "aws:ec2/vpc:Vpc"]
+    subnets = [r for r in records if r["type"] == "aws:ec2/subnet:Subnet"]
+    assert subnets and {s["inputs"]["vpcId"] for s in subnets} == {f"[mock: {vpc.id}]"}
+    text = json.dumps(records)
+    assert f'"{vpc.id}"' not in text  # never bare, as if AWS had assigned it
+    assert '"us-west-2a"' in text  # a configured value stays as it is

@@ -115,9 +115,9 @@ def repo(tmp_path_factory) -> Path:
     _git(root, "commit", "-qm", "base")
     stack = yaml.safe_load((root / "Pulumi.dev.yaml").read_text())
     cfg = stack["config"]
-    assert cfg["llm-pd-eks:gpuNodes"]["instanceType"] == "g6e.12xlarge"
+    assert cfg["llm-pd-eks:gpuNodes"]["instanceType"] == "p4d.24xlarge"
     assert cfg["llm-pd-eks:network"]["natGateways"] == "single"
-    cfg["llm-pd-eks:gpuNodes"]["instanceType"] = "g6e.24xlarge"
+    cfg["llm-pd-eks:gpuNodes"]["instanceType"] = "p5.48xlarge"
     cfg["llm-pd-eks:network"]["natGateways"] = "perAz"
     (root / "Pulumi.dev.yaml").write_text(yaml.safe_dump(stack))
     (root / "Pulumi.qa.yaml").write_text(yaml.safe_dump(stack))  # a stack the base does not have
@@ -134,23 +134,25 @@ def test_diff_of_a_config_change(repo):
     assert ("aws:ec2/eip:Eip", f"network-nat-eip-{azs[1]}") in added
     assert not diff.removed
     changed = {r["name"]: paths for r, paths in diff.changed}
-    assert ("inputs.instanceType", "g6e.12xlarge", "g6e.24xlarge") in changed["gpu-nodes-lt"]
-    # Cost: 2 GPU nodes move from g6e.12xlarge to g6e.24xlarge, plus one NAT gateway:
-    # 2 x (p[24xl] - p[12xl]) + p[NAT] per hour (us-west-2 table), x 730 per month.
+    assert ("inputs.instanceType", "p4d.24xlarge", "p5.48xlarge") in changed["gpu-nodes-lt"]
+    # Cost: 2 GPU nodes move from p4d.24xlarge to p5.48xlarge, plus one NAT gateway:
+    # 2 x (p[p5] - p[p4d]) + p[NAT] per hour (us-west-2 table), x 730 per month.
     table = load_prices().regions["us-west-2"]
-    hourly = 2 * (table["instances"]["g6e.24xlarge"] - table["instances"]["g6e.12xlarge"]) + table["nat_gateway_hour"]
+    hourly = 2 * (table["instances"]["p5.48xlarge"] - table["instances"]["p4d.24xlarge"]) + table["nat_gateway_hour"]
     assert cost_delta(diff) == pytest.approx((hourly, hourly * 730))
     text = (repo / "build" / "preview-diff" / "dev" / "diff.md").read_text()
     assert text == render(diff)
-    efa = (GPU_INSTANCE_TYPES["g6e.12xlarge"].efa_interfaces, GPU_INSTANCE_TYPES["g6e.24xlarge"].efa_interfaces)
+    efa = (GPU_INSTANCE_TYPES["p4d.24xlarge"].efa_interfaces, GPU_INSTANCE_TYPES["p5.48xlarge"].efa_interfaces)
     assert f"| EFA interfaces per GPU node | {efa[0]} | {efa[1]} **(changed)** |" in text
-    assert "`inputs.instanceType`: `g6e.12xlarge` → `g6e.24xlarge`" in text
+    assert "`inputs.instanceType`: `p4d.24xlarge` → `p5.48xlarge`" in text
+    # A100 -> H100: the Ray cluster changes (accelerator type, pods), so the RayService is replaced (Recreate)
+    assert "**Roll-out:** RayService: Ray cluster replacement" in text and "endpoint is down" in text
     # The temporary worktree is gone again.
     assert len(_git(repo, "worktree", "list").splitlines()) == 1
     # Both sides' report.json read back through the Report model.
     head = Report.read(repo / "build" / "preview-diff" / "dev" / "head" / "report.json")
     base = Report.read(repo / "build" / "preview-diff" / "dev" / "base" / "report.json")
-    assert (base.figures.gpu.instance_type, head.figures.gpu.instance_type) == ("g6e.12xlarge", "g6e.24xlarge")
+    assert (base.figures.gpu.instance_type, head.figures.gpu.instance_type) == ("p4d.24xlarge", "p5.48xlarge")
     assert diff.head_report == head and diff.base_report == base
 
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from helpers import ROOT
 
-from tools import promote_check
+from tools import cli, promote_check
 from tools.promote_check import MUST_PROMOTE_KIND, PER_ENVIRONMENT_KIND, SECRET_KIND, compare_stacks, main
 
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -67,7 +67,7 @@ def variant(**changes: Any) -> dict[str, Any]:
 
 
 def run_cli(root: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    code = main(["--from", "staging", "--to", "prod", "--root", str(root)])
+    code = cli.run("promote-check", main, ["--from", "staging", "--to", "prod", "--root", str(root)])
     captured = capsys.readouterr()
     return code, captured.out + captured.err
 
@@ -196,6 +196,17 @@ def test_secrets_differ_by_construction_and_pass(tmp_path, capsys):
     assert "AAABA" not in out  # ciphertext is never printed
 
 
+def test_target_without_a_token_the_source_has_fails(tmp_path, capsys):
+    # staging pulled the gated model with its token; prod without one would get 401 on every download
+    write_stacks(tmp_path, BASE, variant(hfToken=None))
+    code, out = run_cli(tmp_path, capsys)
+    assert code == 1, out
+    assert kinds(tmp_path) == {f"{P}:hfToken": MUST_PROMOTE_KIND}
+    assert f"{P}:hfToken: staging=(secret)  prod=(not set)  [only in one stack]" in out
+    assert "AAABA" not in out
+    # the other way round (a secret only the target has) still passes: see the test above
+
+
 def test_lists_of_objects_are_compared_per_item_and_field(tmp_path, capsys):
     rules = [{"port": 8000, "chartVersion": "1.0.0"}, {"port": 8001, "chartVersion": "1.0.0"}]
     drifted = copy.deepcopy(rules)
@@ -273,3 +284,70 @@ def test_deploy_moves_one_commit_dev_staging_prod_with_the_gate():
     assert names.index("Promotion check") < names.index("pulumi/actions")
     pulumi = next(s for s in steps if s.get("uses", "").startswith("pulumi/actions@"))
     assert pulumi["with"]["command"] == "up" and pulumi["with"]["policyPacks"] == "policies"
+
+
+# --- issue 12: secrets on one side, another account's image, malformed files ------------------------
+
+
+def test_a_must_promote_key_secret_on_one_side_fails(tmp_path, capsys):
+    # `pulumi config set --secret --path kuberay.chartVersion ...` in prod: the value cannot be compared.
+    write_stacks(tmp_path, BASE, variant(kuberay={"chartVersion": {"secure": "AAABAcipher"}}))
+    staging = variant(kuberay={"chartVersion": "1.7.0"})
+    write_stacks(tmp_path, staging, variant(kuberay={"chartVersion": {"secure": "AAABAcipher"}}))
+    code, out = run_cli(tmp_path, capsys)
+    assert code == 1
+    assert kinds(tmp_path) == {f"{P}:kuberay.chartVersion": MUST_PROMOTE_KIND}
+    assert (f"    {P}:kuberay.chartVersion: staging=1.7.0  prod=(secret)  [secret on one side: cannot be "
+            "compared; set it the same way in both]") in out
+    assert "AAABA" not in out
+
+
+def test_a_per_environment_key_secret_on_one_side_passes(tmp_path, capsys):
+    write_stacks(tmp_path, BASE, variant(cluster={"adminPrincipalArns": {"secure": "AAABAcipher"}}))
+    staging = variant(cluster={"adminPrincipalArns": ["arn:aws:iam::123456789012:role/admin"]})
+    write_stacks(tmp_path, staging, variant(cluster={"adminPrincipalArns": {"secure": "AAABAcipher"}}))
+    code, _ = run_cli(tmp_path, capsys)
+    assert code == 0
+    assert kinds(tmp_path) == {f"{P}:cluster.adminPrincipalArns": SECRET_KIND}
+
+
+def test_an_image_from_another_accounts_registry_fails(tmp_path, capsys):
+    image = "999999999999.dkr.ecr.us-east-1.amazonaws.com/ray-llm:2.60.0-py311-cu128"
+    write_stacks(tmp_path, BASE, variant(serving={"image": image}))
+    code, out = run_cli(tmp_path, capsys)
+    assert code == 1
+    assert kinds(tmp_path) == {f"{P}:serving.image": MUST_PROMOTE_KIND}
+    assert f"prod={image}" in out
+
+
+def test_an_image_moved_off_ecr_fails(tmp_path, capsys):
+    write_stacks(tmp_path, BASE, variant(serving={"image": "docker.io/ray-llm:2.60.0-py311-cu128"}))
+    code, _ = run_cli(tmp_path, capsys)
+    assert code == 1
+
+
+@pytest.mark.parametrize("text, message", [
+    ("- config\n", "Pulumi.prod.yaml: the file is a YAML list, but a stack file is a mapping with a `config:` key "
+                   "(`config:` then `namespace:key: value` lines)"),
+    ("config:\n  aws:region: us-east-1\n  aws:region: us-west-2\n",
+     "Pulumi.prod.yaml line 3: key 'aws:region' is defined twice (first at line 2); keep one (the Pulumi CLI "
+     "refuses duplicate keys too)"),
+    ("config: [unclosed\n", "Pulumi.prod.yaml line 2: expected ',' or ']', but got '<stream end>'"),
+    ("config: &a {x: 1}\nother: *a\n",
+     "Pulumi.prod.yaml line 2: YAML alias *a is not allowed in a stack file; write the value out in full"),
+])
+def test_a_malformed_stack_file_is_one_line_with_the_usage_code(tmp_path, text, message):
+    write_stacks(tmp_path, BASE, BASE)
+    (tmp_path / "Pulumi.prod.yaml").write_text(text)
+    proc = subprocess.run([sys.executable, "-m", "tools.promote_check", "--from", "staging", "--to", "prod",
+                           "--root", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr.strip() == f"promote-check: {message}"
+
+
+def test_a_huge_value_is_shown_cut(tmp_path, capsys):
+    write_stacks(tmp_path, BASE, variant(serving={"modelId": "m" * 100_000}))
+    code, out = run_cli(tmp_path, capsys)
+    assert code == 1
+    line = next(x for x in out.splitlines() if "serving.modelId" in x)
+    assert len(line) < 300 and "…" in line

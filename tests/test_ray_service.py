@@ -17,11 +17,13 @@ from helpers import DATA, NODE_GROUP, RAY_SERVICE, engine_config_with
 from pulumi.runtime import rpc
 
 from components.catalog import GPU_INSTANCE_TYPES
-from tools.preview.mockrun import PROJECT, ProgramRun, Registration, run_program, stack_config
+from components.models import MODELS
+from tools.preview.mockrun import PROJECT, ProgramRun, Registration, load_stack_config, run_program, stack_config
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 SERVICE = "kubernetes:core/v1:Service"
 SECRET = "kubernetes:core/v1:Secret"
+PDB = "kubernetes:policy/v1:PodDisruptionBudget"
 K8S_PROVIDER = "pulumi:providers:kubernetes"
 GPU = "nvidia.com/gpu"
 EFA = "vpc.amazonaws.com/efa"
@@ -112,7 +114,8 @@ def test_kv_cache_moves_over_nixl_libfabric(run: ProgramRun):
 def test_head_runs_on_the_system_nodes_without_gpus(run: ProgramRun):
     head = ints(ray_service(run).inputs["spec"]["rayClusterConfig"]["headGroupSpec"])
     system_labels = run.one(NODE_GROUP, "system-nodes").inputs["labels"]
-    assert head["rayStartParams"]["num-gpus"] == "0"
+    # no CPUs or GPUs for Ray on the head: only the GCS and the zero-CPU Serve controller live there
+    assert head["rayStartParams"]["num-gpus"] == "0" and head["rayStartParams"]["num-cpus"] == "0"
     selector = head["template"]["spec"]["nodeSelector"]
     assert selector and selector.items() <= system_labels.items()
     assert GPU not in json.dumps(head)
@@ -129,7 +132,9 @@ def test_workers_take_whole_efa_gpu_nodes(run: ProgramRun):
         assert c["resources"]["limits"][GPU] == str(instance.gpus)
         assert c["resources"]["limits"][EFA] == str(instance.efa_interfaces)
         env = {e["name"]: e.get("value") for e in c["env"]}
-        assert env["FI_PROVIDER"] == "efa" and env["FI_EFA_USE_DEVICE_RDMA"] == "1"
+        assert env["FI_PROVIDER"] == "efa"
+        # device RDMA only where the EFA has RDMA read (every serving stack's type has: the config insists)
+        assert instance.efa_rdma_read and env["FI_EFA_USE_DEVICE_RDMA"] == "1"
         (shm,) = [m for m in c["volumeMounts"] if m["mountPath"] == "/dev/shm"]
         (volume,) = [v for v in spec["volumes"] if v["name"] == shm["name"]]
         assert volume["emptyDir"]["medium"] == "Memory"
@@ -159,7 +164,8 @@ def test_worker_pod_counts_cover_the_serve_replica_bounds(run: ProgramRun):
 
 def test_prefill_and_decode_replicas_never_share_a_node(run: ProgramRun):
     groups, args = workers(run), pd_args(run)
-    custom = {role: set(g["resources"]) for role, g in groups.items()}
+    # each group's own resource: everything it advertises but Ray's accelerator type (tested below)
+    custom = {role: {k for k in g["resources"] if not k.startswith("accelerator_type:")} for role, g in groups.items()}
     assert all(len(keys) == 1 for keys in custom.values()) and custom["prefill"] != custom["decode"]
     for role, other in (("prefill", "decode"), ("decode", "prefill")):
         (mine,), (theirs,) = custom[role], custom[other]
@@ -200,18 +206,27 @@ def test_manifest_validates_against_the_kuberay_crd(run: ProgramRun):
 def test_up_waits_for_the_ready_condition_within_the_configured_time(run: ProgramRun):
     cfg = stack_config(run.stack)
     annotations = ray_service(run).inputs["metadata"]["annotations"]
+    assert cfg.serving.upgrade_strategy == "Recreate"  # the stacks' default: a replacement is a fresh Ready
     assert annotations["pulumi.com/waitFor"] == "condition=Ready"
     assert int(annotations["pulumi.com/timeoutSeconds"]) == cfg.serving.ready_timeout_minutes * 60
 
 
-def test_endpoint_is_internal_unless_configured_public(run: ProgramRun):
+def test_endpoint_is_kuberays_serve_service_internal_by_default(run: ProgramRun):
     cfg = stack_config(run.stack)
-    svc = run.one(SERVICE, "endpoint")
+    spec = ray_service(run).inputs["spec"]
+    svc = ints(spec["serveService"])
     assert cfg.serving.public_endpoint is False
-    assert svc.inputs["spec"]["type"] == "ClusterIP"
-    assert "internet-facing" not in json.dumps(svc.inputs)
+    assert svc["metadata"]["name"] == cfg.serving.endpoint_name == "llm-openai"
+    assert svc["spec"]["type"] == "ClusterIP"
+    assert "internet-facing" not in json.dumps(svc)
+    # KubeRay merges in the head's `serve` port by name (common/service.go BuildServeService); same port here
+    head_ports = container(spec["rayClusterConfig"]["headGroupSpec"])["ports"]
+    (serve,) = [p for p in svc["spec"]["ports"] if p["name"] == "serve"]
+    assert serve["port"] in {p["containerPort"] for p in ints(head_ports) if p["name"] == "serve"}
+    # no hand-made Service selecting serve pods across clusters any more: KubeRay pins its selector
+    assert "selector" not in svc["spec"] and run.of_type(SERVICE) == []
     assert run.stack_outputs["modelId"] == cfg.serving.model_id
-    assert run.stack_outputs["endpoint"].endswith(":8000/v1")
+    assert run.stack_outputs["endpoint"] == f"http://llm-openai.llm-serving.svc.cluster.local:{serve['port']}/v1"
 
 
 def test_image_is_pinned_everywhere(run: ProgramRun):
@@ -277,8 +292,6 @@ def test_dependency_edges(run: ProgramRun):
     # device plugins -> GPU node group
     for plugin in plugins:
         assert run.one(NODE_GROUP, "gpu-nodes").urn in plugin.dependencies
-    # the endpoint Service is created from the RayService (its name flows in)
-    assert rs.urn in run.one(SERVICE, "endpoint").property_dependencies["spec"]
 
 
 # --- variants of the dev stack: HF token, public endpoint ----------------------------------------
@@ -329,10 +342,13 @@ def test_hf_token_never_appears_in_plain_text(run_with_token: ProgramRun):
     assert occurrences(structs[run_with_token.one(SECRET).urn], TOKEN, secret=True) == 1
 
 
-def test_no_secret_without_a_token(run: ProgramRun):
-    assert run.of_type(SECRET) == []
+def test_a_secret_exactly_when_the_stack_has_a_token(run: ProgramRun):
+    has_token = f"{PROJECT}:hfToken" in load_stack_config(run.stack)[1]
+    assert len(run.of_type(SECRET)) == int(has_token)
+    # the gated model's stacks carry one (the config refuses them otherwise); dev's open model needs none
+    assert has_token is MODELS[stack_config(run.stack).serving.model_id].gated
     for group in workers(run).values():
-        assert "HF_TOKEN" not in {e["name"] for e in container(group)["env"]}
+        assert ("HF_TOKEN" in {e["name"] for e in container(group)["env"]}) is has_token
 
 
 def test_hf_token_in_plain_text_stops_the_program_before_any_resource():
@@ -346,8 +362,123 @@ def test_hf_token_in_plain_text_stops_the_program_before_any_resource():
 
 
 def test_public_endpoint_is_an_internet_facing_load_balancer():
-    run = run_program("dev", config=dev_config(publicEndpoint=True), secret_keys=[])
-    svc = run.one(SERVICE, "endpoint")
-    assert svc.inputs["spec"]["type"] == "LoadBalancer"
-    annotations = svc.inputs["metadata"]["annotations"]
+    extra = {"service.beta.kubernetes.io/aws-load-balancer-source-ranges": "203.0.113.0/24"}
+    run = run_program(
+        "dev", config=dev_config(publicEndpoint=True, endpointName="chat", endpointAnnotations=extra), secret_keys=[]
+    )
+    svc = ray_service(run).inputs["spec"]["serveService"]
+    assert svc["spec"]["type"] == "LoadBalancer" and svc["metadata"]["name"] == "chat"
+    annotations = svc["metadata"]["annotations"]
     assert annotations["service.beta.kubernetes.io/aws-load-balancer-scheme"] == "internet-facing"
+    assert extra.items() <= annotations.items()
+
+
+# --- EFA inside the pod, disruption, roll-outs (issue 11) -----------------------------------------
+
+
+def test_worker_pods_are_efa_ready(run: ProgramRun):
+    instance = GPU_INSTANCE_TYPES[stack_config(run.stack).gpu_nodes.instance_type]
+    for group in workers(run).values():
+        c = container(group)
+        requests, limits = c["resources"]["requests"], c["resources"]["limits"]
+        # huge pages for libfabric's EFA provider, requested equal to the limit (Kubernetes insists)
+        assert requests["hugepages-2Mi"] == limits["hugepages-2Mi"] == f"{instance.efa_hugepages_2mi_mib}Mi"
+        # a memory request equal to its limit, within the instance's RAM with room for the node
+        assert requests["memory"] == limits["memory"]
+        gib = int(limits["memory"].removesuffix("Gi"))
+        assert 0.5 * instance.memory_gib < gib + instance.efa_hugepages_2mi_mib / 1024 < instance.memory_gib
+        assert c["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+
+
+def test_device_rdma_is_set_only_where_the_efa_has_rdma_read():
+    from components.config import ServingConfig
+    from components.ray_service import worker_group
+
+    serving = ServingConfig.model_validate(
+        {"modelId": "Qwen/Qwen2.5-7B-Instruct", "image": "123456789012.dkr.ecr.us-west-2.amazonaws.com/r:1"}
+    )
+    seen = set()
+    for instance in GPU_INSTANCE_TYPES.values():
+        env = {e["name"] for e in container(worker_group(serving, "prefill", instance))["env"]}
+        assert ("FI_EFA_USE_DEVICE_RDMA" in env) is instance.efa_rdma_read and "FI_PROVIDER" in env
+        seen.add(instance.efa_rdma_read)
+    assert seen == {True, False}  # both kinds are in the catalog, so both branches ran
+
+
+def test_a_disruption_budget_keeps_the_last_pod_of_each_role(run: ProgramRun):
+    budgets = [ints(p.inputs) for p in run.of_type(PDB)]
+    pdbs = {pdb["spec"]["selector"]["matchLabels"]["llm-pd-eks/role"]: pdb for pdb in budgets}
+    assert set(pdbs) == set(workers(run))
+    for role, pdb in pdbs.items():
+        labels = workers(run)[role]["template"]["metadata"]["labels"]
+        # selects exactly that role's pods (and none of the other role's) ...
+        assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+        other = workers(run)["decode" if role == "prefill" else "prefill"]["template"]["metadata"]["labels"]
+        assert not pdb["spec"]["selector"]["matchLabels"].items() <= other.items()
+        # ... and lets a drain evict one only while another keeps serving
+        assert pdb["spec"]["minAvailable"] == 1
+        assert pdb["metadata"]["namespace"] == ray_service(run).inputs["metadata"]["namespace"]
+    # the GPU node group replaces one node at a time and does not force past the budgets
+    gpu_ng = run.one(NODE_GROUP, "gpu-nodes").inputs
+    assert ints(gpu_ng["updateConfig"]) == {"maxUnavailable": 1}
+    assert not gpu_ng.get("forceUpdateVersion")
+
+
+@pytest.fixture
+def register_requests(monkeypatch):
+    """The raw RegisterResource requests of a run (resource options the recording leaves out)."""
+    from pulumi.runtime.mocks import MockMonitor
+
+    seen: dict[str, object] = {}
+    original = MockMonitor.RegisterResource
+
+    def spy(self, request):
+        seen[request.name] = request
+        return original(self, request)
+
+    monkeypatch.setattr(MockMonitor, "RegisterResource", spy)
+    return seen
+
+
+def test_recreate_replaces_the_rayservice_when_its_cluster_changes(register_requests):
+    run = run_program("dev", config=dev_config(), secret_keys=[])
+    spec = ray_service(run).inputs["spec"]
+    assert spec["upgradeStrategy"] == {"type": "None"}  # KubeRay builds no second cluster
+    request = register_requests[ray_service(run).name]
+    # ... so Pulumi replaces the RayService on a Ray cluster change, deleting first (same name, same GPUs)
+    paths = set(request.replaceOnChanges)
+    cluster = spec["rayClusterConfig"]
+    # every rendered cluster field KubeRay hashes is covered; the scale bounds (which KubeRay
+    # applies in place) and serveConfigV2 are not
+    expected = {f"spec.rayClusterConfig.{k}" for k in cluster if k != "workerGroupSpecs"} | {
+        f"spec.rayClusterConfig.workerGroupSpecs[*].{k}"
+        for group in cluster["workerGroupSpecs"]
+        for k in group
+        if k not in ("replicas", "minReplicas", "maxReplicas")
+    }
+    assert paths == expected
+    assert request.deleteBeforeReplace is True
+
+
+def test_new_cluster_strategy_waits_for_the_upgrade_to_finish(register_requests):
+    config = dev_config(upgradeStrategy="NewCluster")
+    config[f"{PROJECT}:gpuNodes"] = json.dumps({**json.loads(config[f"{PROJECT}:gpuNodes"]), "maxSize": 4})
+    run = run_program("dev", config=config, secret_keys=[])
+    rs = ray_service(run)
+    assert rs.inputs["spec"]["upgradeStrategy"] == {"type": "NewCluster"}
+    # Ready stays true from the old cluster during the switch: wait for UpgradeInProgress=False too
+    wait_for = json.loads(rs.inputs["metadata"]["annotations"]["pulumi.com/waitFor"])
+    assert wait_for == ["condition=Ready", "condition=UpgradeInProgress=False"]
+    request = register_requests[rs.name]
+    assert list(request.replaceOnChanges) == [] and request.deleteBeforeReplace is False
+
+
+def test_upgrade_strategies_are_kuberay_1_7_values():
+    from components.ray_service import UPGRADE_STRATEGIES
+
+    crd = yaml.safe_load(CRD.read_text())
+    (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    field = v1["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["upgradeStrategy"]
+    assert field["properties"]["type"]["type"] == "string"  # the CRD has no enum: KubeRay's Go constants decide
+    # rayservice_types.go (v1.7.0): NewCluster, NewClusterWithIncrementalUpgrade, None
+    assert set(UPGRADE_STRATEGIES.values()) <= {"NewCluster", "NewClusterWithIncrementalUpgrade", "None"}

@@ -13,10 +13,10 @@ from tools.preview.mockrun import PROJECT
 
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/ray-llm:2.60.0-py311-cu128"
 
-# g6e.12xlarge: 4x L40S 48 GiB, 1 EFA; two GPU nodes at most.
+# p4d.24xlarge: 8x A100 40 GiB, 4 EFA, GPUDirect RDMA; two GPU nodes at most.
 GOOD = {
     "network": {"vpcCidr": "10.0.0.0/16", "availabilityZones": ["us-west-2a", "us-west-2b"]},
-    "gpuNodes": {"instanceType": "g6e.12xlarge", "availabilityZone": "us-west-2a", "maxSize": 2},
+    "gpuNodes": {"instanceType": "p4d.24xlarge", "availabilityZone": "us-west-2a", "maxSize": 2},
     "serving": {
         "modelId": "Qwen/Qwen2.5-7B-Instruct",
         "image": IMAGE,
@@ -73,17 +73,17 @@ def test_tensor_parallel_size_must_be_a_power_of_two():
 
 
 def test_tensor_parallel_size_must_divide_the_node_gpus():
-    # g6e.12xlarge has 4 GPUs; TP 8 cannot live on one node
-    (p,) = problems({"serving": {"prefill": {"tensorParallelSize": 8}}})
-    assert "serving.prefill.tensorParallelSize: 8 does not divide the 4 GPU(s) of a g6e.12xlarge node" in p
+    # p4d.24xlarge has 8 GPUs; TP 16 cannot live on one node
+    (p,) = problems({"serving": {"prefill": {"tensorParallelSize": 16}}})
+    assert "serving.prefill.tensorParallelSize: 16 does not divide the 8 GPU(s) of a p4d.24xlarge node" in p
 
 
 def test_weights_must_fit_the_tensor_parallel_group():
-    # Qwen2.5-32B: 61 GiB at bf16, TP 1 -> 61.0 GiB on one L40S; vLLM budgets 0.9 x 48 = 43.2 GiB
+    # Qwen2.5-32B: 61 GiB at bf16, TP 1 -> 61.0 GiB on one A100 40 GB; vLLM budgets 0.9 x 40 = 36.0 GiB
     prefill, decode = problems({"serving": {"modelId": "Qwen/Qwen2.5-32B-Instruct"}})
     assert prefill.startswith(f"{PROJECT}:serving.prefill.tensorParallelSize: ")
     assert decode.startswith(f"{PROJECT}:serving.decode.tensorParallelSize: ")
-    assert "61.0 GiB per GPU at TP 1" in prefill and "43.2 GiB" in prefill
+    assert "61.0 GiB per GPU at TP 1" in prefill and "36.0 GiB" in prefill
     # at TP 2: 30.5 GiB per GPU fits (2 replicas a node: maxReplicas 2 each keeps to 1 + 1 nodes)
     tp2 = {"tensorParallelSize": 2, "maxReplicas": 2}
     ok = validate({"serving": {"modelId": "Qwen/Qwen2.5-32B-Instruct", "prefill": tp2, "decode": tp2}})
@@ -91,12 +91,12 @@ def test_weights_must_fit_the_tensor_parallel_group():
 
 
 def test_replicas_must_fit_the_gpu_node_group():
-    # TP 1 on 4-GPU nodes: 4 replicas a node. prefill max 5 -> 2 nodes, decode max 4 -> 1 node: 3 > maxSize 2
-    (p,) = problems({"serving": {"prefill": {"maxReplicas": 5}}})
-    assert "2 prefill + 1 decode node(s) of g6e.12xlarge exceed gpuNodes.maxSize (2)" in p
+    # TP 1 on 8-GPU nodes: 8 replicas a node. prefill max 9 -> 2 nodes, decode max 4 -> 1 node: 3 > maxSize 2
+    (p,) = problems({"serving": {"prefill": {"maxReplicas": 9}}})
+    assert "2 prefill + 1 decode node(s) of p4d.24xlarge exceed gpuNodes.maxSize (2)" in p
     assert p.startswith(f"{PROJECT}:serving.prefill.maxReplicas")
     # with room for three nodes it is fine
-    assert validate({"serving": {"prefill": {"maxReplicas": 5}}, "gpuNodes": {"maxSize": 3}}).serving
+    assert validate({"serving": {"prefill": {"maxReplicas": 9}}, "gpuNodes": {"maxSize": 3}}).serving
 
 
 def test_min_replicas_above_max_replicas():
@@ -141,3 +141,55 @@ def test_hf_token_in_plain_text_is_refused():
 def test_hf_token_as_a_secret_is_accepted_and_kept_out_of_the_model():
     cfg = validate({"hfToken": "hf_secret"}, secret_keys=[f"{PROJECT}:hfToken"])
     assert "hf_secret" not in cfg.model_dump_json()
+
+
+# --- issue 11: the fabric, gated models, roll-outs, the endpoint -----------------------------------
+
+
+@pytest.mark.parametrize("instance_type", ["g6e.12xlarge", "g5.48xlarge"])
+def test_a_gpu_type_without_gpudirect_rdma_cannot_serve(instance_type):
+    (p,) = problems({"gpuNodes": {"instanceType": instance_type}})
+    assert p.startswith(f"{PROJECT}:gpuNodes.instanceType: {instance_type} has no GPUDirect RDMA over EFA")
+    assert "NIXL over LIBFABRIC" in p and "p4d.24xlarge" in p and "g6e" not in p.split("choose one of")[1]
+    # the same type is fine for a stack without a serving layer
+    values = merged(GOOD, {"gpuNodes": {"instanceType": instance_type}})
+    assert validate_values({k: v for k, v in values.items() if k != "serving"}).gpu_nodes.instance_type == instance_type
+
+
+def test_a_gated_model_needs_a_secret_token():
+    llama = {"serving": {"modelId": "meta-llama/Llama-3.1-8B-Instruct"}}
+    (p,) = problems(llama)
+    assert p.startswith(f"{PROJECT}:hfToken: not set, but serving.modelId meta-llama/Llama-3.1-8B-Instruct is gated")
+    assert "pulumi config set --secret hfToken" in p
+    # with a secret token it validates; an open model needs none
+    assert validate({**llama, "hfToken": "hf_x"}, secret_keys=[f"{PROJECT}:hfToken"]).serving
+    assert validate({}).serving.model_id == "Qwen/Qwen2.5-7B-Instruct"
+    # a token in plain text is refused as such (one problem, not two)
+    (plain,) = problems({**llama, "hfToken": "hf_x"})
+    assert "set in plain text" in plain
+
+
+def test_upgrade_strategy_defaults_to_recreate_and_new_cluster_needs_room():
+    assert validate({}).serving.upgrade_strategy == "Recreate"
+    # NewCluster: the serving cluster at max (1 + 1 nodes) plus a new one at min (1 + 1) = 4 > maxSize 2
+    (p,) = problems({"serving": {"upgradeStrategy": "NewCluster"}})
+    assert p == (
+        f"{PROJECT}:serving.upgradeStrategy: NewCluster needs 2 GPU node(s) for the serving cluster at its maximum "
+        "plus 2 for the new cluster, 4 in all, more than gpuNodes.maxSize (2); raise maxSize or use Recreate"
+    )
+    assert validate({"serving": {"upgradeStrategy": "NewCluster"}, "gpuNodes": {"maxSize": 4}}).serving
+    (bad,) = problems({"serving": {"upgradeStrategy": "NewClusterWithIncrementalUpgrade"}})
+    assert bad.startswith(f"{PROJECT}:serving.upgradeStrategy: ")
+
+
+def test_endpoint_name_must_be_a_service_name():
+    assert validate({"serving": {"endpointName": "chat-api"}}).serving.endpoint_name == "chat-api"
+    (p,) = problems({"serving": {"endpointName": "Chat_API"}})
+    assert p.startswith(f"{PROJECT}:serving.endpointName: 'Chat_API' is not a DNS-1035 label")
+
+
+def test_every_new_serving_field_is_described():
+    from components.config import ServingConfig
+
+    for name in ("upgrade_strategy", "endpoint_name", "endpoint_annotations"):
+        assert ServingConfig.model_fields[name].description

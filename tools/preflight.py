@@ -10,8 +10,12 @@ onto them and `main` is the thin CLI:
 
 Credentials come from the standard boto3 chain, the region from the stack's `aws:region`, and
 botocore itself honours `AWS_ENDPOINT_URL` (an emulator such as moto, or a VPC endpoint).
-Exit codes: 0 all ok, or only could-not-check (a warning; `--strict` turns that into 3);
-1 at least one FAIL; 2 the stack or its config could not be loaded.
+Time is bounded: botocore connect/read timeouts and a small retry budget per call, and a total
+deadline (`--deadline`, 60 s) for the whole run, since an endpoint that drips one byte at a time
+never trips a read timeout.
+Exit codes (tools/cli.py `Exit`): 0 all ok, or only some items could-not-check (a warning);
+1 at least one FAIL; 2 the stack, its config or the environment is invalid; 5 nothing could be
+verified, or (with `--strict`) anything could not.
 """
 
 from __future__ import annotations
@@ -27,11 +31,13 @@ from typing import Any, Literal, Optional
 
 from components.catalog import GPU_INSTANCE_TYPES
 from components.config import ConfigError, StackConfig
+from tools.cli import Exit, ToolError, exit_with, one_line
 
-Status = Literal["ok", "FAIL", "could-not-check"]
+Status = Literal["ok", "FAIL", "could-not-check", "warning"]
 OK: Status = "ok"
 FAIL: Status = "FAIL"
 UNKNOWN: Status = "could-not-check"
+WARN: Status = "warning"  # deployable, but costs or risks something the report names (exit 0)
 
 # Service Quotas codes (service code "ec2") not carried by the GPU catalog.
 EIP_QUOTA_CODE = "L-0263D0A3"  # EC2-VPC Elastic IPs
@@ -39,7 +45,7 @@ STANDARD_VCPU_QUOTA_CODE = "L-1216C47A"  # Running On-Demand Standard (A, C, D, 
 STANDARD_FAMILIES = "acdhimrtz"
 # The items `run_checks` reports, in order.
 CHECK_NAMES = ("availability-zones", "gpu-offering", "gpu-efa", "system-offering",
-               "gpu-vcpu-quota", "system-vcpu-quota", "eip-quota")
+               "gpu-vcpu-quota", "system-vcpu-quota", "eip-quota", "gpu-capacity", "eks-version")
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,7 @@ def describe_error(exc: Exception) -> str:
     """One line for any botocore failure: no credentials, no endpoint, an API error."""
     from botocore.exceptions import (
         ClientError,
+        ConnectionClosedError,
         ConnectTimeoutError,
         EndpointConnectionError,
         NoCredentialsError,
@@ -74,6 +81,15 @@ def describe_error(exc: Exception) -> str:
         return f"the AWS endpoint did not answer in time ({exc})"
     if isinstance(exc, NoRegionError):
         return "no region"
+    from botocore.parsers import ResponseParserError
+
+    if isinstance(exc, ResponseParserError):
+        return f"the endpoint's answer is not an AWS response ({one_line(str(exc), 120)})"
+    if isinstance(exc, (KeyError, IndexError, TypeError)):  # parsed, but without the fields AWS sends
+        return f"the endpoint's answer is not an AWS response (no {one_line(str(exc), 80)} in it)"
+    if isinstance(exc, ConnectionClosedError):
+        url = exc.kwargs.get("endpoint_url")
+        return f"cannot reach AWS: the endpoint closed the connection without answering ({url})"
     if isinstance(exc, ClientError):
         err = exc.response.get("Error", {})
         code = str(err.get("Code", "error"))
@@ -87,9 +103,12 @@ def describe_error(exc: Exception) -> str:
 
 
 def _aws_errors() -> tuple[type[Exception], ...]:
+    """What a call to AWS (or whatever answers at the endpoint) can raise: botocore's errors, and an
+    answer that is not an AWS response (`ResponseParserError`, or a parsed answer lacking fields)."""
     from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.parsers import ResponseParserError
 
-    return (BotoCoreError, ClientError)
+    return (BotoCoreError, ClientError, ResponseParserError, KeyError, IndexError, TypeError)
 
 
 def guarded(check: str, fn: Callable[[], Result]) -> Result:
@@ -247,7 +266,7 @@ def standard_quota_code(instance_type: str) -> Optional[str]:
     return STANDARD_VCPU_QUOTA_CODE if instance_type[:1] in STANDARD_FAMILIES else None
 
 
-def run_checks(config: StackConfig, ec2, quotas, catalog=GPU_INSTANCE_TYPES) -> list[Result]:
+def run_checks(config: StackConfig, ec2, quotas, catalog=GPU_INSTANCE_TYPES, eks=None) -> list[Result]:
     """Every preflight item for `config`, in a fixed order; each failure stays in its own item."""
     gpu = catalog[config.gpu_nodes.instance_type]
     azs = list(config.network.availability_zones)
@@ -278,7 +297,86 @@ def run_checks(config: StackConfig, ec2, quotas, catalog=GPU_INSTANCE_TYPES) -> 
         results.append(Result("system-vcpu-quota", UNKNOWN,
                               f"no on-demand quota code known for the {system.instance_type} family"))
     results.append(guarded("eip-quota", lambda: check_eip_quota(ec2, quotas, nat_gateway_count(config))))
+    results.append(guarded("gpu-capacity", lambda: check_capacity(ec2, config)))
+    if eks is None:
+        results.append(Result("eks-version", UNKNOWN, "no EKS client"))
+    else:
+        results.append(guarded("eks-version", lambda: check_eks_version(eks, config.cluster.kubernetes_version)))
     return results
+
+
+# --- capacity reservations and the EKS version (issue 10) -------------------------------------
+
+
+def check_capacity(ec2, config: StackConfig) -> Result:
+    """The configured ODCR / Capacity Block exists, is usable, and fits the GPU node group.
+
+    DescribeCapacityReservations answers for both kinds (`ReservationType` `default` or
+    `capacity-block`). Usable: `active`, or `scheduled` (a Capacity Block before its start, shown).
+    It must be for the GPU type, in the GPU AZ, and hold at least `gpuNodes.minSize` instances.
+    """
+    from components.config import CapacityBlock
+    from components.efa_gpu_nodes import capacity_reservation_id
+
+    gpu = config.gpu_nodes
+    reservation_id = capacity_reservation_id(gpu)
+    if reservation_id is None:
+        return Result("gpu-capacity", OK, f"on demand: no reservation configured (a {gpu.instance_type} "
+                                          f"cluster placement group may still find no capacity)")
+    kind = "Capacity Block" if isinstance(gpu.capacity, CapacityBlock) else "capacity reservation"
+    try:
+        found = ec2.describe_capacity_reservations(CapacityReservationIds=[reservation_id])["CapacityReservations"]
+    except _aws_errors() as exc:
+        if _error_code(exc) in ("InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"):
+            return Result("gpu-capacity", FAIL, f"{kind} {reservation_id} does not exist in {config.region} "
+                                                f"({_error_code(exc)})")
+        raise
+    if not found:
+        return Result("gpu-capacity", FAIL, f"{kind} {reservation_id} does not exist in {config.region}")
+    cr = found[0]
+    state = cr.get("State", "unknown")
+    problems = []
+    if state not in ("active", "scheduled"):
+        problems.append(f"state is {state} (needs active or scheduled)")
+    if cr.get("InstanceType") != gpu.instance_type:
+        problems.append(f"it reserves {cr.get('InstanceType')}, gpuNodes.instanceType is {gpu.instance_type}")
+    if cr.get("AvailabilityZone") != gpu.availability_zone:
+        problems.append(f"it is in {cr.get('AvailabilityZone')}, gpuNodes.availabilityZone is {gpu.availability_zone}")
+    total = int(cr.get("TotalInstanceCount", 0))
+    if total < gpu.min_size:
+        problems.append(f"it holds {total} instance(s), gpuNodes.minSize is {gpu.min_size}")
+    if problems:
+        return Result("gpu-capacity", FAIL, f"{kind} {reservation_id}: " + "; ".join(problems))
+    when = ""
+    if state == "scheduled":
+        start = cr.get("StartDate")
+        when = f", starts {start.isoformat() if hasattr(start, 'isoformat') else start}: nodes launch only then"
+    return Result("gpu-capacity", OK,
+                  f"{kind} {reservation_id} is {state}{when}: {total} x {gpu.instance_type} in "
+                  f"{gpu.availability_zone} ({cr.get('AvailableInstanceCount', '?')} available) "
+                  f">= minSize {gpu.min_size}")
+
+
+def check_eks_version(eks, version: str) -> Result:
+    """Warn when the configured Kubernetes version is in EKS extended support (paid per cluster hour)."""
+    found = eks.describe_cluster_versions(clusterVersions=[version]).get("clusterVersions", [])
+    if not found:
+        return Result("eks-version", FAIL, f"EKS does not offer Kubernetes {version} in this region")
+    info = found[0]
+    status = info.get("versionStatus") or info.get("status") or "unknown"
+    end_std = info.get("endOfStandardSupportDate")
+    end_ext = info.get("endOfExtendedSupportDate")
+
+    def day(value) -> str:
+        return value.date().isoformat() if hasattr(value, "date") else str(value)
+
+    if status == "STANDARD_SUPPORT":
+        return Result("eks-version", OK, f"Kubernetes {version} is in standard support until {day(end_std)}")
+    if status == "EXTENDED_SUPPORT":
+        return Result("eks-version", WARN,
+                      f"Kubernetes {version} is in EXTENDED support (extra cost per cluster hour) since "
+                      f"{day(end_std)}, ends {day(end_ext)}: raise cluster.kubernetesVersion")
+    return Result("eks-version", FAIL, f"Kubernetes {version} has EKS status {status}")
 
 
 # --- stack config and clients ---------------------------------------------------------------
@@ -292,14 +390,13 @@ def load_config(stack: str, root: Optional[Path] = None) -> StackConfig:
 
 
 def make_clients(region: str):
-    """(sts, ec2, service-quotas) clients: standard credential chain, few retries, short timeouts."""
+    """(sts, ec2, service-quotas, eks) clients: standard credential chain, few retries, short timeouts."""
     import boto3
-    from botocore.config import Config
 
-    cfg = Config(connect_timeout=5, read_timeout=20, retries={"mode": "standard", "max_attempts": 2})
+    cfg = client_config()
     session = boto3.session.Session()
     return tuple(session.client(name, region_name=region, config=cfg)
-                 for name in ("sts", "ec2", "service-quotas"))
+                 for name in ("sts", "ec2", "service-quotas", "eks"))
 
 
 def caller_account(sts) -> str:
@@ -329,50 +426,134 @@ def render_text(stack: str, region: str, account: Optional[str], results: list[R
     elif v == "warning":
         rest = "the rest passed" if unknown < len(results) else "nothing was verified"
         lines.append(f"WARNING: {unknown} of {len(results)} check(s) could not be run ({rest}); "
-                     f"this stack is NOT confirmed deployable (--strict exits 3 on this)")
+                     f"this stack is NOT confirmed deployable (--strict exits 5 on this)")
     else:
-        lines.append(f"ok: all {len(results)} checks passed")
+        warned = sum(r.status == WARN for r in results)
+        lines.append(f"ok: all {len(results)} checks passed" + (f", {warned} with a warning" if warned else ""))
     return "\n".join(lines)
 
 
 def main(argv: Optional[list[str]] = None, clients=None) -> int:
-    """CLI entry. `clients` = (sts, ec2, service-quotas) to inject; built from boto3 otherwise."""
+    """CLI entry. `clients` = (sts, ec2, service-quotas[, eks]) to inject; built from boto3 otherwise."""
     parser = argparse.ArgumentParser(prog="python -m tools.preflight", description=__doc__.split("\n")[0])
     parser.add_argument("--stack", default="dev", help="stack name (reads Pulumi.<stack>.yaml)")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--strict", action="store_true", help="exit 3 when any item could not be checked")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON (and nothing else on stdout)")
+    parser.add_argument("--strict", action="store_true", help="exit 5 when any item could not be checked")
+    parser.add_argument("--deadline", type=float, default=DEADLINE_SECONDS,
+                        help=f"seconds the whole run may take (default {DEADLINE_SECONDS:g})")
     args = parser.parse_args(argv)
+    if not 0 < args.deadline <= 3600:
+        raise ToolError(Exit.USAGE, f"--deadline {args.deadline:g}: give a number of seconds between 1 and 3600")
 
     try:
         config = load_config(args.stack)
-    except (FileNotFoundError, ConfigError) as exc:
-        print(f"preflight: cannot load stack {args.stack!r}: {exc}", file=sys.stderr)
-        return 2
+    except ConfigError as exc:
+        raise ToolError(Exit.USAGE, f"Pulumi.{args.stack}.yaml: {exc}") from None
 
-    try:
-        sts, ec2, quotas = clients if clients is not None else make_clients(config.region)
-    except _aws_errors() as exc:
-        print(f"preflight: cannot create AWS clients: {describe_error(exc)}", file=sys.stderr)
-        return 2
+    if clients is None:
+        check_endpoint_env(os.environ)
+        try:
+            clients = make_clients(config.region)
+        except _client_errors() as exc:
+            raise ToolError(Exit.USAGE, f"cannot create AWS clients: {describe_error(exc)}") from None
+    sts, ec2, quotas, *more = clients
 
-    account: Optional[str] = None
-    try:
-        account = caller_account(sts)
-        results = run_checks(config, ec2, quotas)
-    except _aws_errors() as exc:
-        # Credentials or endpoint unusable: say so once and mark every item, instead of N retries.
-        reason = describe_error(exc)
+    eks = more[0] if more else None
+    account, results, reason = run_with_deadline(
+        lambda: (caller_account(sts), run_checks(config, ec2, quotas, eks=eks)), args.deadline
+    )
+    if reason is not None:
+        # Credentials or endpoint unusable, or out of time: say so once and mark every item.
         print(f"preflight: {reason}", file=sys.stderr)
-        results = [Result(name, UNKNOWN, reason) for name in CHECK_NAMES]
 
     if args.json:
         print(json.dumps({"stack": args.stack, "region": config.region, "account": account,
                           "verdict": verdict(results), "checks": [asdict(r) for r in results]}, indent=2))
     else:
         print(render_text(args.stack, config.region, account, results))
+    return exit_code(results, args.strict)
+
+
+# --- bounded time and exit codes (issue 12) ---------------------------------------------------
+
+
+def _client_errors() -> tuple[type[Exception], ...]:
+    """What creating clients can raise: botocore's errors, and ValueError for a bad endpoint or setting."""
+    return (ValueError, *_aws_errors())
+
+# The whole run's budget: 7 checks of a few calls each answer in seconds against real AWS.
+DEADLINE_SECONDS = 60.0
+
+
+def client_config():
+    """botocore Config: short connect/read timeouts and one retry, so a dead endpoint costs seconds.
+
+    `connect_timeout`/`read_timeout` bound each socket wait; `retries` "standard" mode with
+    `total_max_attempts` 2 (the first try plus one retry) keeps throttling from turning into a retry
+    storm. (botocore's `max_attempts` counts retries only: `max_attempts: 2` means three requests.)
+    """
+    from botocore.config import Config
+
+    return Config(connect_timeout=5, read_timeout=10, retries={"mode": "standard", "total_max_attempts": 2})
+
+
+def check_endpoint_env(environ) -> None:
+    """`AWS_ENDPOINT_URL[_<SERVICE>]` must be an http(s) URL (botocore raises a bare ValueError)."""
+    from urllib.parse import urlsplit
+
+    for name in sorted(k for k in environ if k.startswith("AWS_ENDPOINT_URL")):
+        value = environ[name]
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ToolError(Exit.USAGE, f"{name}={one_line(repr(value), 100)} is not a URL such as "
+                                        "http://127.0.0.1:5000 or https://ec2.us-west-2.amazonaws.com; "
+                                        "fix or unset it")
+
+
+def run_with_deadline(work: Callable[[], tuple[str, list[Result]]], deadline: float,
+                      ) -> tuple[Optional[str], list[Result], Optional[str]]:
+    """(account, results, reason) of `work` run on a daemon thread for at most `deadline` seconds.
+
+    When AWS fails as a whole (credentials, endpoint) or the deadline passes, every item is
+    could-not-check with the reason; the abandoned thread dies with the process.
+    """
+    import threading
+
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as exc:  # handed to the main thread below
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, name="preflight-checks", daemon=True)
+    thread.start()
+    thread.join(deadline)
+    if thread.is_alive():
+        reason = (f"AWS did not answer within the {deadline:g} s deadline"
+                  + (f" (endpoint {os.environ['AWS_ENDPOINT_URL']})" if os.environ.get("AWS_ENDPOINT_URL") else "")
+                  + "; nothing was verified")
+        return None, [Result(name, UNKNOWN, reason) for name in CHECK_NAMES], reason
+    if "error" in outcome:
+        error = outcome["error"]
+        if isinstance(error, _aws_errors()):
+            reason = describe_error(error)
+            return None, [Result(name, UNKNOWN, reason) for name in CHECK_NAMES], reason
+        raise error
+    account, results = outcome["value"]
+    return account, results, None
+
+
+def exit_code(results: list[Result], strict: bool) -> int:
+    """FAILED on any FAIL; UNVERIFIED when nothing was verified, or anything was not under --strict."""
     v = verdict(results)
-    return 1 if v == "FAIL" else 3 if v == "warning" and args.strict else 0
+    if v == "FAIL":
+        return Exit.FAILED
+    if v == "warning" and (strict or all(r.status == UNKNOWN for r in results)):
+        return Exit.UNVERIFIED
+    return Exit.OK
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with("preflight", main)

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
+from tools.cli import Exit, ToolError, exit_with, one_line
 from tools.preview.mockrun import ROOT, SECRET_PLACEHOLDER, is_secure, load_stack_config
 
 # Keys expected to differ between environments (fnmatch globs on `namespace:dotted.path`; `*`
@@ -43,23 +44,34 @@ PER_ENVIRONMENT: tuple[str, ...] = (
     "*[rR]eplicas",  # Serve autoscaling bounds, replica counts
     "*TimeoutMinutes",  # operational patience, not behaviour
     "*:protect",  # prod is protected against `pulumi destroy`
+    "*:gpuNodes.capacity*",  # a capacity reservation / Capacity Block belongs to one account and AZ
+    "*.rootVolume*",  # gp3 IOPS/throughput, sized per environment like the disks
+    "*:deploy.*",  # the runner that reaches each stack's API endpoint
 )
 
 
-def image_without_registry(value: Any) -> Any:
-    """`<registry>/<repository>:<tag>` -> `<repository>:<tag>`; a first component with a dot,
-    a colon or `localhost` is a registry host (the Docker reference grammar)."""
-    if not isinstance(value, str) or "/" not in value:
+# An ECR registry host: <account>.dkr.ecr.<region>.amazonaws.com[.cn] (the ECR User Guide's registry URL).
+_ECR_HOST = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?P<cn>\.cn)?/")
+
+
+def image_without_region(value: Any) -> Any:
+    """`<account>.dkr.ecr.<region>.amazonaws.com/<repository>:<tag>` -> `<account>.dkr.ecr.*/<repository>:<tag>`.
+
+    ECR is regional, so each region pulls the image from its own registry; but the account stays:
+    an image from another account's registry is another image (whoever owns that account decides
+    what the tag holds). Anything that is not an ECR URI is compared as it is.
+    """
+    if not isinstance(value, str):
         return value
-    first, rest = value.split("/", 1)
-    if "." in first or ":" in first or first == "localhost":
-        return rest
-    return value
+    match = _ECR_HOST.match(value)
+    if not match:
+        return value
+    return f"{match['account']}.dkr.ecr.*{match['cn'] or ''}/{value[match.end():]}"
 
 
-# Values compared in a normal form: an ECR image lives in each region's own registry, so only
-# `repository:tag` (or `@digest`) has to match, not the registry host.
-NORMALIZE: tuple[tuple[str, Callable[[Any], Any]], ...] = (("*.image", image_without_registry),)
+# Values compared in a normal form: an ECR image lives in each region's own registry, so the
+# account, repository and tag (or `@digest`) have to match, not the region.
+NORMALIZE: tuple[tuple[str, Callable[[Any], Any]], ...] = (("*.image", image_without_region),)
 
 PER_ENVIRONMENT_KIND = "per-environment"
 MUST_PROMOTE_KIND = "must-promote"
@@ -127,6 +139,8 @@ class Report:
             lines.append(f"  {title}:")
             for d in found:
                 note = "  [only in one stack]" if d.one_sided else ""
+                if not d.one_sided and (d.source is _SECRET or d.target is _SECRET):
+                    note = "  [secret on one side: cannot be compared; set it the same way in both]"
                 lines.append(f"    {d.key}: {self.source}={_show(d.source)}  {self.target}={_show(d.target)}{note}")
         if self.secrets:
             lines.append(f"  secrets (per-environment, not compared): {', '.join(self.secrets)}")
@@ -145,7 +159,7 @@ class Report:
 def _show(value: Any) -> str:
     if value is MISSING or value is _SECRET:
         return repr(value)
-    return json.dumps(value) if not isinstance(value, str) else value
+    return one_line(json.dumps(value) if not isinstance(value, str) else value, 100)  # a value can be huge
 
 
 def classify(key: str, per_environment: Iterable[str] = PER_ENVIRONMENT) -> str:
@@ -208,8 +222,17 @@ def compare_configs(
         if a is _SECRET and b is _SECRET:
             secrets.append(key)
             continue
+        if a is _SECRET and b is MISSING:
+            # the source ran with this secret (e.g. the hfToken of a gated model); the target would not
+            differences.append(Difference(key, a, b, MUST_PROMOTE_KIND))
+            continue
         if a is _SECRET or b is _SECRET:
-            differences.append(Difference(key, a, b, SECRET_KIND))
+            # Secret on one side and plain text on the other cannot be compared; for a key that must
+            # be promoted that is a failure, not a pass (issue 12). A secret only one stack sets
+            # (a token) is per-environment.
+            one_sided = a is MISSING or b is MISSING
+            kind = SECRET_KIND if one_sided else classify(key, patterns)
+            differences.append(Difference(key, a, b, SECRET_KIND if kind == PER_ENVIRONMENT_KIND else kind))
             continue
         if a == b:
             continue
@@ -228,20 +251,19 @@ def compare_stacks(source: str, target: str, root: Path = ROOT) -> Report:
     return compare_configs(source, flatten(src_config, src_secrets), target, flatten(dst_config, dst_secrets))
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.promote_check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--from", dest="source", required=True, help="the stack the commit was proven on")
     parser.add_argument("--to", dest="target", required=True, help="the stack it is promoted to")
     parser.add_argument("--root", type=Path, default=ROOT, help="directory holding Pulumi.<stack>.yaml")
     args = parser.parse_args(argv)
-    try:
-        report = compare_stacks(args.source, args.target, args.root)
-    except FileNotFoundError as exc:
-        print(f"promote-check: {exc}", file=sys.stderr)
-        return 2
+    if not args.root.is_dir():
+        raise ToolError(Exit.USAGE, f"--root {one_line(str(args.root), 100)} is not a directory")
+    # A malformed stack file raises StackFileError (one line, Exit.USAGE) via tools.stackfile.
+    report = compare_stacks(args.source, args.target, args.root)
     print(report.render())
-    return 0 if report.ok else 1
+    return Exit.OK if report.ok else Exit.FAILED
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with("promote-check", main)

@@ -9,6 +9,10 @@ sentinels explicitly: an unknown never yields a violation, it only makes a check
 from __future__ import annotations
 
 import copy
+import re
+import traceback
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any, Callable, Iterable, Mapping, Optional
 
 from pulumi_policy import (
@@ -29,7 +33,7 @@ from pulumi_policy.proxy import (
     UNKNOWN_STRING_VALUE,
 )
 
-from .efa_table import EFA_GPU_TYPES
+from .efa_table import EFA_GPU_TYPES, GPUS_PER_INSTANCE
 
 UNKNOWN_SENTINELS = frozenset(
     {
@@ -67,6 +71,23 @@ K8S_SERVICE = "kubernetes:core/v1:Service"
 K8S_INGRESS = "kubernetes:networking.k8s.io/v1:Ingress"
 
 EFA_INTERFACE_TYPES = ("efa", "efa-only")
+
+# Further paths to EC2 capacity (judged like the managed node group).
+EC2_INSTANCE = "aws:ec2/instance:Instance"
+LAUNCH_CONFIGURATION = "aws:ec2/launchConfiguration:LaunchConfiguration"
+AUTOSCALING_GROUP = "aws:autoscaling/group:Group"
+EKS_NODE_GROUP = "eks:index:NodeGroup"  # pulumi-eks self-managed node groups (ASG + launch template)
+EKS_NODE_GROUP_V2 = "eks:index:NodeGroupV2"
+SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
+SECURITY_GROUP_RULE = "aws:ec2/securityGroupRule:SecurityGroupRule"
+SG_INGRESS_RULE = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
+SG_EGRESS_RULE = "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"
+ROUTE_TABLE = "aws:ec2/routeTable:RouteTable"
+ROUTE = "aws:ec2/route:Route"
+ROUTE_TABLE_ASSOCIATION = "aws:ec2/routeTableAssociation:RouteTableAssociation"
+INTERNET_GATEWAY = "aws:ec2/internetGateway:InternetGateway"
+K8S_CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
+K8S_SECRET = "kubernetes:core/v1:Secret"
 
 
 def is_unknown(value: Any) -> bool:
@@ -141,9 +162,84 @@ def config_with_defaults(args: Any, schema: Mapping[str, Mapping[str, Any]]) -> 
     return result
 
 
+def norm_type(name: Any) -> Optional[str]:
+    """An instance type as EC2 spells it (lower case, no blanks); None if it is not a known string.
+
+    EC2 API names are lower case; a table lookup must not miss `P5.48xlarge`."""
+    if not isinstance(name, str) or is_unknown(name):
+        return None
+    return name.strip().lower() or None
+
+
 def efa_types(config: Mapping[str, Any]) -> dict[str, int]:
-    """`efaGpuTypes` as {type: count} (protobuf hands numbers over as floats)."""
-    return {name: int(count) for name, count in (config.get("efaGpuTypes") or {}).items()}
+    """`efaGpuTypes` plus `extraEfaGpuTypes` as {normalised type: count} (protobuf sends floats)."""
+    table: dict[str, int] = {}
+    for key in ("efaGpuTypes", "extraEfaGpuTypes"):
+        for name, count in (config.get(key) or {}).items():
+            if norm_type(name) is not None and as_int(count):
+                table[str(norm_type(name))] = int(as_int(count) or 0)
+    return table
+
+
+# -- the type table as policy config (shared by every GPU rule) ---------------------------------
+GPU_TABLE_SCHEMA: dict[str, dict[str, Any]] = {
+    "efaGpuTypes": EFA_TYPES_SCHEMA,
+    "extraEfaGpuTypes": {
+        "type": "object",
+        "description": "more EFA GPU types (type -> EFA interfaces), merged over efaGpuTypes",
+        "additionalProperties": {"type": "integer", "minimum": 1},
+        "default": {},
+    },
+    "gpuFamilyPattern": {
+        "type": "string",
+        "description": "regex (case-insensitive) on the instance family of accelerated types that must be "
+        "in the table (or in nonEfaGpuTypes)",
+        "default": r"^(p|g|gr|trn)\d",
+    },
+    "nonEfaGpuTypes": {
+        "type": "array",
+        "items": {"type": "string"},
+        "description": "accelerated types deliberately used without EFA (not judged by the EFA rules)",
+        "default": [],
+    },
+    "unlistedGpuTypes": {
+        "type": "string",
+        "enum": ["deny", "allow"],
+        "description": "a type of a GPU family in neither table: deny (violation) or allow",
+        "default": "deny",
+    },
+}
+
+
+@dataclass
+class TypeTable:
+    """The EFA GPU types a rule judges, from its policy config."""
+
+    efa: dict[str, int]
+    family: re.Pattern
+    non_efa: set[str]
+    deny_unlisted: bool
+    gpus: dict[str, int] = dataclass_field(default_factory=lambda: dict(GPUS_PER_INSTANCE))
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> "TypeTable":
+        try:
+            family = re.compile(str(config.get("gpuFamilyPattern") or "$^"), re.IGNORECASE)
+        except re.error:
+            family = re.compile(GPU_TABLE_SCHEMA["gpuFamilyPattern"]["default"], re.IGNORECASE)
+        return cls(
+            efa=efa_types(config),
+            family=family,
+            non_efa={t for t in (norm_type(n) for n in config.get("nonEfaGpuTypes") or []) if t},
+            deny_unlisted=config.get("unlistedGpuTypes", "deny") != "allow",
+        )
+
+    def efa_of(self, types: Iterable[str]) -> set[str]:
+        return {t for t in types if t in self.efa}
+
+    def unlisted(self, types: Iterable[str]) -> set[str]:
+        """Types of a GPU family that neither table names."""
+        return {t for t in types if t not in self.efa and t not in self.non_efa and self.family.search(t)}
 
 
 def name_of(resource: Any) -> str:
@@ -155,20 +251,44 @@ def join(items: Iterable[str]) -> str:
     return ", ".join(sorted(items))
 
 
+def guarded(name: str, validate: Callable[[Any, ReportViolation], None]) -> Callable[[Any, ReportViolation], None]:
+    """`validate` that turns its own failure into a violation instead of a crashed gRPC call.
+
+    pulumi-policy lets an exception escape as gRPC UNKNOWN, which aborts the whole preview with no
+    hint which property is wrong; and a rule that cannot judge must not pass silently either.
+    """
+
+    def run(args: Any, report: ReportViolation) -> None:
+        try:
+            validate(args, report)
+        except Exception as error:  # any failure becomes a verdict, never a crashed call
+            where = getattr(args, "name", None)
+            frame = traceback.extract_tb(error.__traceback__)[-1]
+            report(
+                f"{name} could not judge {f'resource {where!r}' if where else 'the stack'}: "
+                f"{type(error).__name__}: {str(error)[:200]} (at {frame.name}). A property or the policy "
+                f"config has a shape the rule does not handle; fix it, or report the rule."
+            )
+
+    return run
+
+
 def resource_policy(
     name: str,
     description: str,
     validate: Callable[[ResourceValidationArgs, ReportViolation], None],
     config: Optional[dict[str, dict[str, Any]]] = None,
+    level: EnforcementLevel = EnforcementLevel.MANDATORY,
 ) -> ResourceValidationPolicy:
-    """A mandatory per-resource rule whose thresholds are `config` (JSON-schema properties with defaults).
+    """A per-resource rule (mandatory unless stated) whose thresholds are `config` (JSON-schema
+    properties with defaults).
 
     One place states the level: a policy the engine is given without one silently becomes advisory.
     """
     return ResourceValidationPolicy(
         name=name,
         description=description,
-        validate=validate,
-        enforcement_level=EnforcementLevel.MANDATORY,
+        validate=guarded(name, validate),
+        enforcement_level=level,
         config_schema=PolicyConfigSchema(properties=config) if config is not None else None,
     )

@@ -1,16 +1,20 @@
-"""Rules for the EFA GPU node group: one AZ, EFA on every network card, cluster placement,
-IMDSv2, private subnets.
+"""Rules for EFA GPU capacity: one AZ, EFA on every network card, cluster placement, IMDSv2,
+private subnets, the EFA security group, and no blind spots (unlisted types, references outside
+the stack).
 
-EFA traffic does not leave an AZ and a cluster placement group lives in one AZ, so a GPU node
-group across AZs either fails to launch or runs the KV-cache transfer over TCP. These checks are
-stack policies because the facts sit on different resources (node group, launch template,
-subnets, placement group), joined by `StackView`.
+The intent is stated once and applied to every resource that can launch GPU instances
+(`stack.Capacity`: EKS managed node groups, pulumi-eks node groups, Auto Scaling groups, launch
+configurations, EC2 instances, launch templates of a GPU type) and to Karpenter NodePools. EFA
+traffic does not leave an AZ, a cluster placement group lives in one AZ, and an EFA device left off
+a network card is bandwidth the KV-cache transfer never gets; none of these fail loudly at deploy
+time, so the pack is where they are caught. Stack policies, because the facts sit on different
+resources joined by `StackView`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable
+import re
+from typing import Any, Callable, Iterable, Optional
 
 from pulumi_policy import (
     EnforcementLevel,
@@ -22,251 +26,458 @@ from pulumi_policy import (
 )
 
 from .common import (
-    EFA_TYPES_SCHEMA,
+    EC2_INSTANCE,
+    GPU_TABLE_SCHEMA,
+    LAUNCH_CONFIGURATION,
     LAUNCH_TEMPLATE,
+    SECURITY_GROUP,
+    SECURITY_GROUP_RULE,
+    SG_EGRESS_RULE,
+    SG_INGRESS_RULE,
+    TypeTable,
+    as_int,
     config_with_defaults,
     dig,
-    efa_types,
+    guarded,
     is_unknown,
     join,
+    known_list,
+    norm_type,
     plain,
     resource_policy,
     truthy,
 )
-from .stack import NodeGroupView, StackView
+from .stack import Capacity, EfaInterfaces, StackView
 
-EFA_CONFIG = {"efaGpuTypes": EFA_TYPES_SCHEMA}
-
-
-@dataclass
-class GpuTemplate:
-    """A launch template that launches EFA-capable GPU instances."""
-
-    resource: Any
-    gpu_types: set[str]
-    node_groups: list[str] = field(default_factory=list)
-
-    def describe(self) -> str:
-        used = f", used by node group(s) {join(self.node_groups)}" if self.node_groups else ""
-        return f"launch template '{self.resource.name}' ({join(self.gpu_types)}{used})"
+EFA_CONFIG = GPU_TABLE_SCHEMA
+KARPENTER_NODE_POOLS = ("kubernetes:karpenter.sh/v1:NodePool", "kubernetes:karpenter.sh/v1beta1:NodePool")
+_KARPENTER_TYPE_KEYS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
+_KARPENTER_FAMILY_KEY = "karpenter.k8s.aws/instance-family"
 
 
-def gpu_node_groups(view: StackView, types: dict[str, int]) -> list[NodeGroupView]:
-    return [g for g in view.node_groups() if g.instance_types & types.keys()]
+def gpu_capacities(view: StackView, table: TypeTable) -> list[tuple[Capacity, set[str]]]:
+    """(capacity, its EFA GPU types) for every capacity that launches a type of the table."""
+    out = []
+    for cap in view.capacities():
+        gpu = table.efa_of(cap.instance_types)
+        if gpu:
+            out.append((cap, gpu))
+    return out
 
 
-def gpu_templates(view: StackView, types: dict[str, int]) -> tuple[list[GpuTemplate], list[NodeGroupView]]:
-    """Launch templates for EFA GPU types (their own `instanceType` or a GPU node group using them),
-    and the GPU node groups that have no launch template at all."""
-    templates: dict[str, GpuTemplate] = {}
-    for lt in view.of_type(LAUNCH_TEMPLATE):
-        own = dig(view.props(lt), "instanceType")
-        if isinstance(own, str) and own in types:
-            templates[lt.urn] = GpuTemplate(lt, {own})
-    without: list[NodeGroupView] = []
-    for group in gpu_node_groups(view, types):
-        gpu = group.instance_types & types.keys()
-        if group.launch_template_state == "none":
-            without.append(group)
-        elif group.launch_template is not None:
-            entry = templates.setdefault(group.launch_template.urn, GpuTemplate(group.launch_template, set()))
-            entry.gpu_types |= gpu
-            entry.node_groups.append(group.resource.name)
-    return list(templates.values()), without
+def _hint(table: TypeTable, types: Iterable[str]) -> str:
+    return "; ".join(f"{t} has {table.efa[t]} network card(s) with EFA" for t in sorted(types) if t in table.efa)
 
 
-def _efa_hint(types: dict[str, int], gpu_types: set[str]) -> str:
-    return "; ".join(f"{t} has {types[t]} network card(s)" for t in sorted(gpu_types) if t in types)
+def _template_of(cap: Capacity) -> str:
+    """`launch template 'x' of node group 'y'` (or just the template when it is judged on its own)."""
+    lt = cap.launch_template.resource
+    return cap.label if lt is cap.resource else f"launch template '{lt.name}' of {cap.label}"
 
 
-def _gpu_types(group: NodeGroupView, types: dict[str, int]) -> str:
-    """The group's EFA GPU types, for messages."""
-    return join(group.instance_types & types.keys())
-
-
-GpuCheck = Callable[[StackView, dict[str, int], ReportViolation], None]
+GpuCheck = Callable[[StackView, TypeTable, ReportViolation], None]
 
 
 def gpu_stack_policy(
     name: str, description: str, check: GpuCheck, level: EnforcementLevel = EnforcementLevel.MANDATORY
 ) -> StackValidationPolicy:
-    """A stack policy over the GPU resources: `check` gets the joined view and the `efaGpuTypes` table."""
+    """A stack policy over the GPU resources: `check` gets the joined view and the type table."""
 
     def validate(args: StackValidationArgs, report: ReportViolation) -> None:
-        check(StackView(args.resources), efa_types(config_with_defaults(args, EFA_CONFIG)), report)
+        check(StackView(args.resources), TypeTable.from_config(config_with_defaults(args, EFA_CONFIG)), report)
 
     return StackValidationPolicy(
         name=name,
         description=description,
-        validate=validate,
+        validate=guarded(name, validate),
         enforcement_level=level,
         config_schema=PolicyConfigSchema(properties=EFA_CONFIG),
     )
 
 
 # -- 1. one AZ ---------------------------------------------------------------------------------
-def _single_az(view: StackView, types: dict[str, int], report: ReportViolation) -> None:
-    for group in gpu_node_groups(view, types):
-        azs: dict[str, list[str]] = {}
-        for subnet in group.subnets:
+def _single_az(view: StackView, table: TypeTable, report: ReportViolation) -> None:
+    for cap, gpu in gpu_capacities(view, table):
+        azs: dict[str, list[str]] = {az: ["the resource itself"] for az in cap.literal_azs}
+        for subnet in cap.subnets.resolved:
             az = view.subnet_az(subnet)
             if az is not None and not is_unknown(az):
-                azs.setdefault(str(az), []).append(subnet.name)
+                azs.setdefault(str(az), []).append(f"subnet {subnet.name}")
         if len(azs) > 1:
             spread = "; ".join(f"{az}: {join(names)}" for az, names in sorted(azs.items()))
             report(
-                f"node group '{group.resource.name}' runs {_gpu_types(group, types)} "
-                f"across {len(azs)} availability zones ({spread}). EFA traffic does not cross AZs and a "
-                f"cluster placement group lives in one AZ. Fix: give the node group the private subnet "
-                f"of a single AZ.",
-                group.resource.urn,
+                f"{cap.label} runs {join(gpu)} across {len(azs)} availability zones ({spread}). EFA "
+                f"traffic does not cross AZs and a cluster placement group lives in one AZ. Fix: give it "
+                f"the private subnet of a single AZ.",
+                cap.resource.urn,
             )
 
 
 gpu_group_single_az = gpu_stack_policy(
     name="gpu-node-group-single-az",
-    description="Node groups of EFA-capable GPU instances keep all their subnets in one availability zone.",
+    description="Every resource that launches EFA-capable GPU instances keeps them in one availability zone.",
     check=_single_az,
 )
 
 
-# -- 2. EFA on every card ----------------------------------------------------------------------
-def _efa_present(view: StackView, types: dict[str, int], report: ReportViolation) -> None:
-    templates, without = gpu_templates(view, types)
-    for group in without:
-        gpu = group.instance_types & types.keys()
-        report(
-            f"node group '{group.resource.name}' runs {join(gpu)} without a launch template, so its nodes "
-            f"get no EFA interface. Fix: attach a launch template with one interface of type 'efa' "
-            f"(card 0) or 'efa-only' per network card ({_efa_hint(types, gpu)}).",
-            group.resource.urn,
-        )
-    for template in templates:
-        efa = view.efa_interfaces(template.resource)
-        if efa.count == 0 and efa.known:
-            report(
-                f"{template.describe()} declares no EFA network interface. Fix: add networkInterfaces "
-                f"with interfaceType 'efa' on card 0 and 'efa-only' on every further card "
-                f"({_efa_hint(types, template.gpu_types)}).",
-                template.resource.urn,
-            )
+# -- 2. EFA present on every path ----------------------------------------------------------------
+def _efa_present(view: StackView, table: TypeTable, report: ReportViolation) -> None:
+    for cap, gpu in gpu_capacities(view, table):
+        fix = (f"Fix: a launch template with interfaceType 'efa' on network card 0 and 'efa-only' on every "
+               f"further card ({_hint(table, gpu)}).")
+        if cap.no_efa_reason:
+            report(f"{cap.label} launches {join(gpu)} through {cap.no_efa_reason}. {fix}",
+                   cap.resource.urn)
+        elif cap.launch_template.state == "none" and not cap.builtin_efa and cap.attached is None:
+            report(f"{cap.label} runs {join(gpu)} without a launch template, so its nodes get no EFA "
+                   f"interface. {fix}", cap.resource.urn)
+        elif (source := _interfaces(view, cap)) is not None:
+            label, urn, efa = source
+            if efa.malformed:
+                report(f"{label}: {'; '.join(efa.malformed)}. EC2 refuses such an interface. {fix}", urn)
+            elif efa.known and efa.count == 0:
+                report(f"{label} ({join(gpu)}) declares no EFA network interface. {fix}", urn)
+
+
+def _interfaces(view: StackView, cap: Capacity) -> Optional[tuple[str, str, EfaInterfaces]]:
+    """(label, urn, interfaces) of where a capacity's network interfaces are declared, if known."""
+    if cap.launch_template.state == "resolved":
+        return _template_of(cap), cap.launch_template.resource.urn, view.efa_interfaces(cap.launch_template.resource)
+    if cap.launch_template.state == "none" and cap.attached is not None:
+        return f"{cap.label}'s networkInterfaces", cap.resource.urn, cap.attached
+    return None
 
 
 efa_on_every_card = gpu_stack_policy(
     name="efa-on-gpu-nodes",
-    description="Launch templates and node groups for EFA-capable GPU instances attach EFA interfaces.",
+    description="Every resource that launches EFA-capable GPU instances attaches EFA interfaces.",
     check=_efa_present,
 )
 
 
-def _efa_count(view: StackView, types: dict[str, int], report: ReportViolation) -> None:
-    templates, _ = gpu_templates(view, types)
-    for template in templates:
-        efa = view.efa_interfaces(template.resource)
-        if not efa.known or efa.count == 0:  # unknown: skip; none at all: efa-on-gpu-nodes reports it
+def _efa_count(view: StackView, table: TypeTable, report: ReportViolation) -> None:
+    seen: set[str] = set()
+    for cap, gpu in gpu_capacities(view, table):
+        source = _interfaces(view, cap)
+        if source is None:
             continue
-        expected = min(types[t] for t in template.gpu_types)
-        missing = sorted(set(range(expected)) - efa.cards)
-        if efa.count < expected or missing:
+        label, urn, efa = source
+        if not efa.known or efa.count == 0 or efa.malformed or urn in seen:
+            continue  # unknown: skip; none / malformed: efa-on-gpu-nodes reports it
+        seen.add(urn)
+        expected = min(table.efa[t] for t in gpu)
+        missing = sorted(set(range(expected)) - set(efa.cards))
+        doubled = sorted(c for c, n in efa.cards.items() if n > 1)
+        beyond = sorted(c for c in efa.cards if c >= expected)
+        if missing or doubled or beyond:
+            problems = [f"cards without EFA: {missing}"] if missing else []
+            problems += [f"more than one EFA interface on card(s) {doubled}"] if doubled else []
+            problems += [f"card index(es) {beyond} do not exist on {join(gpu)}"] if beyond else []
             report(
-                f"{template.describe()} has {efa.count} EFA interface(s) on card(s) "
-                f"{sorted(efa.cards)} but the type supports {expected}; cards without EFA: {missing}. "
-                f"KV-cache transfer gets only part of the node's EFA bandwidth. Fix: one 'efa-only' "
-                f"interface per remaining network card (networkCardIndex 1..{expected - 1}).",
-                template.resource.urn,
+                f"{label} has {efa.count} EFA interface(s) on card(s) "
+                f"{sorted(efa.cards)} but {join(gpu)} has {expected} network card(s) with EFA; "
+                f"{'; '.join(problems)}. KV-cache transfer gets only part of the node's EFA bandwidth. "
+                f"Fix: exactly one EFA interface per network card (networkCardIndex 0..{expected - 1}).",
+                urn,
             )
 
 
 efa_interface_count = gpu_stack_policy(
     name="efa-interface-count",
-    description="GPU launch templates attach as many EFA interfaces as the instance type has network cards.",
+    description="GPU launch templates attach exactly one EFA interface on each network card the type has.",
     check=_efa_count,
-    level=EnforcementLevel.ADVISORY,
 )
 
 
 # -- 3. cluster placement ----------------------------------------------------------------------
-def _cluster_placement(view: StackView, types: dict[str, int], report: ReportViolation) -> None:
-    templates, without = gpu_templates(view, types)
+def _cluster_placement(view: StackView, table: TypeTable, report: ReportViolation) -> None:
     fix = "Fix: create an aws.ec2.PlacementGroup with strategy 'cluster' and set placement.groupName to it."
-    for group in without:
-        report(
-            f"node group '{group.resource.name}' runs {_gpu_types(group, types)} without "
-            f"a launch template, so its nodes sit in no placement group. {fix}",
-            group.resource.urn,
-        )
-    for template in templates:
-        state, placement = view.placement_group(template.resource)
-        if state == "none":
-            report(f"{template.describe()} sets no placement group. {fix}", template.resource.urn)
-        elif state == "resolved" and placement is not None:
-            strategy = dig(view.props(placement), "strategy")
+    for cap, gpu in gpu_capacities(view, table):
+        if cap.builtin_efa or cap.no_efa_reason:
+            continue  # pulumi-eks builds its own cluster group; efa-on-gpu-nodes refuses the other
+        refs = [("the resource's placementGroup", cap.placement)]
+        if cap.launch_template.state == "resolved":
+            refs.append((f"launch template '{cap.launch_template.resource.name}'",
+                         view.placement_group(cap.launch_template.resource)))
+        elif cap.launch_template.state == "none" and cap.placement.state == "none":
+            report(f"{cap.label} runs {join(gpu)} without a launch template or placement group. {fix}",
+                   cap.resource.urn)
+            continue
+        if cap.launch_template.state in ("unresolved", "external") and cap.placement.state == "none":
+            continue  # the template decides; it is unknown yet or outside the stack
+        if all(ref.state == "none" for _, ref in refs):
+            target = cap.launch_template.resource if cap.launch_template.state == "resolved" else cap.resource
+            report(f"{cap.label} ({join(gpu)}) sets no placement group. {fix}", target.urn)
+            continue
+        for where, ref in refs:
+            if ref.state != "resolved":
+                continue
+            strategy = dig(view.props(ref.resource), "strategy")
             if strategy is not None and not is_unknown(strategy) and strategy != "cluster":
-                report(
-                    f"{template.describe()} uses placement group '{placement.name}' with strategy "
-                    f"'{strategy}'; EFA needs the nodes close together. {fix}",
-                    template.resource.urn,
-                )
+                report(f"{cap.label} ({join(gpu)}): {where} uses placement group '{ref.resource.name}' with "
+                       f"strategy '{strategy}'; EFA needs the nodes close together. {fix}",
+                       (cap.launch_template.resource if "template" in where else cap.resource).urn)
 
 
 cluster_placement = gpu_stack_policy(
     name="gpu-cluster-placement-group",
-    description="Launch templates for EFA-capable GPU instances use a placement group with strategy 'cluster'.",
+    description="EFA-capable GPU instances launch into a placement group with strategy 'cluster'.",
     check=_cluster_placement,
 )
 
 
-# -- 4. IMDSv2 ---------------------------------------------------------------------------------
+# -- 4. IMDSv2 and the hop limit ------------------------------------------------------------------
+IMDS_CONFIG: dict[str, dict[str, Any]] = {
+    "maxHopLimit": {
+        "type": "integer",
+        "minimum": 1,
+        "description": "largest httpPutResponseHopLimit allowed (1 keeps pods off the node's IMDS credentials)",
+        "default": 1,
+    },
+}
+
+
 def _imdsv2(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    if args.resource_type != LAUNCH_TEMPLATE:
+    if args.resource_type not in (LAUNCH_TEMPLATE, EC2_INSTANCE, LAUNCH_CONFIGURATION):
         return
     props = plain(args.props)
     endpoint = dig(props, "metadataOptions", "httpEndpoint")
     tokens = dig(props, "metadataOptions", "httpTokens")
-    if is_unknown(tokens) or is_unknown(endpoint) or endpoint == "disabled":
+    hops = dig(props, "metadataOptions", "httpPutResponseHopLimit")
+    if is_unknown(endpoint) or endpoint == "disabled":
         return
-    if tokens != "required":
+    kind = args.resource_type.split(":")[-1]
+    problems = []
+    if not is_unknown(tokens) and tokens != "required":
         shown = f"'{tokens}'" if tokens else "unset (EC2 then defaults to 'optional')"
-        report(
-            f"launch template '{args.name}': metadataOptions.httpTokens is {shown}, so IMDSv1 stays "
-            f"open to SSRF-style credential theft. Fix: metadataOptions={{httpTokens: 'required', "
-            f"httpEndpoint: 'enabled', httpPutResponseHopLimit: 1}}."
-        )
+        problems.append(f"metadataOptions.httpTokens is {shown}, so IMDSv1 stays open to SSRF-style "
+                        f"credential theft")
+    limit = int(config_with_defaults(args, IMDS_CONFIG)["maxHopLimit"])
+    value = as_int(hops)
+    if not is_unknown(hops) and (hops is None or value is None or value > limit):
+        shown = "unset (EC2 takes the AMI's or the service's default, which can be 2)" if hops is None else repr(hops)
+        problems.append(f"metadataOptions.httpPutResponseHopLimit is {shown}; above {limit} every pod on "
+                        f"the node can reach the node role's credentials through IMDS")
+    if problems:
+        report(f"{kind} '{args.name}': {'; '.join(problems)}. Fix: metadataOptions={{httpTokens: 'required', "
+               f"httpEndpoint: 'enabled', httpPutResponseHopLimit: 1}}.")
 
 
 imdsv2_required = resource_policy(
     name="launch-template-imdsv2",
-    description="Every launch template requires IMDSv2 (metadataOptions.httpTokens = 'required').",
+    description="Launch templates, instances and launch configurations require IMDSv2 with a small hop limit.",
     validate=_imdsv2,
+    config=IMDS_CONFIG,
 )
 
 
 # -- 5. private GPU nodes ----------------------------------------------------------------------
-def _private_gpu_nodes(view: StackView, types: dict[str, int], report: ReportViolation) -> None:
-    for group in gpu_node_groups(view, types):
-        public = [s.name for s in group.subnets if truthy(dig(view.props(s), "mapPublicIpOnLaunch"))]
+def _private_gpu_nodes(view: StackView, table: TypeTable, report: ReportViolation) -> None:
+    for cap, gpu in gpu_capacities(view, table):
+        public = []
+        for s in cap.subnets.resolved:
+            why = ["mapPublicIpOnLaunch true"] if truthy(dig(view.props(s), "mapPublicIpOnLaunch")) else []
+            why += [f"{t} routes to an internet gateway" for t in view.routes_to_internet_gateway(s)]
+            if why:
+                public.append(f"{s.name} ({', '.join(why)})")
         if public:
-            report(
-                f"node group '{group.resource.name}' places GPU nodes in subnet(s) {join(public)}, which "
-                f"map public IPs on launch. Fix: use the private subnet of the GPU AZ (mapPublicIpOnLaunch "
-                f"false, egress through NAT).",
-                group.resource.urn,
-            )
-        if group.launch_template is not None:
-            efa = view.efa_interfaces(group.launch_template)
+            report(f"{cap.label} places {join(gpu)} nodes in public subnet(s): {'; '.join(public)}. Fix: use "
+                   f"the private subnet of the GPU AZ (no public IPs, default route through NAT).",
+                   cap.resource.urn)
+        if cap.public_ip:
+            report(f"{cap.label} ({join(gpu)}) asks for public IP addresses. Fix: drop "
+                   f"associatePublicIpAddress (GPU nodes stay private).", cap.resource.urn)
+        if cap.launch_template.state == "resolved":
+            efa = view.efa_interfaces(cap.launch_template.resource)
             if efa.public:
-                report(
-                    f"launch template '{group.launch_template.name}' of GPU node group "
-                    f"'{group.resource.name}' sets associatePublicIpAddress on interface(s) {efa.public}. "
-                    f"Fix: drop associatePublicIpAddress (GPU nodes stay private).",
-                    group.launch_template.urn,
-                )
+                report(f"{_template_of(cap)} sets "
+                       f"associatePublicIpAddress on interface(s) {efa.public}. Fix: drop it (GPU nodes stay "
+                       f"private).", cap.launch_template.resource.urn)
 
 
 private_gpu_nodes = gpu_stack_policy(
     name="gpu-nodes-private",
-    description="GPU node groups run only in subnets that do not map public IPs.",
+    description="GPU nodes run only in private subnets (no public IP mapping, no route to an internet "
+    "gateway) and ask for no public IPs.",
     check=_private_gpu_nodes,
+)
+
+
+# -- 6. the EFA security group ----------------------------------------------------------------------
+_ALL_PROTOCOLS = ("-1", "all")
+_OPEN = ("0.0.0.0/0", "::/0")
+
+
+def _sg_rules(view: StackView, group: Any) -> tuple[set[str], list[str]]:
+    """({"ingress", "egress"} that allow all traffic to/from the group itself, open ingress rules)."""
+    props = view.props(group)
+    self_all: set[str] = set()
+    open_in: list[str] = []
+    for direction in ("ingress", "egress"):
+        for rule in known_list(dig(props, direction)) or []:
+            cidrs = (known_list(dig(rule, "cidrBlocks")) or []) + (known_list(dig(rule, "ipv6CidrBlocks")) or [])
+            if str(dig(rule, "protocol")) in _ALL_PROTOCOLS and (
+                truthy(dig(rule, "self")) or (direction == "egress" and "0.0.0.0/0" in cidrs)
+            ):
+                self_all.add(direction)  # all egress includes the group itself
+            if direction == "ingress" and any(c in _OPEN for c in cidrs):
+                open_in.append(f"inline ingress {dig(rule, 'description') or cidrs}")
+    for rule in view.of_type(SECURITY_GROUP_RULE):
+        rp = view.props(rule)
+        if group not in view.deps(rule, "securityGroupId", SECURITY_GROUP):
+            continue
+        direction = str(dig(rp, "type"))
+        if str(dig(rp, "protocol")) in _ALL_PROTOCOLS and truthy(dig(rp, "self")):
+            self_all.add(direction)
+        cidrs = (known_list(dig(rp, "cidrBlocks")) or []) + (known_list(dig(rp, "ipv6CidrBlocks")) or [])
+        if direction == "ingress" and any(c in _OPEN for c in cidrs):
+            open_in.append(f"rule '{rule.name}'")
+    for type_, direction in ((SG_INGRESS_RULE, "ingress"), (SG_EGRESS_RULE, "egress")):
+        for rule in view.of_type(type_):
+            rp = view.props(rule)
+            if group not in view.deps(rule, "securityGroupId", SECURITY_GROUP):
+                continue
+            if str(dig(rp, "ipProtocol")) in _ALL_PROTOCOLS and group in view.deps(
+                rule, "referencedSecurityGroupId", SECURITY_GROUP
+            ):
+                self_all.add(direction)
+            if direction == "ingress" and (dig(rp, "cidrIpv4") in _OPEN or dig(rp, "cidrIpv6") in _OPEN):
+                open_in.append(f"rule '{rule.name}'")
+    return self_all, open_in
+
+
+def _efa_security_group(view: StackView, table: TypeTable, report: ReportViolation) -> None:
+    seen: set[str] = set()
+    for cap, gpu in gpu_capacities(view, table):
+        if cap.launch_template.state != "resolved" or cap.launch_template.resource.urn in seen:
+            continue
+        lt = cap.launch_template.resource
+        seen.add(lt.urn)
+        efa = view.efa_interfaces(lt)
+        if efa.count == 0:
+            continue  # efa-on-gpu-nodes
+        groups, unknown, external = view.template_security_groups(lt)
+        for group in groups:
+            _, open_in = _sg_rules(view, group)
+            if open_in:
+                report(f"security group '{group.name}' on the EFA interfaces of launch template '{lt.name}' "
+                       f"({join(gpu)}) admits the whole internet: {', '.join(open_in)}. Fix: EFA needs only "
+                       f"all traffic from the group itself (self rule).", group.urn)
+        if unknown or external:
+            continue  # not known yet / outside the stack (gpu-references-in-stack)
+        if not any({"ingress", "egress"} <= _sg_rules(view, g)[0] for g in groups):
+            names = join(f"'{g.name}'" for g in groups) or "none"
+            report(f"launch template '{lt.name}' ({join(gpu)}): no security group on its EFA interfaces "
+                   f"(groups: {names}) allows all traffic to and from itself; EFA's OS-bypass traffic is "
+                   f"dropped without it. Fix: a security group with ingress and egress rules protocol '-1', "
+                   f"self true, on every EFA interface.", lt.urn)
+
+
+efa_security_group = gpu_stack_policy(
+    name="efa-security-group",
+    description="EFA interfaces carry a security group that allows all traffic to and from itself, "
+    "and none that admits 0.0.0.0/0.",
+    check=_efa_security_group,
+)
+
+
+# -- 7. no blind spots: unlisted GPU types, references outside the stack, Karpenter -------------
+_KARPENTER_CATEGORY_KEY = "karpenter.k8s.aws/instance-category"
+_KARPENTER_GPU_COUNT_KEY = "karpenter.k8s.aws/instance-gpu-count"
+
+
+def _family(instance_type: str) -> str:
+    return instance_type.split(".")[0]
+
+
+def _category(instance_type: str) -> str:
+    """Karpenter's instance-category: the family's leading letters (p5 -> p, g6e -> g, trn1 -> trn)."""
+    return re.match(r"[a-z]*", _family(instance_type)).group(0)  # type: ignore[union-attr]
+
+
+def _karpenter_types(view: StackView, pool: Any, table: TypeTable) -> tuple[set[str], set[str]]:
+    """(EFA table types, unlisted GPU types) a NodePool's requirements allow.
+
+    Karpenter ANDs the requirements; a NodePool that restricts none of type, family, category or GPU
+    count may launch any type a pending pod fits, GPU types included (a pod asking for nvidia.com/gpu
+    makes it pick one), so it counts as allowing the whole table."""
+    possible = set(table.efa)
+    named: set[str] = set()  # types/families named by In requirements (for unlisted ones)
+    for req in known_list(dig(view.props(pool), "spec", "template", "spec", "requirements")) or []:
+        key, op = dig(req, "key"), dig(req, "operator")
+        values = {str(v) for v in (norm_type(v) for v in known_list(dig(req, "values")) or []) if v}
+        if is_unknown(key) or is_unknown(op) or is_unknown(dig(req, "values")):
+            continue  # not known yet: it might restrict, so it does not widen either
+        part: Callable[[str], str] | None = None
+        if key in _KARPENTER_TYPE_KEYS:
+            part = str
+            named |= {v for v in values if op == "In"}
+        elif key == _KARPENTER_FAMILY_KEY:
+            part = _family
+            named |= {f"{v}.*" for v in values if op == "In" and not any(_family(t) == v for t in table.efa)}
+        elif key == _KARPENTER_CATEGORY_KEY:
+            part = _category
+        elif key == _KARPENTER_GPU_COUNT_KEY and (op == "DoesNotExist" or (
+                op == "Lt" and all((as_int(v) or 0) <= 1 for v in values))):
+            possible = set()  # no GPUs at all
+            continue
+        if part is None:
+            continue
+        if op == "In":
+            possible = {t for t in possible if part(t) in values}
+        elif op == "NotIn":
+            possible = {t for t in possible if part(t) not in values}
+    return possible, table.unlisted(named)
+
+
+def _blind_spots(view: StackView, table: TypeTable, report: ReportViolation) -> None:
+    for cap in view.capacities():
+        unlisted = table.unlisted(cap.instance_types)
+        if unlisted and table.deny_unlisted:
+            report(f"{cap.label} launches {join(unlisted)}, a GPU type the pack's table does not list, so no "
+                   f"EFA rule can judge it. Fix: add it with its EFA interface count to the policy config "
+                   f"extraEfaGpuTypes (or to nonEfaGpuTypes if it is deliberately used without EFA).",
+                   cap.resource.urn)
+        gpu = table.efa_of(cap.instance_types)
+        if not gpu:
+            continue
+        external = []
+        if cap.launch_template.state == "external":
+            external.append(f"launch template {cap.launch_template.literal!r}")
+        if cap.placement.state == "external":
+            external.append(f"placement group {cap.placement.literal!r}")
+        if cap.subnets.external:
+            external.append(f"subnet(s) {cap.subnets.external}")
+        if cap.launch_template.state == "resolved":
+            lt = cap.launch_template.resource
+            pg = view.placement_group(lt)
+            if pg.state == "external":
+                external.append(f"placement group {pg.literal!r} (of launch template '{lt.name}')")
+            _, _, sgs = view.template_security_groups(lt)
+            if sgs:
+                external.append(f"security group(s) {sgs} (of launch template '{lt.name}')")
+        if external:
+            report(f"{cap.label} runs {join(gpu)} with {'; '.join(external)} that no resource in this stack "
+                   f"defines, so the EFA/AZ/placement rules cannot judge them. Fix: create them in this stack "
+                   f"(or lower this policy to advisory in the policy config once they are checked elsewhere).",
+                   cap.resource.urn)
+    for pool in view.of_type(*KARPENTER_NODE_POOLS):
+        gpu, unlisted = _karpenter_types(view, pool, table)
+        if unlisted and table.deny_unlisted:
+            report(f"Karpenter NodePool '{pool.name}' allows {join(unlisted)}, GPU type(s) the pack's table does "
+                   f"not list. Fix: add them to extraEfaGpuTypes or nonEfaGpuTypes.", pool.urn)
+        if gpu:
+            report(f"Karpenter NodePool '{pool.name}' may launch {join(gpu)}, but Karpenter cannot put nodes in a "
+                   f"cluster placement group (aws/karpenter-provider-aws#3324) nor be checked for one EFA "
+                   f"interface per card here. Fix: run EFA GPU types in a managed node group with a launch "
+                   f"template; exclude them from the NodePool's requirements.", pool.urn)
+
+
+gpu_blind_spots = gpu_stack_policy(
+    name="gpu-references-in-stack",
+    description="GPU capacity uses only instance types the table knows and launch templates, subnets, "
+    "placement and security groups defined in this stack; Karpenter does not launch EFA GPU types.",
+    check=_blind_spots,
 )
 
 POLICIES = [
@@ -276,4 +487,6 @@ POLICIES = [
     cluster_placement,
     imdsv2_required,
     private_gpu_nodes,
+    efa_security_group,
+    gpu_blind_spots,
 ]

@@ -19,9 +19,10 @@ from pulumi_policy import (
 from .common import (
     EKS_CLUSTER,
     EKS_COMPONENT_CLUSTER,
+    K8S_CONFIG_MAP,
     K8S_INGRESS,
+    K8S_SECRET,
     K8S_SERVICE,
-    RAY_SERVICE,
     config_with_defaults,
     dig,
     is_unknown,
@@ -31,7 +32,7 @@ from .common import (
     resource_policy,
     truthy,
 )
-from .ray_serving import ServeConfigError, serve_config, walk
+from .ray_serving import ServeConfigError, ray_objects, serve_config, walk
 
 # -- literal secrets ---------------------------------------------------------------------------
 SECRET_CONFIG: dict[str, dict[str, Any]] = {
@@ -79,44 +80,78 @@ def containers(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
             yield from containers(value, f"{path}[{i}]")
 
 
+_FLAG = re.compile(r"^--?([A-Za-z0-9_.-]+)(?:=(.*))?$", re.DOTALL)
+
+
 def _literal_secrets(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    if not args.resource_type.startswith("kubernetes:"):
-        return
+    """Literal secrets anywhere a Kubernetes object carries them: env (by name or value), container
+    args/command (`--hf-token=...`, `--api-key X`, token shapes), ConfigMap data, and every key of a
+    Ray serve config (`engine_kwargs`, `runtime_env.env_vars`), plus token shapes in any string
+    (Helm values included). The verdict names where, never the value."""
+    if not args.resource_type.startswith("kubernetes:") or args.resource_type == K8S_SECRET:
+        return  # a Secret is where secrets belong (the engine hands the pack its plaintext)
     cfg = config_with_defaults(args, SECRET_CONFIG)
     name_re = re.compile(cfg["secretNamePattern"], re.IGNORECASE)
     value_res = [re.compile(p) for p in cfg["secretValuePatterns"]]
     allowed = set(cfg["allowedEnvNames"])
 
+    def literal(value: Any) -> bool:
+        return isinstance(value, str) and bool(value.strip()) and not is_unknown(value) and not value.startswith("$")
+
     def secret_like(name: str, value: Any) -> bool:
-        if name in allowed or not isinstance(value, str) or not value or is_unknown(value):
+        if name in allowed or not literal(value):
             return False
-        return bool(name_re.search(name)) or any(r.search(value) for r in value_res)
+        return bool(name_re.search(name.replace("-", "_"))) or any(r.search(value) for r in value_res)
 
     props = plain(args.props)
-    found: list[str] = []
+    found: dict[str, None] = {}
     for where, container in containers(props):
         for item in known_list(dig(container, "env")) or []:
             if isinstance(item, dict) and secret_like(str(item.get("name", "")), item.get("value")):
-                found.append(f"{where}.env {item['name']}")
-    if args.resource_type == RAY_SERVICE:  # runtime_env.env_vars inside the serve config
+                found[f"{where}.env {item['name']}"] = None
+        for part in ("args", "command"):
+            items = known_list(dig(container, part)) or []
+            for i, arg in enumerate(items):
+                if not isinstance(arg, str):
+                    continue
+                flag = _FLAG.match(arg.strip())
+                if flag and flag.group(2) is not None and secret_like(flag.group(1), flag.group(2)):
+                    found[f"{where}.{part}[{i}] {flag.group(1)}"] = None
+                elif flag and flag.group(2) is None and i + 1 < len(items) and secret_like(
+                    flag.group(1), items[i + 1]
+                ) and bool(name_re.search(flag.group(1).replace("-", "_"))):
+                    found[f"{where}.{part}[{i + 1}] (after {flag.group(1)})"] = None
+    if args.resource_type == K8S_CONFIG_MAP:
+        for key, value in (dig(props, "data") or {}).items() if isinstance(dig(props, "data"), dict) else ():
+            if secret_like(str(key), value):
+                found[f"data {key}"] = None
+    for ray in ray_objects(args.resource_type, props):
+        if ray.kind != "RayService":
+            continue
         try:
-            config = serve_config(dig(props, "spec"))
+            config = serve_config(dig(ray.obj, "spec"))
         except ServeConfigError:
             config = None  # nixl-libfabric-backend reports unparsable serve configs
         for path, node in walk(config) if isinstance(config, (dict, list)) else ():
-            if path.endswith("env_vars") and isinstance(node, dict):
-                found += [f"serveConfigV2 {path} {k}" for k, v in node.items() if secret_like(str(k), v)]
+            if isinstance(node, dict):
+                for key, value in node.items():
+                    if secret_like(str(key), value):
+                        found[f"{ray.label} serveConfigV2 {path}.{key}"] = None
+    for path, node in walk(props):  # token shapes anywhere, whatever the key
+        if literal(node) and any(r.search(node) for r in value_res):
+            found[f"{path} (token-shaped value)"] = None
     if found:
         report(
             f"{name_of(args)} carries literal secret-looking values: "
             f"{', '.join(found)}. Fix: put them in a Kubernetes Secret (from `pulumi config set --secret`) "
-            f"and reference it with env valueFrom.secretKeyRef."
+            f"and reference it with env valueFrom.secretKeyRef (or envFrom.secretRef)."
         )
 
 
 no_literal_secrets = resource_policy(
     name="no-literal-secrets-in-pods",
-    description="Pod specs carry no literal secret-looking env values; secrets come from secretKeyRef.",
+    description="Kubernetes objects carry no literal secret-looking values (env, args, ConfigMaps, serve "
+    "configs, Helm values); secrets come from Secrets.",
     validate=_literal_secrets,
     config=SECRET_CONFIG,
 )
@@ -152,34 +187,59 @@ def _service_exposure(service: Any) -> Any:
     return f"type LoadBalancer without {_SCHEME}: internal"
 
 
+INGRESS_CLASS_PARAMS = "kubernetes:elbv2.k8s.aws/v1beta1:IngressClassParams"
+LB_CONFIGURATION = "kubernetes:gateway.k8s.aws/v1beta1:LoadBalancerConfiguration"
+GATEWAYS = ("kubernetes:gateway.networking.k8s.io/v1:Gateway", "kubernetes:gateway.networking.k8s.io/v1beta1:Gateway")
+
+
+def _exposure(resource_type: str, props: Any) -> list[str]:
+    """Why a Kubernetes object opens the endpoint to the internet (empty: it does not, or unknown yet).
+
+    AWS Load Balancer Controller: Ingress and LoadBalancerConfiguration default to `internal`
+    (annotation / spec.scheme); IngressClassParams `spec.scheme` overrides every Ingress of its
+    class. A LoadBalancer Service without the scheme annotation is internet-facing under the legacy
+    in-tree controller, so it counts as exposed."""
+    why: list[str] = []
+    if resource_type == K8S_SERVICE:
+        why += [w for w in [_service_exposure(props)] if w]
+    elif resource_type == K8S_INGRESS:
+        if dig(props, "metadata", "annotations", _ALB_SCHEME) == "internet-facing":
+            why.append(f"annotation {_ALB_SCHEME}: internet-facing")
+    elif resource_type in (INGRESS_CLASS_PARAMS, LB_CONFIGURATION):
+        if dig(props, "spec", "scheme") == "internet-facing":
+            why.append("spec.scheme: internet-facing")
+    elif resource_type in GATEWAYS:
+        annotations = dig(props, "spec", "infrastructure", "annotations")
+        if isinstance(annotations, dict) and annotations.get(_SCHEME) == "internet-facing":
+            why.append(f"spec.infrastructure.annotations {_SCHEME}: internet-facing")
+    for ray in ray_objects(resource_type, props):
+        if ray.kind == "RayService":
+            serve_service = dig(ray.obj, "spec", "serveService")
+            reason = _service_exposure(serve_service) if isinstance(serve_service, dict) else None
+            if reason:
+                why.append(f"{ray.label} spec.serveService is {reason}")
+    return why
+
+
 def _internet_facing(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    if args.resource_type not in (K8S_SERVICE, K8S_INGRESS, RAY_SERVICE):
+    if not args.resource_type.startswith("kubernetes:"):
         return
     if config_with_defaults(args, EXPOSURE_CONFIG)["allowInternetFacing"]:
         return
-    props = plain(args.props)
-    why = None
-    if args.resource_type == K8S_SERVICE:
-        why = _service_exposure(props)
-    elif args.resource_type == RAY_SERVICE:
-        serve_service = dig(props, "spec", "serveService")
-        why = _service_exposure(serve_service) if isinstance(serve_service, dict) else None
-        why = why and f"spec.serveService is {why}"
-    else:
-        scheme = dig(props, "metadata", "annotations", _ALB_SCHEME)
-        why = f"annotation {_ALB_SCHEME}: internet-facing" if scheme == "internet-facing" else None
+    why = _exposure(args.resource_type, plain(args.props))
     if why:
         report(
-            f"{name_of(args)} is internet-facing ({why}). The serve "
+            f"{name_of(args)} is internet-facing ({'; '.join(why)}). The serve "
             f"endpoint has no authentication in front of it. Fix: annotate "
-            f"{_SCHEME}: internal (or {_ALB_SCHEME}: internal), or set allowInternetFacing in the "
-            f"policy config if exposure is intended."
+            f"{_SCHEME}: internal (or {_ALB_SCHEME}: internal, spec.scheme: internal), or set "
+            f"allowInternetFacing in the policy config if exposure is intended."
         )
 
 
 not_internet_facing = resource_policy(
     name="serve-endpoint-not-internet-facing",
-    description="Load balancers in front of the serve endpoint are internal unless the policy config allows it.",
+    description="Services, Ingresses, IngressClassParams, Gateways and LoadBalancerConfigurations are "
+    "internal unless the policy config allows internet-facing.",
     validate=_internet_facing,
     config=EXPOSURE_CONFIG,
 )
@@ -190,35 +250,58 @@ ENDPOINT_CONFIG: dict[str, dict[str, Any]] = {
         "type": "array",
         "items": {"type": "string"},
         "description": (
-            "CIDRs the public API endpoint may be opened to. Empty: any range except the whole "
-            "internet (/0). Listing 0.0.0.0/0 here allows an open endpoint."
+            "CIDRs the public API endpoint may be opened to. Empty: any ranges whose union has no "
+            "block wider than minPrefixLength. Listing 0.0.0.0/0 here allows an open endpoint."
         ),
         "default": [],
+    },
+    "minPrefixLength": {
+        "type": "integer",
+        "minimum": 0,
+        "maximum": 32,
+        "description": "without an allow-list: the widest IPv4 block the union of public CIDRs may contain",
+        "default": 8,
+    },
+    "minPrefixLengthIpv6": {
+        "type": "integer",
+        "minimum": 0,
+        "maximum": 128,
+        "description": "the same for IPv6",
+        "default": 32,
     },
 }
 
 
-def cidrs_not_allowed(cidrs: list[str], allowed: list[str]) -> list[str]:
-    """The entries of `cidrs` the config does not allow (unparsable ones included)."""
+def cidrs_not_allowed(cidrs: list[str], allowed: list[str], min_prefix: int = 8, min_prefix_v6: int = 32) -> list[str]:
+    """The entries of `cidrs` the config does not allow (unparsable ones included).
+
+    Without an allow-list the ranges are judged together: `0.0.0.0/1` + `128.0.0.0/1` is the whole
+    internet, so the union (collapsed) must not contain a range wider than /min_prefix."""
     allowed_nets: list[Any] = []
     for a in allowed:
         try:
             allowed_nets.append(ipaddress.ip_network(a, strict=False))
         except ValueError:
             continue
-    bad = []
+    bad: list[str] = []
+    nets: list[Any] = []
     for cidr in cidrs:
         try:
             net = ipaddress.ip_network(cidr, strict=False)
-        except ValueError:
-            bad.append(cidr)
+        except (ValueError, TypeError):
+            bad.append(str(cidr))
             continue
         if allowed_nets:
-            ok = any(net.version == a.version and net.subnet_of(a) for a in allowed_nets)
+            if not any(net.version == a.version and net.subnet_of(a) for a in allowed_nets):
+                bad.append(cidr)
         else:
-            ok = net.prefixlen > 0
-        if not ok:
-            bad.append(cidr)
+            nets.append(net)
+    for version, limit in ((4, min_prefix), (6, min_prefix_v6)):
+        merged = list(ipaddress.collapse_addresses([n for n in nets if n.version == version]))
+        wide = [m for m in merged if m.prefixlen < limit]
+        for m in wide:
+            parts = [str(n) for n in nets if n.version == version and n.subnet_of(m)]
+            bad.append(str(m) if parts == [str(m)] else f"{' + '.join(parts)} = {m}")
     return bad
 
 
@@ -239,11 +322,12 @@ def _public_endpoint(args: ResourceValidationArgs, report: ReportViolation) -> N
     if any(is_unknown(c) for c in cidrs):
         return
     effective = cidrs or ["0.0.0.0/0"]  # AWS opens a public endpoint to everyone when none are given
-    allowed = list(config_with_defaults(args, ENDPOINT_CONFIG)["allowedPublicAccessCidrs"])
-    bad = cidrs_not_allowed(effective, allowed)
+    cfg = config_with_defaults(args, ENDPOINT_CONFIG)
+    allowed = list(cfg["allowedPublicAccessCidrs"])
+    bad = cidrs_not_allowed(effective, allowed, int(cfg["minPrefixLength"]), int(cfg["minPrefixLengthIpv6"]))
     if bad:
         shown = f"{where}publicAccessCidrs {cidrs}" if cidrs else f"no {where}publicAccessCidrs (AWS default 0.0.0.0/0)"
-        rule = f"inside {allowed}" if allowed else "narrower than the whole internet"
+        rule = f"inside {allowed}" if allowed else f"together no block wider than /{cfg['minPrefixLength']}"
         report(
             f"EKS cluster '{args.name}' has a public API endpoint with {shown}; {bad} not allowed (must be "
             f"{rule}). Fix: list only your office/VPN ranges in cluster.publicAccessCidrs, or set "

@@ -52,8 +52,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         engine_config, secret_keys, _ = harness.read_config(args.stack, root)
         print(component_mermaid(run_program(args.stack, engine_config, secret_keys, root=root)), end="")
         return Exit.OK
-    result = harness.preview(args.stack, args.root, args.out, policy_config, progress=progress)
-    from tools.preview.render import render_text
+    from tools.preview.render import render_text, write_failure_summary
+
+    try:
+        result = harness.preview(args.stack, args.root, args.out, policy_config, progress=progress)
+    except ToolError as error:  # the PR comment posts summary.md: it must say this run failed
+        write_failure_summary(args.out or args.root.resolve() / "build" / "preview" / args.stack, args.stack, error)
+        raise
 
     print(render_text(result), end="")
     progress("done in " + ", ".join(f"{k} {v:.2f}s" for k, v in result.timings.items()))

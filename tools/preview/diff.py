@@ -29,6 +29,7 @@ from typing import Any, Callable, Optional
 from tools.cli import ROOT, Exit, ToolError, one_line, run
 from tools.preview import fmt
 from tools.preview.report import Report, VerdictRecord
+from tools.rollout import classify_resources
 
 TOOLS = ROOT / "tools"
 _PREVIEW_PREFIX = "preview: "  # how tools.cli.run prefixes the preview's one-line errors
@@ -137,6 +138,7 @@ class Diff:
     base_report: Optional[Report]
     head_report: Optional[Report]
     notes: list[str]
+    rollouts: list[tuple[str, Any]] = field(default_factory=list)  # (RayService name, tools.rollout.Rollout)
 
     @property
     def empty(self) -> bool:
@@ -168,6 +170,7 @@ def compare(stack: str, base: Side, head: Side, notes: Optional[list[str]] = Non
         base.report,
         head.report,
         list(notes or []),
+        classify_resources(base.resources, head.resources),
     )
 
 
@@ -227,6 +230,7 @@ def render(diff: Diff) -> str:
             f"Estimated cost: {fmt.signed_money(delta[0])}/hour, {fmt.signed_money(delta[1])}/month "
             "(approximate on-demand list prices)."
         )
+    out += [f"**Roll-out:** {rollout.describe()}" for _, rollout in diff.rollouts if rollout.kind != "no change"]
     out += ["", "| Figure | Before | After |", "|---|---|---|"]
     for name, before, after in _figure_rows(diff.base_report, diff.head_report):
         mark = "" if before == after else " **(changed)**"

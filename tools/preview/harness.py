@@ -38,6 +38,23 @@ SECRET = "[secret]"
 UNKNOWN = "[unknown until apply]"
 
 
+MOCK_PREFIX = "[mock: "
+
+
+def mark_mock_values(value: Any, mock: set[str]) -> Any:
+    """`value` with every string the mock runtime made up (an id, a fake output) as `[mock: ...]`.
+
+    A real preview knows no ids before `up`; showing `network-vpc-id` bare would read as an AWS id.
+    """
+    if isinstance(value, dict):
+        return {k: mark_mock_values(v, mock) for k, v in value.items()}
+    if isinstance(value, list):
+        return [mark_mock_values(v, mock) for v in value]
+    if isinstance(value, str) and value in mock:
+        return f"{MOCK_PREFIX}{value}]"
+    return value
+
+
 @dataclass
 class PreviewResult:
     """A finished preview: the report (what report.json holds) plus the run it was made from."""
@@ -47,6 +64,7 @@ class PreviewResult:
     report: Report
     resources: list[dict[str, Any]]  # what resources.json holds
     timings: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # tools.placeholders.warning_lines
 
     @property
     def stack(self) -> str:
@@ -107,6 +125,7 @@ def resource_records(run: "ProgramRun") -> list[dict[str, Any]]:
     from google.protobuf import json_format
 
     records = []
+    mock: set[str] = run.mock_values  # ids and outputs the mock runtime made up
     for r in sorted(run.resources, key=lambda r: r.urn):
         records.append(
             {
@@ -119,7 +138,7 @@ def resource_records(run: "ProgramRun") -> list[dict[str, Any]]:
                 "provider": r.provider,
                 "dependencies": sorted(r.dependencies),
                 "property_dependencies": {k: sorted(v) for k, v in sorted(r.property_dependencies.items())},
-                "inputs": plain(json_format.MessageToDict(r.inputs_struct)),
+                "inputs": mark_mock_values(plain(json_format.MessageToDict(r.inputs_struct)), mock),
             }
         )
     return records
@@ -146,6 +165,8 @@ def read_config(stack: str, root: Path) -> tuple[dict[str, str], list[str], "Sta
 
     try:
         engine_config, secret_keys = mockrun.load_stack_config(stack, root)
+    except ToolError:  # tools.stackfile: the message names the file and line already
+        raise
     except FileNotFoundError as error:
         raise ToolError(Exit.USAGE, str(error)) from None
     except Exception as error:  # unreadable YAML
@@ -155,7 +176,7 @@ def read_config(stack: str, root: Path) -> tuple[dict[str, str], list[str], "Sta
     except ImportError as error:
         raise ToolError(Exit.PROGRAM, f"{root} has no usable components/config.py: {error}") from None
     try:
-        config = model.validate_engine_config(engine_config, secret_keys)
+        config = model.validate_engine_config(engine_config, secret_keys, stack=stack)  # checks the name too
     except model.ConfigError as error:
         problems = "\n".join(f"  - {p}" for p in error.problems)
         raise ToolError(
@@ -164,6 +185,29 @@ def read_config(stack: str, root: Path) -> tuple[dict[str, str], list[str], "Sta
             f"\n{problems}",
         ) from None
     return engine_config, secret_keys, config
+
+
+def pack_version(pack_dir: Path) -> Optional[str]:
+    """The pack's version as the Pulumi CLI reports it: PulumiPolicy.yaml's `version`.
+
+    pulumi_policy's analyzer always answers GetAnalyzerInfo with "0.0.1" for Python packs and
+    leaves the real version to the CLI, which reads PulumiPolicy.yaml (pulumi_policy/policy.py).
+    """
+    import yaml
+
+    try:
+        data = yaml.safe_load((pack_dir / "PulumiPolicy.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    version = data.get("version") if isinstance(data, dict) else None
+    return str(version) if version is not None else None
+
+
+def _placeholder_warnings(config: "StackConfig") -> list[str]:
+    """Example values the stack still carries (tools/placeholders.py)."""
+    from tools.placeholders import warning_lines
+
+    return warning_lines(config)
 
 
 # -- policy pack ---------------------------------------------------------------------------------
@@ -286,7 +330,8 @@ def preview(
             except Exception as error:
                 raise ToolError(Exit.POLICY, f"policy pack failed: {error}\n{server.stderr}") from None
             info = server.info()
-            pack = PackInfo(status="ran", name=info.name, version=info.version, policies=len(info.policies))
+            version = pack_version(pack_dir) or info.version
+            pack = PackInfo(status="ran", name=info.name, version=version, policies=len(info.policies))
             timings["policies"] = time.perf_counter() - t
     finally:
         if starter is not None:
@@ -307,7 +352,7 @@ def preview(
         resource_count=len(records),
         stack_outputs=plain(run.stack_outputs),
     )
-    result = PreviewResult(out, run, report, records, timings)
+    result = PreviewResult(out, run, report, records, timings, warnings=_placeholder_warnings(config))
     write_artifacts(result)
     timings["artifacts"] = time.perf_counter() - t
     timings["total"] = time.perf_counter() - t0

@@ -18,16 +18,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-import yaml
 from pulumi.runtime import Mocks
+
+from tools import stackfile
 
 if TYPE_CHECKING:
     from components.config import StackConfig
 
 from tools.cli import ROOT
 
-PROJECT = "llm-pd-eks"
-SECRET_PLACEHOLDER = "[secret-placeholder]"
+PROJECT = stackfile.PROJECT
+SECRET_PLACEHOLDER = stackfile.SECRET_PLACEHOLDER
 
 
 @dataclass
@@ -47,6 +48,7 @@ class Registration:
     inputs_struct: Any  # google.protobuf.Struct, secrets and unknowns still marked
     id: str = ""
     outputs: dict[str, Any] = field(default_factory=dict)
+    ignore_changes: list[str] = field(default_factory=list)  # property paths `pulumi up` leaves alone
 
 
 @dataclass
@@ -57,6 +59,7 @@ class ProgramRun:
     resources: list[Registration]
     stack_outputs: dict[str, Any]
     secret_outputs: set[str] = field(default_factory=set)  # stack outputs the engine would store encrypted
+    mock_values: set[str] = field(default_factory=set)  # ids and outputs the mocks made up (not AWS's)
 
     def of_type(self, type_: str) -> list[Registration]:
         return [r for r in self.resources if r.type == type_]
@@ -75,50 +78,100 @@ class ProgramRun:
 
 
 def stack_file(stack: str, root: Path = ROOT) -> Path:
-    return root / f"Pulumi.{stack}.yaml"
+    return stackfile.stack_file(stack, root)
 
 
 def stacks(root: Path = ROOT) -> list[str]:
     """The stacks this checkout defines, from its Pulumi.<stack>.yaml files."""
-    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+    return stackfile.stacks(root)
 
 
-def is_secure(value: Any) -> bool:
-    """A stack file's encrypted value: `{secure: <ciphertext>}`."""
-    return isinstance(value, dict) and set(value) == {"secure"}
+is_secure = stackfile.is_secure
 
 
 def engine_config(stack_yaml: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
     """Turn a Pulumi.<stack>.yaml `config:` block into the engine's (config, secret keys)."""
-    config: dict[str, str] = {}
-    secret_keys: list[str] = []
-    for key, value in (stack_yaml.get("config") or {}).items():
-        full = key if ":" in key else f"{PROJECT}:{key}"
-        if is_secure(value):
-            config[full] = SECRET_PLACEHOLDER
-            secret_keys.append(full)
-        elif isinstance(value, (dict, list)):
-            config[full] = json.dumps(value)
-        elif isinstance(value, bool):
-            config[full] = "true" if value else "false"
-        else:
-            config[full] = str(value)
-    return config, secret_keys
+    return stackfile.engine_config(stack_yaml.get("config") or {})
 
 
 def load_stack_config(stack: str, root: Path = ROOT) -> tuple[dict[str, str], list[str]]:
-    """The stack file's config in the engine's form: (`project:key` -> string, secret keys)."""
-    path = stack_file(stack, root)
-    if not path.exists():
-        raise FileNotFoundError(f"no stack file {path.name}; stacks here: {', '.join(stacks(root))}")
-    return engine_config(yaml.safe_load(path.read_text()) or {})
+    """The stack file's config in the engine's form: (`project:key` -> string, secret keys).
+
+    Read strictly (`tools.stackfile`): duplicate keys, aliases and a wrong shape are refused with
+    a `StackFileError` (exit code USAGE) naming the file and line.
+    """
+    return stackfile.load(stack, root)
 
 
 def stack_config(stack: str, root: Path = ROOT) -> "StackConfig":
     """The stack's validated config, read from its stack file exactly as the program reads it."""
     from components.config import validate_engine_config
 
-    return validate_engine_config(*load_stack_config(stack, root))
+    return validate_engine_config(*load_stack_config(stack, root), stack=stack)
+
+
+MOCK_ACCOUNT = "123456789012"
+
+
+def _hex_id(*parts: str, length: int = 16) -> str:
+    """A stable lowercase-hex suffix, the shape AWS uses in `sg-0…`, `lt-0…`, `cr-0…` ids."""
+    import hashlib
+
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:length]
+
+
+def _region() -> str:
+    from pulumi import Config
+
+    return Config("aws").get("region") or "us-west-2"
+
+
+def eks_cluster_ids(name: str) -> dict[str, str]:
+    """The distinct ids a real pulumi-eks `Cluster` named `name` would report.
+
+    - `pulumiEksClusterSecurityGroupId`: pulumi-eks's OWN control-plane group (its output
+      `clusterSecurityGroupId`), which admits 443 only from pulumi-eks's node group;
+    - `eksClusterSecurityGroupId`: the group EKS itself creates (`eksCluster.vpcConfig.clusterSecurityGroupId`),
+      attached to the control-plane ENIs and, by EKS, to managed nodes without custom interfaces;
+    - `nodeSecurityGroupId`: pulumi-eks's node group SG (used by none of this program's nodes).
+    Distinct on purpose: a test that wires the wrong one must fail.
+    """
+    oidc_id = _hex_id(name, "oidc", length=32).upper()
+    issuer = f"oidc.eks.{_region()}.amazonaws.com/id/{oidc_id}"
+    return {
+        "pulumiEksClusterSecurityGroupId": f"sg-0{_hex_id(name, 'pulumi-eks-cluster-sg')}",
+        "eksClusterSecurityGroupId": f"sg-0{_hex_id(name, 'eks-cluster-sg')}",
+        "nodeSecurityGroupId": f"sg-0{_hex_id(name, 'pulumi-eks-node-sg')}",
+        "oidcIssuer": issuer,
+        "oidcProviderUrl": f"https://{issuer}",
+        "oidcProviderArn": f"arn:aws:iam::{MOCK_ACCOUNT}:oidc-provider/{issuer}",
+        "eksClusterUrn": f"urn:pulumi:mock::{PROJECT}::aws:eks/cluster:Cluster::{name}-eksCluster",
+    }
+
+
+def _eks_cluster_state(name: str, inputs: dict[str, Any], ids: dict[str, str]) -> dict[str, Any]:
+    """State of the `aws.eks.Cluster` inside pulumi-eks, as the AWS provider reports it."""
+    return {
+        "name": inputs.get("name") or name,
+        "arn": f"arn:aws:eks:{_region()}:{MOCK_ACCOUNT}:cluster/{inputs.get('name') or name}",
+        "version": inputs.get("version"),
+        "vpcConfig": {
+            "clusterSecurityGroupId": ids["eksClusterSecurityGroupId"],
+            "securityGroupIds": [ids["pulumiEksClusterSecurityGroupId"]],
+            "subnetIds": inputs.get("privateSubnetIds", []),
+            "endpointPrivateAccess": inputs.get("endpointPrivateAccess", False),
+            "endpointPublicAccess": inputs.get("endpointPublicAccess", True),
+            "vpcId": inputs.get("vpcId"),
+        },
+        "identities": [{"oidcs": [{"issuer": ids["oidcProviderUrl"]}]}],
+    }
+
+
+def _resource_ref(urn: str, id_: str) -> dict[str, Any]:
+    """A resource reference as the engine sends it (what a component's resource-typed output is)."""
+    from pulumi.runtime import rpc
+
+    return {rpc._special_sig_key: rpc._special_resource_sig, "urn": urn, "id": id_, "packageVersion": ""}
 
 
 def _fake_outputs(type_: str, name: str, inputs: dict[str, Any]) -> dict[str, Any]:
@@ -127,31 +180,67 @@ def _fake_outputs(type_: str, name: str, inputs: dict[str, Any]) -> dict[str, An
     extra: dict[str, Any] = {"arn": arn}
     if type_ == "eks:index:Cluster":
         kubeconfig = {"apiVersion": "v1", "kind": "Config", "clusters": [{"name": name}]}
+        ids = eks_cluster_ids(name)
         extra.update(
             kubeconfig=kubeconfig,
             kubeconfigJson=json.dumps(kubeconfig),
-            clusterSecurityGroupId=f"{name}-cluster-sg-id",
-            nodeSecurityGroupId=f"{name}-node-sg-id",
-            oidcProviderArn=f"arn:aws:iam::123456789012:oidc-provider/{name}",
-            oidcProviderUrl=f"oidc.eks.mock/id/{name}",
-            oidcIssuer=f"https://oidc.eks.mock/id/{name}",
+            clusterSecurityGroupId=ids["pulumiEksClusterSecurityGroupId"],
+            nodeSecurityGroupId=ids["nodeSecurityGroupId"],
+            oidcProviderArn=ids["oidcProviderArn"],
+            oidcProviderUrl=ids["oidcProviderUrl"],
+            oidcIssuer=ids["oidcIssuer"],
+            eksCluster=_resource_ref(ids["eksClusterUrn"], inputs.get("name") or name),
         )
     elif type_ == "aws:ec2/launchTemplate:LaunchTemplate":
         extra["latestVersion"] = 1
     elif type_ == "aws:eks/nodeGroup:NodeGroup":
-        extra["nodeGroupName"] = inputs.get("nodeGroupName") or f"{name}-ng"
+        ng_name = inputs.get("nodeGroupName") or f"{name}-ng"
+        extra["nodeGroupName"] = ng_name
+        # EKS names the group's Auto Scaling group eks-<nodegroup>-<uuid>.
+        uuid = _hex_id(name, "asg", length=32)
+        asg = f"eks-{ng_name}-{uuid[:8]}-{uuid[8:12]}-{uuid[12:16]}-{uuid[16:20]}-{uuid[20:32]}"
+        extra["resources"] = [{"autoscalingGroups": [{"name": asg}], "remoteAccessSecurityGroupId": ""}]
     elif type_ == "aws:ec2/placementGroup:PlacementGroup":
         extra["name"] = inputs.get("name") or name
+    elif type_ == "aws:iam/role:Role":
+        extra["arn"] = f"arn:aws:iam::{MOCK_ACCOUNT}:role/{inputs.get('name') or name}"
     return {**extra, **inputs}
 
 
+def _resource_id(type_: str, name: str) -> str:
+    """Realistic ids where the program or the tests read them (security groups), `<name>-id` elsewhere."""
+    if type_ == "aws:ec2/securityGroup:SecurityGroup":
+        return f"sg-0{_hex_id(name)}"
+    return f"{name}-id"
+
+
 class _Mocks(Mocks):
-    """Resource ids are `<name>-id`; outputs echo the inputs plus a few computed fields."""
+    """Resource ids are `<name>-id` (security groups `sg-0…`); outputs echo the inputs plus computed fields."""
+
+    monitor: Any = None  # the MockMonitor, set once it exists (resource references resolve through it)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made_up: set[str] = set()  # every id and computed output returned, so reports can mark them
 
     def new_resource(self, args):  # MockResourceArgs
         if not args.custom and "$" not in args.typ and args.typ.split(":")[0] not in ("eks", "kubernetes"):
             return "", {}
-        return f"{args.name}-id", _fake_outputs(args.typ, args.name, args.inputs)
+        outputs = _fake_outputs(args.typ, args.name, args.inputs)
+        if args.typ == "eks:index:Cluster" and self.monitor is not None:
+            # pulumi-eks's `eksCluster` output is a reference to its inner aws.eks.Cluster; the SDK
+            # resolves it with the engine's getResource, which the mock monitor answers from here.
+            from pulumi.runtime.mocks import MockMonitor
+
+            ids = eks_cluster_ids(args.name)
+            state = _eks_cluster_state(args.name, args.inputs, ids)
+            self.monitor.resources[ids["eksClusterUrn"]] = MockMonitor.ResourceRegistration(
+                ids["eksClusterUrn"], state["name"], state
+            )
+        resource_id = _resource_id(args.typ, args.name)
+        self.made_up.add(resource_id)
+        self.made_up.update(v for k, v in outputs.items() if k not in args.inputs and isinstance(v, str))
+        return resource_id, outputs
 
     def call(self, args):  # MockCallArgs
         if args.token == "aws:index/getRegion:getRegion":
@@ -197,6 +286,7 @@ def _make_monitor(
                     inputs=rpc.deserialize_properties(request.object),
                     inputs_struct=struct,
                     id=response.id,
+                    ignore_changes=list(request.ignoreChanges),
                 )
             )
             return response
@@ -236,6 +326,7 @@ def run_program(
     mocks = _Mocks()
     secret_outputs: set[str] = set()
     monitor = _make_monitor(mocks, recorded, stack_outputs, secret_outputs)
+    mocks.monitor = monitor
 
     settings.reset_options(project=PROJECT, stack=stack, preview=True)
     saved_env = {k: os.environ.pop(k) for k in ("PULUMI_CONFIG", "PULUMI_CONFIG_SECRET_KEYS") if k in os.environ}
@@ -261,4 +352,5 @@ def run_program(
     outputs_by_urn = {urn: reg.state for urn, reg in monitor.resources.items()}
     for r in recorded:
         r.outputs = outputs_by_urn.get(r.urn, {})
-    return ProgramRun(stack=stack, resources=recorded, stack_outputs=stack_outputs, secret_outputs=secret_outputs)
+    return ProgramRun(stack=stack, resources=recorded, stack_outputs=stack_outputs, secret_outputs=secret_outputs,
+                      mock_values=set(mocks.made_up))

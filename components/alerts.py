@@ -1,0 +1,148 @@
+"""Alert rules for the prefill/decode serving layer, as data (a PrometheusRule's `spec.groups`).
+
+Each rule names a failure that returns 200 OK and so hides from a health check:
+- KV transfers failing (NIXL counts them on the decode side);
+- no KV bytes moving while decode generates tokens: requests are not disaggregated at all;
+- KV throughput below the floor of the GPU type (catalog.kv_throughput_floor_gbps): NIXL is off
+  EFA, typically on UCX over TCP, which still works, only many times slower;
+- TTFT / inter-token latency burning their SLO error budget, per phase (prefill vs decode);
+- the decode KV cache nearly full (requests queue, then get preempted);
+- Ray pods Pending: the autoscaler asked for a GPU node's worth of pod that never came.
+
+The PromQL for shared quantities (KV throughput, an SLO's error ratio) is built by one function each,
+used by the alerts, the dashboards and `make verify` alike. Every alert is unit-tested with
+`promtool test rules` (tests/test_alert_rules.py), firing and not firing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import metrics as m
+from .catalog import GpuInstanceType, kv_throughput_floor_gbps
+from .config import ObservabilityConfig
+from .ray_service import NAMESPACE as SERVING_NAMESPACE
+
+GROUP_NAME = "llm-pd-eks.serving"
+# Google SRE workbook, "Alerting on SLOs", multiwindow multi-burn-rate: burning 2% of a 30-day
+# budget in one hour is a burn rate of 14.4; the short window (1/12 of the long one) resets fast.
+FAST_BURN_RATE = 14.4
+BURN_WINDOWS = ("5m", "1h")
+KV_WINDOW = "10m"  # long enough to hold several transfers at a low request rate
+
+KV_THROUGHPUT_RECORD = "llm_pd:kv_transfer_gbps:rate10m"
+
+
+def kv_throughput_gbps_expr(window: str = KV_WINDOW, by: str = m.PHASE_LABEL) -> str:
+    """Gbit/s per transfer: bytes moved over seconds spent transferring (vLLM's own "Throughput").
+
+    Matches NixlKVConnectorStats.reduce(): total bytes / total transfer time, per rank; NaN (no
+    sample, no alert) when nothing was transferred.
+    """
+    return (
+        f"sum by ({by}) (rate({m.NIXL_BYTES}_sum[{window}])) * 8 / 1e9"
+        f" / sum by ({by}) (rate({m.NIXL_XFER_TIME}_sum[{window}]))"
+    )
+
+
+def slo_error_ratio_expr(histogram: str, threshold: float, window: str, by: str = m.PHASE_LABEL) -> str:
+    """Fraction of requests slower than `threshold` over `window`, per `by` (from the histogram)."""
+    return (
+        f"(1 - sum by ({by}) (rate({histogram}_bucket{{le=\"{m.le(threshold)}\"}}[{window}]))"
+        f" / sum by ({by}) (rate({histogram}_count[{window}])))"
+    )
+
+
+def _burn(histogram: str, threshold: float, objective: float) -> str:
+    budget = round(1 - objective, 6)
+    return " and ".join(
+        f"{slo_error_ratio_expr(histogram, threshold, w)} > ({FAST_BURN_RATE} * {budget})" for w in BURN_WINDOWS
+    )
+
+
+def _alert(name: str, expr: str, for_: str, severity: str, summary: str, description: str) -> dict[str, Any]:
+    return {
+        "alert": name,
+        "expr": expr,
+        "for": for_,
+        "labels": {"severity": severity, "component": "llm-pd"},
+        "annotations": {"summary": summary, "description": description},
+    }
+
+
+def alert_rules(config: ObservabilityConfig, instance: GpuInstanceType) -> list[dict[str, Any]]:
+    """The alerting rules, thresholds from the stack config and the GPU catalog."""
+    floor = kv_throughput_floor_gbps(instance, config.kv_throughput_floor_fraction)
+    decode = f'{m.PHASE_LABEL}="decode"'
+    return [
+        _alert(
+            "KVTransferFailures",
+            f"sum by ({m.PHASE_LABEL}) (increase({m.NIXL_FAILED_TRANSFERS}[5m])) > 0",
+            "1m",
+            "critical",
+            "NIXL KV-cache transfers are failing ({{ $labels.phase }})",
+            "{{ $value }} NIXL KV transfer(s) failed in 5 minutes; decode recomputes or drops those requests.",
+        ),
+        _alert(
+            "KVTransferStalled",
+            f"sum(rate({m.GENERATION_TOKENS}{{{decode}}}[{KV_WINDOW}])) > 0"
+            f" unless sum(rate({m.NIXL_BYTES}_count{{{decode}}}[{KV_WINDOW}])) > 0",
+            "5m",
+            "critical",
+            "Decode generates tokens but no KV cache arrives over NIXL",
+            "Requests flow yet prefill and decode exchange no KV blocks: the P/D split is not in effect.",
+        ),
+        _alert(
+            "KVThroughputBelowFloor",
+            f"{kv_throughput_gbps_expr()} < {floor}",
+            "10m",
+            "warning",
+            "KV transfer throughput below the {{ $labels.phase }} floor for " + instance.name,
+            f"NIXL moves KV blocks at {{{{ $value | humanize }}}} Gbit/s, under the {floor} Gbit/s floor of "
+            f"{instance.name}: NIXL is probably not on LIBFABRIC/EFA (UCX falls back to TCP).",
+        ),
+        _alert(
+            "TTFTBudgetBurn",
+            _burn(m.TTFT, config.ttft_slo_seconds, config.slo_objective),
+            "2m",
+            "critical",
+            "Time to first token burns its SLO budget on {{ $labels.phase }}",
+            f"More than {FAST_BURN_RATE}x the allowed {1 - config.slo_objective:.2%} of requests take over "
+            f"{config.ttft_slo_seconds:g}s to the first token, over both 5m and 1h.",
+        ),
+        _alert(
+            "InterTokenLatencyBudgetBurn",
+            _burn(m.ITL, config.itl_slo_seconds, config.slo_objective),
+            "2m",
+            "critical",
+            "Inter-token latency burns its SLO budget on {{ $labels.phase }}",
+            f"More than {FAST_BURN_RATE}x the allowed {1 - config.slo_objective:.2%} of tokens take over "
+            f"{config.itl_slo_seconds:g}s, over both 5m and 1h.",
+        ),
+        _alert(
+            "DecodeKVCacheNearlyFull",
+            f"max by ({m.PHASE_LABEL}, pod) ({m.KV_CACHE_USAGE}{{{decode}}}) > {config.kv_cache_full_ratio}",
+            "5m",
+            "warning",
+            "Decode KV cache above {{ $value | humanizePercentage }} on {{ $labels.pod }}",
+            "vLLM queues and then preempts requests when the KV cache is full; add decode replicas.",
+        ),
+        _alert(
+            "RayPodsPending",
+            f'sum by (namespace, pod) ({m.KSM_POD_PHASE}{{namespace="{SERVING_NAMESPACE}", phase="Pending"}}) > 0',
+            f"{config.pending_minutes}m",
+            "warning",
+            "Ray pod {{ $labels.pod }} Pending",
+            f"A Ray pod has waited over {config.pending_minutes} minutes for a node: GPU capacity, EFA devices "
+            "or the node group's maxSize.",
+        ),
+    ]
+
+
+def recording_rules() -> list[dict[str, Any]]:
+    return [{"record": KV_THROUGHPUT_RECORD, "expr": kv_throughput_gbps_expr()}]
+
+
+def rule_groups(config: ObservabilityConfig, instance: GpuInstanceType) -> list[dict[str, Any]]:
+    """`spec.groups` of the PrometheusRule (and the file `promtool test rules` loads)."""
+    return [{"name": GROUP_NAME, "rules": [*recording_rules(), *alert_rules(config, instance)]}]

@@ -1,0 +1,203 @@
+"""Observability of the serving layer: Prometheus + Grafana (kube-prometheus-stack), the NVIDIA DCGM
+exporter, a PodMonitor for every Ray pod, the alert rules and the serving dashboard.
+
+- kube-prometheus-stack (pinned, prometheus-community) brings the Prometheus operator and its CRDs,
+  Prometheus, Alertmanager, Grafana with its dashboard sidecar, kube-state-metrics and node-exporter.
+  Its Prometheus selects only monitors and rules labelled `release: <name>` unless the
+  `*SelectorNilUsesHelmValues` values are false; they are, so the objects below need no chart label.
+- The DCGM exporter (pinned, NVIDIA) runs on the GPU nodes only and brings its own ServiceMonitor;
+  a relabelling adds the node name, so GPU panels group by node.
+- The PodMonitor scrapes KubeRay's `metrics` container port (8080, KubeRay's DefaultMetricsPort /
+  MetricsPortName; KubeRay's own config/prometheus/podMonitor.yaml scrapes workers the same way) on
+  head and worker pods and copies `ray.io/group` into `phase` (prefill, decode,
+  headgroup): every vLLM and NIXL series then says which side it comes from.
+- EFA device counters: there is no official, pinnable EFA exporter (aws-samples ships a node_exporter
+  fork to build yourself). EFA is instead proven by `make verify` (devices allocatable, NIXL on
+  LIBFABRIC, KV throughput over the floor) and watched by the KV-throughput alert.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from . import metrics as m
+from .alerts import rule_groups
+from .catalog import GpuInstanceType, kv_throughput_floor_gbps
+from .config import ObservabilityConfig
+from .dashboards import DASHBOARD_LABEL, dashboard_json
+from .efa_gpu_nodes import GPU_LABELS, GPU_TOLERATION
+from .helm import HelmChart, pinned_release
+from .ray_service import NAMESPACE as SERVING_NAMESPACE
+from .system_nodes import SYSTEM_LABELS
+
+PROMETHEUS_STACK_CHART = HelmChart("kube-prometheus-stack", "https://prometheus-community.github.io/helm-charts")
+DCGM_CHART = HelmChart("dcgm-exporter", "https://nvidia.github.io/dcgm-exporter/helm-charts")
+NAMESPACE = "monitoring"
+# kube-prometheus-stack names its objects after the release (= chart name here, see helm.pinned_release).
+PROMETHEUS_SERVICE = "kube-prometheus-stack-prometheus"
+PROMETHEUS_PORT_NAME = "http-web"
+GRAFANA_ADMIN_SECRET = "grafana-admin"
+
+RAY_METRICS_PORT_NAME = "metrics"  # KubeRay utils.MetricsPortName (DefaultMetricsPort 8080)
+RAY_GROUP_LABEL = "ray.io/group"  # KubeRay utils.RayNodeGroupLabelKey: the worker group name
+RAY_NODE_TYPE_LABEL = "ray.io/node-type"  # KubeRay utils.RayNodeTypeLabelKey: head | worker
+SCRAPE_INTERVAL = "15s"
+
+
+def _meta_label(pod_label: str) -> str:
+    """Prometheus's service-discovery name of a pod label (non-alphanumerics become `_`)."""
+    return "__meta_kubernetes_pod_label_" + "".join(c if c.isalnum() else "_" for c in pod_label)
+
+
+def ray_relabelings() -> list[dict[str, Any]]:
+    return [
+        {"sourceLabels": [_meta_label(RAY_GROUP_LABEL)], "targetLabel": m.PHASE_LABEL, "action": "replace"},
+        {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": m.NODE_LABEL, "action": "replace"},
+    ]
+
+
+def ray_pod_monitor_spec() -> dict[str, Any]:
+    return {
+        "namespaceSelector": {"matchNames": [SERVING_NAMESPACE]},
+        "selector": {
+            "matchExpressions": [{"key": RAY_NODE_TYPE_LABEL, "operator": "In", "values": ["head", "worker"]}]
+        },
+        "podMetricsEndpoints": [
+            {"port": RAY_METRICS_PORT_NAME, "interval": SCRAPE_INTERVAL, "relabelings": ray_relabelings()}
+        ],
+    }
+
+
+def prometheus_stack_values(config: ObservabilityConfig, grafana_secret: Optional[str]) -> dict[str, Any]:
+    """Everything on the system nodes except node-exporter: a DaemonSet whose chart default (4.56.1,
+    the version kube-prometheus-stack 88.5.3 pins) tolerates every NoSchedule taint, the GPU one included."""
+    system = dict(SYSTEM_LABELS)
+    grafana: dict[str, Any] = {"nodeSelector": system, "sidecar": {"dashboards": {"enabled": True}}}
+    if grafana_secret is not None:
+        grafana["admin"] = {"existingSecret": grafana_secret, "userKey": "admin-user", "passwordKey": "admin-password"}
+    return {
+        "prometheusOperator": {"nodeSelector": system},
+        "prometheus": {
+            "prometheusSpec": {
+                "nodeSelector": system,
+                "retention": config.retention,
+                "podMonitorSelectorNilUsesHelmValues": False,
+                "serviceMonitorSelectorNilUsesHelmValues": False,
+                "ruleSelectorNilUsesHelmValues": False,
+            }
+        },
+        "alertmanager": {"alertmanagerSpec": {"nodeSelector": system}},
+        "grafana": grafana,
+        "kube-state-metrics": {
+            "nodeSelector": system,
+            # kube_node_labels carries only allow-listed labels: the cost panel needs the instance type.
+            "metricLabelsAllowlist": ["nodes=[node.kubernetes.io/instance-type]"],
+        },
+    }
+
+
+def dcgm_values() -> dict[str, Any]:
+    return {
+        "nodeSelector": dict(GPU_LABELS),
+        "tolerations": [GPU_TOLERATION],
+        "serviceMonitor": {
+            "enabled": True,
+            "interval": SCRAPE_INTERVAL,
+            "relabelings": [
+                {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": m.NODE_LABEL, "action": "replace"}
+            ],
+        },
+    }
+
+
+@dataclass(frozen=True)
+class ObservabilityArgs:
+    config: ObservabilityConfig
+    instance: GpuInstanceType
+    provider: k8s.Provider
+    hourly_prices: Mapping[str, float]  # USD/h of the node types this stack runs (cost panel)
+    gpu_node_group: pulumi.Resource  # the DCGM exporter exists for these nodes
+    depends_on: Sequence[pulumi.Resource] = field(default_factory=tuple)  # system nodes, CNI/DNS add-ons
+    grafana_admin_password: Optional[pulumi.Output[str]] = None  # a Pulumi secret
+
+
+class Observability(pulumi.ComponentResource):
+    prometheus_stack: k8s.helm.v3.Release
+    dcgm_exporter: k8s.helm.v3.Release
+    ray_pod_monitor: k8s.apiextensions.CustomResource
+    rules: k8s.apiextensions.CustomResource
+    dashboard: k8s.core.v1.ConfigMap
+    grafana_secret: Optional[k8s.core.v1.Secret]
+
+    def __init__(self, name: str, args: ObservabilityArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llm-pd-eks:index:Observability", name, None, opts)
+        config = args.config
+
+        self.grafana_secret = None
+        if args.grafana_admin_password is not None:
+            self.grafana_secret = k8s.core.v1.Secret(
+                f"{name}-grafana-admin",
+                metadata=k8s.meta.v1.ObjectMetaArgs(name=GRAFANA_ADMIN_SECRET, namespace=NAMESPACE),
+                type="Opaque",
+                string_data={"admin-user": "admin", "admin-password": args.grafana_admin_password},
+                opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.depends_on)),
+            )
+        secret_deps = [self.grafana_secret] if self.grafana_secret is not None else []
+        self.prometheus_stack = pinned_release(
+            f"{name}-prometheus-stack",
+            PROMETHEUS_STACK_CHART,
+            config.kube_prometheus_stack_chart_version,
+            NAMESPACE,
+            prometheus_stack_values(config, GRAFANA_ADMIN_SECRET if self.grafana_secret is not None else None),
+            pulumi.ResourceOptions(
+                parent=self, provider=args.provider, depends_on=[*args.depends_on, *secret_deps]
+            ),
+            create_namespace=True,
+        )
+        # Everything below needs the chart's CRDs (PodMonitor, ServiceMonitor, PrometheusRule) or namespace.
+        after_stack = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[self.prometheus_stack])
+        self.dcgm_exporter = pinned_release(
+            f"{name}-dcgm-exporter",
+            DCGM_CHART,
+            config.dcgm_exporter_chart_version,
+            NAMESPACE,
+            dcgm_values(),
+            pulumi.ResourceOptions(
+                parent=self, provider=args.provider, depends_on=[self.prometheus_stack, args.gpu_node_group]
+            ),
+        )
+        self.ray_pod_monitor = k8s.apiextensions.CustomResource(
+            f"{name}-ray-podmonitor",
+            api_version="monitoring.coreos.com/v1",
+            kind="PodMonitor",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name="ray", namespace=NAMESPACE),
+            spec=ray_pod_monitor_spec(),
+            opts=after_stack,
+        )
+        self.rules = k8s.apiextensions.CustomResource(
+            f"{name}-rules",
+            api_version="monitoring.coreos.com/v1",
+            kind="PrometheusRule",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name="llm-pd-serving", namespace=NAMESPACE),
+            spec={"groups": rule_groups(config, args.instance)},
+            opts=after_stack,
+        )
+        floor = kv_throughput_floor_gbps(args.instance, config.kv_throughput_floor_fraction)
+        self.dashboard = k8s.core.v1.ConfigMap(
+            f"{name}-dashboard",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name="llm-pd-dashboard", namespace=NAMESPACE, labels=DASHBOARD_LABEL),
+            data={"llm-pd-serving.json": dashboard_json(floor, args.hourly_prices)},
+            opts=after_stack,
+        )
+        self.register_outputs(
+            {
+                "prometheus": f"{PROMETHEUS_SERVICE}.{NAMESPACE}.svc:9090",
+                "kvFloorGbps": floor,
+                "dashboardUid": json.loads(dashboard_json(floor, args.hourly_prices))["uid"],
+            }
+        )

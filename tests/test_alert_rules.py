@@ -1,0 +1,180 @@
+"""The alert rules on Prometheus's own engine: `promtool check rules` and `promtool test rules`.
+
+Every alert has a firing and a non-firing case (a test checks that none is missing). Input series
+use the names and labels the scrape produces (components/metrics.py; `phase` and `pod` are added by
+the PodMonitor's relabelling). promtool compares annotations too; they are templated with values,
+so the unit tests run on the rules without annotations, while `promtool check rules` parses the
+full file including every template.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from helpers import requires_binary
+
+from components import metrics as m
+from components.alerts import KV_THROUGHPUT_RECORD, rule_groups
+from components.catalog import GPU_INSTANCE_TYPES, kv_throughput_floor_gbps
+from components.config import ObservabilityConfig
+from components.ray_service import NAMESPACE
+
+PROMTOOL = shutil.which("promtool")
+CONFIG = ObservabilityConfig()
+INSTANCE = GPU_INSTANCE_TYPES["g6e.12xlarge"]
+FLOOR = kv_throughput_floor_gbps(INSTANCE, CONFIG.kv_throughput_floor_fraction)
+
+DEC = 'phase="decode",pod="llm-pd-decode-worker-a"'
+PRE = 'phase="prefill",pod="llm-pd-prefill-worker-a"'
+
+
+def series(name: str, labels: str, values: str) -> dict[str, str]:
+    return {"series": f"{name}{{{labels}}}", "values": values}
+
+
+def gbps_series(gbps: float) -> list[dict[str, str]]:
+    """NIXL byte/time sums growing at `gbps` Gbit/s of transfer time (1 s of transfer per minute)."""
+    bytes_per_min = gbps * 1e9 / 8
+    return [
+        series(f"{m.NIXL_BYTES}_sum", DEC, f"0+{bytes_per_min:.0f}x60"),
+        series(f"{m.NIXL_BYTES}_count", DEC, "0+10x60"),
+        series(f"{m.NIXL_XFER_TIME}_sum", DEC, "0+1x60"),
+    ]
+
+
+def burn_series(histogram: str, threshold: float, good_fraction: float, labels: str) -> list[dict[str, str]]:
+    good = int(100 * good_fraction)
+    return [
+        series(f"{histogram}_bucket", f'{labels},le="{m.le(threshold)}"', f"0+{good}x120"),
+        series(f"{histogram}_bucket", f'{labels},le="+Inf"', "0+100x120"),
+        series(f"{histogram}_count", labels, "0+100x120"),
+    ]
+
+
+def alert(name: str, eval_time: str, inputs: list[dict[str, str]], fires: list[dict[str, str]]) -> dict[str, Any]:
+    return {
+        "interval": "1m",
+        "input_series": inputs,
+        "alert_rule_test": [
+            {"eval_time": eval_time, "alertname": name, "exp_alerts": [{"exp_labels": labels} for labels in fires]}
+        ],
+        "name": f"{name} {'fires' if fires else 'stays quiet'}",
+    }
+
+
+def crit(**labels: str) -> dict[str, str]:
+    return {"severity": "critical", "component": "llm-pd", **labels}
+
+
+def warn(**labels: str) -> dict[str, str]:
+    return {"severity": "warning", "component": "llm-pd", **labels}
+
+
+FAILING = [series(m.NIXL_FAILED_TRANSFERS, DEC, "0 0 0 1 2 2 2 2 2 2")]
+GENERATING = [series(m.GENERATION_TOKENS, DEC, "0+500x60")]
+
+CASES: list[dict[str, Any]] = [
+    alert("KVTransferFailures", "6m", FAILING, [crit(phase="decode")]),
+    alert("KVTransferFailures", "6m", [series(m.NIXL_FAILED_TRANSFERS, DEC, "0x10")], []),
+    # no NIXL series at all, and NIXL series that stand still: both mean no KV moves
+    alert("KVTransferStalled", "30m", GENERATING, [crit()]),
+    alert("KVTransferStalled", "30m", [*GENERATING, series(f"{m.NIXL_BYTES}_count", DEC, "0x60")], [crit()]),
+    alert("KVTransferStalled", "30m", [*GENERATING, *gbps_series(FLOOR * 4)], []),
+    alert("KVTransferStalled", "30m", [series(m.GENERATION_TOKENS, DEC, "0x60")], []),  # idle: nothing to move
+    alert("KVThroughputBelowFloor", "40m", gbps_series(FLOOR / 10), [warn(phase="decode")]),
+    alert("KVThroughputBelowFloor", "40m", gbps_series(FLOOR * 2), []),
+    alert("TTFTBudgetBurn", "90m", burn_series(m.TTFT, CONFIG.ttft_slo_seconds, 0.5, PRE), [crit(phase="prefill")]),
+    alert("TTFTBudgetBurn", "90m", burn_series(m.TTFT, CONFIG.ttft_slo_seconds, 0.999, PRE), []),
+    alert("InterTokenLatencyBudgetBurn", "90m", burn_series(m.ITL, CONFIG.itl_slo_seconds, 0.5, DEC),
+          [crit(phase="decode")]),
+    alert("InterTokenLatencyBudgetBurn", "90m", burn_series(m.ITL, CONFIG.itl_slo_seconds, 0.999, DEC), []),
+    alert("DecodeKVCacheNearlyFull", "10m", [series(m.KV_CACHE_USAGE, DEC, "0.97x20")],
+          [warn(phase="decode", pod="llm-pd-decode-worker-a")]),
+    # a full prefill cache is normal (it holds prompts until decode pulls them): decode only
+    alert("DecodeKVCacheNearlyFull", "10m", [series(m.KV_CACHE_USAGE, DEC, "0.5x20"),
+                                             series(m.KV_CACHE_USAGE, PRE, "0.97x20")], []),
+    alert("RayPodsPending", f"{CONFIG.pending_minutes + 5}m",
+          [series(m.KSM_POD_PHASE, f'namespace="{NAMESPACE}",pod="llm-pd-decode-worker-b",phase="Pending"', "1x40")],
+          [warn(namespace=NAMESPACE, pod="llm-pd-decode-worker-b")]),
+    alert("RayPodsPending", f"{CONFIG.pending_minutes + 5}m",
+          [series(m.KSM_POD_PHASE, f'namespace="{NAMESPACE}",pod="llm-pd-decode-worker-b",phase="Pending"', "0x40"),
+           series(m.KSM_POD_PHASE, f'namespace="{NAMESPACE}",pod="llm-pd-decode-worker-b",phase="Running"', "1x40")],
+          []),
+]
+
+RECORDING_CASE = {
+    "interval": "1m",
+    "input_series": gbps_series(40.0),
+    "promql_expr_test": [
+        {"expr": f"round({KV_THROUGHPUT_RECORD}, 0.001)", "eval_time": "30m", "exp_samples": [
+            {"labels": '{phase="decode"}', "value": 40}
+        ]}
+    ],
+}
+
+needs_promtool = requires_binary("promtool")
+
+
+def _write_rules(path: Path, strip_annotations: bool) -> Path:
+    groups = copy.deepcopy(rule_groups(CONFIG, INSTANCE))
+    if strip_annotations:
+        for group in groups:
+            for rule in group["rules"]:
+                rule.pop("annotations", None)
+    path.write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
+    return path
+
+
+def _promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    assert PROMTOOL is not None
+    return subprocess.run([PROMTOOL, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+@needs_promtool
+def test_rules_parse_with_their_templates(tmp_path: Path) -> None:
+    result = _promtool("check", "rules", str(_write_rules(tmp_path / "rules.yml", False)), cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@needs_promtool
+def test_every_alert_fires_and_stays_quiet_as_expected(tmp_path: Path) -> None:
+    _write_rules(tmp_path / "rules.yml", True)
+    tests = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": [*CASES, RECORDING_CASE]}
+    (tmp_path / "tests.yml").write_text(yaml.safe_dump(tests, sort_keys=False))
+    result = _promtool("test", "rules", "tests.yml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@needs_promtool
+def test_a_broken_expectation_fails(tmp_path: Path) -> None:
+    """The harness can fail: expecting the quiet KV-failure case to fire is reported."""
+    _write_rules(tmp_path / "rules.yml", True)
+    wrong = alert("KVTransferFailures", "6m", [series(m.NIXL_FAILED_TRANSFERS, DEC, "0x10")], [crit(phase="decode")])
+    tests = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": [wrong]}
+    (tmp_path / "tests.yml").write_text(yaml.safe_dump(tests, sort_keys=False))
+    result = _promtool("test", "rules", "tests.yml", cwd=tmp_path)
+    assert result.returncode != 0 and "KVTransferFailures" in result.stdout + result.stderr
+
+
+def test_every_alert_has_a_firing_and_a_quiet_case() -> None:
+    alerts = {r["alert"] for g in rule_groups(CONFIG, INSTANCE) for r in g["rules"] if "alert" in r}
+    cases = [(c["alert_rule_test"][0]["alertname"], bool(c["alert_rule_test"][0]["exp_alerts"])) for c in CASES]
+    assert {(name, fires) for name in alerts for fires in (True, False)} <= set(cases)
+
+
+def test_floor_follows_the_catalog() -> None:
+    """The floor comes from the GPU type: a measured figure where one exists, else the per-GPU EFA share."""
+    assert FLOOR == pytest.approx(0.5 * INSTANCE.network_gbps / INSTANCE.gpus)
+    big = GPU_INSTANCE_TYPES["p5.48xlarge"]
+    measured = replace(big, nixl_efa_measured_gbps=76.8)  # a measured figure wins over the line rate
+    assert kv_throughput_floor_gbps(measured, 0.5) == pytest.approx(0.5 * 76.8 / big.gpus)
+    assert kv_throughput_floor_gbps(big, 0.5) > FLOOR
+    rules = {r.get("alert"): r for r in rule_groups(CONFIG, big)[0]["rules"]}
+    assert f"< {kv_throughput_floor_gbps(big, 0.5)}" in rules["KVThroughputBelowFloor"]["expr"]

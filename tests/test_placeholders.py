@@ -1,0 +1,98 @@
+"""Placeholder values (documentation CIDRs, the example account, a private endpoint with no runner)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from helpers import ROOT, validate_values
+
+from tools.placeholders import DEFAULT_RUNNER, documentation_range, find_placeholders, runner_label
+
+CLEAN = {
+    "network": {"vpcCidr": "10.40.0.0/16", "availabilityZones": ["us-west-2a", "us-west-2b"]},
+    "cluster": {"publicAccessCidrs": ["198.18.0.0/15"], "adminPrincipalArns": ["arn:aws:iam::210987654321:role/admin"]},
+    "gpuNodes": {"instanceType": "p4d.24xlarge", "availabilityZone": "us-west-2a"},
+    "serving": {"modelId": "Qwen/Qwen2.5-7B-Instruct",
+                "image": "210987654321.dkr.ecr.us-west-2.amazonaws.com/ray-llm:2.60.0-py311-cu128"},
+}
+
+
+def keys(values: dict, runner=None) -> list[str]:
+    return [p.key.split(":", 1)[1] for p in find_placeholders(validate_values(values), runner)]
+
+
+def test_a_real_looking_stack_has_none():
+    assert keys(CLEAN) == []
+
+
+@pytest.mark.parametrize("cidr", ["192.0.2.0/24", "198.51.100.7/32", "203.0.113.0/24", "203.0.0.0/16"])
+def test_documentation_cidrs_flagged(cidr):
+    found = keys({**CLEAN, "cluster": {**CLEAN["cluster"], "publicAccessCidrs": [cidr]}})
+    assert found == ["cluster.publicAccessCidrs"]
+
+
+def test_ipv6_documentation_range_known():
+    assert documentation_range("2001:db8:1::/48") == "2001:db8::/32"
+    assert documentation_range("2001:db9::/32") is None
+
+
+def test_vpc_in_a_documentation_range_flagged():
+    network = {**CLEAN["network"], "vpcCidr": "198.51.100.0/24",  # a /24 VPC needs its subnets stated
+               "privateSubnetCidrs": ["198.51.100.0/26", "198.51.100.64/26"],
+               "publicSubnetCidrs": ["198.51.100.128/26", "198.51.100.192/26"]}
+    found = keys({**CLEAN, "network": network})
+    assert {"network.vpcCidr", "network.privateSubnetCidrs", "network.publicSubnetCidrs"} <= set(found)
+
+
+def test_example_account_flagged_in_image_and_admin_arns():
+    image = CLEAN["serving"]["image"].replace("210987654321", "123456789012")
+    assert keys({**CLEAN, "serving": {**CLEAN["serving"], "image": image}}) == ["serving.image"]
+    arn = "arn:aws:iam::123456789012:role/admin"
+    assert keys({**CLEAN, "cluster": {**CLEAN["cluster"], "adminPrincipalArns": [arn]}}) == [
+        "cluster.adminPrincipalArns"]
+
+
+def test_private_endpoint_needs_a_stated_runner():
+    private = {**CLEAN, "cluster": {**CLEAN["cluster"], "publicAccessCidrs": []}}
+    assert keys(private) == ["deploy.runnerLabel"]
+    assert keys(private, runner="self-hosted-vpc") == []
+    assert keys({**private, "deploy": {"runnerLabel": "vpc-runner"}}) == []
+    assert runner_label(validate_values({**private, "deploy": {"runnerLabel": "vpc-runner"}})) == "vpc-runner"
+    assert runner_label(validate_values(CLEAN)) == DEFAULT_RUNNER
+    assert runner_label(validate_values(CLEAN), "from-input") == "from-input"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tools.placeholders", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
+def test_checked_in_stacks_are_refused_for_deploy(stack, tmp_path):
+    out = tmp_path / "github_output"
+    proc = cli("--stack", stack, "--github-output", str(out))
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "203.0.113.0/24" in proc.stderr and "123456789012" in proc.stderr
+    assert out.read_text() == f"runner={DEFAULT_RUNNER}\n"
+
+
+def test_unknown_stack_is_a_usage_error():
+    proc = cli("--stack", "nosuch")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("placeholders: no stack file Pulumi.nosuch.yaml; stacks here:")
+
+
+def test_preview_prints_the_warning_and_summary_has_a_callout(tmp_path, programs):
+    from tools.preview.harness import preview
+    from tools.preview.render import render_text
+
+    result = preview("dev", out=tmp_path / "dev", run=programs("dev"), progress=lambda _m: None)
+    text = render_text(result)
+    assert "WARNING: 2 placeholder value(s)" in text
+    assert text.index("WARNING:") < text.index("RESULT: OK")
+    summary = (tmp_path / "dev" / "summary.md").read_text()
+    assert "> [!WARNING]" in summary and "203.0.113.0/24" in summary
+    assert result.exit_code == 0  # a warning, not a violation

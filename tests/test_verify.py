@@ -1,0 +1,433 @@
+"""`make verify` against a fake Kubernetes API server, a fake OpenAI endpoint, a fake Ray dashboard
+log API and a REAL Prometheus scraping an exporter that renders metrics with Ray's own code.
+
+Each failure the issue names (UCX backend, zero KV bytes, failed transfers, a node missing EFA
+devices, P and D on one node) and a slow, off-EFA transfer make verify fail with the cause named;
+the healthy cluster passes. The stack is `dev` (its GPU type from Pulumi.dev.yaml and the catalog; two
+GPU nodes in us-west-2a; the KV floor from `kv_throughput_floor_gbps`).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import pytest
+from helpers import requires_binary
+from verify_fakes import (
+    Cluster,
+    FakeKubeApi,
+    FakeOpenAi,
+    FakeRayDashboard,
+    Prometheus,
+    RayExporter,
+    kubeconfig_text,
+    nixl_log_line,
+)
+
+from components import metrics as m
+from components.catalog import GPU_INSTANCE_TYPES, kv_throughput_floor_gbps
+from components.observability import NAMESPACE as MONITORING
+from components.observability import PROMETHEUS_PORT_NAME, PROMETHEUS_SERVICE
+from components.ray_service import NAMESPACE, SERVE_PORT
+from tools.cli import Exit, run
+from tools.preview.mockrun import stack_config
+from tools.verify.checks import HEAD_SERVICE, Status, quantity_mib
+from tools.verify.cli import exit_code, main
+
+ENDPOINT_SERVICE_NAME = stack_config("dev").serving.endpoint_name  # KubeRay's serve Service
+
+INSTANCE = GPU_INSTANCE_TYPES[stack_config("dev").gpu_nodes.instance_type]
+FLOOR = kv_throughput_floor_gbps(INSTANCE)
+KV_BYTES = 448 * 2**20  # one 8k-token Qwen2.5-7B request's KV cache (the preview's figure)
+EFA_SECONDS = KV_BYTES * 8 / (INSTANCE.network_gbps * 1e9)  # at the node's EFA line rate
+TCP_SECONDS = KV_BYTES * 8 / 10e9  # at the 10 Gbit/s of one TCP flow
+
+needs_prometheus = requires_binary("prometheus")
+
+
+# --- Kubernetes objects in the API's shapes --------------------------------------------------------
+
+
+def node(name: str, zone: str = "us-west-2a", efa: str = str(INSTANCE.efa_interfaces), gpus: str = str(INSTANCE.gpus)
+         ) -> dict[str, Any]:
+    return {
+        "kind": "Node", "apiVersion": "v1",
+        "metadata": {"name": name, "labels": {
+            "role": "gpu", "vpc.amazonaws.com/efa.present": "true", "kubernetes.io/hostname": name,
+            "topology.kubernetes.io/zone": zone, "node.kubernetes.io/instance-type": INSTANCE.name,
+        }},
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]},
+        "status": {
+            "capacity": {"cpu": "48", "memory": "392470468Ki", "pods": "234", "nvidia.com/gpu": gpus,
+                         "vpc.amazonaws.com/efa": efa, "hugepages-2Mi": "5Gi"},
+            "allocatable": {"cpu": "47810m", "memory": "383452612Ki", "pods": "234", "nvidia.com/gpu": gpus,
+                            "vpc.amazonaws.com/efa": efa, "hugepages-2Mi": "5Gi"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "kubelet is posting ready status"}],
+        },
+    }
+
+
+def daemonset(name: str, ready: int = 2) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "kube-system"},
+            "status": {"desiredNumberScheduled": 2, "currentNumberScheduled": 2, "numberReady": ready,
+                       "numberAvailable": ready, "numberMisscheduled": 0}}
+
+
+def ray_service(ready: bool = True) -> dict[str, Any]:
+    condition = {"type": "Ready", "status": "True" if ready else "False",
+                 "reason": "NonZeroServeEndpoints" if ready else "ZeroServeEndpoints",
+                 "message": "" if ready else "Number of serve endpoints dropped to 0"}
+    return {"apiVersion": "ray.io/v1", "kind": "RayService", "metadata": {"name": "llm-pd", "namespace": NAMESPACE},
+            "spec": {}, "status": {"conditions": [condition]}}
+
+
+def pod(name: str, group: str, node_name: str, ip: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": NAMESPACE, "labels": {
+                "ray.io/node-type": "worker", "ray.io/group": group, "ray.io/is-ray-node": "yes",
+                "llm-pd-eks/role": group}},
+            "spec": {"nodeName": node_name, "containers": [{"name": "ray-worker"}]},
+            "status": {"phase": "Running", "podIP": ip}}
+
+
+# --- scenarios -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Scenario:
+    nodes: list[dict[str, Any]] = field(default_factory=lambda: [node("ip-10-10-1-10"), node("ip-10-10-1-11")])
+    decode_node: str = "ip-10-10-1-11"
+    backend: str = "LIBFABRIC"
+    transfer_seconds: Optional[float] = EFA_SECONDS  # None: no KV bytes move
+    failed: int = 0
+    plugins_ready: int = 2
+    ray_service: Optional[bool] = True  # None: no RayService object
+    endpoint_status: int = 0  # non-zero: the OpenAI endpoint answers with this HTTP status
+    nixl_logged: bool = True
+
+
+@dataclass
+class Env:
+    kubeconfig: Path
+    api: FakeKubeApi
+    prometheus: Optional[Prometheus]
+
+
+def _start(scenario: Scenario, tmp_path: Path, with_prometheus: bool) -> Iterator[Env]:
+    exporter = RayExporter().wait() if with_prometheus else None
+
+    def on_request(prompt_tokens: int) -> None:
+        if exporter is None:
+            return
+        transfers = [[KV_BYTES, scenario.transfer_seconds]] if scenario.transfer_seconds is not None else []
+        exporter.record(transfers=transfers, failed=scenario.failed, tokens=16)
+
+    line = nixl_log_line(scenario.backend) + "\n" if scenario.nixl_logged else ""
+    logs = {ip: {f"worker-{ip}-01000000-4242.out": "started\n" + line} for ip in ("10.10.1.20", "10.10.1.21")}
+    openai, dashboard = FakeOpenAi(on_request, scenario.endpoint_status), FakeRayDashboard(logs)
+    prometheus = None
+    if exporter is not None:
+        prometheus = Prometheus(tmp_path, [(exporter.target, {m.PHASE_LABEL: "decode", "pod": "llm-pd-decode-a",
+                                                              m.NODE_LABEL: scenario.decode_node})]).wait_ready()
+    cluster = Cluster(
+        nodes=scenario.nodes,
+        daemonsets=[daemonset("nvidia-device-plugin"), daemonset("aws-efa-k8s-device-plugin", scenario.plugins_ready)],
+        ray_service=None if scenario.ray_service is None else ray_service(scenario.ray_service),
+        pods=[pod("llm-pd-prefill-a", "prefill", "ip-10-10-1-10", "10.10.1.20"),
+              pod("llm-pd-decode-a", "decode", scenario.decode_node, "10.10.1.21")],
+        services=[ENDPOINT_SERVICE_NAME, HEAD_SERVICE],
+        upstreams={(NAMESPACE, ENDPOINT_SERVICE_NAME, str(SERVE_PORT)): openai.url,
+                   (NAMESPACE, HEAD_SERVICE, "dashboard"): dashboard.url},
+    )
+    if prometheus is not None:
+        cluster.upstreams[(MONITORING, PROMETHEUS_SERVICE, PROMETHEUS_PORT_NAME)] = prometheus.url
+    api = FakeKubeApi(cluster)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(api.kubeconfig())
+    try:
+        yield Env(kubeconfig, api, prometheus)
+    finally:
+        for part in (api, openai, dashboard, prometheus, exporter):
+            if part is not None:
+                part.close()
+
+
+def verify(env: Env, capsys, *extra: str) -> tuple[int, dict[str, Any], str]:
+    code = run("verify", main, ["--stack", "dev", "--kubeconfig", str(env.kubeconfig), "--json",
+                                "--timeout", "120", "--kv-wait", "20", *extra])
+    out, err = capsys.readouterr()
+    return code, json.loads(out) if out.strip().startswith("{") else {}, err
+
+
+def by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in report["checks"]}
+
+
+# --- end to end ------------------------------------------------------------------------------------
+
+
+@needs_prometheus
+def test_healthy_cluster_passes_every_check(tmp_path, capsys):
+    env_iter = _start(Scenario(), tmp_path, with_prometheus=True)
+    env = next(env_iter)
+    try:
+        code, report, err = verify(env, capsys)
+    finally:
+        env_iter.close()
+    checks = by_name(report)
+    assert code == Exit.OK, [c for c in report["checks"] if c["status"] != "PASS"]
+    assert all(c["status"] == "PASS" for c in report["checks"]), report
+    assert checks["kv-throughput"]["data"]["floor_gbps"] == FLOOR
+    assert checks["kv-throughput"]["data"]["gbps"] > FLOOR
+    assert "LIBFABRIC" in checks["nixl-backend"]["detail"]
+    assert err == ""
+
+
+@needs_prometheus
+@pytest.mark.parametrize(
+    "scenario, check, words",
+    [
+        (Scenario(transfer_seconds=None), "kv-bytes", "not disaggregating"),
+        (Scenario(failed=1), "kv-failures", "1 failed NIXL KV transfer"),
+        (Scenario(transfer_seconds=TCP_SECONDS), "kv-throughput", "NIXL is not on EFA"),
+    ],
+    ids=["zero-kv-bytes", "failed-transfers", "slow-tcp-transfers"],
+)
+def test_kv_failures_fail_verify_naming_the_cause(scenario, check, words, tmp_path, capsys):
+    env_iter = _start(scenario, tmp_path, with_prometheus=True)
+    env = next(env_iter)
+    try:
+        code, report, err = verify(env, capsys)
+    finally:
+        env_iter.close()
+    found = by_name(report)[check]
+    assert code == Exit.FAILED
+    assert found["status"] == "FAIL" and words in found["detail"], found
+    assert check in err  # the one-line summary names the failed check
+
+
+@pytest.mark.parametrize(
+    "scenario, check, words",
+    [
+        (Scenario(backend="UCX"), "nixl-backend", "NIXL backend UCX, not LIBFABRIC"),
+        (Scenario(nodes=[node("ip-10-10-1-10"), node("ip-10-10-1-11", efa="0")]), "gpu-nodes",
+         f"ip-10-10-1-11 offers 0 EFA device(s), the catalog says {INSTANCE.efa_interfaces}"),
+        (Scenario(decode_node="ip-10-10-1-10"), "pd-separate-nodes", "share node(s) ip-10-10-1-10"),
+        (Scenario(nodes=[node("ip-10-10-1-10"), node("ip-10-10-1-11", zone="us-west-2b")]), "gpu-nodes",
+         "is in us-west-2b, not the GPU AZ us-west-2a"),
+        (Scenario(nodes=[node("ip-10-10-1-10")]), "gpu-nodes", "1 GPU node(s) Ready, the stack expects 2"),
+        (Scenario(nodes=[node("ip-10-10-1-10"), node("ip-10-10-1-11", gpus="0")]), "gpu-nodes",
+         f"ip-10-10-1-11 offers 0 GPU(s), the catalog says {INSTANCE.gpus}"),
+        (Scenario(plugins_ready=1), "device-plugins", "aws-efa-k8s-device-plugin ready on 1 of 2 node(s)"),
+        (Scenario(ray_service=False), "rayservice-ready", "not Ready: Number of serve endpoints dropped to 0"),
+        (Scenario(ray_service=None), "rayservice-ready", "no RayService llm-serving/llm-pd"),
+        (Scenario(endpoint_status=500), "chat-completion", "HTTP 500"),
+    ],
+    ids=["ucx-backend", "node-missing-efa", "p-and-d-on-one-node", "node-in-another-az", "node-missing",
+         "node-without-gpus", "efa-plugin-not-ready", "rayservice-not-ready", "rayservice-missing", "endpoint-500"],
+)
+def test_cluster_failures_fail_verify_naming_the_cause(scenario, check, words, tmp_path, capsys):
+    env_iter = _start(scenario, tmp_path, with_prometheus=False)
+    env = next(env_iter)
+    try:
+        code, report, _ = verify(env, capsys, "--kv-wait", "0")
+    finally:
+        env_iter.close()
+    found = by_name(report)[check]
+    assert code == Exit.FAILED
+    assert found["status"] == "FAIL" and words in found["detail"], found
+    # without Prometheus behind the proxy the KV checks say so instead of guessing
+    assert by_name(report)["kv-bytes"]["status"] == "UNVERIFIED"
+
+
+def test_no_nixl_log_line_is_unverified_not_pass(tmp_path, capsys):
+    env_iter = _start(Scenario(nixl_logged=False), tmp_path, with_prometheus=False)
+    env = next(env_iter)
+    try:
+        code, report, _ = verify(env, capsys, "--kv-wait", "0")
+    finally:
+        env_iter.close()
+    found = by_name(report)["nixl-backend"]
+    assert code == Exit.UNVERIFIED
+    assert found["status"] == "UNVERIFIED" and "llm-pd-decode-a" in found["detail"]
+
+
+def test_hugepages_are_checked_once_the_catalog_has_a_figure():
+    """Issue 11 adds `efa_hugepages_2mi_mib` to the catalog; the check reads it and bites on a short node."""
+    from tools.verify.checks import Context, Expected, check_nodes
+
+    class Nodes:
+        def get_json(self, path, **query):
+            return {"kind": "NodeList", "items": [node("a"), node("b")]}  # 5Gi each
+
+    def expected(hugepages):
+        return Expected(gpu_nodes=2, availability_zone="us-west-2a", instance=INSTANCE, hugepages_mib=hugepages,
+                        model_id=None, endpoint_service=None, floor_gbps=FLOOR)
+
+    assert check_nodes(Nodes(), expected(5120), Context()).status == Status.PASS
+    short = check_nodes(Nodes(), expected(8192), Context())
+    assert short.status == Status.FAIL and "a has 5Gi hugepages-2Mi, the catalog says 8192Mi" in short.detail
+
+
+def test_table_output_lists_every_check(tmp_path, capsys):
+    env_iter = _start(Scenario(backend="UCX"), tmp_path, with_prometheus=False)
+    env = next(env_iter)
+    try:
+        code = run("verify", main, ["--stack", "dev", "--kubeconfig", str(env.kubeconfig), "--kv-wait", "0"])
+    finally:
+        env_iter.close()
+    out = capsys.readouterr().out
+    assert code == Exit.FAILED
+    assert "FAIL       nixl-backend" in out and "PASS       gpu-nodes" in out
+    assert out.rstrip().endswith("RESULT: FAILED (exit 1)")
+
+
+# --- unreachable, bad input ------------------------------------------------------------------------
+
+
+def test_unreachable_cluster_is_unverified_without_a_traceback(tmp_path, capsys):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(kubeconfig_text(f"http://127.0.0.1:{port}"))
+    code = run("verify", main, ["--stack", "dev", "--kubeconfig", str(kubeconfig), "--timeout", "20"])
+    out, err = capsys.readouterr()
+    assert code == Exit.UNVERIFIED
+    assert "Traceback" not in out + err
+    assert "UNVERIFIED api-server" in out and "cluster unreachable" in out
+
+
+def test_wrong_token_is_not_a_pass(tmp_path, capsys):
+    env_iter = _start(Scenario(), tmp_path, with_prometheus=False)
+    env = next(env_iter)
+    try:
+        env.kubeconfig.write_text(env.api.kubeconfig(token="wrong"))
+        code, report, _ = verify(env, capsys, "--kv-wait", "0")
+    finally:
+        env_iter.close()
+    api_server = by_name(report)["api-server"]
+    assert code == Exit.UNVERIFIED and api_server["status"] == "UNVERIFIED"
+    assert "refused the request: HTTP 401" in api_server["detail"]
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--stack", "nope", "--kubeconfig", "x"], "no stack file Pulumi.nope.yaml"),
+        (["--stack", "dev", "--kubeconfig", "/nonexistent/kubeconfig"], "cannot read kubeconfig"),
+        (["--stack", "dev", "--timeout", "0", "--kubeconfig", "x"], "--timeout must be positive"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(argv, words, capsys):
+    assert run("verify", main, argv) == Exit.USAGE
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1
+
+
+def test_not_a_kubeconfig_is_a_usage_error(tmp_path, capsys):
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("clusters: 3\n")
+    assert run("verify", main, ["--stack", "dev", "--kubeconfig", str(bad)]) == Exit.USAGE
+    assert "not a usable kubeconfig" in capsys.readouterr().err
+
+
+# --- small pieces -----------------------------------------------------------------------------------
+
+
+def test_exit_code_table():
+    from tools.verify.checks import Check
+
+    passed, failed, unknown = (Check("a", Status.PASS, ""), Check("b", Status.FAIL, ""),
+                               Check("c", Status.UNVERIFIED, ""))
+    assert exit_code([passed]) == Exit.OK
+    assert exit_code([passed, unknown]) == Exit.UNVERIFIED
+    assert exit_code([passed, unknown, failed]) == Exit.FAILED
+
+
+@pytest.mark.parametrize("value, mib", [("5Gi", 5120), ("5120Mi", 5120), ("0", 0), ("1048576Ki", 1024)])
+def test_quantities(value, mib):
+    assert quantity_mib(value) == mib
+
+
+def test_nixl_line_is_recognised_only_as_nixl_writes_it():
+    from tools.verify.checks import NIXL_BACKEND_LINE
+
+    assert NIXL_BACKEND_LINE.findall(nixl_log_line("LIBFABRIC")) == ["LIBFABRIC"]
+    assert NIXL_BACKEND_LINE.findall("Backend UCX was requested") == []
+
+
+def _exec_kubeconfig(script: str) -> str:
+    import sys
+
+    import yaml
+
+    return yaml.safe_dump({
+        "current-context": "eks",
+        "clusters": [{"name": "eks",
+                      "cluster": {"server": "https://example.invalid", "insecure-skip-tls-verify": True}}],
+        "contexts": [{"name": "eks", "context": {"cluster": "eks", "user": "aws"}}],
+        "users": [{"name": "aws", "user": {"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1", "command": sys.executable, "args": ["-c", script],
+            "env": [{"name": "AWS_PROFILE", "value": "deploy"}]}}}],
+    })
+
+
+def test_exec_credentials_are_run_like_kubectl_does():
+    """pulumi-eks kubeconfigs authenticate with `aws eks get-token`: an ExecCredential on stdout."""
+    from tools.verify.kube import load_kubeconfig
+
+    script = ("import json, os; print(json.dumps({'kind': 'ExecCredential', 'status': "
+              "{'token': 'k8s-aws-v1.' + os.environ['AWS_PROFILE']}}))")
+    assert load_kubeconfig(_exec_kubeconfig(script)).token == "k8s-aws-v1.deploy"
+
+
+def test_a_failing_credential_command_is_unverified_not_a_crash():
+    from tools.cli import ToolError
+    from tools.verify.kube import load_kubeconfig
+
+    with pytest.raises(ToolError) as info:
+        load_kubeconfig(_exec_kubeconfig("import sys; sys.exit('ExpiredToken: the security token has expired')"))
+    assert info.value.exit_code == Exit.UNVERIFIED and "ExpiredToken" in str(info.value)
+
+
+def test_tls_api_server_is_trusted_only_through_the_kubeconfig_ca(tmp_path, capsys):
+    """EKS serves its API over TLS with the CA in `certificate-authority-data`: verified, not skipped."""
+    from verify_fakes import TlsKubeApi, self_signed
+
+    api = TlsKubeApi(Cluster(nodes=Scenario().nodes), tmp_path)
+    try:
+        good, wrong = tmp_path / "good", tmp_path / "wrong"
+        good.write_text(api.kubeconfig())
+        other = tmp_path / "other"
+        other.mkdir()
+        wrong.write_text(api.kubeconfig(ca=self_signed(other)[2]))  # someone else's certificate
+        for path, status in ((good, "PASS"), (wrong, "UNVERIFIED")):
+            run("verify", main, ["--stack", "dev", "--kubeconfig", str(path), "--json", "--kv-wait", "0",
+                                 "--timeout", "30"])
+            report = json.loads(capsys.readouterr().out)
+            assert by_name(report)["api-server"]["status"] == status, report
+            if status == "PASS":
+                assert by_name(report)["gpu-nodes"]["status"] == "PASS"
+            else:
+                assert "CERTIFICATE_VERIFY_FAILED" in by_name(report)["api-server"]["detail"]
+    finally:
+        api.close()
+
+
+def test_a_stalled_api_server_ends_at_the_total_deadline_as_unverified(tmp_path, capsys):
+    api = FakeKubeApi(Cluster(nodes=Scenario().nodes, stall_seconds=5))
+    try:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(api.kubeconfig())
+        code = run("verify", main, ["--stack", "dev", "--kubeconfig", str(kubeconfig), "--json", "--timeout", "1"])
+    finally:
+        api.close()
+    report = json.loads(capsys.readouterr().out)
+    assert code == Exit.UNVERIFIED
+    assert {c["status"] for c in report["checks"]} == {"UNVERIFIED"}
+    assert "timed out" in by_name(report)["api-server"]["detail"]

@@ -1,0 +1,207 @@
+"""`make size STACK=… WORKLOAD=file.yaml [WRITE=1]`: size a stack for a workload before `pulumi up`.
+
+Prints, for the stack's model, GPU type and tensor-parallel layout: prefill and decode replicas and
+nodes, the P:D ratio, GPUs, cost per hour and per million output tokens, the same workload served
+aggregated, a verdict on whether disaggregation pays, and the KV-transfer band. The model is
+`tools/sizing.py`. `--write` puts the sized replica bounds and GPU node-group sizes into
+`Pulumi.<stack>.yaml` with ruamel.yaml's round-trip mode, so comments and layout survive; the new
+file is validated as the program would read it before it replaces the old one.
+
+Exit codes (tools/cli.py): 0 the workload can be served on the stack's GPU type (disaggregated,
+aggregated or both; the verdict says which pays); 1 neither layout meets the objectives, or `--write`
+was asked for a layout that cannot meet them (nothing is written); 2 a bad workload file, stack or argument.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+from tools.cli import ROOT, Exit, ToolError, exit_with, one_line
+from tools.sizing import Plan, Sizing, band_text, load_workload, size
+
+PROG = "size"
+
+
+def _ms(value: Optional[float]) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value / 1000:.2f} s" if value >= 1000 else f"{value:.1f} ms"
+
+
+def _money(value: Optional[float]) -> str:
+    return "n/a (no price)" if value is None else f"${value:,.2f}"
+
+
+def band_lines(band: Any) -> list[str]:
+    """The KV band as text; `band` is a `KvBand` or its `as_dict()`."""
+    b = band if isinstance(band, dict) else band.as_dict()
+    return [f"{b['tokens']:,} tokens = {b['bytes'] / 2**20:,.1f} MiB of KV cache per request", band_text(b)]
+
+
+def _plan_lines(plan: Plan) -> list[str]:
+    if not plan.feasible:
+        return [f"  cannot meet the objectives: {plan.reason}"]
+    lines = []
+    for s in plan.sides:
+        latency = []
+        if s.ttft_ms is not None:
+            latency.append(f"TTFT {_ms(s.ttft_ms)}")
+        if s.itl_ms is not None:
+            latency.append(f"ITL {_ms(s.itl_ms)}")
+        if s.batch is not None:
+            latency.append(f"~{s.batch:.0f} sequences a replica")
+        lines.append(
+            f"  {s.role:<10} {s.replicas} replica(s) at TP {s.tp} = {s.gpus} GPU(s) on {s.nodes} node(s); "
+            + ", ".join(latency)
+        )
+    lines.append(f"  total      {plan.nodes} node(s), {plan.gpus} GPU(s) busy; GPU nodes {_money(plan.hourly)}/hour, "
+                 f"{_money(plan.usd_per_mtok)} per million output tokens")
+    return lines
+
+
+def placement_lines(result: Sizing) -> list[str]:
+    """Advice: the tensor-parallel size per side that needs the fewest nodes, when it beats the stack's."""
+    found = result.placement
+    if found is None:
+        return []
+    lines = []
+    dis = result.disaggregated
+    if found.disaggregated_nodes is not None and found.prefill and found.decode and (
+        not dis.feasible or found.disaggregated_nodes < dis.nodes
+    ):
+        lines.append(
+            f"placement search: prefill TP {found.prefill.tp} x {found.prefill.replicas} + decode TP "
+            f"{found.decode.tp} x {found.decode.replicas} needs {found.disaggregated_nodes} node(s)"
+            + (f" (the stack's TP: {dis.nodes})" if dis.feasible else "")
+        )
+    agg = result.aggregated
+    if found.aggregated is not None and (not agg.feasible or found.aggregated.nodes < agg.nodes):
+        lines.append(
+            f"placement search: aggregated TP {found.aggregated.tp} x {found.aggregated.replicas} needs "
+            f"{found.aggregated.nodes} node(s)" + (f" (at the decode TP: {agg.nodes})" if agg.feasible else "")
+        )
+    return lines
+
+
+def render_text(result: Sizing) -> str:
+    w = result.workload
+    lines = [
+        f"Sizing {result.stack}: {result.model_id} on {result.instance_type} ({result.region})",
+        f"workload: {w.request_rate:g} req/s, input mean {w.input_tokens.mean:g} (cv {w.input_tokens.cv:g}), "
+        f"output mean {w.output_tokens.mean:g} (cv {w.output_tokens.cv:g}) tokens; "
+        f"p{w.slo.percentile:g} TTFT ≤ {w.slo.ttft_ms:g} ms, ITL ≤ {w.slo.itl_ms:g} ms",
+        f"output: {result.output_tokens_s:,.0f} tokens/s",
+        "",
+        f"disaggregated (P:D {result.pd_ratio or 'n/a'})",
+        *_plan_lines(result.disaggregated),
+        "aggregated (no disaggregation, same TP as decode)",
+        *_plan_lines(result.aggregated),
+        "",
+        f"verdict: {result.verdict()}",
+        *placement_lines(result),
+        "",
+        f"KV transfer at the p{w.slo.percentile:g} prompt (sizing plans on {result.band.planning_basis}):",
+        *(f"  {line}" for line in band_lines(result.band)),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# -- --write ----------------------------------------------------------------------------------------
+def sized_values(result: Sizing, current: Any) -> dict[str, dict[str, int]]:
+    """New replica bounds and GPU node-group sizes: the sized counts become the maxima.
+
+    minReplicas stays as set (clipped to the new maximum); the node group's minSize/desiredSize are
+    the nodes the minimum replicas need (at least 2: prefill and decode never share a node) and its
+    maxSize the nodes the sized replicas need.
+    """
+    from components.catalog import gpu_instance_type
+
+    serving = current.serving
+    instance_gpus = gpu_instance_type(current.gpu_nodes.instance_type).gpus
+    plan = result.disaggregated
+    out: dict[str, dict[str, int]] = {}
+    min_nodes = max_nodes = 0
+    for role, group in serving.groups().items():
+        sized = plan.side(role).replicas
+        low = min(group.min_replicas, sized)
+        out[role] = {"minReplicas": low, "maxReplicas": sized}
+        min_nodes += group.nodes(low, instance_gpus)
+        max_nodes += group.nodes(sized, instance_gpus)
+    floor = max(2, min_nodes)
+    out["gpuNodes"] = {"minSize": floor, "desiredSize": floor, "maxSize": max(floor, max_nodes)}
+    return out
+
+
+def write_stack(stack: str, result: Sizing, current: Any, root: Path = ROOT) -> tuple[str, dict[str, dict[str, int]]]:
+    """Rewrite Pulumi.<stack>.yaml in place (comments kept); returns (new text, values written)."""
+    import yaml
+    from ruamel.yaml import YAML
+
+    from components.config import PROJECT, ConfigError, validate_engine_config
+    from tools.preview.mockrun import engine_config, stack_file
+
+    if not result.disaggregated.feasible:
+        raise ToolError(Exit.FAILED, f"nothing written: the disaggregated layout cannot meet the objectives "
+                                     f"({one_line(result.disaggregated.reason)})")
+    values = sized_values(result, current)
+    path = stack_file(stack, root)
+    rt = YAML()  # round-trip: comments, key order and flow style survive
+    rt.preserve_quotes = True
+    rt.width = 4096
+    doc = rt.load(path.read_text())
+    config = doc["config"]
+    for role in ("prefill", "decode"):
+        for key, value in values[role].items():
+            config[f"{PROJECT}:serving"][role][key] = value
+    for key, value in values["gpuNodes"].items():
+        config[f"{PROJECT}:gpuNodes"][key] = value
+    buffer = io.StringIO()
+    rt.dump(doc, buffer)
+    text = buffer.getvalue()
+    try:
+        validate_engine_config(*engine_config(yaml.safe_load(text)))
+    except ConfigError as error:
+        raise ToolError(Exit.FAILED, one_line(f"nothing written: the sized config would not validate: "
+                                              f"{'; '.join(error.problems)}")) from None
+    path.write_text(text)
+    return text, values
+
+
+# -- main ---------------------------------------------------------------------------------------------
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--stack", required=True, help="the stack to size (Pulumi.<stack>.yaml)")
+    parser.add_argument("--workload", required=True, type=Path, help="a workload file (see workloads/)")
+    parser.add_argument("--write", action="store_true", help="write the sized bounds into Pulumi.<stack>.yaml")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    from components.config import ConfigError
+    from tools.preview.mockrun import stack_config
+
+    workload = load_workload(args.workload)
+    try:
+        config = stack_config(args.stack, args.root)
+    except FileNotFoundError as error:
+        raise ToolError(Exit.USAGE, str(error)) from None
+    except ConfigError as error:
+        raise ToolError(Exit.USAGE, one_line(f"Pulumi.{args.stack}.yaml: {'; '.join(error.problems)}")) from None
+    result = size(args.stack, config, workload)
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=2, default=str))
+    else:
+        print(render_text(result), end="")
+    if args.write:
+        _, values = write_stack(args.stack, result, config, args.root)
+        print(f"wrote Pulumi.{args.stack}.yaml: " + "; ".join(
+            f"{section} " + ", ".join(f"{k}={v}" for k, v in kv.items()) for section, kv in values.items()))
+    return Exit.OK if result.disaggregated.feasible or result.aggregated.feasible else Exit.FAILED
+
+
+if __name__ == "__main__":
+    exit_with(PROG, main)
