@@ -31,8 +31,6 @@ class GpuInstanceType:
     # First aws-efa-k8s-device-plugin chart whose DaemonSet node affinity (`supportedInstanceLabels`)
     # lists this type; an older chart never schedules the plugin there (no `vpc.amazonaws.com/efa`).
     min_efa_chart_version: str
-    # KV transfer NIXL achieved over EFA between two nodes of this type, Gbit/s (issue 15 fills it in).
-    nixl_efa_measured_gbps: Optional[float] = None
     # The GPU's NVML device name (nvidia-smi): Ray derives the node's `accelerator_type:<T>` resource
     # from it (ray._private.accelerators.nvidia_gpu, "NVIDIA A100-SXM4-40GB" -> "A100"); tests check
     # `ray_accelerator_type` against Ray's own derivation.
