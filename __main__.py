@@ -22,9 +22,9 @@ from components.efa_gpu_nodes import EfaGpuNodeGroup, EfaGpuNodeGroupArgs, gpu_a
 from components.kuberay import KubeRayOperator, KubeRayOperatorArgs
 from components.network import Network, NetworkArgs
 from components.observability import Observability, ObservabilityArgs
+from components.prices import load_prices
 from components.ray_service import LlmRayService, RayServiceArgs
 from components.system_nodes import SystemNodeGroup, SystemNodeGroupArgs, system_autoscaler_template
-from tools.figures import load_prices
 
 try:
     config = load_stack_config()

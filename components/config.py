@@ -646,7 +646,7 @@ class KubeRayConfig(Strict):
     @field_validator("chart_version")
     @classmethod
     def _v1_7(cls, value: str) -> str:
-        # the RayService fields used here (and the CRDs in ../shared) are those of KubeRay 1.7
+        # the RayService fields used here (and the CRDs vendored in tests/data/kuberay) are those of KubeRay 1.7
         if not re.fullmatch(r"1\.7\.\d+", value):
             raise ValueError(f"{shown(value)} is not a 1.7.x release of the kuberay-operator chart")
         return value

@@ -7,7 +7,7 @@ namespaces), so a dashboard is a ConfigMap whose one data key holds the JSON bel
 Panels, per phase (`phase` = the pod's `ray.io/group`: prefill or decode): TTFT and inter-token
 latency quantiles, queue depth, running requests, KV-cache usage, engine replicas; KV transfer
 bytes, time, throughput (against the GPU type's floor) and failures; GPU utilisation and memory per
-node (DCGM); the hourly cost of the running nodes (prices from tools/data/prices.json).
+node (DCGM); the hourly cost of the running nodes (prices from components/data/prices.json).
 """
 
 from __future__ import annotations

@@ -25,6 +25,8 @@ class ModelSpec:
     attention_heads: int = 0
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        """The one KV-cache formula (the preview's figures and any sizing use it): K and V for every
+        layer and KV head, `head_dim` elements each, `dtype_bytes` per element."""
         return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
 
     # --- sizing (issue 15) ---

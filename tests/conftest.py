@@ -2,13 +2,39 @@
 
 from __future__ import annotations
 
-import pytest
-from helpers import STACKS, program_run
+from typing import Callable, Iterator
 
-from tools.mockrun import ProgramRun
+import pytest
+from helpers import STACKS
+
+from tools.preview.mockrun import ProgramRun, run_program
+
+
+@pytest.fixture(scope="session")
+def programs() -> Callable[[str], ProgramRun]:
+    """stack -> its recorded registrations. Each stack runs once per session, on first use (a run
+    takes seconds and is deterministic); tests must not change what they get back."""
+    runs: dict[str, ProgramRun] = {}
+
+    def get(stack: str) -> ProgramRun:
+        if stack not in runs:
+            runs[stack] = run_program(stack)
+        return runs[stack]
+
+    return get
 
 
 @pytest.fixture(params=STACKS)
-def run(request) -> ProgramRun:
+def run(request, programs) -> ProgramRun:
     """The recorded registrations of each stack in turn."""
-    return program_run(request.param)
+    return programs(request.param)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _policy_pack_lifetime() -> Iterator[None]:
+    """The one policy-pack process of the session (`policy_fixtures.pack()`) stops with the session."""
+    yield
+    import policy_fixtures
+
+    policy_fixtures.close_pack()
+

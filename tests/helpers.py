@@ -1,6 +1,7 @@
-"""Helpers the tests share: type tokens, the stack runs, config variants, a copy of the checkout.
+"""Helpers the tests share: type tokens, config variants, a copy of the checkout.
 
 Imported as `from helpers import ...` (tests/ is on sys.path under pytest's default import mode).
+The recorded stack runs are the session fixture `programs` (conftest.py), not a cache here.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from components.config import ConfigError, StackConfig, validate_stack_config  # noqa: E402
-from tools.mockrun import PROJECT, ProgramRun, load_stack_config, run_program, stacks  # noqa: E402
+from tools.preview.mockrun import PROJECT, load_stack_config, stacks  # noqa: E402
 
 STACKS = stacks(ROOT)
 DATA = Path(__file__).resolve().parent / "data"  # vendored reference data (each folder has a SOURCE)
@@ -29,16 +30,6 @@ LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 PLACEMENT_GROUP = "aws:ec2/placementGroup:PlacementGroup"
 SUBNET = "aws:ec2/subnet:Subnet"
 RAY_SERVICE = "kubernetes:ray.io/v1:RayService"
-
-_runs: dict[str, ProgramRun] = {}
-
-
-def program_run(stack: str) -> ProgramRun:
-    """The recorded registrations of `stack` (run once per session; runs are deterministic)."""
-    if stack not in _runs:
-        _runs[stack] = run_program(stack)
-    return _runs[stack]
-
 
 # -- stack config variants -------------------------------------------------------------------------
 def merged(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

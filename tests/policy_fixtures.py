@@ -7,7 +7,6 @@ test bends in exactly one way. One policy-pack process serves the whole session 
 
 from __future__ import annotations
 
-import atexit
 import copy
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -18,7 +17,7 @@ from helpers import LAUNCH_TEMPLATE, NODE_GROUP, PLACEMENT_GROUP, RAY_SERVICE, S
 from pulumi.runtime.proto import analyzer_pb2
 
 from components.catalog import GPU_INSTANCE_TYPES
-from tools.analyzer import UNKNOWN, PolicyPackServer, Verdict
+from tools.preview.analyzer import UNKNOWN, PolicyPackServer, Verdict
 
 STACK, PROJECT = "test", "llm-pd-eks"
 SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
@@ -27,13 +26,21 @@ _server: Optional[PolicyPackServer] = None
 
 
 def pack() -> PolicyPackServer:
-    """The policy pack as a running analyzer, started once per test session."""
+    """The policy pack as a running analyzer, started on first use; conftest's session fixture stops
+    it at the end of the session. (`judge` is a plain helper used by dozens of tests, so it reaches
+    the server through here rather than through a fixture argument.)"""
     global _server
     if _server is None:
         _server = PolicyPackServer()
         _server.start()
-        atexit.register(_server.close)
     return _server
+
+
+def close_pack() -> None:
+    global _server
+    if _server is not None:
+        _server.close()
+        _server = None
 
 
 @dataclass

@@ -6,11 +6,11 @@ import json
 
 import pytest
 import yaml
-from helpers import DATA, NODE_GROUP, engine_config_with, program_run
+from helpers import DATA, NODE_GROUP, engine_config_with
 
 from components.autoscaler import DESCRIBE_ACTIONS, MUTATING_ACTIONS, SERVICE_ACCOUNT, TAG_PREFIX
 from components.catalog import GPU_INSTANCE_TYPES
-from tools.mockrun import ProgramRun, run_program, stack_config
+from tools.preview.mockrun import ProgramRun, run_program, stack_config
 
 CHART_VALUES = yaml.safe_load((DATA / "cluster-autoscaler" / "values-9.59.0.yaml").read_text())
 # Maps whose keys are the user's (labels, annotations, flags), not chart keys.
@@ -122,8 +122,8 @@ def test_gpu_group_template_lets_a_ray_worker_fit(run: ProgramRun):
             assert all(labels.get(k) == v for k, v in selector.items())
 
 
-def test_system_group_template_has_its_label_only():
-    tags = asg_tags(program_run("dev"), "system")
+def test_system_group_template_has_its_label_only(programs):
+    tags = asg_tags(programs("dev"), "system")
     assert tags == {f"{TAG_PREFIX}/node-template/label/role": "system"}
 
 
@@ -134,6 +134,6 @@ def test_autoscaler_can_be_left_out():
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_autoscaler_waits_for_the_system_nodes(stack):
-    run = program_run(stack)
+def test_autoscaler_waits_for_the_system_nodes(stack, programs):
+    run = programs(stack)
     assert run.one(NODE_GROUP, "system").urn in release(run).dependencies

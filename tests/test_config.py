@@ -8,7 +8,7 @@ import pytest
 from helpers import config_problems, merged, validate_values
 
 from components.config import StackConfig
-from tools.mockrun import PROJECT, run_program
+from tools.preview.mockrun import PROJECT, run_program
 
 GOOD = {
     "network": {"vpcCidr": "10.0.0.0/16", "availabilityZones": ["us-west-2a", "us-west-2b"]},

@@ -19,7 +19,7 @@ from components.config import (
     ConfigError,
     validate_engine_config,
 )
-from tools.mockrun import PROJECT, load_stack_config
+from tools.preview.mockrun import PROJECT, load_stack_config
 
 GOOD = {
     "network": {"vpcCidr": "10.0.0.0/16", "availabilityZones": ["us-west-2a", "us-west-2b"]},
@@ -218,7 +218,7 @@ def test_the_program_itself_refuses_them_before_registering_anything():
     """`pulumi up` reads config through the same entry point, with the running stack's name."""
     import pulumi
 
-    from tools.mockrun import run_program
+    from tools.preview.mockrun import run_program
 
     config, secrets = load_stack_config("dev")
     with pytest.raises(pulumi.RunError) as info:

@@ -3,27 +3,24 @@
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 import yaml
-from helpers import STACKS, program_run
+from helpers import STACKS
 
 from components.catalog import GPU_INSTANCE_TYPES
 from components.config import SystemNodesConfig
-from components.models import MODELS
-from tools.figures import (
-    TCP_SINGLE_FLOW_GBPS,
+from components.models import MODELS, ModelSpec
+from tools.preview.figures import (
     PriceTable,
     estimate_cost,
     key_figures,
-    kv_cache_bytes,
     kv_transfer,
     load_prices,
     node_groups,
     transfer_seconds,
 )
-from tools.mockrun import load_stack_config, run_program, stack_file
+from tools.preview.mockrun import load_stack_config, run_program, stack_file
 
 GIB = 1 << 30
 
@@ -34,25 +31,29 @@ def stack_yaml(stack: str) -> dict:
 
 
 # -- KV cache ------------------------------------------------------------------------------------
+LLAMA_8B = ModelSpec("llama-8b", 8.0, layers=32, kv_heads=8, head_dim=128, weights_gib_bf16=15.0)
+
+
 def test_kv_bytes_llama_8b_by_hand():
-    # Llama-3.1-8B: 32 layers, 8 KV heads, head dim 128. bf16 (2 bytes), 8192 tokens:
+    # Llama-3.1-8B: 32 layers, 8 KV heads, head dim 128. bf16 (2 bytes):
     # 2 x 32 x 8 x 128 x 2 = 131,072 B per token (128 KiB); x 8192 tokens = 1,073,741,824 B = 1 GiB.
-    assert kv_cache_bytes(32, 8, 128, 2, 8192) == 1_073_741_824 == GIB
-    # fp8 halves it: 536,870,912 B.
-    assert kv_cache_bytes(32, 8, 128, 1, 8192) == 536_870_912
+    assert LLAMA_8B.kv_bytes_per_token(2) == 131_072
+    assert LLAMA_8B.kv_bytes_per_token(2) * 8192 == GIB
+    # fp8 halves it: 65,536 B per token.
+    assert LLAMA_8B.kv_bytes_per_token(1) == 65_536
+    # The catalogue's Llama-3.1-8B has exactly this shape.
+    assert MODELS["meta-llama/Llama-3.1-8B-Instruct"].kv_bytes_per_token(2) == 131_072
 
 
 def test_kv_transfer_times_by_hand():
-    llama8b = SimpleNamespace(model_id="llama-8b", layers=32, kv_heads=8, head_dim=128)
-    kv = kv_transfer(llama8b, 8192, "auto", efa_gbps=100)
+    kv = kv_transfer(LLAMA_8B, 8192, "auto", 2, efa_gbps=100, tcp_gbps=10)
     assert kv.bytes == GIB
     # 1 GiB = 8,589,934,592 bits; at 100 Gbit/s = 1e11 bit/s: 0.08589934592 s (85.9 ms).
     assert kv.efa_seconds == pytest.approx(0.08589934592)
     # Single-flow TCP at 10 Gbit/s (cluster placement group limit): 0.8589934592 s, 10x slower.
-    assert TCP_SINGLE_FLOW_GBPS == 10.0
     assert kv.tcp_seconds == pytest.approx(0.8589934592)
-    assert kv.speedup == pytest.approx(10.0)
-    fp8 = kv_transfer(llama8b, 8192, "fp8", efa_gbps=3200)
+    assert kv.slowdown == pytest.approx(10.0)
+    fp8 = kv_transfer(LLAMA_8B, 8192, "fp8", 1, efa_gbps=3200, tcp_gbps=10)
     # 512 MiB = 4,294,967,296 bits over 3.2e12 bit/s = 1.342 ms.
     assert fp8.efa_seconds == pytest.approx(0.001342177280)
 
@@ -62,21 +63,17 @@ def test_kv_transfer_with_the_catalogue_models():
     # 8192 tokens = 469,762,048 B (448 MiB).
     qwen = MODELS["Qwen/Qwen2.5-7B-Instruct"]
     assert (qwen.layers, qwen.kv_heads, qwen.head_dim) == (28, 4, 128)
-    assert kv_transfer(qwen, 8192, "bf16", efa_gbps=100).bytes == 469_762_048
+    assert kv_transfer(qwen, 8192, "auto", 2, efa_gbps=100, tcp_gbps=10).bytes == 469_762_048
     # Llama-3.3-70B: 80 layers, 8 KV heads, 128 -> 2 x 80 x 8 x 128 x 1 B (fp8) = 163,840 B per token;
     # 32,768 tokens = 5,368,709,120 B = 5 GiB.
     llama70b = MODELS["meta-llama/Llama-3.3-70B-Instruct"]
-    assert kv_transfer(llama70b, 32768, "fp8", efa_gbps=3200).bytes == 5 * GIB
-
-
-def test_unknown_kv_dtype_is_refused():
-    with pytest.raises(ValueError, match="int4"):
-        kv_transfer(SimpleNamespace(model_id="m", layers=1, kv_heads=1, head_dim=1), 1, "int4", efa_gbps=1)
+    assert kv_transfer(llama70b, 32768, "fp8", 1, efa_gbps=3200, tcp_gbps=10).bytes == 5 * GIB
 
 
 def test_efa_beats_single_flow_tcp_on_every_catalogue_type():
     for instance in GPU_INSTANCE_TYPES.values():
-        assert transfer_seconds(GIB, instance.network_gbps) < transfer_seconds(GIB, TCP_SINGLE_FLOW_GBPS), instance.name
+        efa, tcp = transfer_seconds(GIB, instance.network_gbps), transfer_seconds(GIB, instance.single_flow_tcp_gbps)
+        assert efa < tcp, instance.name
 
 
 # -- cost ----------------------------------------------------------------------------------------
@@ -127,23 +124,23 @@ def test_price_table_covers_every_type_the_stacks_can_use():
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_stack_figures_match_its_config(stack):
+def test_stack_figures_match_its_config(stack, programs):
     """The plan's figures agree with Pulumi.<stack>.yaml, priced from the table by hand."""
-    run = program_run(stack)
+    run = programs(stack)
     cfg = stack_yaml(stack)
     gpu_cfg = cfg["llm-pd-eks:gpuNodes"]
     sys_cfg = cfg.get("llm-pd-eks:systemNodes") or {}
     net = cfg["llm-pd-eks:network"]
     region = cfg["aws:region"]
     figures = key_figures(run, None, region)
-    gpu = figures["gpu"]
-    assert gpu["instance_type"] == gpu_cfg["instanceType"]
-    assert gpu["availability_zones"] == [gpu_cfg["availabilityZone"]]
-    assert gpu["nodes"]["desired"] == gpu_cfg["desiredSize"]
+    gpu = figures.gpu
+    assert gpu is not None and gpu.instance_type == gpu_cfg["instanceType"]
+    assert gpu.availability_zones == (gpu_cfg["availabilityZone"],)
+    assert gpu.desired_size == gpu_cfg["desiredSize"]
     # One EFA interface per network card, as the catalogue says for the type.
-    assert gpu["efa_interfaces_per_node"] == GPU_INSTANCE_TYPES[gpu_cfg["instanceType"]].efa_interfaces
+    assert gpu.efa_interfaces == GPU_INSTANCE_TYPES[gpu_cfg["instanceType"]].efa_interfaces
     nat = len(net["availabilityZones"]) if net.get("natGateways") == "perAz" else 1
-    assert figures["nat_gateways"] == nat
+    assert figures.nat_gateways == nat
     table = load_prices().regions[region]
     system_type = sys_cfg.get("instanceType", SystemNodesConfig().instance_type)
     system_count = sys_cfg.get("desiredSize", SystemNodesConfig().desired_size)
@@ -153,16 +150,16 @@ def test_stack_figures_match_its_config(stack):
         + nat * table["nat_gateway_hour"]
         + table["eks_cluster_hour"]
     )
-    assert figures["cost"]["hourly"] == pytest.approx(hourly)
-    assert figures["cost"]["monthly"] == pytest.approx(hourly * 730)
+    assert figures.cost.hourly == pytest.approx(hourly)
+    assert figures.cost.monthly == pytest.approx(hourly * 730)
     # No config given: the KV figure says why it is missing instead of guessing.
-    assert figures["kv_transfer"]["status"] == "n/a"
+    assert figures.kv_transfer.status == "n/a" and "serving" in figures.kv_transfer.reason
 
 
 def test_dev_shaped_cost_by_hand():
     # 2 x g6e.12xlarge (10.49264) + 2 x m7i.xlarge (0.2016) + 1 NAT (0.045) + EKS (0.10), us-west-2
     # = 20.98528 + 0.4032 + 0.045 + 0.10 = 21.53348 per hour; x 730 = 15,719.4404 per month.
-    # (Unit prices as in tools/data/prices.json; the shape is set here, not read from Pulumi.dev.yaml.)
+    # (Unit prices as in components/data/prices.json; the shape is set here, not read from Pulumi.dev.yaml.)
     config, secret_keys = load_stack_config("dev")
     config.pop("llm-pd-eks:serving")  # a g6e cannot serve (no GPUDirect RDMA); the cost shape needs no serving
     config["aws:region"] = "us-west-2"
@@ -177,14 +174,14 @@ def test_dev_shaped_cost_by_hand():
     )
     run = run_program("dev", config, secret_keys)
     figures = key_figures(run, None, "us-west-2")
-    assert figures["cost"]["hourly"] == pytest.approx(21.53348)
-    assert figures["cost"]["monthly"] == pytest.approx(15719.4404)
+    assert figures.cost.hourly == pytest.approx(21.53348)
+    assert figures.cost.monthly == pytest.approx(15719.4404)
     # At max size the system group has 3 nodes: + 0.2016 = 21.73508 per hour.
-    assert figures["cost"]["at_max_size_hourly"] == pytest.approx(21.73508)
+    assert figures.cost.at_max_size_hourly == pytest.approx(21.73508)
 
 
-def test_node_groups_read_instance_types_from_the_plan():
-    groups = {g.name: g for g in node_groups(program_run("dev"))}
+def test_node_groups_read_instance_types_from_the_plan(programs):
+    groups = {g.name: g for g in node_groups(programs("dev"))}
     gpu = [g for g in groups.values() if g.gpu]
     assert len(gpu) == 1 and gpu[0].efa_interfaces >= 1
     assert all(g.efa_interfaces == 0 for g in groups.values() if not g.gpu)

@@ -19,13 +19,12 @@ from helpers import (
     RAY_SERVICE,
     config_problems,
     engine_config_with,
-    program_run,
     validate_values,
 )
 
 from components.catalog import GPU_INSTANCE_TYPES
 from components.node_common import NODEADM_CONTENT_TYPE, node_config
-from tools.mockrun import ProgramRun, run_program, stack_config
+from tools.preview.mockrun import ProgramRun, run_program, stack_config
 
 RESERVATION = "cr-0123456789abcdef0"
 BASE = {"network": {"availabilityZones": ["us-west-2a", "us-west-2b"]},
@@ -197,11 +196,11 @@ def test_efa_chart_older_than_the_type_needs_is_refused():
     assert problem.startswith("llm-pd-eks:devicePlugins.efaChartVersion: v0.5.5 does not list p5en.48xlarge")
 
 
-def test_every_stack_runs_a_kubernetes_version_with_an_autoscaler_image():
+def test_every_stack_runs_a_kubernetes_version_with_an_autoscaler_image(programs):
     for stack in ("dev", "staging", "prod"):
         cfg = stack_config(stack)
         assert cfg.autoscaler_image_tag().startswith(f"v{cfg.cluster.kubernetes_version}.")
-    eks = program_run("dev").one("eks:index:Cluster")
+    eks = programs("dev").one("eks:index:Cluster")
     assert eks.inputs["version"] == stack_config("dev").cluster.kubernetes_version
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import re
 
 import pytest
-from helpers import LAUNCH_TEMPLATE, NODE_GROUP, program_run
+from helpers import LAUNCH_TEMPLATE, NODE_GROUP
 from sg_reachability import ALL, allowed, control_plane, missing_flows, node_endpoint, plan_groups
 
 from components.cluster import Cluster
-from tools.mockrun import ProgramRun, eks_cluster_ids, run_program
+from tools.preview.mockrun import ProgramRun, eks_cluster_ids, run_program
 
 SG_ID = re.compile(r"^sg-0[0-9a-f]{16}$")
 
@@ -44,15 +44,15 @@ def test_gpu_interfaces_carry_the_eks_created_group_not_pulumi_eks_own(run: Prog
         assert eks.outputs["clusterSecurityGroupId"] not in nic["securityGroups"]
 
 
-def test_system_nodes_get_the_eks_group_from_eks():
-    run = program_run("dev")
+def test_system_nodes_get_the_eks_group_from_eks(programs):
+    run = programs("dev")
     system = node_endpoint(run, run.one(NODE_GROUP, "system"))
     assert system.groups == (eks_cluster_ids(run.one("eks:index:Cluster").name)["eksClusterSecurityGroupId"],)
 
 
-def test_the_model_refuses_what_it_should():
+def test_the_model_refuses_what_it_should(programs):
     """The evaluator is not vacuous: the control plane never reaches GPU nodes through the EFA group alone."""
-    run = program_run("dev")
+    run = programs("dev")
     groups = plan_groups(run)
     gpu = node_endpoint(run, run.one(NODE_GROUP, "gpu"))
     efa_only = type(gpu)(gpu.name, (run.one("aws:ec2/securityGroup:SecurityGroup", "efa").id,), gpu.subnets)

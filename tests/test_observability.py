@@ -21,8 +21,8 @@ from components.dashboards import DASHBOARD_LABEL, DASHBOARD_UID, expressions, h
 from components.efa_gpu_nodes import GPU_TOLERATION
 from components.observability import DCGM_CHART, PROMETHEUS_STACK_CHART
 from components.ray_service import NAMESPACE as SERVING_NAMESPACE
-from tools.mockrun import PROJECT, ProgramRun, load_stack_config, run_program
-from tools.mockrun import stack_config as checked_in_config
+from tools.preview.mockrun import PROJECT, ProgramRun, load_stack_config, run_program
+from tools.preview.mockrun import stack_config as checked_in_config
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 POD_MONITOR = "kubernetes:monitoring.coreos.com/v1:PodMonitor"

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import ROOT, program_run, validate_values
+from helpers import ROOT, validate_values
 
 from tools.placeholders import DEFAULT_RUNNER, documentation_range, find_placeholders, runner_label
 
@@ -81,13 +81,15 @@ def test_checked_in_stacks_are_refused_for_deploy(stack, tmp_path):
 
 def test_unknown_stack_is_a_usage_error():
     proc = cli("--stack", "nosuch")
-    assert proc.returncode == 2 and proc.stderr.startswith("placeholders: no stack file Pulumi.nosuch.yaml; stacks here:")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("placeholders: no stack file Pulumi.nosuch.yaml; stacks here:")
 
 
-def test_preview_prints_the_warning_and_summary_has_a_callout(tmp_path):
-    from tools.preview import preview, render_text
+def test_preview_prints_the_warning_and_summary_has_a_callout(tmp_path, programs):
+    from tools.preview.harness import preview
+    from tools.preview.render import render_text
 
-    result = preview("dev", out=tmp_path / "dev", run=program_run("dev"), progress=lambda _m: None)
+    result = preview("dev", out=tmp_path / "dev", run=programs("dev"), progress=lambda _m: None)
     text = render_text(result)
     assert "WARNING: 2 placeholder value(s)" in text
     assert text.index("WARNING:") < text.index("RESULT: OK")

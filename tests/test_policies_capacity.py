@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from policy_fixtures import UNKNOWN, Res, gpu_stack, judge, of
 
-from tools.mockrun import run_program
+from tools.preview.mockrun import run_program
 
 POLICY = "capacity-reservation-in-gpu-az"
 CAPACITY_RESERVATION = "aws:ec2/capacityReservation:CapacityReservation"
@@ -54,8 +54,8 @@ def test_program_with_a_reservation_passes_with_its_az_and_fails_with_another():
     """The program's own plan (prod, GPU AZ us-east-1c) with an ODCR, judged with the reservation's AZ."""
     import json
 
-    from tools.analyzer import analyze_run
-    from tools.mockrun import load_stack_config
+    from tools.preview.analyzer import analyze_run
+    from tools.preview.mockrun import load_stack_config
 
     config, secret_keys = load_stack_config("prod")
     key = "llm-pd-eks:gpuNodes"

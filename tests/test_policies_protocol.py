@@ -12,7 +12,7 @@ from policy_fixtures import Res, gpu_stack, judge, of, pack
 from pulumi.runtime.proto import analyzer_pb2
 
 from components.catalog import GPU_INSTANCE_TYPES
-from tools.analyzer import ROOT, PolicyPackServer
+from tools.preview.analyzer import ROOT, PolicyPackServer
 
 CATALOG_EFA = {name: t.efa_interfaces for name, t in GPU_INSTANCE_TYPES.items()}
 POLICIES_NEEDING_EFA_TABLE = [

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 from google.protobuf import json_format
-from helpers import RAY_SERVICE, STACKS, program_run
+from helpers import RAY_SERVICE, STACKS
 from policy_fixtures import mandatory, of, pack
 
 from components.catalog import GPU_INSTANCE_TYPES
-from tools.analyzer import UNKNOWN, analyze_run, run_resources
-from tools.mockrun import stack_config
+from tools.preview.analyzer import UNKNOWN, analyze_run, run_resources
+from tools.preview.mockrun import stack_config
 
 
 def _judge(resources):
@@ -27,8 +27,8 @@ def _set_props(message, props: dict) -> None:
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_stack_has_no_mandatory_violation(stack):
-    verdicts = analyze_run(program_run(stack), server=pack())
+def test_stack_has_no_mandatory_violation(stack, programs):
+    verdicts = analyze_run(programs(stack), server=pack())
     assert mandatory(verdicts) == [], "\n".join(v.message for v in mandatory(verdicts))
     # A policy that tripped over an unknown value reports "can't run policy" instead of judging.
     assert [v for v in verdicts if "can't run policy" in v.message] == []
@@ -57,8 +57,8 @@ def first_preview(run):
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_stack_first_preview_has_no_mandatory_violation(stack):
-    resources = first_preview(program_run(stack))
+def test_stack_first_preview_has_no_mandatory_violation(stack, programs):
+    resources = first_preview(programs(stack))
     gpu_ng = next(_props(r) for r in resources if r.name == "gpu-nodes-ng")
     assert gpu_ng["subnetIds"] == [UNKNOWN] and gpu_ng["launchTemplate"]["id"] == UNKNOWN  # really blanked
     verdicts = _judge(resources)
@@ -68,9 +68,9 @@ def test_stack_first_preview_has_no_mandatory_violation(stack):
 
 @pytest.mark.parametrize("preview", ["mock-ids", "first-preview"])
 @pytest.mark.parametrize("stack", STACKS)
-def test_gpu_node_group_of_the_stack_is_really_judged(stack, preview):
+def test_gpu_node_group_of_the_stack_is_really_judged(stack, preview, programs):
     """Give the stack's GPU node group a second AZ's subnet: the single-AZ rule must fire."""
-    run = program_run(stack)
+    run = programs(stack)
     resources = run_resources(run) if preview == "mock-ids" else first_preview(run)
     by_name = {r.name: r for r in resources}
     gpu_ng = by_name["gpu-nodes-ng"]
@@ -86,9 +86,9 @@ def test_gpu_node_group_of_the_stack_is_really_judged(stack, preview):
 
 @pytest.mark.parametrize("preview", ["mock-ids", "first-preview"])
 @pytest.mark.parametrize("stack", STACKS)
-def test_gpu_launch_template_of_the_stack_is_really_judged(stack, preview):
+def test_gpu_launch_template_of_the_stack_is_really_judged(stack, preview, programs):
     """Strip the EFA interfaces and the placement of the stack's GPU launch template."""
-    run = program_run(stack)
+    run = programs(stack)
     resources = run_resources(run) if preview == "mock-ids" else first_preview(run)
     lt = next(r for r in resources if r.name == "gpu-nodes-lt")
     props = _props(lt)
@@ -111,8 +111,8 @@ def _ray_service(stack: str, resources):
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_stack_ray_service_nixl_backend_is_really_judged(stack):
-    resources = run_resources(program_run(stack))
+def test_stack_ray_service_nixl_backend_is_really_judged(stack, programs):
+    resources = run_resources(programs(stack))
     svc = _ray_service(stack, resources)
     props = _props(svc)
     assert "NixlConnector" in props["spec"]["serveConfigV2"]
@@ -123,8 +123,8 @@ def test_stack_ray_service_nixl_backend_is_really_judged(stack):
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_stack_ray_gpu_workers_are_really_judged(stack):
-    resources = run_resources(program_run(stack))
+def test_stack_ray_gpu_workers_are_really_judged(stack, programs):
+    resources = run_resources(programs(stack))
     svc = _ray_service(stack, resources)
     props = _props(svc)
     groups = props["spec"]["rayClusterConfig"]["workerGroupSpecs"]
@@ -144,10 +144,10 @@ def test_stack_ray_gpu_workers_are_really_judged(stack):
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_stack_placement_strategy_judged_on_first_preview(stack):
+def test_stack_placement_strategy_judged_on_first_preview(stack, programs):
     """groupName is unknown on a first preview: the rule reaches the group through `placement`'s
     property dependency."""
-    resources = first_preview(program_run(stack))
+    resources = first_preview(programs(stack))
     lt = next(r for r in resources if r.name == "gpu-nodes-lt")
     assert _props(lt)["placement"]["groupName"] == UNKNOWN
     pg = next(r for r in resources if r.name == "gpu-nodes-pg")
@@ -158,9 +158,9 @@ def test_stack_placement_strategy_judged_on_first_preview(stack):
 
 @pytest.mark.parametrize("preview", ["mock-ids", "first-preview"])
 @pytest.mark.parametrize("stack", STACKS)
-def test_stack_efa_security_group_is_really_judged(stack, preview):
+def test_stack_efa_security_group_is_really_judged(stack, preview, programs):
     """Open the stack's EFA security group to the internet: efa-security-group names it."""
-    run = program_run(stack)
+    run = programs(stack)
     resources = run_resources(run) if preview == "mock-ids" else first_preview(run)
     sg = next(r for r in resources if r.type == "aws:ec2/securityGroup:SecurityGroup" and "efa" in r.name)
     props = _props(sg)
@@ -172,9 +172,9 @@ def test_stack_efa_security_group_is_really_judged(stack, preview):
 
 @pytest.mark.parametrize("preview", ["mock-ids", "first-preview"])
 @pytest.mark.parametrize("stack", STACKS)
-def test_stack_gpu_subnet_route_to_internet_gateway_is_really_judged(stack, preview):
+def test_stack_gpu_subnet_route_to_internet_gateway_is_really_judged(stack, preview, programs):
     """Point the GPU subnet's route table at the internet gateway (mapPublicIpOnLaunch stays false)."""
-    run = program_run(stack)
+    run = programs(stack)
     resources = run_resources(run) if preview == "mock-ids" else first_preview(run)
     gpu_ng = next(r for r in resources if r.name == "gpu-nodes-ng")
     subnet_urn = gpu_ng.propertyDependencies["subnetIds"].urns[0]
@@ -193,9 +193,9 @@ def test_stack_gpu_subnet_route_to_internet_gateway_is_really_judged(stack, prev
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_stack_ray_pods_efa_share_is_really_judged(stack):
+def test_stack_ray_pods_efa_share_is_really_judged(stack, programs):
     """One EFA device per GPU pod: enough on a 1-card type (dev's g6e.12xlarge), refused on p4d/p5."""
-    resources = first_preview(program_run(stack))
+    resources = first_preview(programs(stack))
     svc = _ray_service(stack, resources)
     gpu_type = stack_config(stack).gpu_nodes.instance_type
     props = _props(svc)

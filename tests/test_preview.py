@@ -10,30 +10,29 @@ import json
 import re
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 import yaml
 from google.protobuf import json_format, struct_pb2
-from helpers import RAY_SERVICE, ROOT, STACKS, copy_checkout, program_run
+from helpers import RAY_SERVICE, ROOT, STACKS, copy_checkout
 
 from components.models import MODELS
-from tools.figures import KV_DTYPE_BYTES, kv_cache_bytes
-from tools.mockrun import SECRET_PLACEHOLDER, load_stack_config, run_program
-from tools.preview import SECRET, UNKNOWN, plain, preview, render_text, resource_records
-from tools.preview_graph import component_mermaid
-
-_results: dict[str, object] = {}
+from tools.cli import ToolError
+from tools.preview.graph import component_graphs, component_mermaid
+from tools.preview.harness import SECRET, UNKNOWN, PreviewResult, plain, preview, resource_records
+from tools.preview.mockrun import SECRET_PLACEHOLDER, load_stack_config, run_program
+from tools.preview.render import render_text
+from tools.preview.report import Report
 
 
 @pytest.fixture(scope="module")
-def previews(tmp_path_factory):
+def previews(tmp_path_factory, programs) -> dict[str, PreviewResult]:
     """One in-process preview per stack (the policy pack is started once per stack)."""
     out = tmp_path_factory.mktemp("preview")
-    for stack in STACKS:
-        _results[stack] = preview(stack, out=out / stack, run=program_run(stack), progress=lambda _m: None)
-    return _results
+    return {
+        stack: preview(stack, out=out / stack, run=programs(stack), progress=lambda _m: None) for stack in STACKS
+    }
 
 
 def containers(run) -> set[str]:
@@ -61,7 +60,7 @@ def test_preview_passes_and_prints_the_tree(previews, stack):
     result = previews[stack]
     run = result.run
     assert result.exit_code == 0 and not result.mandatory, [v.message for v in result.mandatory]
-    assert result.pack["status"] == "ran" and result.pack["policies"] > 0
+    assert result.report.pack.ran and result.report.pack.policies > 0
     text = render_text(result)
     assert "RESULT: OK" in text
     top = [r for r in run.resources if r.parent not in {x.urn for x in run.resources}]
@@ -70,9 +69,10 @@ def test_preview_passes_and_prints_the_tree(previews, stack):
         if comp.urn in containers(run):
             count = len(leaf_descendants(run, comp))
             assert re.search(rf"[├└]─ {re.escape(comp.name)} \[\w+\] {count}: ", text), (comp.name, count, text)
-    cost = result.figures["cost"]
-    assert f"${cost['monthly']:,.2f}/month" in text
-    assert result.figures["gpu"]["instance_type"] in text
+    cost = result.figures.cost
+    assert f"${cost.monthly:,.2f}/month" in text
+    gpu = result.figures.gpu
+    assert gpu is not None and gpu.instance_type in text
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -128,11 +128,12 @@ def test_kv_figure_matches_the_deployed_serve_config(previews, stack):
     prefill = serve["applications"][0]["args"]["prefill_config"]
     engine = prefill["engine_kwargs"]
     model = MODELS[prefill["model_loading_config"]["model_id"]]
-    dtype_bytes = KV_DTYPE_BYTES[engine.get("kv_cache_dtype", "auto")]
-    expected = kv_cache_bytes(model.layers, model.kv_heads, model.head_dim, dtype_bytes, engine["max_model_len"])
-    kv = result.figures["kv_transfer"]
-    assert kv["status"] == "ok" and kv["bytes"] == expected
-    assert kv["efa_seconds"] < kv["tcp_seconds"]
+    # vLLM's kv_cache_dtype: "auto" keeps the model's bf16 (2 bytes), "fp8" is 1 byte per element.
+    dtype_bytes = {"auto": 2, "fp8": 1}[engine.get("kv_cache_dtype", "auto")]
+    per_token = 2 * model.layers * model.kv_heads * model.head_dim * dtype_bytes  # K and V, worked out here
+    kv = result.figures.kv_transfer
+    assert kv.ok and kv.bytes == per_token * engine["max_model_len"]
+    assert kv.efa_seconds < kv.tcp_seconds
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -151,10 +152,21 @@ def test_graph_artifacts(previews, stack):
     assert dot.startswith("digraph") and dot.count(" -> ") == len(edges)
     for r in nodes:
         assert f'label="{r.name}\\n{r.type}' in dot
-    svg = ET.parse(result.out / "graph.svg").getroot()
-    titles = [t.text for t in svg.iter("{http://www.w3.org/2000/svg}title")]
-    assert sorted(titles) == sorted(node_urns)
-    assert len(list(svg.iter("{http://www.w3.org/2000/svg}path"))) - 1 == len(edges)  # minus the arrowhead
+    assert not (result.out / "graph.svg").exists()  # the hand-laid SVG is gone: summary.md carries Mermaid
+    # One Mermaid chart per top-level component: every leaf resource in exactly one of them, and
+    # every dependency inside a component drawn in its chart.
+    charts = component_graphs(run)
+    top = {r.name for r in run.resources if r.parent not in {x.urn for x in run.resources}}
+    assert sorted(c.name for c, _ in charts) == sorted(top)
+    drawn = []
+    for _comp, chart in charts:
+        assert chart.startswith("```mermaid\nflowchart TB\n") and chart.endswith("```\n")
+        drawn += re.findall(r'^\s+n\d+\["([^<]+)<br/>', chart, re.M)
+    assert sorted(drawn) == sorted(r.name for r in nodes)
+    summary = (result.out / "summary.md").read_text()
+    assert summary.count("```mermaid") == len(charts) + 1  # plus the component overview
+    for _comp, chart in charts:
+        assert chart.rstrip("\n") in summary
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -163,23 +175,36 @@ def test_summary_and_report(previews, stack):
     summary = (result.out / "summary.md").read_text()
     assert summary.startswith(f"### Offline preview: stack `{stack}`")
     assert "✅ **no mandatory policy violations**" in summary
-    assert f"${result.figures['cost']['monthly']:,.2f}/month" in summary
+    assert f"${result.figures.cost.monthly:,.2f}/month" in summary
     assert "approximate public on-demand list prices" in summary
+    # report.json is the Report model and reads back equal to what the preview held.
+    assert Report.read(result.out / "report.json") == result.report
     report = json.loads((result.out / "report.json").read_text())
-    assert report["verdicts"] == [] and report["figures"]["gpu"] == result.figures["gpu"]
+    assert report["verdicts"] == [] and report["stack"] == stack
 
 
-def test_policy_config_violation_fails_the_preview(tmp_path):
+def test_a_report_json_of_another_shape_is_refused(tmp_path, previews):
+    good = json.loads((previews["dev"].out / "report.json").read_text())
+    bad = tmp_path / "report.json"
+    bad.write_text(json.dumps({**good, "figures": {**good["figures"], "nat_gateways": "two"}}))
+    with pytest.raises(ToolError) as error:
+        Report.read(bad)
+    assert error.value.exit_code == 2 and "figures.nat_gateways" in str(error.value)
+    bad.write_text(json.dumps(good))
+    assert Report.read(bad) == previews["dev"].report
+
+
+def test_policy_config_violation_fails_the_preview(tmp_path, programs):
     """A policy config that no longer allows dev's endpoint CIDR turns into a mandatory verdict."""
     result = preview(
         "dev",
         out=tmp_path,
-        run=program_run("dev"),
+        run=programs("dev"),
         progress=lambda _m: None,
         policy_config={"eks-public-endpoint-restricted": {"allowedPublicAccessCidrs": ["10.0.0.0/8"]}},
     )
     assert result.exit_code == 1
-    eks = program_run("dev").one("eks:index:Cluster")
+    eks = programs("dev").one("eks:index:Cluster")
     assert [(v.policy, v.urn) for v in result.mandatory] == [("eks-public-endpoint-restricted", eks.urn)]
     text = render_text(result)
     assert "MANDATORY  eks-public-endpoint-restricted" in text and "RESULT: FAILED" in text
@@ -211,12 +236,12 @@ def test_secret_config_reaches_resources_json_only_as_marked():
     assert SECRET in text
 
 
-def test_readme_component_diagram_is_the_real_graph():
+def test_readme_component_diagram_is_the_real_graph(programs):
     readme = (ROOT / "README.md").read_text()
     section = readme.split("<!-- section:what-it-deploys -->")[1].split("<!-- /section:what-it-deploys -->")[0]
     block = re.search(r"```mermaid\n.*?```\n", section, re.S)
     assert block, "README what-it-deploys has no mermaid diagram"
-    assert block.group(0) == component_mermaid(program_run("dev")), (
+    assert block.group(0) == component_mermaid(programs("dev")), (
         "README diagram is stale: regenerate with `.venv/bin/python -m tools.preview --stack dev --mermaid`"
     )
 
@@ -282,6 +307,27 @@ def test_program_error_exits_3_with_the_failing_line(tmp_path):
     assert "__main__.py:" in done.stderr  # where it failed, without a full traceback
 
 
+def test_a_previous_preview_is_cleared_first_but_foreign_files_are_not(tmp_path):
+    """A failed preview must not leave the last run's summary.md claiming success; a mistyped
+    --out must not delete someone's files."""
+    from tools.preview.harness import clear_out_dir
+
+    old = tmp_path / "old"
+    (old / "manifests").mkdir(parents=True)
+    (old / "summary.md").write_text("✅ **no mandatory policy violations**")
+    (old / "graph.svg").write_text("<svg/>")  # written by earlier versions
+    clear_out_dir(old)
+    assert not old.exists()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "summary.md").write_text("x")
+    (mine / "thesis.tex").write_text("precious")
+    with pytest.raises(ToolError) as error:
+        clear_out_dir(mine)
+    assert error.value.exit_code == 2 and "thesis.tex" in str(error.value)
+    assert (mine / "thesis.tex").read_text() == "precious" and (mine / "summary.md").exists()
+
+
 # --- issue 12: honest artifacts -------------------------------------------------------------------------
 
 
@@ -301,7 +347,7 @@ def test_a_failed_preview_replaces_the_previous_success_summary(tmp_path):
 
 
 def test_pack_version_is_pulumipolicy_yamls(tmp_path):
-    from tools.preview import pack_version
+    from tools.preview.harness import pack_version
 
     declared = yaml.safe_load((ROOT / "policies" / "PulumiPolicy.yaml").read_text())["version"]
     assert pack_version(ROOT / "policies") == str(declared) != "0.0.1"  # 0.0.1: pulumi_policy's placeholder
@@ -309,11 +355,11 @@ def test_pack_version_is_pulumipolicy_yamls(tmp_path):
     assert pack_version(tmp_path) is None
 
 
-def test_summary_names_the_kubernetes_service_as_kubernetes_does():
+def test_summary_names_the_kubernetes_service_as_kubernetes_does(programs):
     from components.ray_service import RAY_SERVICE_NAME
-    from tools.preview import named
+    from tools.preview.render import named
 
-    run = program_run("dev")
+    run = programs("dev")
     (ray_service,) = [r for r in resource_records(run) if r["type"] == RAY_SERVICE]
     assert ray_service["name"] != RAY_SERVICE_NAME  # Pulumi's name and Kubernetes' differ: both are shown
     assert named(ray_service) == f"{ray_service['name']} (Kubernetes name `{RAY_SERVICE_NAME}`)"
@@ -321,8 +367,8 @@ def test_summary_names_the_kubernetes_service_as_kubernetes_does():
     assert named(plain_ns) == "llm-ns"
 
 
-def test_resources_json_marks_the_mocks_ids():
-    run = program_run("dev")
+def test_resources_json_marks_the_mocks_ids(programs):
+    run = programs("dev")
     records = resource_records(run)
     (vpc,) = [r for r in run.resources if r.type == "aws:ec2/vpc:Vpc"]
     subnets = [r for r in records if r["type"] == "aws:ec2/subnet:Subnet"]

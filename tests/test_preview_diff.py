@@ -11,8 +11,10 @@ import yaml
 from helpers import copy_checkout
 
 from components.catalog import GPU_INSTANCE_TYPES
-from tools.figures import load_prices
-from tools.preview_diff import DiffError, Side, changed_paths, compare, cost_delta, preview_diff, render
+from components.prices import load_prices
+from tools.cli import ToolError
+from tools.preview.diff import Side, changed_paths, compare, cost_delta, preview_diff, render
+from tools.preview.report import CostFigure, CostLine, Figures, KvTransferFigure, PackInfo, Report, VerdictRecord
 
 
 # -- comparing -----------------------------------------------------------------------------------
@@ -43,20 +45,40 @@ def _rec(name: str, **inputs) -> dict:
     }
 
 
-def _side(records: list[dict], verdicts: list[dict], hourly: float) -> Side:
-    cost = {"lines": [{"item": "x"}], "hourly": hourly, "monthly": hourly * 730}
-    return Side(
-        "s",
-        Path("."),
-        0,
-        "",
-        {r["urn"]: r for r in records},
-        {"verdicts": verdicts, "figures": {"cost": cost}, "resource_count": len(records)},
+def _side(records: list[dict], verdicts: list[VerdictRecord], hourly: float) -> Side:
+    cost = CostFigure(
+        region="xx-test-1",
+        lines=[CostLine(item="x", quantity=1, unit_hourly=hourly, hourly=hourly)],
+        hourly=hourly,
+        monthly=hourly * 730,
+        missing=[],
+        at_max_size_hourly=hourly,
+        prices_as_of="test",
+        currency="USD",
+        hours_per_month=730,
     )
+    figures = Figures(
+        region="xx-test-1",
+        node_groups=[],
+        nat_gateways=0,
+        eks_clusters=1,
+        cost=cost,
+        kv_transfer=KvTransferFigure(status="n/a", reason="test"),
+    )
+    report = Report(
+        stack="dev",
+        region="xx-test-1",
+        pack=PackInfo(status="ran", name="p", version="0", policies=1),
+        verdicts=verdicts,
+        figures=figures,
+        resource_count=len(records),
+        stack_outputs={},
+    )
+    return Side("s", Path("."), 0, "", {r["urn"]: r for r in records}, report)
 
 
 def test_compare_finds_added_removed_changed_and_verdicts():
-    verdict = {"policy": "p", "enforcement": "mandatory", "urn": "urn:pulumi:dev::p::t::kept", "message": "m"}
+    verdict = VerdictRecord(policy="p", enforcement="mandatory", urn="urn:pulumi:dev::p::t::kept", message="m")
     base = _side([_rec("kept", size=1), _rec("old")], [verdict], hourly=1.0)
     head = _side([_rec("kept", size=2), _rec("fresh")], [], hourly=1.5)
     diff = compare("dev", base, head)
@@ -69,6 +91,7 @@ def test_compare_finds_added_removed_changed_and_verdicts():
     text = render(diff)
     assert "**1 to add, 1 to change, 1 to remove; 0 new policy verdict(s), 1 resolved.**" in text
     assert "+$0.50/hour, +$365.00/month" in text
+    assert "| Policy verdicts | 1 | 0 **(changed)** |" in text
     assert "- resolved mandatory `p` on `kept`" in text
 
 
@@ -126,8 +149,11 @@ def test_diff_of_a_config_change(repo):
     assert "**Roll-out:** RayService: Ray cluster replacement" in text and "endpoint is down" in text
     # The temporary worktree is gone again.
     assert len(_git(repo, "worktree", "list").splitlines()) == 1
-    head = json.loads((repo / "build" / "preview-diff" / "dev" / "head" / "report.json").read_text())
-    assert head["figures"]["gpu"]["instance_type"] == "p5.48xlarge"
+    # Both sides' report.json read back through the Report model.
+    head = Report.read(repo / "build" / "preview-diff" / "dev" / "head" / "report.json")
+    base = Report.read(repo / "build" / "preview-diff" / "dev" / "base" / "report.json")
+    assert (base.figures.gpu.instance_type, head.figures.gpu.instance_type) == ("p4d.24xlarge", "p5.48xlarge")
+    assert diff.head_report == head and diff.base_report == base
 
 
 def test_a_stack_new_in_the_working_tree_counts_as_added(repo):
@@ -141,6 +167,19 @@ def test_a_stack_new_in_the_working_tree_counts_as_added(repo):
 
 
 def test_unknown_base_is_refused(repo):
-    with pytest.raises(DiffError) as error:
+    with pytest.raises(ToolError) as error:
         preview_diff("no-such-rev", "dev", root=repo, progress=lambda _m: None)
     assert error.value.exit_code == 2 and "no-such-rev" in str(error.value)
+
+
+@pytest.mark.parametrize("module", ["tools.preview.diff", "tools.preview_diff"])
+def test_both_entry_points_refuse_an_unknown_base_in_one_line(module):
+    import sys
+
+    from helpers import ROOT
+
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--base", "no-such-rev"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == f"preview-diff: BASE='no-such-rev' is not a commit of the repository at {ROOT}"

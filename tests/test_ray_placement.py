@@ -29,12 +29,12 @@ from typing import Any, Iterator
 
 import pytest
 import yaml
-from helpers import RAY_SERVICE, STACKS, program_run
+from helpers import RAY_SERVICE, STACKS
 
 from components.catalog import GPU_INSTANCE_TYPES, GpuInstanceType
 from components.config import ServingConfig
 from components.ray_service import ray_service_spec
-from tools.mockrun import stack_config
+from tools.preview.mockrun import stack_config
 
 STANDINS = Path(__file__).resolve().parent / "ray_standins"
 ACCEL = "accelerator_type:"
@@ -197,15 +197,15 @@ def ints(obj: Any) -> Any:
     return int(obj) if isinstance(obj, float) and obj.is_integer() else obj
 
 
-def rendered(stack: str) -> tuple[dict[str, Any], GpuInstanceType]:
-    spec = ints(program_run(stack).one(RAY_SERVICE).inputs["spec"])
+def rendered(run, stack: str) -> tuple[dict[str, Any], GpuInstanceType]:
+    spec = ints(run.one(RAY_SERVICE).inputs["spec"])
     return spec, GPU_INSTANCE_TYPES[stack_config(stack).gpu_nodes.instance_type]
 
 
 @pytest.mark.parametrize("bound", ["min", "max"])
 @pytest.mark.parametrize("stack", STACKS)
-def test_every_replica_places_on_the_rendered_worker_groups(ray_cluster, stack, bound):
-    spec, instance = rendered(stack)
+def test_every_replica_places_on_the_rendered_worker_groups(ray_cluster, stack, bound, programs):
+    spec, instance = rendered(programs(stack), stack)
     assert placement_problems(ray_cluster, spec, instance, bound) == []
 
 

@@ -18,7 +18,7 @@ from pulumi.runtime import rpc
 
 from components.catalog import GPU_INSTANCE_TYPES
 from components.models import MODELS
-from tools.mockrun import PROJECT, ProgramRun, Registration, load_stack_config, run_program, stack_config
+from tools.preview.mockrun import PROJECT, ProgramRun, Registration, load_stack_config, run_program, stack_config
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 SERVICE = "kubernetes:core/v1:Service"

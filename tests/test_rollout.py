@@ -10,13 +10,13 @@ import copy
 import re
 
 import pytest
-from helpers import RAY_SERVICE, program_run
+from helpers import RAY_SERVICE
 
 from components.catalog import GPU_INSTANCE_TYPES
 from components.config import ServingConfig
 from components.ray_service import ray_service_spec, replace_on_changes
-from tools.mockrun import stack_config
-from tools.preview_diff import Diff, render
+from tools.preview.diff import Diff, render
+from tools.preview.mockrun import stack_config
 from tools.rollout import CREATE, DELETE, IN_PLACE, NEW_CLUSTER, NO_CHANGE, classify, classify_resources
 
 
@@ -103,17 +103,17 @@ def test_create_delete_and_no_change():
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_preview_records_are_classified_and_rendered(stack):
+def test_preview_records_are_classified_and_rendered(stack, programs):
     # the records as resources.json holds them: urn -> {type, name, inputs}
-    rs = program_run(stack).one(RAY_SERVICE)
+    rs = programs(stack).one(RAY_SERVICE)
     record = {"type": RAY_SERVICE, "name": rs.name, "inputs": {"spec": copy.deepcopy(rs.inputs["spec"])}}
     changed = copy.deepcopy(record)
     changed["inputs"]["spec"]["serveConfigV2"] += "# changed\n"
     [(name, rollout)] = classify_resources({rs.urn: record}, {rs.urn: changed})
     assert name == rs.name and rollout.kind == IN_PLACE
-    diff = Diff(stack, "base", "head", [], [], [], [], [], {}, {}, [], [(name, rollout)])
+    diff = Diff(stack, "base", "head", [], [], [], [], [], None, None, [], [(name, rollout)])
     assert f"**Roll-out:** {rollout.describe()}" in render(diff)
     # and a preview without a change says nothing about roll-outs
     [(_, same)] = classify_resources({rs.urn: record}, {rs.urn: record})
     assert same.kind == NO_CHANGE
-    assert "Roll-out" not in render(Diff(stack, "base", "head", [], [], [], [], [], {}, {}, [], [(name, same)]))
+    assert "Roll-out" not in render(Diff(stack, "base", "head", [], [], [], [], [], None, None, [], [(name, same)]))

@@ -16,7 +16,7 @@ from components.catalog import GPU_INSTANCE_TYPES
 from components.models import MODELS, ModelSpec
 from tools import size as size_cli
 from tools.cli import Exit, ToolError, run
-from tools.mockrun import stack_config
+from tools.preview.mockrun import stack_config
 from tools.sizing import (
     KvBand,
     Replica,
@@ -155,7 +155,7 @@ def test_strict_tail_itl_favours_disaggregation():
 
 def test_cost_is_nodes_times_the_list_price():
     result = _size("prod")
-    assert result.price_hourly == pytest.approx(55.04)  # tools/data/prices.json, p5.48xlarge us-east-1
+    assert result.price_hourly == pytest.approx(55.04)  # components/data/prices.json, p5.48xlarge us-east-1
     assert result.disaggregated.hourly == pytest.approx(result.disaggregated.nodes * 55.04)
     tokens_s = GOOD["requestRate"] * GOOD["outputTokens"]["mean"]
     assert result.disaggregated.usd_per_mtok == pytest.approx(result.disaggregated.hourly / (tokens_s * 3600) * 1e6)

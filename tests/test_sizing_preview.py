@@ -3,25 +3,26 @@
 from __future__ import annotations
 
 import pytest
-from helpers import ROOT, STACKS, program_run
+from helpers import ROOT, STACKS
 
 from components.catalog import GPU_INSTANCE_TYPES
 from components.models import MODELS
-from tools.figures import key_figures, sized_throughput_figure
-from tools.mockrun import stack_config
-from tools.preview import figure_lines
+from tools.preview.figures import key_figures, sized_throughput_figure
+from tools.preview.mockrun import stack_config
+from tools.preview.render import figure_lines
+from tools.preview.report import Figures
 from tools.sizing import band_text, load_workload, size
 
 
-def _figures(stack: str) -> dict:
+def _figures(programs, stack: str) -> Figures:
     config = stack_config(stack, ROOT)
-    return key_figures(program_run(stack), config, config.region)
+    return key_figures(programs(stack), config, config.region)
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_preview_kv_figure_is_the_band(stack):
-    figures, config = _figures(stack), stack_config(stack, ROOT)
-    band = figures["kv_band"]
+def test_preview_kv_figure_is_the_band(programs, stack):
+    figures, config = _figures(programs, stack), stack_config(stack, ROOT)
+    band = figures.kv_band
     instance = GPU_INSTANCE_TYPES[config.gpu_nodes.instance_type]
     model = MODELS[config.serving.model_id]
     assert band["status"] == "ok"
@@ -32,28 +33,28 @@ def test_preview_kv_figure_is_the_band(stack):
     assert band_text(band) in values
 
 
-def test_prod_preview_no_longer_claims_line_rate_alone():
-    values = " ".join(value for _, value in figure_lines(_figures("prod")))
+def test_prod_preview_no_longer_claims_line_rate_alone(programs):
+    values = " ".join(value for _, value in figure_lines(_figures(programs, "prod")))
     assert "line-rate bound 3200 Gbit/s: 26.8 ms" in values  # the figure, now labelled a bound
     assert "measured NIXL/EFA 76.8 Gbit/s: 1.12 s" in values  # 10 GiB at ~9.6 GB/s
     assert "single-flow TCP 10 Gbit/s: 8.59 s" in values
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_preview_cost_shows_dollars_per_mtok_at_the_sized_throughput(stack):
-    figures = _figures(stack)
-    sized = figures["sized"]
+def test_preview_cost_shows_dollars_per_mtok_at_the_sized_throughput(programs, stack):
+    figures = _figures(programs, stack)
+    sized = figures.sized
     workload = load_workload(ROOT / "workloads" / f"{stack}.yaml")
     tokens_s = workload.request_rate * workload.output_tokens.mean
     assert sized["status"] == "ok" and sized["output_tokens_s"] == pytest.approx(tokens_s)
-    assert sized["usd_per_mtok"] == pytest.approx(figures["cost"]["hourly"] / (tokens_s * 3600) * 1e6)
+    assert sized["usd_per_mtok"] == pytest.approx(figures.cost.hourly / (tokens_s * 3600) * 1e6)
     result = size(stack, stack_config(stack, ROOT), workload)
     assert sized["sized_nodes"] == (result.disaggregated.nodes if result.disaggregated.feasible else None)
     assert any("per million output tokens at the sized throughput" in v for _, v in figure_lines(figures))
 
 
 def test_no_workload_file_means_no_dollars_per_mtok(tmp_path, monkeypatch):
-    import tools.figures as figures_module
+    import tools.preview.figures as figures_module
 
     monkeypatch.setattr(figures_module, "_checkout_root", lambda: tmp_path)
     sized = sized_throughput_figure("dev", stack_config("dev", ROOT), 10.0)

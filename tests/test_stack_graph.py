@@ -6,10 +6,10 @@ Expected values come from the stack's own config file and the GPU catalog, never
 from __future__ import annotations
 
 import pytest
-from helpers import LAUNCH_TEMPLATE, NODE_GROUP, PLACEMENT_GROUP, SUBNET, program_run
+from helpers import LAUNCH_TEMPLATE, NODE_GROUP, PLACEMENT_GROUP, SUBNET
 
 from components.catalog import GPU_INSTANCE_TYPES
-from tools.mockrun import PROJECT, ProgramRun, Registration, eks_cluster_ids, stack_config
+from tools.preview.mockrun import PROJECT, ProgramRun, Registration, eks_cluster_ids, stack_config
 
 
 def node_group_subnets(run: ProgramRun, node_group: Registration) -> list[Registration]:
@@ -137,9 +137,9 @@ def test_nat_gateways_per_stack(run: ProgramRun):
     assert all(r.inputs["routes"][0]["natGatewayId"] in nat_ids for r in private_rts)
 
 
-def test_dev_is_single_nat_and_prod_is_nat_per_az():
-    assert len(program_run("dev").of_type("aws:ec2/natGateway:NatGateway")) == 1
-    prod = program_run("prod")
+def test_dev_is_single_nat_and_prod_is_nat_per_az(programs):
+    assert len(programs("dev").of_type("aws:ec2/natGateway:NatGateway")) == 1
+    prod = programs("prod")
     prod_azs = stack_config("prod").network.availability_zones
     assert len(prod.of_type("aws:ec2/natGateway:NatGateway")) == len(prod_azs) > 1
 
@@ -152,8 +152,8 @@ def test_protect_only_where_configured(run: ProgramRun):
     assert not any(r.protect for r in run.resources if r.type not in ("aws:ec2/vpc:Vpc", "eks:index:Cluster"))
 
 
-def test_prod_is_protected():
-    prod = program_run("prod")
+def test_prod_is_protected(programs):
+    prod = programs("prod")
     assert prod.one("aws:ec2/vpc:Vpc").protect and prod.one("eks:index:Cluster").protect
 
 
@@ -218,7 +218,7 @@ def test_components_parent_their_children(run: ProgramRun):
 
 
 def test_names_are_deterministic(run: ProgramRun):
-    from tools.mockrun import run_program
+    from tools.preview.mockrun import run_program
 
     again = run_program(run.stack)
     assert sorted(r.urn for r in again.resources) == sorted(r.urn for r in run.resources)
@@ -237,7 +237,7 @@ def test_stack_outputs(run: ProgramRun):
 
 @pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
 def test_each_environment_has_a_valid_stack_file(stack):
-    from tools.mockrun import stacks
+    from tools.preview.mockrun import stacks
 
     assert stack in stacks()
     cfg = stack_config(stack)

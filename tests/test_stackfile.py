@@ -10,7 +10,7 @@ from helpers import ROOT
 
 from tools import stackfile
 from tools.cli import Exit
-from tools.mockrun import PROJECT, load_stack_config
+from tools.preview.mockrun import PROJECT, load_stack_config
 
 DEV = (ROOT / "Pulumi.dev.yaml").read_text()
 

@@ -34,7 +34,7 @@ from components.observability import NAMESPACE as MONITORING
 from components.observability import PROMETHEUS_PORT_NAME, PROMETHEUS_SERVICE
 from components.ray_service import NAMESPACE, SERVE_PORT
 from tools.cli import Exit, run
-from tools.mockrun import stack_config
+from tools.preview.mockrun import stack_config
 from tools.verify.checks import HEAD_SERVICE, Status, quantity_mib
 from tools.verify.cli import exit_code, main
 

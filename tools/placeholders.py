@@ -111,7 +111,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--github-output", help="append `runner=<label>` to this file (GITHUB_OUTPUT)")
     args = parser.parse_args(argv)
     from components.config import ConfigError
-    from tools.mockrun import stack_config
+    from tools.preview.mockrun import stack_config
 
     try:
         config = stack_config(args.stack)

@@ -384,7 +384,7 @@ def check_eks_version(eks, version: str) -> Result:
 
 def load_config(stack: str, root: Optional[Path] = None) -> StackConfig:
     """The stack's validated config, read exactly as the program reads it (secret keys included)."""
-    from tools.mockrun import ROOT, stack_config
+    from tools.preview.mockrun import ROOT, stack_config
 
     return stack_config(stack, root or ROOT)
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tools.cli import Exit, ToolError, exit_with, one_line
-from tools.mockrun import ROOT, SECRET_PLACEHOLDER, is_secure, load_stack_config
+from tools.preview.mockrun import ROOT, SECRET_PLACEHOLDER, is_secure, load_stack_config
 
 # Keys expected to differ between environments (fnmatch globs on `namespace:dotted.path`; `*`
 # also matches dots). Everything else must be equal in both stacks.

@@ -142,7 +142,7 @@ def write_stack(stack: str, result: Sizing, current: Any, root: Path = ROOT) -> 
     from ruamel.yaml import YAML
 
     from components.config import PROJECT, ConfigError, validate_engine_config
-    from tools.mockrun import engine_config, stack_file
+    from tools.preview.mockrun import engine_config, stack_file
 
     if not result.disaggregated.feasible:
         raise ToolError(Exit.FAILED, f"nothing written: the disaggregated layout cannot meet the objectives "
@@ -182,7 +182,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
 
     from components.config import ConfigError
-    from tools.mockrun import stack_config
+    from tools.preview.mockrun import stack_config
 
     workload = load_workload(args.workload)
     try:

@@ -39,9 +39,8 @@ from pydantic.alias_generators import to_camel
 from components.catalog import GpuInstanceType, gpu_instance_type
 from components.config import GPU_MEMORY_BUDGET, StackConfig
 from components.models import ModelSpec
+from components.prices import PRICES_FILE
 from tools.cli import Exit, ToolError, one_line
-
-PRICES_FILE = Path(__file__).resolve().parent / "data" / "prices.json"
 
 # Fitted to the calibration points in tests/data/sizing-calibration/points.yaml (NVIDIA NIM and NeMo
 # published latencies): the fraction of dense peak a prefill reaches, and of memory bandwidth a decode
@@ -515,7 +514,7 @@ class _Infeasible(Exception):
 
 # -- cost ------------------------------------------------------------------------------------------
 def hourly_price(region: str, instance_type: str, path: Path = PRICES_FILE) -> Optional[float]:
-    """On-demand list price per hour from tools/data/prices.json (the preview's table); None if unpriced."""
+    """On-demand list price per hour from components/data/prices.json (the preview's table); None if unpriced."""
     prices = json.loads(Path(path).read_text())
     return prices["regions"].get(region, {}).get("instances", {}).get(instance_type)
 

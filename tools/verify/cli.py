@@ -12,7 +12,7 @@ from typing import Optional
 from components.catalog import gpu_instance_type
 from components.config import ConfigError
 from tools.cli import ROOT, Exit, ToolError, one_line
-from tools.mockrun import stack_config
+from tools.preview.mockrun import stack_config
 
 from .checks import Check, Expected, Status, run_checks
 from .kube import Deadline, KubeClient, kubeconfig_from_stack, load_kubeconfig

@@ -25,7 +25,8 @@ from tools import stackfile
 if TYPE_CHECKING:
     from components.config import StackConfig
 
-ROOT = Path(__file__).resolve().parent.parent
+from tools.cli import ROOT
+
 PROJECT = stackfile.PROJECT
 SECRET_PLACEHOLDER = stackfile.SECRET_PLACEHOLDER
 
@@ -74,9 +75,6 @@ class ProgramRun:
             if r.urn == urn:
                 return r
         raise KeyError(urn)
-
-    def children(self, parent: Registration) -> list[Registration]:
-        return [r for r in self.resources if r.parent == parent.urn]
 
 
 def stack_file(stack: str, root: Path = ROOT) -> Path:

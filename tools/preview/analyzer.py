@@ -29,9 +29,10 @@ from pulumi.runtime import rpc
 from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tools.mockrun import ProgramRun, Registration
+    from tools.preview.mockrun import ProgramRun, Registration
 
-ROOT = Path(__file__).resolve().parent.parent
+from tools.cli import ROOT
+
 POLICY_PACK_DIR = ROOT / "policies"
 UNKNOWN = rpc.UNKNOWN  # the engine's unknown-value sentinel
 _UNUSED_ENGINE_ADDRESS = "127.0.0.1:1"
@@ -242,9 +243,6 @@ class PolicyPackServer:
         if self._info is None:
             self._info = self.stub.GetAnalyzerInfo(empty_pb2.Empty())
         return self._info
-
-    def plugin_version(self) -> str:
-        return self.stub.GetPluginInfo(empty_pb2.Empty()).version
 
     def effective_config(self, policy_config: Optional[PolicyConfig] = None) -> dict[str, dict[str, Any]]:
         """Per policy: enforcement level and properties, schema defaults filled in, as the engine does.

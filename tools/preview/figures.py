@@ -9,107 +9,52 @@ Pure functions (`kv_transfer`, `estimate_cost`) carry the arithmetic so tests ca
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
+from components.prices import PRICES_FILE, PriceTable, load_prices  # noqa: F401 - re-exported
+from tools.preview.report import CostFigure, CostLine, Figures, KvTransferFigure, NodeGroupFigure
+
 if TYPE_CHECKING:  # pragma: no cover
-    from tools.mockrun import ProgramRun, Registration
-
-PRICES_FILE = Path(__file__).resolve().parent / "data" / "prices.json"
-
-# A plain-TCP KV handoff is one connection (one 5-tuple flow). EC2 caps single-flow traffic at
-# 10 Gbit/s between instances in the same cluster placement group (5 Gbit/s outside one) — "Amazon
-# EC2 instance network bandwidth", EC2 User Guide. The GPU nodes share a cluster placement group,
-# so 10 is the generous figure; EFA (SRD, NIXL over LIBFABRIC) instead spreads one transfer over
-# every EFA interface, up to the node's aggregate EFA bandwidth (catalog `network_gbps`).
-TCP_SINGLE_FLOW_GBPS = 10.0
-
-# Bytes per element of the KV cache for each `kv_cache_dtype` (vLLM's names). "auto" follows the
-# model's bf16 weights.
-KV_DTYPE_BYTES = {"auto": 2, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+    from components.models import ModelSpec
+    from tools.preview.mockrun import ProgramRun, Registration
 
 
 # -- KV-cache transfer -------------------------------------------------------------------------
-def kv_cache_bytes(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int, tokens: int) -> int:
-    """K and V for every layer, KV head and position: 2 x layers x KV heads x head dim x bytes x tokens."""
-    return 2 * layers * kv_heads * head_dim * dtype_bytes * tokens
-
-
 def transfer_seconds(num_bytes: int, gbps: float) -> float:
     """Ideal line-rate time (no protocol overhead) to move `num_bytes` at `gbps` gigabit/s."""
     return num_bytes * 8 / (gbps * 1e9)
 
 
-@dataclass(frozen=True)
-class KvTransfer:
-    """The KV cache of one request moved from a prefill to a decode node."""
-
-    model_id: str
-    tokens: int
-    kv_cache_dtype: str
-    bytes: int
-    efa_gbps: float
-    tcp_gbps: float
-
-    @property
-    def efa_seconds(self) -> float:
-        return transfer_seconds(self.bytes, self.efa_gbps)
-
-    @property
-    def tcp_seconds(self) -> float:
-        return transfer_seconds(self.bytes, self.tcp_gbps)
-
-    @property
-    def speedup(self) -> float:
-        return self.tcp_seconds / self.efa_seconds
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "efa_seconds": self.efa_seconds, "tcp_seconds": self.tcp_seconds}
-
-
 def kv_transfer(
-    model: Any, tokens: int, kv_cache_dtype: str, efa_gbps: float, tcp_gbps: float = TCP_SINGLE_FLOW_GBPS
-) -> KvTransfer:
-    """`model` is a `components.models.ModelSpec` (layers, kv_heads, head_dim, model_id)."""
-    if kv_cache_dtype not in KV_DTYPE_BYTES:
-        raise ValueError(f"kv_cache_dtype {kv_cache_dtype!r} is not one of {sorted(KV_DTYPE_BYTES)}")
-    size = kv_cache_bytes(model.layers, model.kv_heads, model.head_dim, KV_DTYPE_BYTES[kv_cache_dtype], tokens)
-    return KvTransfer(model.model_id, tokens, kv_cache_dtype, size, float(efa_gbps), float(tcp_gbps))
+    model: "ModelSpec",
+    tokens: int,
+    kv_cache_dtype: str,
+    dtype_bytes: int,
+    efa_gbps: float,
+    tcp_gbps: float,
+) -> KvTransferFigure:
+    """One request's KV cache (`tokens` positions) moved from prefill to decode, over EFA and one TCP flow.
 
-
-# -- cost --------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PriceTable:
-    regions: dict[str, dict[str, Any]]
-    as_of: str
-    source: str
-    about: str
-    currency: str = "USD"
-    hours_per_month: float = 730.0
-
-
-def load_prices(path: Path = PRICES_FILE) -> PriceTable:
-    data = json.loads(Path(path).read_text())
-    return PriceTable(
-        regions=data["regions"],
-        as_of=data["as_of"],
-        source=data["source"],
-        about=data["about"],
-        currency=data.get("currency", "USD"),
-        hours_per_month=float(data.get("hours_per_month", 730)),
+    The bytes come from the one formula, `ModelSpec.kv_bytes_per_token`; `dtype_bytes` from the
+    serving config (`ServingConfig.kv_cache_dtype_bytes`), which owns what each `kv_cache_dtype` means.
+    """
+    size = model.kv_bytes_per_token(dtype_bytes) * tokens
+    return KvTransferFigure(
+        status="ok",
+        model_id=model.model_id,
+        tokens=tokens,
+        kv_cache_dtype=kv_cache_dtype,
+        bytes=size,
+        efa_gbps=float(efa_gbps),
+        tcp_gbps=float(tcp_gbps),
+        efa_seconds=transfer_seconds(size, efa_gbps),
+        tcp_seconds=transfer_seconds(size, tcp_gbps),
     )
 
 
-@dataclass(frozen=True)
-class CostLine:
-    item: str
-    quantity: int
-    unit_hourly: float
-    hourly: float
-
-
+# -- cost --------------------------------------------------------------------------------------
 @dataclass
 class Cost:
     region: str
@@ -118,8 +63,9 @@ class Cost:
     monthly: float
     missing: list[str] = field(default_factory=list)  # items with no price in the table
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+
+def _line(item: str, quantity: int, unit_hourly: float) -> CostLine:
+    return CostLine(item=item, quantity=quantity, unit_hourly=unit_hourly, hourly=unit_hourly * quantity)
 
 
 def estimate_cost(
@@ -136,34 +82,16 @@ def estimate_cost(
         if unit is None:
             missing.append(f"{instance_type} in {region}")
             continue
-        lines.append(CostLine(instance_type, count, unit, unit * count))
+        lines.append(_line(instance_type, count, unit))
     if nat_gateways:
-        lines.append(
-            CostLine("NAT gateway", nat_gateways, table["nat_gateway_hour"], table["nat_gateway_hour"] * nat_gateways)
-        )
+        lines.append(_line("NAT gateway", nat_gateways, table["nat_gateway_hour"]))
     if eks_clusters:
-        lines.append(
-            CostLine(
-                "EKS control plane", eks_clusters, table["eks_cluster_hour"], table["eks_cluster_hour"] * eks_clusters
-            )
-        )
+        lines.append(_line("EKS control plane", eks_clusters, table["eks_cluster_hour"]))
     hourly = sum(line.hourly for line in lines)
     return Cost(region, lines, hourly, hourly * prices.hours_per_month, missing)
 
 
 # -- figures from the recorded plan ------------------------------------------------------------
-@dataclass(frozen=True)
-class NodeGroupFigure:
-    name: str
-    instance_type: str
-    min_size: int
-    desired_size: int
-    max_size: int
-    gpu: bool
-    efa_interfaces: int  # EFA interfaces in its launch template (0 without one)
-    availability_zones: tuple[str, ...]
-
-
 def _launch_template(run: "ProgramRun", node_group: "Registration") -> Optional["Registration"]:
     for urn in node_group.property_dependencies.get("launchTemplate", []):
         try:
@@ -206,28 +134,27 @@ def node_groups(run: "ProgramRun") -> list[NodeGroupFigure]:
     return found
 
 
-def _serving_kv(config: Any, gpu: Optional[NodeGroupFigure]) -> dict[str, Any]:
+def _serving_kv(config: Any, gpu: Optional[NodeGroupFigure]) -> KvTransferFigure:
     serving = getattr(config, "serving", None) if config is not None else None
     if serving is None:
-        return {"status": "n/a", "reason": "the stack config has no serving section"}
+        return KvTransferFigure(status="n/a", reason="the stack config has no serving section")
     if gpu is None:
-        return {"status": "n/a", "reason": "the plan has no GPU node group"}
+        return KvTransferFigure(status="n/a", reason="the plan has no GPU node group")
     from components.catalog import GPU_INSTANCE_TYPES
+    from components.models import MODELS
 
-    try:
-        from components.models import MODELS
-    except ImportError:
-        return {"status": "n/a", "reason": "this checkout has no components/models.py"}
     model = MODELS.get(serving.model_id)
     if model is None:
-        return {"status": "n/a", "reason": f"model {serving.model_id} is not in components/models.py"}
+        return KvTransferFigure(status="n/a", reason=f"model {serving.model_id} is not in components/models.py")
     instance = GPU_INSTANCE_TYPES[gpu.instance_type]
-    kv = kv_transfer(model, serving.max_model_len, serving.kv_cache_dtype, instance.network_gbps)
-    return {"status": "ok", **kv.as_dict(), "speedup": kv.speedup}
+    return kv_transfer(
+        model, serving.max_model_len, serving.kv_cache_dtype, serving.kv_cache_dtype_bytes, instance.network_gbps,
+        getattr(instance, "single_flow_tcp_gbps", 10.0),  # an older checkout's catalog (preview-diff's base)
+    )
 
 
-def key_figures(run: "ProgramRun", config: Any, region: str, prices: Optional[PriceTable] = None) -> dict[str, Any]:
-    """Everything the report shows as figures, JSON-ready (the diff compares these)."""
+def key_figures(run: "ProgramRun", config: Any, region: str, prices: Optional[PriceTable] = None) -> Figures:
+    """Everything the report shows as figures (the diff compares these)."""
     prices = prices or load_prices()
     groups = node_groups(run)
     gpu = next((g for g in groups if g.gpu), None)
@@ -235,33 +162,29 @@ def key_figures(run: "ProgramRun", config: Any, region: str, prices: Optional[Pr
     clusters = len(run.of_type("eks:index:Cluster")) + len(run.of_type("aws:eks/cluster:Cluster"))
     cost = estimate_cost(prices, region, [(g.instance_type, g.desired_size) for g in groups], nat, clusters)
     cost_max = estimate_cost(prices, region, [(g.instance_type, g.max_size) for g in groups], nat, clusters)
-    return {
-        "region": region,
-        "gpu": None
-        if gpu is None
-        else {
-            "availability_zones": list(gpu.availability_zones),
-            "instance_type": gpu.instance_type,
-            "nodes": {"min": gpu.min_size, "desired": gpu.desired_size, "max": gpu.max_size},
-            "efa_interfaces_per_node": gpu.efa_interfaces,
-        },
-        "node_groups": [asdict(g) for g in groups],
-        "nat_gateways": nat,
-        "eks_clusters": clusters,
-        "cost": {
-            **cost.as_dict(),
-            "at_max_size_hourly": cost_max.hourly,
-            "prices_as_of": prices.as_of,
-            "currency": prices.currency,
-            "hours_per_month": prices.hours_per_month,
-        },
-        "kv_transfer": _serving_kv(config, gpu),
-        "kv_band": kv_band_figure(config, gpu),
-        "sized": sized_throughput_figure(run.stack, config, cost.hourly),
-    }
+    return Figures(
+        region=region,
+        node_groups=groups,
+        nat_gateways=nat,
+        eks_clusters=clusters,
+        cost=CostFigure(
+            region=cost.region,
+            lines=cost.lines,
+            hourly=cost.hourly,
+            monthly=cost.monthly,
+            missing=cost.missing,
+            at_max_size_hourly=cost_max.hourly,
+            prices_as_of=prices.as_of,
+            currency=prices.currency,
+            hours_per_month=prices.hours_per_month,
+        ),
+        kv_transfer=_serving_kv(config, gpu),
+        kv_band=kv_band_figure(config, gpu),
+        sized=sized_throughput_figure(run.stack, config, cost.hourly),
+    )
 
 
-# -- issue 15: the KV-transfer band and $/Mtok at the throughput the stack is sized for ----------------
+# -- the KV-transfer band and $/Mtok at the throughput the stack is sized for (tools/sizing.py) ----------
 def _checkout_root() -> Path:
     """The previewed checkout: where its `components` package was imported from (the preview ensures it)."""
     import components

@@ -1,6 +1,6 @@
 """Benchmark: a warm offline preview against the SDK import floor, measured in the same run.
 
-`python -m tools.bench_preview [--stack dev] [--reps 5] [--make]`
+`python -m tools.preview.bench [--stack dev] [--reps 5] [--make]`
 
 The floor is `python -c 'import pulumi, pulumi_aws, pulumi_eks, pulumi_kubernetes'`: no preview can
 be faster than loading the SDKs it drives. Both commands run interleaved, after one warm-up each
@@ -20,9 +20,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tools.cli import ROOT, Exit, ToolError, exit_with, one_line
+
 FLOOR = "import pulumi, pulumi_aws, pulumi_eks, pulumi_kubernetes"
 GOAL = 3.0
 SDK_PACKAGES = ("pulumi", "pulumi_aws", "pulumi_eks", "pulumi_kubernetes", "pydantic", "yaml")
@@ -31,7 +31,7 @@ SDK_PACKAGES = ("pulumi", "pulumi_aws", "pulumi_eks", "pulumi_kubernetes", "pyda
 # floor never imports: `import pulumi_aws` loads its submodules lazily).
 _LIST_MODULES = """
 import sys
-from tools.mockrun import run_program
+from tools.preview.mockrun import run_program
 run_program(sys.argv[1])
 print(" ".join(sorted(m for m in sys.modules if m.split(".")[0] in sys.argv[2:])))
 """
@@ -51,12 +51,12 @@ def _time(cmd: list[str], ok_codes: tuple[int, ...] = (0,)) -> float:
     done = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     elapsed = time.perf_counter() - start
     if done.returncode not in ok_codes:
-        raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr}")
+        raise ToolError(Exit.FAILED, f"{' '.join(cmd)} failed ({done.returncode}): {one_line(done.stderr)}")
     return elapsed
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.bench_preview", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.preview.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--stack", default="dev")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--make", action="store_true", help="time `make preview` instead of the python entry point")
@@ -118,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         f"importing just the {record['program_sdk_modules']} SDK modules the program loads: {sdk:.2f}s "
         f"(preview = {preview / sdk:.2f}x that)"
     )
-    return 0
+    return Exit.OK
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with("bench", main)

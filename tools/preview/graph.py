@@ -1,23 +1,25 @@
-"""The recorded plan as graphs: Graphviz DOT, a self-rendered SVG, and a mermaid component diagram.
+"""The recorded plan as graphs: Graphviz DOT (graph.dot) and Mermaid diagrams (summary.md, README).
 
-Graphviz (`dot`) is not on a fresh machine, so the SVG is laid out here: a layered drawing where
-each resource sits one row below the deepest resource it depends on. The DOT file is there for
-anyone with Graphviz who wants a nicer layout (`dot -Tsvg graph.dot`).
+GitHub renders Mermaid in Markdown, so summary.md (the pull-request comment) carries the graph: one
+Mermaid flowchart per top-level component, small enough to read, and the component-level overview.
+graph.dot holds the whole resource-level graph for anyone with Graphviz (`dot -Tsvg graph.dot`).
 
-Edges are "A must exist before B": B's `dependencies`, property dependencies and explicit provider. Components (the
-resources that have children) are drawn as clusters/colours, not as nodes.
+Edges are "A must exist before B": B's `dependencies`, property dependencies and explicit provider.
+Components (the resources that have children) are clusters/subgraphs, not nodes. Ordering uses the
+standard library's `graphlib` (topological, ties broken by name, so output is deterministic).
 """
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections import defaultdict
 from dataclasses import dataclass
-from html import escape
+from graphlib import CycleError, TopologicalSorter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tools.mockrun import ProgramRun, Registration
+    from tools.preview.mockrun import ProgramRun, Registration
 
 STACK_TYPE = "pulumi:pulumi:Stack"
 PALETTE = ["#dbeafe", "#dcfce7", "#fef9c3", "#fde2e2", "#ede9fe", "#cffafe", "#ffedd5", "#e5e7eb", "#fce7f3", "#d9f99d"]
@@ -33,23 +35,35 @@ def short_type(type_: str) -> str:
 def top_level(run: "ProgramRun") -> list["Registration"]:
     """The stack's direct children (components, or resources outside any component), in data-flow order.
 
-    Registration order is not guaranteed, so the order is topological over `component_edges`, ties
-    broken by name: deterministic, and upstream components come first.
+    Registration order is not guaranteed, so the order is topological over `component_edges`, the
+    alphabetically first ready component each time: deterministic, and upstream components come first.
+    Components that depend on each other both ways (a cycle between components, which a resource
+    graph can have) are listed by name.
     """
     urns = {r.urn for r in run.resources}
     tops = {r.name: r for r in run.resources if not r.parent or r.parent not in urns}
-    incoming: dict[str, set[str]] = {name: set() for name in tops}
-    for a, b in component_edges(run):
-        if a in incoming and b in incoming:
-            incoming[b].add(a)
-    ordered: list["Registration"] = []
-    while incoming:
-        ready = sorted(n for n, deps in incoming.items() if not deps) or sorted(incoming)[:1]
-        name = ready[0]
-        ordered.append(tops[name])
-        del incoming[name]
-        for deps in incoming.values():
-            deps.discard(name)
+    return [tops[name] for name in _ordered(set(tops), component_edges(run))]
+
+
+def _ordered(names: set[str], edges: list[tuple[str, str]]) -> list[str]:
+    """`names` topologically over `edges` (a before b), smallest ready name first; by name on a cycle."""
+    sorter: TopologicalSorter[str] = TopologicalSorter({n: set() for n in names})
+    for a, b in edges:
+        if a in names and b in names:
+            sorter.add(b, a)
+    try:
+        sorter.prepare()
+    except CycleError:
+        return sorted(names)
+    ordered: list[str] = []
+    ready = list(sorter.get_ready())
+    heapq.heapify(ready)
+    while ready:
+        name = heapq.heappop(ready)
+        ordered.append(name)
+        sorter.done(name)
+        for n in sorter.get_ready():
+            heapq.heappush(ready, n)
     return ordered
 
 
@@ -66,7 +80,7 @@ def children_by_parent(run: "ProgramRun") -> dict[str, list["Registration"]]:
 
 
 def component_colours(run: "ProgramRun") -> dict[str, str]:
-    """Top-level component name -> its colour, in `top_level` order (DOT clusters, SVG nodes and legend)."""
+    """Top-level component name -> its colour, in `top_level` order (DOT clusters)."""
     return {r.name: PALETTE[i % len(PALETTE)] for i, r in enumerate(top_level(run))}
 
 
@@ -155,98 +169,6 @@ def to_dot(run: "ProgramRun") -> str:
     return "\n".join(lines) + "\n"
 
 
-# -- SVG -----------------------------------------------------------------------------------------
-NODE_W, NODE_H, H_GAP, V_GAP, ROW_GAP, MARGIN, MAX_PER_ROW = 220, 44, 18, 70, 16, 24, 8
-
-
-def layers(graph: Graph) -> dict[str, int]:
-    """Longest-path layering: a node sits one layer below its deepest dependency."""
-    deps: dict[str, list[str]] = defaultdict(list)
-    for a, b in graph.edges:
-        deps[b].append(a)
-    layer: dict[str, int] = {}
-
-    def depth(urn: str, seen: frozenset = frozenset()) -> int:
-        if urn in layer:
-            return layer[urn]
-        if urn in seen:  # a cycle cannot register, but never loop forever on bad input
-            return 0
-        layer[urn] = value = 1 + max((depth(d, seen | {urn}) for d in deps[urn]), default=-1)
-        return value
-
-    for r in graph.nodes:
-        depth(r.urn)
-    return layer
-
-
-def to_svg(run: "ProgramRun") -> str:
-    graph = build_graph(run)
-    layer = layers(graph)
-    colour = component_colours(run)
-    top_names = list(colour)
-    order = {name: i for i, name in enumerate(top_names)}
-    by_layer: dict[int, list["Registration"]] = defaultdict(list)
-    for r in graph.nodes:
-        by_layer[layer[r.urn]].append(r)
-    pos: dict[str, tuple[float, float]] = {}
-    y = MARGIN + 28.0
-    width = 0.0
-    for index in sorted(by_layer):
-        members = sorted(by_layer[index], key=lambda r: (order.get(graph.groups[r.urn], 99), r.name))
-        for start in range(0, len(members), MAX_PER_ROW):
-            row = members[start : start + MAX_PER_ROW]
-            for i, r in enumerate(row):
-                pos[r.urn] = (MARGIN + i * (NODE_W + H_GAP), y)
-            width = max(width, MARGIN * 2 + len(row) * (NODE_W + H_GAP) - H_GAP)
-            y += NODE_H + ROW_GAP
-        y += V_GAP - ROW_GAP
-    legend_y = y
-    height = legend_y + 30 + MARGIN
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
-        f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="Helvetica, Arial, sans-serif">',
-        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" '
-        'orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#64748b"/></marker></defs>',
-        '<rect width="100%" height="100%" fill="white"/>',
-        f'<text x="{MARGIN}" y="{MARGIN + 6}" font-size="15" font-weight="bold">'
-        f"{escape(run.stack)}: {len(graph.nodes)} resources, {len(graph.edges)} dependencies "
-        f"(an arrow points from a dependency to its dependent)</text>",
-    ]
-    for a, b in graph.edges:
-        (ax, ay), (bx, by) = pos[a], pos[b]
-        x1, y1, x2, y2 = ax + NODE_W / 2, ay + NODE_H, bx + NODE_W / 2, by
-        mid = (y1 + y2) / 2
-        out.append(
-            f'<path d="M {x1:.0f} {y1:.0f} C {x1:.0f} {mid:.0f}, {x2:.0f} {mid:.0f}, {x2:.0f} {y2:.0f}" '
-            'fill="none" stroke="#64748b" stroke-width="1" opacity="0.6" marker-end="url(#arrow)"/>'
-        )
-    for r in graph.nodes:
-        x, y0 = pos[r.urn]
-        stroke = "#b91c1c" if r.protect else "#334155"
-        out.append(
-            f"<g><title>{escape(r.urn)}</title>"
-            f'<rect x="{x:.0f}" y="{y0:.0f}" width="{NODE_W}" height="{NODE_H}" rx="6" '
-            f'fill="{colour.get(graph.groups[r.urn], "#f1f5f9")}" stroke="{stroke}"/>'
-            f'<text x="{x + 8:.0f}" y="{y0 + 18:.0f}" font-size="12" font-weight="bold">'
-            f"{escape(_clip(r.name, 30))}</text>"
-            f'<text x="{x + 8:.0f}" y="{y0 + 34:.0f}" font-size="10" fill="#475569">'
-            f"{escape(_clip(r.type, 38))}{' · protected' if r.protect else ''}</text></g>"
-        )
-    lx = float(MARGIN)
-    for name in top_names:
-        out.append(
-            f'<rect x="{lx:.0f}" y="{legend_y:.0f}" width="14" height="14" fill="{colour[name]}" stroke="#334155"/>'
-            f'<text x="{lx + 20:.0f}" y="{legend_y + 12:.0f}" font-size="12">{escape(name)}</text>'
-        )
-        lx += 30 + 8 * len(name)
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
-
-
-def _clip(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
-
-
 # -- mermaid component diagram -------------------------------------------------------------------
 def _mermaid_id(name: str) -> str:
     return re.sub(r"\W", "_", name)
@@ -273,3 +195,54 @@ def component_mermaid(run: "ProgramRun") -> str:
         lines.append(f"  {_mermaid_id(a)} --> {_mermaid_id(b)}")
     lines.append("```")
     return "\n".join(lines) + "\n"
+
+
+def component_graphs(run: "ProgramRun") -> list[tuple["Registration", str]]:
+    """(top-level component, a Mermaid flowchart of the resources inside it), in `top_level` order.
+
+    Each chart shows the component's resources (nested components as subgraphs) and the dependencies
+    between them; a dependency on a resource of another component is drawn from a stadium-shaped
+    node naming that component, so every chart stays small enough to read in a PR comment.
+    """
+    graph = build_graph(run)
+    containers = parents_with_children(run)
+    children = children_by_parent(run)
+    by_urn = {r.urn: r for r in run.resources}
+    ids = {r.urn: f"n{i}" for i, r in enumerate(graph.nodes)}
+    charts = []
+    def emit(lines: list[str], r: "Registration", depth: int) -> None:
+        pad = "  " * depth
+        if r.urn in containers:
+            lines.append(f'{pad}subgraph {_mermaid_id("c_" + r.name)}["{_label(r)}"]')
+            for child in sorted(children[r.urn], key=lambda c: c.urn):
+                emit(lines, child, depth + 1)
+            lines.append(f"{pad}end")
+        else:
+            lines.append(f'{pad}{ids[r.urn]}["{_label(r)}"]')
+
+    for top in top_level(run):
+        name = top.name
+        lines = ["```mermaid", "flowchart TB"]
+        emit(lines, top, 1)
+        outside: set[str] = set()
+        edges = []
+        for a, b in graph.edges:
+            if graph.groups[b] != name:
+                continue
+            if graph.groups[a] == name:
+                edges.append(f"  {ids[a]} --> {ids[b]}")
+            else:
+                other = graph.groups[a]
+                outside.add(other)
+                edges.append(f"  {_mermaid_id('x_' + other)} --> {ids[b]}")
+        for other in sorted(outside):
+            lines.append(f'  {_mermaid_id("x_" + other)}(["{other}"])')
+        lines += sorted(set(edges), key=edges.index)
+        lines.append("```")
+        charts.append((by_urn[top.urn], "\n".join(lines) + "\n"))
+    return charts
+
+
+def _label(r: "Registration") -> str:
+    """A Mermaid node label: name and short type (quotes cannot appear inside a quoted label)."""
+    return f"{r.name}<br/>{short_type(r.type)}".replace('"', "#quot;")

@@ -1,14 +1,16 @@
 """What a change does to a stack: the offline preview of another revision against this working tree.
 
-`python -m tools.preview_diff --base <git rev> [--stack dev]` (what `make preview-diff` runs):
+`python -m tools.preview.diff --base <git rev> [--stack dev]` (what `make preview-diff` runs):
 checks `<rev>` out into a temporary `git worktree`, previews it and the working tree (in parallel,
 each in its own process: both import a `components` package), then reports resources added,
 removed and changed (input by input), policy verdicts that appeared or went away, and the change in
 the figures and the estimated cost. Written to `build/preview-diff/<stack>/diff.md` and printed.
 
-Both sides are previewed by *this* checkout's tools (so an old revision without `tools/preview.py`
-still works), each with its own program, stack file and policy pack. A stack missing at the base
-counts as empty. Exit status: that of the working tree's preview (1 on a mandatory violation).
+Both sides are previewed by *this* checkout's tools (so an old revision without `tools/preview/`
+still works, as long as its config model has `validate_engine_config`), each with its own program,
+stack file and policy pack, and both report.json files are read back through the one `Report`
+model. A stack missing at the base counts as empty. Exit status: that of the working tree's preview
+(1 on a mandatory violation); 2 for a BASE that is not a commit.
 """
 
 from __future__ import annotations
@@ -24,10 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from tools.cli import ROOT, Exit, ToolError, one_line, run
+from tools.preview import fmt
+from tools.preview.report import Report, VerdictRecord
 from tools.rollout import classify_resources
 
-ROOT = Path(__file__).resolve().parent.parent
-TOOLS = Path(__file__).resolve().parent
+TOOLS = ROOT / "tools"
+_PREVIEW_PREFIX = "preview: "  # how tools.cli.run prefixes the preview's one-line errors
 
 # Runs this checkout's `tools` against another checkout's program: `tools` is loaded from TOOLS
 # explicitly, `components` then resolves from the previewed root (first on sys.path).
@@ -40,15 +45,9 @@ spec = importlib.util.spec_from_file_location("tools", os.path.join(tools_dir, "
 module = importlib.util.module_from_spec(spec)
 sys.modules["tools"] = module
 spec.loader.exec_module(module)
-from tools.preview import run_and_exit
+from tools.preview.__main__ import run_and_exit
 run_and_exit(["--root", root] + sys.argv[3:])
 """
-
-
-class DiffError(Exception):
-    def __init__(self, exit_code: int, message: str):
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 def _progress(message: str) -> None:
@@ -62,7 +61,7 @@ def default_out_dir(root: Path, stack: str) -> Path:
 def _git(repo: Path, *args: str) -> str:
     done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
     if done.returncode != 0:
-        raise DiffError(2, f"git {' '.join(args)}: {done.stderr.strip()}")
+        raise ToolError(Exit.USAGE, f"git {' '.join(args)}: {done.stderr.strip()}")
     return done.stdout.strip()
 
 
@@ -73,11 +72,11 @@ class Side:
     exit_code: int
     stderr: str
     resources: dict[str, dict[str, Any]] = field(default_factory=dict)
-    report: dict[str, Any] = field(default_factory=dict)
+    report: Optional[Report] = None  # None when this side could not be previewed
 
     @property
     def ok(self) -> bool:
-        return self.exit_code in (0, 1)
+        return self.exit_code in (Exit.OK, Exit.FAILED)
 
 
 def _start_preview(root: Path, stack: str, out: Path, python: str) -> subprocess.Popen:
@@ -90,7 +89,7 @@ def _finish(label: str, proc: subprocess.Popen, out: Path) -> Side:
     side = Side(label, out, proc.returncode, stderr)
     if side.ok:
         side.resources = {r["urn"]: r for r in json.loads((out / "resources.json").read_text())}
-        side.report = json.loads((out / "report.json").read_text())
+        side.report = Report.read(out / "report.json")
     return side
 
 
@@ -134,20 +133,16 @@ class Diff:
     added: list[dict[str, Any]]
     removed: list[dict[str, Any]]
     changed: list[tuple[dict[str, Any], list[tuple[str, Any, Any]]]]
-    verdicts_new: list[dict[str, Any]]
-    verdicts_gone: list[dict[str, Any]]
-    base_report: dict[str, Any]
-    head_report: dict[str, Any]
+    verdicts_new: list[VerdictRecord]
+    verdicts_gone: list[VerdictRecord]
+    base_report: Optional[Report]
+    head_report: Optional[Report]
     notes: list[str]
     rollouts: list[tuple[str, Any]] = field(default_factory=list)  # (RayService name, tools.rollout.Rollout)
 
     @property
     def empty(self) -> bool:
         return not (self.added or self.removed or self.changed or self.verdicts_new or self.verdicts_gone)
-
-
-def _verdict_key(v: dict[str, Any]) -> tuple[str, str, str, str]:
-    return (v["policy"], v["enforcement"], v["urn"], v["message"])
 
 
 def compare(stack: str, base: Side, head: Side, notes: Optional[list[str]] = None) -> Diff:
@@ -161,8 +156,8 @@ def compare(stack: str, base: Side, head: Side, notes: Optional[list[str]] = Non
         paths = changed_paths(fields, new_fields)
         if paths:
             changed.append((b, paths))
-    old_v = {_verdict_key(v): v for v in base.report.get("verdicts", [])}
-    new_v = {_verdict_key(v): v for v in head.report.get("verdicts", [])}
+    old_v = {v.key(): v for v in (base.report.verdicts if base.report else [])}
+    new_v = {v.key(): v for v in (head.report.verdicts if head.report else [])}
     return Diff(
         stack,
         base.label,
@@ -180,43 +175,30 @@ def compare(stack: str, base: Side, head: Side, notes: Optional[list[str]] = Non
 
 
 # -- rendering -----------------------------------------------------------------------------------
-def _short(value: Any, limit: int = 120) -> str:
-    text = json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
-    text = text.replace("\n", "⏎")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _money(x: Optional[float]) -> str:
-    return "n/a" if x is None else f"${x:,.2f}"
-
-
-def _figure_rows(base: dict[str, Any], head: dict[str, Any]) -> list[tuple[str, str, str]]:
-    def pick(report: dict[str, Any]) -> dict[str, str]:
-        fig = report.get("figures") or {}
-        gpu = fig.get("gpu") or {}
-        cost = fig.get("cost") or {}
-        kv = fig.get("kv_transfer") or {}
-        has_cost = bool(cost.get("lines"))
+def _figure_rows(base: Optional[Report], head: Optional[Report]) -> list[tuple[str, str, str]]:
+    def pick(report: Optional[Report]) -> dict[str, str]:
+        if report is None:
+            return dict.fromkeys(
+                ("GPU nodes", "GPU availability zone", "EFA interfaces per GPU node", "NAT gateways",
+                 "Cost per hour", "Cost per month", "KV transfer per request", "Resources", "Policy verdicts"),
+                "n/a",
+            )
+        fig = report.figures
+        gpu = fig.gpu
+        cost = fig.cost
+        kv = fig.kv_transfer
         return {
-            "GPU nodes": (
-                f"{gpu['nodes']['desired']} × {gpu['instance_type']} (max {gpu['nodes']['max']})" if gpu else "none"
-            ),
-            "GPU availability zone": ", ".join(gpu.get("availability_zones", [])) or "n/a",
-            "EFA interfaces per GPU node": str(gpu.get("efa_interfaces_per_node", "n/a")),
-            "NAT gateways": str(fig.get("nat_gateways", "n/a")),
-            "Cost per hour": _money(cost.get("hourly") if has_cost else None),
-            "Cost per month": _money(cost.get("monthly") if has_cost else None),
+            "GPU nodes": f"{gpu.desired_size} × {gpu.instance_type} (max {gpu.max_size})" if gpu else "none",
+            "GPU availability zone": ", ".join(gpu.availability_zones) if gpu else "n/a",
+            "EFA interfaces per GPU node": str(gpu.efa_interfaces) if gpu else "n/a",
+            "NAT gateways": str(fig.nat_gateways),
+            "Cost per hour": fmt.money(cost.hourly if cost.priced else None),
+            "Cost per month": fmt.money(cost.monthly if cost.priced else None),
             "KV transfer per request": (
-                f"{kv['bytes']:,} B; EFA {kv['efa_seconds'] * 1000:.1f} ms, TCP {kv['tcp_seconds'] * 1000:.1f} ms"
-                if kv.get("status") == "ok"
-                else "n/a"
+                f"{fmt.size(kv.bytes)}; EFA {fmt.ms(kv.efa_seconds)}, TCP {fmt.ms(kv.tcp_seconds)}" if kv.ok else "n/a"
             ),
-            "Resources": str(report.get("resource_count", 0)),
-            "Policy verdicts": (
-                str(len(report.get("verdicts", [])))
-                if (report.get("pack") or {}).get("status") == "ran"
-                else "n/a (no policy pack)"
-            ),
+            "Resources": str(report.resource_count),
+            "Policy verdicts": str(len(report.verdicts)) if report.pack.ran else "n/a (no policy pack)",
         }
 
     a, b = pick(base), pick(head)
@@ -225,15 +207,12 @@ def _figure_rows(base: dict[str, Any], head: dict[str, Any]) -> list[tuple[str, 
 
 def cost_delta(diff: Diff) -> Optional[tuple[float, float]]:
     """(hourly, monthly) change of the estimated cost, when both sides have one."""
-    a = (diff.base_report.get("figures") or {}).get("cost") or {}
-    b = (diff.head_report.get("figures") or {}).get("cost") or {}
-    if not a.get("lines") or not b.get("lines"):
+    if diff.base_report is None or diff.head_report is None:
         return None
-    return b["hourly"] - a["hourly"], b["monthly"] - a["monthly"]
-
-
-def _md(text: str) -> str:
-    return text.replace("|", "\\|")
+    a, b = diff.base_report.figures.cost, diff.head_report.figures.cost
+    if not a.priced or not b.priced:
+        return None
+    return b.hourly - a.hourly, b.monthly - a.monthly
 
 
 def render(diff: Diff) -> str:
@@ -247,16 +226,15 @@ def render(diff: Diff) -> str:
     )
     delta = cost_delta(diff)
     if delta is not None:
-        sign = "+" if delta[0] >= 0 else "−"
         out.append(
-            f"Estimated cost: {sign}{_money(abs(delta[0]))}/hour, {sign}{_money(abs(delta[1]))}/month "
+            f"Estimated cost: {fmt.signed_money(delta[0])}/hour, {fmt.signed_money(delta[1])}/month "
             "(approximate on-demand list prices)."
         )
     out += [f"**Roll-out:** {rollout.describe()}" for _, rollout in diff.rollouts if rollout.kind != "no change"]
     out += ["", "| Figure | Before | After |", "|---|---|---|"]
     for name, before, after in _figure_rows(diff.base_report, diff.head_report):
         mark = "" if before == after else " **(changed)**"
-        out.append(f"| {name} | {_md(before)} | {_md(after)}{mark} |")
+        out.append(f"| {name} | {fmt.md_cell(before)} | {fmt.md_cell(after)}{mark} |")
     if diff.added:
         out += ["", "#### Added", ""] + [f"- `{r['type']}` **{r['name']}**" for r in diff.added]
     if diff.removed:
@@ -272,16 +250,15 @@ def render(diff: Diff) -> str:
                     )
                     out += [f"  - `{path}`:", "    ```diff"] + [f"    {line}" for line in list(lines)[2:]] + ["    ```"]
                 else:
-                    out.append(f"  - `{path}`: `{_short(old)}` → `{_short(new)}`")
+                    out.append(f"  - `{path}`: `{fmt.short_value(old)}` → `{fmt.short_value(new)}`")
     if diff.verdicts_new or diff.verdicts_gone:
         out += ["", "#### Policy verdicts", ""]
         for v in diff.verdicts_new:
             out.append(
-                f"- new {v['enforcement']} `{v['policy']}` on `{v['urn'].split('::')[-1] or '(stack)'}`: "
-                f"{v['message'].strip()}"
+                f"- new {v.enforcement} `{v.policy}` on `{v.urn.split('::')[-1] or '(stack)'}`: {v.message.strip()}"
             )
         for v in diff.verdicts_gone:
-            out.append(f"- resolved {v['enforcement']} `{v['policy']}` on `{v['urn'].split('::')[-1] or '(stack)'}`")
+            out.append(f"- resolved {v.enforcement} `{v.policy}` on `{v.urn.split('::')[-1] or '(stack)'}`")
     if diff.empty:
         out += ["", "No resource or verdict changes."]
     return "\n".join(out) + "\n"
@@ -302,8 +279,8 @@ def preview_diff(
     out_dir = Path(out_dir) if out_dir is not None else default_out_dir(root, stack)
     try:
         sha = _git(root, "rev-parse", "--verify", "--quiet", f"{base_rev}^{{commit}}")
-    except DiffError:
-        raise DiffError(2, f"BASE={base_rev!r} is not a commit of the repository at {root}") from None
+    except ToolError:
+        raise ToolError(Exit.USAGE, f"BASE={base_rev!r} is not a commit of the repository at {root}") from None
     short = sha[:10]
     if out_dir.exists():
         shutil.rmtree(out_dir)
@@ -323,32 +300,36 @@ def preview_diff(
         shutil.rmtree(tmp, ignore_errors=True)
         subprocess.run(["git", "-C", str(root), "worktree", "prune"], capture_output=True)
     if not head.ok:
-        raise DiffError(head.exit_code, f"the working tree's preview failed:\n{head.stderr.strip()}")
+        raise ToolError(_exit(head.exit_code), f"the working tree's preview failed:\n{head.stderr.strip()}")
     notes = []
     if not base.ok:
         first = next(
-            (line for line in base.stderr.splitlines() if line.startswith("error:")), base.stderr.strip()[:300]
+            (line for line in base.stderr.splitlines() if line.startswith(_PREVIEW_PREFIX)), base.stderr.strip()
         )
         notes.append(
-            f"The base revision could not be previewed ({first.removeprefix('error: ')}); everything counts as added."
+            f"The base revision could not be previewed ({one_line(first.removeprefix(_PREVIEW_PREFIX))}); "
+            "everything counts as added."
         )
     diff = compare(stack, base, head, notes)
     (out_dir / "diff.md").write_text(render(diff))
     return diff, head.exit_code
 
 
+def _exit(code: int) -> Exit:
+    try:
+        return Exit(code)
+    except ValueError:
+        return Exit.INTERNAL
+
+
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.preview_diff", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.preview.diff", description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--base", required=True, help="git revision to compare against (e.g. origin/main, HEAD~1)")
     parser.add_argument("--stack", default="dev")
     parser.add_argument("--root", type=Path, default=ROOT)
     parser.add_argument("--out", type=Path, help="default: <root>/build/preview-diff/<stack>")
     args = parser.parse_args(argv)
-    try:
-        diff, code = preview_diff(args.base, args.stack, args.root, args.out)
-    except DiffError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return error.exit_code
+    diff, code = preview_diff(args.base, args.stack, args.root, args.out)
     print(render(diff), end="")
     where = args.out or default_out_dir(args.root, args.stack)
     _progress(f"written to {where / 'diff.md'}")
@@ -356,4 +337,4 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run("preview-diff", main))
