@@ -108,5 +108,5 @@ verify: $(STAMP)
 # GPU node-group sizes into Pulumi.<stack>.yaml (comments kept).
 .PHONY: size
 WORKLOAD ?= workloads/$(STACK).yaml
-size: $(STAMP)
+size: $(DEV_STAMP)
 	@$(PY) -m tools.size --stack $(STACK) --workload $(WORKLOAD) $(if $(WRITE),--write) $(if $(JSON),--json)
