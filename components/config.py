@@ -78,6 +78,13 @@ def shown(value: Any, limit: int = ECHO_LIMIT) -> str:
     return clip(repr(value), limit)
 
 
+def exact_chart_version(value: str, example: str) -> str:
+    """A chart version pinned exactly (`1.2.3`, or `v1.2.3` where the chart is tagged so): no ranges."""
+    if not re.fullmatch(r"v?\d+\.\d+\.\d+", value):
+        raise ValueError(f"{shown(value)} is not an exact chart version such as {example!r}")
+    return value
+
+
 def stack_cluster_name(stack: str) -> str:
     """The EKS cluster's name for a stack: the one formula `__main__` and the checks share."""
     return f"{PROJECT}-{stack}"
@@ -387,9 +394,7 @@ class NodeAutoscalerConfig(Strict):
     @field_validator("chart_version")
     @classmethod
     def _exact(cls, value: str) -> str:
-        if not re.fullmatch(r"\d+\.\d+\.\d+", value):
-            raise ValueError(f"{value!r} is not an exact chart version such as '9.59.0'")
-        return value
+        return exact_chart_version(value, "9.59.0")
 
     @field_validator("image_tag")
     @classmethod
@@ -668,9 +673,7 @@ class DevicePluginsConfig(Strict):
     @field_validator("nvidia_chart_version", "efa_chart_version")
     @classmethod
     def _pinned(cls, value: str) -> str:
-        if not re.fullmatch(r"v?\d+\.\d+\.\d+", value):
-            raise ValueError(f"{shown(value)} is not an exact chart version such as '0.18.0'")
-        return value
+        return exact_chart_version(value, "0.20.0")
 
 
 # --- observability (issue 14): Prometheus, Grafana, DCGM exporter, alert thresholds -------------------
@@ -718,9 +721,7 @@ class ObservabilityConfig(Strict):
     @field_validator("kube_prometheus_stack_chart_version", "dcgm_exporter_chart_version")
     @classmethod
     def _exact_version(cls, value: str) -> str:
-        if not re.fullmatch(r"\d+\.\d+\.\d+", value):
-            raise ValueError(f"{value!r} is not an exact chart version such as '88.5.3'")
-        return value
+        return exact_chart_version(value, "88.5.3")
 
     @field_validator("ttft_slo_seconds")
     @classmethod
