@@ -784,9 +784,17 @@ class StackConfig(Strict):
         return value
 
     @model_validator(mode="after")
-    def _serving_fits_the_gpu_nodes(self) -> "StackConfig":
+    def _cross_section(self) -> "StackConfig":
+        """Checks that span sections, all run so every problem is reported together (one a line)."""
+        problems = [*self._serving_fit_problems(), *self._version_problems(), *self._rollout_problems()]
+        if problems:
+            raise ValueError("\n".join(problems))  # one problem a line: reported separately
+        return self
+
+    def _serving_fit_problems(self) -> list[str]:
+        """Tensor parallelism against the GPU node and its memory; node counts against gpuNodes.maxSize."""
         if self.serving is None:
-            return self
+            return []
         serving, instance = self.serving, GPU_INSTANCE_TYPES[self.gpu_nodes.instance_type]
         model = MODELS[serving.model_id]
         problems = []
@@ -817,12 +825,9 @@ class StackConfig(Strict):
                     f"{needed['decode']} decode node(s) of {instance.name} exceed gpuNodes.maxSize "
                     f"({self.gpu_nodes.max_size}); prefill and decode replicas need separate nodes"
                 )
-        if problems:
-            raise ValueError("\n".join(problems))  # one problem a line: reported separately
-        return self
+        return problems
 
-    @model_validator(mode="after")
-    def _versions_fit(self) -> "StackConfig":
+    def _version_problems(self) -> list[str]:
         """Chart and image versions the GPU type and the Kubernetes minor need (facts in the catalog)."""
         problems = []
         instance = GPU_INSTANCE_TYPES[self.gpu_nodes.instance_type]
@@ -845,14 +850,12 @@ class StackConfig(Strict):
                     f"nodeAutoscaler.imageTag: {autoscaler.image_tag} is not a {minor} release; Cluster Autoscaler "
                     f"supports only the Kubernetes minor it was built for"
                 )
-        if problems:
-            raise ValueError("\n".join(problems))
-        return self
+        return problems
 
-    @model_validator(mode="after")
-    def _serving_runs_and_rolls_out_on_these_nodes(self) -> "StackConfig":
+    def _rollout_problems(self) -> list[str]:
+        """The fabric the serving layer needs, and room for the upgrade strategy's second cluster."""
         if self.serving is None:
-            return self
+            return []
         instance = GPU_INSTANCE_TYPES[self.gpu_nodes.instance_type]
         problems = []
         # The RayService moves the KV cache with NIXL over LIBFABRIC, which requires GPUDirect RDMA;
@@ -877,9 +880,7 @@ class StackConfig(Strict):
                     f"maximum plus {new} for the new cluster, {old + new} in all, more than gpuNodes.maxSize "
                     f"({self.gpu_nodes.max_size}); raise maxSize or use Recreate"
                 )
-        if problems:
-            raise ValueError("\n".join(problems))
-        return self
+        return problems
 
     def autoscaler_image_tag(self) -> str:
         """The Cluster Autoscaler image tag for this stack (validated above)."""
