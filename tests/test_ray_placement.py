@@ -45,6 +45,14 @@ SHORT_WAIT_S = 8  # for the cases built to fail: some groups never place
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[Any]:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # Up to a dozen raylets share two cores here. By default each prestarts a Python worker per CPU
+    # for the driver's job, and that burst can starve the GCS until a new raylet misses Ray's fixed
+    # 30 s registration wait. The test needs placement, not warm workers: start them on demand, one
+    # at a time (RayConfig: enable_worker_prestart, prestart_worker_first_driver,
+    # worker_maximum_startup_concurrency; inherited by every raylet the Cluster starts).
+    for key, value in (("RAY_enable_worker_prestart", "0"), ("RAY_prestart_worker_first_driver", "0"),
+                       ("RAY_worker_maximum_startup_concurrency", "1")):
+        os.environ.setdefault(key, value)
     sys.path.insert(0, str(STANDINS))
     import ray
     from ray.cluster_utils import Cluster
