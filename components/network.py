@@ -13,6 +13,11 @@ import pulumi_aws as aws
 
 from .config import NetworkConfig
 
+# `kubernetes.io/cluster/<cluster>` on every subnet: "shared" lets EKS and its load-balancer
+# controllers use the subnet without claiming it ("owned" would tie its lifetime to the cluster).
+# https://docs.aws.amazon.com/eks/latest/userguide/network-reqs.html#network-requirements-subnets
+CLUSTER_TAG_VALUE = "shared"
+
 
 @dataclass(frozen=True)
 class NetworkArgs:
@@ -34,7 +39,7 @@ class Network(pulumi.ComponentResource):
         super().__init__("llm-pd-eks:index:Network", name, None, opts)
         cfg = args.config
         tags = dict(args.tags or {})
-        cluster_tag = {f"kubernetes.io/cluster/{args.cluster_name}": "shared"}
+        cluster_tag = {f"kubernetes.io/cluster/{args.cluster_name}": CLUSTER_TAG_VALUE}
         child = pulumi.ResourceOptions(parent=self)
 
         self.vpc = aws.ec2.Vpc(

@@ -9,6 +9,7 @@ import pytest
 from helpers import LAUNCH_TEMPLATE, NODE_GROUP, PLACEMENT_GROUP, SUBNET
 
 from components.catalog import GPU_INSTANCE_TYPES
+from components.network import CLUSTER_TAG_VALUE
 from tools.preview.mockrun import PROJECT, ProgramRun, Registration, eks_cluster_ids, stack_config
 
 
@@ -120,7 +121,7 @@ def test_subnets_per_az_with_eks_tags(run: ProgramRun):
     assert sorted(s.inputs["availabilityZone"] for s in public) == sorted(cfg.network.availability_zones)
     assert sorted(s.inputs["availabilityZone"] for s in private) == sorted(cfg.network.availability_zones)
     assert all(s.inputs["tags"]["kubernetes.io/role/elb"] == "1" for s in public)
-    assert all(s.inputs["tags"][cluster_tag] == "shared" for s in subnets)
+    assert all(s.inputs["tags"][cluster_tag] == CLUSTER_TAG_VALUE for s in subnets)
 
 
 def test_nat_gateways_per_stack(run: ProgramRun):
