@@ -1,0 +1,45 @@
+"""Custom Ray resource names a worker group may advertise in its top-level `resources`.
+
+KubeRay's operator turns that map into `ray start` flags (kuberay v1.7.0,
+ray-operator/controllers/ray/common/pod.go `updateRayStartParamsResources`): a key whose
+lower-cased name is `cpu` or `memory`, or ends in `gpu` / is an NVIDIA MIG profile
+(utils/resources.go `IsGPUResourceKey`), becomes `--num-cpus` / `--memory` / `--num-gpus` and is
+dropped from `--resources`. A custom resource so named never reaches the raylet, while the Ray
+autoscaler (which reads the group spec) believes new nodes have it: placement groups that ask for
+it stay infeasible and the autoscaler grows the group to its maximum. The config, the RayService
+and the policy pack refuse such names with this one rule (tests/kuberay_start_params.py, a
+transcription of the operator's code, is the judge).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+# The names Ray itself reserves for its predefined resources (ray_constants / the raylet): a custom
+# resource of that name collides with what the raylet reports.
+RAY_PREDEFINED = ("CPU", "GPU", "memory", "object_store_memory")
+_MIG = re.compile(r"nvidia\.com/mig-\d+g\.\d+gb$")
+
+
+def operator_reinterpretation(name: str) -> Optional[str]:
+    """The `ray start` flag KubeRay turns resource `name` into instead of `--resources`, if any."""
+    normalized = name.lower()
+    if normalized == "cpu":
+        return "--num-cpus"
+    if normalized == "memory":
+        return "--memory"
+    if normalized.endswith("gpu") or _MIG.search(normalized):
+        return "--num-gpus"
+    return None
+
+
+def custom_resource_problem(name: str) -> Optional[str]:
+    """Why `name` cannot be a custom Ray resource of a KubeRay worker group, or None."""
+    flag = operator_reinterpretation(name)
+    if flag is not None:
+        return (f"custom Ray resource {name!r} would become KubeRay's `ray start {flag}` (a name that is cpu/memory, "
+                "ends in 'gpu' or is a MIG profile, any case) and never reach the raylet; choose another name")
+    if name in RAY_PREDEFINED:
+        return f"custom Ray resource {name!r} is one of Ray's predefined resources; choose another name"
+    return None
