@@ -34,6 +34,7 @@ from pydantic.alias_generators import to_camel
 from .catalog import CLUSTER_AUTOSCALER_TAGS, GPU_INSTANCE_TYPES, chart_version_key, unsupported_type
 from .metrics import ITL_BUCKETS, TTFT_BUCKETS
 from .models import MODELS
+from .ray_resources import accelerator_resource_name, custom_resource_problem, role_resource
 
 PROJECT = "llm-pd-eks"
 
@@ -525,6 +526,28 @@ class ReplicaGroupConfig(Strict):
     )
     min_replicas: int = Field(default=1, ge=1, description="Fewest Serve replicas.")
     max_replicas: int = Field(default=1, ge=1, description="Most Serve replicas (autoscaling bound).")
+    # Ray Serve's autoscaling (ray.serve.config.AutoscalingConfig): without these, Ray Serve LLM fills in
+    # target_ongoing_requests = 1e9 (ray.llm ... core/server/builder.py DEFAULT_DEPLOYMENT_OPTIONS) and
+    # desired replicas never exceed the current count. `make size WRITE=1` writes them from the sizing
+    # model's per-replica concurrency (components/serve_autoscaling.py).
+    target_ongoing_requests: float = Field(
+        default=16, gt=0, le=4096,
+        description="Serve autoscaling target: ongoing (running + queued) requests per replica; replicas are "
+        "added while the average is above it. The per-replica concurrency the sizing model sustains.",
+    )
+    max_ongoing_requests: int = Field(
+        default=32, ge=1, le=65536,
+        description="Most requests one replica takes at a time (Serve back-pressure: the rest wait in the "
+        "proxy/handle queue); at least targetOngoingRequests.",
+    )
+    upscale_delay_s: float = Field(
+        default=30, ge=0, le=3600,
+        description="Seconds the load must stay above target before Serve adds replicas (Serve's default: 30).",
+    )
+    downscale_delay_s: float = Field(
+        default=600, ge=0, le=86400,
+        description="Seconds the load must stay below target before Serve removes replicas (Serve's default: 600).",
+    )
 
     @field_validator("tensor_parallel_size")
     @classmethod
@@ -538,6 +561,12 @@ class ReplicaGroupConfig(Strict):
     def _ordered(self) -> "ReplicaGroupConfig":
         if self.min_replicas > self.max_replicas:
             raise ValueError(f"minReplicas ({self.min_replicas}) is greater than maxReplicas ({self.max_replicas})")
+        if self.max_ongoing_requests < self.target_ongoing_requests:
+            raise ValueError(
+                f"maxOngoingRequests ({self.max_ongoing_requests}) is below targetOngoingRequests "
+                f"({self.target_ongoing_requests:g}): a replica could never reach the load Serve scales at; "
+                "raise maxOngoingRequests"
+            )
         return self
 
     def replicas_per_node(self, node_gpus: int) -> int:
@@ -566,11 +595,11 @@ class ServingConfig(Strict):
     )
     prefill: ReplicaGroupConfig = Field(
         default=ReplicaGroupConfig(),
-        description="The prefill side: tensorParallelSize, minReplicas, maxReplicas.",
+        description="The prefill side: tensorParallelSize, the replica bounds and their Serve autoscaling settings.",
     )
     decode: ReplicaGroupConfig = Field(
         default=ReplicaGroupConfig(),
-        description="The decode side: tensorParallelSize, minReplicas, maxReplicas.",
+        description="The decode side: tensorParallelSize, the replica bounds and their Serve autoscaling settings.",
     )
     public_endpoint: bool = Field(
         default=False,
@@ -799,6 +828,12 @@ class StackConfig(Strict):
         model = MODELS[serving.model_id]
         problems = []
         groups = serving.groups()
+        # The custom Ray resources the worker groups advertise must reach the raylet through KubeRay.
+        for role in groups:
+            for name in (role_resource(role), accelerator_resource_name(instance.ray_accelerator_type)):
+                problem = custom_resource_problem(name)
+                if problem:
+                    problems.append(f"serving.{role}: {problem}")
         for role, group in groups.items():
             key = f"serving.{role}.tensorParallelSize"
             tp = group.tensor_parallel_size

@@ -43,3 +43,18 @@ def custom_resource_problem(name: str) -> Optional[str]:
     if name in RAY_PREDEFINED:
         return f"custom Ray resource {name!r} is one of Ray's predefined resources; choose another name"
     return None
+
+
+def role_resource(role: str) -> str:
+    """The custom Ray resource only `role`'s worker pods advertise (one unit per GPU) and only that
+    role's placement bundles ask for. Not `<role>_gpu`: KubeRay would turn that into `--num-gpus`."""
+    return f"{role}_slot"
+
+
+# The Ray resource Ray Serve LLM asks for in each bundle (ray._common.utils.RESOURCE_CONSTRAINT_PREFIX).
+ACCELERATOR_RESOURCE_PREFIX = "accelerator_type:"
+
+
+def accelerator_resource_name(ray_accelerator_type: str) -> str:
+    """`accelerator_type:<T>`: what a raylet on this GPU reports and Ray Serve LLM's bundles ask for."""
+    return f"{ACCELERATOR_RESOURCE_PREFIX}{ray_accelerator_type}"

@@ -11,8 +11,10 @@ Layout (every number comes from the stack config and the GPU catalog):
   Pod counts follow the Serve autoscaling bounds, so the Ray autoscaler adds nodes' worth of
   pods as Serve adds replicas.
 - Prefill and decode never share a node: each group advertises its own custom Ray resource
-  (`prefill_gpu` / `decode_gpu`, one per GPU) that only that role's LLM config asks for in its
-  placement bundles, and the pods carry a required anti-affinity against the other role.
+  (`prefill_slot` / `decode_slot`, one per GPU) that only that role's LLM config asks for in its
+  placement bundles, and the pods carry a required anti-affinity against the other role. The name
+  must survive KubeRay's operator, which turns any group resource ending in `gpu` (any case) into
+  `--num-gpus` and drops it from `--resources` (components/ray_resources.py).
 - Each worker group also advertises `accelerator_type:<T>` in its `resources`. Ray Serve LLM adds
   `accelerator_type:<T>: 0.001` to every placement bundle; a raylet detects that resource itself, but
   the KubeRay autoscaler builds its view of a group only from the group spec
@@ -21,6 +23,14 @@ Layout (every number comes from the stack config and the GPU catalog):
 - EFA inside the pod: 2 MiB huge pages and a memory request/limit (libfabric's EFA provider
   allocates its buffers from huge pages; the EKS EFA guide requests both), `IPC_LOCK` to pin the
   memory it registers, and `FI_EFA_USE_DEVICE_RDMA=1` only on types whose EFA has RDMA read.
+  Unprivileged: the AWS Ray LLM DLC's own EKS multi-node test (aws/deep-learning-containers
+  test/ray-llm/eks-multi-node/rayservice.yml) runs its EFA workers with no securityContext at all,
+  with `FI_EFA_FORK_SAFE=1` and `VLLM_HOST_IP` from the pod IP, which are set here too.
+- Weights: the Hugging Face cache (`HF_HOME`) is a hostPath under /var/lib/kubelet, which nodeadm
+  puts on the instance-store RAID0 (components/node_common.py), so a restarted or rescheduled pod on
+  the node reads the weights locally instead of over NAT; downloads use hf-xet's high-performance
+  mode (huggingface_hub 1.x `HF_XET_HIGH_PERFORMANCE`), and Ray Serve LLM's engine start timeout
+  (`RAYLLM_ENGINE_START_TIMEOUT_S`) follows from the model's size (`engine_start_timeout_s`).
 - Roll-outs: `serving.upgradeStrategy` (see `UPGRADE_STRATEGIES`); PodDisruptionBudgets keep a
   node-group update from draining the last prefill or decode pod.
 - NIXL moves the KV cache over LIBFABRIC (libfabric's `efa` provider with device RDMA). Left on
@@ -29,12 +39,15 @@ Layout (every number comes from the stack config and the GPU catalog):
 
 `serveConfigV2` is `yaml.safe_dump` of a dict built here; the shape of `args` is that of Ray
 2.60's `PDServingArgs` (prefill_config / decode_config, each an `LLMConfig`).
+- Autoscaling: each role's `target_ongoing_requests`, `max_ongoing_requests` and up/downscale
+  delays come from the stack config (components/serve_autoscaling.py explains the derivation).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -45,6 +58,9 @@ import yaml
 from .catalog import GpuInstanceType
 from .config import ServingConfig
 from .efa_gpu_nodes import GPU_LABELS, GPU_TOLERATION
+from .models import MODELS
+from .ray_resources import accelerator_resource_name, custom_resource_problem, role_resource
+from .rollout_rule import replace_on_change_paths
 from .system_nodes import SYSTEM_LABELS
 
 RAY_VERSION = "2.60.0"  # the Ray in the serving image; requirements.txt pins the same for the schema tests
@@ -61,8 +77,18 @@ APP_LABEL = "llm-pd-eks/ray-service"  # every Ray pod of this RayService (PodDis
 
 # libfabric's EFA provider: what NIXL's LIBFABRIC backend runs on. FI_EFA_USE_DEVICE_RDMA=1 is
 # added only where the device has RDMA read (libfabric aborts when it is forced on a device without).
-EFA_ENV = {"FI_PROVIDER": "efa"}
+EFA_ENV = {"FI_PROVIDER": "efa", "FI_EFA_FORK_SAFE": "1"}
 EFA_RDMA_ENV = {"FI_EFA_USE_DEVICE_RDMA": "1"}
+# The weights cache: a node directory on the instance-store RAID0 (nodeadm mounts /var/lib/kubelet there).
+WEIGHTS_CACHE_HOST_PATH = "/var/lib/kubelet/llm-pd-eks/hf-cache"
+WEIGHTS_CACHE_MOUNT = "/mnt/hf-cache"
+HF_ENV = {"HF_HOME": WEIGHTS_CACHE_MOUNT, "HF_XET_HIGH_PERFORMANCE": "1"}
+# Engine start budget: the weights at the slowest first download we plan for (Hugging Face over the
+# NAT gateway) plus vLLM's load, compile and CUDA-graph capture. Ray Serve LLM's default is 3600 s
+# (ray.llm._internal.serve.constants ENGINE_START_TIMEOUT_S, env RAYLLM_ENGINE_START_TIMEOUT_S).
+WEIGHTS_DOWNLOAD_GIB_PER_S = 0.1
+ENGINE_WARMUP_S = 600
+ENGINE_START_TIMEOUT_ENV = "RAYLLM_ENGINE_START_TIMEOUT_S"
 KV_TRANSFER_CONFIG = {
     "kv_connector": "NixlConnector",
     "kv_role": "kv_both",
@@ -74,17 +100,10 @@ HEAD_RESOURCES = {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"memory"
 # Share of the instance's RAM a worker pod requests (and is limited to): the rest holds the kernel,
 # the kubelet's reservations, the node's pre-allocated huge pages and the DaemonSets.
 WORKER_MEMORY_SHARE = 0.85
-# The Ray resource Ray Serve LLM asks for in each bundle (ray._common.utils.RESOURCE_CONSTRAINT_PREFIX).
-ACCELERATOR_RESOURCE_PREFIX = "accelerator_type:"
 # serving.upgradeStrategy -> KubeRay 1.7 spec.upgradeStrategy.type (rayservice_types.go:
 # NewCluster | NewClusterWithIncrementalUpgrade | None). `Recreate` is KubeRay's `None` plus a Pulumi
 # replacement of the RayService whenever its Ray cluster changes (see LlmRayService).
 UPGRADE_STRATEGIES = {"Recreate": "None", "NewCluster": "NewCluster"}
-
-
-def role_resource(role: str) -> str:
-    """The custom Ray resource only `role`'s worker pods advertise (one unit per GPU)."""
-    return f"{role}_gpu"
 
 
 def other_role(role: str) -> str:
@@ -93,11 +112,16 @@ def other_role(role: str) -> str:
 
 def accelerator_resource(instance: GpuInstanceType) -> str:
     """`accelerator_type:<T>`: what a raylet on this GPU reports and Ray Serve LLM's bundles ask for."""
-    return f"{ACCELERATOR_RESOURCE_PREFIX}{instance.ray_accelerator_type}"
+    return accelerator_resource_name(instance.ray_accelerator_type)
 
 
 def worker_memory_gib(instance: GpuInstanceType) -> int:
     return int(instance.memory_gib * WORKER_MEMORY_SHARE)
+
+
+def engine_start_timeout_s(serving: ServingConfig) -> int:
+    """Seconds Ray Serve LLM gives one engine to start: download the weights once, load, warm up."""
+    return math.ceil(MODELS[serving.model_id].weights_gib_bf16 / WEIGHTS_DOWNLOAD_GIB_PER_S) + ENGINE_WARMUP_S
 
 
 def llm_config(serving: ServingConfig, role: str, instance: GpuInstanceType) -> dict[str, Any]:
@@ -118,7 +142,14 @@ def llm_config(serving: ServingConfig, role: str, instance: GpuInstanceType) -> 
             "strategy": "STRICT_PACK",
         },
         "deployment_config": {
-            "autoscaling_config": {"min_replicas": group.min_replicas, "max_replicas": group.max_replicas}
+            "max_ongoing_requests": group.max_ongoing_requests,
+            "autoscaling_config": {
+                "min_replicas": group.min_replicas,
+                "max_replicas": group.max_replicas,
+                "target_ongoing_requests": group.target_ongoing_requests,
+                "upscale_delay_s": group.upscale_delay_s,
+                "downscale_delay_s": group.downscale_delay_s,
+            },
         },
     }
 
@@ -180,12 +211,23 @@ def worker_group(
     group = serving.groups()[role]
     min_pods = group.nodes(group.min_replicas, instance.gpus)
     max_pods = group.nodes(group.max_replicas, instance.gpus)
-    efa_env = {**EFA_ENV, **(EFA_RDMA_ENV if instance.efa_rdma_read else {})}
-    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in efa_env.items()]
+    plain_env = {
+        **EFA_ENV,
+        **(EFA_RDMA_ENV if instance.efa_rdma_read else {}),
+        **HF_ENV,
+        ENGINE_START_TIMEOUT_ENV: str(engine_start_timeout_s(serving)),
+    }
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in plain_env.items()]
+    # vLLM binds its side channel (NIXL handshake) to this address: the pod's, not a guess.
+    env.append({"name": "VLLM_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     memory = f"{worker_memory_gib(instance)}Gi"
     hugepages = f"{instance.efa_hugepages_2mi_mib}Mi"
     if hf_secret_name is not None:
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": hf_secret_name, "key": HF_SECRET_KEY}}})
+    resources = {role_resource(role): str(instance.gpus), accelerator_resource(instance): "1"}
+    problems = [p for p in map(custom_resource_problem, resources) if p]
+    if problems:
+        raise ValueError(f"worker group {role}: " + "; ".join(problems))
     return {
         "groupName": role,
         "replicas": min_pods,
@@ -193,7 +235,7 @@ def worker_group(
         "maxReplicas": max_pods,
         "rayStartParams": {},
         # What the autoscaler sees of a node of this group: its role resource and Ray's accelerator type.
-        "resources": {role_resource(role): str(instance.gpus), accelerator_resource(instance): "1"},
+        "resources": resources,
         "template": {
             "metadata": {"labels": {APP_LABEL: RAY_SERVICE_NAME, ROLE_LABEL: role}},
             "spec": {
@@ -235,11 +277,17 @@ def worker_group(
                         # libfabric pins (mlocks) the memory it registers with the EFA device.
                         "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
                         "env": env,
-                        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+                        "volumeMounts": [
+                            {"name": "dshm", "mountPath": "/dev/shm"},
+                            {"name": "hf-cache", "mountPath": WEIGHTS_CACHE_MOUNT},
+                        ],
                     }
                 ],
-                # NCCL and the Ray object store need more shared memory than the runtime's 64 MiB.
-                "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+                "volumes": [
+                    # NCCL and the Ray object store need more shared memory than the runtime's 64 MiB.
+                    {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+                    {"name": "hf-cache", "hostPath": {"path": WEIGHTS_CACHE_HOST_PATH, "type": "DirectoryOrCreate"}},
+                ],
             },
         },
     }
@@ -293,25 +341,10 @@ def wait_annotations(serving: ServingConfig) -> dict[str, str]:
     }
 
 
-# The RayCluster fields whose change needs a new Ray cluster: KubeRay hashes the cluster spec without
-# each worker group's replicas/minReplicas/maxReplicas (utils.GenerateHashWithoutReplicasAndWorkersToDelete),
-# so scale bounds are updated in place and are not listed. tools/rollout.py classifies by the same rule.
-CLUSTER_REPLACE_PATHS = (
-    "spec.rayClusterConfig.rayVersion",
-    "spec.rayClusterConfig.enableInTreeAutoscaling",
-    "spec.rayClusterConfig.headGroupSpec",
-    "spec.rayClusterConfig.workerGroupSpecs[*].groupName",
-    "spec.rayClusterConfig.workerGroupSpecs[*].rayStartParams",
-    "spec.rayClusterConfig.workerGroupSpecs[*].resources",
-    "spec.rayClusterConfig.workerGroupSpecs[*].template",
-)
-
-
-def replace_on_changes(serving: ServingConfig) -> list[str]:
-    """With KubeRay's `None` strategy a Ray cluster change would never reach the pods; `Recreate`
-    makes Pulumi replace the RayService (delete first: same name) instead. serveConfigV2 and the
-    scale bounds are not listed: KubeRay applies them to the running cluster in place."""
-    return list(CLUSTER_REPLACE_PATHS) if serving.upgrade_strategy == "Recreate" else []
+def replace_on_changes(spec: dict[str, Any]) -> list[str]:
+    """The RayService's Pulumi replaceOnChanges: components/rollout_rule.py decides (with `Recreate`,
+    every change KubeRay would not apply to the running cluster; with `NewCluster`, none)."""
+    return replace_on_change_paths(spec)
 
 
 def disruption_budget_spec(role: str) -> k8s.policy.v1.PodDisruptionBudgetSpecArgs:
@@ -379,7 +412,8 @@ class LlmRayService(pulumi.ComponentResource):
             hf_secret_name = self.hf_secret.metadata.name
 
         timeout = f"{serving.ready_timeout_minutes}m"
-        recreate = replace_on_changes(serving)
+        spec = ray_service_spec(serving, args.instance, hf_secret_name)
+        recreate = replace_on_changes(spec)
         self.ray_service = k8s.apiextensions.CustomResource(
             f"{name}-rayservice",
             api_version="ray.io/v1",
@@ -387,7 +421,7 @@ class LlmRayService(pulumi.ComponentResource):
             metadata=k8s.meta.v1.ObjectMetaArgs(
                 name=RAY_SERVICE_NAME, namespace=namespace, annotations=wait_annotations(serving)
             ),
-            spec=ray_service_spec(serving, args.instance, hf_secret_name),
+            spec=spec,
             opts=pulumi.ResourceOptions(
                 parent=self,
                 provider=args.provider,

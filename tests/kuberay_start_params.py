@@ -5,7 +5,8 @@ v1.7.0 (https://github.com/ray-project/kuberay, commit 59d663aeec13760646da3db9c
 
 - ray-operator/controllers/ray/utils/resources.go, lines 8-17: `IsGPUResourceKey`
 - ray-operator/controllers/ray/common/pod.go:
-  - lines 40-49: the accelerator resource names and `customAcceleratorToRayResourceMap` (neuroncore -> neuron_cores, google.com/tpu -> TPU)
+  - lines 40-49: the accelerator resource names and `customAcceleratorToRayResourceMap`
+    (aws.amazon.com/neuroncore -> neuron_cores, google.com/tpu -> TPU)
   - lines 1345-1388: `setMissingRayStartParams` (worker: address; head: dashboard-host; both:
     metrics-export-port, block, dashboard-agent-listen-port)
   - lines 1390-1430: `generateRayStartCommand` (num-cpus from the container's CPU limit, else its
@@ -153,7 +154,9 @@ def convert_param_map(params: Mapping[str, str]) -> str:
     return out
 
 
-def generate_ray_start_command(node_type: str, params: dict[str, str], resources: Mapping[str, Mapping[str, str]]) -> str:
+def generate_ray_start_command(
+    node_type: str, params: dict[str, str], resources: Mapping[str, Mapping[str, str]]
+) -> str:
     """generateRayStartCommand (pod.go lines 1390-1430); `resources` is the container's requests/limits."""
     limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
     if "num-cpus" not in params:
@@ -183,7 +186,10 @@ def set_missing_ray_start_params(params: dict[str, str], node_type: str, head_ad
     return params
 
 
-def worker_ray_start(group: Mapping[str, Any], head_address: str = "llm-pd-head-svc.llm-serving.svc.cluster.local:6379") -> str:
+HEAD_ADDRESS = "llm-pd-head-svc.llm-serving.svc.cluster.local:6379"  # any: only `--address` carries it
+
+
+def worker_ray_start(group: Mapping[str, Any], head_address: str = HEAD_ADDRESS) -> str:
     """The `ray start` line of a worker pod of `group` (a workerGroupSpecs entry), in the operator's order."""
     params = {str(k): str(v) for k, v in (group.get("rayStartParams") or {}).items()}
     update_ray_start_params_resources(params, {str(k): str(v) for k, v in (group.get("resources") or {}).items()})

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
+import kuberay_start_params as ko
 import pytest
 from helpers import DATA
 
-import kuberay_start_params as ko
 from components.ray_resources import custom_resource_problem, operator_reinterpretation
 
 TABLES = json.loads((DATA / "kuberay-start-params" / "tables.json").read_text())
@@ -23,7 +23,10 @@ def test_is_gpu_resource_key_matches_kuberay(case):
     assert ko.is_gpu_resource_key(case["resourceKey"]) is case["expected"]
 
 
-@pytest.mark.parametrize("case", TABLES["TestUpdateRayStartParamsResources"], ids=names("TestUpdateRayStartParamsResources"))
+UPDATE = "TestUpdateRayStartParamsResources"
+
+
+@pytest.mark.parametrize("case", TABLES[UPDATE], ids=names(UPDATE))
 def test_update_ray_start_params_resources_matches_kuberay(case):
     params = dict(case["initialRayStartParams"])
     ko.update_ray_start_params_resources(params, case["groupResources"])

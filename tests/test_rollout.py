@@ -7,7 +7,6 @@ differ in one setting, so each case is a change a user could make.
 from __future__ import annotations
 
 import copy
-import re
 
 import pytest
 from helpers import RAY_SERVICE
@@ -15,9 +14,20 @@ from helpers import RAY_SERVICE
 from components.catalog import GPU_INSTANCE_TYPES
 from components.config import ServingConfig
 from components.ray_service import ray_service_spec, replace_on_changes
+from components.rollout_rule import differing_paths
 from tools.preview.diff import Diff, render
 from tools.preview.mockrun import stack_config
-from tools.rollout import CREATE, DELETE, IN_PLACE, NEW_CLUSTER, NO_CHANGE, classify, classify_resources
+from tools.rollout import (
+    CREATE,
+    DELETE,
+    IN_PLACE,
+    NEW_CLUSTER,
+    NO_CHANGE,
+    NOT_APPLIED,
+    classify,
+    classify_resources,
+    under_any,
+)
 
 
 def staging(**serving_changes) -> dict:
@@ -35,11 +45,58 @@ def test_serve_only_changes_roll_out_in_place():
     assert "in place" in rollout.describe()
 
 
-def test_scale_bounds_alone_do_not_replace_the_cluster():
-    # maxReplicas of a worker group is left out of KubeRay's cluster hash: updated in place
+def test_scale_bounds_under_recreate_replace_the_rayservice_so_they_apply():
+    # KubeRay leaves maxReplicas out of its cluster hash and never updates the live RayCluster for it:
+    # under Recreate Pulumi replaces the RayService, so the new bound is what the autoscaler reads
     old = staging()
     new = staging(decode={"tensorParallelSize": 8, "minReplicas": 1, "maxReplicas": 2})
-    assert classify(old, new).kind == IN_PLACE
+    rollout = classify(old, new)
+    assert rollout.kind == NEW_CLUSTER and rollout.downtime
+    assert "spec.rayClusterConfig.workerGroupSpecs[1].maxReplicas" in rollout.reasons
+
+
+def test_scale_bounds_under_new_cluster_are_reported_as_not_applied():
+    old = staging(upgradeStrategy="NewCluster")
+    new = staging(upgradeStrategy="NewCluster", decode={"tensorParallelSize": 8, "minReplicas": 1, "maxReplicas": 2})
+    rollout = classify(old, new)
+    assert rollout.kind == NOT_APPLIED
+    assert "spec.rayClusterConfig.workerGroupSpecs[1].maxReplicas" in rollout.reasons
+    assert "WILL NOT TAKE EFFECT" in rollout.describe()
+
+
+def with_toleration(spec: dict) -> dict:
+    out = copy.deepcopy(spec)
+    for group in out["rayClusterConfig"]["workerGroupSpecs"]:
+        group["template"]["spec"]["tolerations"].append({"key": "example.com/maintenance", "operator": "Exists"})
+    return out
+
+
+def with_extra_group(spec: dict) -> dict:
+    out = copy.deepcopy(spec)
+    extra = copy.deepcopy(out["rayClusterConfig"]["workerGroupSpecs"][1])
+    extra["groupName"] = "decode-extra"
+    out["rayClusterConfig"]["workerGroupSpecs"].append(extra)
+    return out
+
+
+def test_an_appended_worker_group_is_in_place_under_new_cluster_and_a_replacement_under_recreate():
+    # KubeRay adds a group appended at the end in place; Pulumi's property paths cannot tell an appended
+    # group from a changed one, so under Recreate the RayService is replaced, and the preview says so
+    old = staging(upgradeStrategy="NewCluster")
+    rollout = classify(old, with_extra_group(old))
+    assert rollout.kind == IN_PLACE and rollout.reasons == ("spec.rayClusterConfig.workerGroupSpecs[2]",)
+    assert replace_on_changes(with_extra_group(old)) == []
+    recreate = staging()
+    rollout = classify(recreate, with_extra_group(recreate))
+    assert rollout.kind == NEW_CLUSTER and rollout.downtime
+    assert all(under_any(r, replace_on_changes(with_extra_group(recreate))) for r in rollout.reasons)
+
+
+def test_a_toleration_change_is_replaced_under_recreate_and_not_applied_under_new_cluster():
+    recreate = staging()
+    assert classify(recreate, with_toleration(recreate)).kind == NEW_CLUSTER
+    new_cluster = staging(upgradeStrategy="NewCluster")
+    assert classify(new_cluster, with_toleration(new_cluster)).kind == NOT_APPLIED
 
 
 def test_an_image_change_under_recreate_means_downtime_and_no_extra_nodes():
@@ -63,36 +120,32 @@ def test_an_image_change_under_new_cluster_needs_a_second_set_of_gpu_nodes():
     assert "2 extra GPU node(s)" in rollout.describe()
 
 
-def replaced_by_pulumi(reason: str, paths: list[str]) -> bool:
-    """Does a change at `reason` (e.g. `...workerGroupSpecs[1].template.spec`) fall under a replaceOnChanges path?"""
-    patterns = [re.escape(p).replace(r"\[\*\]", r"\[\d+\]") for p in paths]
-    return any(re.match(p + r"($|[.\[])", reason) for p in patterns)
+IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/ray-llm:2.60.1-py311-cu128"
+CHANGES = {
+    "image": lambda spec: staging(image=IMAGE),
+    "max model len (Serve only)": lambda spec: staging(maxModelLen=16384),
+    "decode max replicas": lambda spec: staging(decode={"tensorParallelSize": 8, "minReplicas": 1, "maxReplicas": 2}),
+    "a toleration": with_toleration,
+    "an appended worker group": with_extra_group,
+    "a removed worker group": lambda spec: {**spec, "rayClusterConfig": {
+        **spec["rayClusterConfig"], "workerGroupSpecs": spec["rayClusterConfig"]["workerGroupSpecs"][:1]}},
+    "autoscaler options": lambda spec: {**spec, "rayClusterConfig": {
+        **spec["rayClusterConfig"], "enableInTreeAutoscaling": False}},
+}
 
 
-@pytest.mark.parametrize(
-    "change",
-    [
-        {"image": "123456789012.dkr.ecr.us-west-2.amazonaws.com/ray-llm:2.60.1-py311-cu128"},
-        {"maxModelLen": 16384},
-        {"decode": {"tensorParallelSize": 8, "minReplicas": 1, "maxReplicas": 2}},
-    ],
-)
-def test_pulumi_replaces_exactly_where_kuberay_would_need_a_new_cluster(change):
-    # Recreate's replaceOnChanges: a change KubeRay needs a new cluster for is under one of its
-    # paths (so Pulumi replaces); one KubeRay applies in place (Serve config, scale bounds) is not.
-    paths = replace_on_changes(stack_config("staging").serving)
-    rollout = classify(staging(), staging(**change))
-    spec_paths = list(rollout.reasons)
-    assert spec_paths
-    if rollout.kind == NEW_CLUSTER:
-        assert all(replaced_by_pulumi(r, paths) for r in spec_paths)
-    else:
-        old, new = staging(), staging(**change)
-        changed = [f"spec.rayClusterConfig.workerGroupSpecs[{i}].{k}"
-                   for i, (a, b) in enumerate(zip(old["rayClusterConfig"]["workerGroupSpecs"],
-                                                  new["rayClusterConfig"]["workerGroupSpecs"]))
-                   for k in a if a[k] != b[k]]
-        assert not any(replaced_by_pulumi(r, paths) for r in spec_paths + changed)
+@pytest.mark.parametrize("change", CHANGES.values(), ids=CHANGES.keys())
+def test_pulumi_replaces_exactly_where_the_preview_says_it_will(change):
+    # One rule (components/rollout_rule.py): under Recreate, Pulumi's replaceOnChanges matches a changed
+    # path exactly when the preview's classifier reports a replacement; nothing else is silently dropped.
+    old = staging()
+    new = change(old)
+    paths = replace_on_changes(new)
+    changed = differing_paths(old, new, "spec")
+    rollout = classify(old, new)
+    replaced = any(under_any(p, paths) for p in changed)
+    assert replaced is (rollout.kind == NEW_CLUSTER and rollout.downtime), (changed, rollout)
+    assert rollout.kind != NOT_APPLIED  # under Recreate every cluster change takes effect
 
 
 def test_create_delete_and_no_change():

@@ -1,40 +1,52 @@
 """What a RayService change does when it rolls out: Serve-only in place, or a new Ray cluster.
 
 A pure function over the old and new RayService specs (as the preview records them in
-resources.json). It follows KubeRay 1.7's RayService controller:
+resources.json). Which cluster change KubeRay applies, ignores or needs a new cluster for is the
+rule in components/rollout_rule.py (KubeRay 1.7's RayService controller), the same rule the
+RayService's Pulumi replaceOnChanges is built from:
 - `serveConfigV2` changes are applied to the running cluster in place (no new cluster).
-- The RayCluster part is compared by a hash that leaves out each worker group's `replicas`,
-  `minReplicas`, `maxReplicas`, `scaleStrategy.workersToDelete` and the pods' `tolerations` and
-  `schedulingGates` (utils.GenerateHashWithoutReplicasAndWorkersToDelete); worker groups appended at
-  the end are also added in place (isClusterSpecHashEqual, partial). Anything else needs a new cluster.
-- How that new cluster comes is `spec.upgradeStrategy.type`: `NewCluster` builds a second full
-  cluster next to the serving one and switches traffic once it is ready (no downtime; its worker
-  pods need GPU nodes of their own), `None` never builds one: this program pairs it with a Pulumi
-  replacement of the RayService (serving.upgradeStrategy `Recreate`: downtime, no extra nodes).
+- Worker groups appended at the end are added in place.
+- A change of only the fields KubeRay leaves out of its cluster hash (worker-group `replicas`,
+  `minReplicas`, `maxReplicas`; pods' `tolerations`, `schedulingGates`) is never applied to the live
+  cluster by KubeRay: with `Recreate` Pulumi replaces the RayService so it is; with `NewCluster` the
+  roll-out says it will not take effect.
+- Anything else needs a new cluster; how it comes is `spec.upgradeStrategy.type`: `NewCluster`
+  builds a second full cluster next to the serving one and switches traffic once it is ready (no
+  downtime; its worker pods need GPU nodes of their own), `None` never builds one: this program
+  pairs it with a Pulumi replacement of the RayService (serving.upgradeStrategy `Recreate`: downtime,
+  no extra nodes).
 """
 
 from __future__ import annotations
 
-import copy
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from components.rollout_rule import (
+    CLUSTER,
+    NEEDS_NEW_CLUSTER,
+    UPDATED_IN_PLACE,
+    cluster_change,
+    replace_on_change_paths,
+)
+from components.rollout_rule import NOT_APPLIED as KUBERAY_NOT_APPLIED
+from components.rollout_rule import differing_paths as _differing_paths
+
 RAY_SERVICE_TYPE = "kubernetes:ray.io/v1:RayService"
 GPU_RESOURCE = "nvidia.com/gpu"
-# Worker-group fields KubeRay leaves out of the cluster hash (changing them never needs a new cluster).
-MUTED_WORKER_FIELDS = ("replicas", "minReplicas", "maxReplicas")
-MUTED_POD_FIELDS = ("tolerations", "schedulingGates")
 
 NO_CHANGE = "no change"
 CREATE = "create"
 DELETE = "delete"
 IN_PLACE = "in place"
 NEW_CLUSTER = "new Ray cluster"
+NOT_APPLIED = "not applied"  # KubeRay ignores the change: the live cluster keeps the old values
 
 
 @dataclass(frozen=True)
 class Rollout:
-    kind: str  # NO_CHANGE | CREATE | DELETE | IN_PLACE | NEW_CLUSTER
+    kind: str  # NO_CHANGE | CREATE | DELETE | IN_PLACE | NEW_CLUSTER | NOT_APPLIED
     strategy: Optional[str] = None  # KubeRay upgradeStrategy.type of the new spec (for NEW_CLUSTER)
     extra_gpu_nodes: int = 0  # GPU nodes the roll-out needs on top of the serving cluster's
     downtime: bool = False  # the endpoint stops serving while the new cluster loads the model
@@ -50,7 +62,13 @@ class Rollout:
             return "RayService deleted: serving stops."
         what = ", ".join(f"`{r}`" for r in self.reasons)
         if self.kind == IN_PLACE:
-            return f"RayService: Serve-only change, applied in place to the running cluster (no new cluster): {what}."
+            return f"RayService: applied in place to the running cluster (no new cluster): {what}."
+        if self.kind == NOT_APPLIED:
+            return (
+                "RayService: WILL NOT TAKE EFFECT on the running cluster: KubeRay leaves worker-group bounds, "
+                f"tolerations and scheduling gates out of its cluster hash and never applies a change of only {what}; "
+                "it takes effect with the next Ray cluster replacement (or use upgradeStrategy Recreate)."
+            )
         if self.downtime:
             how = (
                 "the RayService is replaced (upgradeStrategy None + Recreate): the endpoint is down until the new "
@@ -62,35 +80,6 @@ class Rollout:
                 f"no downtime, {self.extra_gpu_nodes} extra GPU node(s) while both run"
             )
         return f"RayService: Ray cluster replacement, {how}; because of {what}."
-
-
-def _hashed_cluster(cluster: dict[str, Any]) -> dict[str, Any]:
-    """The RayCluster spec as KubeRay hashes it (the muted fields removed)."""
-    spec = copy.deepcopy(cluster or {})
-    for group in spec.get("workerGroupSpecs") or []:
-        for key in MUTED_WORKER_FIELDS:
-            group.pop(key, None)
-        (group.get("scaleStrategy") or {}).pop("workersToDelete", None)
-        for key in MUTED_POD_FIELDS:
-            ((group.get("template") or {}).get("spec") or {}).pop(key, None)
-    head_pod = ((spec.get("headGroupSpec") or {}).get("template") or {}).get("spec") or {}
-    for key in MUTED_POD_FIELDS:
-        head_pod.pop(key, None)
-    return spec
-
-
-def _differing_paths(old: Any, new: Any, path: str) -> list[str]:
-    if isinstance(old, dict) and isinstance(new, dict):
-        found: list[str] = []
-        for key in sorted(set(old) | set(new)):
-            found += _differing_paths(old.get(key), new.get(key), f"{path}.{key}")
-        return found
-    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        found = []
-        for i, (a, b) in enumerate(zip(old, new)):
-            found += _differing_paths(a, b, f"{path}[{i}]")
-        return found
-    return [] if old == new else [path]
 
 
 def _gpu_pods_at_start(cluster: dict[str, Any]) -> int:
@@ -111,19 +100,31 @@ def classify(old_spec: Optional[dict[str, Any]], new_spec: Optional[dict[str, An
         return Rollout(CREATE)
     if new_spec is None:
         return Rollout(DELETE)
-    old_cluster, new_cluster = old_spec.get("rayClusterConfig") or {}, new_spec.get("rayClusterConfig") or {}
-    old_hashed, new_hashed = _hashed_cluster(old_cluster), _hashed_cluster(new_cluster)
-    old_groups, new_groups = old_hashed.get("workerGroupSpecs") or [], new_hashed.get("workerGroupSpecs") or []
-    if len(new_groups) > len(old_groups):  # groups appended at the end are added in place
-        new_hashed = {**new_hashed, "workerGroupSpecs": new_groups[: len(old_groups)]}
-    cluster_paths = _differing_paths(old_hashed, new_hashed, "spec.rayClusterConfig")
-    if cluster_paths:
-        strategy = str(((new_spec.get("upgradeStrategy") or {}).get("type")) or "NewCluster")  # KubeRay's default
-        if strategy == "None":
-            return Rollout(NEW_CLUSTER, strategy, 0, True, tuple(cluster_paths))
-        return Rollout(NEW_CLUSTER, strategy, _gpu_pods_at_start(new_cluster), False, tuple(cluster_paths))
-    paths = _differing_paths(old_spec, new_spec, "spec")
-    return Rollout(IN_PLACE, reasons=tuple(paths)) if paths else Rollout(NO_CHANGE)
+    change = cluster_change(old_spec.get("rayClusterConfig") or {}, new_spec.get("rayClusterConfig") or {})
+    strategy = str(((new_spec.get("upgradeStrategy") or {}).get("type")) or "NewCluster")  # KubeRay's default
+    # What Pulumi does first: a replacement when a changed path is under the RayService's replaceOnChanges.
+    replaced = [p for p in change.paths if under_any(p, replace_on_change_paths(new_spec))]
+    if replaced:
+        return Rollout(NEW_CLUSTER, strategy, 0, True, tuple(replaced))
+    new_cluster = new_spec.get("rayClusterConfig") or {}
+    if change.kind == NEEDS_NEW_CLUSTER:
+        if strategy == "None":  # KubeRay never builds one, and nothing replaces the RayService
+            return Rollout(NOT_APPLIED, strategy, reasons=change.paths)
+        return Rollout(NEW_CLUSTER, strategy, _gpu_pods_at_start(new_cluster), False, change.paths)
+    other = tuple(p for p in _differing_paths(old_spec, new_spec, "spec") if not p.startswith(CLUSTER))
+    if change.kind == KUBERAY_NOT_APPLIED:
+        return Rollout(NOT_APPLIED, strategy, reasons=change.paths + other)
+    paths = (change.paths if change.kind == UPDATED_IN_PLACE else ()) + other
+    return Rollout(IN_PLACE, reasons=paths) if paths else Rollout(NO_CHANGE)
+
+
+def under_any(path: str, patterns: list[str]) -> bool:
+    """Is spec path `path` (`a.b[1].c`) at or below one of `patterns` (Pulumi property paths, `[*]` any index)?"""
+    for pattern in patterns:
+        regex = re.escape(pattern).replace(r"\[\*\]", r"\[\d+\]")
+        if re.match(regex + r"($|[.\[])", path):
+            return True
+    return False
 
 
 def classify_resources(
