@@ -2,25 +2,32 @@
 
 For each stack, at the Serve replica minimum and maximum:
 1. The worker groups are the ones the program registers (the recorded RayService).
-2. Each group's node, as the KubeRay autoscaler sees it, comes from Ray's autoscaler module
-   (`_generate_available_node_types_from_ray_cr_spec` -> `_get_ray_resources_from_group_spec`).
-3. A local multi-node Ray (`ray.cluster_utils.Cluster`, fake GPUs) gets one node per worker pod with
-   the resources the raylet would report: what KubeRay passes to `ray start` (the autoscaler's view)
-   with `accelerator_type:*` as the raylet itself detects it from the GPU's NVML name
-   (`NvidiaGPUAcceleratorManager._gpu_name_to_accelerator_type`). A head with `num-cpus: 0` like ours.
-4. Each role's bundles come from Ray Serve LLM (`PDServingArgs`, `PDPrefillServer` /
+2. Each worker pod's raylet is started from the `ray start` line KubeRay's operator writes for its
+   group (tests/kuberay_start_params.py: a transcription of kuberay v1.7.0 pod.go, checked against
+   KubeRay's own table tests), plus the `accelerator_type:*` the raylet itself detects from the GPU's
+   NVML name (`NvidiaGPUAcceleratorManager._gpu_name_to_accelerator_type`). A head with `num-cpus: 0`.
+3. Each role's bundles come from Ray Serve LLM (`PDServingArgs`, `PDPrefillServer` /
    `PDDecodeServer.get_deployment_options`); one placement group per replica is created.
-Then: every replica places, each replica's TP group is on one node, prefill and decode never share a
-node, the autoscaler's view of the group fits a replica (Ray's own bin-packing of a pending
-STRICT_PACK group), and the ingress (Serve's default one CPU) finds a worker, not the head.
+Then, first assertion: every replica places, each replica's TP group is on one node, prefill and
+decode never share a node, and the ingress (Serve's default one CPU) finds a worker, not the head.
+Second, separate assertion: the KubeRay autoscaler's view of each group (Ray's autoscaler module,
+`_generate_available_node_types_from_ray_cr_spec`, which reads the group spec, not the pod) fits a
+replica (Ray's own bin-packing of a pending STRICT_PACK group) and advertises what the raylet reports.
 
-Ray's engine imports need a few vLLM/SGLang names: tests/ray_standins/README.md. One Ray cluster
-serves the whole module (nodes are added and removed per case); node CPUs are capped small so
-that Ray starts few worker processes on this shared machine (the real node has more, asserted).
+Deterministic on a loaded two-core machine: one local Ray cluster per case, torn down after it, so
+at most a handful of raylets run at once; Ray's GCS health checks and the node-registration wait
+are generous (RayConfig names from src/ray/common/ray_config_def.h: health_check_initial_delay_ms,
+health_check_period_ms, health_check_timeout_ms, health_check_failure_threshold); waits are for a
+placement outcome, never a fixed sleep: a case waits (long, bounded) for the groups that can place,
+and those that cannot are structurally infeasible, so they are never "just late".
+Ray's engine imports need a few vLLM/SGLang names: tests/ray_standins/README.md. Node CPUs are
+capped small so that Ray starts few worker processes on this shared machine (the real node has
+more, asserted).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import sys
@@ -30,30 +37,55 @@ from typing import Any, Iterator
 import pytest
 import yaml
 from helpers import RAY_SERVICE, STACKS
+from kuberay_start_params import raylet_resources, worker_ray_start
 
 from components.catalog import GPU_INSTANCE_TYPES, GpuInstanceType
 from components.config import ServingConfig
+from components.ray_resources import role_resource
 from components.ray_service import ray_service_spec
 from tools.preview.mockrun import stack_config
 
 STANDINS = Path(__file__).resolve().parent / "ray_standins"
 ACCEL = "accelerator_type:"
-PG_WAIT_S = 20  # a feasible group places within moments; only an unplaceable case waits this out
-SHORT_WAIT_S = 8  # for the cases built to fail: some groups never place
+PLACE_WAIT_S = 300  # bound on waiting for the groups that can place (moments on an idle machine)
+REGISTER_WAIT_S = 300  # bound on new raylets registering with the GCS (Ray's Cluster default: 30 s)
+# Ray's own settings, inherited by the GCS and every raylet the Cluster starts. Workers start on
+# demand, one at a time (a prestart burst of one Python worker per CPU starves the GCS on two cores);
+# the GCS declares a raylet dead only after ~10 minutes of failed health checks, not 5 x 3 s.
+RAY_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_enable_worker_prestart": "0",
+    "RAY_prestart_worker_first_driver": "0",
+    "RAY_worker_maximum_startup_concurrency": "1",
+    "RAY_health_check_initial_delay_ms": "30000",
+    "RAY_health_check_period_ms": "10000",
+    "RAY_health_check_timeout_ms": "60000",
+    "RAY_health_check_failure_threshold": "60",
+}
 
 
 @pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[Any]:
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    # Up to a dozen raylets share two cores here. By default each prestarts a Python worker per CPU
-    # for the driver's job, and that burst can starve the GCS until a new raylet misses Ray's fixed
-    # 30 s registration wait. The test needs placement, not warm workers: start them on demand, one
-    # at a time (RayConfig: enable_worker_prestart, prestart_worker_first_driver,
-    # worker_maximum_startup_concurrency; inherited by every raylet the Cluster starts).
-    for key, value in (("RAY_enable_worker_prestart", "0"), ("RAY_prestart_worker_first_driver", "0"),
-                       ("RAY_worker_maximum_startup_concurrency", "1")):
-        os.environ.setdefault(key, value)
+def ray_env() -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in RAY_ENV}
+    os.environ.update(RAY_ENV)
     sys.path.insert(0, str(STANDINS))
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        sys.path.remove(str(STANDINS))
+        # the stand-ins serve this module only: later imports of vllm/sglang find the real thing or nothing
+        for name in [m for m in sys.modules if m.split(".")[0] in ("vllm", "sglang")]:
+            del sys.modules[name]
+
+
+@pytest.fixture
+def ray_cluster(ray_env) -> Iterator[Any]:
+    """A fresh local Ray cluster for one case (head only; the case adds the worker raylets)."""
     import ray
     from ray.cluster_utils import Cluster
 
@@ -68,10 +100,6 @@ def ray_cluster() -> Iterator[Any]:
     finally:
         ray.shutdown()
         cluster.shutdown()
-        sys.path.remove(str(STANDINS))
-        # the stand-ins serve this module only: later imports of vllm/sglang find the real thing or nothing
-        for name in [m for m in sys.modules if m.split(".")[0] in ("vllm", "sglang")]:
-            del sys.modules[name]
 
 
 # --- what Ray's own code derives --------------------------------------------------------------------
@@ -128,10 +156,35 @@ def autoscaler_fits(view: dict[str, float], bundles: list[dict[str, float]], str
 # --- one case: a stack's worker groups at a replica bound --------------------------------------------
 
 
+def raylet_of(group: dict[str, Any], detected: str) -> dict[str, float]:
+    """The resources a worker pod's raylet registers: its `ray start` flags, plus the detected accelerator."""
+    raylet = raylet_resources(worker_ray_start(group))
+    raylet.setdefault(detected, 1.0)
+    return raylet
+
+
+def autoscaler_problems(spec: dict[str, Any], instance: GpuInstanceType) -> list[str]:
+    """What keeps the KubeRay autoscaler from launching a pod of a group for a pending replica."""
+    problems: list[str] = []
+    types, deployments = node_types(spec), role_deployments(spec)
+    detected = detected_accelerator(instance)
+    for role, options in deployments.items():
+        view = types[role]["resources"]
+        advertised = {k for k in view if k.startswith(ACCEL)}
+        if advertised != {detected}:
+            problems.append(f"{role}: the group advertises {sorted(advertised)}, the raylet reports {detected}")
+        bundles, strategy = options["placement_group_bundles"], options["placement_group_strategy"]
+        if not autoscaler_fits(view, bundles, strategy):
+            problems.append(f"{role}: the autoscaler's view {view} cannot hold one replica {bundles}")
+    return problems
+
+
 def placement_problems(
-    cluster: Any, spec: dict[str, Any], instance: GpuInstanceType, bound: str, wait_s: float = PG_WAIT_S
+    cluster: Any, spec: dict[str, Any], instance: GpuInstanceType, bound: str, expect_unplaced: int = 0
 ) -> list[str]:
-    """Everything that keeps Ray from placing `bound` ("min"/"max") replicas on the rendered groups."""
+    """Everything that keeps Ray from placing `bound` ("min"/"max") replicas on raylets started as
+    KubeRay starts the rendered groups' pods. `expect_unplaced`: how many replicas the case is built
+    to leave unplaced (the wait is for the others)."""
     import ray
     from ray.serve._private.config import ReplicaConfig
     from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
@@ -139,36 +192,33 @@ def placement_problems(
     problems: list[str] = []
     types, deployments = node_types(spec), role_deployments(spec)
     detected = detected_accelerator(instance)
-    nodes, groups, node_role = [], [], {}
+    groups_by_role = {g["groupName"]: g for g in spec["rayClusterConfig"]["workerGroupSpecs"]}
+    node_role, groups = {}, []
+    for role, options in deployments.items():
+        bundles, strategy = options["placement_group_bundles"], options["placement_group_strategy"]
+        raylet = raylet_of(groups_by_role[role], detected)
+        per_node = max(1, int(raylet.get("GPU", 0)) // len(bundles))
+        assert raylet["CPU"] >= per_node + 1, "the real node has CPU for its replicas and the ingress"
+        custom = {k: v for k, v in raylet.items() if k not in ("CPU", "GPU", "memory")}
+        for _ in range(types[role][f"{bound}_workers"]):
+            node = cluster.add_node(
+                num_cpus=min(raylet["CPU"], per_node + 1),  # its replicas' first bundles, and the ingress
+                num_gpus=raylet.get("GPU", 0),
+                resources=custom,
+                object_store_memory=80 << 20,
+                wait=False,
+            )
+            node_role[node.node_id] = role
+        for _ in range(options["autoscaling_config"][f"{bound}_replicas"]):
+            groups.append((role, len(bundles), bundles, strategy))
+    cluster.wait_for_nodes(timeout=REGISTER_WAIT_S)
+    pgs = [(role, size, placement_group(bundles, strategy=strategy)) for role, size, bundles, strategy in groups]
     try:
-        for role, options in deployments.items():
-            view = node_types(spec)[role]["resources"]
-            advertised = {k for k in view if k.startswith(ACCEL)}
-            if advertised != {detected}:
-                problems.append(f"{role}: the group advertises {sorted(advertised)}, the raylet reports {detected}")
-            bundles, strategy = options["placement_group_bundles"], options["placement_group_strategy"]
-            if not autoscaler_fits(view, bundles, strategy):
-                problems.append(f"{role}: the autoscaler's view {view} cannot hold one replica {bundles}")
-            replicas = options["autoscaling_config"][f"{bound}_replicas"]
-            pods = types[role][f"{bound}_workers"]
-            per_node = max(1, int(view.get("GPU", 0)) // len(bundles))
-            cpus = min(view["CPU"], per_node + 1)  # its replicas' first bundles, and the ingress
-            assert view["CPU"] >= per_node + 1, "the real node has CPU for its replicas and the ingress"
-            raylet = {k: v for k, v in view.items() if k not in ("CPU", "GPU", "memory") and not k.startswith(ACCEL)}
-            raylet[detected] = 1
-            for _ in range(pods):
-                node = cluster.add_node(
-                    num_cpus=cpus, num_gpus=view.get("GPU", 0), resources=raylet, object_store_memory=80 << 20
-                )
-                nodes.append(node)
-                node_role[node.node_id] = role
-            cluster.wait_for_nodes()
-            for _ in range(replicas):
-                groups.append((role, len(bundles), placement_group(bundles, strategy=strategy)))
-        # One wait for all of them: the feasible ones are ready within moments, the rest never.
-        refs = [pg.ready() for _, _, pg in groups]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
-        for (role, size, pg), ref in zip(groups, refs):
+        refs = [pg.ready() for _, _, pg in pgs]
+        # The groups that can place do so within the bound; the others are infeasible on these raylets.
+        ray.wait(refs, num_returns=len(refs) - expect_unplaced, timeout=PLACE_WAIT_S)
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        for (role, size, pg), ref in zip(pgs, refs):
             if ref not in ready:
                 problems.append(f"{role}: a replica's placement group ({size} bundles) never placed")
                 continue
@@ -184,15 +234,13 @@ def placement_problems(
                 ray.remote(lambda: ray.get_runtime_context().get_node_id())
                 .options(num_cpus=ingress["CPU"])
                 .remote(),
-                timeout=PG_WAIT_S * 3,
+                timeout=PLACE_WAIT_S,
             )
             if where not in node_role:
                 problems.append("the ingress replica landed on the head")
     finally:
-        for _, _, pg in groups:
+        for _, _, pg in pgs:
             remove_placement_group(pg)
-        for node in nodes:
-            cluster.remove_node(node)
     return problems
 
 
@@ -215,6 +263,7 @@ def rendered(run, stack: str) -> tuple[dict[str, Any], GpuInstanceType]:
 def test_every_replica_places_on_the_rendered_worker_groups(ray_cluster, stack, bound, programs):
     spec, instance = rendered(programs(stack), stack)
     assert placement_problems(ray_cluster, spec, instance, bound) == []
+    assert autoscaler_problems(spec, instance) == []
 
 
 # --- and the test bites ----------------------------------------------------------------------------
@@ -226,14 +275,39 @@ def staging_serving() -> tuple[ServingConfig, GpuInstanceType]:
     return cfg.serving, GPU_INSTANCE_TYPES[cfg.gpu_nodes.instance_type]
 
 
-def test_the_sku_name_as_accelerator_type_never_places(ray_cluster):
+def renamed_role_resource(spec: dict[str, Any], old: str, new: str) -> dict[str, Any]:
+    """`spec` with a role resource renamed in the group's `resources` and in that role's bundles."""
+    out = copy.deepcopy(spec)
+    for group in out["rayClusterConfig"]["workerGroupSpecs"]:
+        if old in group["resources"]:
+            group["resources"][new] = group["resources"].pop(old)
+    serve = yaml.safe_load(out["serveConfigV2"])
+    for llm in serve["applications"][0]["args"].values():
+        bundle = llm["placement_group_config"]["bundle_per_worker"]
+        if old in bundle:
+            bundle[new] = bundle.pop(old)
+    out["serveConfigV2"] = yaml.safe_dump(serve, sort_keys=False)
+    return out
+
+
+def test_a_gpu_suffixed_role_resource_never_places_yet_the_autoscaler_believes_it_fits(ray_cluster):
+    # KubeRay turns `prefill_gpu` into --num-gpus and drops it from --resources: no raylet has it,
+    # while the autoscaler (group spec) sees it: pods scale to max, every replica pending forever.
+    serving, instance = staging_serving()
+    spec = renamed_role_resource(ray_service_spec(serving, instance), "prefill_slot", "prefill_gpu")
+    assert autoscaler_problems(spec, instance) == []
+    problems = placement_problems(ray_cluster, spec, instance, "min", expect_unplaced=serving.prefill.min_replicas)
+    assert sum(p.startswith("prefill: a replica's placement group") for p in problems) == serving.prefill.min_replicas
+    assert not any(p.startswith("decode") for p in problems)
+
+
+def test_the_sku_name_as_accelerator_type_is_caught_in_the_autoscaler_view(ray_cluster):
     # The old catalog entry of p4d: "A100-40G" (a name in ray.util.accelerators, so LLMConfig accepts
     # it), while a raylet on an A100-SXM4-40GB reports accelerator_type:A100.
     serving, instance = staging_serving()
     wrong = dataclasses.replace(instance, ray_accelerator_type="A100-40G")
-    problems = placement_problems(ray_cluster, ray_service_spec(serving, wrong), instance, "min", SHORT_WAIT_S)
+    problems = autoscaler_problems(ray_service_spec(serving, wrong), instance)
     assert any("the raylet reports accelerator_type:A100" in p for p in problems)
-    assert any("never placed" in p for p in problems)
 
 
 def test_groups_without_the_accelerator_resource_never_scale_up(ray_cluster):
@@ -243,10 +317,10 @@ def test_groups_without_the_accelerator_resource_never_scale_up(ray_cluster):
     spec = ray_service_spec(serving, instance)
     for group in spec["rayClusterConfig"]["workerGroupSpecs"]:
         group["resources"] = {k: v for k, v in group["resources"].items() if not k.startswith(ACCEL)}
-    problems = placement_problems(ray_cluster, spec, instance, "min")
+    assert placement_problems(ray_cluster, spec, instance, "min") == []
+    problems = autoscaler_problems(spec, instance)
     assert any(p.startswith("prefill: the autoscaler's view") for p in problems)
     assert any(p.startswith("decode: the autoscaler's view") for p in problems)
-    assert not any("never placed" in p for p in problems)
 
 
 def test_a_short_role_resource_leaves_replicas_unplaced(ray_cluster):
@@ -257,9 +331,10 @@ def test_a_short_role_resource_leaves_replicas_unplaced(ray_cluster):
     instance = GPU_INSTANCE_TYPES[cfg.gpu_nodes.instance_type]
     spec = ray_service_spec(cfg.serving, instance)
     (prefill,) = [g for g in spec["rayClusterConfig"]["workerGroupSpecs"] if g["groupName"] == "prefill"]
-    prefill["resources"]["prefill_gpu"] = "1"
-    problems = placement_problems(ray_cluster, spec, instance, "max", SHORT_WAIT_S)
-    assert sum("prefill: a replica's placement group" in p for p in problems) == cfg.serving.prefill.max_replicas - 1
+    prefill["resources"][role_resource("prefill")] = "1"
+    unplaced = cfg.serving.prefill.max_replicas - 1
+    problems = placement_problems(ray_cluster, spec, instance, "max", expect_unplaced=unplaced)
+    assert sum("prefill: a replica's placement group" in p for p in problems) == unplaced
     assert not any(p.startswith("decode") for p in problems)
 
 
