@@ -310,17 +310,41 @@ def _reservation_id(value: str) -> str:
     return value
 
 
+# EC2 placement group names: up to 255 ASCII characters (EC2 API CreatePlacementGroup `GroupName`).
+_PLACEMENT_GROUP_NAME = re.compile(r"^[\x21-\x7e]{1,255}$")
+
+
 class CapacityReservation(Strict):
-    """An On-Demand Capacity Reservation (ODCR) the GPU launch template targets."""
+    """An On-Demand Capacity Reservation (ODCR) the GPU launch template targets.
+
+    A reservation created in a cluster placement group serves only instances launched into that
+    group, and cannot be moved out of it (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/cr-cpg.html,
+    "Limitations"); one created outside any placement group also serves instances launched into one
+    (https://docs.amazonaws.cn/en_us/AWSEC2/latest/UserGuide/limitations-placement-groups.html). So the
+    template launches into the reservation's own group when it has one, else into this program's.
+    """
 
     reservation_id: str = Field(
         description="ODCR id (`cr-…`) targeted by the GPU launch template's capacity reservation specification"
+    )
+    placement_group: Optional[str] = Field(
+        default=None,
+        description="name of the cluster placement group the ODCR was created in (preflight compares it with "
+        "the reservation's PlacementGroupArn); the nodes launch into it and the program creates none. "
+        "Unset: the ODCR is in no placement group and the program creates its own cluster group",
     )
 
     @field_validator("reservation_id")
     @classmethod
     def _id(cls, value: str) -> str:
         return _reservation_id(value)
+
+    @field_validator("placement_group")
+    @classmethod
+    def _pg(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and not _PLACEMENT_GROUP_NAME.fullmatch(value):
+            raise ValueError(f"{shown(value)} is not an EC2 placement group name (1-255 printable ASCII, no spaces)")
+        return value
 
 
 class CapacityBlock(Strict):
@@ -343,9 +367,13 @@ def _capacity_kind(value: Any) -> Optional[str]:
         return type(value).__name__
     if value == "onDemand":
         return "onDemand"
-    if isinstance(value, dict) and len(value) == 1:
-        key = next(iter(value))
-        return {"reservationId": "CapacityReservation", "capacityBlockId": "CapacityBlock"}.get(key)
+    if isinstance(value, dict) and value:
+        # The id key names the shape; any other key is then judged (and refused) by that model.
+        ids = {"capacityBlockId", "reservationId"} & set(value)
+        if ids == {"capacityBlockId"}:
+            return "CapacityBlock"
+        if ids == {"reservationId"}:
+            return "CapacityReservation"
     return None
 
 
@@ -358,7 +386,7 @@ GpuCapacity = Annotated[
     Discriminator(
         _capacity_kind,
         custom_error_type="capacity_shape",
-        custom_error_message="must be 'onDemand', {reservationId: cr-...} or {capacityBlockId: cr-...}",
+        custom_error_message="must be 'onDemand', {reservationId: cr-..., placementGroup: ...} or {capacityBlockId: cr-...}",
     ),
 ]
 
@@ -457,7 +485,8 @@ class GpuNodesConfig(NodeScaling):
     )
     min_size: int = Field(
         default=2, ge=0,
-        description="Fewest GPU nodes; at least 2 (prefill and decode run on separate nodes).",
+        description="Fewest GPU nodes; at least 2 (prefill and decode run on separate nodes); "
+        "0 allowed (with desiredSize 0) on a Capacity Block, which launches nothing before it starts.",
     )
     desired_size: int = Field(default=2, ge=0, description="GPU nodes to start with.")
     max_size: int = Field(
@@ -473,6 +502,15 @@ class GpuNodesConfig(NodeScaling):
         description="`onDemand`, `{reservationId: cr-…}` (targeted ODCR) or "
         "`{capacityBlockId: cr-…}` (Capacity Block for ML)",
     )
+    template_change: Optional[Literal["blueGreen", "recreate"]] = Field(
+        default=None,
+        description="How a change of the GPU launch template reaches the nodes (never as EKS's in-place roll, "
+        "which the one-pod disruption budgets fail). `blueGreen`: a new node group is created next to the "
+        "old, which is deleted at the end of `up` (extra GPU nodes while both run). `recreate`: the old "
+        "group is deleted first (no extra nodes, serving stops until the new nodes are up). "
+        "Default: blueGreen on demand, recreate on an ODCR or Capacity Block (a fully used reservation "
+        "has no room for a second group)",
+    )
     # The image and weights land on the instance-store RAID0 where the type has one; the root volume
     # still holds the OS and anything else, so its throughput is raised over gp3's 125 MiB/s baseline.
     root_volume_iops: int = Field(default=6000, ge=3000, le=80000,
@@ -487,13 +525,29 @@ class GpuNodesConfig(NodeScaling):
             raise ValueError(problem)
         return self
 
-    @field_validator("min_size")
-    @classmethod
-    def _two_nodes(cls, value: int) -> int:
-        # Prefill and decode run on separate nodes, so the group can never be smaller than two.
-        if value < 2:
-            raise ValueError(f"minSize is {value}: prefill and decode need separate GPU nodes, so at least 2")
-        return value
+    @model_validator(mode="after")
+    def _two_nodes(self) -> "GpuNodesConfig":
+        # Prefill and decode run on separate nodes, so the group can never be smaller than two, except
+        # on a Capacity Block: EKS asks for node groups on one to scale to 0 around their window
+        # (https://docs.aws.amazon.com/eks/latest/userguide/capacity-blocks-mng.html, "Considerations").
+        if self.min_size < 2 and not isinstance(self.capacity, CapacityBlock):
+            raise ValueError(f"minSize is {self.min_size}: prefill and decode need separate GPU nodes, so at least "
+                             "2 (only a Capacity Block may scale to 0)")
+        if isinstance(self.capacity, CapacityBlock) and self.min_size == 1:
+            raise ValueError("minSize is 1: a Capacity Block group scales to 0 or serves with at least 2 nodes "
+                             "(prefill and decode on separate nodes)")
+        return self
+
+    def roll(self) -> Literal["blueGreen", "recreate"]:
+        """How a launch-template change replaces the GPU node group (templateChange or its default)."""
+        if self.template_change is not None:
+            return self.template_change
+        return "blueGreen" if self.capacity == "onDemand" else "recreate"
+
+    def roll_surge(self) -> int:
+        """GPU nodes a launch-template change needs on top of the running group: blue/green starts the
+        new group at desiredSize next to the old one (up to maxSize); recreate needs none."""
+        return self.desired_size if self.roll() == "blueGreen" else 0
 
     @field_validator("instance_type")
     @classmethod
