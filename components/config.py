@@ -386,7 +386,9 @@ GpuCapacity = Annotated[
     Discriminator(
         _capacity_kind,
         custom_error_type="capacity_shape",
-        custom_error_message="must be 'onDemand', {reservationId: cr-..., placementGroup: ...} or {capacityBlockId: cr-...}",
+        custom_error_message=(
+            "must be 'onDemand', {reservationId: cr-..., placementGroup: ...} or {capacityBlockId: cr-...}"
+        ),
     ),
 ]
 
