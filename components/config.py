@@ -479,7 +479,7 @@ class SystemNodesConfig(NodeScaling):
 
 
 class GpuNodesConfig(NodeScaling):
-    """The EFA GPU node group: one AZ, one cluster placement group, prefill and decode nodes."""
+    """The EFA GPU node group: one AZ, placement as the capacity needs, prefill and decode nodes."""
 
     instance_type: str = Field(description="An EFA GPU instance type from components/catalog.py.")
     availability_zone: str = Field(
@@ -501,8 +501,9 @@ class GpuNodesConfig(NodeScaling):
     )
     capacity: GpuCapacity = Field(
         default="onDemand",
-        description="`onDemand`, `{reservationId: cr-…}` (targeted ODCR) or "
-        "`{capacityBlockId: cr-…}` (Capacity Block for ML)",
+        description="`onDemand` (the program's own cluster placement group), `{reservationId: cr-…}` (targeted "
+        "ODCR; add `placementGroup: <name>` when it was created in a cluster placement group, which the nodes "
+        "then launch into) or `{capacityBlockId: cr-…}` (Capacity Block for ML: no placement group)",
     )
     template_change: Optional[Literal["blueGreen", "recreate"]] = Field(
         default=None,
@@ -527,17 +528,22 @@ class GpuNodesConfig(NodeScaling):
             raise ValueError(problem)
         return self
 
+    @field_validator("min_size")
+    @classmethod
+    def _two_nodes(cls, value: int) -> int:
+        # Prefill and decode run on separate nodes, so the group can never be smaller than two; 0
+        # (nothing at all) is for a Capacity Block only, checked with the capacity in _zero_nodes.
+        if value == 1:
+            raise ValueError(f"minSize is {value}: prefill and decode need separate GPU nodes, so at least 2")
+        return value
+
     @model_validator(mode="after")
-    def _two_nodes(self) -> "GpuNodesConfig":
-        # Prefill and decode run on separate nodes, so the group can never be smaller than two, except
-        # on a Capacity Block: EKS asks for node groups on one to scale to 0 around their window
+    def _zero_nodes(self) -> "GpuNodesConfig":
+        # EKS asks for node groups on a Capacity Block to scale to 0 around its window
         # (https://docs.aws.amazon.com/eks/latest/userguide/capacity-blocks-mng.html, "Considerations").
-        if self.min_size < 2 and not isinstance(self.capacity, CapacityBlock):
-            raise ValueError(f"minSize is {self.min_size}: prefill and decode need separate GPU nodes, so at least "
-                             "2 (only a Capacity Block may scale to 0)")
-        if isinstance(self.capacity, CapacityBlock) and self.min_size == 1:
-            raise ValueError("minSize is 1: a Capacity Block group scales to 0 or serves with at least 2 nodes "
-                             "(prefill and decode on separate nodes)")
+        if self.min_size == 0 and not isinstance(self.capacity, CapacityBlock):
+            raise ValueError("minSize is 0: prefill and decode need separate GPU nodes, so at least 2 "
+                             "(only a Capacity Block may scale to 0)")
         return self
 
     def roll(self) -> Literal["blueGreen", "recreate"]:
@@ -810,7 +816,8 @@ class StackConfig(Strict):
         default=SystemNodesConfig(),
         description="CPU nodes (label role=system) for system pods, the operators and the Ray head.",
     )
-    gpu_nodes: GpuNodesConfig = Field(description="The EFA GPU node group: one AZ, one cluster placement group.")
+    gpu_nodes: GpuNodesConfig = Field(
+        description="The EFA GPU node group: one AZ; placement as its capacity needs (gpuNodes.capacity).")
     protect: bool = Field(
         default=False,
         description="protect=True on the VPC and the cluster, so `pulumi destroy` must be a deliberate act.",
