@@ -286,7 +286,8 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
         )
 
         # A template change renames the group, and the name forces a replacement: blue/green creates
-        # the new group first and Pulumi deletes the old one last, after the RayService has moved;
+        # the new group first and Pulumi deletes the old one last, after every other step of `up`, so
+        # the new nodes are Ready before the serving pods are drained off the old ones;
         # recreate deletes the old group first (gpuNodes.templateChange).
         options = node_group_options(self, list(args.depends_on))
         options.delete_before_replace = cfg.roll() == "recreate"

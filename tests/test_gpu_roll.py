@@ -42,7 +42,7 @@ def test_template_change_on_demand_is_blue_green_with_its_cost(prod):
     assert roll.extra_nodes == desired and roll.hourly == pytest.approx(desired * P5_HOURLY)
     assert any("blockDeviceMappings" in r for r in roll.reasons), roll.reasons
     line = roll.describe()
-    assert f"{desired} extra GPU node(s) (about ${desired * P5_HOURLY:,.2f}/hour), no downtime" in line
+    assert f"{desired} extra GPU node(s) (about ${desired * P5_HOURLY:,.2f}/hour)" in line
 
 
 def test_template_change_on_a_reservation_is_recreate_with_downtime():
@@ -73,5 +73,5 @@ def test_preview_diff_prints_the_gpu_line(prod):
     head = Side("head", Path("."), 0, "", records(diskSizeGib=600), None)
     text = render(compare("prod", base, head))
     (line,) = [x for x in text.splitlines() if x.startswith("**GPU nodes:**")]
-    assert "replaced blue/green" in line and "no downtime" in line
+    assert "replaced blue/green" in line and "extra GPU node(s)" in line
     assert "**GPU nodes:**" not in render(compare("prod", base, Side("head", Path("."), 0, "", prod, None)))

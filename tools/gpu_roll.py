@@ -4,8 +4,9 @@ A pure function over the old and new plan records (resources.json) of the GPU ma
 and its launch template. components/efa_gpu_nodes.py keys the group's EKS name (`nodeGroupName`)
 by the launch template's content, and EKS cannot rename a node group, so:
 - a new `nodeGroupName` is a replacement. Blue/green (the default on demand): the new group starts
-  at its desiredSize next to the old one, which Pulumi deletes after everything else, once the
-  RayService has moved: extra GPU nodes, billed, while both run, no gap in serving.
+  at its desiredSize next to the old one, which Pulumi deletes after everything else: extra GPU
+  nodes, billed, while both run; the serving pods are drained onto the new, already Ready nodes
+  when the old group goes, and each reloads the model there.
   Recreate (`deleteBeforeReplace`; the default on a reservation): the old group goes first, no extra
   nodes, and the endpoint is down until new nodes have joined and the model has loaded;
 - any other change of the group (scaling, labels, taints) is applied in place by EKS without new nodes;
@@ -57,7 +58,7 @@ class GpuRoll:
         if self.kind == BLUE_GREEN:
             return (f"GPU node group replaced blue/green{what}: a new group of {self.extra_nodes} × "
                     f"{self.instance_type} runs next to the old one until the end of `up`: {self.extra_nodes} extra "
-                    f"GPU node(s){price}, no downtime.")
+                    f"GPU node(s){price}; the serving pods move onto the new nodes when the old group is deleted.")
         if self.kind == RECREATE:
             return (f"GPU node group recreated{what}: the old group is deleted first, no extra nodes; the endpoint "
                     f"is DOWN until {self.extra_nodes or 'the new'} node(s) have joined and loaded the model.")
