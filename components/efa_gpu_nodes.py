@@ -2,7 +2,13 @@
 
 Why each piece exists:
 - EFA traffic does not cross AZs, so every node sits in the one private subnet of `gpu_az`.
-- A `cluster` placement group packs the nodes onto the same network spine (lowest latency).
+- Placement follows the capacity (`placement_choice`): on demand, this program's own `cluster`
+  placement group packs the nodes onto the same network spine; an ODCR bought inside a cluster
+  placement group serves only instances launched into that group, so the template names it; a
+  Capacity Block is already placed close together and needs none.
+- A launch-template change never rolls the running group in place (`template_key`): EKS's roll adds
+  max(2 x AZs, maxUnavailable) nodes and then fails on the one-pod disruption budgets after 15
+  minutes; a new, differently named node group replaces the old one instead (`gpuNodes.templateChange`).
 - One EFA interface per network card, or the card's bandwidth is lost: card 0 carries the
   node's IP (`efa`, device index 0); the others are `efa-only` (device index 1) so they use
   no VPC IPs.
@@ -11,8 +17,10 @@ Why each piece exists:
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Literal, Mapping, Optional, Sequence
 
 import pulumi
 import pulumi_aws as aws
@@ -95,8 +103,25 @@ def capacity_settings(cfg: GpuNodesConfig) -> dict:
     return settings
 
 
-def gpu_node_labels(cfg: GpuNodesConfig) -> dict[str, str]:
-    return {**GPU_LABELS, "llm-pd-eks/gpu-az": cfg.availability_zone}
+# Cluster Autoscaler's AWS provider: a node carrying this label is "GPU not ready yet" (counted as
+# unready, so no second scale-up) until the device plugin advertises nvidia.com/gpu
+# (kubernetes/autoscaler cluster-autoscaler/cloudprovider/aws/README.md "Special note on GPU
+# instances" and aws_cloud_provider.go `GPULabel`, tag cluster-autoscaler-1.35.2;
+# processors/customresources/gpu_processor.go FilterOutNodesWithUnreadyResources).
+ACCELERATOR_LABEL = "k8s.amazonaws.com/accelerator"
+# The label's values the AWS provider knows (aws_cloud_provider.go `availableGPUTypes`, same tag; they
+# only name the GPU in its metrics): those for catalogued GPUs; the others follow the same pattern.
+KNOWN_ACCELERATORS = {"A100": "nvidia-tesla-a100", "A10G": "nvidia-a10g", "L40S": "nvidia-l40s"}
+
+
+def accelerator_label(instance: GpuInstanceType) -> str:
+    """`<gpu-type>` of the accelerator label: the provider's own name where it has one."""
+    return KNOWN_ACCELERATORS.get(instance.gpu_model, f"nvidia-{instance.gpu_model.lower()}")
+
+
+def gpu_node_labels(cfg: GpuNodesConfig, instance: GpuInstanceType) -> dict[str, str]:
+    """What the node group applies to its nodes at registration (so before the device plugins run)."""
+    return {**GPU_LABELS, "llm-pd-eks/gpu-az": cfg.availability_zone, ACCELERATOR_LABEL: accelerator_label(instance)}
 
 
 def gpu_autoscaler_template(cfg: GpuNodesConfig, instance: GpuInstanceType) -> dict[str, dict[str, str]]:
@@ -104,13 +129,71 @@ def gpu_autoscaler_template(cfg: GpuNodesConfig, instance: GpuInstanceType) -> d
 
     Labels, taint and the extended resources the device plugins advertise only once a node runs;
     without them Cluster Autoscaler cannot tell that a pending Ray worker (asking for
-    `nvidia.com/gpu` and `vpc.amazonaws.com/efa`, tolerating the taint) fits this group.
+    `nvidia.com/gpu`, `vpc.amazonaws.com/efa` and `hugepages-2Mi`, tolerating the taint) fits this
+    group. Cluster Autoscaler builds a node at zero from the instance type (CPU, memory, GPUs only)
+    plus these tags, each value a resource quantity as in a pod spec (aws_manager.go
+    `extractAllocatableResourcesFromAsg`: resource.ParseQuantity): without `hugepages-2Mi` a worker
+    requesting huge pages never fits the template and the group never scales from zero.
     """
     return {
-        "labels": gpu_node_labels(cfg),
+        "labels": gpu_node_labels(cfg, instance),
         "taints": {GPU_TAINT_KEY: f"{GPU_TAINT_VALUE}:{GPU_TAINT_EFFECT}"},
-        "resources": {"nvidia.com/gpu": str(instance.gpus), "vpc.amazonaws.com/efa": str(instance.efa_interfaces)},
+        "resources": {
+            "nvidia.com/gpu": str(instance.gpus),
+            "vpc.amazonaws.com/efa": str(instance.efa_interfaces),
+            # node_common.hugepages_script reserves this much before the kubelet starts
+            "hugepages-2Mi": f"{instance.efa_hugepages_2mi_mib}Mi",
+        },
     }
+
+
+# --- placement and the GPU roll -----------------------------------------------------------------
+
+Placement = Literal["own", "reservation", "none"]
+
+
+def placement_choice(cfg: GpuNodesConfig) -> tuple[Placement, Optional[str]]:
+    """Which placement group the GPU template launches into: (kind, existing group name).
+
+    - on demand, or an ODCR in no placement group: `own`, a cluster group this program creates;
+    - an ODCR created in a cluster placement group: `reservation`, that group by name (a targeted
+      reservation in a cluster placement group serves only instances launched into it,
+      https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/cr-cpg.html);
+    - a Capacity Block: `none` ("there is no need to use a cluster placement group with a Capacity
+      Block", https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-using.html).
+    """
+    if isinstance(cfg.capacity, CapacityBlock):
+        return "none", None
+    if isinstance(cfg.capacity, CapacityReservation) and cfg.capacity.placement_group:
+        return "reservation", cfg.capacity.placement_group
+    return "own", None
+
+
+def template_key(cfg: GpuNodesConfig, instance: GpuInstanceType, user_data: str) -> str:
+    """8 hex digits that change exactly when the GPU launch template's content changes.
+
+    The node group's EKS name carries it, so a template change replaces the group (blue/green or
+    recreate, `GpuNodesConfig.roll`) instead of EKS's in-place roll: that one raises the group by
+    max(2 x AZs, maxUnavailable) nodes, then drains through the eviction API, and after 15 minutes of
+    evictions the one-pod PodDisruptionBudgets refuse it fails with PodEvictionFailure
+    (https://docs.aws.amazon.com/eks/latest/userguide/managed-node-update-behavior.html, "Scale up
+    phase", "Upgrade phase"); a fully used reservation cannot even launch the extra nodes.
+    """
+    kind, group = placement_choice(cfg)
+    content = {
+        "instanceType": instance.name,
+        "efaInterfaces": instance.efa_interfaces,
+        "userData": user_data,
+        "rootVolume": [cfg.disk_size_gib, cfg.root_volume_iops, cfg.root_volume_throughput_mibps],
+        "capacity": cfg.capacity if isinstance(cfg.capacity, str) else cfg.capacity.model_dump(by_alias=True),
+        "placement": [kind, group],
+    }
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def node_group_name(cluster_name: str, key: str) -> str:
+    """The EKS node group name: `<cluster>-gpu-<template key>` (EKS allows 63 characters)."""
+    return f"{cluster_name[:50]}-gpu-{key}"
 
 
 @dataclass(frozen=True)
@@ -130,7 +213,8 @@ class EfaGpuNodeGroupArgs:
 class EfaGpuNodeGroup(pulumi.ComponentResource):
     """Managed node group built from a launch template this program registers (tests and policies read it)."""
 
-    placement_group: aws.ec2.PlacementGroup
+    placement_group: Optional[aws.ec2.PlacementGroup]  # only when the nodes launch into a group of this program
+    template_key: str
     security_group: aws.ec2.SecurityGroup
     launch_template: aws.ec2.LaunchTemplate
     node_group: aws.eks.NodeGroup
@@ -143,7 +227,14 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
         tags = dict(args.tags or {})
         child = pulumi.ResourceOptions(parent=self)
 
-        self.placement_group = aws.ec2.PlacementGroup(f"{name}-pg", strategy="cluster", tags=tags, opts=child)
+        placement_kind, existing_group = placement_choice(cfg)
+        self.placement_group = None
+        placement: Optional[aws.ec2.LaunchTemplatePlacementArgs] = None
+        if placement_kind == "own":
+            self.placement_group = aws.ec2.PlacementGroup(f"{name}-pg", strategy="cluster", tags=tags, opts=child)
+            placement = aws.ec2.LaunchTemplatePlacementArgs(group_name=self.placement_group.name)
+        elif placement_kind == "reservation":
+            placement = aws.ec2.LaunchTemplatePlacementArgs(group_name=existing_group)
 
         self.security_group = aws.ec2.SecurityGroup(
             f"{name}-efa-sg",
@@ -167,53 +258,66 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
             opts=child,
         )
 
+        # Instance store (catalog): nodeadm RAID0s the NVMe disks for kubelet/containerd state;
+        # the huge pages the EFA worker pod requests are reserved before the kubelet starts.
+        user_data = nodeadm_user_data(
+            node_config(local_storage_raid0=instance.nvme_disks > 0),
+            scripts=[hugepages_script(instance.efa_hugepages_2mi_mib)],
+        )
+        self.template_key = template_key(cfg, instance, user_data)
+
         self.launch_template = aws.ec2.LaunchTemplate(
             f"{name}-lt",
             description=f"EFA GPU nodes: {instance.name}, {instance.efa_interfaces} EFA interface(s), IMDSv2",
             instance_type=instance.name,
             metadata_options=IMDSV2,
-            placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=self.placement_group.name),
+            placement=placement,
             network_interfaces=efa_network_interfaces(
                 instance.efa_interfaces, [self.security_group.id, args.cluster_security_group_id]
             ),
             block_device_mappings=[
                 root_volume(cfg.disk_size_gib, cfg.root_volume_iops, cfg.root_volume_throughput_mibps)
             ],
-            # Instance store (catalog): nodeadm RAID0s the NVMe disks for kubelet/containerd state;
-            # the huge pages the EFA worker pod requests are reserved before the kubelet starts.
-            user_data=nodeadm_user_data(
-                node_config(local_storage_raid0=instance.nvme_disks > 0),
-                scripts=[hugepages_script(instance.efa_hugepages_2mi_mib)],
-            ),
+            user_data=user_data,
             tag_specifications=[instance_tags(tags, name)],
             tags=tags,
             opts=child,
             **capacity_settings(cfg),
         )
 
+        # A template change renames the group, and the name forces a replacement: blue/green creates
+        # the new group first and Pulumi deletes the old one last, after every other step of `up`, so
+        # the new nodes are Ready before the serving pods are drained off the old ones;
+        # recreate deletes the old group first (gpuNodes.templateChange).
+        options = node_group_options(self, list(args.depends_on))
+        options.delete_before_replace = cfg.roll() == "recreate"
         self.node_group = aws.eks.NodeGroup(
             f"{name}-ng",
             cluster_name=args.cluster_name,
+            node_group_name=node_group_name(args.cluster_name, self.template_key),
             node_role_arn=args.node_role_arn,
             subnet_ids=[args.subnet.id],  # ONE subnet, hence one AZ
             ami_type="AL2023_x86_64_NVIDIA",
             capacity_type=capacity_type(cfg),
             scaling_config=scaling_config(cfg),
-            # One node at a time. EKS drains through the eviction API and honours PodDisruptionBudgets
-            # (the RayService's keep one prefill and one decode pod): rather than evict the last one it
-            # fails the update (PodEvictionFailure) unless forced, and force_update_version stays unset.
+            # In-place updates (an AMI release or Kubernetes version; a template change replaces the
+            # group instead) go one node at a time. EKS drains through the eviction API and honours
+            # PodDisruptionBudgets (the RayService's keep one prefill and one decode pod): rather than
+            # evict the last one it fails the update (PodEvictionFailure) unless forced, and
+            # force_update_version stays unset.
             update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
             launch_template=launch_template_ref(self.launch_template),
-            labels=gpu_node_labels(cfg),
+            labels=gpu_node_labels(cfg, instance),
             taints=[aws.eks.NodeGroupTaintArgs(key=GPU_TAINT_KEY, value=GPU_TAINT_VALUE, effect="NO_SCHEDULE")],
             tags={**tags, **dict(args.autoscaler_tags)},
-            opts=node_group_options(self, list(args.depends_on)),
+            opts=options,
         )
         self.register_outputs(
             {
                 "nodeGroupName": self.node_group.node_group_name,
                 "launchTemplateId": self.launch_template.id,
-                "placementGroup": self.placement_group.name,
+                "placementGroup": self.placement_group.name if self.placement_group else existing_group,
+                "templateKey": self.template_key,
                 "availabilityZone": cfg.availability_zone,
             }
         )

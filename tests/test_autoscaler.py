@@ -107,7 +107,8 @@ def test_gpu_group_template_lets_a_ray_worker_fit(run: ProgramRun):
     labels = {k[len(prefix + "label/"):]: v for k, v in tags.items() if k.startswith(prefix + "label/")}
     assert labels == ng.inputs["labels"]
     resources = {k[len(prefix + "resources/"):]: v for k, v in tags.items() if k.startswith(prefix + "resources/")}
-    assert resources == {"nvidia.com/gpu": str(instance.gpus), "vpc.amazonaws.com/efa": str(instance.efa_interfaces)}
+    assert resources == {"nvidia.com/gpu": str(instance.gpus), "vpc.amazonaws.com/efa": str(instance.efa_interfaces),
+                         "hugepages-2Mi": f"{instance.efa_hugepages_2mi_mib}Mi"}
     (taint,) = ng.inputs["taints"]
     assert tags[f"{prefix}taint/{taint['key']}"] == f"{taint['value']}:NoSchedule"
     # what the RayService's GPU workers request fits that template
@@ -118,6 +119,9 @@ def test_gpu_group_template_lets_a_ray_worker_fit(run: ProgramRun):
             limits = container["resources"]["limits"]
             assert int(limits["nvidia.com/gpu"]) <= int(resources["nvidia.com/gpu"])
             assert int(limits["vpc.amazonaws.com/efa"]) <= int(resources["vpc.amazonaws.com/efa"])
+            # a pod asking for more huge pages than the template advertises never triggers a scale-up
+            asked = container["resources"]["requests"]["hugepages-2Mi"]
+            assert asked.endswith("Mi") and int(asked[:-2]) <= int(resources["hugepages-2Mi"].removesuffix("Mi"))
             selector = group["template"]["spec"].get("nodeSelector", {})
             assert all(labels.get(k) == v for k, v in selector.items())
 

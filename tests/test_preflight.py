@@ -180,14 +180,16 @@ def test_type_without_efa_or_unknown_type_fails(aws):
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_checked_in_stacks_pass_with_just_enough_quota(aws, stack):
-    """Every stack's AZs and types exist as configured; quotas exactly equal to the need pass."""
+    """Every stack's AZs and types exist as configured; quotas exactly equal to the need pass (GPU:
+    maxSize plus the nodes a blue/green template change runs next to them)."""
     config = preflight.load_config(stack)
     ec2 = ec2_client(config.region)
     gpu = GPU_INSTANCE_TYPES[config.gpu_nodes.instance_type]
     system_vcpus = ec2.describe_instance_types(InstanceTypes=[config.system_nodes.instance_type])[
         "InstanceTypes"][0]["VCpuInfo"]["DefaultVCpus"]
     nat = 1 if config.network.nat_gateways == "single" else len(config.network.availability_zones)
-    answers = quota_answers(config, ec2, gpu=config.gpu_nodes.max_size * gpu.vcpus,
+    gpu_nodes = config.gpu_nodes.max_size + config.gpu_nodes.roll_surge()
+    answers = quota_answers(config, ec2, gpu=gpu_nodes * gpu.vcpus,
                             system=config.system_nodes.max_size * system_vcpus, eip=nat)
     quotas, stub = stubbed_quotas(config.region, answers)
     eks, eks_stub = stubbed_eks_versions(config.region, config.cluster.kubernetes_version, "STANDARD_SUPPORT")

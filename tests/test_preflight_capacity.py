@@ -7,23 +7,28 @@ checked against the services' own models.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import boto3
 import pytest
 from botocore.stub import Stubber
-from helpers import validate_values
+from helpers import engine_config_with, validate_values
 
+from components.config import StackConfig, validate_engine_config
 from tools import preflight
 
 RID = "cr-0123456789abcdef0"
+PG = "odcr-p5-us-east-1c"
+PG_ARN = f"arn:aws:ec2:us-east-1:123456789012:placement-group/{PG}"
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
-def config(capacity, min_size=2, max_size=4):
+def config(capacity, min_size=2, max_size=4, desired=None, **gpu):
     return validate_values({
         "network": {"availabilityZones": ["us-east-1a", "us-east-1c"]},
         "gpuNodes": {"instanceType": "p5.48xlarge", "availabilityZone": "us-east-1c", "capacity": capacity,
-                     "minSize": min_size, "desiredSize": min_size, "maxSize": max_size},
+                     "minSize": min_size, "desiredSize": min_size if desired is None else desired,
+                     "maxSize": max_size, **gpu},
     }, region="us-east-1")
 
 
@@ -40,24 +45,85 @@ def ec2_answering(reservation: dict | None = None, error: str | None = None):
 
 
 def reservation(**changes) -> dict:
+    """An active targeted ODCR of 4 x p5.48xlarge in us-east-1c, in no placement group."""
     return {"CapacityReservationId": RID, "InstanceType": "p5.48xlarge", "AvailabilityZone": "us-east-1c",
-            "State": "active", "TotalInstanceCount": 2, "AvailableInstanceCount": 2, "ReservationType": "default",
-            **changes}
+            "State": "active", "TotalInstanceCount": 4, "AvailableInstanceCount": 4, "ReservationType": "default",
+            "InstanceMatchCriteria": "targeted", **changes}
 
 
-@pytest.mark.parametrize("capacity", [{"reservationId": RID}, {"capacityBlockId": RID}])
-def test_matching_active_reservation_passes(capacity):
-    result = preflight.check_capacity(ec2_answering(reservation()), config(capacity))
+def block(**changes) -> dict:
+    """An active Capacity Block of 4 x p5.48xlarge, two days long, started an hour before NOW."""
+    return reservation(**{"ReservationType": "capacity-block", "StartDate": NOW - timedelta(hours=1),
+                          "EndDate": NOW + timedelta(days=2), **changes})
+
+
+def check(cr: dict, capacity) -> preflight.Result:
+    return preflight.check_capacity(ec2_answering(cr), config(capacity), now=NOW)
+
+
+def test_matching_active_reservation_passes():
+    result = check(reservation(), {"reservationId": RID})
     assert result.status == "ok", result
-    assert RID in result.detail and "active" in result.detail
+    assert RID in result.detail and "active" in result.detail and "targeted" in result.detail
 
 
-def test_scheduled_capacity_block_passes_and_shows_its_start():
-    start = datetime(2026, 12, 3, 11, 30, tzinfo=UTC)
-    cr = reservation(State="scheduled", StartDate=start, ReservationType="capacity-block")
-    result = preflight.check_capacity(ec2_answering(cr), config({"capacityBlockId": RID}))
-    assert result.status == "ok"
-    assert "Capacity Block" in result.detail and "starts 2026-12-03T11:30:00+00:00" in result.detail
+def test_matching_active_capacity_block_passes_and_shows_its_window():
+    result = check(block(), {"capacityBlockId": RID})
+    assert result.status == "ok", result
+    assert "Capacity Block" in result.detail and "window 2026-12-01T11:00:00+00:00 to 2026-12-03T12:00" in result.detail
+
+
+def test_scheduled_capacity_block_inside_the_ready_timeout_passes_and_shows_its_start():
+    start = NOW + timedelta(minutes=30)  # serving.readyTimeoutMinutes defaults to 60
+    cr = block(State="scheduled", StartDate=start)
+    result = check(cr, {"capacityBlockId": RID})
+    assert result.status == "ok", result
+    assert "starts 2026-12-01T12:30:00+00:00" in result.detail
+
+
+def served(capacity) -> StackConfig:
+    """prod (p5.48xlarge in us-east-1c, with a RayService) on `capacity`."""
+    return validate_engine_config(*engine_config_with("prod", "gpuNodes", capacity=capacity))
+
+
+@pytest.mark.parametrize("changes, expected", [
+    ({"StartDate": NOW + timedelta(hours=3), "State": "scheduled"},
+     "it starts 2026-12-01T15:00:00+00:00, after `up`'s wait for the RayService (serving.readyTimeoutMinutes {t})"),
+    ({"EndDate": None},  # set below: 30 minutes' notice + the ready timeout - 1 minute from NOW
+     "and EC2 terminates its instances from 30 minutes before"),
+    ({"ReservationType": "default"}, "it is not a Capacity Block (ReservationType default)"),
+])
+def test_capacity_block_window_and_kind(changes, expected):
+    cfg = served({"capacityBlockId": RID})
+    t = cfg.serving.ready_timeout_minutes
+    changes = {k: (NOW + timedelta(minutes=30 + t - 1) if k == "EndDate" else v) for k, v in changes.items()}
+    result = preflight.check_capacity(ec2_answering(block(**changes)), cfg, now=NOW)
+    assert result.status == "FAIL" and expected.format(t=t) in result.detail, result
+    assert "\n" not in result.detail
+    # a minute more and the same block fits
+    if "EndDate" in changes:
+        later = {"EndDate": NOW + timedelta(minutes=30 + t)}
+        assert preflight.check_capacity(ec2_answering(block(**later)), cfg, now=NOW).status == "ok"
+
+
+def test_scheduled_block_right_at_the_ready_timeout_passes():
+    cfg = served({"capacityBlockId": RID})
+    start = NOW + timedelta(minutes=cfg.serving.ready_timeout_minutes)
+    result = preflight.check_capacity(ec2_answering(block(State="scheduled", StartDate=start)), cfg, now=NOW)
+    assert result.status == "ok", result
+
+
+def test_without_serving_only_the_end_matters():
+    late = block(State="scheduled", StartDate=NOW + timedelta(days=1))
+    assert check(late, {"capacityBlockId": RID}).status == "ok"  # nothing waits for the GPU nodes
+    ending = block(EndDate=NOW + timedelta(minutes=29))
+    result = check(ending, {"capacityBlockId": RID})
+    assert result.status == "FAIL" and "no RayService to wait for" in result.detail
+
+
+def test_capacity_block_configured_as_odcr_fails():
+    result = check(block(), {"reservationId": RID})
+    assert result.status == "FAIL" and f"configure it as {{capacityBlockId: {RID}}}" in result.detail
 
 
 @pytest.mark.parametrize("changes, expected", [
@@ -65,10 +131,61 @@ def test_scheduled_capacity_block_passes_and_shows_its_start():
     ({"InstanceType": "p5e.48xlarge"}, "it reserves p5e.48xlarge, gpuNodes.instanceType is p5.48xlarge"),
     ({"AvailabilityZone": "us-east-1a"}, "it is in us-east-1a, gpuNodes.availabilityZone is us-east-1c"),
     ({"TotalInstanceCount": 1}, "it holds 1 instance(s), gpuNodes.minSize is 2"),
+    ({"PlacementGroupArn": PG_ARN}, f"it was created in cluster placement group '{PG}' and serves only instances "
+                                    f"launched there: set gpuNodes.capacity.placementGroup to '{PG}'"),
 ])
 def test_one_wrong_field_fails(changes, expected):
-    result = preflight.check_capacity(ec2_answering(reservation(**changes)), config({"reservationId": RID}))
+    result = check(reservation(**changes), {"reservationId": RID})
     assert result.status == "FAIL" and expected in result.detail, result
+
+
+@pytest.mark.parametrize("arn, configured, status, expected", [
+    (PG_ARN, PG, "ok", ""),
+    (PG_ARN, "other-group", "FAIL",
+     f"it is in placement group '{PG}', gpuNodes.capacity.placementGroup is 'other-group'"),
+    (None, PG, "FAIL", f"it is in no placement group: remove gpuNodes.capacity.placementGroup ('{PG}')"),
+])
+def test_reservation_placement_group(arn, configured, status, expected):
+    cr = reservation(**({"PlacementGroupArn": arn} if arn else {}))
+    result = check(cr, {"reservationId": RID, "placementGroup": configured})
+    assert result.status == status and expected in result.detail, result
+
+
+def test_open_reservation_is_a_warning():
+    result = check(reservation(InstanceMatchCriteria="open"), {"reservationId": RID})
+    assert result.status == "warning" and "it is open: any matching instance in the account" in result.detail
+
+
+@pytest.mark.parametrize("total, change, status", [
+    (4, None, "ok"),           # recreate (the reservation default): maxSize 4, no surge
+    (3, None, "warning"),      # Cluster Autoscaler cannot reach maxSize
+    (5, "blueGreen", "warning"),  # maxSize 4 + desiredSize 2 during a blue/green roll = 6
+    (6, "blueGreen", "ok"),
+])
+def test_reservation_size_against_max_size_and_the_roll_surge(total, change, status):
+    capacity = {"reservationId": RID}
+    gpu = {} if change is None else {"templateChange": change}
+    result = preflight.check_capacity(ec2_answering(reservation(TotalInstanceCount=total)),
+                                      config(capacity, **gpu), now=NOW)
+    assert result.status == status, result
+    if status == "warning":
+        assert f"holds {total} instance(s), fewer than maxSize 4" in result.detail
+        assert ("plus 2 for a blue/green template change" in result.detail) is (change == "blueGreen")
+
+
+def test_vcpu_quota_counts_the_blue_green_surge():
+    from botocore.stub import ANY
+
+    quotas = boto3.client("service-quotas", region_name="us-east-1")
+    stub = Stubber(quotas)
+    answer = {"Quota": {"QuotaCode": "L-417A185B", "QuotaName": "Running On-Demand P instances", "Value": 1000.0}}
+    stub.add_response("get_service_quota", answer, {"ServiceCode": "ec2", "QuotaCode": ANY})
+    stub.activate()
+    cfg = config("onDemand")  # blueGreen: maxSize 4 + desiredSize 2 nodes of 192 vCPUs = 1152
+    result = preflight.check_vcpu_quota(quotas, "gpu-vcpu-quota", "L-417A185B", cfg.gpu_nodes.max_size, 192,
+                                        cfg.gpu_nodes.roll_surge())
+    assert result.status == "FAIL" and "6 nodes (maxSize 4 + 2 for a blue/green roll) x 192 vCPUs need 1152" in \
+        result.detail
 
 
 def test_missing_reservation_fails():

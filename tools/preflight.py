@@ -26,6 +26,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -227,18 +228,22 @@ def quota_value(quotas, quota_code: str) -> tuple[float, str]:
     return float(quota["Value"]), f"{name} ({quota_code}, {source})"
 
 
-def check_vcpu_quota(quotas, check: str, quota_code: str, nodes: int, vcpus_per_node: int) -> Result:
-    """The on-demand vCPU quota covers `nodes` x `vcpus_per_node` (usage by other instances not counted)."""
-    needed = nodes * vcpus_per_node
+def check_vcpu_quota(quotas, check: str, quota_code: str, nodes: int, vcpus_per_node: int, surge: int = 0
+                     ) -> Result:
+    """The on-demand vCPU quota covers `nodes` (+ `surge` while a template change runs both node
+    groups) x `vcpus_per_node` (usage by other instances not counted)."""
+    total = nodes + surge
+    needed = total * vcpus_per_node
+    counted = f"{nodes} nodes" if not surge else f"{total} nodes (maxSize {nodes} + {surge} for a blue/green roll)"
     try:
         value, label = quota_value(quotas, quota_code)
     except _QuotaUnavailable as exc:
         return Result(check, UNKNOWN, str(exc))
     if value < needed:
         return Result(check, FAIL,
-                      f"{label} is {value:g} vCPUs; {nodes} nodes x {vcpus_per_node} vCPUs need {needed}: "
+                      f"{label} is {value:g} vCPUs; {counted} x {vcpus_per_node} vCPUs need {needed}: "
                       f"request an increase in Service Quotas")
-    return Result(check, OK, f"{label} is {value:g} vCPUs >= {nodes} x {vcpus_per_node} = {needed} needed "
+    return Result(check, OK, f"{label} is {value:g} vCPUs >= {counted} x {vcpus_per_node} = {needed} needed "
                              f"(if nothing else in the region uses it)")
 
 
@@ -278,7 +283,8 @@ def run_checks(config: StackConfig, ec2, quotas, catalog=GPU_INSTANCE_TYPES, eks
         guarded("gpu-efa", lambda: check_efa(ec2, gpu.name, gpu.efa_interfaces)),
         guarded("system-offering", lambda: check_offered(ec2, "system-offering", system.instance_type, azs)),
         guarded("gpu-vcpu-quota", lambda: check_vcpu_quota(
-            quotas, "gpu-vcpu-quota", gpu.family_quota_code, config.gpu_nodes.max_size, gpu.vcpus)),
+            quotas, "gpu-vcpu-quota", gpu.family_quota_code, config.gpu_nodes.max_size, gpu.vcpus,
+            config.gpu_nodes.roll_surge())),
     ]
     system_code = standard_quota_code(system.instance_type)
 
@@ -308,14 +314,37 @@ def run_checks(config: StackConfig, ec2, quotas, catalog=GPU_INSTANCE_TYPES, eks
 # --- capacity reservations and the EKS version (issue 10) -------------------------------------
 
 
-def check_capacity(ec2, config: StackConfig) -> Result:
+# EC2 begins terminating a Capacity Block's instances 30 minutes before it ends
+# (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-using.html).
+CAPACITY_BLOCK_END_NOTICE = timedelta(minutes=30)
+
+
+def _placement_group_name(arn: Optional[str]) -> Optional[str]:
+    """`arn:aws:ec2:<region>:<account>:placement-group/<name>` -> name (DescribeCapacityReservations
+    `PlacementGroupArn`)."""
+    return arn.rsplit("placement-group/", 1)[-1] if arn else None
+
+
+def _when(value: Any) -> str:
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
+def check_capacity(ec2, config: StackConfig, now: Optional[datetime] = None) -> Result:
     """The configured ODCR / Capacity Block exists, is usable, and fits the GPU node group.
 
-    DescribeCapacityReservations answers for both kinds (`ReservationType` `default` or
-    `capacity-block`). Usable: `active`, or `scheduled` (a Capacity Block before its start, shown).
-    It must be for the GPU type, in the GPU AZ, and hold at least `gpuNodes.minSize` instances.
+    One DescribeCapacityReservations call (bounded by the client's timeouts and the run's deadline)
+    answers for both kinds (`ReservationType` `default` or `capacity-block`) and gives one line:
+    - FAIL: not `active`/`scheduled`; the other kind than configured; another type or AZ; its
+      placement group (`PlacementGroupArn`) other than gpuNodes.capacity.placementGroup (an ODCR in
+      a cluster placement group serves only instances launched there,
+      https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/cr-cpg.html); fewer instances than
+      minSize; a Capacity Block that starts after, or ends (30 minutes' notice) before, the
+      RayService's ready timeout from now.
+    - warning: fewer instances than maxSize plus the template-change surge (gpuNodes.templateChange
+      blueGreen runs both groups at once); an `open` reservation (InstanceMatchCriteria), which any
+      matching launch in the account may take.
     """
-    from components.config import CapacityBlock
+    from components.config import CapacityBlock, CapacityReservation
     from components.efa_gpu_nodes import capacity_reservation_id
 
     gpu = config.gpu_nodes
@@ -323,7 +352,8 @@ def check_capacity(ec2, config: StackConfig) -> Result:
     if reservation_id is None:
         return Result("gpu-capacity", OK, f"on demand: no reservation configured (a {gpu.instance_type} "
                                           f"cluster placement group may still find no capacity)")
-    kind = "Capacity Block" if isinstance(gpu.capacity, CapacityBlock) else "capacity reservation"
+    block = isinstance(gpu.capacity, CapacityBlock)
+    kind = "Capacity Block" if block else "capacity reservation"
     try:
         found = ec2.describe_capacity_reservations(CapacityReservationIds=[reservation_id])["CapacityReservations"]
     except _aws_errors() as exc:
@@ -334,27 +364,69 @@ def check_capacity(ec2, config: StackConfig) -> Result:
     if not found:
         return Result("gpu-capacity", FAIL, f"{kind} {reservation_id} does not exist in {config.region}")
     cr = found[0]
+    now = now or datetime.now(UTC)
     state = cr.get("State", "unknown")
-    problems = []
+    problems, cautions = [], []
     if state not in ("active", "scheduled"):
         problems.append(f"state is {state} (needs active or scheduled)")
+    reservation_type = cr.get("ReservationType", "default")
+    if block and reservation_type != "capacity-block":
+        problems.append(f"it is not a Capacity Block (ReservationType {reservation_type}): configure it as "
+                        f"{{reservationId: {reservation_id}}}")
+    if not block and reservation_type == "capacity-block":
+        problems.append(f"it is a Capacity Block: configure it as {{capacityBlockId: {reservation_id}}}")
     if cr.get("InstanceType") != gpu.instance_type:
         problems.append(f"it reserves {cr.get('InstanceType')}, gpuNodes.instanceType is {gpu.instance_type}")
     if cr.get("AvailabilityZone") != gpu.availability_zone:
         problems.append(f"it is in {cr.get('AvailabilityZone')}, gpuNodes.availabilityZone is {gpu.availability_zone}")
+    if isinstance(gpu.capacity, CapacityReservation):
+        actual = _placement_group_name(cr.get("PlacementGroupArn"))
+        wanted = gpu.capacity.placement_group
+        if actual != wanted:
+            problems.append(
+                f"it was created in cluster placement group {actual!r} and serves only instances launched there: "
+                f"set gpuNodes.capacity.placementGroup to {actual!r}" if actual and not wanted else
+                f"it is in no placement group: remove gpuNodes.capacity.placementGroup ({wanted!r})" if not actual else
+                f"it is in placement group {actual!r}, gpuNodes.capacity.placementGroup is {wanted!r}")
     total = int(cr.get("TotalInstanceCount", 0))
     if total < gpu.min_size:
         problems.append(f"it holds {total} instance(s), gpuNodes.minSize is {gpu.min_size}")
+    surge = gpu.roll_surge()
+    if total >= gpu.min_size and total < gpu.max_size + surge:
+        extra = f" plus {surge} for a blue/green template change (templateChange blueGreen)" if surge else ""
+        cautions.append(f"it holds {total} instance(s), fewer than maxSize {gpu.max_size}{extra}: launches past "
+                        f"{total} fail (raise the reservation, lower maxSize"
+                        f"{', or set templateChange: recreate' if surge else ''})")
+    if cr.get("InstanceMatchCriteria") == "open":
+        cautions.append("it is open: any matching instance in the account may take its slots (targeted keeps it "
+                        "for this launch template)")
+    window = ""
+    if block:
+        # `up` waits serving.readyTimeoutMinutes for the RayService, which needs GPU nodes; without
+        # serving nothing waits for them.
+        minutes = config.serving.ready_timeout_minutes if config.serving else 0
+        timeout = timedelta(minutes=minutes)
+        wait = f"serving.readyTimeoutMinutes {minutes}" if config.serving else "no RayService to wait for"
+        start, end = cr.get("StartDate"), cr.get("EndDate")
+        if config.serving and isinstance(start, datetime) and start > now + timeout:
+            problems.append(f"it starts {_when(start)}, after `up`'s wait for the RayService ({wait}) from now "
+                            f"{_when(now)}: no GPU node launches before the start; run `up` from "
+                            f"{_when(start - timeout)}")
+        if isinstance(end, datetime) and end - CAPACITY_BLOCK_END_NOTICE < now + timeout:
+            problems.append(f"it ends {_when(end)} and EC2 terminates its instances from 30 minutes before: too "
+                            f"soon to serve ({wait})")
+        window = f", window {_when(start)} to {_when(end)}"
     if problems:
         return Result("gpu-capacity", FAIL, f"{kind} {reservation_id}: " + "; ".join(problems))
     when = ""
     if state == "scheduled":
-        start = cr.get("StartDate")
-        when = f", starts {start.isoformat() if hasattr(start, 'isoformat') else start}: nodes launch only then"
-    return Result("gpu-capacity", OK,
-                  f"{kind} {reservation_id} is {state}{when}: {total} x {gpu.instance_type} in "
-                  f"{gpu.availability_zone} ({cr.get('AvailableInstanceCount', '?')} available) "
-                  f">= minSize {gpu.min_size}")
+        when = f", starts {_when(cr.get('StartDate'))}: nodes launch only then"
+    summary = (f"{kind} {reservation_id} is {state}{when}: {total} x {gpu.instance_type} in "
+               f"{gpu.availability_zone} ({cr.get('AvailableInstanceCount', '?')} available, "
+               f"{cr.get('InstanceMatchCriteria', '?')}{window}) >= minSize {gpu.min_size}")
+    if cautions:
+        return Result("gpu-capacity", WARN, summary + "; but " + "; ".join(cautions))
+    return Result("gpu-capacity", OK, summary)
 
 
 def check_eks_version(eks, version: str) -> Result:

@@ -1,4 +1,4 @@
-"""The GPU nodes' capacity reservation must sit in the GPU subnet's AZ.
+"""The GPU nodes' capacity reservation must sit in the GPU subnet's AZ, and its placement must fit it.
 
 An On-Demand Capacity Reservation or a Capacity Block is bound to one AZ. A launch template that
 targets it (`capacityReservationSpecification.capacityReservationTarget.capacityReservationId`)
@@ -7,6 +7,17 @@ a node, twenty minutes into `pulumi up`. The reservation's AZ comes from the pla
 manages it (`aws:ec2/capacityReservation:CapacityReservation`, by property dependency or id) and
 otherwise from policy config `reservationAzs` (`{"cr-…": "us-east-1c"}`, e.g. written from
 `make preflight --json`); a reservation whose AZ neither knows is skipped, never refused.
+
+Placement (`_placement_check`, same policy):
+- a Capacity Block template (`instanceMarketOptions.marketType` `capacity-block`) names no placement
+  group: its instances are already placed close together, "there is no need to use a cluster
+  placement group with a Capacity Block"
+  (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-using.html);
+- a template targeting an ODCR that was created in a cluster placement group launches into exactly
+  that group: such a reservation serves only instances launched into its group
+  (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/cr-cpg.html). The group comes from policy
+  config `reservationPlacementGroups` (`{"cr-…": "name"}`, `""` for a reservation in no group, as
+  preflight reads it from DescribeCapacityReservations `PlacementGroupArn`); unknown: skipped.
 """
 
 from __future__ import annotations
@@ -32,8 +43,26 @@ CONFIG: dict[str, dict[str, Any]] = {
         "description": "AZ of capacity reservations / Capacity Blocks the stack does not manage (id -> AZ)",
         "additionalProperties": {"type": "string"},
         "default": {},
-    }
+    },
+    "reservationPlacementGroups": {
+        "type": "object",
+        "description": "cluster placement group each capacity reservation was created in (id -> name, '' for none)",
+        "additionalProperties": {"type": "string"},
+        "default": {},
+    },
 }
+MARKET_TYPE_PATH = ("instanceMarketOptions", "marketType")
+
+
+def is_capacity_block_template(props: dict) -> bool:
+    """The launch template launches into a Capacity Block (EKS: market type `capacity-block`)."""
+    return dig(props, *MARKET_TYPE_PATH) == "capacity-block"
+
+
+def targets_reservation(props: dict) -> bool:
+    """The launch template targets one capacity reservation by a known id."""
+    reservation_id = dig(props, *RESERVATION_PATH)
+    return isinstance(reservation_id, str) and not is_unknown(reservation_id)
 
 
 def _reservation_az(view: StackView, template: Any, reservation_id: Any, known: dict[str, str]) -> Optional[str]:
@@ -48,13 +77,43 @@ def _reservation_az(view: StackView, template: Any, reservation_id: Any, known: 
     return None
 
 
+def _placement_check(view: StackView, cap: Any, template: Any, groups: dict[str, str], report: ReportViolation) -> None:
+    props = view.props(template)
+    ref = view.placement_group(template)
+    named = ref.literal if ref.state == "external" else ref.resource.name if ref.state == "resolved" else ""
+    if is_capacity_block_template(props):
+        if ref.state != "none":
+            report(f"{cap.label} launches into a Capacity Block with launch template '{template.name}' in placement "
+                   f"group '{named or '(pending)'}'. A Capacity Block is already placed close together and needs no "
+                   f"placement group; one can only cause insufficient-capacity errors. Fix: drop placement.groupName "
+                   f"(gpuNodes.capacity capacityBlockId creates none).", template.urn)
+        return
+    reservation_id = dig(props, *RESERVATION_PATH)
+    if not targets_reservation(props) or reservation_id not in groups:
+        return
+    wanted = groups[reservation_id]
+    if not wanted:
+        return  # a reservation in no placement group also serves instances in one
+    if ref.state == "external" and ref.literal == wanted:
+        return
+    where = f"placement group '{named}'" if named else "no placement group" if ref.state == "none" else \
+        "a placement group not known yet"
+    report(f"{cap.label} targets capacity reservation {reservation_id}, created in cluster placement group "
+           f"'{wanted}', but launch template '{template.name}' uses {where}. Such a reservation serves only "
+           f"instances launched into its own group. Fix: set gpuNodes.capacity.placementGroup to '{wanted}'.",
+           template.urn)
+
+
 def _check(args: StackValidationArgs, report: ReportViolation) -> None:
-    known = {str(k): str(v) for k, v in (config_with_defaults(args, CONFIG).get("reservationAzs") or {}).items()}
+    config = config_with_defaults(args, CONFIG)
+    known = {str(k): str(v) for k, v in (config.get("reservationAzs") or {}).items()}
+    groups = {str(k): str(v) for k, v in (config.get("reservationPlacementGroups") or {}).items()}
     view = StackView(args.resources)
     for cap in view.capacities():  # every path to GPU capacity the pack knows (node groups, ASGs, instances)
         if cap.launch_template.state != "resolved":
             continue  # no template, or one not in the stack (gpu-references-in-stack judges that)
         template = cap.launch_template.resource
+        _placement_check(view, cap, template, groups, report)
         reservation_id = dig(view.props(template), *RESERVATION_PATH)
         if reservation_id is None:
             continue  # on demand
@@ -75,7 +134,8 @@ def _check(args: StackValidationArgs, report: ReportViolation) -> None:
 
 reservation_in_gpu_az = StackValidationPolicy(
     name="capacity-reservation-in-gpu-az",
-    description="A node group's targeted capacity reservation / Capacity Block is in the AZ of its subnets.",
+    description="A node group's targeted capacity reservation / Capacity Block is in the AZ of its subnets; "
+    "a Capacity Block template names no placement group, an ODCR's template its reservation's group.",
     validate=_check,
     enforcement_level=EnforcementLevel.MANDATORY,
     config_schema=PolicyConfigSchema(properties=CONFIG),

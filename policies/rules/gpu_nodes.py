@@ -25,6 +25,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
+from .capacity import is_capacity_block_template, targets_reservation
 from .common import (
     EC2_INSTANCE,
     GPU_TABLE_SCHEMA,
@@ -195,6 +196,9 @@ def _cluster_placement(view: StackView, table: TypeTable, report: ReportViolatio
     for cap, gpu in gpu_capacities(view, table):
         if cap.builtin_efa or cap.no_efa_reason:
             continue  # pulumi-eks builds its own cluster group; efa-on-gpu-nodes refuses the other
+        if cap.launch_template.state == "resolved" and is_capacity_block_template(
+                view.props(cap.launch_template.resource)):
+            continue  # a Capacity Block needs no placement group (capacity-reservation-in-gpu-az judges it)
         refs = [("the resource's placementGroup", cap.placement)]
         if cap.launch_template.state == "resolved":
             refs.append((f"launch template '{cap.launch_template.resource.name}'",
@@ -451,7 +455,8 @@ def _blind_spots(view: StackView, table: TypeTable, report: ReportViolation) -> 
         if cap.launch_template.state == "resolved":
             lt = cap.launch_template.resource
             pg = view.placement_group(lt)
-            if pg.state == "external":
+            # a reservation's own placement group: capacity-reservation-in-gpu-az judges it
+            if pg.state == "external" and not targets_reservation(view.props(lt)):
                 external.append(f"placement group {pg.literal!r} (of launch template '{lt.name}')")
             _, _, sgs = view.template_security_groups(lt)
             if sgs:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from tools.cli import ROOT, Exit, ToolError, one_line, run
+from tools.gpu_roll import classify_gpu_roll
 from tools.preview import fmt
 from tools.preview.report import Report, VerdictRecord
 from tools.rollout import classify_resources
@@ -139,6 +140,7 @@ class Diff:
     head_report: Optional[Report]
     notes: list[str]
     rollouts: list[tuple[str, Any]] = field(default_factory=list)  # (RayService name, tools.rollout.Rollout)
+    gpu_roll: Optional[Any] = None  # tools.gpu_roll.GpuRoll: what the GPU node group does
 
     @property
     def empty(self) -> bool:
@@ -171,7 +173,18 @@ def compare(stack: str, base: Side, head: Side, notes: Optional[list[str]] = Non
         head.report,
         list(notes or []),
         classify_resources(base.resources, head.resources),
+        classify_gpu_roll(base.resources, head.resources, gpu_node_price(head.report)),
     )
+
+
+def gpu_node_price(report: Optional[Report]) -> Optional[float]:
+    """One GPU node's hourly list price, from the preview's cost lines."""
+    if report is None or report.figures.gpu is None:
+        return None
+    for line in report.figures.cost.lines:
+        if line.item == report.figures.gpu.instance_type:
+            return line.unit_hourly
+    return None
 
 
 # -- rendering -----------------------------------------------------------------------------------
@@ -231,6 +244,8 @@ def render(diff: Diff) -> str:
             "(approximate on-demand list prices)."
         )
     out += [f"**Roll-out:** {rollout.describe()}" for _, rollout in diff.rollouts if rollout.kind != "no change"]
+    if diff.gpu_roll is not None and diff.gpu_roll.kind != "no change":
+        out.append(f"**GPU nodes:** {diff.gpu_roll.describe()}")
     out += ["", "| Figure | Before | After |", "|---|---|---|"]
     for name, before, after in _figure_rows(diff.base_report, diff.head_report):
         mark = "" if before == after else " **(changed)**"

@@ -49,6 +49,7 @@ class Registration:
     id: str = ""
     outputs: dict[str, Any] = field(default_factory=dict)
     ignore_changes: list[str] = field(default_factory=list)  # property paths `pulumi up` leaves alone
+    delete_before_replace: bool = False  # a replacement deletes this resource before creating the new one
 
 
 @dataclass
@@ -287,6 +288,7 @@ def _make_monitor(
                     inputs_struct=struct,
                     id=response.id,
                     ignore_changes=list(request.ignoreChanges),
+                    delete_before_replace=bool(request.deleteBeforeReplace),
                 )
             )
             return response
