@@ -34,7 +34,8 @@ def moto_source() -> tuple[Path, str]:
     try:
         version = metadata.version(MOTO_DATA[0])
     except metadata.PackageNotFoundError:
-        raise ToolError(Exit.USAGE, "moto is not installed: run `make venv-dev` (requirements-dev.txt pins it)") from None
+        raise ToolError(Exit.USAGE, "moto is not installed: run `make venv-dev` (requirements-dev.txt pins it)") \
+            from None
     import moto  # the package's files, not its mocks
 
     return Path(moto.__file__).parent / MOTO_DATA[1], version

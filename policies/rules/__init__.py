@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from . import capacity, gpu_nodes, ray_serving, security
+from . import capacity, gpu_nodes, intake, ray_serving, security
 
 PACK_NAME = "llm-pd-eks-policies"
 
-POLICIES = [*gpu_nodes.POLICIES, *ray_serving.POLICIES, *security.POLICIES, *capacity.POLICIES]
+POLICIES = [*gpu_nodes.POLICIES, *ray_serving.POLICIES, *security.POLICIES, *capacity.POLICIES, *intake.POLICIES]
