@@ -230,7 +230,7 @@ def install() -> None:
     for message, clean in ((analyzer_pb2.AnalyzeRequest, clean_resource),
                            (analyzer_pb2.AnalyzeStackRequest, clean_stack)):
         parse = message.FromString
-        message.FromString = staticmethod(_lenient(parse, clean))  # type: ignore[method-assign]
+        message.FromString = staticmethod(_lenient(parse, clean))
 
     servicer = host._PolicyAnalyzerServicer
     analyze, analyze_stack = servicer.Analyze, servicer.AnalyzeStack
@@ -269,8 +269,8 @@ def install() -> None:
                 response.diagnostics.append(found)
         return response
 
-    servicer.Analyze = lenient_analyze
-    servicer.AnalyzeStack = lenient_analyze_stack
+    servicer.Analyze = lenient_analyze  # type: ignore[method-assign]
+    servicer.AnalyzeStack = lenient_analyze_stack  # type: ignore[method-assign]
 
 
 def _lenient(parse: Callable[[bytes], Any], clean: Callable[[bytes], bytes]) -> Callable[[bytes], Any]:
