@@ -140,7 +140,7 @@ def as_int(value: Any) -> Optional[int]:
         return None
     try:
         return int(float(value))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: "1e999" is float infinity
         return None
 
 
