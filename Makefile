@@ -37,6 +37,7 @@ help:
 	@echo "make placeholders [STACK=dev] [RUNNER=label]   does the stack still carry example values? (deploy refuses it)"
 	@echo "make verify STACK=dev [KUBECONFIG=path] [TIMEOUT=600] [JSON=1]   after pulumi up: EFA, NIXL on LIBFABRIC, P/D, KV bytes"
 	@echo "make size [STACK=dev] [WORKLOAD=workloads/<stack>.yaml] [WRITE=1] [JSON=1]   replicas, nodes, P:D, \$$/Mtok for a workload"
+	@echo "make facts                 regenerate the GPU instance-type table (components/data, policies/data) from EC2 data"
 
 $(STAMP): requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -110,3 +111,9 @@ verify: $(STAMP)
 WORKLOAD ?= workloads/$(STACK).yaml
 size: $(DEV_STAMP)
 	@$(PY) -m tools.size --stack $(STACK) --workload $(WORKLOAD) $(if $(WRITE),--write) $(if $(JSON),--json)
+
+# The EFA GPU instance-type table, from EC2 DescribeInstanceTypes data (moto's capture): writes the
+# program's copy (components/data/) and the policy pack's own (policies/data/).
+.PHONY: facts
+facts: $(DEV_STAMP)
+	@$(PY) -m tools.gen_instance_types

@@ -1,15 +1,49 @@
 """What the program knows about instance types, kept small and explicit.
 
-EFA interface counts come from EC2 DescribeInstanceTypes (`NetworkInfo.EfaInfo.MaximumEfaInterfaces`);
-`make preflight` checks them against the live API so this table cannot silently drift.
-Only types listed here may back the GPU node group: each needs a known EFA count to build
-its launch template (one EFA interface per network card).
+EC2's own facts about each GPU type (GPUs, GPU memory, EFA interfaces, vCPUs, memory, instance
+store, network performance) come from `components/data/gpu_instance_types.json`, generated from EC2
+DescribeInstanceTypes data by `tools/gen_instance_types.py` (`make facts`; the file's `source`
+names the capture); `make preflight` checks them against the live API. Facts EC2 does not state
+(Ray's accelerator name, GPUDirect RDMA, datasheet figures, chart versions) are written here, each
+with its source. Only types listed here may back the GPU node group: each needs those facts too.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
-from typing import Optional
+from pathlib import Path
+from typing import Any, Optional
+
+INSTANCE_TYPES_FILE = Path(__file__).resolve().parent / "data" / "gpu_instance_types.json"
+# Every EFA-capable GPU type EC2 lists, as generated (camelCase keys as in the file).
+EC2_GPU_TYPES: dict[str, dict[str, Any]] = json.loads(INSTANCE_TYPES_FILE.read_text())["instanceTypes"]
+
+
+def _network_gbps(performance: str) -> int:
+    """EC2 `NetworkPerformance` ("100 Gigabit", "4x 100 Gigabit") in Gbit/s."""
+    match = re.fullmatch(r"(?:(\d+)x )?(\d+) Gigabit", performance)
+    if match is None:
+        raise ValueError(f"NetworkPerformance {performance!r} is not 'N Gigabit' or 'Kx N Gigabit'")
+    return int(match.group(1) or 1) * int(match.group(2))
+
+
+def _ec2_facts(name: str) -> dict[str, Any]:
+    """The GpuInstanceType fields EC2 states for `name`, from the generated table."""
+    row = EC2_GPU_TYPES[name]
+    return {
+        "efa_interfaces": row["maximumEfaInterfaces"],
+        "gpus": row["gpus"],
+        "gpu_memory_mib": row["gpuMemoryMiB"],
+        "gpu_memory_gib": round(row["gpuMemoryMiB"] / 1024, 1),
+        "vcpus": row["vcpus"],
+        "gpu_model": row["gpuName"],
+        "network_gbps": _network_gbps(row["networkPerformance"]),
+        "nvme_disks": row["nvmeDisks"],
+        "nvme_disk_gb": row["nvmeDiskGB"],
+        "memory_gib": row["memoryMiB"] // 1024,
+    }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -19,11 +53,12 @@ class GpuInstanceType:
     name: str
     efa_interfaces: int  # = network cards carrying EFA; one interface each
     gpus: int
-    gpu_memory_gib: int  # per GPU
+    gpu_memory_mib: int  # per GPU, as EC2 states it (GpuInfo.Gpus[].MemoryInfo.SizeInMiB)
+    gpu_memory_gib: float  # the same in GiB, one decimal (L40S: 45,776 MiB = 44.7 GiB, not the "48 GB" label)
     vcpus: int
     gpu_model: str
     ray_accelerator_type: str  # as Ray names the GPU: derived from nvml_gpu_name (below), not the SKU
-    network_gbps: int  # aggregate EFA bandwidth of the node
+    network_gbps: int  # aggregate network bandwidth of the node (EC2 NetworkPerformance)
     # Local NVMe instance store (EC2 DescribeInstanceTypes `InstanceStorageInfo.Disks`): nodeadm
     # RAID0s it for kubelet/containerd state, so images and weights land on it, not on EBS.
     nvme_disks: int
@@ -88,19 +123,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
     for t in (
         GpuInstanceType(
             name="g6e.8xlarge",
-            efa_interfaces=1,
-            gpus=1,
-            gpu_memory_gib=48,
-            vcpus=32,
-            gpu_model="L40S",
+            **_ec2_facts("g6e.8xlarge"),
             ray_accelerator_type="L40S",
-            network_gbps=25,
-            nvme_disks=2,
-            nvme_disk_gb=450,
             min_efa_chart_version="v0.5.5",
             nvml_gpu_name="NVIDIA L40S",
             efa_rdma_read=False,
-            memory_gib=256,
             efa_hugepages_2mi_mib=5120,
             peak_bf16_dense_tflops=_L40S_TFLOPS,
             memory_bandwidth_gbytes_s=_L40S_GBYTES_S,
@@ -110,19 +137,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
         ),
         GpuInstanceType(
             name="g6e.12xlarge",
-            efa_interfaces=1,
-            gpus=4,
-            gpu_memory_gib=48,
-            vcpus=48,
-            gpu_model="L40S",
+            **_ec2_facts("g6e.12xlarge"),
             ray_accelerator_type="L40S",
-            network_gbps=100,
-            nvme_disks=2,
-            nvme_disk_gb=1900,
             min_efa_chart_version="v0.5.5",
             nvml_gpu_name="NVIDIA L40S",
             efa_rdma_read=False,
-            memory_gib=384,
             efa_hugepages_2mi_mib=5120,
             peak_bf16_dense_tflops=_L40S_TFLOPS,
             memory_bandwidth_gbytes_s=_L40S_GBYTES_S,
@@ -132,19 +151,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
         ),
         GpuInstanceType(
             name="g6e.24xlarge",
-            efa_interfaces=2,
-            gpus=4,
-            gpu_memory_gib=48,
-            vcpus=96,
-            gpu_model="L40S",
+            **_ec2_facts("g6e.24xlarge"),
             ray_accelerator_type="L40S",
-            network_gbps=200,
-            nvme_disks=2,
-            nvme_disk_gb=1900,
             min_efa_chart_version="v0.5.5",
             nvml_gpu_name="NVIDIA L40S",
             efa_rdma_read=False,
-            memory_gib=768,
             efa_hugepages_2mi_mib=5120,
             peak_bf16_dense_tflops=_L40S_TFLOPS,
             memory_bandwidth_gbytes_s=_L40S_GBYTES_S,
@@ -154,19 +165,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
         ),
         GpuInstanceType(
             name="g6e.48xlarge",
-            efa_interfaces=4,
-            gpus=8,
-            gpu_memory_gib=48,
-            vcpus=192,
-            gpu_model="L40S",
+            **_ec2_facts("g6e.48xlarge"),
             ray_accelerator_type="L40S",
-            network_gbps=400,
-            nvme_disks=4,
-            nvme_disk_gb=1900,
             min_efa_chart_version="v0.5.5",
             nvml_gpu_name="NVIDIA L40S",
             efa_rdma_read=False,
-            memory_gib=1536,
             efa_hugepages_2mi_mib=5120,
             peak_bf16_dense_tflops=_L40S_TFLOPS,
             memory_bandwidth_gbytes_s=_L40S_GBYTES_S,
@@ -176,19 +179,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
         ),
         GpuInstanceType(
             name="g5.48xlarge",
-            efa_interfaces=1,
-            gpus=8,
-            gpu_memory_gib=24,
-            vcpus=192,
-            gpu_model="A10G",
+            **_ec2_facts("g5.48xlarge"),
             ray_accelerator_type="A10G",
-            network_gbps=100,
-            nvme_disks=2,
-            nvme_disk_gb=3800,
             min_efa_chart_version="v0.4.2",
             nvml_gpu_name="NVIDIA A10G",
             efa_rdma_read=False,
-            memory_gib=768,
             efa_hugepages_2mi_mib=5120,
             peak_bf16_dense_tflops=_A10G_TFLOPS,
             memory_bandwidth_gbytes_s=_A10G_GBYTES_S,
@@ -198,19 +193,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
         ),
         GpuInstanceType(
             name="p4d.24xlarge",
-            efa_interfaces=4,
-            gpus=8,
-            gpu_memory_gib=40,
-            vcpus=96,
-            gpu_model="A100",
+            **_ec2_facts("p4d.24xlarge"),
             ray_accelerator_type="A100",
-            network_gbps=400,
-            nvme_disks=8,
-            nvme_disk_gb=1000,
             min_efa_chart_version="v0.4.2",
             nvml_gpu_name="NVIDIA A100-SXM4-40GB",
             efa_rdma_read=True,
-            memory_gib=1152,
             efa_hugepages_2mi_mib=5120,
             peak_bf16_dense_tflops=_A100_TFLOPS,
             memory_bandwidth_gbytes_s=_A100_40G_GBYTES_S,
@@ -220,19 +207,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
         ),
         GpuInstanceType(
             name="p4de.24xlarge",
-            efa_interfaces=4,
-            gpus=8,
-            gpu_memory_gib=80,
-            vcpus=96,
-            gpu_model="A100",
+            **_ec2_facts("p4de.24xlarge"),
             ray_accelerator_type="A100",
-            network_gbps=400,
-            nvme_disks=8,
-            nvme_disk_gb=1000,
             min_efa_chart_version="v0.4.4",
             nvml_gpu_name="NVIDIA A100-SXM4-80GB",
             efa_rdma_read=True,
-            memory_gib=1152,
             efa_hugepages_2mi_mib=5120,
             peak_bf16_dense_tflops=_A100_TFLOPS,
             memory_bandwidth_gbytes_s=_A100_80G_GBYTES_S,
@@ -242,19 +221,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
         ),
         GpuInstanceType(
             name="p5.48xlarge",
-            efa_interfaces=32,
-            gpus=8,
-            gpu_memory_gib=80,
-            vcpus=192,
-            gpu_model="H100",
+            **_ec2_facts("p5.48xlarge"),
             ray_accelerator_type="H100",
-            network_gbps=3200,
-            nvme_disks=8,
-            nvme_disk_gb=3800,
             min_efa_chart_version="v0.4.2",
             nvml_gpu_name="NVIDIA H100 80GB HBM3",
             efa_rdma_read=True,
-            memory_gib=2048,
             efa_hugepages_2mi_mib=5120,
             peak_bf16_dense_tflops=_H100_TFLOPS,
             memory_bandwidth_gbytes_s=_H100_GBYTES_S,
@@ -264,19 +235,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
         ),
         GpuInstanceType(
             name="p5e.48xlarge",
-            efa_interfaces=32,
-            gpus=8,
-            gpu_memory_gib=141,
-            vcpus=192,
-            gpu_model="H200",
+            **_ec2_facts("p5e.48xlarge"),
             ray_accelerator_type="H200",
-            network_gbps=3200,
-            nvme_disks=8,
-            nvme_disk_gb=3800,
             min_efa_chart_version="v0.5.5",
             nvml_gpu_name="NVIDIA H200",
             efa_rdma_read=True,
-            memory_gib=2048,
             efa_hugepages_2mi_mib=5120,
             peak_bf16_dense_tflops=_H200_TFLOPS,
             memory_bandwidth_gbytes_s=_H200_GBYTES_S,
@@ -286,19 +249,11 @@ GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
         ),
         GpuInstanceType(
             name="p5en.48xlarge",
-            efa_interfaces=16,
-            gpus=8,
-            gpu_memory_gib=141,
-            vcpus=192,
-            gpu_model="H200",
+            **_ec2_facts("p5en.48xlarge"),
             ray_accelerator_type="H200",
-            network_gbps=3200,
-            nvme_disks=8,
-            nvme_disk_gb=3800,
             min_efa_chart_version="v0.5.6",
             nvml_gpu_name="NVIDIA H200",
             efa_rdma_read=True,
-            memory_gib=2048,
             efa_hugepages_2mi_mib=5120,
             peak_bf16_dense_tflops=_H200_TFLOPS,
             memory_bandwidth_gbytes_s=_H200_GBYTES_S,

@@ -16,7 +16,7 @@ from google.protobuf import struct_pb2
 from helpers import LAUNCH_TEMPLATE, NODE_GROUP, PLACEMENT_GROUP, RAY_SERVICE, SUBNET
 from pulumi.runtime.proto import analyzer_pb2
 
-from components.catalog import GPU_INSTANCE_TYPES
+from policies.rules.efa_table import EFA_NETWORK_CARDS
 from tools.preview.analyzer import UNKNOWN, PolicyPackServer, Verdict
 
 STACK, PROJECT = "test", "llm-pd-eks"
@@ -99,12 +99,18 @@ def mandatory(verdicts: list[Verdict]) -> list[Verdict]:
 COMPONENT = "llm-pd-eks:index:EfaGpuNodeGroup"
 
 
-def efa_interfaces(count: int, security_group: Any = "sg-efa") -> list[dict[str, Any]]:
-    """One EFA interface per network card: 'efa' (with ENA) on card 0, 'efa-only' on the rest."""
-    return [
+def efa_interfaces(cards: "int | tuple[int, ...]", security_group: Any = "sg-efa") -> list[dict[str, Any]]:
+    """One EFA interface per EFA network card (`cards`: a count, i.e. cards 0..n-1, or the indexes):
+    'efa' (with ENA) on card 0, 'efa-only' on the rest; a type whose card 0 has no EFA (p6-b300)
+    gets a plain ENA interface there."""
+    indexes = tuple(range(cards)) if isinstance(cards, int) else tuple(cards)
+    primary = [] if 0 in indexes else [
+        {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface", "deleteOnTermination": "true",
+         "securityGroups": [security_group]}]
+    return primary + [
         {"networkCardIndex": i, "deviceIndex": 0 if i == 0 else 1, "interfaceType": "efa" if i == 0 else "efa-only",
          "deleteOnTermination": "true", "securityGroups": [security_group]}
-        for i in range(count)
+        for i in indexes
     ]
 
 
@@ -117,7 +123,7 @@ def gpu_stack(
     unknown_ids: bool = False,
 ) -> dict[str, Res]:
     """A compliant GPU node group: private subnet(s) in `azs`, cluster placement group, one EFA
-    interface per card (count from the program's catalog), IMDSv2. With `unknown_ids` every ID,
+    interface per EFA card (cards from the generated EC2 table), IMDSv2. With `unknown_ids` every ID,
     name and the group name are unknown, as on a first preview, and only property dependencies link
     the resources."""
     comp = Res(COMPONENT, "gpu-nodes", {})
@@ -137,7 +143,7 @@ def gpu_stack(
         "gpu-nodes-lt",
         {
             "instanceType": instance_type,
-            "networkInterfaces": efa_interfaces(GPU_INSTANCE_TYPES[instance_type].efa_interfaces,
+            "networkInterfaces": efa_interfaces(EFA_NETWORK_CARDS[instance_type],
                                                 UNKNOWN if unknown_ids else "sg-efa"),
             "metadataOptions": {"httpTokens": "required", "httpEndpoint": "enabled", "httpPutResponseHopLimit": 1},
             "placement": {"groupName": UNKNOWN if unknown_ids else "gpu-nodes-pg-1a2b3c"},

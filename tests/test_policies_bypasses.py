@@ -186,14 +186,14 @@ def _ng_of(instance_type: str) -> Res:
 
 
 def test_gpu_type_missing_from_the_table_fails_closed():
-    found = of(judge([_ng_of("p6-b200.48xlarge")]), REFS)
-    assert len(found) == 1 and "p6-b200.48xlarge" in found[0].message and "extraEfaGpuTypes" in found[0].message
+    found = of(judge([_ng_of("p6e-gb200.36xlarge")]), REFS)
+    assert len(found) == 1 and "p6e-gb200.36xlarge" in found[0].message and "extraEfaGpuTypes" in found[0].message
     assert of(judge([_ng_of("m7i.large")]), REFS) == []
 
 
 def test_table_extension_and_decisions_come_from_policy_config():
-    extended = judge([_ng_of("p6-b200.48xlarge")], {
-        name: {"extraEfaGpuTypes": {"p6-b200.48xlarge": 8}}
+    extended = judge([_ng_of("p6e-gb200.36xlarge")], {
+        name: {"extraEfaGpuTypes": {"p6e-gb200.36xlarge": 8}}
         for name in ("gpu-node-group-single-az", "efa-on-gpu-nodes", "efa-interface-count",
                      "gpu-cluster-placement-group", "gpu-nodes-private", "efa-security-group", REFS)})
     assert of(extended, REFS) == []
@@ -284,7 +284,10 @@ def test_pulumi_eks_self_managed_node_groups_cannot_carry_efa(kind):
         ({"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m7i.large", "c7i.large"]}, False),
         ({"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}, True),  # unrestricted type
         ({"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["c", "m", "r"]}, False),
-        ({"key": "karpenter.k8s.aws/instance-category", "operator": "NotIn", "values": ["p", "g"]}, False),
+        # Karpenter's category is the type's leading letters (aws/karpenter-provider-aws
+        # pkg/providers/instancetype/types.go, instanceTypeScheme): gr6 is "gr", so p and g leave it.
+        ({"key": "karpenter.k8s.aws/instance-category", "operator": "NotIn", "values": ["p", "g"]}, True),
+        ({"key": "karpenter.k8s.aws/instance-category", "operator": "NotIn", "values": ["p", "g", "gr"]}, False),
         ({"key": "karpenter.k8s.aws/instance-category", "operator": "NotIn", "values": ["p"]}, True),  # g6e left
         ({"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "DoesNotExist"}, False),
     ],
@@ -540,10 +543,10 @@ def test_launch_template_availability_zone_counts_for_the_single_az_rule():
 
 def test_karpenter_node_pool_naming_an_unlisted_gpu_type():
     pool = Res("kubernetes:karpenter.sh/v1:NodePool", "new", {"spec": {"template": {"spec": {"requirements": [
-        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["P6-B200.48xlarge"]}]}}}})
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["P6E-GB200.36xlarge"]}]}}}})
     (found,) = of(judge([pool]), REFS)
-    assert "p6-b200.48xlarge" in found.message and "table does not list" in found.message
-    assert of(judge([pool], {REFS: {"nonEfaGpuTypes": ["p6-b200.48xlarge"]}}), REFS) == []
+    assert "p6e-gb200.36xlarge" in found.message and "table does not list" in found.message
+    assert of(judge([pool], {REFS: {"nonEfaGpuTypes": ["p6e-gb200.36xlarge"]}}), REFS) == []
 
 
 def test_gpu_launch_template_no_group_uses_is_judged_on_its_own():

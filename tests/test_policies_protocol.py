@@ -11,10 +11,12 @@ from helpers import LAUNCH_TEMPLATE
 from policy_fixtures import Res, gpu_stack, judge, of, pack
 from pulumi.runtime.proto import analyzer_pb2
 
-from components.catalog import GPU_INSTANCE_TYPES
+from components.catalog import EC2_GPU_TYPES, GPU_INSTANCE_TYPES
 from tools.preview.analyzer import ROOT, PolicyPackServer
 
-CATALOG_EFA = {name: t.efa_interfaces for name, t in GPU_INSTANCE_TYPES.items()}
+# The program's copy of the generated table: every EFA GPU type EC2 lists, not only those the
+# program supports (the pack judges any of them).
+CATALOG_EFA = {name: row["maximumEfaInterfaces"] for name, row in EC2_GPU_TYPES.items()}
 POLICIES_NEEDING_EFA_TABLE = [
     "gpu-node-group-single-az", "efa-on-gpu-nodes", "efa-interface-count", "gpu-cluster-placement-group",
     "gpu-nodes-private", "efa-security-group", "gpu-references-in-stack", "ray-gpu-pods-efa",
@@ -34,7 +36,8 @@ def test_info_announces_every_rule_with_its_level_and_kind():
                    "gpu-references-in-stack", "ray-gpu-pods-efa", "capacity-reservation-in-gpu-az"}
     resource_rules = {"launch-template-imdsv2", "nixl-libfabric-backend",
                       "no-literal-secrets-in-pods", "serve-endpoint-not-internet-facing",
-                      "eks-public-endpoint-restricted", "ray-custom-resources-reach-raylet"}
+                      "eks-public-endpoint-restricted", "ray-custom-resources-reach-raylet",
+                      "resource-decodable"}
     assert set(policies) == stack_rules | resource_rules
     for name, p in policies.items():
         kind = analyzer_pb2.POLICY_TYPE_STACK if name in stack_rules else analyzer_pb2.POLICY_TYPE_RESOURCE
@@ -60,7 +63,8 @@ def test_pack_efa_table_module_agrees_with_the_program_catalog():
 def test_pack_gpu_counts_agree_with_the_program_catalog():
     from policies.rules.efa_table import GPUS_PER_INSTANCE
 
-    assert GPUS_PER_INSTANCE == {name: t.gpus for name, t in GPU_INSTANCE_TYPES.items()}
+    assert GPUS_PER_INSTANCE == {name: row["gpus"] for name, row in EC2_GPU_TYPES.items()}
+    assert {name: t.gpus for name, t in GPU_INSTANCE_TYPES.items()}.items() <= GPUS_PER_INSTANCE.items()
 
 
 def test_readme_policy_config_example_is_accepted_and_covers_every_policy():

@@ -33,7 +33,7 @@ from pulumi_policy.proxy import (
     UNKNOWN_STRING_VALUE,
 )
 
-from .efa_table import EFA_GPU_TYPES, GPUS_PER_INSTANCE
+from .efa_table import EFA_GPU_TYPES, EFA_NETWORK_CARDS, GPUS_PER_INSTANCE
 
 UNKNOWN_SENTINELS = frozenset(
     {
@@ -140,7 +140,7 @@ def as_int(value: Any) -> Optional[int]:
         return None
     try:
         return int(float(value))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: "1e999" is float infinity
         return None
 
 
@@ -236,6 +236,17 @@ class TypeTable:
 
     def efa_of(self, types: Iterable[str]) -> set[str]:
         return {t for t in types if t in self.efa}
+
+    def cards(self, instance_type: str) -> tuple[int, ...]:
+        """The network cards that must each carry one EFA interface: EC2's EFA cards of the type when
+        the configured count is EC2's, else cards 0..count-1."""
+        count = self.efa[instance_type]
+        ec2 = EFA_NETWORK_CARDS.get(instance_type)
+        return ec2 if ec2 is not None and len(ec2) == count else tuple(range(count))
+
+    def strictest(self, types: Iterable[str]) -> str:
+        """Of several EFA GPU types, the one with the most EFA cards (ties: by name, for stable messages)."""
+        return max(sorted(t for t in types if t in self.efa), key=lambda t: self.efa[t])
 
     def unlisted(self, types: Iterable[str]) -> set[str]:
         """Types of a GPU family that neither table names."""

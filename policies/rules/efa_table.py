@@ -1,38 +1,34 @@
-"""The pack's own table of EFA-capable GPU instance types and their EFA interface counts.
+"""The pack's table of EFA-capable GPU instance types, read from the pack's own data file.
 
-The pack must not import the program it judges, so the table is repeated here; a test checks it
-against `components/catalog.py`. Counts are EC2 DescribeInstanceTypes
-`NetworkInfo.EfaInfo.MaximumEfaInterfaces` (one EFA interface per network card). Override or extend
-it per stack through each policy's `efaGpuTypes` config.
+`policies/data/gpu_instance_types.json` is generated from EC2 DescribeInstanceTypes data
+(`tools/gen_instance_types.py`, `make facts`; its `source` names where the data came from). The pack
+must not import the program it judges, so it carries its own copy; a test keeps it byte-equal to the
+program's (`components/data/`) and to what the generator produces. Override or extend the table per
+stack through each policy's `efaGpuTypes` / `extraEfaGpuTypes` config.
 """
 
 from __future__ import annotations
 
-EFA_GPU_TYPES: dict[str, int] = {
-    "g5.48xlarge": 1,
-    "g6e.8xlarge": 1,
-    "g6e.12xlarge": 1,
-    "g6e.24xlarge": 2,
-    "g6e.48xlarge": 4,
-    "p4d.24xlarge": 4,
-    "p4de.24xlarge": 4,
-    "p5.48xlarge": 32,
-    "p5e.48xlarge": 32,
-    "p5en.48xlarge": 16,
+import json
+from pathlib import Path
+from typing import Any
+
+DATA_FILE = Path(__file__).resolve().parent.parent / "data" / "gpu_instance_types.json"
+
+_TABLE: dict[str, dict[str, Any]] = json.loads(DATA_FILE.read_text())["instanceTypes"]
+
+# EFA interfaces per instance (`NetworkInfo.EfaInfo.MaximumEfaInterfaces`): one per EFA network card.
+EFA_GPU_TYPES: dict[str, int] = {name: int(row["maximumEfaInterfaces"]) for name, row in _TABLE.items()}
+
+# The network card indexes that accept an EFA interface (`NetworkCards[].InterfaceTypes` has "efa"):
+# 0..n-1 on most types, 1..16 on p6-b300 (its card 0 is ENA only).
+EFA_NETWORK_CARDS: dict[str, tuple[int, ...]] = {
+    name: tuple(int(c) for c in row["efaNetworkCards"]) for name, row in _TABLE.items()
 }
 
+# GPUs per instance (`GpuInfo.Gpus[].Count`), for the share of a node's EFA devices a pod asking for
+# part of its GPUs must request.
+GPUS_PER_INSTANCE: dict[str, int] = {name: int(row["gpus"]) for name, row in _TABLE.items()}
 
-# GPUs per instance (EC2 DescribeInstanceTypes `GpuInfo.Gpus[].Count`), for the share of a node's EFA
-# devices a pod asking for part of its GPUs must request. A test keeps it equal to the catalog's `gpus`.
-GPUS_PER_INSTANCE: dict[str, int] = {
-    "g5.48xlarge": 8,
-    "g6e.8xlarge": 1,
-    "g6e.12xlarge": 4,
-    "g6e.24xlarge": 4,
-    "g6e.48xlarge": 8,
-    "p4d.24xlarge": 8,
-    "p4de.24xlarge": 8,
-    "p5.48xlarge": 8,
-    "p5e.48xlarge": 8,
-    "p5en.48xlarge": 8,
-}
+# CPU architectures (`ProcessorInfo.SupportedArchitectures`), for Karpenter's kubernetes.io/arch.
+ARCHITECTURES: dict[str, tuple[str, ...]] = {name: tuple(row["architectures"]) for name, row in _TABLE.items()}

@@ -166,21 +166,29 @@ def _efa_count(view: StackView, table: TypeTable, report: ReportViolation) -> No
         if not efa.known or efa.count == 0 or efa.malformed or urn in seen:
             continue  # unknown: skip; none / malformed: efa-on-gpu-nodes reports it
         seen.add(urn)
-        expected = min(table.efa[t] for t in gpu)
-        missing = sorted(set(range(expected)) - set(efa.cards))
+        # Several GPU types (a mixed group, overrides): the one with the most EFA cards sets the bar.
+        strictest = table.strictest(gpu)
+        cards = table.cards(strictest)
+        expected = len(cards)
+        missing = sorted(set(cards) - set(efa.cards))
         doubled = sorted(c for c, n in efa.cards.items() if n > 1)
-        beyond = sorted(c for c in efa.cards if c >= expected)
+        beyond = sorted(set(efa.cards) - set(cards))
         if missing or doubled or beyond:
             problems = [f"cards without EFA: {missing}"] if missing else []
             problems += [f"more than one EFA interface on card(s) {doubled}"] if doubled else []
-            problems += [f"card index(es) {beyond} do not exist on {join(gpu)}"] if beyond else []
+            problems += [f"card index(es) {beyond} carry no EFA on {strictest}"] if beyond else []
+            of_types = strictest if len(gpu) == 1 else f"{strictest} (the strictest of {join(gpu)})"
             report(
                 f"{label} has {efa.count} EFA interface(s) on card(s) "
-                f"{sorted(efa.cards)} but {join(gpu)} has {expected} network card(s) with EFA; "
+                f"{sorted(efa.cards)} but {of_types} has {expected} network card(s) with EFA; "
                 f"{'; '.join(problems)}. KV-cache transfer gets only part of the node's EFA bandwidth. "
-                f"Fix: exactly one EFA interface per network card (networkCardIndex 0..{expected - 1}).",
+                f"Fix: exactly one EFA interface on each of network cards {_cards_text(cards)}.",
                 urn,
             )
+
+
+def _cards_text(cards: tuple[int, ...]) -> str:
+    return f"{cards[0]}..{cards[-1]}" if cards == tuple(range(cards[0], cards[-1] + 1)) else str(list(cards))
 
 
 efa_interface_count = gpu_stack_policy(

@@ -395,7 +395,11 @@ def _gpu_pods_efa(args: StackValidationArgs, report: ReportViolation) -> None:
             uses_gpus = False
             for label, pod in ray_groups(ray.kind, ray.obj):
                 pinned = _pod_instance_type(pod)
-                node_type = pinned or (next(iter(stack_types)) if len(stack_types) == 1 else None)
+                # Unpinned with several GPU types in the stack: the pod may land on any of them, so the
+                # largest EFA share holds.
+                candidates = {pinned} if pinned else stack_types
+                node_type = max(sorted(candidates & set(table.efa)), default=None,
+                                key=lambda t: _efa_share(table, t, requested_gpus(pod, gpu_res)))
                 for container in known_list(dig(pod, "containers")) or []:
                     gpus = requested(container, gpu_res)
                     if not gpus:  # none, or unknown
@@ -410,6 +414,17 @@ def _gpu_pods_efa(args: StackValidationArgs, report: ReportViolation) -> None:
                 _serve_env_overrides(ray, provider, report, resource.urn)
 
 
+def _efa_share(table: TypeTable, node_type: str, gpus: int) -> int:
+    """EFA devices a pod asking for `gpus` of a `node_type` node must request (at least one)."""
+    per_node = table.gpus.get(node_type)
+    return max(1, table.efa[node_type] * gpus // per_node) if per_node else 1
+
+
+def requested_gpus(pod: Any, gpu_res: str) -> int:
+    """The largest GPU request of a pod's containers (0 when none is known)."""
+    return max((requested(c, gpu_res) or 0 for c in known_list(dig(pod, "containers")) or []), default=0)
+
+
 def _container_problems(container: Any, gpus: int, node_type: Optional[str], table: TypeTable,
                         cfg: dict[str, Any], namespace: Any, store: ObjectStore) -> list[str]:
     efa_res, provider = cfg["efaResource"], cfg["fiProvider"]
@@ -418,8 +433,7 @@ def _container_problems(container: Any, gpus: int, node_type: Optional[str], tab
     expected = 1
     why = ""
     if node_type in table.efa and table.gpus.get(node_type):
-        share = table.efa[node_type] * gpus // table.gpus[node_type]
-        expected = max(1, share)
+        expected = _efa_share(table, node_type, gpus)
         why = f" ({gpus} of {node_type}'s {table.gpus[node_type]} GPUs -> {expected} of its {table.efa[node_type]})"
     if efa is not None and efa < expected:
         problems.append(f"request {expected} '{efa_res}' device(s){why}, not {efa}")

@@ -104,11 +104,18 @@ class StackView:
     def __init__(self, resources: list) -> None:
         self.resources = list(resources)
         self._props = {r.urn: plain(r.props) for r in self.resources}
+        # Indexes, so that joining a 10,000-resource stack stays linear (tools/bench_policies.py).
+        self._by_type: dict[str, list] = {}
+        for r in self.resources:
+            self._by_type.setdefault(r.resource_type, []).append(r)
+        self._by_value: dict[tuple[str, str], dict[Any, list]] = {}
 
     def props(self, resource: Any) -> dict:
         return self._props[resource.urn]
 
     def of_type(self, *types: str) -> list:
+        if len(types) == 1:
+            return list(self._by_type.get(types[0], ()))
         return [r for r in self.resources if r.resource_type in types]
 
     def deps(self, resource: Any, key: str, *types: str) -> list:
@@ -123,7 +130,16 @@ class StackView:
     def by_property(self, type_: str, key: str, value: Any) -> list:
         if value is None or is_unknown(value):
             return []
-        return [r for r in self.of_type(type_) if self.props(r).get(key) == value]
+        if not isinstance(value, (str, int, float, bool)):
+            return [r for r in self.of_type(type_) if self.props(r).get(key) == value]
+        index = self._by_value.get((type_, key))
+        if index is None:
+            index = self._by_value[(type_, key)] = {}
+            for r in self.of_type(type_):
+                found = self.props(r).get(key)
+                if isinstance(found, (str, int, float, bool)):
+                    index.setdefault(found, []).append(r)
+        return list(index.get(value, ()))
 
     def ref(self, owner: Any, dep_key: str, type_: str, candidates: list[tuple[str, Any]]) -> Ref:
         """Resolve a reference given as (property of the target, value) pairs, e.g. [("id", "lt-1")]."""
