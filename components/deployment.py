@@ -53,6 +53,8 @@ from components.system_nodes import SystemNodeGroup, SystemNodeGroupArgs, system
 
 # The component's type token: `<package>:index:<class>`, as the provider host names it.
 TYPE = f"{PROJECT}:index:LlmPdEks"
+# The component package's version (provider/__main__.py serves it; `pulumi package add` records it).
+PACKAGE_VERSION = "0.1.0"
 # What the program names its one instance (the stack's top-level resource).
 INSTANCE_NAME = PROJECT
 
@@ -115,7 +117,7 @@ def config_from_args(args: "LlmPdEksArgs | dict[str, Any]") -> StackConfig:
             continue
         else:
             values[_camel(key)] = value
-    if args.get("hf_token") is not None or args.get("hfToken") is not None:  # type: ignore[union-attr]
+    if args.get("hf_token") is not None or args.get("hfToken") is not None:
         values[HF_TOKEN_KEY] = "[secret]"  # its presence is what the gated-model check needs
         secret_keys.append(f"{PROJECT}:{HF_TOKEN_KEY}")
     return validate_stack_config(values, region, secret_keys)
@@ -343,13 +345,13 @@ class LlmPdEks(pulumi.ComponentResource):
             )
 
         self.vpc_id = network.vpc.id
-        self.private_subnet_ids = network.private_subnet_ids
+        self.private_subnet_ids = pulumi.Output.all(*network.private_subnet_ids)
         self.cluster_name = pulumi.Output.from_input(cluster_name)
         self.kubeconfig = cluster.kubeconfig
         self.gpu_availability_zone = pulumi.Output.from_input(config.gpu_nodes.availability_zone)
         self.gpu_instance_type = pulumi.Output.from_input(config.gpu_nodes.instance_type)
-        self.node_group_names = pulumi.Output.from_input(
-            {"system": system_nodes.node_group.node_group_name, "gpu": gpu_nodes.node_group.node_group_name}
+        self.node_group_names = pulumi.Output.all(
+            system=system_nodes.node_group.node_group_name, gpu=gpu_nodes.node_group.node_group_name
         )
         self.endpoint = endpoint  # type: ignore[assignment]
         self.model_id = pulumi.Output.from_input(config.serving.model_id) if config.serving else None  # type: ignore[assignment]
