@@ -74,6 +74,8 @@ class LlmPdEksArgs(TypedDict):
     """CPU nodes for system pods, the operators and the Ray head (config section `systemNodes`)."""
     protect: NotRequired[bool]
     """protect=True on the VPC and the cluster, so `pulumi destroy` must be a deliberate act."""
+    serving_layer: NotRequired[bool]
+    """false: network, cluster, system nodes and add-ons only (CPU, a review stack); no GPU nodes or serving."""
     device_plugins: NotRequired[dict[str, Any]]
     """Chart versions of the NVIDIA and EFA device plugins (config section `devicePlugins`)."""
     kuberay: NotRequired[dict[str, Any]]
@@ -241,6 +243,17 @@ class LlmPdEks(pulumi.ComponentResource):
             opts=child,
         )
 
+        addons = CoreAddons(
+            "core-addons",
+            CoreAddonsArgs(cluster_name=cluster_name, cluster=cluster.eks, system_nodes=system_nodes.node_group,
+                           tags=tags),
+            opts=child,
+        )
+        if not config.serving_layer:  # a review stack: the CPU layers only
+            self._outputs(config, network, cluster, cluster_name, {"system": system_nodes.node_group.node_group_name},
+                          None)
+            return
+
         gpu_nodes = EfaGpuNodeGroup(
             "gpu-nodes",
             EfaGpuNodeGroupArgs(
@@ -255,13 +268,6 @@ class LlmPdEks(pulumi.ComponentResource):
                 tags=tags,
                 autoscaler_tags=autoscaler_tags(cluster_name, gpu_template) if autoscaled else {},
             ),
-            opts=child,
-        )
-
-        addons = CoreAddons(
-            "core-addons",
-            CoreAddonsArgs(cluster_name=cluster_name, cluster=cluster.eks, system_nodes=system_nodes.node_group,
-                           tags=tags),
             opts=child,
         )
 
@@ -344,15 +350,21 @@ class LlmPdEks(pulumi.ComponentResource):
                 opts=child,
             )
 
+        self._outputs(
+            config, network, cluster, cluster_name,
+            {"system": system_nodes.node_group.node_group_name, "gpu": gpu_nodes.node_group.node_group_name},
+            endpoint,
+        )
+
+    def _outputs(self, config: StackConfig, network: Network, cluster: Cluster, cluster_name: str,
+                 node_group_names: dict[str, pulumi.Output[str]], endpoint: Optional[pulumi.Output[Any]]) -> None:
         self.vpc_id = network.vpc.id
         self.private_subnet_ids = pulumi.Output.all(*network.private_subnet_ids)
         self.cluster_name = pulumi.Output.from_input(cluster_name)
         self.kubeconfig = cluster.kubeconfig
         self.gpu_availability_zone = pulumi.Output.from_input(config.gpu_nodes.availability_zone)
         self.gpu_instance_type = pulumi.Output.from_input(config.gpu_nodes.instance_type)
-        self.node_group_names = pulumi.Output.all(
-            system=system_nodes.node_group.node_group_name, gpu=gpu_nodes.node_group.node_group_name
-        )
+        self.node_group_names = pulumi.Output.all(**node_group_names)
         self.endpoint = endpoint  # type: ignore[assignment]
         self.model_id = pulumi.Output.from_input(config.serving.model_id) if config.serving else None  # type: ignore[assignment]
         self.register_outputs({
