@@ -15,12 +15,7 @@ every problem reported together before anything registers.
 """
 
 import json
-from typing import Any, Optional, TypedDict
-
-try:  # Python 3.11+: typing; the analyzer accepts both spellings
-    from typing import NotRequired
-except ImportError:  # pragma: no cover
-    from typing_extensions import NotRequired
+from typing import Any, NotRequired, Optional, TypedDict
 
 import pulumi
 
@@ -94,7 +89,7 @@ class LlmPdEksArgs(TypedDict):
     """Grafana's admin password, as a secret; omitted: the Grafana chart generates one."""
 
 
-# Args keys that are not config sections (the secrets), and the one the config model names differently.
+# Args keys that are not config sections: the secrets.
 SECRET_ARGS = ("hf_token", "grafana_admin_password")
 
 
