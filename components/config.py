@@ -851,6 +851,11 @@ class StackConfig(Strict):
         default=False,
         description="protect=True on the VPC and the cluster, so `pulumi destroy` must be a deliberate act.",
     )
+    serving_layer: bool = Field(
+        default=True,
+        description="false: network, cluster, system nodes and add-ons only (CPU; a review stack): no GPU node "
+        "group, device plugins, KubeRay, RayService or observability; `serving` must then be omitted.",
+    )
     device_plugins: DevicePluginsConfig = Field(
         default=DevicePluginsConfig(),
         description="Chart versions of the NVIDIA and EFA device plugins.",
@@ -881,6 +886,13 @@ class StackConfig(Strict):
         problems = [*self._serving_fit_problems(), *self._version_problems(), *self._rollout_problems()]
         if problems:
             raise ValueError("\n".join(problems))  # one problem a line: reported separately
+        return self
+
+    @model_validator(mode="after")
+    def _serving_layer_off(self) -> "StackConfig":
+        """No serving without the serving layer (a review stack has no GPU nodes to serve on)."""
+        if not self.serving_layer and self.serving is not None:
+            raise ValueError("servingLayer: false, but `serving` is set; omit `serving` (no GPU nodes to serve on)")
         return self
 
     def _serving_fit_problems(self) -> list[str]:

@@ -16,7 +16,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 from graphlib import CycleError, TopologicalSorter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:  # pragma: no cover
     from tools.preview.mockrun import ProgramRun, Registration
@@ -84,16 +84,25 @@ def component_colours(run: "ProgramRun") -> dict[str, str]:
     return {r.name: PALETTE[i % len(PALETTE)] for i, r in enumerate(top_level(run))}
 
 
-def ancestor_map(run: "ProgramRun") -> dict[str, str]:
-    """urn -> urn of its top-level ancestor (itself when top-level)."""
+def ancestor_map(run: "ProgramRun", below: str = "") -> dict[str, str]:
+    """urn -> urn of its top-level ancestor (itself when top-level); with `below`, the ancestor that
+    is a child of the component `below` instead (`below` itself maps to itself)."""
     by_urn = {r.urn: r for r in run.resources}
     result: dict[str, str] = {}
     for r in run.resources:
         cur = r
-        while cur.parent in by_urn:
+        while cur.parent in by_urn and cur.parent != below:
             cur = by_urn[cur.parent]
         result[r.urn] = cur.urn
     return result
+
+
+def package_root(run: "ProgramRun") -> Optional["Registration"]:
+    """The one component the stack holds when it holds nothing else (the program's `LlmPdEks`,
+    components/deployment.py), whose children are the deployment's sections; else None."""
+    urns = {r.urn for r in run.resources}
+    tops = [r for r in run.resources if r.parent not in urns]
+    return tops[0] if len(tops) == 1 and tops[0].urn in parents_with_children(run) else None
 
 
 def provider_urn(r: "Registration") -> str:
@@ -174,10 +183,11 @@ def _mermaid_id(name: str) -> str:
     return re.sub(r"\W", "_", name)
 
 
-def component_edges(run: "ProgramRun") -> list[tuple[str, str]]:
-    """(A, B) between top-level components when something in B depends on something in A."""
+def component_edges(run: "ProgramRun", below: str = "") -> list[tuple[str, str]]:
+    """(A, B) between top-level components (with `below`: children of that component) when
+    something in B depends on something in A."""
     by_urn = {r.urn: r for r in run.resources}
-    top = ancestor_map(run)
+    top = ancestor_map(run, below)
     edges = set()
     for r in run.resources:
         for d in dependency_urns(r):
@@ -189,9 +199,21 @@ def component_edges(run: "ProgramRun") -> list[tuple[str, str]]:
 def component_mermaid(run: "ProgramRun") -> str:
     """A mermaid flowchart of the stack's top-level components and the data flowing between them."""
     lines = ["```mermaid", "flowchart LR"]
-    for r in top_level(run):
-        lines.append(f'  {_mermaid_id(r.name)}["{r.name}<br/>({short_type(r.type)})"]')
-    for a, b in component_edges(run):
+    root = package_root(run)
+    if root is None:
+        for r in top_level(run):
+            lines.append(f'  {_mermaid_id(r.name)}["{r.name}<br/>({short_type(r.type)})"]')
+        edges = component_edges(run)
+    else:  # one package component: its sections, inside it
+        edges = component_edges(run, root.urn)
+        sections = {r.name: r for r in run.resources if r.parent == root.urn}
+        lines.append(f'  subgraph {_mermaid_id("c_" + root.name)}["{root.name} ({short_type(root.type)})"]')
+        for name in _ordered(set(sections), edges):
+            r = sections[name]
+            lines.append(f'    {_mermaid_id(r.name)}["{r.name}<br/>({short_type(r.type)})"]')
+        lines.append("  end")
+        edges = [(a, b) for a, b in edges if a in sections and b in sections]
+    for a, b in edges:
         lines.append(f"  {_mermaid_id(a)} --> {_mermaid_id(b)}")
     lines.append("```")
     return "\n".join(lines) + "\n"

@@ -1,0 +1,19 @@
+"""Entry point of the `llm-pd-eks` component package: serves `LlmPdEks` over the provider protocol.
+
+Run by the Pulumi CLI's Python language host (`python <this folder> <engine address>`); the schema is
+inferred from `components/deployment.py`'s annotations and docstrings by the pulumi SDK's
+`pulumi.provider.experimental` analyzer. The components live one folder up, in this checkout.
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pulumi.provider.experimental import component_provider_host
+
+from components.config import PROJECT
+from components.deployment import PACKAGE_VERSION, LlmPdEks
+
+if __name__ == "__main__":
+    component_provider_host([LlmPdEks], name=PROJECT, version=PACKAGE_VERSION)
