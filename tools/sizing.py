@@ -84,11 +84,11 @@ VLLM_BF16 = EngineConstants(
 # Rows fitted (tools/calibrate/fit.py, on the points not marked held_out) to the engines the published
 # points ran; kept to check the fit method, not used for the stacks (they run vLLM bf16).
 TRTLLM_BF16 = EngineConstants(
-    prefill_mfu=0.45, prefill_step_s=0.0, decode_mbu=0.6, decode_step_s=0.0, tp_efficiency=1.0,
+    prefill_mfu=0.4283, prefill_step_s=0.0002, decode_mbu=0.6759, decode_step_s=0.00201, tp_efficiency=1.0,
     source="fit on NVIDIA NeMo Llama-2-7B TP1 latency points (tests/data/sizing-calibration, source 2)",
 )
 NIM_FP8 = EngineConstants(
-    prefill_mfu=0.45, prefill_step_s=0.0, decode_mbu=0.6, decode_step_s=0.0, tp_efficiency=1.0,
+    prefill_mfu=0.446, prefill_step_s=0.0, decode_mbu=0.5628, decode_step_s=0.0, tp_efficiency=1.0,
     source="fit on NVIDIA NIM Llama-3.3-70B fp8 TP2 points (tests/data/sizing-calibration, source 1)",
 )
 ENGINE_CONSTANTS: dict[tuple[str, str], EngineConstants] = {
