@@ -321,10 +321,26 @@ BAD = [
     ("requestRate: 1\ninputTokens: {mean: 10, sd: 3}\noutputTokens: {mean: 10}\n"
      "slo: {ttftMs: 1, itlMs: 1, percentile: 90}", "inputTokens.sd"),
     ("requestRate: 1\ninputTokens: {mean: 10}\nslo: {ttftMs: 1, itlMs: 1, percentile: 90}", "outputTokens"),
-    ("requestRate: [1\n", "not valid YAML at line"),
+    ("requestRate: [1\n", "line 2"),
     ("- just\n- a list\n", "expected a mapping"),
     ("requestRate: lots\ninputTokens: {mean: 10}\noutputTokens: {mean: 10}\n"
      "slo: {ttftMs: 1, itlMs: 1, percentile: 90}", "requestRate"),
+    # one strict model, like the stack config: no duplicate keys, no coercion, camelCase only
+    ("requestRate: 1\nrequestRate: 9\ninputTokens: {mean: 10}\noutputTokens: {mean: 10}\n"
+     "slo: {ttftMs: 1, itlMs: 1, percentile: 90}", "'requestRate' is defined twice"),
+    ("requestRate: 1\ninputTokens: {mean: 10, mean: 20}\noutputTokens: {mean: 10}\n"
+     "slo: {ttftMs: 1, itlMs: 1, percentile: 90}", "'mean' is defined twice"),
+    ("requestRate: true\ninputTokens: {mean: 10}\noutputTokens: {mean: 10}\n"
+     "slo: {ttftMs: 1, itlMs: 1, percentile: 90}", "requestRate: Input should be a valid number"),
+    ("requestRate: '2'\ninputTokens: {mean: 10}\noutputTokens: {mean: 10}\n"
+     "slo: {ttftMs: 1, itlMs: 1, percentile: 90}", "requestRate"),
+    ("request_rate: 1\ninputTokens: {mean: 10}\noutputTokens: {mean: 10}\n"
+     "slo: {ttftMs: 1, itlMs: 1, percentile: 90}", "request_rate: Extra inputs are not permitted"),
+    ("requestRate: 1\ninputTokens: {mean: 10}\noutputTokens: {mean: 10}\n"
+     "slo: {ttft_ms: 1, itlMs: 1, percentile: 90}", "slo.ttft_ms"),
+    ("base: &b {mean: 10}\nrequestRate: 1\ninputTokens: *b\noutputTokens: {mean: 10}\n"
+     "slo: {ttftMs: 1, itlMs: 1, percentile: 90}", "alias"),
+    ("requestRate: 1\ninputTokens: " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
 ]
 
 
@@ -337,6 +353,15 @@ def test_bad_workload_files_fail_with_one_line_usage(tmp_path, capsys, text, nee
     assert code == Exit.USAGE
     assert needle in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_directory_or_huge_file_as_workload_is_usage(tmp_path, capsys):
+    assert run("size", size_cli.main, ["--stack", "dev", "--workload", str(tmp_path)]) == Exit.USAGE
+    assert "is a directory" in capsys.readouterr().err
+    big = tmp_path / "big.yaml"
+    big.write_text("#" * (200 * 1024))
+    assert run("size", size_cli.main, ["--stack", "dev", "--workload", str(big)]) == Exit.USAGE
+    assert "larger than" in capsys.readouterr().err
 
 
 def test_missing_workload_file_is_usage(tmp_path, capsys):

@@ -172,8 +172,12 @@ def gpu_memory_gib(instance: GpuInstanceType) -> float:
 
 # -- the workload file ---------------------------------------------------------------------------
 class _Strict(BaseModel):
+    """Like the stack config: camelCase keys only (snake_case is an unknown key), no coercion (`true`
+    is not a number), every unknown key an error."""
+
     model_config = ConfigDict(
-        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True, allow_inf_nan=False
+        extra="forbid", alias_generator=to_camel, validate_by_alias=True, validate_by_name=False,
+        frozen=True, allow_inf_nan=False, strict=True,
     )
 
 
@@ -221,7 +225,8 @@ class Workload(_Strict):
 
 
 def _location(loc: tuple[Any, ...]) -> str:
-    return ".".join(to_camel(str(p)) if isinstance(p, str) else str(p) for p in loc) or "(top level)"
+    # validated by alias: a location is the key as written (camelCase, or the unknown key itself)
+    return ".".join(str(p) for p in loc) or "(top level)"
 
 
 def parse_workload(data: Any, source: str = "workload") -> Workload:
@@ -235,22 +240,26 @@ def parse_workload(data: Any, source: str = "workload") -> Workload:
         raise ToolError(Exit.USAGE, one_line(f"{source}: {problems}", 600)) from None
 
 
+MAX_WORKLOAD_BYTES = 64 * 1024  # the example workloads are ~300 bytes
+
+
 def load_workload(path: Path) -> Workload:
+    """Read a workload file with the stack files' reader (tools/stackfile.py: duplicate keys and aliases
+    refused, YAML 1.2 booleans), then the strict model; every failure a one-line ToolError(USAGE)."""
+    from tools.stackfile import parse
+
     path = Path(path)
     try:
+        if path.is_dir():
+            raise ToolError(Exit.USAGE, f"{path}: is a directory, not a workload file")
+        if path.stat().st_size > MAX_WORKLOAD_BYTES:
+            raise ToolError(Exit.USAGE, f"{path}: larger than {MAX_WORKLOAD_BYTES // 1024} KiB; is it a workload file?")
         text = path.read_text()
     except FileNotFoundError:
         raise ToolError(Exit.USAGE, f"{path}: no such workload file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ToolError(Exit.USAGE, one_line(f"{path}: cannot read it ({exc})")) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", exc)
-        raise ToolError(Exit.USAGE, one_line(f"{path}: not valid YAML{where}: {problem}")) from None
-    return parse_workload(data, str(path))
+    return parse_workload(parse(text, str(path)), str(path))
 
 
 # -- the hardware a replica runs on -------------------------------------------------------------------
