@@ -525,6 +525,17 @@ class ReplicaGroupConfig(Strict):
     )
     min_replicas: int = Field(default=1, ge=1, description="Fewest Serve replicas.")
     max_replicas: int = Field(default=1, ge=1, description="Most Serve replicas (autoscaling bound).")
+    # Ray Serve autoscaling_config defaults (docs.ray.io serve/advanced-guides/advanced-autoscaling:
+    # target_ongoing_requests 2 since Ray 2.32, max_ongoing_requests 5, upscale_delay_s 30, downscale_delay_s 600).
+    target_ongoing_requests: float = Field(
+        default=2.0, gt=0,
+        description="Ongoing requests per replica Serve's autoscaler aims for (`make size WRITE=1` derives it).",
+    )
+    max_ongoing_requests: int = Field(
+        default=5, ge=1, description="Most requests a replica takes at once; the rest queue in the proxy.",
+    )
+    upscale_delay_s: float = Field(default=30.0, ge=0, description="Seconds of sustained load before scaling up.")
+    downscale_delay_s: float = Field(default=600.0, ge=0, description="Seconds of low load before scaling down.")
 
     @field_validator("tensor_parallel_size")
     @classmethod

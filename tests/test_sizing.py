@@ -406,6 +406,103 @@ def test_write_updates_bounds_keeps_comments_and_validates(tmp_path, capsys):
     assert config.serving.decode.max_replicas == result.disaggregated.side("decode").replicas
     assert config.gpu_nodes.max_size >= result.disaggregated.nodes
     assert "prefill: {tensorParallelSize: 8" in after  # flow style kept
+    # Serve autoscaling: the target is what a sized replica holds (Little's law), the cap above it
+    decode = result.disaggregated.side("decode")
+    assert config.serving.decode.target_ongoing_requests == math.ceil(decode.concurrency)
+    assert config.serving.decode.max_ongoing_requests > config.serving.decode.target_ongoing_requests
+    assert config.serving.prefill.target_ongoing_requests >= 1
+    assert config.serving.prefill.upscale_delay_s == 30.0 and config.serving.decode.downscale_delay_s == 600.0
+
+
+def test_write_with_json_prints_one_json_document_and_nothing_else(tmp_path, capsys):
+    import json
+
+    root = _checkout(tmp_path)
+    code = run("size", size_cli.main, ["--stack", "prod", "--workload", str(WORKLOADS / "prod.yaml"),
+                                       "--write", "--json", "--root", str(root)])
+    out = capsys.readouterr().out
+    assert code == Exit.OK
+    document = json.loads(out)  # the whole of stdout parses
+    assert document["written"]["decode"]["maxReplicas"] == document["disaggregated"]["sides"][1]["replicas"]
+    assert "targetOngoingRequests" in document["written"]["prefill"]
+
+
+def test_make_size_write_json_stdout_is_pure_json(tmp_path):
+    import json
+
+    root = _checkout(tmp_path)  # a copy: the tool writes the stack file beside its own code
+    for name in ("Makefile", "requirements.txt", "requirements-dev.txt"):
+        shutil.copy(ROOT / name, root / name)
+    for name in ("tools", "components"):
+        shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    proc = subprocess.run(["make", "-s", "size", "STAMP=", f"PY={sys.executable}", "STACK=prod",
+                           f"WORKLOAD={WORKLOADS / 'prod.yaml'}", "WRITE=1", "JSON=1"],
+                          cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["written"]["gpuNodes"]["maxSize"] >= 2
+
+
+# -- the point query ----------------------------------------------------------------------------------
+def _point(*extra: str) -> subprocess.CompletedProcess:
+    args = ["--point", "--model", "meta-llama/Llama-3.3-70B-Instruct", "--instance", "p5.48xlarge", "--tp", "8",
+            "--input", "6000", "--output", "400", "--concurrency", "16", *extra]
+    return subprocess.run([sys.executable, "-m", "tools.size", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_point_query_answers_in_json_with_the_five_figures():
+    import json
+
+    for mode in ("aggregated", "disaggregated"):
+        proc = _point("--mode", mode, "--json")
+        assert proc.returncode == 0, proc.stderr
+        answer = json.loads(proc.stdout)
+        for key in ("ttft_ms", "itl_ms", "e2e_ms", "output_tokens_per_s", "kv_transfer_ms"):
+            assert answer[key] >= 0, key
+        assert answer["e2e_ms"] == pytest.approx(answer["ttft_ms"] + 399 * answer["itl_ms"])
+        # closed loop: Little's law, concurrency = rate x e2e
+        assert answer["output_tokens_per_s"] / 400 * answer["e2e_ms"] / 1e3 == pytest.approx(16, rel=1e-3)
+        assert (answer["kv_transfer_ms"] > 0) == (mode == "disaggregated")
+
+
+def test_point_query_matches_the_model_and_the_kv_band():
+    from tools.sizing import point_query
+
+    answer = point_query(L70, P5, 8, 6000, 400, 1, "disaggregated")
+    replica = Replica(L70, P5, 8)
+    band = kv_band(L70, 6000, 2, P5, tp=8)
+    assert answer.kv_transfer_ms == pytest.approx(band.planning_seconds * 1e3)
+    # one client: TTFT = prefill + handoff + the decode replica's first step, plus the (Poisson) queue
+    # the model puts in front of prefill, small at this load
+    first = replica.decode_step_seconds(answer.output_tokens_per_s * answer.itl_ms / 1e3, 6200)
+    alone = (replica.prefill_seconds(6000) + band.planning_seconds + first) * 1e3
+    assert alone <= answer.ttft_ms <= alone * 1.05
+    more = point_query(L70, P5, 8, 6000, 400, 32, "disaggregated")
+    assert more.itl_ms > answer.itl_ms and more.output_tokens_per_s > answer.output_tokens_per_s
+
+
+POINT_BAD = [
+    (["--point"], "--point needs --model"),
+    (["--point", "--model", "nope/x", "--instance", "p5.48xlarge", "--tp", "8", "--input", "1", "--output", "1",
+      "--concurrency", "1"], "not a model this project knows"),
+    (["--point", "--model", "meta-llama/Llama-3.3-70B-Instruct", "--instance", "m7i.xlarge", "--tp", "8",
+      "--input", "1", "--output", "1", "--concurrency", "1"], "choose one of"),
+    (["--point", "--model", "meta-llama/Llama-3.3-70B-Instruct", "--instance", "p5.48xlarge", "--tp", "1",
+      "--input", "1", "--output", "1", "--concurrency", "1"], "runs at TP 2, 4, 8"),
+    (["--point", "--tp", "three"], "not a whole number"),
+    (["--point", "--tp", "0"], "must be at least 1"),
+    (["--point", "--mode", "sideways"], "invalid choice"),
+    (["--stack", "prod"], "--stack and --workload are required"),
+    (["--bogus"], "unrecognized arguments"),
+]
+
+
+@pytest.mark.parametrize("argv,needle", POINT_BAD, ids=[b[1] for b in POINT_BAD])
+def test_point_query_bad_arguments_are_one_line_exit_2(capsys, argv, needle):
+    code = run("size", size_cli.main, argv)
+    err = capsys.readouterr().err
+    assert code == Exit.USAGE and needle in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
 def test_write_refuses_when_the_disaggregated_layout_cannot_meet_the_objectives(tmp_path, capsys):

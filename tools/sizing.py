@@ -525,6 +525,9 @@ class Side:
     ttft_ms: Optional[float] = None
     itl_ms: Optional[float] = None
     batch: Optional[float] = None  # sequences a decode(-capable) replica holds on average
+    # requests a replica holds on average at the sized load (Little's law): what Serve's
+    # target_ongoing_requests counts (`make size WRITE=1` writes it)
+    concurrency: Optional[float] = None
 
     @property
     def nodes(self) -> int:
@@ -606,7 +609,7 @@ def size_decode(replica: Replica, workload: Workload) -> Side:
         batch = _decode_fixed_point(replica, tokens_s / replicas, context)
         if batch <= cap and replica.decode_step_seconds(batch, context) <= slo:
             itl = replica.decode_step_seconds(batch, context)
-            return Side("decode", replica.tp, replicas, per_node, itl_ms=itl * 1e3, batch=batch)
+            return Side("decode", replica.tp, replicas, per_node, itl_ms=itl * 1e3, batch=batch, concurrency=batch)
     raise _Infeasible(f"decode: more than {MAX_REPLICAS} replicas needed")
 
 
@@ -632,9 +635,12 @@ def size_prefill(replica: Replica, workload: Workload, transfer_s_per_token: flo
             f"above the {workload.slo.ttft_ms:g} ms TTFT objective at any replica count"
         )
     for replicas in range(1, MAX_REPLICAS + 1):
-        wait = mg1_wait_quantile(workload.request_rate / replicas, mean_s, second_s, p)
+        rate = workload.request_rate / replicas
+        wait = mg1_wait_quantile(rate, mean_s, second_s, p)
         if wait + own <= slo:
-            return Side("prefill", replica.tp, replicas, per_node, ttft_ms=(wait + own) * 1e3)
+            mean_wait = rate * second_s / (2 * (1 - rate * mean_s))  # Pollaczek-Khinchine
+            return Side("prefill", replica.tp, replicas, per_node, ttft_ms=(wait + own) * 1e3,
+                        concurrency=rate * (mean_wait + mean_s))
     raise _Infeasible(f"prefill: more than {MAX_REPLICAS} replicas needed")
 
 
@@ -702,7 +708,7 @@ def size_aggregated(replica: Replica, workload: Workload) -> Side:
             continue
         if load.itl_tail_s * 1e3 <= workload.slo.itl_ms and load.ttft_tail_s * 1e3 <= workload.slo.ttft_ms:
             return Side("aggregated", replica.tp, replicas, per_node, ttft_ms=load.ttft_tail_s * 1e3,
-                        itl_ms=load.itl_tail_s * 1e3, batch=load.batch)
+                        itl_ms=load.itl_tail_s * 1e3, batch=load.batch, concurrency=load.batch)
     chunk = vllm_step_budget(replica.instance)[0]
     chunk_s = replica.prefill_seconds(min(chunk, workload.input_tokens.quantile(workload.slo.percentile / 100)))
     raise _Infeasible(
@@ -880,3 +886,74 @@ def size(stack: str, config: StackConfig, workload: Workload) -> Sizing:
     placement = search_placement(model, instance, dtype, workload, tp1_per_token)
     return Sizing(stack, model.model_id, instance.name, config.region, workload, band,
                   _priced(dis, price, out), _priced(agg, price, out), price, placement)
+
+
+# -- the point query: one question to the model ---------------------------------------------------------
+@dataclass(frozen=True)
+class PointAnswer:
+    """Mean latencies of `concurrency` closed-loop clients (each sends its next request when the last
+    ends, as `vllm bench serve --max-concurrency` does) on one replica (aggregated) or one prefill plus
+    one decode replica (disaggregated)."""
+
+    mode: str
+    ttft_ms: float
+    itl_ms: float
+    e2e_ms: float
+    output_tokens_per_s: float  # per replica (disaggregated: per prefill + decode pair)
+    kv_transfer_ms: float
+    request_rate: float  # the arrival rate the closed loop settles at
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _settle(cycle: Callable[[float], Optional[tuple[float, float, float]]], concurrency: float,
+            output: int) -> tuple[float, tuple[float, float, float]]:
+    """The arrival rate where rate x (TTFT + (output - 1) x ITL) = concurrency (bisection, bounded)."""
+    lo, hi = 1e-9, 1e4
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        got = cycle(mid)
+        if got is None or mid * (got[0] + (output - 1) * got[1]) > concurrency:
+            hi = mid
+        else:
+            lo = mid
+    got = cycle(lo)
+    if got is None:
+        raise ToolError(Exit.FAILED, "the replica cannot keep up with even one request at a time")
+    return lo, got
+
+
+def point_query(model: ModelSpec, instance: GpuInstanceType, tp: int, input_tokens: int, output_tokens: int,
+                concurrency: int, mode: str = "aggregated", kv_dtype_bytes: int = 2,
+                constants: Optional[EngineConstants] = None,
+                kv_efficiency: Optional[float] = None) -> PointAnswer:
+    """What the model says one layout does at one load (the point query of `python -m tools.size --point`)."""
+    replica = Replica(model, instance, tp, kv_dtype_bytes, constants=constants or VLLM_BF16)
+    workload = parse_workload({"requestRate": 1.0, "inputTokens": {"mean": float(input_tokens)},
+                               "outputTokens": {"mean": float(output_tokens)},
+                               "slo": {"ttftMs": 1.0, "itlMs": 1.0, "percentile": 90.0}})
+    context = input_tokens + output_tokens / 2
+    if mode == "aggregated":
+        def cycle(rate: float) -> Optional[tuple[float, float, float]]:
+            load = aggregated_load(replica, workload, rate)
+            return None if load is None else (load.ttft_mean_s, load.itl_mean_s, 0.0)
+    elif mode == "disaggregated":
+        band = kv_band(model, input_tokens, kv_dtype_bytes, instance, tp, kv_efficiency)
+        service = replica.prefill_seconds(input_tokens)
+        cap = _batch_cap(replica, workload)
+
+        def cycle(rate: float) -> Optional[tuple[float, float, float]]:
+            if rate * service >= 1:
+                return None
+            wait = rate * service * service / (2 * (1 - rate * service))  # M/D/1: one prompt length
+            batch = _decode_fixed_point(replica, rate * output_tokens, context)
+            if batch > cap:
+                return None
+            step = replica.decode_step_seconds(batch, context)
+            return wait + service + band.planning_seconds + step, step, band.planning_seconds
+    else:
+        raise ToolError(Exit.USAGE, f"--mode {mode!r}: expected aggregated or disaggregated")
+    rate, (ttft, itl, kv) = _settle(cycle, concurrency, output_tokens)
+    return PointAnswer(mode, ttft * 1e3, itl * 1e3, (ttft + (output_tokens - 1) * itl) * 1e3,
+                       rate * output_tokens, kv * 1e3, rate)
