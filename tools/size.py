@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Optional
 
 from tools.cli import ROOT, Exit, ToolError, exit_with, one_line
-from tools.sizing import Plan, Sizing, band_text, load_workload, size
+from tools.sizing import COST_BASIS, Plan, Sizing, band_text, load_workload, size
 
 PROG = "size"
 
@@ -88,6 +88,17 @@ def placement_lines(result: Sizing) -> list[str]:
     return lines
 
 
+def constants_line(result: Sizing) -> str:
+    """Which efficiency constants the answer rests on: the calibration file, or the default row."""
+    c = result.constants
+    if c is None:
+        return ""
+    where = f"{result.calibration} (make calibrate)" if result.calibration else c.source
+    return (f"constants: prefill MFU {c.prefill_mfu:.3f} + {c.prefill_step_s * 1e3:.1f} ms a forward, decode MBU "
+            f"{c.decode_mbu:.3f} + {c.decode_step_s * 1e3:.1f} ms a step, TP efficiency {c.tp_efficiency:.2f} "
+            f"a doubling, from {where}")
+
+
 def render_text(result: Sizing) -> str:
     w = result.workload
     lines = [
@@ -104,6 +115,9 @@ def render_text(result: Sizing) -> str:
         "",
         f"verdict: {result.verdict()}",
         *placement_lines(result),
+        f"cost: {COST_BASIS}; per million input + output tokens: disaggregated "
+        f"{_money(result.disaggregated.usd_per_mtok_total)}, aggregated {_money(result.aggregated.usd_per_mtok_total)}",
+        constants_line(result),
         "",
         f"KV transfer at the p{w.slo.percentile:g} prompt (sizing plans on {result.band.planning_basis}):",
         *(f"  {line}" for line in band_lines(result.band)),
@@ -217,9 +231,11 @@ def point_main(args: argparse.Namespace) -> int:
     if missing:
         raise ToolError(Exit.USAGE, f"--point needs {', '.join(missing)}")
     if args.model not in MODELS:
-        raise ToolError(Exit.USAGE, f"--model {args.model!r}: not a model this project knows; one of {', '.join(MODELS)}")
+        raise ToolError(Exit.USAGE,
+                        f"--model {args.model!r}: not a model this project knows; one of {', '.join(MODELS)}")
     if args.instance not in GPU_INSTANCE_TYPES:
-        raise ToolError(Exit.USAGE, f"--instance {args.instance!r}: choose one of {', '.join(sorted(GPU_INSTANCE_TYPES))}")
+        raise ToolError(Exit.USAGE,
+                        f"--instance {args.instance!r}: choose one of {', '.join(sorted(GPU_INSTANCE_TYPES))}")
     model, instance = MODELS[args.model], GPU_INSTANCE_TYPES[args.instance]
     options = tp_options(model, instance)
     if args.tp not in options:
@@ -266,7 +282,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         raise ToolError(Exit.USAGE, str(error)) from None
     except ConfigError as error:
         raise ToolError(Exit.USAGE, one_line(f"Pulumi.{args.stack}.yaml: {'; '.join(error.problems)}")) from None
-    result = size(args.stack, config, workload)
+    result = size(args.stack, config, workload, args.root)
     # write first, print once: with --json stdout is one JSON document and nothing else
     values = write_stack(args.stack, result, config, args.root)[1] if args.write else None
     if args.json:

@@ -32,7 +32,6 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any, Callable, Optional
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
@@ -41,6 +40,7 @@ from components.config import GPU_MEMORY_BUDGET, StackConfig
 from components.models import ModelSpec
 from components.prices import PRICES_FILE
 from tools.cli import Exit, ToolError, one_line
+
 
 # -- efficiency constants per GPU, dtype and engine ------------------------------------------------------
 @dataclass(frozen=True)
@@ -319,11 +319,10 @@ class Replica:
         return c, one - b, b
 
     def decode_step_seconds(self, batch: float, context: float) -> float:
-        """One decode step for `batch` sequences of `context` tokens each: intercept + the slower of memory and compute."""
+        """One decode step for `batch` sequences of `context` tokens: intercept + the slower of memory and compute."""
         tp_factor = self.constants.tp_factor(self.tp)
-        memory = (decode_weight_bytes(self.model, self.weight_dtype_bytes) + batch * context * self.kv_bytes_per_token) / (
-            self.memory_bandwidth * self._mbu * tp_factor
-        )
+        streamed = decode_weight_bytes(self.model, self.weight_dtype_bytes) + batch * context * self.kv_bytes_per_token
+        memory = streamed / (self.memory_bandwidth * self._mbu * tp_factor)
         compute = self.model.forward_flops(1, context) * batch / (self.peak_flops * self._mfu * tp_factor)
         return self.constants.decode_step_s + max(memory, compute)
 
@@ -548,6 +547,7 @@ class Plan:
     reason: str = ""
     hourly: Optional[float] = None
     usd_per_mtok: Optional[float] = None
+    usd_per_mtok_total: Optional[float] = None  # per million input + output tokens
 
     @property
     def nodes(self) -> int:
@@ -564,6 +564,7 @@ class Plan:
         return {
             "mode": self.mode, "feasible": self.feasible, "reason": self.reason, "nodes": self.nodes,
             "gpus": self.gpus, "hourly": self.hourly, "usd_per_mtok": self.usd_per_mtok,
+            "usd_per_mtok_total": self.usd_per_mtok_total,
             "sides": [{**asdict(s), "nodes": s.nodes, "gpus": s.gpus} for s in self.sides],
         }
 
@@ -729,7 +730,18 @@ def hourly_price(region: str, instance_type: str, path: Path = PRICES_FILE) -> O
 
 
 def usd_per_million_output_tokens(hourly: float, output_tokens_s: float) -> float:
+    """$ per million OUTPUT tokens: the whole GPU nodes' on-demand list price per hour, over the output
+    tokens/s the workload demands (not the peak the nodes could do)."""
     return hourly / (output_tokens_s * 3600) * 1e6
+
+
+def usd_per_million_total_tokens(hourly: float, total_tokens_s: float) -> float:
+    """The same price over input + output tokens/s (how most API price lists count)."""
+    return hourly / (total_tokens_s * 3600) * 1e6
+
+
+COST_BASIS = ("whole GPU nodes at the on-demand list price, as many as the workload's demand needs; "
+              "$/Mtok counts output tokens unless it says input + output")
 
 
 # -- the whole answer -----------------------------------------------------------------------------------
@@ -745,10 +757,21 @@ class Sizing:
     aggregated: Plan
     price_hourly: Optional[float]
     placement: Optional[Placement] = None  # the cheapest TP per side, as advice (not written)
+    constants: Optional[EngineConstants] = None  # the efficiency row the answer rests on
+    calibration: Optional[str] = None  # calibration/<stack>.yaml when it supplied the constants
 
     @property
     def output_tokens_s(self) -> float:
         return self.workload.request_rate * self.workload.output_tokens.mean
+
+    @property
+    def total_tokens_s(self) -> float:
+        return self.workload.request_rate * (self.workload.input_tokens.mean + self.workload.output_tokens.mean)
+
+    def recommended(self) -> Optional[Plan]:
+        """The layout the verdict recommends: the feasible plan on fewer nodes (a draw: disaggregated)."""
+        feasible = [p for p in (self.disaggregated, self.aggregated) if p.feasible]
+        return min(feasible, key=lambda p: (p.nodes, p.mode != "disaggregated")) if feasible else None
 
     @property
     def pd_ratio(self) -> Optional[str]:
@@ -782,15 +805,20 @@ class Sizing:
             "region": self.region, "workload": self.workload.model_dump(by_alias=True),
             "kv_band": self.band.as_dict(), "disaggregated": self.disaggregated.as_dict(),
             "aggregated": self.aggregated.as_dict(), "pd_ratio": self.pd_ratio,
-            "output_tokens_s": self.output_tokens_s, "price_hourly": self.price_hourly, "verdict": self.verdict(),
+            "output_tokens_s": self.output_tokens_s, "total_tokens_s": self.total_tokens_s,
+            "price_hourly": self.price_hourly, "verdict": self.verdict(),
+            "recommended": None if self.recommended() is None else self.recommended().mode,  # type: ignore[union-attr]
+            "cost_basis": COST_BASIS, "constants": asdict(self.constants) if self.constants else None,
+            "calibration": self.calibration,
             "placement": None if self.placement is None else asdict(self.placement),
         }
 
 
-def _priced(plan: Plan, price: Optional[float], output_tokens_s: float) -> Plan:
+def _priced(plan: Plan, price: Optional[float], output_tokens_s: float, total_tokens_s: float) -> Plan:
     if plan.feasible and price is not None:
         plan.hourly = plan.nodes * price
         plan.usd_per_mtok = usd_per_million_output_tokens(plan.hourly, output_tokens_s)
+        plan.usd_per_mtok_total = usd_per_million_total_tokens(plan.hourly, total_tokens_s)
     return plan
 
 
@@ -819,12 +847,12 @@ class Placement:
 
 
 def search_placement(model: ModelSpec, instance: GpuInstanceType, kv_dtype_bytes: int, workload: Workload,
-                     transfer_s_per_token: float) -> Placement:
+                     transfer_s_per_token: float, constants: EngineConstants = VLLM_BF16) -> Placement:
     """For each side (and aggregated), the TP that needs the fewest nodes, then the fewest GPUs.
 
     Decode first: its step time is part of every TTFT (the first token comes from the decode replica).
     """
-    replicas = [Replica(model, instance, tp, kv_dtype_bytes) for tp in tp_options(model, instance)]
+    replicas = [Replica(model, instance, tp, kv_dtype_bytes, constants=constants) for tp in tp_options(model, instance)]
 
     def best(sizer: Callable[[Replica], Side]) -> Optional[Side]:
         sides = []
@@ -844,8 +872,77 @@ def search_placement(model: ModelSpec, instance: GpuInstanceType, kv_dtype_bytes
     return Placement(prefill, decode, best(lambda r: size_aggregated(r, workload)))
 
 
-def size(stack: str, config: StackConfig, workload: Workload) -> Sizing:
-    """Size `workload` for the stack's model, GPU type and tensor-parallel layout."""
+# -- calibration/<stack>.yaml: constants measured on the stack's own GPUs (`make calibrate`) ---------------
+class CalibratedConstants(_Strict):
+    """The fitted efficiency row (tools/calibrate/fit.py) as the calibration file stores it."""
+
+    prefill_mfu: float = Field(gt=0, le=1, description="Fraction of dense peak a prefill reaches.")
+    prefill_step_s: float = Field(ge=0, description="Per-forward intercept of a prefill, seconds.")
+    decode_mbu: float = Field(gt=0, le=1, description="Fraction of memory bandwidth a decode step reaches.")
+    decode_step_s: float = Field(ge=0, description="Per-step intercept of a decode step, seconds.")
+    tp_efficiency: float = Field(gt=0, le=1, description="What each doubling of TP keeps.")
+
+
+class Calibration(_Strict):
+    """What `make calibrate STACK=...` measured and fitted; `make size` and the preview use it."""
+
+    stack: str = Field(description="The stack it was measured on.")
+    measured_at: str = Field(description="UTC time of the run (ISO 8601).")
+    model_id: str = Field(description="The model served during the run.")
+    instance_type: str = Field(description="The GPU instance type of the run.")
+    tensor_parallel_size: int = Field(ge=1, description="TP of the replicas benchmarked.")
+    constants: CalibratedConstants = Field(description="The fitted efficiency row.")
+    kv_efficiency: Optional[float] = Field(
+        default=None, gt=0, le=1,
+        description="nixlbench over LIBFABRIC, per EFA interface, as a fraction of line rate; None if not measured.",
+    )
+    points: int = Field(ge=1, description="Benchmark points the fit used.")
+    source: str = Field(description="The commands that produced it.")
+
+    def engine_constants(self) -> EngineConstants:
+        c = self.constants
+        return EngineConstants(c.prefill_mfu, c.prefill_step_s, c.decode_mbu, c.decode_step_s, c.tp_efficiency,
+                               f"calibration/{self.stack}.yaml ({self.measured_at}, {self.points} points)")
+
+
+def calibration_path(stack: str, root: Path) -> Path:
+    return Path(root) / "calibration" / f"{stack}.yaml"
+
+
+def load_calibration(stack: str, root: Path, config: StackConfig) -> Optional[Calibration]:
+    """calibration/<stack>.yaml if present (read like a stack file, strict); USAGE if it does not fit the stack."""
+    from tools.stackfile import parse
+
+    path = calibration_path(stack, root)
+    if not path.is_file():
+        return None
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ToolError(Exit.USAGE, one_line(f"{path}: cannot read it ({exc})")) from None
+    data = parse(text, str(path))
+    try:
+        found = Calibration.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{_location(e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise ToolError(Exit.USAGE, one_line(f"{path}: {problems}; re-run make calibrate STACK={stack}", 600)) from None
+    serving = config.serving
+    if serving is not None and (found.model_id != serving.model_id
+                                or found.instance_type != config.gpu_nodes.instance_type):
+        raise ToolError(Exit.USAGE, f"{path}: measured {found.model_id} on {found.instance_type}, the stack now runs "
+                                    f"{serving.model_id} on {config.gpu_nodes.instance_type}; re-run make calibrate "
+                                    f"STACK={stack} or delete the file")
+    return found
+
+
+def size(stack: str, config: StackConfig, workload: Workload, root: Optional[Path] = None) -> Sizing:
+    """Size `workload` for the stack's model, GPU type and tensor-parallel layout.
+
+    The efficiency constants are calibration/<stack>.yaml's when `make calibrate` wrote one (under
+    `root`, the checkout by default), else the vLLM bf16 row.
+    """
+    from tools.cli import ROOT
+
     if config.serving is None:
         raise ToolError(Exit.USAGE, f"Pulumi.{stack}.yaml has no serving section: there is no model to size for")
     from components.models import MODELS
@@ -862,11 +959,15 @@ def size(stack: str, config: StackConfig, workload: Workload) -> Sizing:
             f"workload: a p{workload.slo.percentile:g} request ({longest:,.0f} tokens in + out) exceeds the stack's "
             f"maxModelLen ({serving.max_model_len:,}); vLLM would refuse it",
         )
+    found = load_calibration(stack, root if root is not None else ROOT, config)
+    constants = found.engine_constants() if found is not None else VLLM_BF16
+    kv_efficiency = found.kv_efficiency if found is not None else None
+    calibration = str(calibration_path(stack, Path("."))) if found is not None else None
     dtype = serving.kv_cache_dtype_bytes
-    prefill = Replica(model, instance, serving.prefill.tensor_parallel_size, dtype)
-    decode = Replica(model, instance, serving.decode.tensor_parallel_size, dtype)
+    prefill = Replica(model, instance, serving.prefill.tensor_parallel_size, dtype, constants=constants)
+    decode = Replica(model, instance, serving.decode.tensor_parallel_size, dtype, constants=constants)
     band = kv_band(model, round(workload.input_tokens.quantile(workload.slo.percentile / 100)), dtype, instance,
-                   serving.prefill.tensor_parallel_size)
+                   serving.prefill.tensor_parallel_size, kv_efficiency)
     per_token = band.seconds_per_token()
     dis = Plan("disaggregated")
     try:
@@ -882,10 +983,12 @@ def size(stack: str, config: StackConfig, workload: Workload) -> Sizing:
         agg.feasible, agg.reason = False, str(exc)
     price = hourly_price(config.region, instance.name)
     out = workload.request_rate * workload.output_tokens.mean
-    tp1_per_token = kv_band(model, band.tokens, dtype, instance, 1).seconds_per_token()
-    placement = search_placement(model, instance, dtype, workload, tp1_per_token)
+    tp1_per_token = kv_band(model, band.tokens, dtype, instance, 1, kv_efficiency).seconds_per_token()
+    placement = search_placement(model, instance, dtype, workload, tp1_per_token, constants)
+    total = workload.request_rate * (workload.input_tokens.mean + workload.output_tokens.mean)
     return Sizing(stack, model.model_id, instance.name, config.region, workload, band,
-                  _priced(dis, price, out), _priced(agg, price, out), price, placement)
+                  _priced(dis, price, out, total), _priced(agg, price, out, total), price, placement,
+                  constants, calibration)
 
 
 # -- the point query: one question to the model ---------------------------------------------------------

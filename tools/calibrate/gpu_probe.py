@@ -31,8 +31,8 @@ import subprocess
 import time
 from typing import Any, Callable
 
-import torch
-import torch.nn.functional as F
+import torch  # type: ignore[import-not-found]  # present on the GPU machine only
+import torch.nn.functional as F  # type: ignore[import-not-found]
 
 # Llama-3.1 shapes: hidden, intermediate, query heads, KV heads, head dim, layers
 # (meta-llama/Llama-3.1-8B-Instruct and -70B-Instruct config.json).
@@ -82,7 +82,7 @@ def probe_gemm() -> list[dict[str, Any]]:
         for tokens in TOKENS:
             x_in = {i: torch.randn(tokens, i, device="cuda", dtype=DTYPE) for _, i, _ in shapes}
 
-            def layer() -> None:
+            def layer(shapes: Any = shapes, weights: Any = weights, x_in: Any = x_in) -> None:
                 for (_, i, _), w in zip(shapes, weights):
                     F.linear(x_in[i], w)
 
@@ -97,13 +97,16 @@ def probe_gemm() -> list[dict[str, Any]]:
 def probe_attention() -> list[dict[str, Any]]:
     rows = []
     for model, tp in LAYOUTS:
-        _, _, nq, nkv, hd, _ = MODELS[model]
+        _, _, nq, _, hd, _ = MODELS[model]
         heads = nq // tp
         for seq in [1024, 4096, 8192]:
             q = torch.randn(1, heads, seq, hd, device="cuda", dtype=DTYPE)
             k = torch.randn(1, heads, seq, hd, device="cuda", dtype=DTYPE)
             v = torch.randn(1, heads, seq, hd, device="cuda", dtype=DTYPE)
-            secs = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+            def causal(q: Any = q, k: Any = k, v: Any = v) -> Any:
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+            secs = timed(causal)
             # Causal: QK^T and PV each 2*s*s*d per head, halved by the mask.
             flops = 2 * 2 * seq * seq * hd * heads / 2
             rows.append({"model": model, "tp": tp, "seq": seq, "layer_s": secs,
@@ -122,7 +125,7 @@ def probe_decode_weights() -> list[dict[str, Any]]:
         for batch in [1, 8, 32, 64]:
             xs = {i: torch.randn(batch, i, device="cuda", dtype=DTYPE) for _, i, _ in shapes}
 
-            def step() -> None:
+            def step(weights: Any = weights, shapes: Any = shapes, xs: Any = xs) -> None:
                 for lw in weights:
                     for (_, i, _), w in zip(shapes, lw):
                         F.linear(xs[i], w)
@@ -147,7 +150,10 @@ def probe_decode_attention() -> list[dict[str, Any]]:
             rep = heads // kv_heads
             kk, vv = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
             # GQA expanded up front; the bytes counted are those the kernel reads (expanded).
-            secs = timed(lambda: F.scaled_dot_product_attention(q, kk, vv))
+            def one_token(q: Any = q, kk: Any = kk, vv: Any = vv) -> Any:
+                return F.scaled_dot_product_attention(q, kk, vv)
+
+            secs = timed(one_token)
             nbytes = 2 * kk.numel() * kk.element_size()
             rows.append({"model": model, "tp": tp, "batch": batch, "context": ctx,
                          "kv_bytes": nbytes, "layer_s": secs, "gb_per_s": nbytes / secs / 1e9})
