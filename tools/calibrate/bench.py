@@ -4,7 +4,7 @@ vLLM's own benchmark, `vllm bench serve` (vllm-project/vllm, vllm/benchmarks/ser
 sweep (`--max-concurrency C`, `--request-rate inf`) of fixed-length random prompts (`--dataset-name
 random --random-input-len I --random-output-len O --ignore-eos`), each run saving one JSON result
 (`--save-result --result-dir D --result-filename F`) whose keys this module reads: `completed`,
-`num_prompts`, `max_concurrency`, `total_input_tokens`, `total_output_tokens`, `mean_ttft_ms`,
+`num_prompts`, `total_input_tokens`, `total_output_tokens`, `mean_ttft_ms`,
 `mean_itl_ms`, `mean_tpot_ms`, `output_throughput`.
 
 NIXL's benchmark, `nixlbench` (ai-dynamo/nixl, benchmark/nixlbench): `--backend LIBFABRIC
@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional
 from tools.cli import Exit, ToolError, one_line
 from tools.sizing import Workload
 
-RESULT_KEYS = ("completed", "num_prompts", "max_concurrency", "total_input_tokens", "total_output_tokens",
+RESULT_KEYS = ("completed", "num_prompts", "total_input_tokens", "total_output_tokens",
                "mean_ttft_ms", "mean_itl_ms", "mean_tpot_ms", "output_throughput")
 CONCURRENCY_SWEEP = (1, 4, 16)
 PROMPTS_PER_CLIENT = 4  # each concurrency level sends C x this many prompts
@@ -39,10 +39,11 @@ class SweepPoint:
     input_tokens: int
     output_tokens: int
     concurrency: int
+    prompts_per_client: int = PROMPTS_PER_CLIENT
 
     @property
     def num_prompts(self) -> int:
-        return self.concurrency * PROMPTS_PER_CLIENT
+        return self.concurrency * self.prompts_per_client
 
     @property
     def name(self) -> str:
@@ -82,6 +83,9 @@ def check_result(point: SweepPoint, result: Any) -> dict[str, float]:
     missing = [k for k in RESULT_KEYS if not isinstance(result.get(k), (int, float))]
     if missing:
         raise ToolError(Exit.FAILED, f"{point.name}: the benchmark result lacks {', '.join(missing)}")
+    if result["num_prompts"] != point.num_prompts:
+        raise ToolError(Exit.FAILED, f"{point.name}: the result is for {result['num_prompts']} prompts, the sweep "
+                                     f"point sends {point.num_prompts}; not this run's result")
     if result["completed"] < point.num_prompts:
         raise ToolError(Exit.FAILED, f"{point.name}: only {result['completed']} of {point.num_prompts} requests "
                                      "completed; a partial run is not fitted (nothing written)")
@@ -198,6 +202,7 @@ def measure(endpoint: str, model_id: str, point: SweepPoint, deadline: float) ->
         return 1e3 * sum(xs) / len(xs) if xs else 0.0
 
     return {"completed": stats.completed, "num_prompts": point.num_prompts, "max_concurrency": point.concurrency,
+            "backend": "tools.calibrate (a measuring client with vllm bench serve's result keys)",
             "total_input_tokens": stats.input_tokens, "total_output_tokens": stats.output_tokens,
             "mean_ttft_ms": mean(stats.ttft), "mean_itl_ms": mean(stats.itl), "mean_tpot_ms": mean(stats.tpot),
             "output_throughput": stats.output_tokens / duration, "duration": duration}

@@ -104,12 +104,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     workload = load_workload(args.workload or args.root / "workloads" / f"{args.stack}.yaml")
     serving, instance = config.serving, gpu_instance_type(config.gpu_nodes.instance_type)
     model, tp = MODELS[serving.model_id], serving.decode.tensor_parallel_size
-    kv_text = None
+    kv_gbytes = None
     if args.nixlbench_output is not None:  # read before anything runs: a bad file fails fast
         try:
-            kv_text = args.nixlbench_output.read_text()
+            kv_gbytes = parse_nixlbench(args.nixlbench_output.read_text())
         except (OSError, UnicodeDecodeError) as exc:
             raise ToolError(Exit.USAGE, one_line(f"--nixlbench-output {args.nixlbench_output}: {exc}")) from None
+        except ToolError as exc:
+            raise ToolError(Exit.USAGE, f"--nixlbench-output {args.nixlbench_output}: {exc}") from None
     plan = sweep_plan(workload, output_cap=args.max_output)
     progress(f"{args.stack}: {serving.model_id} on {instance.name}, TP {tp}; sweep "
              + ", ".join(p.name for p in plan))
@@ -136,11 +138,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     results = {p.name: check_result(p, raw[p.name]) for p in plan}
 
     kv_efficiency = None
-    if kv_text is not None:
-        gbytes = parse_nixlbench(kv_text)
+    if kv_gbytes is not None:
         line = kv_band(model, 1, 2, instance, 1).line_rate_gbps  # one rank's interfaces at line rate
-        kv_efficiency = min(1.0, gbytes * 8 / line)
-        progress(f"nixlbench: {gbytes:g} GB/s per worker = {kv_efficiency:.3f} of one rank's {line:g} Gbit/s")
+        kv_efficiency = min(1.0, kv_gbytes * 8 / line)
+        progress(f"nixlbench: {kv_gbytes:g} GB/s per worker = {kv_efficiency:.3f} of one rank's {line:g} Gbit/s")
     else:
         progress("no --nixlbench-output: the KV efficiency stays the published one; measure it with "
                  + " ".join(nixlbench_args("http://<etcd>:2379"))
@@ -159,7 +160,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         "kvEfficiency": kv_efficiency, "points": len(points),
         "source": ("vllm bench serve sweep " + ", ".join(p.name for p in plan)
                    + (" (measured from this machine)" if args.endpoint else " (in-cluster Job)")
-                   + ("; nixlbench LIBFABRIC" if kv_text is not None else "")),
+                   + ("; nixlbench LIBFABRIC" if kv_gbytes is not None else "")),
     })
     import yaml
 
