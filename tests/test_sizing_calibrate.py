@@ -43,14 +43,14 @@ def _checkout(tmp_path: Path) -> Path:
 
 def _fake(**kwargs) -> FakeOpenAi:
     replica = Replica(QWEN, P4D, 1, constants=TRUTH)
-    return FakeOpenAi(ttft=replica.prefill_seconds, itl=lambda streams, ctx: replica.decode_step_seconds(streams, ctx),
-                      **kwargs)
+    return FakeOpenAi(ttft=replica.prefill_seconds,
+                      itl=lambda streams, ctx: replica.decode_step_seconds(streams, ctx), **kwargs)
 
 
 def _calibrate(root: Path, endpoint: str, *extra: str) -> int:
+    nixl = str(CALIBRATION_DATA / "nixlbench-libfabric.txt")
     return run("calibrate", calibrate_cli.main, ["--stack", "dev", "--endpoint", endpoint, "--root", str(root),
-                                                 "--nixlbench-output", str(CALIBRATION_DATA / "nixlbench-libfabric.txt"),
-                                                 *extra])
+                                                 "--nixlbench-output", nixl, *extra])
 
 
 def test_calibrate_against_the_fake_fits_its_constants_and_make_size_uses_them(tmp_path, capsys):
