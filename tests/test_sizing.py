@@ -639,3 +639,38 @@ def test_disaggregated_ttft_counts_the_decode_replicas_first_step():
     recomputed = size_prefill(replica, workload, L70.kv_bytes_per_token(2) / 8 * 8 / 76.8e9, decode_itl / 1e3)
     assert band.seconds_per_token() == pytest.approx(L70.kv_bytes_per_token(2) / 8 * 8 / 76.8e9)
     assert result.disaggregated.side("prefill").ttft_ms == pytest.approx(recomputed.ttft_ms)
+
+
+# -- GPU memory from EC2's data, the H200 row from the probe ------------------------------------------------
+def test_gpu_memory_is_ec2s_figure_as_moto_carries_it():
+    import gzip
+    import json
+    import os
+
+    import moto
+
+    from tools.sizing import EC2_GPU_MEMORY_MIB, gpu_memory_gib
+
+    data = json.loads(gzip.open(os.path.join(os.path.dirname(moto.__file__), "ec2", "resources",
+                                             "instance_types.json.gz")).read())
+    for name, mib in EC2_GPU_MEMORY_MIB.items():
+        assert data[name]["GpuInfo"]["Gpus"][0]["MemoryInfo"]["SizeInMiB"] == mib, name
+    assert set(EC2_GPU_MEMORY_MIB) == set(GPU_INSTANCE_TYPES)
+    assert gpu_memory_gib(GPU_INSTANCE_TYPES["g6e.12xlarge"]) == pytest.approx(44.7, abs=0.05)  # not 48
+
+
+def test_vllm_bf16_row_rests_on_the_h200_probe():
+    import json
+
+    probe = json.loads((ROOT / "tools" / "calibrate" / "data" / "h200-probe.json").read_text())
+    assert probe["device"]["name"] == "NVIDIA H200"
+    peak, bandwidth = GPU_INSTANCE_TYPES["p5en.48xlarge"].peak_bf16_dense_tflops, 4800.0
+    gemm = [r["tflops"] / peak for r in probe["gemm"] if r["tp"] == 1 and r["tokens"] >= 1024]
+    attention = [r["tflops"] / peak for r in probe["attention"] if r["tp"] == 1]
+    # prefill MFU below the GEMMs' own fraction of peak (attention and non-GEMM ops pull it down)
+    assert max(attention) < VLLM_BF16.prefill_mfu < min(gemm)
+    stream = [r["gb_per_s"] / bandwidth for r in probe["decode_weights"] if r["tp"] in (1, 4)]
+    assert VLLM_BF16.decode_mbu == pytest.approx(sum(stream) / len(stream), abs=0.02)
+    tp8 = next(r["tflops"] for r in probe["gemm"] if r["tp"] == 8 and r["tokens"] == 1024)
+    tp1 = next(r["tflops"] for r in probe["gemm"] if r["tp"] == 1 and r["tokens"] == 1024)
+    assert VLLM_BF16.tp_efficiency == pytest.approx((tp8 / tp1) ** (1 / 3), abs=0.01)
