@@ -23,7 +23,7 @@ INSTALL := $(VENV)/bin/uv pip install -q --python $(PY)
 BOOTSTRAP := test -x $(VENV)/bin/uv || $(PY) -m pip install -q uv==$(UV_VERSION)
 endif
 
-.PHONY: help venv venv-dev test preview preview-diff preflight lint promote-check placeholders
+.PHONY: help venv venv-dev test preview preview-diff preflight lint promote-check placeholders calibrate
 
 help:
 	@echo "make preview [STACK=dev]   offline preview of a stack: plan, policy verdicts, figures"
@@ -38,6 +38,7 @@ help:
 	@echo "make verify STACK=dev [KUBECONFIG=path] [TIMEOUT=600] [JSON=1]   after pulumi up: EFA, NIXL on LIBFABRIC, P/D, KV bytes"
 	@echo "make size [STACK=dev] [WORKLOAD=workloads/<stack>.yaml] [WRITE=1] [JSON=1]   replicas, nodes, P:D, \$$/Mtok for a workload"
 	@echo "make facts                 regenerate the GPU instance-type table (components/data, policies/data) from EC2 data"
+	@echo "make calibrate STACK=dev [ENDPOINT=http://host:port] [NIXLBENCH=file] [TIMEOUT=1800]   after up: measure, fit, write calibration/<stack>.yaml"
 
 $(STAMP): requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -117,3 +118,7 @@ size: $(DEV_STAMP)
 .PHONY: facts
 facts: $(DEV_STAMP)
 	@$(PY) -m tools.gen_instance_types
+# After `pulumi up`: vllm bench serve sweep (a Job on the system nodes, or ENDPOINT directly) and
+# nixlbench's LIBFABRIC output (NIXLBENCH) -> calibration/<stack>.yaml, used by `make size` and the preview.
+calibrate: $(DEV_STAMP)
+	@$(PY) -m tools.calibrate --stack $(STACK) $(if $(ENDPOINT),--endpoint $(ENDPOINT)) $(if $(NIXLBENCH),--nixlbench-output $(NIXLBENCH)) $(if $(TIMEOUT),--timeout $(TIMEOUT)) $(if $(KUBECONFIG),--kubeconfig $(KUBECONFIG))

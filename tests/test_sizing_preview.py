@@ -27,17 +27,23 @@ def test_preview_kv_figure_is_the_band(programs, stack):
     model = MODELS[config.serving.model_id]
     assert band["status"] == "ok"
     assert band["bytes"] == model.kv_bytes_per_token(config.serving.kv_cache_dtype_bytes) * config.serving.max_model_len
-    assert band["line_rate_gbps"] == instance.network_gbps and band["tcp_gbps"] == instance.single_flow_tcp_gbps
-    assert band["measured_gbps"] == instance.nixl_efa_measured_gbps
+    # per rank: the prefill TP's ranks each move 1/tp over their own share of the node's EFA interfaces
+    tp = config.serving.prefill.tensor_parallel_size
+    assert band["tp"] == tp and band["rank_bytes"] == pytest.approx(band["bytes"] / tp)
+    assert band["line_rate_gbps"] == pytest.approx(instance.network_gbps / instance.gpus)
+    assert band["tcp_gbps"] == instance.single_flow_tcp_gbps
+    assert band["measured_gbps"] == pytest.approx(band["line_rate_gbps"] * 76.8 / 400)
     values = [value for _, value in figure_lines(figures)]
     assert band_text(band) in values
 
 
 def test_prod_preview_no_longer_claims_line_rate_alone(programs):
     values = " ".join(value for _, value in figure_lines(_figures(programs, "prod")))
-    assert "line-rate bound 3200 Gbit/s: 26.8 ms" in values  # the figure, now labelled a bound
-    assert "measured NIXL/EFA 76.8 Gbit/s: 1.12 s" in values  # 10 GiB at ~9.6 GB/s
-    assert "single-flow TCP 10 Gbit/s: 8.59 s" in values
+    # 10 GiB at TP 8: 1.25 GiB a rank over its 4 interfaces (400 Gbit/s line rate, ~9.6 GB/s measured)
+    assert "per rank (TP 8, 4 EFA interface(s) of 100 Gbit/s each)" in values
+    assert "line-rate bound 400 Gbit/s: 26.8 ms" in values  # the node-level figure, now per rank and a bound
+    assert "NIXL/EFA at 0.192 of line rate 76.8 Gbit/s: 139.8 ms" in values
+    assert "one TCP flow 10 Gbit/s: 1.07 s" in values
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -51,6 +57,14 @@ def test_preview_cost_shows_dollars_per_mtok_at_the_sized_throughput(programs, s
     result = size(stack, stack_config(stack, ROOT), workload)
     assert sized["sized_nodes"] == (result.disaggregated.nodes if result.disaggregated.feasible else None)
     assert any("per million output tokens at the sized throughput" in v for _, v in figure_lines(figures))
+    # the layout make size recommends, priced beside the configured one, per output and per total token
+    recommended = result.recommended()
+    assert recommended is not None and sized["recommended"]["mode"] == recommended.mode
+    assert sized["recommended"]["hourly"] == pytest.approx(recommended.hourly)
+    total_s = workload.request_rate * (workload.input_tokens.mean + workload.output_tokens.mean)
+    assert sized["usd_per_mtok_total"] == pytest.approx(figures.cost.hourly / (total_s * 3600) * 1e6)
+    assert any(f"make size recommends {recommended.mode}" in v and "input + output" in v
+               for _, v in figure_lines(figures))
 
 
 def test_no_workload_file_means_no_dollars_per_mtok(tmp_path, monkeypatch):

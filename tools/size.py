@@ -17,11 +17,12 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 
 from tools.cli import ROOT, Exit, ToolError, exit_with, one_line
-from tools.sizing import Plan, Sizing, band_text, load_workload, size
+from tools.sizing import COST_BASIS, Plan, Sizing, band_text, load_workload, size
 
 PROG = "size"
 
@@ -87,6 +88,17 @@ def placement_lines(result: Sizing) -> list[str]:
     return lines
 
 
+def constants_line(result: Sizing) -> str:
+    """Which efficiency constants the answer rests on: the calibration file, or the default row."""
+    c = result.constants
+    if c is None:
+        return ""
+    where = f"{result.calibration} (make calibrate)" if result.calibration else c.source
+    return (f"constants: prefill MFU {c.prefill_mfu:.3f} + {c.prefill_step_s * 1e3:.1f} ms a forward, decode MBU "
+            f"{c.decode_mbu:.3f} + {c.decode_step_s * 1e3:.1f} ms a step, TP efficiency {c.tp_efficiency:.2f} "
+            f"a doubling, from {where}")
+
+
 def render_text(result: Sizing) -> str:
     w = result.workload
     lines = [
@@ -103,6 +115,9 @@ def render_text(result: Sizing) -> str:
         "",
         f"verdict: {result.verdict()}",
         *placement_lines(result),
+        f"cost: {COST_BASIS}; per million input + output tokens: disaggregated "
+        f"{_money(result.disaggregated.usd_per_mtok_total)}, aggregated {_money(result.aggregated.usd_per_mtok_total)}",
+        constants_line(result),
         "",
         f"KV transfer at the p{w.slo.percentile:g} prompt (sizing plans on {result.band.planning_basis}):",
         *(f"  {line}" for line in band_lines(result.band)),
@@ -111,24 +126,40 @@ def render_text(result: Sizing) -> str:
 
 
 # -- --write ----------------------------------------------------------------------------------------
-def sized_values(result: Sizing, current: Any) -> dict[str, dict[str, int]]:
-    """New replica bounds and GPU node-group sizes: the sized counts become the maxima.
+# Ray Serve's advanced-autoscaling guide: set max_ongoing_requests about 20-50 % above
+# target_ongoing_requests (headroom for bursts without letting a replica's queue grow unbounded).
+MAX_ONGOING_HEADROOM = 1.25
 
-    minReplicas stays as set (clipped to the new maximum); the node group's minSize/desiredSize are
-    the nodes the minimum replicas need (at least 2: prefill and decode never share a node) and its
-    maxSize the nodes the sized replicas need.
+
+def autoscaling_values(concurrency: Optional[float]) -> dict[str, Any]:
+    """targetOngoingRequests from the sized per-replica concurrency, maxOngoingRequests above it."""
+    target = max(1, math.ceil(concurrency or 1.0))
+    return {"targetOngoingRequests": target,
+            "maxOngoingRequests": max(target + 1, math.ceil(target * MAX_ONGOING_HEADROOM))}
+
+
+def sized_values(result: Sizing, current: Any) -> dict[str, dict[str, Any]]:
+    """New replica bounds, Serve autoscaling targets and GPU node-group sizes.
+
+    The sized counts become the maxima; minReplicas stays as set (clipped to the new maximum); the
+    node group's minSize/desiredSize are the nodes the minimum replicas need (at least 2: prefill and
+    decode never share a node) and its maxSize the nodes the sized replicas need. Each side's
+    targetOngoingRequests is the requests a replica holds at the sized load (Little's law), and
+    upscaleDelayS/downscaleDelayS are written as configured (the model has no view on them).
     """
     from components.catalog import gpu_instance_type
 
     serving = current.serving
     instance_gpus = gpu_instance_type(current.gpu_nodes.instance_type).gpus
     plan = result.disaggregated
-    out: dict[str, dict[str, int]] = {}
+    out: dict[str, dict[str, Any]] = {}
     min_nodes = max_nodes = 0
     for role, group in serving.groups().items():
         sized = plan.side(role).replicas
         low = min(group.min_replicas, sized)
-        out[role] = {"minReplicas": low, "maxReplicas": sized}
+        out[role] = {"minReplicas": low, "maxReplicas": sized,
+                     **autoscaling_values(plan.side(role).concurrency),
+                     "upscaleDelayS": group.upscale_delay_s, "downscaleDelayS": group.downscale_delay_s}
         min_nodes += group.nodes(low, instance_gpus)
         max_nodes += group.nodes(sized, instance_gpus)
     floor = max(2, min_nodes)
@@ -136,7 +167,7 @@ def sized_values(result: Sizing, current: Any) -> dict[str, dict[str, int]]:
     return out
 
 
-def write_stack(stack: str, result: Sizing, current: Any, root: Path = ROOT) -> tuple[str, dict[str, dict[str, int]]]:
+def write_stack(stack: str, result: Sizing, current: Any, root: Path = ROOT) -> tuple[str, dict[str, dict[str, Any]]]:
     """Rewrite Pulumi.<stack>.yaml in place (comments kept); returns (new text, values written)."""
     import yaml
     from ruamel.yaml import YAML
@@ -172,14 +203,74 @@ def write_stack(stack: str, result: Sizing, current: Any, root: Path = ROOT) -> 
 
 
 # -- main ---------------------------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (ToolError USAGE), not the usage block plus a line."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ToolError(Exit.USAGE, one_line(f"{message} (see --help)"))
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def point_main(args: argparse.Namespace) -> int:
+    """`--point`: one question to the model, one answer (JSON with --json)."""
+    from components.catalog import GPU_INSTANCE_TYPES
+    from components.models import MODELS
+    from tools.sizing import point_query, tp_options
+
+    missing = [f"--{n}" for n in ("model", "instance", "tp", "input", "output", "concurrency")
+               if getattr(args, n) is None]
+    if missing:
+        raise ToolError(Exit.USAGE, f"--point needs {', '.join(missing)}")
+    if args.model not in MODELS:
+        raise ToolError(Exit.USAGE,
+                        f"--model {args.model!r}: not a model this project knows; one of {', '.join(MODELS)}")
+    if args.instance not in GPU_INSTANCE_TYPES:
+        raise ToolError(Exit.USAGE,
+                        f"--instance {args.instance!r}: choose one of {', '.join(sorted(GPU_INSTANCE_TYPES))}")
+    model, instance = MODELS[args.model], GPU_INSTANCE_TYPES[args.instance]
+    options = tp_options(model, instance)
+    if args.tp not in options:
+        raise ToolError(Exit.USAGE, f"--tp {args.tp}: {model.model_id} on {instance.name} runs at TP "
+                                    f"{', '.join(map(str, options)) or '(none: the weights do not fit)'}")
+    answer = point_query(model, instance, args.tp, args.input, args.output, args.concurrency, args.mode)
+    if args.json:
+        print(json.dumps(answer.as_dict(), indent=2))
+    else:
+        print(", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in answer.as_dict().items()))
+    return Exit.OK
+
+
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--stack", required=True, help="the stack to size (Pulumi.<stack>.yaml)")
-    parser.add_argument("--workload", required=True, type=Path, help="a workload file (see workloads/)")
+    parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--stack", help="the stack to size (Pulumi.<stack>.yaml)")
+    parser.add_argument("--workload", type=Path, help="a workload file (see workloads/)")
     parser.add_argument("--write", action="store_true", help="write the sized bounds into Pulumi.<stack>.yaml")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
+    point = parser.add_argument_group("the point query (--point): one layout at one load")
+    point.add_argument("--point", action="store_true", help="ask the model one question instead of sizing a stack")
+    point.add_argument("--model", help="Hugging Face model id (components/models.py)")
+    point.add_argument("--instance", help="GPU instance type (components/catalog.py)")
+    point.add_argument("--tp", type=_positive_int, help="tensor-parallel size of a replica")
+    point.add_argument("--input", type=_positive_int, help="prompt tokens per request")
+    point.add_argument("--output", type=_positive_int, help="output tokens per request")
+    point.add_argument("--concurrency", type=_positive_int, help="closed-loop clients")
+    point.add_argument("--mode", choices=("aggregated", "disaggregated"), default="aggregated",
+                       help="one replica doing both phases, or one prefill plus one decode replica")
     args = parser.parse_args(argv)
+    if args.point:
+        return point_main(args)
+    if args.stack is None or args.workload is None:
+        raise ToolError(Exit.USAGE, "--stack and --workload are required (or --point with its arguments)")
 
     from components.config import ConfigError
     from tools.preview.mockrun import stack_config
@@ -191,15 +282,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         raise ToolError(Exit.USAGE, str(error)) from None
     except ConfigError as error:
         raise ToolError(Exit.USAGE, one_line(f"Pulumi.{args.stack}.yaml: {'; '.join(error.problems)}")) from None
-    result = size(args.stack, config, workload)
+    result = size(args.stack, config, workload, args.root)
+    # write first, print once: with --json stdout is one JSON document and nothing else
+    values = write_stack(args.stack, result, config, args.root)[1] if args.write else None
     if args.json:
-        print(json.dumps(result.as_dict(), indent=2, default=str))
+        print(json.dumps({**result.as_dict(), "written": values}, indent=2, default=str))
     else:
         print(render_text(result), end="")
-    if args.write:
-        _, values = write_stack(args.stack, result, config, args.root)
-        print(f"wrote Pulumi.{args.stack}.yaml: " + "; ".join(
-            f"{section} " + ", ".join(f"{k}={v}" for k, v in kv.items()) for section, kv in values.items()))
+        if values is not None:
+            print(f"wrote Pulumi.{args.stack}.yaml: " + "; ".join(
+                f"{section} " + ", ".join(f"{k}={v}" for k, v in kv.items()) for section, kv in values.items()))
     return Exit.OK if result.disaggregated.feasible or result.aggregated.feasible else Exit.FAILED
 
 

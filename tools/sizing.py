@@ -32,7 +32,6 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any, Callable, Optional
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
@@ -42,13 +41,105 @@ from components.models import ModelSpec
 from components.prices import PRICES_FILE
 from tools.cli import Exit, ToolError, one_line
 
-# Fitted to the calibration points in tests/data/sizing-calibration/points.yaml (NVIDIA NIM and NeMo
-# published latencies): the fraction of dense peak a prefill reaches, and of memory bandwidth a decode
-# step reaches. Typical published MFU for inference prefill is 40-60 %, MBU for decode 50-70 %.
-PREFILL_MFU = 0.45
-DECODE_MBU = 0.58
-DECODE_MFU = PREFILL_MFU  # the compute roof of a large decode batch: same GEMMs as prefill
 
+# -- efficiency constants per GPU, dtype and engine ------------------------------------------------------
+@dataclass(frozen=True)
+class EngineConstants:
+    """How close one engine gets to a GPU's roofline, for one weight dtype.
+
+    prefill: seconds = ``prefill_step_s`` + FLOPs / (tp x peak x ``prefill_mfu`` x tp_factor), FLOPs on the
+    non-embedding parameters plus attention (``prefill_flops``);
+    decode step: seconds = ``decode_step_s`` + bytes / (tp x bandwidth x ``decode_mbu`` x tp_factor), bytes
+    = weights a step reads (``decode_weight_bytes``) plus every running sequence's KV cache;
+    tp_factor = ``tp_efficiency`` ** log2(tp): what each doubling of the tensor-parallel group keeps (its
+    all-reduce and smaller, less efficient GEMM shards).
+    """
+
+    prefill_mfu: float
+    prefill_step_s: float
+    decode_mbu: float
+    decode_step_s: float
+    tp_efficiency: float
+    source: str
+
+    def tp_factor(self, tp: int) -> float:
+        return float(self.tp_efficiency ** math.log2(tp))
+
+
+# The H200 row rests on the kernel probe (tools/calibrate/gpu_probe.py, numbers in
+# tools/calibrate/data/h200-probe.json): bf16 GEMMs of Llama-3.1 layer shards reach 0.73-0.80 of the
+# 989 TF dense peak at 1-8k tokens (0.55 at 256), causal flash attention 0.40-0.57; batched GEMV over a
+# TP1/TP4 shard streams weights at 3.45 TB/s (0.72 of 4.8 TB/s). Per doubling of TP the GEMM shards at 1k
+# tokens keep 0.74^(1/3) = 0.90 (TP8 560 TF vs TP1 755 TF). A kernel probe has no engine overhead: the
+# per-step intercepts are the vLLM-bf16 fit's (the A100/H100 rows), and NVLink all-reduce is not in it.
+# vLLM runs CUDA graphs for decode and the same cuBLAS/flash kernels for prefill on every NVIDIA GPU here,
+# so the probe's fractions of peak are the bf16 vLLM row for each GPU until `make calibrate` measures
+# the stack's own; the per-step intercepts are 0 (a kernel probe cannot see them; calibrate fits them).
+# The published vLLM bf16 points in tests/data/sizing-calibration/points.yaml are not fitted on: they
+# are held out and judge this row.
+VLLM_BF16 = EngineConstants(
+    prefill_mfu=0.70, prefill_step_s=0.0, decode_mbu=0.72, decode_step_s=0.0, tp_efficiency=0.90,
+    source="H200 kernel probe 2026-12-01 (tools/calibrate/data/h200-probe.json)",
+)
+# Rows fitted (tools/calibrate/fit.py, on the points not marked held_out) to the engines the published
+# points ran; kept to check the fit method, not used for the stacks (they run vLLM bf16).
+TRTLLM_BF16 = EngineConstants(
+    prefill_mfu=0.4283, prefill_step_s=0.0002, decode_mbu=0.6759, decode_step_s=0.00201, tp_efficiency=1.0,
+    source="fit on NVIDIA NeMo Llama-2-7B TP1 latency points (tests/data/sizing-calibration, source 2)",
+)
+NIM_FP8 = EngineConstants(
+    prefill_mfu=0.446, prefill_step_s=0.0, decode_mbu=0.5628, decode_step_s=0.0, tp_efficiency=1.0,
+    source="fit on NVIDIA NIM Llama-3.3-70B fp8 TP2 points (tests/data/sizing-calibration, source 1)",
+)
+ENGINE_CONSTANTS: dict[tuple[str, str], EngineConstants] = {
+    ("vllm", "bf16"): VLLM_BF16,
+    ("trtllm", "bf16"): TRTLLM_BF16,
+    ("nim", "fp8"): NIM_FP8,
+}
+
+
+def engine_constants(engine: str = "vllm", dtype: str = "bf16") -> EngineConstants:
+    """The constants row for `engine` at weight `dtype`; KeyError names the rows that exist."""
+    try:
+        return ENGINE_CONSTANTS[(engine, dtype)]
+    except KeyError:
+        rows = ", ".join(f"{e}/{d}" for e, d in ENGINE_CONSTANTS)
+        raise KeyError(f"no efficiency constants for {engine}/{dtype}; known: {rows}") from None
+
+
+# Embedding and LM-head parameters (Hugging Face config.json: vocab_size x hidden_size, once more when
+# tie_word_embeddings is false). Prefill multiplies neither per token (the embedding is a lookup, the LM
+# head runs for the last position only); a decode step reads the LM head whole and one embedding row.
+EMBEDDING_SHAPES: dict[str, tuple[int, int, bool]] = {  # model id: (vocab_size, hidden_size, tied)
+    "Qwen/Qwen2.5-7B-Instruct": (152064, 3584, False),
+    "meta-llama/Llama-3.1-8B-Instruct": (128256, 4096, False),
+    "Qwen/Qwen2.5-32B-Instruct": (152064, 5120, False),
+    "meta-llama/Llama-3.3-70B-Instruct": (128256, 8192, False),
+    "meta-llama/Llama-2-7b-hf": (32000, 4096, False),
+}
+
+
+def embedding_params(model: ModelSpec) -> tuple[float, float]:
+    """(input embedding, LM head) parameter counts of `model`; (0, 0) for a model not in the table."""
+    shape = EMBEDDING_SHAPES.get(model.model_id)
+    if shape is None:
+        return 0.0, 0.0
+    vocab, hidden, tied = shape
+    return float(vocab * hidden), 0.0 if tied else float(vocab * hidden)
+
+
+def prefill_flops(model: ModelSpec, tokens: float) -> float:
+    """FLOPs of one causal prefill of `tokens`: 2 per non-embedding parameter per token plus attention."""
+    embed, head = embedding_params(model)
+    dense = 2 * (model.params_billion * 1e9 - embed - head) * tokens
+    attention = 4 * model.layers * model.attention_heads * model.head_dim * (tokens / 2) * tokens
+    return dense + attention
+
+
+def decode_weight_bytes(model: ModelSpec, dtype_bytes: float) -> float:
+    """Weight bytes one decode step streams: everything but the input embedding (one row of it is read)."""
+    embed, _ = embedding_params(model)
+    return model.weight_bytes(dtype_bytes) - embed * dtype_bytes
 # vLLM's default scheduler budgets for an OpenAI-API server (vllm/engine/arg_utils.py, EngineArgs
 # batch defaults): GPUs with >= 70 GiB that are not A100s get 8192 batched tokens and 1024 sequences a
 # step, every other GPU 2048 and 256. The token budget is the chunk size of chunked prefill.
@@ -57,15 +148,36 @@ VLLM_LARGE_GPU_GIB = 70
 
 def vllm_step_budget(instance: GpuInstanceType) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) vLLM defaults to on this GPU."""
-    if instance.gpu_memory_gib >= VLLM_LARGE_GPU_GIB and instance.gpu_model != "A100":
+    if gpu_memory_gib(instance) >= VLLM_LARGE_GPU_GIB and instance.gpu_model != "A100":
         return 8192, 1024
     return 2048, 256
 
 
+# GPU memory per GPU as EC2 reports it (DescribeInstanceTypes GpuInfo.Gpus[].MemoryInfo.SizeInMiB),
+# transcribed from moto 5.2.5's moto/ec2/resources/instance_types.json.gz (EC2's own data; the test
+# compares it with the installed moto). An L40S is 45,776 MiB = 44.7 GiB there, not the 48 GB of its
+# datasheet; an A10G 22,888 MiB.
+EC2_GPU_MEMORY_MIB: dict[str, int] = {
+    "g6e.8xlarge": 45776, "g6e.12xlarge": 45776, "g6e.24xlarge": 45776, "g6e.48xlarge": 45776,
+    "g5.48xlarge": 22888, "p4d.24xlarge": 40960, "p4de.24xlarge": 81920, "p5.48xlarge": 81920,
+    "p5e.48xlarge": 144384, "p5en.48xlarge": 144384,
+}
+
+
+def gpu_memory_gib(instance: GpuInstanceType) -> float:
+    """GiB per GPU from EC2's data; the catalog's round figure for a type the table lacks."""
+    mib = EC2_GPU_MEMORY_MIB.get(instance.name)
+    return mib / 1024 if mib is not None else float(instance.gpu_memory_gib)
+
+
 # -- the workload file ---------------------------------------------------------------------------
 class _Strict(BaseModel):
+    """Like the stack config: camelCase keys only (snake_case is an unknown key), no coercion (`true`
+    is not a number), every unknown key an error."""
+
     model_config = ConfigDict(
-        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True, allow_inf_nan=False
+        extra="forbid", alias_generator=to_camel, validate_by_alias=True, validate_by_name=False,
+        frozen=True, allow_inf_nan=False, strict=True,
     )
 
 
@@ -113,7 +225,8 @@ class Workload(_Strict):
 
 
 def _location(loc: tuple[Any, ...]) -> str:
-    return ".".join(to_camel(str(p)) if isinstance(p, str) else str(p) for p in loc) or "(top level)"
+    # validated by alias: a location is the key as written (camelCase, or the unknown key itself)
+    return ".".join(str(p) for p in loc) or "(top level)"
 
 
 def parse_workload(data: Any, source: str = "workload") -> Workload:
@@ -127,28 +240,32 @@ def parse_workload(data: Any, source: str = "workload") -> Workload:
         raise ToolError(Exit.USAGE, one_line(f"{source}: {problems}", 600)) from None
 
 
+MAX_WORKLOAD_BYTES = 64 * 1024  # the example workloads are ~300 bytes
+
+
 def load_workload(path: Path) -> Workload:
+    """Read a workload file with the stack files' reader (tools/stackfile.py: duplicate keys and aliases
+    refused, YAML 1.2 booleans), then the strict model; every failure a one-line ToolError(USAGE)."""
+    from tools.stackfile import parse
+
     path = Path(path)
     try:
+        if path.is_dir():
+            raise ToolError(Exit.USAGE, f"{path}: is a directory, not a workload file")
+        if path.stat().st_size > MAX_WORKLOAD_BYTES:
+            raise ToolError(Exit.USAGE, f"{path}: larger than {MAX_WORKLOAD_BYTES // 1024} KiB; is it a workload file?")
         text = path.read_text()
     except FileNotFoundError:
         raise ToolError(Exit.USAGE, f"{path}: no such workload file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ToolError(Exit.USAGE, one_line(f"{path}: cannot read it ({exc})")) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", exc)
-        raise ToolError(Exit.USAGE, one_line(f"{path}: not valid YAML{where}: {problem}")) from None
-    return parse_workload(data, str(path))
+    return parse_workload(parse(text, str(path)), str(path))
 
 
 # -- the hardware a replica runs on -------------------------------------------------------------------
 @dataclass(frozen=True)
 class Replica:
-    """One vLLM engine: `tp` GPUs of one node, its weights, efficiency factors and KV dtype."""
+    """One engine: `tp` GPUs of one node, its weights, its efficiency constants and KV dtype."""
 
     model: ModelSpec
     instance: GpuInstanceType
@@ -156,8 +273,18 @@ class Replica:
     kv_dtype_bytes: int = 2
     weight_dtype_bytes: float = 2.0
     compute_scale: float = 1.0  # tensor peak relative to dense BF16 (2 for FP8 on Hopper: H100 datasheet)
-    prefill_mfu: float = PREFILL_MFU
-    decode_mbu: float = DECODE_MBU
+    constants: EngineConstants = VLLM_BF16
+    prefill_mfu: Optional[float] = None  # overrides constants.prefill_mfu (tests)
+    decode_mbu: Optional[float] = None  # overrides constants.decode_mbu (tests)
+    gpu_memory_gib: Optional[float] = None  # per GPU; None: EC2's figure for the type (gpu_memory_gib())
+
+    @property
+    def _mfu(self) -> float:
+        return self.constants.prefill_mfu if self.prefill_mfu is None else self.prefill_mfu
+
+    @property
+    def _mbu(self) -> float:
+        return self.constants.decode_mbu if self.decode_mbu is None else self.decode_mbu
 
     @property
     def peak_flops(self) -> float:
@@ -174,96 +301,167 @@ class Replica:
     @property
     def kv_budget_bytes(self) -> float:
         """GPU memory vLLM leaves for the KV cache: its budget minus the weights."""
-        total = self.tp * self.instance.gpu_memory_gib * 2**30 * GPU_MEMORY_BUDGET
+        per_gpu = self.gpu_memory_gib if self.gpu_memory_gib is not None else gpu_memory_gib(self.instance)
+        total = self.tp * per_gpu * 2**30 * GPU_MEMORY_BUDGET
         return total - self.model.weight_bytes(self.weight_dtype_bytes)
 
     def prefill_seconds(self, tokens: float) -> float:
-        """One prompt of `tokens`, alone on the replica (causal: attends to tokens/2 on average)."""
-        return self.model.forward_flops(1, tokens / 2) * tokens / (self.peak_flops * self.prefill_mfu)
+        """One prompt of `tokens`, alone on the replica: the per-forward intercept plus compute."""
+        rate = self.peak_flops * self._mfu * self.constants.tp_factor(self.tp)
+        return self.constants.prefill_step_s + prefill_flops(self.model, tokens) / rate
 
-    def prefill_coefficients(self) -> tuple[float, float]:
-        """(a, b) with prefill_seconds(L) = a L + b L^2: the dense and the attention part."""
-        one = self.prefill_seconds(1.0)
-        two = self.prefill_seconds(2.0)
+    def prefill_coefficients(self) -> tuple[float, float, float]:
+        """(c, a, b) with prefill_seconds(L) = c + a L + b L^2: intercept, dense and attention part."""
+        c = self.constants.prefill_step_s
+        one = self.prefill_seconds(1.0) - c
+        two = self.prefill_seconds(2.0) - c
         b = (two - 2 * one) / 2
-        return one - b, b
+        return c, one - b, b
 
     def decode_step_seconds(self, batch: float, context: float) -> float:
-        """One decode step for `batch` sequences of `context` tokens each: the slower of memory and compute."""
-        memory = (self.model.weight_bytes(self.weight_dtype_bytes) + batch * context * self.kv_bytes_per_token) / (
-            self.memory_bandwidth * self.decode_mbu
-        )
-        compute = self.model.forward_flops(1, context) * batch / (self.peak_flops * DECODE_MFU)
-        return max(memory, compute)
+        """One decode step for `batch` sequences of `context` tokens: intercept + the slower of memory and compute."""
+        tp_factor = self.constants.tp_factor(self.tp)
+        streamed = decode_weight_bytes(self.model, self.weight_dtype_bytes) + batch * context * self.kv_bytes_per_token
+        memory = streamed / (self.memory_bandwidth * self._mbu * tp_factor)
+        compute = self.model.forward_flops(1, context) * batch / (self.peak_flops * self._mfu * tp_factor)
+        return self.constants.decode_step_s + max(memory, compute)
 
 
 # -- the KV-transfer band -------------------------------------------------------------------------
+# The one measured NIXL-over-EFA figure: about 9.6 GB/s (76.8 Gbit/s) for ONE worker (one GPU) driving 4
+# EFA interfaces of a p5.48xlarge (ai-dynamo/dynamo PR #7764, as the sizing issue quotes it; the PR
+# text was not readable offline). Per interface that is 76.8 / (4 x 100 Gbit/s) = 0.192 of line rate,
+# the efficiency every GPUDirect-RDMA type is planned at here (until `make calibrate` measures the
+# stack's own with nixlbench).
+NIXL_EFA_MEASURED_GBPS = 9.6 * 8
+NIXL_EFA_MEASURED_INTERFACES = 4
+NIXL_EFA_INTERFACE_GBPS = 100.0  # p5.48xlarge: 32 network cards of 100 Gbit/s (EC2 NetworkCards)
+NIXL_EFA_EFFICIENCY = NIXL_EFA_MEASURED_GBPS / (NIXL_EFA_MEASURED_INTERFACES * NIXL_EFA_INTERFACE_GBPS)
+NIXL_EFA_SOURCE = "ai-dynamo/dynamo PR #7764: ~9.6 GB/s NIXL over EFA, one worker on 4 EFA interfaces"
+
+
 @dataclass(frozen=True)
 class KvBand:
-    """Moving one request's KV cache from a prefill to a decode node, three ways.
+    """Moving one request's KV cache from a prefill to a decode replica, per TP rank.
 
-    line rate: the node's aggregate EFA bandwidth (an upper bound no transfer reaches);
-    measured: what NIXL over EFA has been measured to do between two such nodes (catalog; None if unknown);
-    tcp: one TCP flow (what NIXL's UCX backend falls back to when it cannot drive EFA).
+    Each of the prefill replica's `tp` ranks moves its 1/tp share of the KV cache over its own EFA
+    interfaces (`interfaces_per_rank` = the node's EFA interfaces / its GPUs; a fraction where GPUs
+    share one), all ranks at once, so the request's transfer time is one rank's:
+
+    line rate: the rank's interfaces at line rate (the bound no transfer reaches);
+    measured: the same at the measured per-interface efficiency (`efficiency`, `measured_source`);
+    tcp: one TCP flow per rank, what is left where the type has no GPUDirect RDMA (NIXL's LIBFABRIC
+    backend requires it): a failure case, shown as such (`rdma` False), not a plan.
     """
 
     tokens: int
     bytes: int
-    line_rate_gbps: float
-    measured_gbps: Optional[float]
-    measured_source: Optional[str]
+    tp: int
+    interfaces_per_rank: float
+    interface_gbps: float
+    rdma: bool
+    efficiency: float
+    measured_source: str
     tcp_gbps: float
+    calibrated: bool = False  # efficiency from calibration/<stack>.yaml (nixlbench) instead of the published figure
 
     @staticmethod
-    def _seconds(num_bytes: int, gbps: float) -> float:
+    def _seconds(num_bytes: float, gbps: float) -> float:
         return num_bytes * 8 / (gbps * 1e9)
 
     @property
+    def rank_bytes(self) -> float:
+        return self.bytes / self.tp
+
+    @property
+    def line_rate_gbps(self) -> float:
+        """One rank's share of line rate, Gbit/s."""
+        return self.interfaces_per_rank * self.interface_gbps
+
+    @property
+    def measured_gbps(self) -> Optional[float]:
+        """One rank's NIXL/EFA throughput at the measured efficiency; None without GPUDirect RDMA."""
+        return self.line_rate_gbps * self.efficiency if self.rdma else None
+
+    @property
     def line_rate_seconds(self) -> float:
-        return self._seconds(self.bytes, self.line_rate_gbps)
+        return self._seconds(self.rank_bytes, self.line_rate_gbps)
 
     @property
     def measured_seconds(self) -> Optional[float]:
-        return None if self.measured_gbps is None else self._seconds(self.bytes, self.measured_gbps)
+        gbps = self.measured_gbps
+        return None if gbps is None else self._seconds(self.rank_bytes, gbps)
 
     @property
     def tcp_seconds(self) -> float:
-        return self._seconds(self.bytes, self.tcp_gbps)
+        return self._seconds(self.rank_bytes, self.tcp_gbps)
 
     @property
     def planning_gbps(self) -> float:
-        """What sizing plans on: the measured figure, else the single-flow TCP floor."""
-        return self.measured_gbps if self.measured_gbps is not None else self.tcp_gbps
+        """Per rank: the measured NIXL/EFA rate, or (no GPUDirect RDMA: the failure case) one TCP flow."""
+        gbps = self.measured_gbps
+        return gbps if gbps is not None else self.tcp_gbps
 
     @property
     def planning_basis(self) -> str:
-        return "measured NIXL/EFA" if self.measured_gbps is not None else "single-flow TCP (no NIXL/EFA measurement)"
+        if not self.rdma:
+            return "one TCP flow per rank: this type has no GPUDirect RDMA, NIXL LIBFABRIC cannot run (failure case)"
+        where = "calibrated nixlbench" if self.calibrated else "measured"
+        return f"{where} NIXL/EFA, {self.efficiency:.3f} of line rate per interface, per TP rank"
 
     @property
     def planning_seconds(self) -> float:
-        return self._seconds(self.bytes, self.planning_gbps)
+        return self._seconds(self.rank_bytes, self.planning_gbps)
+
+    def seconds_per_token(self) -> float:
+        return self.planning_seconds / max(self.tokens, 1)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             **asdict(self),
+            "rank_bytes": self.rank_bytes,
+            "line_rate_gbps": self.line_rate_gbps,
+            "measured_gbps": self.measured_gbps,
             "line_rate_seconds": self.line_rate_seconds,
             "measured_seconds": self.measured_seconds,
             "tcp_seconds": self.tcp_seconds,
+            "planning_gbps": self.planning_gbps,
             "planning_seconds": self.planning_seconds,
             "planning_basis": self.planning_basis,
         }
 
 
-def kv_band(model: ModelSpec, tokens: int, kv_dtype_bytes: int, instance: GpuInstanceType) -> KvBand:
-    """The one KV-transfer band computation (`make size`, the preview and its summary all use it)."""
+def kv_band(model: ModelSpec, tokens: int, kv_dtype_bytes: int, instance: GpuInstanceType, tp: int = 1,
+            efficiency: Optional[float] = None) -> KvBand:
+    """The one KV-transfer model (`make size`, the preview's band and `make verify`'s floor use it).
+
+    `tp`: the prefill replica's tensor-parallel size; `efficiency`: a calibrated per-interface
+    efficiency (calibration/<stack>.yaml) in place of the published one.
+    """
     return KvBand(
         tokens=int(tokens),
         bytes=model.kv_bytes_per_token(kv_dtype_bytes) * int(tokens),
-        line_rate_gbps=float(instance.network_gbps),
-        measured_gbps=instance.nixl_efa_measured_gbps,
-        measured_source=instance.nixl_efa_measured_source,
+        tp=int(tp),
+        interfaces_per_rank=instance.efa_interfaces / instance.gpus,
+        interface_gbps=instance.network_gbps / instance.efa_interfaces,
+        rdma=instance.efa_rdma_read,
+        efficiency=NIXL_EFA_EFFICIENCY if efficiency is None else efficiency,
+        measured_source="calibration (nixlbench)" if efficiency is not None else NIXL_EFA_SOURCE,
         tcp_gbps=float(instance.single_flow_tcp_gbps),
+        calibrated=efficiency is not None,
     )
+
+
+def kv_rank_floor_gbps(instance: GpuInstanceType, fraction: float, efficiency: Optional[float] = None) -> float:
+    """Gbit/s per rank below which NIXL is taken to have left EFA: `fraction` of the planned per-rank rate.
+
+    vLLM reports NIXL throughput per rank (NixlKVConnectorStats), the unit `KvBand.planning_gbps` is in.
+    """
+    from components.models import MODELS
+
+    any_model = next(iter(MODELS.values()))
+    band = kv_band(any_model, 1, 2, instance, 1, efficiency)
+    return round(fraction * band.planning_gbps, 3)
 
 
 def _duration(seconds: float) -> str:
@@ -271,17 +469,19 @@ def _duration(seconds: float) -> str:
 
 
 def band_text(band: dict[str, Any]) -> str:
-    """One line for a `KvBand.as_dict()`: line rate · measured (or that none exists) · single-flow TCP."""
-    measured = (
-        f"measured NIXL/EFA {band['measured_gbps']:g} Gbit/s: {_duration(band['measured_seconds'])} "
-        f"({band['measured_source']})"
-        if band["measured_gbps"] is not None
-        else "measured NIXL/EFA: none published for this type"
-    )
-    return (
-        f"line-rate bound {band['line_rate_gbps']:g} Gbit/s: {_duration(band['line_rate_seconds'])} · {measured} · "
-        f"single-flow TCP {band['tcp_gbps']:g} Gbit/s: {_duration(band['tcp_seconds'])}"
-    )
+    """One line for a `KvBand.as_dict()`: per rank, line rate · measured (or the TCP failure case) · TCP."""
+    head = (f"per rank (TP {band['tp']}, {band['interfaces_per_rank']:g} EFA interface(s) of "
+            f"{band['interface_gbps']:g} Gbit/s each): ")
+    line = f"line-rate bound {band['line_rate_gbps']:g} Gbit/s: {_duration(band['line_rate_seconds'])}"
+    if band["measured_gbps"] is not None:
+        measured = (f"NIXL/EFA at {band['efficiency']:.3f} of line rate {band['measured_gbps']:.1f} Gbit/s: "
+                    f"{_duration(band['measured_seconds'])} ({band['measured_source']})")
+    else:
+        measured = "NIXL/EFA: impossible on this type (no GPUDirect RDMA)"
+    tcp = f"one TCP flow {band['tcp_gbps']:g} Gbit/s: {_duration(band['tcp_seconds'])}"
+    if not band["rdma"]:
+        tcp += " (the failure case sizing must plan on here)"
+    return head + " · ".join([line, measured, tcp])
 
 
 # -- queueing -------------------------------------------------------------------------------------
@@ -301,10 +501,12 @@ def mg1_wait_quantile(rate: float, mean_s: float, second_moment_s: float, p: flo
     return (mean_wait / rho) * math.log(rho / (1 - p))
 
 
-def _service_moments(a: float, b: float, lengths: TokenLengths) -> tuple[float, float]:
-    """E[S], E[S^2] for S = a L + b L^2 with L lognormal (closed form from the lognormal moments)."""
+def _service_moments(c: float, a: float, b: float, lengths: TokenLengths) -> tuple[float, float]:
+    """E[S], E[S^2] for S = c + a L + b L^2 with L lognormal (closed form from the lognormal moments)."""
     m = lengths.moment
-    return a * m(1) + b * m(2), a * a * m(2) + 2 * a * b * m(3) + b * b * m(4)
+    mean = c + a * m(1) + b * m(2)
+    var_part = a * a * m(2) + 2 * a * b * m(3) + b * b * m(4)
+    return mean, c * c + 2 * c * (a * m(1) + b * m(2)) + var_part
 
 
 # -- sizing -----------------------------------------------------------------------------------------
@@ -322,6 +524,9 @@ class Side:
     ttft_ms: Optional[float] = None
     itl_ms: Optional[float] = None
     batch: Optional[float] = None  # sequences a decode(-capable) replica holds on average
+    # requests a replica holds on average at the sized load (Little's law): what Serve's
+    # target_ongoing_requests counts (`make size WRITE=1` writes it)
+    concurrency: Optional[float] = None
 
     @property
     def nodes(self) -> int:
@@ -342,6 +547,7 @@ class Plan:
     reason: str = ""
     hourly: Optional[float] = None
     usd_per_mtok: Optional[float] = None
+    usd_per_mtok_total: Optional[float] = None  # per million input + output tokens
 
     @property
     def nodes(self) -> int:
@@ -358,6 +564,7 @@ class Plan:
         return {
             "mode": self.mode, "feasible": self.feasible, "reason": self.reason, "nodes": self.nodes,
             "gpus": self.gpus, "hourly": self.hourly, "usd_per_mtok": self.usd_per_mtok,
+            "usd_per_mtok_total": self.usd_per_mtok_total,
             "sides": [{**asdict(s), "nodes": s.nodes, "gpus": s.gpus} for s in self.sides],
         }
 
@@ -403,7 +610,7 @@ def size_decode(replica: Replica, workload: Workload) -> Side:
         batch = _decode_fixed_point(replica, tokens_s / replicas, context)
         if batch <= cap and replica.decode_step_seconds(batch, context) <= slo:
             itl = replica.decode_step_seconds(batch, context)
-            return Side("decode", replica.tp, replicas, per_node, itl_ms=itl * 1e3, batch=batch)
+            return Side("decode", replica.tp, replicas, per_node, itl_ms=itl * 1e3, batch=batch, concurrency=batch)
     raise _Infeasible(f"decode: more than {MAX_REPLICAS} replicas needed")
 
 
@@ -416,8 +623,8 @@ def size_prefill(replica: Replica, workload: Workload, transfer_s_per_token: flo
     (ray.llm PDProxyServer._prepare_prefill_request / _prepare_decode_request).
     """
     p = workload.slo.percentile / 100
-    a, b = replica.prefill_coefficients()
-    mean_s, second_s = _service_moments(a, b, workload.input_tokens)
+    c, a, b = replica.prefill_coefficients()
+    mean_s, second_s = _service_moments(c, a, b, workload.input_tokens)
     tail_len = workload.input_tokens.quantile(p)
     own = replica.prefill_seconds(tail_len) + transfer_s_per_token * tail_len + first_step_s
     slo = workload.slo.ttft_ms / 1000
@@ -429,9 +636,12 @@ def size_prefill(replica: Replica, workload: Workload, transfer_s_per_token: flo
             f"above the {workload.slo.ttft_ms:g} ms TTFT objective at any replica count"
         )
     for replicas in range(1, MAX_REPLICAS + 1):
-        wait = mg1_wait_quantile(workload.request_rate / replicas, mean_s, second_s, p)
+        rate = workload.request_rate / replicas
+        wait = mg1_wait_quantile(rate, mean_s, second_s, p)
         if wait + own <= slo:
-            return Side("prefill", replica.tp, replicas, per_node, ttft_ms=(wait + own) * 1e3)
+            mean_wait = rate * second_s / (2 * (1 - rate * mean_s))  # Pollaczek-Khinchine
+            return Side("prefill", replica.tp, replicas, per_node, ttft_ms=(wait + own) * 1e3,
+                        concurrency=rate * (mean_wait + mean_s))
     raise _Infeasible(f"prefill: more than {MAX_REPLICAS} replicas needed")
 
 
@@ -460,8 +670,8 @@ def aggregated_load(replica: Replica, workload: Workload, rate: float) -> Option
     p = workload.slo.percentile / 100
     chunk = vllm_step_budget(replica.instance)[0]
     context = workload.input_tokens.mean + workload.output_tokens.mean / 2
-    a, b = replica.prefill_coefficients()
-    mean_prefill, _ = _service_moments(a, b, workload.input_tokens)
+    c, a, b = replica.prefill_coefficients()
+    mean_prefill, _ = _service_moments(c, a, b, workload.input_tokens)
     share = rate * mean_prefill
     if share >= 1:
         return None
@@ -474,7 +684,7 @@ def aggregated_load(replica: Replica, workload: Workload, rate: float) -> Option
     tail_len = workload.input_tokens.quantile(p)
     chunk_s = replica.prefill_seconds(min(chunk, tail_len))
     # prefill stretched by the decode step each chunk rides with: S'(L) = S(L) + (L / chunk) x step
-    mean_s, second_s = _service_moments(a + step / chunk, b, workload.input_tokens)
+    mean_s, second_s = _service_moments(c, a + step / chunk, b, workload.input_tokens)
     if rate * mean_s >= 1:
         return None
     mean_wait = rate * second_s / (2 * (1 - rate * mean_s))
@@ -499,7 +709,7 @@ def size_aggregated(replica: Replica, workload: Workload) -> Side:
             continue
         if load.itl_tail_s * 1e3 <= workload.slo.itl_ms and load.ttft_tail_s * 1e3 <= workload.slo.ttft_ms:
             return Side("aggregated", replica.tp, replicas, per_node, ttft_ms=load.ttft_tail_s * 1e3,
-                        itl_ms=load.itl_tail_s * 1e3, batch=load.batch)
+                        itl_ms=load.itl_tail_s * 1e3, batch=load.batch, concurrency=load.batch)
     chunk = vllm_step_budget(replica.instance)[0]
     chunk_s = replica.prefill_seconds(min(chunk, workload.input_tokens.quantile(workload.slo.percentile / 100)))
     raise _Infeasible(
@@ -520,7 +730,18 @@ def hourly_price(region: str, instance_type: str, path: Path = PRICES_FILE) -> O
 
 
 def usd_per_million_output_tokens(hourly: float, output_tokens_s: float) -> float:
+    """$ per million OUTPUT tokens: the whole GPU nodes' on-demand list price per hour, over the output
+    tokens/s the workload demands (not the peak the nodes could do)."""
     return hourly / (output_tokens_s * 3600) * 1e6
+
+
+def usd_per_million_total_tokens(hourly: float, total_tokens_s: float) -> float:
+    """The same price over input + output tokens/s (how most API price lists count)."""
+    return hourly / (total_tokens_s * 3600) * 1e6
+
+
+COST_BASIS = ("whole GPU nodes at the on-demand list price, as many as the workload's demand needs; "
+              "$/Mtok counts output tokens unless it says input + output")
 
 
 # -- the whole answer -----------------------------------------------------------------------------------
@@ -536,10 +757,21 @@ class Sizing:
     aggregated: Plan
     price_hourly: Optional[float]
     placement: Optional[Placement] = None  # the cheapest TP per side, as advice (not written)
+    constants: Optional[EngineConstants] = None  # the efficiency row the answer rests on
+    calibration: Optional[str] = None  # calibration/<stack>.yaml when it supplied the constants
 
     @property
     def output_tokens_s(self) -> float:
         return self.workload.request_rate * self.workload.output_tokens.mean
+
+    @property
+    def total_tokens_s(self) -> float:
+        return self.workload.request_rate * (self.workload.input_tokens.mean + self.workload.output_tokens.mean)
+
+    def recommended(self) -> Optional[Plan]:
+        """The layout the verdict recommends: the feasible plan on fewer nodes (a draw: disaggregated)."""
+        feasible = [p for p in (self.disaggregated, self.aggregated) if p.feasible]
+        return min(feasible, key=lambda p: (p.nodes, p.mode != "disaggregated")) if feasible else None
 
     @property
     def pd_ratio(self) -> Optional[str]:
@@ -573,15 +805,20 @@ class Sizing:
             "region": self.region, "workload": self.workload.model_dump(by_alias=True),
             "kv_band": self.band.as_dict(), "disaggregated": self.disaggregated.as_dict(),
             "aggregated": self.aggregated.as_dict(), "pd_ratio": self.pd_ratio,
-            "output_tokens_s": self.output_tokens_s, "price_hourly": self.price_hourly, "verdict": self.verdict(),
+            "output_tokens_s": self.output_tokens_s, "total_tokens_s": self.total_tokens_s,
+            "price_hourly": self.price_hourly, "verdict": self.verdict(),
+            "recommended": None if self.recommended() is None else self.recommended().mode,  # type: ignore[union-attr]
+            "cost_basis": COST_BASIS, "constants": asdict(self.constants) if self.constants else None,
+            "calibration": self.calibration,
             "placement": None if self.placement is None else asdict(self.placement),
         }
 
 
-def _priced(plan: Plan, price: Optional[float], output_tokens_s: float) -> Plan:
+def _priced(plan: Plan, price: Optional[float], output_tokens_s: float, total_tokens_s: float) -> Plan:
     if plan.feasible and price is not None:
         plan.hourly = plan.nodes * price
         plan.usd_per_mtok = usd_per_million_output_tokens(plan.hourly, output_tokens_s)
+        plan.usd_per_mtok_total = usd_per_million_total_tokens(plan.hourly, total_tokens_s)
     return plan
 
 
@@ -590,7 +827,7 @@ def tp_options(model: ModelSpec, instance: GpuInstanceType) -> list[int]:
     options = []
     tp = 1
     while tp <= instance.gpus:
-        if instance.gpus % tp == 0 and model.weights_gib_bf16 / tp <= instance.gpu_memory_gib * GPU_MEMORY_BUDGET:
+        if instance.gpus % tp == 0 and model.weights_gib_bf16 / tp <= gpu_memory_gib(instance) * GPU_MEMORY_BUDGET:
             options.append(tp)
         tp *= 2
     return options
@@ -610,12 +847,12 @@ class Placement:
 
 
 def search_placement(model: ModelSpec, instance: GpuInstanceType, kv_dtype_bytes: int, workload: Workload,
-                     transfer_s_per_token: float) -> Placement:
+                     transfer_s_per_token: float, constants: EngineConstants = VLLM_BF16) -> Placement:
     """For each side (and aggregated), the TP that needs the fewest nodes, then the fewest GPUs.
 
     Decode first: its step time is part of every TTFT (the first token comes from the decode replica).
     """
-    replicas = [Replica(model, instance, tp, kv_dtype_bytes) for tp in tp_options(model, instance)]
+    replicas = [Replica(model, instance, tp, kv_dtype_bytes, constants=constants) for tp in tp_options(model, instance)]
 
     def best(sizer: Callable[[Replica], Side]) -> Optional[Side]:
         sides = []
@@ -630,12 +867,82 @@ def search_placement(model: ModelSpec, instance: GpuInstanceType, kv_dtype_bytes
     prefill = None
     if decode is not None:
         first_step = (decode.itl_ms or 0.0) / 1e3
-        prefill = best(lambda r: size_prefill(r, workload, transfer_s_per_token, first_step))
+        # each prefill rank moves 1/tp of the KV cache over its own interfaces: per token, tp1 / tp
+        prefill = best(lambda r: size_prefill(r, workload, transfer_s_per_token / r.tp, first_step))
     return Placement(prefill, decode, best(lambda r: size_aggregated(r, workload)))
 
 
-def size(stack: str, config: StackConfig, workload: Workload) -> Sizing:
-    """Size `workload` for the stack's model, GPU type and tensor-parallel layout."""
+# -- calibration/<stack>.yaml: constants measured on the stack's own GPUs (`make calibrate`) ---------------
+class CalibratedConstants(_Strict):
+    """The fitted efficiency row (tools/calibrate/fit.py) as the calibration file stores it."""
+
+    prefill_mfu: float = Field(gt=0, le=1, description="Fraction of dense peak a prefill reaches.")
+    prefill_step_s: float = Field(ge=0, description="Per-forward intercept of a prefill, seconds.")
+    decode_mbu: float = Field(gt=0, le=1, description="Fraction of memory bandwidth a decode step reaches.")
+    decode_step_s: float = Field(ge=0, description="Per-step intercept of a decode step, seconds.")
+    tp_efficiency: float = Field(gt=0, le=1, description="What each doubling of TP keeps.")
+
+
+class Calibration(_Strict):
+    """What `make calibrate STACK=...` measured and fitted; `make size` and the preview use it."""
+
+    stack: str = Field(description="The stack it was measured on.")
+    measured_at: str = Field(description="UTC time of the run (ISO 8601).")
+    model_id: str = Field(description="The model served during the run.")
+    instance_type: str = Field(description="The GPU instance type of the run.")
+    tensor_parallel_size: int = Field(ge=1, description="TP of the replicas benchmarked.")
+    constants: CalibratedConstants = Field(description="The fitted efficiency row.")
+    kv_efficiency: Optional[float] = Field(
+        default=None, gt=0, le=1,
+        description="nixlbench over LIBFABRIC, per EFA interface, as a fraction of line rate; None if not measured.",
+    )
+    points: int = Field(ge=1, description="Benchmark points the fit used.")
+    source: str = Field(description="The commands that produced it.")
+
+    def engine_constants(self) -> EngineConstants:
+        c = self.constants
+        return EngineConstants(c.prefill_mfu, c.prefill_step_s, c.decode_mbu, c.decode_step_s, c.tp_efficiency,
+                               f"calibration/{self.stack}.yaml ({self.measured_at}, {self.points} points)")
+
+
+def calibration_path(stack: str, root: Path) -> Path:
+    return Path(root) / "calibration" / f"{stack}.yaml"
+
+
+def load_calibration(stack: str, root: Path, config: StackConfig) -> Optional[Calibration]:
+    """calibration/<stack>.yaml if present (read like a stack file, strict); USAGE if it does not fit the stack."""
+    from tools.stackfile import parse
+
+    path = calibration_path(stack, root)
+    if not path.is_file():
+        return None
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ToolError(Exit.USAGE, one_line(f"{path}: cannot read it ({exc})")) from None
+    data = parse(text, str(path))
+    try:
+        found = Calibration.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{_location(e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise ToolError(Exit.USAGE, one_line(f"{path}: {problems}; re-run make calibrate STACK={stack}", 600)) from None
+    serving = config.serving
+    if serving is not None and (found.model_id != serving.model_id
+                                or found.instance_type != config.gpu_nodes.instance_type):
+        raise ToolError(Exit.USAGE, f"{path}: measured {found.model_id} on {found.instance_type}, the stack now runs "
+                                    f"{serving.model_id} on {config.gpu_nodes.instance_type}; re-run make calibrate "
+                                    f"STACK={stack} or delete the file")
+    return found
+
+
+def size(stack: str, config: StackConfig, workload: Workload, root: Optional[Path] = None) -> Sizing:
+    """Size `workload` for the stack's model, GPU type and tensor-parallel layout.
+
+    The efficiency constants are calibration/<stack>.yaml's when `make calibrate` wrote one (under
+    `root`, the checkout by default), else the vLLM bf16 row.
+    """
+    from tools.cli import ROOT
+
     if config.serving is None:
         raise ToolError(Exit.USAGE, f"Pulumi.{stack}.yaml has no serving section: there is no model to size for")
     from components.models import MODELS
@@ -652,11 +959,16 @@ def size(stack: str, config: StackConfig, workload: Workload) -> Sizing:
             f"workload: a p{workload.slo.percentile:g} request ({longest:,.0f} tokens in + out) exceeds the stack's "
             f"maxModelLen ({serving.max_model_len:,}); vLLM would refuse it",
         )
+    found = load_calibration(stack, root if root is not None else ROOT, config)
+    constants = found.engine_constants() if found is not None else VLLM_BF16
+    kv_efficiency = found.kv_efficiency if found is not None else None
+    calibration = str(calibration_path(stack, Path("."))) if found is not None else None
     dtype = serving.kv_cache_dtype_bytes
-    prefill = Replica(model, instance, serving.prefill.tensor_parallel_size, dtype)
-    decode = Replica(model, instance, serving.decode.tensor_parallel_size, dtype)
-    band = kv_band(model, round(workload.input_tokens.quantile(workload.slo.percentile / 100)), dtype, instance)
-    per_token = model.kv_bytes_per_token(dtype) * 8 / (band.planning_gbps * 1e9)
+    prefill = Replica(model, instance, serving.prefill.tensor_parallel_size, dtype, constants=constants)
+    decode = Replica(model, instance, serving.decode.tensor_parallel_size, dtype, constants=constants)
+    band = kv_band(model, round(workload.input_tokens.quantile(workload.slo.percentile / 100)), dtype, instance,
+                   serving.prefill.tensor_parallel_size, kv_efficiency)
+    per_token = band.seconds_per_token()
     dis = Plan("disaggregated")
     try:
         decode_side = size_decode(decode, workload)
@@ -671,6 +983,80 @@ def size(stack: str, config: StackConfig, workload: Workload) -> Sizing:
         agg.feasible, agg.reason = False, str(exc)
     price = hourly_price(config.region, instance.name)
     out = workload.request_rate * workload.output_tokens.mean
-    placement = search_placement(model, instance, dtype, workload, per_token)
+    tp1_per_token = kv_band(model, band.tokens, dtype, instance, 1, kv_efficiency).seconds_per_token()
+    placement = search_placement(model, instance, dtype, workload, tp1_per_token, constants)
+    total = workload.request_rate * (workload.input_tokens.mean + workload.output_tokens.mean)
     return Sizing(stack, model.model_id, instance.name, config.region, workload, band,
-                  _priced(dis, price, out), _priced(agg, price, out), price, placement)
+                  _priced(dis, price, out, total), _priced(agg, price, out, total), price, placement,
+                  constants, calibration)
+
+
+# -- the point query: one question to the model ---------------------------------------------------------
+@dataclass(frozen=True)
+class PointAnswer:
+    """Mean latencies of `concurrency` closed-loop clients (each sends its next request when the last
+    ends, as `vllm bench serve --max-concurrency` does) on one replica (aggregated) or one prefill plus
+    one decode replica (disaggregated)."""
+
+    mode: str
+    ttft_ms: float
+    itl_ms: float
+    e2e_ms: float
+    output_tokens_per_s: float  # per replica (disaggregated: per prefill + decode pair)
+    kv_transfer_ms: float
+    request_rate: float  # the arrival rate the closed loop settles at
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _settle(cycle: Callable[[float], Optional[tuple[float, float, float]]], concurrency: float,
+            output: int) -> tuple[float, tuple[float, float, float]]:
+    """The arrival rate where rate x (TTFT + (output - 1) x ITL) = concurrency (bisection, bounded)."""
+    lo, hi = 1e-9, 1e4
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        got = cycle(mid)
+        if got is None or mid * (got[0] + (output - 1) * got[1]) > concurrency:
+            hi = mid
+        else:
+            lo = mid
+    got = cycle(lo)
+    if got is None:
+        raise ToolError(Exit.FAILED, "the replica cannot keep up with even one request at a time")
+    return lo, got
+
+
+def point_query(model: ModelSpec, instance: GpuInstanceType, tp: int, input_tokens: int, output_tokens: int,
+                concurrency: int, mode: str = "aggregated", kv_dtype_bytes: int = 2,
+                constants: Optional[EngineConstants] = None,
+                kv_efficiency: Optional[float] = None) -> PointAnswer:
+    """What the model says one layout does at one load (the point query of `python -m tools.size --point`)."""
+    replica = Replica(model, instance, tp, kv_dtype_bytes, constants=constants or VLLM_BF16)
+    workload = parse_workload({"requestRate": 1.0, "inputTokens": {"mean": float(input_tokens)},
+                               "outputTokens": {"mean": float(output_tokens)},
+                               "slo": {"ttftMs": 1.0, "itlMs": 1.0, "percentile": 90.0}})
+    context = input_tokens + output_tokens / 2
+    if mode == "aggregated":
+        def cycle(rate: float) -> Optional[tuple[float, float, float]]:
+            load = aggregated_load(replica, workload, rate)
+            return None if load is None else (load.ttft_mean_s, load.itl_mean_s, 0.0)
+    elif mode == "disaggregated":
+        band = kv_band(model, input_tokens, kv_dtype_bytes, instance, tp, kv_efficiency)
+        service = replica.prefill_seconds(input_tokens)
+        cap = _batch_cap(replica, workload)
+
+        def cycle(rate: float) -> Optional[tuple[float, float, float]]:
+            if rate * service >= 1:
+                return None
+            wait = rate * service * service / (2 * (1 - rate * service))  # M/D/1: one prompt length
+            batch = _decode_fixed_point(replica, rate * output_tokens, context)
+            if batch > cap:
+                return None
+            step = replica.decode_step_seconds(batch, context)
+            return wait + service + band.planning_seconds + step, step, band.planning_seconds
+    else:
+        raise ToolError(Exit.USAGE, f"--mode {mode!r}: expected aggregated or disaggregated")
+    rate, (ttft, itl, kv) = _settle(cycle, concurrency, output_tokens)
+    return PointAnswer(mode, ttft * 1e3, itl * 1e3, (ttft + (output_tokens - 1) * itl) * 1e3,
+                       rate * output_tokens, kv * 1e3, rate)

@@ -179,7 +179,7 @@ def key_figures(run: "ProgramRun", config: Any, region: str, prices: Optional[Pr
             hours_per_month=prices.hours_per_month,
         ),
         kv_transfer=_serving_kv(config, gpu),
-        kv_band=kv_band_figure(config, gpu),
+        kv_band=kv_band_figure(config, gpu, run.stack),
         sized=sized_throughput_figure(run.stack, config, cost.hourly),
     )
 
@@ -192,7 +192,7 @@ def _checkout_root() -> Path:
     return Path(components.__file__).resolve().parent.parent
 
 
-def kv_band_figure(config: Any, gpu: Optional[NodeGroupFigure]) -> dict[str, Any]:
+def kv_band_figure(config: Any, gpu: Optional[NodeGroupFigure], stack: Optional[str] = None) -> dict[str, Any]:
     """The KV band (tools/sizing.py: line rate, measured NIXL/EFA, single-flow TCP) for a maxModelLen request."""
     serving = getattr(config, "serving", None) if config is not None else None
     if serving is None or gpu is None:
@@ -203,10 +203,21 @@ def kv_band_figure(config: Any, gpu: Optional[NodeGroupFigure]) -> dict[str, Any
         from tools.sizing import kv_band
 
         band = kv_band(MODELS[serving.model_id], serving.max_model_len, serving.kv_cache_dtype_bytes,
-                       GPU_INSTANCE_TYPES[gpu.instance_type])
+                       GPU_INSTANCE_TYPES[gpu.instance_type], serving.prefill.tensor_parallel_size,
+                       _calibrated_kv_efficiency(stack, config))
     except (ImportError, AttributeError, KeyError) as error:  # an older checkout (preview-diff's base)
         return {"status": "n/a", "reason": f"this checkout has no KV band figures ({type(error).__name__})"}
     return {"status": "ok", **band.as_dict()}
+
+
+def _calibrated_kv_efficiency(stack: Optional[str], config: Any) -> Optional[float]:
+    """calibration/<stack>.yaml's nixlbench efficiency for the previewed stack, None without one."""
+    if stack is None:
+        return None
+    from tools.sizing import load_calibration
+
+    found = load_calibration(stack, _checkout_root(), config)
+    return found.kv_efficiency if found is not None else None
 
 
 def sized_throughput_figure(stack: str, config: Any, hourly: float) -> dict[str, Any]:
@@ -216,19 +227,34 @@ def sized_throughput_figure(stack: str, config: Any, hourly: float) -> dict[str,
         return {"status": "n/a", "reason": f"no workloads/{stack}.yaml to size for"}
     try:
         from tools.cli import ToolError
-        from tools.sizing import load_workload, size, usd_per_million_output_tokens
+        from tools.sizing import (
+            COST_BASIS,
+            load_workload,
+            size,
+            usd_per_million_output_tokens,
+            usd_per_million_total_tokens,
+        )
 
-        result = size(stack, config, load_workload(path))
+        result = size(stack, config, load_workload(path), _checkout_root())
     except (ImportError, AttributeError) as error:
         return {"status": "n/a", "reason": f"this checkout cannot size ({type(error).__name__})"}
     except ToolError as error:
         return {"status": "n/a", "reason": str(error)}
     tokens_s = result.output_tokens_s
+    recommended = result.recommended()
     return {
         "status": "ok",
         "workload": f"workloads/{stack}.yaml",
         "output_tokens_s": tokens_s,
         "usd_per_mtok": usd_per_million_output_tokens(hourly, tokens_s) if hourly else None,
+        "usd_per_mtok_total": usd_per_million_total_tokens(hourly, result.total_tokens_s) if hourly else None,
         "sized_nodes": result.disaggregated.nodes if result.disaggregated.feasible else None,
         "verdict": result.verdict(),
+        # the layout make size recommends, priced beside the configured one
+        "recommended": None if recommended is None else {
+            "mode": recommended.mode, "nodes": recommended.nodes, "hourly": recommended.hourly,
+            "usd_per_mtok": recommended.usd_per_mtok, "usd_per_mtok_total": recommended.usd_per_mtok_total,
+        },
+        "cost_basis": COST_BASIS,
+        "calibration": result.calibration,
     }

@@ -112,6 +112,19 @@ def figure_lines(figures: Figures) -> list[tuple[str, str]]:
                     + (f"; make size: {sized['sized_nodes']} GPU node(s)" if sized.get("sized_nodes") else ""),
                 )
             )
+            rec = sized.get("recommended")
+            if rec and rec.get("usd_per_mtok") is not None:  # the layout make size recommends, priced beside it
+                rows.append(
+                    (
+                        "",
+                        f"make size recommends {rec['mode']} on {rec['nodes']} GPU node(s): "
+                        f"{fmt.money(rec['hourly'])}/hour, {fmt.money(rec['usd_per_mtok'])} per million output tokens, "
+                        f"{fmt.money(rec['usd_per_mtok_total'])} per million input + output tokens "
+                        f"(configured: {fmt.money(sized.get('usd_per_mtok_total'))} per million input + output); "
+                        f"{sized.get('cost_basis', '')}"
+                        + (f"; constants from {sized['calibration']}" if sized.get("calibration") else ""),
+                    )
+                )
     else:
         rows.append(("Estimated cost", f"n/a (no price for {', '.join(cost.missing)})"))
     kv = figures.kv_transfer

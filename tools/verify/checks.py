@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from components import metrics as m
-from components.catalog import GpuInstanceType, kv_throughput_floor_gbps
+from components.catalog import GpuInstanceType
 from components.config import StackConfig
 from components.device_plugins import EFA_CHART, NVIDIA_CHART
 from components.device_plugins import NAMESPACE as PLUGIN_NAMESPACE
@@ -31,6 +31,7 @@ from components.efa_gpu_nodes import GPU_LABELS
 from components.observability import NAMESPACE as MONITORING_NAMESPACE
 from components.observability import PROMETHEUS_PORT_NAME, PROMETHEUS_SERVICE, RAY_GROUP_LABEL, RAY_NODE_TYPE_LABEL
 from components.ray_service import NAMESPACE, RAY_SERVICE_NAME, ROLES, SERVE_PORT
+from tools.sizing import kv_rank_floor_gbps
 
 from .kube import HttpError, KubeClient, Unreachable
 
@@ -84,7 +85,8 @@ class Expected:
             hugepages_mib=catalog_hugepages_mib(instance),
             model_id=config.serving.model_id if config.serving else None,
             endpoint_service=config.serving.endpoint_name if config.serving else None,
-            floor_gbps=kv_throughput_floor_gbps(instance, config.observability.kv_throughput_floor_fraction),
+            # per rank, from the one KV-transfer model (tools/sizing.py: kv_band)
+            floor_gbps=kv_rank_floor_gbps(instance, config.observability.kv_throughput_floor_fraction),
         )
 
 
