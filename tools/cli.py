@@ -9,6 +9,7 @@ this enum (a test keeps them equal).
 
 from __future__ import annotations
 
+import argparse
 import enum
 import math
 import os
@@ -89,13 +90,18 @@ def _silence_stdout() -> None:
         os.close(devnull)
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with its errors as this module's one line (`prog: what; see --help`), exit USAGE."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ToolError(Exit.USAGE, f"{one_line(message)} (see `{self.prog} --help`)")
+
+
 # -- argument and path checks shared by the tools: every one runs before anything is written ------
 
 
 def seconds(text: str) -> float:
     """argparse `type=` for a duration: a finite number of seconds above zero (`nan`, `inf`, `-1` refused)."""
-    import argparse
-
     try:
         value = float(text)
     except ValueError:
@@ -107,8 +113,6 @@ def seconds(text: str) -> float:
 
 def non_negative_seconds(text: str) -> float:
     """argparse `type=` for a wait that may be 0: a finite number of seconds, at least zero."""
-    import argparse
-
     try:
         value = float(text)
     except ValueError:

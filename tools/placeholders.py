@@ -16,7 +16,6 @@ Exit: 0 none, 1 some (each printed on stderr), 2 the stack cannot be read.
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
 import re
 import sys
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 from typing import Iterator, Optional
 
 from components.config import PROJECT, StackConfig
-from tools.cli import Exit, ToolError, exit_with, one_line
+from tools.cli import ArgumentParser, Exit, ToolError, exit_with, one_line
 
 DOCUMENTATION_NETWORKS = tuple(
     ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32")
@@ -105,7 +104,7 @@ def warning_lines(config: StackConfig) -> list[str]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.placeholders", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m tools.placeholders", description=__doc__.splitlines()[0])
     parser.add_argument("--stack", required=True)
     parser.add_argument("--runner", default="", help="runner label given to the deploy workflow, if any")
     parser.add_argument("--github-output", help="append `runner=<label>` to this file (GITHUB_OUTPUT)")

@@ -20,7 +20,6 @@ verified, or (with `--strict`) anything could not.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -31,7 +30,7 @@ from typing import Any, Literal, Optional
 
 from components.catalog import GPU_INSTANCE_TYPES
 from components.config import ConfigError, StackConfig
-from tools.cli import Exit, ToolError, exit_with, one_line
+from tools.cli import ArgumentParser, Exit, ToolError, exit_with, one_line
 
 Status = Literal["ok", "FAIL", "could-not-check", "warning"]
 OK: Status = "ok"
@@ -435,7 +434,7 @@ def render_text(stack: str, region: str, account: Optional[str], results: list[R
 
 def main(argv: Optional[list[str]] = None, clients=None) -> int:
     """CLI entry. `clients` = (sts, ec2, service-quotas[, eks]) to inject; built from boto3 otherwise."""
-    parser = argparse.ArgumentParser(prog="python -m tools.preflight", description=__doc__.split("\n")[0])
+    parser = ArgumentParser(prog="python -m tools.preflight", description=__doc__.split("\n")[0])
     parser.add_argument("--stack", default="dev", help="stack name (reads Pulumi.<stack>.yaml)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON (and nothing else on stdout)")
     parser.add_argument("--strict", action="store_true", help="exit 5 when any item could not be checked")

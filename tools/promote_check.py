@@ -16,7 +16,6 @@ differs in must-promote keys and is not a promotion gate.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -25,7 +24,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Optional
 
-from tools.cli import Exit, ToolError, exit_with, one_line
+from tools.cli import ArgumentParser, Exit, ToolError, exit_with, one_line
 from tools.preview.mockrun import ROOT, SECRET_PLACEHOLDER, is_secure, load_stack_config
 
 # Keys expected to differ between environments (fnmatch globs on `namespace:dotted.path`; `*`
@@ -252,7 +251,7 @@ def compare_stacks(source: str, target: str, root: Path = ROOT) -> Report:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.promote_check", description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="python -m tools.promote_check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--from", dest="source", required=True, help="the stack the commit was proven on")
     parser.add_argument("--to", dest="target", required=True, help="the stack it is promoted to")
     parser.add_argument("--root", type=Path, default=ROOT, help="directory holding Pulumi.<stack>.yaml")

@@ -10,20 +10,19 @@ config, 3 the program failed, 4 the policy pack failed to run, 70 a bug in the p
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 from pathlib import Path
 from typing import NoReturn, Optional
 
-from tools.cli import ROOT, Exit, ToolError, one_line, run
+from tools.cli import ROOT, ArgumentParser, Exit, ToolError, one_line, run
 
 PROG = "preview"
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.preview", description=(__doc__ or "").splitlines()[0])
+    parser = ArgumentParser(prog="python -m tools.preview", description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--stack", default="dev")
     parser.add_argument("--root", type=Path, default=ROOT, help="checkout to preview (default: this one)")
     parser.add_argument("--out", type=Path, help="artifact directory (default: <root>/build/preview/<stack>)")

@@ -15,7 +15,6 @@ model. A stack missing at the base counts as empty. Exit status: that of the wor
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import json
 import shutil
@@ -26,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from tools.cli import ROOT, Exit, ToolError, checkout_root, fresh_out_dir, one_line, run
+from tools.cli import ROOT, ArgumentParser, Exit, ToolError, checkout_root, fresh_out_dir, one_line, run
 from tools.preview import fmt
 from tools.preview.report import Report, VerdictRecord
 from tools.rollout import classify_resources
@@ -327,7 +326,7 @@ def _exit(code: int) -> Exit:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.preview.diff", description=(__doc__ or "").splitlines()[0])
+    parser = ArgumentParser(prog="python -m tools.preview.diff", description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--base", required=True, help="git revision to compare against (e.g. origin/main, HEAD~1)")
     parser.add_argument("--stack", default="dev")
     parser.add_argument("--root", type=Path, default=ROOT)
