@@ -160,3 +160,104 @@ def test_a_closed_pipe_is_not_a_traceback():
                           shell=True, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.stdout == "line 0\n"
     assert "BrokenPipeError" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+# -- class 5: stack files read as the Pulumi CLI reads them (gopkg.in/yaml.v3) ----------------------
+
+# (plain scalar, what yaml.v3's resolve gives it): the oracle is go-yaml/yaml branch v3 resolve.go,
+# read case by case (the map of special values, the 'D'/'S' hint branch: timestamps aside,
+# `_` dropped, strconv.ParseInt(s, 0, 64), ParseUint, the float pattern, 0b/-0b, 0o/-0o).
+V3_TABLE = [
+    ("1:0", "1:0"), ("1:30:00", "1:30:00"), ("190:20:30", "190:20:30"),  # no base 60 in YAML 1.2
+    ("yes", "yes"), ("Yes", "Yes"), ("no", "no"), ("on", "on"), ("off", "off"), ("y", "y"), ("n", "n"),
+    ("true", True), ("True", True), ("TRUE", True), ("tRUE", "tRUE"), ("false", False), ("FALSE", False),
+    ("", None), ("~", None), ("null", None), ("Null", None), ("NULL", None), ("nULL", "nULL"),
+    ("0o17", 15), ("-0o17", -15), ("017", 15), ("0x1F", 31), ("-0x10", -16), ("0b101", 5), ("-0b101", -5),
+    ("1_000", 1000), ("1__0", 10), ("+5", 5), ("-0", 0), ("08", 8.0), ("09.5", 9.5),
+    ("1.5", 1.5), ("1e3", 1000.0), ("-1.5E-2", -0.015), (".5", 0.5), ("1.", 1.0),
+    ("9223372036854775807", 2**63 - 1), ("9223372036854775808", 2**63), ("18446744073709551616", 2.0**64),
+    ("0x", "0x"), ("0b2", "0b2"), ("1.2.3", "1.2.3"), ("+", "+"), ("-x", "-x"), ("1e", "1e"), ("12abc", "12abc"),
+]
+
+
+@pytest.mark.parametrize("text, expected", V3_TABLE, ids=[repr(t) for t, _ in V3_TABLE])
+def test_plain_scalars_resolve_as_yaml_v3_resolves_them(text, expected):
+    from tools.stackfile import parse
+
+    value = parse(f"v: {text}\n" if text else "v:\n", "x.yaml")["v"]
+    assert value == expected and type(value) is type(expected), (text, value)
+
+
+@pytest.mark.parametrize("text, expected", [(".inf", math.inf), ("-.Inf", -math.inf), ("+.INF", math.inf)])
+def test_infinities(text, expected):
+    from tools.stackfile import parse
+
+    assert parse(f"v: {text}\n", "x.yaml")["v"] == expected
+    assert math.isnan(parse("v: .NaN\n", "x.yaml")["v"])
+
+
+def test_a_top_level_value_reaches_the_program_as_its_source_text(tmp_path):
+    """The CLI unmarshals a top-level config value into a string first: `0x10` stays "0x10"."""
+    from tools.stackfile import load
+
+    (tmp_path / "Pulumi.dev.yaml").write_text(
+        "config:\n  aws:region: us-west-2\n  llm-pd-eks:a: 0x10\n  llm-pd-eks:b: TRUE\n  llm-pd-eks:c: 1:0\n"
+        "  llm-pd-eks:d: ~\n  llm-pd-eks:e: '017'\n  llm-pd-eks:f:\n    n: 0o17\n    m: 1:0\n    o: on\n")
+    values, _ = load("dev", tmp_path)
+    assert values["llm-pd-eks:a"] == "0x10" and values["llm-pd-eks:b"] == "TRUE" and values["llm-pd-eks:c"] == "1:0"
+    assert values["llm-pd-eks:d"] == "" and values["llm-pd-eks:e"] == "017"
+    assert values["llm-pd-eks:f"] == '{"n": 15, "m": "1:0", "o": "on"}'  # objects: resolved, then JSON
+
+
+def test_a_sexagesimal_count_is_refused_as_pulumi_would_hand_it_over(tmp_path):
+    """`maxSize: 1:0` was 60 to PyYAML; to Pulumi it is the string "1:0", which the config model refuses."""
+    from components.config import ConfigError, validate_stack_config
+    from tools.preview.mockrun import load_stack_config
+    from tools.stackfile import engine_config
+
+    text = (ROOT / "Pulumi.dev.yaml").read_text().replace("    maxSize:", "    maxSize: 1:0\n    x-old-maxSize:", 1)
+    assert "maxSize: 1:0" in text
+    (tmp_path / "Pulumi.dev.yaml").write_text(text.replace("    x-old-maxSize:", "    # was:", 1))
+    values, secrets = load_stack_config("dev", tmp_path)
+    project = {k.split(":", 1)[1]: v for k, v in values.items() if k.startswith("llm-pd-eks:")}
+    with pytest.raises(ConfigError) as info:
+        validate_stack_config(project, "us-west-2", [k.split(":", 1)[1] for k in secrets])
+    assert "maxSize" in str(info.value)
+    assert engine_config  # the one conversion both paths use
+
+
+# -- class 5: configs AWS or vLLM would refuse ---------------------------------------------------------
+
+
+def test_gp3_iops_above_500_per_gib_is_refused():
+    from helpers import config_problems, validate_values
+
+    base = {"network": {"availabilityZones": ["us-west-2a", "us-west-2b"]},
+            "gpuNodes": {"instanceType": "p5.48xlarge", "availabilityZone": "us-west-2a"}}
+    ok = {**base, "systemNodes": {"diskSizeGib": 20, "rootVolumeIops": 10000}}
+    assert validate_values(ok).system_nodes.root_volume_iops == 10000  # exactly 500 per GiB
+    (problem,) = config_problems({**base, "systemNodes": {"diskSizeGib": 20, "rootVolumeIops": 10001}})
+    assert "rootVolumeIops 10001 exceeds gp3's 500 IOPS per GiB on a 20 GiB volume (at most 10000" in problem
+    (problem,) = config_problems({**base, "gpuNodes": {**base["gpuNodes"], "diskSizeGib": 100,
+                                                       "rootVolumeIops": 60000, "rootVolumeThroughputMibps": 500}})
+    assert "on a 100 GiB volume (at most 50000" in problem
+
+
+@pytest.mark.parametrize("model, native", [("Qwen/Qwen2.5-7B-Instruct", 32768),
+                                           ("meta-llama/Llama-3.1-8B-Instruct", 131072)])
+def test_max_model_len_above_the_native_context_is_refused(model, native):
+    from helpers import config_problems, validate_values
+
+    def values(length):
+        return {"network": {"availabilityZones": ["us-west-2a", "us-west-2b"]},
+                "gpuNodes": {"instanceType": "p5.48xlarge", "availabilityZone": "us-west-2a"},
+                "serving": {"modelId": model, "maxModelLen": length,
+                            "image": "123456789012.dkr.ecr.us-west-2.amazonaws.com/ray-llm:2.60.0-py311-cu128"}}
+
+    secret = ["llm-pd-eks:hfToken"] if "llama" in model else []
+    extra = {"hfToken": "[secret-placeholder]"} if secret else {}
+    assert validate_values({**values(native), **extra}, secret_keys=secret).serving.max_model_len == native
+    problems = config_problems({**values(native + 1), **extra}, secret_keys=secret)
+    # Llama's native context is also the model-wide bound MAX_MODEL_LEN: the field's own limit says it first
+    words = f"above {model}'s native context of {native} tokens" if native < 131072 else "less than or equal to 131072"
+    assert any(words in p for p in problems), problems
