@@ -7,6 +7,7 @@ end as an "internal error" (exit 70); each asserts what was (not) written as wel
 from __future__ import annotations
 
 import math
+import os
 import shlex
 import subprocess
 import sys
@@ -261,3 +262,140 @@ def test_max_model_len_above_the_native_context_is_refused(model, native):
     # Llama's native context is also the model-wide bound MAX_MODEL_LEN: the field's own limit says it first
     words = f"above {model}'s native context of {native} tokens" if native < 131072 else "less than or equal to 131072"
     assert any(words in p for p in problems), problems
+
+
+# -- class 8: the placeholder gate ----------------------------------------------------------------------
+
+PRIVATE = {
+    "network": {"vpcCidr": "10.40.0.0/16", "availabilityZones": ["us-west-2a", "us-west-2b"]},
+    "gpuNodes": {"instanceType": "p4d.24xlarge", "availabilityZone": "us-west-2a"},
+}
+
+
+def _real_ciphertext() -> str:
+    import base64
+
+    return f"v1:{base64.b64encode(bytes(range(12))).decode()}:{base64.b64encode(bytes(range(40))).decode()}"
+
+
+@pytest.mark.parametrize("ciphertext, words", [
+    ("v1:placeholder:replace-with-pulumi-config-set-secret", "names itself a placeholder"),
+    ("v1:AAAA:BBBB", "not a passphrase-provider ciphertext"),  # base64, but a 3-byte nonce
+    ("v1:not base64!:x", "not a passphrase-provider ciphertext"),
+    ("v1:onlytwo", "not a passphrase-provider ciphertext"),
+    ("AQICAHhEXAMPLEkmsblob==", "names itself a placeholder"),
+])
+def test_an_undecryptable_secure_value_is_a_placeholder(ciphertext, words):
+    from helpers import validate_values
+
+    from tools.placeholders import find_placeholders
+
+    config = validate_values({**PRIVATE, "deploy": {"runnerLabel": "self-hosted-vpc"}})
+    found = find_placeholders(config, secure_values={"llm-pd-eks:hfToken": ciphertext})
+    assert [p.key for p in found] == ["llm-pd-eks:hfToken"] and words in found[0].why
+    assert find_placeholders(config, secure_values={"llm-pd-eks:hfToken": _real_ciphertext()}) == []
+
+
+@pytest.mark.parametrize("label", ["ubuntu-latest", "ubuntu-24.04", "ubuntu-22.04-arm", "windows-latest", "macos-15"])
+def test_a_hosted_runner_for_a_private_only_cluster_is_a_placeholder(label):
+    from helpers import validate_values
+
+    from tools.placeholders import find_placeholders
+
+    from_stack = find_placeholders(validate_values({**PRIVATE, "deploy": {"runnerLabel": label}}))
+    assert [p.key for p in from_stack] == ["llm-pd-eks:deploy.runnerLabel"] and "GitHub-hosted" in from_stack[0].why
+    from_input = find_placeholders(validate_values({**PRIVATE, "deploy": {"runnerLabel": "vpc-runner"}}), label)
+    assert [p.key for p in from_input] == ["--runner"]
+    public = {**PRIVATE, "cluster": {"publicAccessCidrs": ["198.18.0.0/15"]}}
+    assert find_placeholders(validate_values(public), label) == []  # a public endpoint: fine
+
+
+@pytest.mark.parametrize("label", ["vpc-runner\nrunner=ubuntu-latest", "two words", "tab\there", "a,b", "\x1b[31m"])
+def test_a_runner_label_that_is_not_one_token_is_refused_and_never_written(label, tmp_path):
+    out = tmp_path / "github_output"
+    proc = subprocess.run([sys.executable, "-m", "tools.placeholders", "--stack", "dev", "--runner", label,
+                           "--github-output", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == Exit.FAILED, proc.stderr
+    assert "not a single runner label" in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists()  # nothing forged into $GITHUB_OUTPUT
+
+
+# -- class 6: no tool prints a secret's value --------------------------------------------------------------
+
+SECRET_VALUE = "hf_PlainTextTokenThatMustNeverBePrinted"
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzzSECRETKEY"
+
+
+def stack_with_plain_secrets(tmp_path, name: str) -> str:
+    text = (ROOT / f"Pulumi.{name}.yaml").read_text()
+    lines = [line for line in text.splitlines() if "hfToken" not in line and "secure:" not in line]
+    lines += [f"  llm-pd-eks:hfToken: {SECRET_VALUE}", f"  aws:secretKey: {AWS_SECRET}"]
+    return "\n".join(lines) + "\n"
+
+
+def test_no_tool_prints_a_secret_value_it_was_given(tmp_path):
+    import shutil
+
+    root = tmp_path / "checkout"
+    root.mkdir()
+    shutil.copy(ROOT / "Pulumi.yaml", root / "Pulumi.yaml")
+    for name in ("staging", "prod"):
+        (root / f"Pulumi.{name}.yaml").write_text(stack_with_plain_secrets(tmp_path, name))
+    (root / "Pulumi.prod.yaml").write_text(
+        (root / "Pulumi.prod.yaml").read_text().replace(SECRET_VALUE, SECRET_VALUE + "Prod"))
+    outputs = []
+    for argv in (["-m", "tools.promote_check", "--from", "staging", "--to", "prod", "--root", str(root)],
+                 ["-m", "tools.preview", "--stack", "prod", "--root", str(root), "--out", str(tmp_path / "p"),
+                  "--quiet"]):
+        proc = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=600)
+        outputs.append((argv[1], proc.returncode, proc.stdout + proc.stderr))
+    for tool, _code, text in outputs:
+        assert SECRET_VALUE not in text and AWS_SECRET not in text, (tool, text)
+        assert "Traceback" not in text, (tool, text)
+    promote = outputs[0][2]
+    assert "llm-pd-eks:hfToken: staging=(plain-text secret" in promote
+    assert outputs[1][1] == Exit.USAGE and "set in plain text" in outputs[1][2]
+    summary = (tmp_path / "p" / "summary.md").read_text()
+    assert SECRET_VALUE not in summary
+
+
+# -- class 9: promote-check names an unknown key as one, not as per-environment ---------------------------
+
+
+def test_promote_check_calls_a_typo_a_typo(tmp_path):
+    from tools.promote_check import compare_configs
+
+    report = compare_configs("staging", {"llm-pd-eks:servng.modelId": "a", "llm-pd-eks:serving.modelId": "m"},
+                             "prod", {"llm-pd-eks:serving.modelId": "n"})
+    text = report.render()
+    assert "llm-pd-eks:servng.modelId: not a config key of this project (a typo?)" in text
+    last = text.splitlines()[-1]
+    assert last.count("PER_ENVIRONMENT") == 1 and last.index("serving.modelId") < last.index("PER_ENVIRONMENT")
+    assert "servng" not in last[:last.index("PER_ENVIRONMENT")]
+
+
+# -- class 2 and 9: AWS environment handed to preflight ---------------------------------------------------
+
+
+@pytest.mark.parametrize("name, value, words", [
+    ("AWS_ENDPOINT_URL", "http://[::1", "is not a URL"),
+    ("AWS_ENDPOINT_URL", "http://127.0.0.1:99999", "is not a URL"),
+    ("AWS_ENDPOINT_URL_EC2", "http://127.0.0.1:port", "is not a URL"),
+    ("AWS_ENDPOINT_URL", "127.0.0.1:5000", "is not a URL"),
+    ("AWS_CA_BUNDLE", "/nonexistent/ca-bundle.pem", "AWS_CA_BUNDLE='/nonexistent/ca-bundle.pem' is not a file"),
+])
+def test_preflight_refuses_a_malformed_aws_environment(name, value, words):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update({name: value, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_EC2_METADATA_DISABLED": "true"})
+    proc = subprocess.run([sys.executable, "-m", "tools.preflight", "--stack", "dev"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == Exit.USAGE, proc.stderr
+    assert words in one_error_line(proc.stderr)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-5"])
+def test_preflight_refuses_a_deadline_that_is_not_a_duration(value):
+    proc = subprocess.run([sys.executable, "-m", "tools.preflight", "--stack", "dev", "--deadline", value],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == Exit.USAGE and "--deadline" in one_error_line(proc.stderr)

@@ -497,16 +497,26 @@ def client_config():
 
 
 def check_endpoint_env(environ) -> None:
-    """`AWS_ENDPOINT_URL[_<SERVICE>]` must be an http(s) URL (botocore raises a bare ValueError)."""
+    """`AWS_ENDPOINT_URL[_<SERVICE>]` must be an http(s) URL (botocore raises a bare ValueError), and
+    `AWS_CA_BUNDLE` a file that exists (botocore otherwise fails later with an unrelated TLS error)."""
     from urllib.parse import urlsplit
 
     for name in sorted(k for k in environ if k.startswith("AWS_ENDPOINT_URL")):
         value = environ[name]
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 - raises ValueError on a port that is not a number in range
+            usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+        except ValueError:
+            usable = False
+        if not usable:
             raise ToolError(Exit.USAGE, f"{name}={one_line(repr(value), 100)} is not a URL such as "
                                         "http://127.0.0.1:5000 or https://ec2.us-west-2.amazonaws.com; "
                                         "fix or unset it")
+    bundle = environ.get("AWS_CA_BUNDLE")
+    if bundle and not os.path.isfile(bundle):
+        raise ToolError(Exit.USAGE, f"AWS_CA_BUNDLE={one_line(repr(bundle), 100)} is not a file; point it at a "
+                                    "PEM certificate bundle or unset it")
 
 
 def run_with_deadline(work: Callable[[], tuple[str, list[Result]]], deadline: float,

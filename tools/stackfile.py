@@ -278,6 +278,12 @@ def is_secure(value: Any) -> bool:
     return isinstance(value, dict) and set(value) == {"secure"}
 
 
+def secure_values(stack: str, root: Path) -> dict[str, str]:
+    """`ns:key` -> ciphertext of each `{secure: ...}` value in `Pulumi.<stack>.yaml` (the text, never decrypted)."""
+    return {(key if ":" in key else f"{PROJECT}:{key}"): str(value["secure"])
+            for key, value in read(stack, root).items() if is_secure(value)}
+
+
 def engine_config(config: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
     """A stack file's `config:` mapping in the engine's form: (`ns:key` -> string, secret keys).
 

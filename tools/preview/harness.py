@@ -202,11 +202,12 @@ def pack_version(pack_dir: Path) -> Optional[str]:
     return str(version) if version is not None else None
 
 
-def _placeholder_warnings(config: "StackConfig") -> list[str]:
-    """Example values the stack still carries (tools/placeholders.py)."""
+def _placeholder_warnings(config: "StackConfig", stack: str, root: Path) -> list[str]:
+    """Example values the stack still carries (tools/placeholders.py), its secure ciphertexts included."""
     from tools.placeholders import warning_lines
+    from tools.stackfile import secure_values
 
-    return warning_lines(config)
+    return warning_lines(config, secure_values(stack, root))
 
 
 # -- policy pack ---------------------------------------------------------------------------------
@@ -362,7 +363,7 @@ def preview(
         resource_count=len(records),
         stack_outputs=plain(run.stack_outputs),
     )
-    result = PreviewResult(out, run, report, records, timings, warnings=_placeholder_warnings(config))
+    result = PreviewResult(out, run, report, records, timings, warnings=_placeholder_warnings(config, stack, root))
     write_artifacts(result)
     timings["artifacts"] = time.perf_counter() - t
     timings["total"] = time.perf_counter() - t0
