@@ -399,3 +399,25 @@ def test_preflight_refuses_a_deadline_that_is_not_a_duration(value):
     proc = subprocess.run([sys.executable, "-m", "tools.preflight", "--stack", "dev", "--deadline", value],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == Exit.USAGE and "--deadline" in one_error_line(proc.stderr)
+
+
+# -- screen-sized Graphviz views: one per component, together the whole graph ------------------------------
+
+
+def test_each_component_has_its_own_dot_view_and_together_they_are_the_graph(programs):
+    import re as re_
+
+    from tools.preview.graph import build_graph, component_dots, to_dot, top_level
+
+    run = programs("dev")
+    graph = build_graph(run)
+    views = component_dots(run)
+    assert sorted(views) == sorted(f"{r.name}.dot" for r in top_level(run))
+    whole = to_dot(run)
+    node_lines = re_.compile(r'^\s+n\d+ \[label=', re_.MULTILINE)
+    assert sum(len(node_lines.findall(v)) for v in views.values()) == len(node_lines.findall(whole)) == len(graph.nodes)
+    arrows = sum(v.count(" -> ") for v in views.values())
+    assert arrows == whole.count(" -> ") == len(graph.edges)  # every edge drawn once, in its target's view
+    for name, view in views.items():
+        assert view.startswith(f'digraph "dev: {name[:-4]}"')
+        assert view.count(" [label=") < whole.count(" [label=")  # smaller than the whole

@@ -256,7 +256,7 @@ def _program_error(error: BaseException, root: Path) -> ToolError:
 
 # -- the artifact directory ----------------------------------------------------------------------
 # What a preview writes; graph.svg is what earlier versions also wrote (so an old build/ is cleared too).
-ARTIFACTS = ("resources.json", "report.json", "manifests", "graph.dot", "summary.md", "graph.svg")
+ARTIFACTS = ("resources.json", "report.json", "manifests", "graph.dot", "graphs", "summary.md", "graph.svg")
 
 
 def clear_out_dir(out: Path) -> None:
