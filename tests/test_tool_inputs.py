@@ -421,3 +421,28 @@ def test_each_component_has_its_own_dot_view_and_together_they_are_the_graph(pro
     for name, view in views.items():
         assert view.startswith(f'digraph "dev: {name[:-4]}"')
         assert view.count(" [label=") < whole.count(" [label=")  # smaller than the whole
+
+
+# -- class 9: a stack name starting with `-` passes through make as a value; nothing reaches the shell ------
+
+
+def _make(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
+    return subprocess.run(["make", "--no-print-directory", f"PY={sys.executable}", "STAMP=", *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("target", ["placeholders", "verify"])  # neither writes for an unknown stack
+def test_a_stack_name_starting_with_a_dash_reaches_the_tool(target):
+    proc = _make(target, "STACK=-canary")
+    first = next(line for line in proc.stderr.splitlines() if not line.startswith("[preview]"))  # progress
+    assert first.endswith("no stack file Pulumi.-canary.yaml; stacks here: dev, prod, staging "
+                          "(or create it: `pulumi stack init -canary`)"), proc.stderr
+    assert "expected one argument" not in proc.stderr
+
+
+def test_promote_check_from_with_a_dash_and_quotes_is_one_word(tmp_path):
+    marker = tmp_path / "injected"
+    proc = _make("promote-check", f"FROM=-x';touch {marker};'", "TO=prod")
+    assert not marker.exists()
+    assert "is not a Pulumi stack name" in proc.stderr.splitlines()[0]
