@@ -10,6 +10,9 @@ STAMP := $(VENV)/.installed-runtime-$(shell cat requirements.txt | cksum | cut -
 # `STAMP=` on the command line skips the virtualenv step for both sets (tests run make that way).
 DEV_STAMP := $(if $(STAMP),$(VENV)/.installed-dev-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1))
 STACK ?= dev
+# A make variable as one shell word: single-quoted, embedded quotes escaped. Tool arguments are passed
+# as `--opt=$(call q,VALUE)`, so a value starting with `-` stays a value and nothing reaches the shell.
+q = '$(subst ','\'',$(1))'
 # Installs go through uv (pinned here; bootstrapped into the venv with pip): on a fresh clone it
 # installs the runtime set ~8x faster than pip (README, "Fresh-clone timings"). INSTALLER=pip
 # uses plain pip instead, e.g. where no uv wheel exists for the platform.
@@ -61,16 +64,16 @@ test: $(DEV_STAMP)
 	$(PY) -m pytest
 
 preview: $(STAMP)
-	@$(PY) -m tools.preview --stack $(STACK)
+	@$(PY) -m tools.preview --stack=$(call q,$(STACK))
 
 # Previews BASE (in a temporary git worktree) and the working tree; writes build/preview-diff/<stack>/diff.md.
 preview-diff: $(STAMP)
 	@test -n "$(BASE)" || { echo "usage: make preview-diff BASE=<git rev> [STACK=dev]" >&2; exit 2; }
-	@$(PY) -m tools.preview.diff --base $(BASE) --stack $(STACK)
+	@$(PY) -m tools.preview.diff --base=$(call q,$(BASE)) --stack=$(call q,$(STACK))
 
 # Needs AWS credentials (standard chain) and network; AWS_ENDPOINT_URL points it at an emulator.
 preflight: $(DEV_STAMP)
-	@$(PY) -m tools.preflight --stack $(STACK) $(if $(JSON),--json) $(if $(STRICT),--strict)
+	@$(PY) -m tools.preflight --stack=$(call q,$(STACK)) $(if $(JSON),--json) $(if $(STRICT),--strict)
 
 # Static checks: ruff and mypy (configured in pyproject.toml), actionlint on .github/workflows
 # (its shellcheck pass uses the pinned shellcheck in the venv, so every machine checks the same).
@@ -83,7 +86,7 @@ lint: $(DEV_STAMP)
 FROM ?= staging
 TO ?= prod
 promote-check: $(STAMP)
-	@$(PY) -m tools.promote_check --from $(FROM) --to $(TO)
+	@$(PY) -m tools.promote_check --from=$(call q,$(FROM)) --to=$(call q,$(TO))
 
 # Tool recipes are silent (`@`): stdout carries only the tool's output (`make preflight JSON=1` is
 # pure JSON). GNU make itself exits 2 whenever a recipe fails ("The exit status of make is always
@@ -97,14 +100,14 @@ config-doc: $(STAMP)
 
 # Documentation CIDRs, the example account 123456789012, a private endpoint with no runner: exit 1.
 placeholders: $(STAMP)
-	@$(PY) -m tools.placeholders --stack $(STACK) $(if $(RUNNER),--runner $(RUNNER))
+	@$(PY) -m tools.placeholders --stack=$(call q,$(STACK)) $(if $(RUNNER),--runner=$(call q,$(RUNNER)))
 
 # After `pulumi up`: proves the deployed stack (nodes, EFA devices, P/D placement, one completion,
 # NIXL on LIBFABRIC, KV bytes/failures/throughput). Kubeconfig from KUBECONFIG or the stack output.
 .PHONY: verify
 TIMEOUT ?= 600
 verify: $(STAMP)
-	@$(PY) -m tools.verify --stack $(STACK) --timeout $(TIMEOUT) $(if $(KUBECONFIG),--kubeconfig $(KUBECONFIG)) $(if $(JSON),--json)
+	@$(PY) -m tools.verify --stack=$(call q,$(STACK)) --timeout=$(call q,$(TIMEOUT)) $(if $(KUBECONFIG),--kubeconfig=$(call q,$(KUBECONFIG))) $(if $(JSON),--json)
 
 # Sizes the stack for a workload, offline (tools/sizing.py); WRITE=1 puts the sized replica bounds and
 # GPU node-group sizes into Pulumi.<stack>.yaml (comments kept).

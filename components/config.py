@@ -33,7 +33,7 @@ from pydantic.alias_generators import to_camel
 
 from .catalog import CLUSTER_AUTOSCALER_TAGS, GPU_INSTANCE_TYPES, chart_version_key, unsupported_type
 from .metrics import ITL_BUCKETS, TTFT_BUCKETS
-from .models import MODELS
+from .models import MODELS, NATIVE_CONTEXT
 from .ray_resources import accelerator_resource_name, custom_resource_problem, role_resource
 
 PROJECT = "llm-pd-eks"
@@ -399,10 +399,15 @@ GpuCapacity = Annotated[
 GP3_BASELINE_IOPS = 3000
 GP3_BASELINE_MIBPS = 125
 GP3_MIBPS_PER_IOPS = 0.25
+# Same page: "The maximum ratio of provisioned IOPS to provisioned volume size is 500 IOPS per GiB."
+GP3_IOPS_PER_GIB = 500
 
 
-def gp3_problem(iops: int, throughput: int) -> Optional[str]:
-    """Why an IOPS/throughput pair is not a valid gp3 volume, or None."""
+def gp3_problem(iops: int, throughput: int, size_gib: Optional[int] = None) -> Optional[str]:
+    """Why an IOPS/throughput pair (on a volume of `size_gib`) is not a valid gp3 volume, or None."""
+    if size_gib is not None and iops > size_gib * GP3_IOPS_PER_GIB:
+        return (f"rootVolumeIops {iops} exceeds gp3's {GP3_IOPS_PER_GIB} IOPS per GiB on a {size_gib} GiB volume "
+                f"(at most {size_gib * GP3_IOPS_PER_GIB}; raise diskSizeGib or lower rootVolumeIops)")
     if throughput > iops * GP3_MIBPS_PER_IOPS:
         return (f"rootVolumeThroughputMibps {throughput} exceeds {GP3_MIBPS_PER_IOPS} MiB/s per IOPS at "
                 f"rootVolumeIops {iops} (gp3 allows at most {int(iops * GP3_MIBPS_PER_IOPS)})")
@@ -473,7 +478,7 @@ class SystemNodesConfig(NodeScaling):
 
     @model_validator(mode="after")
     def _gp3(self) -> "SystemNodesConfig":
-        problem = gp3_problem(self.root_volume_iops, self.root_volume_throughput_mibps)
+        problem = gp3_problem(self.root_volume_iops, self.root_volume_throughput_mibps, self.disk_size_gib)
         if problem:
             raise ValueError(problem)
         return self
@@ -524,7 +529,7 @@ class GpuNodesConfig(NodeScaling):
 
     @model_validator(mode="after")
     def _gp3(self) -> "GpuNodesConfig":
-        problem = gp3_problem(self.root_volume_iops, self.root_volume_throughput_mibps)
+        problem = gp3_problem(self.root_volume_iops, self.root_volume_throughput_mibps, self.disk_size_gib)
         if problem:
             raise ValueError(problem)
         return self
@@ -709,6 +714,15 @@ class ServingConfig(Strict):
                 f"{shown(value)} is not a model this project knows; choose one of {', '.join(sorted(MODELS))}"
             )
         return value
+
+    @model_validator(mode="after")
+    def _within_native_context(self) -> "ServingConfig":
+        native = NATIVE_CONTEXT.get(self.model_id)
+        if native is not None and self.max_model_len > native:
+            raise ValueError(
+                f"maxModelLen {self.max_model_len} is above {self.model_id}'s native context of {native} tokens "
+                "(max_position_embeddings in its config.json, no rope scaling added); vLLM refuses it")
+        return self
 
     @field_validator("image")
     @classmethod

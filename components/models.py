@@ -57,3 +57,18 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("meta-llama/Llama-3.3-70B-Instruct", 70.6, 80, 8, 128, 131.5, gated=True, attention_heads=64),
     )
 }
+
+
+# The context each model is served at without RoPE scaling added: `max_position_embeddings` of its
+# Hugging Face config.json as published. vLLM refuses a max_model_len above it (unless
+# VLLM_ALLOW_LONG_MAX_MODEL_LEN is set). Rope scaling, stated per model:
+# - Llama 3.1 / 3.3: 131072, with `rope_scaling` {rope_type: llama3, factor 8,
+#   original_max_position_embeddings 8192} already applied in that figure (vLLM does not multiply it).
+# - Qwen2.5 Instruct: 32768 and no `rope_scaling` ("The current config.json is set for context length
+#   up to 32,768 tokens"; 131072 needs YaRN, factor 4, added to config.json, which this project does not do).
+NATIVE_CONTEXT: dict[str, int] = {
+    "Qwen/Qwen2.5-7B-Instruct": 32_768,
+    "meta-llama/Llama-3.1-8B-Instruct": 131_072,
+    "Qwen/Qwen2.5-32B-Instruct": 32_768,
+    "meta-llama/Llama-3.3-70B-Instruct": 131_072,
+}

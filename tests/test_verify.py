@@ -22,6 +22,7 @@ from verify_fakes import (
     FakeKubeApi,
     FakeOpenAi,
     FakeRayDashboard,
+    PodTree,
     Prometheus,
     RayExporter,
     kubeconfig_text,
@@ -112,6 +113,31 @@ class Scenario:
     ray_service: Optional[bool] = True  # None: no RayService object
     endpoint_status: int = 0  # non-zero: the OpenAI endpoint answers with this HTTP status
     nixl_logged: bool = True
+    fi_provider: Optional[str] = "efa"  # the worker process's FI_PROVIDER (None: unset)
+    plugin_loaded: bool = True  # the worker process mapped NIXL's libplugin_LIBFABRIC.so
+    efa_moves: bool = True  # the test request's KV crosses the EFA devices (their byte counters grow)
+    counters_visible: bool = True  # /sys/class/infiniband is visible in the container
+
+
+NIXL_PLUGIN_PATH = "/opt/nvidia/nvda_nixl/lib/x86_64-linux-gnu/plugins/libplugin_LIBFABRIC.so"
+WORKER_LIBRARIES = ["/usr/lib/x86_64-linux-gnu/libc.so.6", "/opt/amazon/efa/lib/libfabric.so.1",
+                    "/opt/nvidia/nvda_nixl/lib/x86_64-linux-gnu/libnixl.so"]
+
+
+def pod_tree(root: Path, scenario: Scenario) -> PodTree:
+    """A worker pod: Ray's raylet, the vLLM engine worker (NIXL inside) and a shell, as /proc shows them."""
+    tree = PodTree(root)
+    base_env = {"PATH": "/usr/bin:/bin", "HF_TOKEN": "hf_secretvalue_never_printed", "RAY_ADDRESS": "auto"}
+    tree.process(1, ["/bin/bash", "-lc", "ray start --block"], base_env, WORKER_LIBRARIES[:1])
+    tree.process(212, ["/usr/bin/python3", "-m", "ray._private.workers.default_worker"], base_env, WORKER_LIBRARIES[:1])
+    worker_env = dict(base_env, FI_EFA_USE_DEVICE_RDMA="1")
+    if scenario.fi_provider is not None:
+        worker_env["FI_PROVIDER"] = scenario.fi_provider
+    libraries = WORKER_LIBRARIES + ([NIXL_PLUGIN_PATH] if scenario.plugin_loaded else [])
+    tree.process(4242, ["ray::ServeReplica:llm:LLMServer:decode"], worker_env, libraries)
+    if scenario.counters_visible:
+        tree.counters({"tx_bytes": 10_000_000, "rx_bytes": 9_000_000, "rdma_read_bytes": 123_456})
+    return tree
 
 
 @dataclass
@@ -123,8 +149,12 @@ class Env:
 
 def _start(scenario: Scenario, tmp_path: Path, with_prometheus: bool) -> Iterator[Env]:
     exporter = RayExporter().wait() if with_prometheus else None
+    trees = {name: pod_tree(tmp_path / name, scenario) for name in ("llm-pd-prefill-a", "llm-pd-decode-a")}
 
     def on_request(prompt_tokens: int) -> None:
+        if scenario.efa_moves:
+            for tree in trees.values():
+                tree.add_bytes(KV_BYTES)
         if exporter is None:
             return
         transfers = [[KV_BYTES, scenario.transfer_seconds]] if scenario.transfer_seconds is not None else []
@@ -146,6 +176,7 @@ def _start(scenario: Scenario, tmp_path: Path, with_prometheus: bool) -> Iterato
         services=[ENDPOINT_SERVICE_NAME, HEAD_SERVICE],
         upstreams={(NAMESPACE, ENDPOINT_SERVICE_NAME, str(SERVE_PORT)): openai.url,
                    (NAMESPACE, HEAD_SERVICE, "dashboard"): dashboard.url},
+        pod_roots={name: tree.root for name, tree in trees.items()},
     )
     if prometheus is not None:
         cluster.upstreams[(MONITORING, PROMETHEUS_SERVICE, PROMETHEUS_PORT_NAME)] = prometheus.url
@@ -169,6 +200,14 @@ def verify(env: Env, capsys, *extra: str) -> tuple[int, dict[str, Any], str]:
 
 def by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["name"]: c for c in report["checks"]}
+
+
+@pytest.fixture(autouse=True)
+def verify_writes_under_tmp(tmp_path, monkeypatch):
+    """verify.json goes to a temporary directory: tests never write into the checkout."""
+    import tools.verify.cli
+
+    monkeypatch.setattr(tools.verify.cli, "OUT_DIR", tmp_path / "build-verify")
 
 
 # --- end to end ------------------------------------------------------------------------------------
@@ -265,8 +304,8 @@ def test_hugepages_are_checked_once_the_catalog_has_a_figure():
     from tools.verify.checks import Context, Expected, check_nodes
 
     class Nodes:
-        def get_json(self, path, **query):
-            return {"kind": "NodeList", "items": [node("a"), node("b")]}  # 5Gi each
+        def get_items(self, path, **query):
+            return [node("a"), node("b")]  # 5Gi each
 
     def expected(hugepages):
         return Expected(gpu_nodes=2, availability_zone="us-west-2a", instance=INSTANCE, hugepages_mib=hugepages,
@@ -324,7 +363,11 @@ def test_wrong_token_is_not_a_pass(tmp_path, capsys):
     [
         (["--stack", "nope", "--kubeconfig", "x"], "no stack file Pulumi.nope.yaml"),
         (["--stack", "dev", "--kubeconfig", "/nonexistent/kubeconfig"], "cannot read kubeconfig"),
-        (["--stack", "dev", "--timeout", "0", "--kubeconfig", "x"], "--timeout must be positive"),
+        (["--stack", "dev", "--timeout", "0", "--kubeconfig", "x"],
+         "--timeout: '0' must be a finite number of seconds above 0"),
+        (["--stack", "dev", "--timeout", "nan", "--kubeconfig", "x"], "'nan' must be a finite number"),
+        (["--stack", "dev", "--kv-wait", "inf", "--kubeconfig", "x"], "--kv-wait: 'inf' must be a finite number"),
+        (["--stack", "/tmp", "--kubeconfig", "x"], "is not a Pulumi stack name"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(argv, words, capsys):
@@ -435,3 +478,200 @@ def test_a_stalled_api_server_ends_at_the_total_deadline_as_unverified(tmp_path,
     assert code == Exit.UNVERIFIED
     assert {c["status"] for c in report["checks"]} == {"UNVERIFIED"}
     assert "timed out" in by_name(report)["api-server"]["detail"]
+
+
+# --- the fabric, as the running worker sees it ------------------------------------------------------
+
+
+def fabric_run(scenario: Scenario, tmp_path: Path, capsys) -> tuple[int, dict[str, dict[str, Any]]]:
+    env_iter = _start(scenario, tmp_path, with_prometheus=False)
+    env = next(env_iter)
+    try:
+        code, report, _ = verify(env, capsys, "--kv-wait", "0")
+    finally:
+        env_iter.close()
+    return code, by_name(report)
+
+
+def test_the_fabric_is_proved_from_the_running_worker(tmp_path, capsys):
+    _, checks = fabric_run(Scenario(), tmp_path, capsys)
+    plugin, provider, moved = checks["nixl-plugin"], checks["fi-provider"], checks["efa-bytes"]
+    assert plugin["status"] == "PASS" and plugin["data"] == {"llm-pd-prefill-a": ["4242"], "llm-pd-decode-a": ["4242"]}
+    assert provider["status"] == "PASS" and set(provider["data"].values()) == {"efa"}
+    assert moved["status"] == "PASS"
+    # each pod has two devices, each with five byte counters that grew by one request's KV bytes
+    assert moved["data"]["bytes"] == {"llm-pd-prefill-a": 10 * KV_BYTES, "llm-pd-decode-a": 10 * KV_BYTES}
+
+
+@pytest.mark.parametrize(
+    "scenario, check, status, words",
+    [
+        (Scenario(fi_provider="tcp"), "fi-provider", "FAIL", "pid 4242 (ray::ServeReplica:llm:LLMServer:decode) "
+                                                              "runs with FI_PROVIDER=tcp"),
+        (Scenario(fi_provider=None), "fi-provider", "FAIL", "runs with no FI_PROVIDER"),
+        (Scenario(plugin_loaded=False), "nixl-plugin", "FAIL", "has NIXL's libplugin_LIBFABRIC.so loaded"),
+        (Scenario(efa_moves=False), "efa-bytes", "FAIL", "no bytes crossed the EFA devices of prefill pod"),
+        (Scenario(counters_visible=False), "efa-bytes", "UNVERIFIED", "no EFA hw_counters visible in llm-pd-prefill-a"),
+        (Scenario(endpoint_status=500), "efa-bytes", "UNVERIFIED", "no test request was answered"),
+    ],
+    ids=["provider-tcp", "provider-unset", "plugin-not-loaded", "no-efa-bytes", "no-counters", "no-request"],
+)
+def test_fabric_faults_are_named(scenario, check, status, words, tmp_path, capsys):
+    code, checks = fabric_run(scenario, tmp_path, capsys)
+    assert checks[check]["status"] == status and words in checks[check]["detail"], checks[check]
+    assert code == (Exit.FAILED if status == "FAIL" or scenario.endpoint_status else Exit.UNVERIFIED)
+
+
+def test_the_probe_prints_no_secret_of_the_worker(tmp_path, capsys):
+    """The worker's environment holds HF_TOKEN; only FI_* variables leave the pod."""
+    env_iter = _start(Scenario(), tmp_path, with_prometheus=False)
+    env = next(env_iter)
+    try:
+        run("verify", main, ["--stack", "dev", "--kubeconfig", str(env.kubeconfig), "--json", "--kv-wait", "0"])
+    finally:
+        env_iter.close()
+    out, err = capsys.readouterr()
+    assert "hf_secretvalue_never_printed" not in out + err
+    assert "FI_EFA_USE_DEVICE_RDMA" not in out  # read, but only FI_PROVIDER is reported
+
+
+def test_a_check_over_zero_pods_is_not_a_pass(tmp_path, capsys):
+    env_iter = _start(Scenario(), tmp_path, with_prometheus=False)
+    env = next(env_iter)
+    try:
+        env.api.cluster.pods = []
+        code, report, _ = verify(env, capsys, "--kv-wait", "0")
+    finally:
+        env_iter.close()
+    checks = by_name(report)
+    assert code == Exit.FAILED and checks["pd-separate-nodes"]["status"] == "FAIL"
+    for name in ("nixl-backend", "nixl-plugin", "fi-provider", "efa-bytes"):
+        assert checks[name]["status"] == "UNVERIFIED", checks[name]
+    assert "on 0 pod(s)" not in json.dumps(report)
+
+
+# --- garbage, huge and trickling replies ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path, body, check",
+    [
+        ("/version", b"<html>gateway</html>", "api-server"),
+        ("/version", b"[1, 2]", "api-server"),
+        ("/api/v1/nodes", b"not json at all", "gpu-nodes"),
+        ("/api/v1/nodes", b"[]", "gpu-nodes"),
+        ("/api/v1/nodes", json.dumps({"kind": "NodeList", "items": {"a": 1}}).encode(), "gpu-nodes"),
+        ("/api/v1/nodes", json.dumps({"kind": "NodeList", "items": [1, "two"]}).encode(), "gpu-nodes"),
+        ("/api/v1/nodes", json.dumps({"kind": "NodeList", "items": [{"metadata": [], "status": 3}]}).encode(),
+         "gpu-nodes"),
+        (f"/api/v1/namespaces/{NAMESPACE}/pods", json.dumps({"items": [{"metadata": {"labels": []}}]}).encode(),
+         "pd-separate-nodes"),
+        ("/apis/apps/v1/namespaces/kube-system/daemonsets", b"\x00\xff" * 50, "device-plugins"),
+    ],
+    ids=["version-html", "version-list", "nodes-not-json", "nodes-list", "items-mapping", "items-scalars",
+         "node-wrong-types", "pod-labels-list", "daemonsets-binary"],
+)
+def test_garbage_from_the_api_server_is_unverified_not_a_crash(path, body, check, tmp_path, capsys):
+    env_iter = _start(Scenario(), tmp_path, with_prometheus=False)
+    env = next(env_iter)
+    try:
+        env.api.cluster.garbage[path] = body
+        code, report, err = verify(env, capsys, "--kv-wait", "0")
+    finally:
+        env_iter.close()
+    assert code in (Exit.UNVERIFIED, Exit.FAILED) and "Traceback" not in err and "internal error" not in err
+    assert by_name(report)[check]["status"] == "UNVERIFIED", by_name(report)[check]
+
+
+def test_a_reply_larger_than_the_cap_is_refused_unread(tmp_path, capsys, monkeypatch):
+    import tools.verify.kube
+
+    monkeypatch.setattr(tools.verify.kube, "MAX_RESPONSE_BYTES", 4096)
+    env_iter = _start(Scenario(), tmp_path, with_prometheus=False)
+    env = next(env_iter)
+    try:
+        env.api.cluster.garbage["/api/v1/nodes"] = json.dumps(
+            {"kind": "NodeList", "items": [node(f"ip-10-10-{i // 250}-{i % 250}") for i in range(40)]}).encode()
+        _, report, _ = verify(env, capsys, "--kv-wait", "0")
+    finally:
+        env_iter.close()
+    nodes = by_name(report)["gpu-nodes"]
+    assert nodes["status"] == "UNVERIFIED" and "more than the 4096 verify reads" in nodes["detail"]
+
+
+def test_a_body_that_trickles_in_ends_at_the_deadline(tmp_path, capsys):
+    """One byte every 0.2 s of a ~300-byte NodeList would take a minute; --timeout 4 ends the run."""
+    import time
+
+    env_iter = _start(Scenario(), tmp_path, with_prometheus=False)
+    env = next(env_iter)
+    try:
+        env.api.cluster.drip = ("/api/v1/nodes", 0.2)
+        started = time.monotonic()
+        code = run("verify", main, ["--stack", "dev", "--kubeconfig", str(env.kubeconfig), "--json",
+                                    "--timeout", "4", "--kv-wait", "0"])
+        elapsed = time.monotonic() - started
+    finally:
+        env_iter.close()
+    report = json.loads(capsys.readouterr().out)
+    assert code == Exit.UNVERIFIED
+    assert "timed out" in by_name(report)["gpu-nodes"]["detail"]
+    assert elapsed < 45  # bounded by the deadline, not by the drip (generous for a loaded machine)
+
+
+# --- broken kubeconfigs -----------------------------------------------------------------------------
+
+
+def kubeconfig_with(cluster: dict[str, Any], user: Optional[dict[str, Any]] = None) -> str:
+    import yaml
+
+    return yaml.safe_dump({
+        "current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "clusters": [{"name": "c", "cluster": cluster}], "users": [{"name": "u", "user": user or {"token": "t"}}],
+    })
+
+
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        (b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)), "is not UTF-8 text"),
+        (kubeconfig_with({"server": "https://10.0.0.1", "certificate-authority-data": "%%%not-base64%%%"}).encode(),
+         "certificate-authority-data is not base64"),
+        (kubeconfig_with({"server": "https://10.0.0.1", "certificate-authority-data": "aGVsbG8="}).encode(),
+         "not a usable certificate"),
+        (kubeconfig_with({"server": "https://10.0.0.1", "certificate-authority": "/nonexistent/ca.crt"}).encode(),
+         "certificate-authority file /nonexistent/ca.crt does not exist"),
+        (kubeconfig_with({"server": "10.0.0.1:443"}).encode(), "is not an https:// URL"),
+        (kubeconfig_with({"server": "https://10.0.0.1:port"}).encode(), "Port could not be cast"),
+        (kubeconfig_with({"server": "https://[::1"}).encode(), "Invalid IPv6 URL"),
+        (kubeconfig_with({"server": "https://10.0.0.1", "insecure-skip-tls-verify": True},
+                         {"exec": {"command": "aws", "env": [{"name": "AWS_PROFILE"}]}}).encode(),
+         "exec env entry {'name': 'AWS_PROFILE'} needs `name` and `value`"),
+        (kubeconfig_with({"server": "https://10.0.0.1"}, {"exec": {"args": ["x"]}}).encode(), "needs a `command`"),
+        (kubeconfig_with({"server": "https://10.0.0.1"}, {"token": 12345}).encode(), "token is not a string"),
+    ],
+    ids=["binary", "ca-data-not-base64", "ca-data-not-pem", "ca-file-missing", "server-no-scheme", "server-bad-port",
+         "server-bad-ipv6", "exec-env-no-value", "exec-no-command", "token-number"],
+)
+def test_broken_kubeconfigs_are_usage_errors(content, words, tmp_path, capsys):
+    path = tmp_path / "kubeconfig"
+    path.write_bytes(content)
+    code = run("verify", main, ["--stack", "dev", "--kubeconfig", str(path), "--timeout", "10"])
+    err = capsys.readouterr().err
+    assert code == Exit.USAGE, err
+    assert words in err and err.count("\n") == 1 and "internal error" not in err, err
+
+
+def test_verify_json_goes_where_out_says(tmp_path, capsys):
+    kubeconfig = tmp_path / "kubeconfig"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        kubeconfig.write_text(kubeconfig_text(f"http://127.0.0.1:{s.getsockname()[1]}"))
+    out = tmp_path / "reports"
+    run("verify", main, ["--stack", "dev", "--kubeconfig", str(kubeconfig), "--timeout", "10", "--out", str(out)])
+    capsys.readouterr()
+    assert json.loads((out / "verify.json").read_text())["result"] == "UNVERIFIED"
+    (tmp_path / "afile").write_text("x")
+    assert run("verify", main, ["--stack", "dev", "--kubeconfig", str(kubeconfig), "--out",
+                                str(tmp_path / "afile")]) == Exit.USAGE
+    assert "is not a directory" in capsys.readouterr().err

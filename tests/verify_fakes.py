@@ -117,6 +117,9 @@ class Cluster:
     services: list[str] = field(default_factory=list)
     upstreams: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (ns, svc, port) -> base URL
     stall_seconds: float = 0.0  # answer every request this late (an API server under water)
+    pod_roots: dict[str, Path] = field(default_factory=dict)  # pod name -> its containers' /proc and /sys tree
+    garbage: dict[str, bytes] = field(default_factory=dict)  # path -> raw 200 body served instead of the object
+    drip: Optional[tuple[str, float]] = None  # (path, seconds between bytes): a body that trickles in
 
 
 class KubeHandler(_Handler):
@@ -141,7 +144,13 @@ class KubeHandler(_Handler):
         query = {k: v[0] for k, v in parse_qs(url.query).items()}
         parts = url.path.strip("/").split("/")
         selector = query.get("labelSelector", "")
-        if "proxy" in parts and parts[:2] == ["api", "v1"] and parts[4] == "services":
+        if url.path in cluster.garbage:
+            self.reply(200, cluster.garbage[url.path])
+        elif cluster.drip is not None and url.path == cluster.drip[0]:
+            self._drip(cluster.drip[1])
+        elif parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 7 and parts[6] == "exec":
+            self._exec(cluster, parts[5], parse_qs(url.query))
+        elif "proxy" in parts and parts[:2] == ["api", "v1"] and parts[4] == "services":
             self._proxy(method, cluster, parts, url.query)
         elif url.path == "/version":
             self.reply(200, {"major": "1", "minor": "33", "gitVersion": "v1.33.4-eks-fake", "platform": "linux/amd64"})
@@ -163,6 +172,75 @@ class KubeHandler(_Handler):
             self.reply(200, a_list("ServiceList", services))
         else:
             self.reply(404, status_object(404, "NotFound", "the server could not find the requested resource"))
+
+    def _drip(self, every: float) -> None:
+        """A valid NodeList, one byte at a time (bounded: the body is short, the writer stops on a closed socket)."""
+        data = json.dumps(a_list("NodeList", [])).encode() + b" " * 200
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        try:
+            for i in range(len(data)):
+                self.wfile.write(data[i:i + 1])
+                self.wfile.flush()
+                time.sleep(every)
+        except OSError:
+            pass
+
+    def _exec(self, cluster: Cluster, pod: str, query: dict[str, list[str]]) -> None:
+        """The pod exec API over a WebSocket (RFC 6455 server side; v4.channel.k8s.io framing: a channel
+        byte, then data; channel 3 carries a v1 Status). The command runs in a real /bin/sh over the
+        pod's fake /proc and /sys tree (the probe's absolute paths are re-rooted there)."""
+        import base64
+        import hashlib
+
+        root = cluster.pod_roots.get(pod)
+        if root is None:
+            self.reply(404, status_object(404, "NotFound", f'pods "{pod}" not found'))
+            return
+        key = self.headers.get("Sec-WebSocket-Key", "")
+        if self.headers.get("Upgrade", "").lower() != "websocket" or \
+                "v4.channel.k8s.io" not in self.headers.get("Sec-WebSocket-Protocol", ""):
+            self.reply(400, status_object(400, "BadRequest", "Upgrade request required"))
+            return
+        accept = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest())
+        self.send_response(101)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", accept.decode())
+        self.send_header("Sec-WebSocket-Protocol", "v4.channel.k8s.io")
+        self.end_headers()
+        command = query.get("command", [])
+        script = command[2] if command[:2] == ["sh", "-c"] and len(command) == 3 else ""
+        for real in ("/proc/", "/sys/class/infiniband/"):
+            script = script.replace(real, f"{root}{real}")
+        done = subprocess.run(["/bin/sh", "-c", script], capture_output=True, timeout=60)
+        for channel, data in ((1, done.stdout), (2, done.stderr)):
+            if data:
+                self._frame(2, bytes([channel]) + data)
+        if done.returncode == 0:
+            status: dict[str, Any] = {"metadata": {}, "status": "Success"}
+        else:
+            status = {"metadata": {}, "status": "Failure", "reason": "NonZeroExitCode",
+                      "message": f"command terminated with non-zero exit code: exit status {done.returncode}",
+                      "details": {"causes": [{"reason": "ExitCode", "message": str(done.returncode)}]}}
+        self._frame(2, bytes([3]) + json.dumps(status).encode())
+        self._frame(8, b"\x03\xe8")  # close, 1000 normal
+        self.close_connection = True
+
+    def _frame(self, opcode: int, payload: bytes) -> None:
+        import struct
+
+        head = bytes([0x80 | opcode])
+        if len(payload) < 126:
+            head += bytes([len(payload)])
+        elif len(payload) < 2**16:
+            head += bytes([126]) + struct.pack(">H", len(payload))
+        else:
+            head += bytes([127]) + struct.pack(">Q", len(payload))
+        self.wfile.write(head + payload)
+        self.wfile.flush()
 
     def _proxy(self, method: str, cluster: Cluster, parts: list[str], query: str) -> None:
         namespace, (service, _, port) = parts[3], parts[5].partition(":")
@@ -191,6 +269,42 @@ class FakeKubeApi(_Server):
 
     def kubeconfig(self, token: str = TOKEN) -> str:
         return kubeconfig_text(self.url, token)
+
+
+# --- a worker pod's /proc and /sys, as the probe reads them -----------------------------------------
+
+
+EFA_COUNTER_NAMES = ("tx_bytes", "rx_bytes", "rdma_read_bytes", "rdma_read_resp_bytes", "rdma_write_bytes")
+
+
+@dataclass
+class PodTree:
+    """One pod's processes and EFA devices as files: /proc/<pid>/{cmdline,environ,maps} and
+    /sys/class/infiniband/<dev>/ports/1/hw_counters/<name> (the EFA driver's port counters)."""
+
+    root: Path
+    devices: tuple[str, ...] = ("rdmap16s27", "rdmap32s27")
+
+    def process(self, pid: int, argv: list[str], env: dict[str, str], libraries: list[str]) -> None:
+        proc = self.root / "proc" / str(pid)
+        proc.mkdir(parents=True)
+        (proc / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+        (proc / "environ").write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items()))
+        lines = [f"7f00{i:08x}000-7f00{i:08x}fff r-xp 00000000 103:01 {4000 + i} {lib}" for i, lib in
+                 enumerate(libraries)]
+        (proc / "maps").write_text("\n".join(lines) + "\n")
+
+    def counters(self, values: dict[str, int]) -> None:
+        for device in self.devices:
+            counters = self.root / "sys" / "class" / "infiniband" / device / "ports" / "1" / "hw_counters"
+            counters.mkdir(parents=True, exist_ok=True)
+            for name in EFA_COUNTER_NAMES:
+                (counters / name).write_text(f"{values.get(name, 0)}\n")
+
+    def add_bytes(self, amount: int) -> None:
+        """Traffic over every device: each byte counter grows by `amount`."""
+        for path in (self.root / "sys").rglob("hw_counters/*_bytes"):
+            path.write_text(f"{int(path.read_text()) + amount}\n")
 
 
 def kubeconfig_text(server: str, token: str = TOKEN) -> str:

@@ -20,7 +20,6 @@ verified, or (with `--strict`) anything could not.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -32,7 +31,7 @@ from typing import Any, Literal, Optional
 
 from components.catalog import GPU_INSTANCE_TYPES
 from components.config import ConfigError, StackConfig
-from tools.cli import Exit, ToolError, exit_with, one_line
+from tools.cli import ArgumentParser, Exit, ToolError, exit_with, one_line
 
 Status = Literal["ok", "FAIL", "could-not-check", "warning"]
 OK: Status = "ok"
@@ -507,7 +506,7 @@ def render_text(stack: str, region: str, account: Optional[str], results: list[R
 
 def main(argv: Optional[list[str]] = None, clients=None) -> int:
     """CLI entry. `clients` = (sts, ec2, service-quotas[, eks]) to inject; built from boto3 otherwise."""
-    parser = argparse.ArgumentParser(prog="python -m tools.preflight", description=__doc__.split("\n")[0])
+    parser = ArgumentParser(prog="python -m tools.preflight", description=__doc__.split("\n")[0])
     parser.add_argument("--stack", default="dev", help="stack name (reads Pulumi.<stack>.yaml)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON (and nothing else on stdout)")
     parser.add_argument("--strict", action="store_true", help="exit 5 when any item could not be checked")
@@ -570,16 +569,26 @@ def client_config():
 
 
 def check_endpoint_env(environ) -> None:
-    """`AWS_ENDPOINT_URL[_<SERVICE>]` must be an http(s) URL (botocore raises a bare ValueError)."""
+    """`AWS_ENDPOINT_URL[_<SERVICE>]` must be an http(s) URL (botocore raises a bare ValueError), and
+    `AWS_CA_BUNDLE` a file that exists (botocore otherwise fails later with an unrelated TLS error)."""
     from urllib.parse import urlsplit
 
     for name in sorted(k for k in environ if k.startswith("AWS_ENDPOINT_URL")):
         value = environ[name]
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 - raises ValueError on a port that is not a number in range
+            usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+        except ValueError:
+            usable = False
+        if not usable:
             raise ToolError(Exit.USAGE, f"{name}={one_line(repr(value), 100)} is not a URL such as "
                                         "http://127.0.0.1:5000 or https://ec2.us-west-2.amazonaws.com; "
                                         "fix or unset it")
+    bundle = environ.get("AWS_CA_BUNDLE")
+    if bundle and not os.path.isfile(bundle):
+        raise ToolError(Exit.USAGE, f"AWS_CA_BUNDLE={one_line(repr(bundle), 100)} is not a file; point it at a "
+                                    "PEM certificate bundle or unset it")
 
 
 def run_with_deadline(work: Callable[[], tuple[str, list[Result]]], deadline: float,

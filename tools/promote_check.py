@@ -16,7 +16,6 @@ differs in must-promote keys and is not a promotion gate.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -25,8 +24,13 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Optional
 
-from tools.cli import Exit, ToolError, exit_with, one_line
+from components.config import AWS_SECRET_ONLY_KEYS, PROJECT, SECRET_ONLY_KEYS, StackConfig
+from tools.cli import ArgumentParser, Exit, ToolError, exit_with, one_line
 from tools.preview.mockrun import ROOT, SECRET_PLACEHOLDER, is_secure, load_stack_config
+
+# Keys whose value is a secret however the stack file states it: a plain-text one is shown as
+# `(plain-text secret)`, never by value (the config model refuses it as well).
+SECRET_VALUE_KEYS = frozenset({f"{PROJECT}:{k}" for k in SECRET_ONLY_KEYS} | set(AWS_SECRET_ONLY_KEYS))
 
 # Keys expected to differ between environments (fnmatch globs on `namespace:dotted.path`; `*`
 # also matches dots). Everything else must be equal in both stacks.
@@ -98,6 +102,34 @@ class _Secret:
 _SECRET: Any = _Secret()
 
 
+class _PlainSecret:
+    """A secret-only key set in plain text: compared, but its value is never printed."""
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _PlainSecret) and other.value == self.value
+
+    def __hash__(self) -> int:
+        return hash(repr(self.value))
+
+    def __repr__(self) -> str:
+        return "(plain-text secret: store it with `pulumi config set --secret`)"
+
+
+def project_keys() -> frozenset[str]:
+    """The top-level project keys the config model knows (camelCase aliases), and the secret-only ones."""
+    names = {field.alias or name for name, field in StackConfig.model_fields.items() if name != "region"}
+    return frozenset(f"{PROJECT}:{n}" for n in names | set(SECRET_ONLY_KEYS))
+
+
+def unknown_key(key: str) -> bool:
+    """A project key no config field has (a typo): promote-check cannot call it per-environment."""
+    top = re.split(r"[.\[]", key, maxsplit=1)[0]
+    return top.startswith(f"{PROJECT}:") and top not in project_keys()
+
+
 @dataclass(frozen=True)
 class Difference:
     key: str
@@ -148,16 +180,21 @@ class Report:
             expected = len(self.differences)
             lines.append(f"OK: {self.target} runs what {self.source} ran ({expected} expected difference(s))")
         else:
-            keys = ", ".join(d.key for d in self.unpromoted)
-            lines.append(
-                f"FAIL: {len(self.unpromoted)} unpromoted difference(s): {keys}. Make both stacks set the same "
-                f"value (or move the key to PER_ENVIRONMENT in tools/promote_check.py if it truly is per-environment)."
-            )
+            unknown = [d.key for d in self.unpromoted if unknown_key(d.key)]
+            known = [d.key for d in self.unpromoted if not unknown_key(d.key)]
+            parts = []
+            if known:
+                parts.append(f"{', '.join(known)}. Make both stacks set the same value (or move the key to "
+                             "PER_ENVIRONMENT in tools/promote_check.py if it truly is per-environment)")
+            if unknown:
+                parts.append(f"{', '.join(unknown)}: not a config key of this project (a typo?); remove or "
+                             "correct it (`make preview` names the valid keys)")
+            lines.append(f"FAIL: {len(self.unpromoted)} unpromoted difference(s): " + "; ".join(parts) + ".")
         return "\n".join(lines)
 
 
 def _show(value: Any) -> str:
-    if value is MISSING or value is _SECRET:
+    if value is MISSING or value is _SECRET or isinstance(value, _PlainSecret):
         return repr(value)
     return one_line(json.dumps(value) if not isinstance(value, str) else value, 100)  # a value can be huge
 
@@ -189,6 +226,9 @@ def flatten(config: dict[str, str], secret_keys: Iterable[str]) -> dict[str, Any
     for key, raw in config.items():
         if key in secret or raw == SECRET_PLACEHOLDER:
             flat[key] = _SECRET
+            continue
+        if key in SECRET_VALUE_KEYS:
+            flat[key] = _PlainSecret(raw)
             continue
         value: Any = raw
         if raw[:1] in ("{", "["):
@@ -252,7 +292,7 @@ def compare_stacks(source: str, target: str, root: Path = ROOT) -> Report:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.promote_check", description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="python -m tools.promote_check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--from", dest="source", required=True, help="the stack the commit was proven on")
     parser.add_argument("--to", dest="target", required=True, help="the stack it is promoted to")
     parser.add_argument("--root", type=Path, default=ROOT, help="directory holding Pulumi.<stack>.yaml")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import yaml
 from yaml.nodes import MappingNode
@@ -45,18 +45,103 @@ def echo(value: Any, limit: int = ECHO_LIMIT) -> str:
     return one_line(repr(value), limit)
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses aliases and duplicate mapping keys, and reads booleans as YAML 1.2.
+# --- plain scalars as gopkg.in/yaml.v3 resolves them ---------------------------------------------
+# A transcription of yaml.v3's `resolve` (go-yaml/yaml, branch v3, resolve.go, commit 0d383ff9):
+# YAML 1.2 core schema with yaml.v3's own extensions. What it means for a stack file:
+# - booleans are only true/True/TRUE/false/False/FALSE (`yes`, `on`, `off`, `y` are strings);
+# - null is ``, `~`, null/Null/NULL; `.inf`/`.nan` in three spellings are floats;
+# - no base-60 numbers ("purposefully unsupported"): `1:0` is the string "1:0", not 60;
+# - ints: underscores are dropped, then Go's strconv.ParseInt(s, 0, 64) - so 0x1f, 0o17, 0b101 and
+#   the YAML 1.1 octal 017 (= 15) are ints, `1_000` is 1000; failing that ParseUint, then the
+#   float pattern below; `-0b..`/`-0o..` too;
+# - floats match `^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$` (after dropping `_`), or
+#   start with `.` and parse as a Go float; `08` is therefore the float 8.0;
+# - timestamps (an unquoted YYYY-... in one of four Go layouts) are read as strings here: a stack
+#   file has no use for them, and the engine hands the program text either way.
+_V3_BOOL = {**dict.fromkeys(("true", "True", "TRUE"), True), **dict.fromkeys(("false", "False", "FALSE"), False)}
+_V3_NULL = ("", "~", "null", "Null", "NULL")
+_V3_SPECIAL_FLOAT = {**dict.fromkeys((".nan", ".NaN", ".NAN"), float("nan")),
+                     **dict.fromkeys((".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"), float("inf")),
+                     **dict.fromkeys(("-.inf", "-.Inf", "-.INF"), float("-inf"))}
+_V3_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
+# The forms Go's strconv.ParseInt(s, 0, 64) accepts once `_` is gone: a sign, then 0x/0o/0b digits,
+# a leading-0 octal, or decimal.
+_GO_INT = re.compile(r"^[-+]?(0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+|0[0-7]*|[1-9][0-9]*)$")
+# The decimal forms Go's strconv.ParseFloat accepts (a plain scalar starting with `.`).
+_GO_FLOAT = re.compile(r"^[-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?|inf|infinity|nan)$", re.IGNORECASE)
+INT64 = (-(2**63), 2**63 - 1)
+UINT64_MAX = 2**64 - 1
 
-    PyYAML implements YAML 1.1, where `yes`, `no`, `on` and `off` are booleans; the Pulumi CLI's
-    yaml.v3 reads them as strings, so `protect: yes` must not pass here and fail in `up`. Only
-    true/false (any case yaml.v3 accepts) resolve to booleans.
+
+def _go_parse_int(text: str, unsigned: bool = False) -> Optional[int]:
+    """Go's strconv.ParseInt(text, 0, 64) (ParseUint when `unsigned`); None where Go returns an error."""
+    if not _GO_INT.match(text) or (unsigned and text[0] in "+-"):
+        return None
+    sign, digits = (-1, text[1:]) if text[0] == "-" else (1, text.lstrip("+"))
+    if digits[:2].lower() in ("0x", "0o", "0b"):
+        value = int(digits[2:], {"x": 16, "o": 8, "b": 2}[digits[1].lower()])
+    elif digits.startswith("0") and len(digits) > 1:
+        value = int(digits[1:], 8)
+    else:
+        value = int(digits)
+    value *= sign
+    low, high = (0, UINT64_MAX) if unsigned else INT64
+    return value if low <= value <= high else None
+
+
+def v3_resolve(text: str) -> tuple[str, Any]:
+    """(short tag, value) yaml.v3 gives an untagged plain scalar `text`."""
+    if text in _V3_NULL:
+        return "!!null", None
+    if text in _V3_BOOL:
+        return "!!bool", _V3_BOOL[text]
+    if text in _V3_SPECIAL_FLOAT:
+        return "!!float", _V3_SPECIAL_FLOAT[text]
+    if text == "<<":
+        return "!!merge", text
+    hint = text[0]
+    if hint == ".":
+        if _GO_FLOAT.match(text):
+            return "!!float", float(text)
+    elif hint.isdigit() or hint in "+-":
+        plain = text.replace("_", "")
+        for unsigned in (False, True):
+            number = _go_parse_int(plain, unsigned) if plain else None
+            if number is not None:
+                return "!!int", number
+        if _V3_FLOAT.match(plain):
+            return "!!float", float(plain)
+        for prefix, base in (("0b", 2), ("-0b", 2), ("0o", 8), ("-0o", 8)):
+            if plain.startswith(prefix) and len(plain) > len(prefix):
+                try:
+                    return "!!int", int(("-" if prefix[0] == "-" else "") + plain[len(prefix):], base)
+                except ValueError:
+                    pass
+    return "!!str", text
+
+
+_LONG = "tag:yaml.org,2002:"
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses aliases and duplicate mapping keys and resolves plain scalars as yaml.v3 does.
+
+    PyYAML implements YAML 1.1 (`yes`/`on` booleans, `1:0` = 60, `0o17` a string); the Pulumi CLI reads
+    stack files with yaml.v3 (`v3_resolve` above), so a value must mean here what it means to `pulumi up`.
     """
 
-    yaml_implicit_resolvers = {
-        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-    }
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        if kind is yaml.ScalarNode and implicit[0]:
+            return _LONG + v3_resolve(value)[0][2:]
+        return super().resolve(kind, value, implicit)
+
+    def construct_v3_scalar(self, node: Any) -> Any:
+        tag, value = v3_resolve(str(self.construct_scalar(node)))
+        if _LONG + tag[2:] != node.tag:  # an explicit tag yaml.v3 would refuse (`!!int "x"`)
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{one_line(repr(node.value), 40)} is not a valid {node.tag.removeprefix(_LONG)}",
+                node.start_mark)
+        return value
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
@@ -88,14 +173,27 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-_StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+for _tag in ("null", "bool", "int", "float"):
+    _StrictLoader.add_constructor(_LONG + _tag, _StrictLoader.construct_v3_scalar)
 
 
 def parse(text: str, name: str) -> Any:
     """YAML text -> Python data, with duplicate keys and aliases refused (`name` labels errors)."""
+    return _parse(text, name)[0]
+
+
+def _parse(text: str, name: str) -> tuple[Any, dict[str, str]]:
+    """(data, raw): `raw` maps each `config:` key whose value is a scalar to its source text.
+
+    The Pulumi CLI reads a top-level config value into a string first (pulumi/pulumi
+    sdk/go/common/resource/config/value.go, `unmarshalValue`: "First, try to unmarshal as a string"),
+    and yaml.v3 decodes a scalar into a Go string as its source text: `replicas: 0x10` reaches the
+    program as "0x10", `flag: TRUE` as "TRUE"; a null as the empty string.
+    """
+    loader = _StrictLoader(text)
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark
         where = f"{name} line {mark.line + 1}" if mark is not None else name
@@ -105,6 +203,16 @@ def parse(text: str, name: str) -> Any:
         raise StackFileError(f"{name}: not valid YAML ({one_line(str(error), 200)})") from None
     except RecursionError:  # PyYAML composes recursively: `[[[[...` thousands deep exhausts the stack
         raise StackFileError(f"{name}: nested too deeply to be a stack file; is it the right file?") from None
+    finally:
+        loader.dispose()
+    raw: dict[str, str] = {}
+    if isinstance(node, MappingNode):
+        for key_node, value_node in node.value:
+            if key_node.value == "config" and isinstance(value_node, MappingNode):
+                for k, v in value_node.value:
+                    if isinstance(v, yaml.ScalarNode) and isinstance(k, yaml.ScalarNode):
+                        raw[k.value] = "" if v.tag == _LONG + "null" else v.value
+    return data, raw
 
 
 # The Pulumi CLI's stack-name rule (pkg/backend: stackNameAndProjectRegexp, `^[A-Za-z0-9_.-]{1,100}$`).
@@ -139,7 +247,7 @@ def read(stack: str, root: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise StackFileError(f"{name}: cannot be read as UTF-8 text ({one_line(str(error), 120)})") from None
-    data = parse(text, name)
+    data, raw = _parse(text, name)
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -155,7 +263,9 @@ def read(stack: str, root: Path) -> dict[str, Any]:
         if not isinstance(key, str):
             raise StackFileError(f"{name}: config key {echo(key, 60)} is not a string; keys look like "
                                  f"`{PROJECT}:gpuNodes`")
-    return config
+    # A top-level scalar is what the engine hands the program: its source text (see `_parse`).
+    return {key: raw[key] if key in raw and not isinstance(value, (dict, list)) else value
+            for key, value in config.items()}
 
 
 def _kind(value: Any) -> str:
@@ -166,6 +276,12 @@ def _kind(value: Any) -> str:
 def is_secure(value: Any) -> bool:
     """A stack file's encrypted value: `{secure: <ciphertext>}`."""
     return isinstance(value, dict) and set(value) == {"secure"}
+
+
+def secure_values(stack: str, root: Path) -> dict[str, str]:
+    """`ns:key` -> ciphertext of each `{secure: ...}` value in `Pulumi.<stack>.yaml` (the text, never decrypted)."""
+    return {(key if ":" in key else f"{PROJECT}:{key}"): str(value["secure"])
+            for key, value in read(stack, root).items() if is_secure(value)}
 
 
 def engine_config(config: dict[str, Any]) -> tuple[dict[str, str], list[str]]:

@@ -10,20 +10,19 @@ config, 3 the program failed, 4 the policy pack failed to run, 70 a bug in the p
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 from pathlib import Path
 from typing import NoReturn, Optional
 
-from tools.cli import ROOT, Exit, ToolError, run
+from tools.cli import ROOT, ArgumentParser, Exit, ToolError, one_line, run
 
 PROG = "preview"
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.preview", description=(__doc__ or "").splitlines()[0])
+    parser = ArgumentParser(prog="python -m tools.preview", description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--stack", default="dev")
     parser.add_argument("--root", type=Path, default=ROOT, help="checkout to preview (default: this one)")
     parser.add_argument("--out", type=Path, help="artifact directory (default: <root>/build/preview/<stack>)")
@@ -37,17 +36,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     from tools.preview import harness
 
     progress = (lambda _m: None) if args.quiet else harness.stderr_progress
-    policy_config = None
-    if args.policy_config:
-        try:
-            policy_config = json.loads(args.policy_config.read_text())
-        except (OSError, ValueError) as error:
-            raise ToolError(Exit.USAGE, f"policy config {args.policy_config}: {error}") from None
+    # Every name and path is checked before anything is cleared or written (a stack name is never a path).
+    root, out = harness.checked_paths(args.stack, args.root, args.out)
+    policy_config = read_policy_config(args.policy_config) if args.policy_config else None
     if args.mermaid:
         from tools.preview.graph import component_mermaid
         from tools.preview.mockrun import run_program
 
-        root = args.root.resolve()
         harness.use_root(root)
         engine_config, secret_keys, _ = harness.read_config(args.stack, root)
         print(component_mermaid(run_program(args.stack, engine_config, secret_keys, root=root)), end="")
@@ -55,14 +50,29 @@ def main(argv: Optional[list[str]] = None) -> int:
     from tools.preview.render import render_text, write_failure_summary
 
     try:
-        result = harness.preview(args.stack, args.root, args.out, policy_config, progress=progress)
+        result = harness.preview(args.stack, root, out, policy_config, progress=progress)
     except ToolError as error:  # the PR comment posts summary.md: it must say this run failed
-        write_failure_summary(args.out or args.root.resolve() / "build" / "preview" / args.stack, args.stack, error)
+        if harness.holds_only_artifacts(out):  # never into a directory the preview refused to clear
+            write_failure_summary(out, args.stack, error)
         raise
 
     print(render_text(result), end="")
     progress("done in " + ", ".join(f"{k} {v:.2f}s" for k, v in result.timings.items()))
     return result.exit_code
+
+
+def read_policy_config(path: Path) -> dict:
+    """A `--policy-pack-config` file: a JSON object of policy name -> settings (the CLI's shape)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as error:
+        raise ToolError(Exit.USAGE, f"policy config {path}: cannot be read ({one_line(str(error), 120)})") from None
+    except ValueError as error:
+        raise ToolError(Exit.USAGE, f"policy config {path}: not JSON ({one_line(str(error), 120)})") from None
+    if not isinstance(data, dict):
+        raise ToolError(Exit.USAGE, f"policy config {path}: a JSON {type(data).__name__} where an object of "
+                                    '`"policy-name": {...}` entries belongs')
+    return data
 
 
 def run_and_exit(argv: Optional[list[str]] = None) -> NoReturn:

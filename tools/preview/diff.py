@@ -15,7 +15,6 @@ model. A stack missing at the base counts as empty. Exit status: that of the wor
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import json
 import shutil
@@ -26,11 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from tools.cli import ROOT, Exit, ToolError, one_line, run
+from tools.cli import ROOT, ArgumentParser, Exit, ToolError, checkout_root, fresh_out_dir, one_line, run
 from tools.gpu_roll import classify_gpu_roll
 from tools.preview import fmt
 from tools.preview.report import Report, VerdictRecord
 from tools.rollout import classify_resources
+from tools.stackfile import stack_file
 
 TOOLS = ROOT / "tools"
 _PREVIEW_PREFIX = "preview: "  # how tools.cli.run prefixes the preview's one-line errors
@@ -53,6 +53,10 @@ run_and_exit(["--root", root] + sys.argv[3:])
 
 def _progress(message: str) -> None:
     print(f"[preview-diff] {message}", file=sys.stderr, flush=True)
+
+
+# What a preview diff writes into its directory (all a later run may remove there).
+DIFF_ARTIFACTS = ("diff.md", "base", "head")
 
 
 def default_out_dir(root: Path, stack: str) -> Path:
@@ -289,7 +293,8 @@ def preview_diff(
     progress: Callable[[str], None] = _progress,
 ) -> tuple[Diff, int]:
     """Preview `base_rev` and the working tree of `root`; returns the diff and the head's exit code."""
-    root = Path(root).resolve()
+    root = checkout_root(root)
+    stack_file(stack, root)  # a stack name is never a path: build/preview-diff/<stack> stays under build/
     python = python or sys.executable
     out_dir = Path(out_dir) if out_dir is not None else default_out_dir(root, stack)
     try:
@@ -297,9 +302,7 @@ def preview_diff(
     except ToolError:
         raise ToolError(Exit.USAGE, f"BASE={base_rev!r} is not a commit of the repository at {root}") from None
     short = sha[:10]
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    out_dir.mkdir(parents=True)
+    fresh_out_dir(out_dir, DIFF_ARTIFACTS)
     tmp = Path(tempfile.mkdtemp(prefix="preview-diff-"))
     worktree = tmp / "base"
     progress(f"checking out {base_rev} ({short}) into a temporary worktree…")
@@ -338,7 +341,7 @@ def _exit(code: int) -> Exit:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.preview.diff", description=(__doc__ or "").splitlines()[0])
+    parser = ArgumentParser(prog="python -m tools.preview.diff", description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--base", required=True, help="git revision to compare against (e.g. origin/main, HEAD~1)")
     parser.add_argument("--stack", default="dev")
     parser.add_argument("--root", type=Path, default=ROOT)

@@ -144,14 +144,20 @@ def _q(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def to_dot(run: "ProgramRun") -> str:
+def to_dot(run: "ProgramRun", component: Optional[str] = None) -> str:
+    """The resource graph as DOT: the whole stack, or only the top-level `component` (the screen-sized view).
+
+    In a component's view, a resource of another component that something inside depends on is one
+    ellipse naming that component, as in the Mermaid charts.
+    """
     graph = build_graph(run)
     ids = {r.urn: f"n{i}" for i, r in enumerate(graph.nodes)}
     containers = parents_with_children(run)
     children = children_by_parent(run)
     colours = component_colours(run)
+    title = run.stack if component is None else f"{run.stack}: {component}"
     lines = [
-        f"digraph {_q(run.stack)} {{",
+        f"digraph {_q(title)} {{",
         '  graph [rankdir=TB, fontname="Helvetica", fontsize=11, compound=true];',
         '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10];',
         '  edge [color="#64748b"];',
@@ -171,11 +177,30 @@ def to_dot(run: "ProgramRun") -> str:
             lines.append(f'{pad}{ids[r.urn]} [label="{label}", fillcolor="white"];')
 
     for r in top_level(run):
-        emit(r, 1, colours[r.name])
-    for a, b in graph.edges:
-        lines.append(f"  {ids[a]} -> {ids[b]};")
+        if component is None or r.name == component:
+            emit(r, 1, colours[r.name])
+    if component is None:
+        lines += [f"  {ids[a]} -> {ids[b]};" for a, b in graph.edges]
+    else:
+        outside: list[str] = []
+        for a, b in graph.edges:
+            if graph.groups[b] != component:
+                continue
+            if graph.groups[a] == component:
+                lines.append(f"  {ids[a]} -> {ids[b]};")
+            else:
+                other = graph.groups[a]
+                if other not in outside:
+                    outside.append(other)
+                    lines.append(f'  {_q("x_" + other)} [label={_q(other)}, shape=ellipse, style="dashed"];')
+                lines.append(f"  {_q('x_' + other)} -> {ids[b]};")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def component_dots(run: "ProgramRun") -> dict[str, str]:
+    """File name (`<component>.dot`) -> that component's DOT view, for each top-level component."""
+    return {f"{re.sub(r'[^A-Za-z0-9_.-]', '_', r.name)}.dot": to_dot(run, r.name) for r in top_level(run)}
 
 
 # -- mermaid component diagram -------------------------------------------------------------------

@@ -14,7 +14,6 @@ a mandatory verdict makes the result's exit code FAILED.
 
 from __future__ import annotations
 
-import shutil
 import sys
 import threading
 import time
@@ -26,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 # The wire format's marker keys (secrets, unknowns, resource refs), for turning inputs into plain JSON.
 from pulumi.runtime import rpc
 
-from tools.cli import ROOT, Exit, ToolError
+from tools.cli import ROOT, Exit, ToolError, checkout_root, fresh_out_dir
 from tools.preview.report import Figures, PackInfo, Report, VerdictRecord
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -204,11 +203,12 @@ def pack_version(pack_dir: Path) -> Optional[str]:
     return str(version) if version is not None else None
 
 
-def _placeholder_warnings(config: "StackConfig") -> list[str]:
-    """Example values the stack still carries (tools/placeholders.py)."""
+def _placeholder_warnings(config: "StackConfig", stack: str, root: Path) -> list[str]:
+    """Example values the stack still carries (tools/placeholders.py), its secure ciphertexts included."""
     from tools.placeholders import warning_lines
+    from tools.stackfile import secure_values
 
-    return warning_lines(config)
+    return warning_lines(config, secure_values(stack, root))
 
 
 # -- policy pack ---------------------------------------------------------------------------------
@@ -257,22 +257,34 @@ def _program_error(error: BaseException, root: Path) -> ToolError:
 
 # -- the artifact directory ----------------------------------------------------------------------
 # What a preview writes; graph.svg is what earlier versions also wrote (so an old build/ is cleared too).
-ARTIFACTS = ("resources.json", "report.json", "manifests", "graph.dot", "summary.md", "graph.svg")
+ARTIFACTS = ("resources.json", "report.json", "manifests", "graph.dot", "graphs", "summary.md", "graph.svg")
 
 
 def clear_out_dir(out: Path) -> None:
     """Empty the artifact directory before anything runs, so a failed preview leaves no stale summary.md
-    claiming the previous run's success. Refuses a directory holding anything but preview artifacts
-    (a mistyped `--out` must not delete someone's files)."""
+    claiming the previous run's success. Refuses a path that is a file, a directory holding anything but
+    preview artifacts (a mistyped `--out` must not delete someone's files) or one that cannot be written."""
+    fresh_out_dir(out, ARTIFACTS)
+
+
+def holds_only_artifacts(out: Path) -> bool:
+    """True when `out` does not exist or is a directory of nothing but preview artifacts."""
     if not out.exists():
-        return
-    foreign = sorted(p.name for p in out.iterdir() if p.name not in ARTIFACTS)
-    if foreign:
-        raise ToolError(
-            Exit.USAGE,
-            f"--out {out} holds files a preview did not write ({', '.join(foreign[:3])}); choose an empty directory",
-        )
-    shutil.rmtree(out)
+        return True
+    try:
+        return out.is_dir() and not out.is_symlink() and all(p.name in ARTIFACTS for p in out.iterdir())
+    except OSError:
+        return False
+
+
+def checked_paths(stack: str, root: Path, out: Optional[Path]) -> tuple[Path, Path]:
+    """(root, out) after every check that must hold before anything is cleared or written: the stack is
+    a name the Pulumi CLI accepts (so `build/preview/<stack>` cannot escape `build/`), the root is a checkout."""
+    from tools.stackfile import stack_file
+
+    root = checkout_root(root)
+    stack_file(stack, root)  # raises on `/some/dir`, `../x`, `a b`: a stack name is never a path
+    return root, (Path(out) if out is not None else root / "build" / "preview" / stack)
 
 
 # -- the preview ---------------------------------------------------------------------------------
@@ -288,8 +300,7 @@ def preview(
 
     `run` reuses an existing ProgramRun of the same stack and root (tests share one per stack).
     """
-    root = Path(root).resolve()
-    out = Path(out) if out is not None else root / "build" / "preview" / stack
+    root, out = checked_paths(stack, root, out)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     clear_out_dir(out)
@@ -353,7 +364,7 @@ def preview(
         resource_count=len(records),
         stack_outputs=plain(run.stack_outputs),
     )
-    result = PreviewResult(out, run, report, records, timings, warnings=_placeholder_warnings(config))
+    result = PreviewResult(out, run, report, records, timings, warnings=_placeholder_warnings(config, stack, root))
     write_artifacts(result)
     timings["artifacts"] = time.perf_counter() - t
     timings["total"] = time.perf_counter() - t0

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tools.preview.harness import PreviewResult
     from tools.preview.mockrun import ProgramRun, Registration
 
-ARTIFACT_LIST = "resources.json, report.json, manifests/, graph.dot, summary.md"
+ARTIFACT_LIST = "resources.json, report.json, manifests/, graph.dot, graphs/, summary.md"
 
 
 # -- rendering -----------------------------------------------------------------------------------
@@ -338,7 +338,7 @@ def manifests(records: list[dict[str, Any]]) -> dict[str, str]:
 
 def write_artifacts(result: "PreviewResult") -> None:
     """Everything under the artifact directory; report.json is the `Report` model, nothing else."""
-    from tools.preview.graph import to_dot
+    from tools.preview.graph import component_dots, to_dot
 
     out = result.out
     (out / "manifests").mkdir(parents=True, exist_ok=True)
@@ -350,6 +350,9 @@ def write_artifacts(result: "PreviewResult") -> None:
     whole = [text for name, text in sorted(docs.items()) if not name.endswith(".serve-config.yaml")]
     (out / "manifests" / "all.yaml").write_text("---\n".join(whole))
     (out / "graph.dot").write_text(to_dot(result.run))
+    (out / "graphs").mkdir(exist_ok=True)
+    for name, dot in component_dots(result.run).items():  # one screen-sized view per component
+        (out / "graphs" / name).write_text(dot)
     (out / "summary.md").write_text(render_summary(result))
 
 

@@ -12,6 +12,16 @@ What each one relies on:
   the worker's `worker-*.out` file, which the Ray dashboard's log API serves (`/api/v0/logs`,
   `/api/v0/logs/file`, ray/dashboard/modules/state/state_head.py).
 - KV transfer: vLLM's NIXL metrics through Ray (components/metrics.py), from Prometheus's HTTP API.
+- The fabric, as the running worker sees it, through the pod exec API (kube.py `exec_output`) in the
+  Ray container (KubeRay puts it first: ray-operator/controllers/ray/utils/constant.go,
+  `RayContainerIndex = 0`, tag v1.7.0): the processes that mapped NIXL's LIBFABRIC plugin
+  (`libplugin_LIBFABRIC.so` in `/proc/<pid>/maps`: the "executable mapping" check of ai-dynamo/dynamo
+  v1.3.0 recipes/glm-5-nvfp4/sglang/disagg/efa/README.md), `FI_PROVIDER` in those processes'
+  `/proc/<pid>/environ`, and the EFA device's port counters in sysfs
+  (`/sys/class/infiniband/<dev>/ports/<port>/hw_counters/<name>`; the names are the EFA kernel driver's
+  `EFA_DEFINE_PORT_STATS`, amzn/amzn-drivers kernel/linux/efa/src/efa_verbs.c, with the RDMA-write
+  counters upstream Linux added in drivers/infiniband/hw/efa/efa_verbs.c) read before and after the
+  test request.
 """
 
 from __future__ import annotations
@@ -30,10 +40,11 @@ from components.device_plugins import NAMESPACE as PLUGIN_NAMESPACE
 from components.efa_gpu_nodes import GPU_LABELS
 from components.observability import NAMESPACE as MONITORING_NAMESPACE
 from components.observability import PROMETHEUS_PORT_NAME, PROMETHEUS_SERVICE, RAY_GROUP_LABEL, RAY_NODE_TYPE_LABEL
-from components.ray_service import NAMESPACE, RAY_SERVICE_NAME, ROLES, SERVE_PORT
+from components.ray_service import EFA_ENV, NAMESPACE, RAY_SERVICE_NAME, ROLES, SERVE_PORT
+from tools.cli import one_line
 from tools.sizing import kv_rank_floor_gbps
 
-from .kube import HttpError, KubeClient, Unreachable
+from .kube import BadReply, HttpError, KubeClient, Unreachable
 
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
@@ -48,6 +59,25 @@ NIXL_LOG_LINES = "100000"
 # ~3,000 words, some 4,000 tokens: enough KV blocks that the transfer is measurable.
 LONG_PROMPT_WORDS = 3000
 COMPLETION_SECONDS = 180.0  # one request may queue behind a cold engine; still bounded by the total deadline
+EXPECTED_FI_PROVIDER = EFA_ENV["FI_PROVIDER"]  # what the worker pods are given (components/ray_service.py)
+NIXL_LIBFABRIC_PLUGIN = "libplugin_LIBFABRIC.so"  # NIXL's plugin file name for the LIBFABRIC backend
+# EFA port counters that count bytes (EFA_DEFINE_PORT_STATS; rdma_write_* on devices with RDMA write).
+EFA_BYTE_COUNTERS = ("tx_bytes", "rx_bytes", "send_bytes", "recv_bytes", "rdma_read_bytes",
+                     "rdma_read_resp_bytes", "rdma_write_bytes", "rdma_write_recv_bytes")
+# Run in the worker's Ray container (`sh -c`): one line per fact, nothing else. Only FI_* variables are
+# printed from a process's environment (never its secrets).
+FABRIC_PROBE = f"""\
+for d in /proc/[0-9]*; do
+  grep -qF '{NIXL_LIBFABRIC_PLUGIN}' "$d/maps" 2>/dev/null || continue
+  pid=${{d##*/}}
+  echo "proc $pid $(tr '\\000' ' ' < "$d/cmdline" 2>/dev/null | cut -c1-120)"
+  tr '\\000' '\\n' < "$d/environ" 2>/dev/null | grep '^FI_' | sed "s/^/env $pid /"
+done
+for f in /sys/class/infiniband/*/ports/*/hw_counters/*; do
+  [ -f "$f" ] || continue
+  case "${{f##*/}}" in {"|".join(EFA_BYTE_COUNTERS)}) echo "counter $f $(cat "$f")";; esac
+done
+"""
 
 
 class Status(enum.StrEnum):
@@ -105,6 +135,11 @@ class Context:
 
     pods: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # role -> worker pods
     completion_seconds: Optional[float] = None
+    probes: dict[str, "FabricProbe"] = field(default_factory=dict)  # pod name -> before the test request
+    probe_errors: dict[str, str] = field(default_factory=dict)  # pod name -> why it could not be probed
+
+    def worker_pods(self) -> list[tuple[str, dict[str, Any]]]:
+        return [(role, pod) for role in ROLES for pod in self.pods.get(role, [])]
 
 
 def quantity_mib(value: str) -> float:
@@ -121,7 +156,7 @@ def quantity_mib(value: str) -> float:
 
 def check_nodes(client: KubeClient, exp: Expected, ctx: Context) -> Check:
     selector = ",".join(f"{k}={v}" for k, v in GPU_LABELS.items())
-    nodes = client.get_json("/api/v1/nodes", labelSelector=selector)["items"]
+    nodes = client.get_items("/api/v1/nodes", labelSelector=selector)
     problems, rows = [], []
     ready = 0
     for node in nodes:
@@ -160,7 +195,7 @@ def check_nodes(client: KubeClient, exp: Expected, ctx: Context) -> Check:
 
 
 def check_device_plugins(client: KubeClient, exp: Expected, ctx: Context) -> Check:
-    sets = client.get_json(f"/apis/apps/v1/namespaces/{PLUGIN_NAMESPACE}/daemonsets")["items"]
+    sets = client.get_items(f"/apis/apps/v1/namespaces/{PLUGIN_NAMESPACE}/daemonsets")
     problems, found = [], {}
     for chart in (NVIDIA_CHART.name, EFA_CHART.name):
         matching = [d for d in sets if d["metadata"]["name"].startswith(chart)]
@@ -179,7 +214,7 @@ def check_device_plugins(client: KubeClient, exp: Expected, ctx: Context) -> Che
 
 def check_ray_service(client: KubeClient, exp: Expected, ctx: Context) -> Check:
     try:
-        rs = client.get_json(f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayservices/{RAY_SERVICE_NAME}")
+        rs = client.get_object(f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayservices/{RAY_SERVICE_NAME}")
     except HttpError as exc:
         if exc.status == 404:
             return Check("rayservice-ready", Status.FAIL, f"no RayService {NAMESPACE}/{RAY_SERVICE_NAME}")
@@ -193,10 +228,10 @@ def check_ray_service(client: KubeClient, exp: Expected, ctx: Context) -> Check:
 
 
 def check_pd_placement(client: KubeClient, exp: Expected, ctx: Context) -> Check:
-    pods = client.get_json(f"/api/v1/namespaces/{NAMESPACE}/pods", labelSelector=f"{RAY_NODE_TYPE_LABEL}=worker")
+    pods = client.get_items(f"/api/v1/namespaces/{NAMESPACE}/pods", labelSelector=f"{RAY_NODE_TYPE_LABEL}=worker")
     for role in ROLES:
         ctx.pods[role] = [
-            p for p in pods["items"]
+            p for p in pods
             if p["metadata"].get("labels", {}).get(RAY_GROUP_LABEL) == role
             and p.get("status", {}).get("phase") == "Running"
         ]
@@ -225,7 +260,7 @@ def long_prompt() -> str:
 
 def endpoint_service(client: KubeClient, name: str) -> str:
     """The endpoint: the serve Service KubeRay creates from `spec.serveService` under the stack's name."""
-    names = {s["metadata"]["name"] for s in client.get_json(f"/api/v1/namespaces/{NAMESPACE}/services")["items"]}
+    names = {s["metadata"]["name"] for s in client.get_items(f"/api/v1/namespaces/{NAMESPACE}/services")}
     if name not in names:
         raise LookupError(f"the endpoint Service {name} (serving.endpointName) does not exist in {NAMESPACE}; "
                           "KubeRay creates it once the RayService's serve application is ready")
@@ -266,8 +301,8 @@ def check_chat_completion(client: KubeClient, exp: Expected, ctx: Context) -> Ch
 def nixl_backends(client: KubeClient, pod_ip: str) -> list[str]:
     """Backends NIXL instantiated on the Ray node at `pod_ip`, from the workers' stdout logs."""
     api = KubeClient.service_proxy(NAMESPACE, HEAD_SERVICE, "dashboard", "/api/v0/logs")
-    listing = client.get_json(api, node_ip=pod_ip, glob=NIXL_LOG_GLOB)
-    files = [f for files in (listing.get("data", {}).get("result") or {}).values() for f in files]
+    listing = client.get_object(api, node_ip=pod_ip, glob=NIXL_LOG_GLOB)
+    files = [str(f) for files in (listing.get("data", {}).get("result") or {}).values() for f in files]
     found: list[str] = []
     for name in files:
         text = client.get_text(api + "/file", node_ip=pod_ip, filename=name, lines=NIXL_LOG_LINES)
@@ -293,10 +328,146 @@ def check_nixl_backend(client: KubeClient, exp: Expected, ctx: Context) -> Check
                 )
     if problems:
         return Check("nixl-backend", Status.FAIL, "; ".join(problems), per_pod)
+    if not per_pod:  # a check over nothing is not a pass
+        return Check("nixl-backend", Status.UNVERIFIED, "no Running prefill/decode pod to read NIXL's logs from")
     if unknown:
         return Check("nixl-backend", Status.UNVERIFIED,
                      f"no 'Backend ... was instantiated' line in the Ray worker logs of {', '.join(unknown)}", per_pod)
     return Check("nixl-backend", Status.PASS, f"{EXPECTED_BACKEND} on {len(per_pod)} pod(s)", per_pod)
+
+
+# --- the fabric, as the running worker sees it (pod exec) ----------------------------------------
+
+
+@dataclass
+class FabricProbe:
+    """What FABRIC_PROBE printed in one pod."""
+
+    processes: dict[str, str] = field(default_factory=dict)  # pid -> command line, for each plugin user
+    env: dict[str, dict[str, str]] = field(default_factory=dict)  # pid -> FI_* variables
+    counters: dict[str, int] = field(default_factory=dict)  # sysfs path -> value
+
+    @classmethod
+    def parse(cls, text: str) -> "FabricProbe":
+        probe = cls()
+        for line in text.splitlines():
+            kind, _, rest = line.partition(" ")
+            if kind == "proc":
+                pid, _, command = rest.partition(" ")
+                probe.processes[pid] = command.strip()
+            elif kind == "env":
+                pid, _, assignment = rest.partition(" ")
+                name, _, value = assignment.partition("=")
+                probe.env.setdefault(pid, {})[name] = value
+            elif kind == "counter":
+                path, _, value = rest.rpartition(" ")
+                if value.strip().isdigit():
+                    probe.counters[path] = int(value)
+        return probe
+
+    def bytes_moved_since(self, before: "FabricProbe") -> int:
+        """Bytes the pod's EFA devices counted since `before` (a counter that went down: reset, not counted)."""
+        return sum(max(0, value - before.counters[path]) for path, value in self.counters.items()
+                   if path in before.counters)
+
+
+def ray_container(pod: dict[str, Any]) -> str:
+    """The Ray container's name: KubeRay's RayContainerIndex (0) in the pod's containers."""
+    containers = pod.get("spec", {}).get("containers") or []
+    if not containers or not isinstance(containers[0], dict) or not containers[0].get("name"):
+        raise BadReply(f"pod {pod['metadata']['name']} lists no containers")
+    return str(containers[0]["name"])
+
+
+def probe_fabric(client: KubeClient, pod: dict[str, Any]) -> FabricProbe:
+    name = pod["metadata"]["name"]
+    return FabricProbe.parse(client.exec_output(NAMESPACE, name, ray_container(pod), ["sh", "-c", FABRIC_PROBE]))
+
+
+def check_nixl_plugin(client: KubeClient, exp: Expected, ctx: Context) -> Check:
+    """A process in each worker pod has NIXL's LIBFABRIC plugin loaded (and the counters before the request)."""
+    pods = ctx.worker_pods()
+    if not pods:  # a check over nothing is not a pass
+        return Check("nixl-plugin", Status.UNVERIFIED, "no Running prefill/decode pod to look into")
+    missing, data = [], {}
+    for _role, pod in pods:
+        name = pod["metadata"]["name"]
+        try:
+            ctx.probes[name] = probe = probe_fabric(client, pod)
+        except (HttpError, Unreachable, BadReply) as exc:
+            ctx.probe_errors[name] = str(exc)
+            continue
+        data[name] = sorted(probe.processes)
+        if not probe.processes:
+            missing.append(name)
+    if missing:
+        return Check("nixl-plugin", Status.FAIL,
+                     f"no process in {', '.join(missing)} has NIXL's {NIXL_LIBFABRIC_PLUGIN} loaded: the KV "
+                     "connector is not on LIBFABRIC (plugin missing from the image, or it failed to load)", data)
+    if ctx.probe_errors:
+        return Check("nixl-plugin", Status.UNVERIFIED, "could not exec into "
+                     + "; ".join(f"{k}: {v}" for k, v in ctx.probe_errors.items()), data)
+    return Check("nixl-plugin", Status.PASS,
+                 f"{NIXL_LIBFABRIC_PLUGIN} loaded in {sum(len(v) for v in data.values())} process(es) "
+                 f"on {len(data)} pod(s)", data)
+
+
+def check_fi_provider(client: KubeClient, exp: Expected, ctx: Context) -> Check:
+    """FI_PROVIDER in the environment of the processes that loaded the plugin, as they run."""
+    if not ctx.probes:
+        why = "; ".join(f"{k}: {v}" for k, v in ctx.probe_errors.items()) or "no worker pod was probed"
+        return Check("fi-provider", Status.UNVERIFIED, f"nothing to read: {why}")
+    wrong, seen = [], {}
+    for name, probe in ctx.probes.items():
+        for pid in probe.processes:
+            value = probe.env.get(pid, {}).get("FI_PROVIDER")
+            seen[f"{name}/{pid}"] = value
+            if value != EXPECTED_FI_PROVIDER:
+                wrong.append(f"{name} pid {pid} ({one_line(probe.processes[pid], 60)}) runs with "
+                             + (f"FI_PROVIDER={value}" if value is not None else "no FI_PROVIDER"))
+    if wrong:
+        return Check("fi-provider", Status.FAIL,
+                     f"{'; '.join(wrong)}; libfabric must use {EXPECTED_FI_PROVIDER!r} (any other provider, or "
+                     "its own choice, can leave EFA)", seen)
+    if not seen:
+        return Check("fi-provider", Status.UNVERIFIED, "no process loaded NIXL's LIBFABRIC plugin to read", seen)
+    return Check("fi-provider", Status.PASS,
+                 f"FI_PROVIDER={EXPECTED_FI_PROVIDER} in all {len(seen)} NIXL process(es)", seen)
+
+
+def check_efa_bytes(client: KubeClient, exp: Expected, ctx: Context) -> Check:
+    """The EFA devices of every prefill and decode pod counted bytes during the test request."""
+    if ctx.completion_seconds is None:
+        return Check("efa-bytes", Status.UNVERIFIED, "no test request was answered to measure")
+    if not ctx.probes:
+        return Check("efa-bytes", Status.UNVERIFIED, "no counters were read before the test request")
+    moved, still, blind, errors = {}, [], [], []
+    for role, pod in ctx.worker_pods():
+        name = pod["metadata"]["name"]
+        before = ctx.probes.get(name)
+        if before is None:
+            continue
+        if not before.counters:
+            blind.append(name)
+            continue
+        try:
+            after = probe_fabric(client, pod)
+        except (HttpError, Unreachable, BadReply) as exc:
+            errors.append(f"{name}: {exc}")
+            continue
+        moved[name] = after.bytes_moved_since(before)
+        if moved[name] <= 0:
+            still.append(f"{role} pod {name}")
+    if still:
+        return Check("efa-bytes", Status.FAIL,
+                     f"no bytes crossed the EFA devices of {', '.join(still)} during the test request: "
+                     "the KV cache did not travel over EFA", {"bytes": moved})
+    if blind or errors or not moved:
+        why = ([f"no EFA hw_counters visible in {', '.join(blind)}"] if blind else []) + errors
+        return Check("efa-bytes", Status.UNVERIFIED, "; ".join(why) or "no pod to measure", {"bytes": moved})
+    return Check("efa-bytes", Status.PASS,
+                 "EFA devices counted " + ", ".join(f"{n} ~{b / 2**20:.1f} MiB" for n, b in moved.items())
+                 + " during the test request", {"bytes": moved})
 
 
 # --- KV transfer (Prometheus) -------------------------------------------------------------------
@@ -305,7 +476,7 @@ def check_nixl_backend(client: KubeClient, exp: Expected, ctx: Context) -> Check
 def prom_query(client: KubeClient, expr: str) -> Optional[float]:
     """One instant query through the API server's proxy to Prometheus; None when the result is empty."""
     path = KubeClient.service_proxy(MONITORING_NAMESPACE, PROMETHEUS_SERVICE, PROMETHEUS_PORT_NAME, "/api/v1/query")
-    reply = client.get_json(path, query=expr)
+    reply = client.get_object(path, query=expr)
     if reply.get("status") != "success":
         raise HttpError(200, path, str(reply.get("error")))
     result = reply["data"]["result"]
@@ -364,7 +535,10 @@ CLUSTER_CHECKS: tuple[tuple[str, ClusterCheck], ...] = (
     ("device-plugins", check_device_plugins),
     ("rayservice-ready", check_ray_service),
     ("pd-separate-nodes", check_pd_placement),
+    ("nixl-plugin", check_nixl_plugin),  # also reads the EFA counters before the test request
+    ("fi-provider", check_fi_provider),
     ("chat-completion", check_chat_completion),
+    ("efa-bytes", check_efa_bytes),
     ("nixl-backend", check_nixl_backend),
 )
 KV_CHECK_NAMES = ("kv-bytes", "kv-failures", "kv-throughput")
@@ -381,8 +555,12 @@ def run_checks(client: KubeClient, exp: Expected, kv_wait_seconds: float = 90.0)
         return [Check(name, Status.UNVERIFIED, reason) for name in ALL_CHECK_NAMES if name not in done]
 
     try:
-        version = client.get_json("/version")
-        results.append(Check("api-server", Status.PASS, f"Kubernetes {version.get('gitVersion', '?')}"))
+        version = client.get_object("/version")
+        git_version = one_line(str(version.get("gitVersion", "?")), 60)
+        results.append(Check("api-server", Status.PASS, f"Kubernetes {git_version}"))
+    except BadReply as exc:  # something answers, but not a Kubernetes API server
+        results.append(Check("api-server", Status.UNVERIFIED, f"not a Kubernetes API server's reply: {exc}"))
+        return results + unverified_rest("the API server's replies are not the Kubernetes API's")
     except (Unreachable, TimeoutError) as exc:
         results.append(Check("api-server", Status.UNVERIFIED, f"cluster unreachable: {exc}"))
         return results + unverified_rest("cluster unreachable")
@@ -396,10 +574,14 @@ def run_checks(client: KubeClient, exp: Expected, kv_wait_seconds: float = 90.0)
             return results + unverified_rest(str(exc))
         except (Unreachable, HttpError, ValueError, KeyError) as exc:
             results.append(Check(name, Status.UNVERIFIED, f"could not check: {type(exc).__name__}: {exc}"))
+        except (TypeError, AttributeError, IndexError) as exc:  # a reply of the wrong shape, deep inside
+            results.append(Check(name, Status.UNVERIFIED, f"could not check: the API server's reply is not in the "
+                                                          f"Kubernetes API's shape ({type(exc).__name__}: {exc})"))
     try:
         results.extend(check_kv_transfer(client, exp, ctx, wait_seconds=kv_wait_seconds))
     except TimeoutError as exc:
         return results + unverified_rest(str(exc))
-    except (Unreachable, HttpError, ValueError, KeyError) as exc:
-        results.extend(Check(n, Status.UNVERIFIED, f"Prometheus not answering: {exc}") for n in KV_CHECK_NAMES)
+    except (Unreachable, HttpError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        results.extend(Check(n, Status.UNVERIFIED, f"Prometheus not answering usably: {exc}")
+                       for n in KV_CHECK_NAMES if n not in {c.name for c in results})
     return results

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -11,11 +10,11 @@ from typing import Optional
 
 from components.catalog import gpu_instance_type
 from components.config import ConfigError
-from tools.cli import ROOT, Exit, ToolError, one_line
+from tools.cli import ROOT, ArgumentParser, Exit, ToolError, non_negative_seconds, one_line, seconds
 from tools.preview.mockrun import stack_config
 
 from .checks import Check, Expected, Status, run_checks
-from .kube import Deadline, KubeClient, kubeconfig_from_stack, load_kubeconfig
+from .kube import Deadline, KubeClient, kubeconfig_from_stack, load_kubeconfig, read_kubeconfig
 
 DEFAULT_TIMEOUT = 600.0  # seconds, the whole run
 OUT_DIR = ROOT / "build" / "verify"
@@ -48,16 +47,22 @@ def report(stack: str, results: list[Check], code: Exit) -> dict:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.verify", description=__doc__.split("\n")[0])
+    parser = ArgumentParser(prog="python -m tools.verify", description=__doc__.split("\n")[0])
     parser.add_argument("--stack", default="dev", help="stack name (reads Pulumi.<stack>.yaml for what to expect)")
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else `pulumi stack output`)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="total seconds for the whole run")
-    parser.add_argument("--kv-wait", type=float, default=90.0, help="seconds to wait for KV metrics to be scraped")
+    parser.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT, help="total seconds for the whole run")
+    parser.add_argument("--kv-wait", type=non_negative_seconds, default=90.0,
+                        help="seconds to wait for KV metrics to be scraped")
+    parser.add_argument("--out", type=Path, help="where verify.json goes (default: build/verify/<stack>)")
     args = parser.parse_args(argv)
-    if args.timeout <= 0:
-        raise ToolError(Exit.USAGE, f"--timeout must be positive, got {args.timeout}")
 
+    from tools.stackfile import stack_file
+
+    stack_file(args.stack, ROOT)  # a stack name is never a path: build/verify/<stack> stays under build/
+    out = args.out if args.out is not None else OUT_DIR / args.stack
+    if out.exists() and not out.is_dir():
+        raise ToolError(Exit.USAGE, f"--out {out} is not a directory; give a directory for verify.json")
     try:
         config = stack_config(args.stack)
     except FileNotFoundError as exc:
@@ -69,10 +74,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     deadline = Deadline(args.timeout)
     path = args.kubeconfig or os.environ.get("KUBECONFIG")
     if path:
-        try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise ToolError(Exit.USAGE, f"cannot read kubeconfig {path}: {exc.strerror}") from None
+        text = read_kubeconfig(path)
     else:
         text = kubeconfig_from_stack(args.stack, deadline.request_timeout())
     client = KubeClient(load_kubeconfig(text, deadline.request_timeout()), deadline)
@@ -80,9 +82,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     results = run_checks(client, expected, kv_wait_seconds=args.kv_wait)
     code = exit_code(results)
     body = report(args.stack, results, code)
-    out = OUT_DIR / args.stack
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "verify.json").write_text(json.dumps(body, indent=2) + "\n")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "verify.json").write_text(json.dumps(body, indent=2) + "\n")
+    except OSError as exc:  # the checks ran: print them, then say the file could not be written
+        print(json.dumps(body, indent=2) if args.json else render_table(args.stack, results, code))
+        raise ToolError(Exit.USAGE, f"--out {out}: cannot write verify.json ({exc.strerror})") from None
     print(json.dumps(body, indent=2) if args.json else render_table(args.stack, results, code))
     if code != Exit.OK:
         failed = [c.name for c in results if c.status != Status.PASS]
