@@ -7,6 +7,7 @@ Every decision lives in `components/`; this file says what feeds what.
 import pulumi
 
 from components.addons import CoreAddons, CoreAddonsArgs
+from components.api_access import ApiAccess, ApiAccessArgs, deploy_path_problems
 from components.autoscaler import (
     AutoscaledGroup,
     NodeAutoscaler,
@@ -28,6 +29,8 @@ from components.system_nodes import SystemNodeGroup, SystemNodeGroupArgs, system
 
 try:
     config = load_stack_config()
+    if deploy_path_problems(config):  # `up` must reach the Kubernetes API: refused before anything exists
+        raise ConfigError(deploy_path_problems(config))
 except ConfigError as error:  # every problem at once, before any resource registers
     raise pulumi.RunError(str(error)) from None
 
@@ -55,6 +58,17 @@ cluster = Cluster(
 )
 # Node groups take the cluster by name (known up front), so they wait for it explicitly.
 nodes_after = [cluster.eks, *cluster.node_policies]
+# The first Kubernetes object proves `up` reaches the API before any GPU instance launches.
+api_access = ApiAccess(
+    "api-access",
+    ApiAccessArgs(
+        config=config,
+        cluster_security_group_id=cluster.security_group_id,
+        provider=cluster.provider,
+        depends_on=[cluster.eks],
+        tags=tags,
+    ),
+)
 # What the node autoscaler must know of each group's future nodes (empty when it is not installed).
 system_template = system_autoscaler_template()
 gpu_template = gpu_autoscaler_template(config.gpu_nodes, gpu_instance)
@@ -83,7 +97,7 @@ gpu_nodes = EfaGpuNodeGroup(
         vpc_id=network.vpc.id,
         subnet=network.private_subnets[config.gpu_nodes.availability_zone],
         cluster_security_group_id=cluster.security_group_id,
-        depends_on=nodes_after,
+        depends_on=[*nodes_after, api_access.probe],
         tags=tags,
         autoscaler_tags=autoscaler_tags(cluster_name, gpu_template) if autoscaled else {},
     ),

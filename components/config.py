@@ -412,6 +412,19 @@ class DeployConfig(Strict):
         description="GitHub Actions runner label for `pulumi up` (e.g. a self-hosted runner inside the VPC); "
         "required in practice when the API endpoint is private-only",
     )
+    api_source_cidrs: list[str] = Field(
+        default_factory=list,
+        description="Where `pulumi up` reaches the Kubernetes API from (required): the deploying machine's "
+        "egress CIDRs, each inside cluster.publicAccessCidrs, or private CIDRs of a peered/VPN network "
+        "outside network.vpcCidr (443 ingress on the cluster security group); checked before anything is created",
+    )
+
+    @field_validator("api_source_cidrs")
+    @classmethod
+    def _source_cidrs(cls, values: list[str]) -> list[str]:
+        for value in values:
+            _network(value)
+        return values
 
 
 class SystemNodesConfig(NodeScaling):

@@ -8,6 +8,7 @@ question about the transitive dependencies recorded by the mock run.
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 from helpers import STACKS
@@ -107,3 +108,81 @@ def test_the_rule_catches_an_object_created_before_its_namespace(programs):
     pdb.dependencies = [d for d in pdb.dependencies if d not in creators]
     pdb.property_dependencies = {k: [u for u in v if u not in creators] for k, v in pdb.property_dependencies.items()}
     assert unordered_namespaced(run) == [f"{pdb.type} {pdb.name} in llm-serving"]
+
+
+# -- the deploy path: `up` reaches the Kubernetes API, proven before the GPU nodes launch -----------
+GPU_NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+INGRESS_RULE = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
+
+
+def run_with(stack: str, **sections: dict) -> ProgramRun:
+    config, secret_keys = load_stack_config(stack)
+    for section, changes in sections.items():
+        key = f"{PROJECT}:{section}"
+        config[key] = json.dumps({**json.loads(config.get(key, "{}")), **changes})
+    return run_program(stack, config, secret_keys)
+
+
+def refusal(stack: str, **sections: dict) -> tuple[str, list]:
+    with pytest.raises(Exception) as info:
+        run_with(stack, **sections)
+    return str(info.value), info.value.registrations  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_gpu_nodes_launch_only_after_a_kubernetes_object_applied(programs, stack):
+    """An unreachable API fails `up` at the first Kubernetes object, before any GPU instance bills."""
+    run = programs(stack)
+    gpu = run.one(GPU_NODE_GROUP, "gpu")
+    before_gpu = ancestors(run, gpu.urn)
+    applied = [r for r in run.resources if r.urn in before_gpu and r.custom and r.type.startswith("kubernetes:")
+               and not r.type.startswith("pulumi:providers:")]
+    assert [(r.type, r.inputs["metadata"]["namespace"]) for r in applied] == [
+        ("kubernetes:core/v1:ConfigMap", "kube-system")
+    ]
+    provider = run.one("pulumi:providers:kubernetes", "cluster-k8s")
+    assert applied[0].provider.rsplit("::", 1)[0] == provider.urn  # through the cluster's own endpoint
+
+
+def test_a_stack_without_a_deploy_path_is_refused_before_anything_registers():
+    message, registered = refusal("dev", deploy={"apiSourceCidrs": []})
+    assert "llm-pd-eks:deploy.apiSourceCidrs: not set" in message
+    assert registered == []
+
+
+def test_a_runner_outside_the_public_allow_list_is_refused():
+    message, registered = refusal("staging", deploy={"apiSourceCidrs": ["198.51.100.7/32"]})
+    assert "198.51.100.7/32 is not inside cluster.publicAccessCidrs (203.0.113.0/24)" in message
+    assert registered == []
+
+
+def test_a_runner_inside_the_vpc_this_up_creates_is_refused():
+    message, registered = refusal(
+        "prod", cluster={"publicAccessCidrs": []}, deploy={"apiSourceCidrs": ["10.30.200.0/24"]}
+    )
+    assert "10.30.200.0/24 overlaps network.vpcCidr 10.30.0.0/16" in message
+    assert registered == []
+
+
+def test_a_private_only_endpoint_needs_a_connected_private_network():
+    message, _ = refusal("dev", cluster={"publicAccessCidrs": []}, deploy={"apiSourceCidrs": ["203.0.113.0/24"]})
+    assert "203.0.113.0/24 is not a private (RFC 1918) network" in message
+
+
+def test_a_connected_network_gets_443_on_the_cluster_security_group():
+    """Private-only: EKS's cluster group admits only its members until a rule admits the runner's network."""
+    from tools.preview.mockrun import eks_cluster_ids
+
+    run = run_with("prod", cluster={"publicAccessCidrs": []}, deploy={"apiSourceCidrs": ["172.20.0.0/16"]})
+    rule = run.one(INGRESS_RULE, "api-access")
+    eks_sg = eks_cluster_ids(run.one("eks:index:Cluster", "cluster").name)["eksClusterSecurityGroupId"]
+    assert (rule.inputs["securityGroupId"], rule.inputs["cidrIpv4"], rule.inputs["ipProtocol"]) == (
+        eks_sg, "172.20.0.0/16", "tcp")
+    assert (rule.inputs["fromPort"], rule.inputs["toPort"]) == (443, 443)
+    probe = run.one("kubernetes:core/v1:ConfigMap", "api-access")
+    assert rule.urn in ancestors(run, probe.urn)
+    assert rule.urn in ancestors(run, run.one(GPU_NODE_GROUP, "gpu").urn)
+
+
+def test_a_public_route_adds_no_rule(programs):
+    assert programs("dev").of_type(INGRESS_RULE) == []
