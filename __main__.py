@@ -57,7 +57,7 @@ cluster = Cluster(
     ),
 )
 # Node groups take the cluster by name (known up front), so they wait for it explicitly.
-nodes_after = [cluster.eks, *cluster.node_policies]
+nodes_after = [cluster.eks, *cluster.node_policies, cluster.cni_policy, cluster.vpc_cni]
 # The first Kubernetes object proves `up` reaches the API before any GPU instance launches.
 api_access = ApiAccess(
     "api-access",
@@ -105,7 +105,13 @@ gpu_nodes = EfaGpuNodeGroup(
 
 addons = CoreAddons(
     "core-addons",
-    CoreAddonsArgs(cluster_name=cluster_name, cluster=cluster.eks, system_nodes=system_nodes.node_group, tags=tags),
+    CoreAddonsArgs(
+        cluster_name=cluster_name,
+        cluster=cluster.eks,
+        system_nodes=system_nodes.node_group,
+        vpc_cni=cluster.vpc_cni,
+        tags=tags,
+    ),
 )
 
 # Serving layer: device plugins on the GPU nodes, the KubeRay operator on the system nodes, then

@@ -250,6 +250,10 @@ class NetworkConfig(Strict):
 
 
 LogType = Literal["api", "audit", "authenticator", "controllerManager", "scheduler"]
+# The retentions CloudWatch Logs accepts (PutRetentionPolicy, retentionInDays):
+# https://docs.aws.amazon.com/AmazonCloudWatchLogs/latest/APIReference/API_PutRetentionPolicy.html
+LogRetentionDays = Literal[1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192,
+                           2557, 2922, 3288, 3653]
 
 
 class ClusterConfig(Strict):
@@ -270,6 +274,16 @@ class ClusterConfig(Strict):
     log_types: list[LogType] = Field(
         default_factory=lambda: list[LogType](["api", "audit", "authenticator"]),
         description="Control-plane log types sent to CloudWatch Logs.",
+    )
+    log_retention_days: LogRetentionDays = Field(
+        default=90,
+        description="Retention of the control-plane log group `/aws/eks/<cluster>/cluster`, which the "
+        "program creates and `destroy` deletes; a value CloudWatch Logs accepts.",
+    )
+    extended_support: bool = Field(
+        default=False,
+        description="EKS upgrade policy: false is STANDARD (the control plane is upgraded when standard "
+        "support ends); true is EXTENDED (it stays on its version, billed the extended-support rate).",
     )
 
     @field_validator("public_access_cidrs")

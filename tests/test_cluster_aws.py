@@ -1,0 +1,93 @@
+"""The control plane's AWS settings read as AWS applies them: upgrade policy, control-plane log
+group, the VPC CNI's own IRSA role, the S3 gateway endpoint, the public serving endpoint.
+
+AWS pages each rule follows are cited next to the code (components/cluster.py, components/network.py,
+components/ray_service.py); these tests run the program under mocks and read the plan.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import NODE_GROUP, STACKS
+
+from tools.preview.mockrun import PROJECT, ProgramRun, load_stack_config, run_program, stack_config
+
+ROLE = "aws:iam/role:Role"
+ATTACHMENT = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
+ADDON = "aws:eks/addon:Addon"
+LOG_GROUP = "aws:cloudwatch/logGroup:LogGroup"
+CNI_POLICY = "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy"
+
+
+def run_with(stack: str, **sections: dict) -> ProgramRun:
+    config, secret_keys = load_stack_config(stack)
+    for section, changes in sections.items():
+        key = f"{PROJECT}:{section}"
+        config[key] = json.dumps({**json.loads(config.get(key, "{}")), **changes})
+    return run_program(stack, config, secret_keys)
+
+
+def depends(run: ProgramRun, reg, on) -> bool:
+    return on.urn in reg.dependencies or any(on.urn in deps for deps in reg.property_dependencies.values())
+
+
+# -- EKS upgrade policy -----------------------------------------------------------------------------
+@pytest.mark.parametrize("stack", STACKS)
+def test_standard_support_unless_the_stack_opts_in(programs, stack):
+    eks = programs(stack).one("eks:index:Cluster")
+    assert eks.inputs["upgradePolicy"] == {"supportType": "STANDARD"}
+
+
+def test_extended_support_is_an_explicit_choice():
+    eks = run_with("dev", cluster={"extendedSupport": True}).one("eks:index:Cluster")
+    assert eks.inputs["upgradePolicy"] == {"supportType": "EXTENDED"}
+
+
+# -- control-plane log group ------------------------------------------------------------------------
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_program_owns_the_control_plane_log_group(programs, stack):
+    run = programs(stack)
+    eks = run.one("eks:index:Cluster")
+    group = run.one(LOG_GROUP, "control-plane")
+    assert group.inputs["name"] == f"/aws/eks/{eks.inputs['name']}/cluster"  # the group EKS writes to
+    assert group.inputs["retentionInDays"] == stack_config(stack).cluster.log_retention_days == 90
+    assert not group.inputs.get("skipDestroy")  # deleted with the stack
+    assert group.urn in eks.property_dependencies["clusterTags"]  # exists before EKS would make its own
+
+
+def test_a_retention_cloudwatch_refuses_is_refused():
+    from components.config import ConfigError, validate_engine_config
+
+    config, secret_keys = load_stack_config("dev")
+    config[f"{PROJECT}:cluster"] = json.dumps({**json.loads(config[f"{PROJECT}:cluster"]), "logRetentionDays": 100})
+    with pytest.raises(ConfigError) as info:
+        validate_engine_config(config, secret_keys, stack="dev")
+    assert "llm-pd-eks:cluster.logRetentionDays" in str(info.value)
+
+
+def test_no_log_types_no_log_group():
+    run = run_with("dev", cluster={"logTypes": []})
+    assert run.of_type(LOG_GROUP) == []
+
+
+# -- VPC CNI with its own IRSA role -------------------------------------------------------------------
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_vpc_cni_uses_its_own_irsa_role_not_the_node_role(programs, stack):
+    run = programs(stack)
+    cni = next(a for a in run.of_type(ADDON) if a.inputs["addonName"] == "vpc-cni")
+    role = next(r for r in run.of_type(ROLE) if r.urn in cni.property_dependencies["serviceAccountRoleArn"])
+    assert cni.inputs["serviceAccountRoleArn"] == role.outputs["arn"]
+    trust = json.loads(role.inputs["assumeRolePolicy"])["Statement"]
+    issuer = run.one("eks:index:Cluster").outputs["oidcIssuer"]
+    assert [s["Condition"]["StringEquals"] for s in trust] == [
+        {f"{issuer}:sub": "system:serviceaccount:kube-system:aws-node", f"{issuer}:aud": "sts.amazonaws.com"}
+    ]
+    policies = {a.inputs["policyArn"]: a for a in run.of_type(ATTACHMENT)}
+    assert depends(run, policies[CNI_POLICY], role)
+    node_role = run.one(ROLE, "node-role")
+    attached_to_nodes = [a.inputs["policyArn"] for a in run.of_type(ATTACHMENT) if depends(run, a, node_role)]
+    assert CNI_POLICY not in attached_to_nodes
+    for ng in run.of_type(NODE_GROUP):  # no node's aws-node pod starts before the add-on has its role
+        assert cni.urn in ng.dependencies
