@@ -41,7 +41,9 @@ tags = {"project": config.name, "stack": stack, "managed-by": "pulumi"}
 
 network = Network(
     "network",
-    NetworkArgs(config=config.network, cluster_name=cluster_name, protect=config.protect, tags=tags),
+    NetworkArgs(
+        config=config.network, cluster_name=cluster_name, region=config.region, protect=config.protect, tags=tags
+    ),
 )
 
 cluster = Cluster(

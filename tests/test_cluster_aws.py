@@ -91,3 +91,18 @@ def test_the_vpc_cni_uses_its_own_irsa_role_not_the_node_role(programs, stack):
     assert CNI_POLICY not in attached_to_nodes
     for ng in run.of_type(NODE_GROUP):  # no node's aws-node pod starts before the add-on has its role
         assert cni.urn in ng.dependencies
+
+
+# -- S3 gateway endpoint ------------------------------------------------------------------------------
+@pytest.mark.parametrize("stack", STACKS)
+def test_s3_traffic_of_the_private_subnets_skips_the_nat_gateway(programs, stack):
+    run = programs(stack)
+    endpoint = run.one("aws:ec2/vpcEndpoint:VpcEndpoint", "s3")
+    region = stack_config(stack).region
+    assert (endpoint.inputs["serviceName"], endpoint.inputs["vpcEndpointType"]) == (f"com.amazonaws.{region}.s3",
+                                                                                   "Gateway")
+    private_rts = {r.urn for r in run.of_type("aws:ec2/routeTable:RouteTable")
+                   if any("natGatewayId" in route for route in r.inputs["routes"])}
+    assert len(private_rts) == len(stack_config(stack).network.availability_zones)
+    assert set(endpoint.property_dependencies["routeTableIds"]) == private_rts
+    assert run.of_type("aws:ec2/vpcEndpoint:VpcEndpoint") == [endpoint]  # no interface endpoints (reason in network.py)
