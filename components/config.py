@@ -601,7 +601,12 @@ class ServingConfig(Strict):
     )
     public_endpoint: bool = Field(
         default=False,
-        description="true: an internet-facing NLB; false: a ClusterIP Service only.",
+        description="true: an internet-facing NLB open only to endpointSourceRanges; false: a ClusterIP Service only.",
+    )
+    endpoint_source_ranges: list[str] = Field(
+        default_factory=list,
+        description="Client CIDRs the public NLB admits (the Service's loadBalancerSourceRanges); required with "
+        "publicEndpoint (the endpoint has no authentication; without them the NLB admits 0.0.0.0/0).",
     )
     ready_timeout_minutes: int = Field(
         default=60, ge=5, le=360,
@@ -628,6 +633,28 @@ class ServingConfig(Strict):
             "added to the NLB annotations when publicEndpoint is true"
         ),
     )
+
+    @field_validator("endpoint_source_ranges")
+    @classmethod
+    def _source_ranges(cls, values: list[str]) -> list[str]:
+        for value in values:
+            if _network(value).prefixlen == 0:
+                raise ValueError(f"{value} admits every address; the endpoint has no authentication, so list "
+                                 "the clients' CIDRs")
+        return values
+
+    @model_validator(mode="after")
+    def _public_needs_ranges(self) -> "ServingConfig":
+        # The cloud provider opens an NLB to 0.0.0.0/0 when a Service names no source ranges
+        # (kubernetes/cloud-provider service/helpers GetLoadBalancerSourceRanges).
+        if self.public_endpoint and not self.endpoint_source_ranges:
+            raise ValueError("endpointSourceRanges: publicEndpoint is true but no source ranges are set; the "
+                             "OpenAI endpoint has no authentication, and an NLB without ranges admits 0.0.0.0/0; "
+                             "list the clients' CIDRs or set publicEndpoint: false")
+        if self.endpoint_source_ranges and not self.public_endpoint:
+            raise ValueError("endpointSourceRanges: set, but publicEndpoint is false (a ClusterIP Service has no "
+                             "load balancer to restrict); remove them or set publicEndpoint: true")
+        return self
 
     @field_validator("endpoint_name")
     @classmethod

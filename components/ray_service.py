@@ -250,15 +250,21 @@ def serve_service(serving: ServingConfig) -> dict[str, Any]:
     serves (`ray.io/cluster: <active>`, `ray.io/serve: "true"`), switching it only once a new cluster
     is ready; name, type and annotations are ours, the `serve` port is merged in by KubeRay."""
     public = serving.public_endpoint
+    spec: dict[str, Any] = {
+        "type": "LoadBalancer" if public else "ClusterIP",
+        "ports": [{"name": "serve", "port": SERVE_PORT, "targetPort": SERVE_PORT, "protocol": "TCP"}],
+    }
+    if public:
+        # The AWS cloud provider admits only these CIDRs to the NLB's targets; with none it admits
+        # 0.0.0.0/0 (k8s.io/cloud-provider service/helpers.GetLoadBalancerSourceRanges, read by
+        # cloud-provider-aws's EnsureLoadBalancer). The config requires them with publicEndpoint.
+        spec["loadBalancerSourceRanges"] = list(serving.endpoint_source_ranges)
     return {
         "metadata": {
             "name": serving.endpoint_name,
             "annotations": {**endpoint_annotations(public), **serving.endpoint_annotations},
         },
-        "spec": {
-            "type": "LoadBalancer" if public else "ClusterIP",
-            "ports": [{"name": "serve", "port": SERVE_PORT, "targetPort": SERVE_PORT, "protocol": "TCP"}],
-        },
+        "spec": spec,
     }
 
 

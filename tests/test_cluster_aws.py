@@ -106,3 +106,55 @@ def test_s3_traffic_of_the_private_subnets_skips_the_nat_gateway(programs, stack
     assert len(private_rts) == len(stack_config(stack).network.availability_zones)
     assert set(endpoint.property_dependencies["routeTableIds"]) == private_rts
     assert run.of_type("aws:ec2/vpcEndpoint:VpcEndpoint") == [endpoint]  # no interface endpoints (reason in network.py)
+
+
+# -- the public serving endpoint ------------------------------------------------------------------
+def upstream_source_ranges(service: dict) -> list[str]:
+    """Transcribed from kubernetes/cloud-provider v0.35.6, service/helpers/helper.go lines 58-85
+    (`GetLoadBalancerSourceRanges`, which cloud-provider-aws's EnsureLoadBalancer reads): the spec
+    field, else the `service.beta.kubernetes.io/load-balancer-source-ranges` annotation, else 0.0.0.0/0."""
+    specs = (service.get("spec") or {}).get("loadBalancerSourceRanges") or []
+    if specs:
+        return list(specs)
+    val = ((service.get("metadata") or {}).get("annotations") or {}).get(
+        "service.beta.kubernetes.io/load-balancer-source-ranges", "").strip()
+    return (val or "0.0.0.0/0").split(",")
+
+
+def test_the_oracle_opens_a_service_without_ranges_to_everyone():
+    assert upstream_source_ranges({"spec": {"type": "LoadBalancer"}}) == ["0.0.0.0/0"]
+    annotation = "service.beta.kubernetes.io/load-balancer-source-ranges"
+    annotated = {"metadata": {"annotations": {annotation: " 10.1.0.0/16"}}}
+    assert upstream_source_ranges(annotated) == ["10.1.0.0/16"]
+
+
+def serve_service_of(run: ProgramRun) -> dict:
+    return run.one("kubernetes:ray.io/v1:RayService").inputs["spec"]["serveService"]
+
+
+def test_a_public_endpoint_admits_only_its_source_ranges():
+    run = run_with("dev", serving={"publicEndpoint": True, "endpointSourceRanges": ["198.51.100.0/24", "192.0.2.8/32"]})
+    service = serve_service_of(run)
+    assert service["spec"]["type"] == "LoadBalancer"
+    assert upstream_source_ranges(service) == ["198.51.100.0/24", "192.0.2.8/32"]
+
+
+@pytest.mark.parametrize("ranges, expected", [
+    ([], "serving.endpointSourceRanges: publicEndpoint is true but no source ranges are set"),
+    (["0.0.0.0/0"], "0.0.0.0/0 admits every address"),
+])
+def test_a_public_endpoint_open_to_the_internet_is_refused(ranges, expected):
+    from components.config import ConfigError, validate_engine_config
+
+    config, secret_keys = load_stack_config("dev")
+    key = f"{PROJECT}:serving"
+    config[key] = json.dumps({**json.loads(config[key]), "publicEndpoint": True, "endpointSourceRanges": ranges})
+    with pytest.raises(ConfigError) as info:
+        validate_engine_config(config, secret_keys, stack="dev")
+    assert expected in str(info.value)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_private_endpoints_stay_cluster_ip(programs, stack):
+    service = serve_service_of(programs(stack))
+    assert service["spec"]["type"] == "ClusterIP" and "loadBalancerSourceRanges" not in service["spec"]
