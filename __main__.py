@@ -54,12 +54,14 @@ cluster = Cluster(
         vpc_id=network.vpc.id,
         private_subnet_ids=network.private_subnet_ids,
         public_subnet_ids=network.public_subnet_ids,
+        network_egress=network.egress,
         protect=config.protect,
         tags=tags,
     ),
 )
-# Node groups take the cluster by name (known up front), so they wait for it explicitly.
-nodes_after = [cluster.eks, *cluster.node_policies, cluster.cni_policy, cluster.vpc_cni]
+# Node groups take the cluster by name (known up front), so they wait for it explicitly, and for the
+# VPC CNI and the routes out (nodes pull images through them; destroy removes the nodes first).
+nodes_after = [cluster.eks, *cluster.node_policies, cluster.cni_policy, cluster.vpc_cni, *network.egress]
 # The first Kubernetes object proves `up` reaches the API before any GPU instance launches.
 api_access = ApiAccess(
     "api-access",

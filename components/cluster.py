@@ -59,6 +59,9 @@ class ClusterArgs:
     public_subnet_ids: Sequence[pulumi.Input[str]]
     protect: bool = False
     tags: dict[str, str] | None = None
+    # The VPC's routes out (Network.egress): every Kubernetes object goes through the provider below,
+    # so depending on them there makes `destroy` remove the RayService's NLB before the IGW and NAT.
+    network_egress: Sequence[pulumi.Resource] = ()
 
 
 class Cluster(pulumi.ComponentResource):
@@ -206,7 +209,7 @@ class Cluster(pulumi.ComponentResource):
             f"{name}-k8s",
             kubeconfig=self.eks.kubeconfig_json,
             enable_server_side_apply=True,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.network_egress)),
         )
 
         self.register_outputs(

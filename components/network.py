@@ -36,6 +36,10 @@ class Network(pulumi.ComponentResource):
     private_subnets: dict[str, aws.ec2.Subnet]  # by AZ
     nat_gateways: list[aws.ec2.NatGateway]
     s3_endpoint: aws.ec2.VpcEndpoint
+    # The routes out of the VPC (IGW, NAT, route table associations, the S3 endpoint): nodes need them
+    # to pull images, and what runs on the cluster must be deleted before them (an NLB's public
+    # addresses keep the IGW from detaching, a node's ENIs its subnet from deleting).
+    egress: list[pulumi.Resource]
 
     def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-pd-eks:index:Network", name, None, opts)
@@ -84,10 +88,12 @@ class Network(pulumi.ComponentResource):
             tags={**tags, "Name": f"{name}-public-rt"},
             opts=child,
         )
-        for az, subnet in self.public_subnets.items():
+        associations = [
             aws.ec2.RouteTableAssociation(
                 f"{name}-public-rta-{az}", subnet_id=subnet.id, route_table_id=public_rt.id, opts=child
             )
+            for az, subnet in self.public_subnets.items()
+        ]
 
         # dev: one NAT in the first AZ (cheap; that AZ's outage cuts egress). prod: one per AZ.
         nat_azs = cfg.availability_zones if cfg.nat_gateways == "perAz" else cfg.availability_zones[:1]
@@ -115,9 +121,9 @@ class Network(pulumi.ComponentResource):
                 tags={**tags, "Name": f"{name}-private-rt-{az}"},
                 opts=child,
             )
-            aws.ec2.RouteTableAssociation(
+            associations.append(aws.ec2.RouteTableAssociation(
                 f"{name}-private-rta-{az}", subnet_id=subnet.id, route_table_id=rt.id, opts=child
-            )
+            ))
             private_rts.append(rt)
 
         # S3 through a gateway endpoint, not the NAT gateway: ECR serves image layers from S3
@@ -136,6 +142,7 @@ class Network(pulumi.ComponentResource):
             tags={**tags, "Name": f"{name}-s3"},
             opts=child,
         )
+        self.egress = [igw, *self.nat_gateways, *associations, self.s3_endpoint]
 
         self.register_outputs(
             {

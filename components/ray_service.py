@@ -299,6 +299,16 @@ def wait_annotations(serving: ServingConfig) -> dict[str, str]:
     }
 
 
+# `pulumi destroy` (and Recreate's delete-before-replace) waits until the RayService is gone together
+# with what KubeRay made it the controlling owner of (v1.7.0 rayservice_controller.go: the RayClusters
+# and the serve Service, `ctrl.SetControllerReference`, which blocks owner deletion). A LoadBalancer
+# Service keeps the cloud provider's `service.kubernetes.io/load-balancer-cleanup` finalizer until its
+# NLB is deleted (kubernetes/cloud-provider v0.35.6 controllers/service), so foreground deletion means
+# no NLB is left in the public subnets when the nodes, the cluster and the VPC go after it.
+# The annotation is pulumi-kubernetes's (v4.18.0, https://www.pulumi.com/blog/improved-kubernetes-await-logic/).
+DELETE_ANNOTATIONS = {"pulumi.com/deletionPropagationPolicy": "foreground"}
+
+
 # The RayCluster fields whose change needs a new Ray cluster: KubeRay hashes the cluster spec without
 # each worker group's replicas/minReplicas/maxReplicas (utils.GenerateHashWithoutReplicasAndWorkersToDelete),
 # so scale bounds are updated in place and are not listed. tools/rollout.py classifies by the same rule.
@@ -391,7 +401,9 @@ class LlmRayService(pulumi.ComponentResource):
             api_version="ray.io/v1",
             kind="RayService",
             metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=RAY_SERVICE_NAME, namespace=namespace, annotations=wait_annotations(serving)
+                name=RAY_SERVICE_NAME,
+                namespace=namespace,
+                annotations={**wait_annotations(serving), **DELETE_ANNOTATIONS},
             ),
             spec=ray_service_spec(serving, args.instance, hf_secret_name),
             opts=pulumi.ResourceOptions(

@@ -186,3 +186,42 @@ def test_a_connected_network_gets_443_on_the_cluster_security_group():
 
 def test_a_public_route_adds_no_rule(programs):
     assert programs("dev").of_type(INGRESS_RULE) == []
+
+
+# -- destroy: nothing the cluster made is left to block the VPC's deletion --------------------------
+EGRESS = ("aws:ec2/internetGateway:InternetGateway", "aws:ec2/natGateway:NatGateway",
+          "aws:ec2/routeTableAssociation:RouteTableAssociation", "aws:ec2/vpcEndpoint:VpcEndpoint",
+          "aws:ec2/subnet:Subnet")
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_destroy_removes_what_runs_on_the_cluster_before_the_routes_out(programs, stack):
+    """`destroy` deletes a resource before everything it depends on. Every Kubernetes object (the
+    RayService and its KubeRay-made NLB among them) and every node group must therefore depend on the
+    IGW, the NAT gateways, the route table associations, the S3 endpoint and the subnets: an NLB's
+    public addresses keep the IGW from detaching, a node's ENIs keep its subnet."""
+    run = programs(stack)
+    egress = {r.urn for r in run.resources if r.type in EGRESS}
+    on_cluster = [r for r in run.resources
+                  if r.custom and (r.type.startswith("kubernetes:") or r.type == GPU_NODE_GROUP)]
+    assert len(on_cluster) > 10
+    late = [r.name for r in on_cluster if not egress <= ancestors(run, r.urn)]
+    assert late == []
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_rayservice_is_deleted_in_the_foreground(programs, stack):
+    """KubeRay's serve Service (and its NLB) is owned by the RayService; foreground deletion keeps the
+    RayService until the Service's load-balancer-cleanup finalizer is gone, i.e. the NLB is deleted."""
+    rs = programs(stack).one("kubernetes:ray.io/v1:RayService")
+    assert rs.inputs["metadata"]["annotations"]["pulumi.com/deletionPropagationPolicy"] == "foreground"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_nodes_go_before_the_vpc_cni(programs, stack):
+    """Nodes start after the VPC CNI has its IRSA role, and are drained and deleted while aws-node still
+    runs (deleting the add-on first would cut the network of the pods being drained)."""
+    run = programs(stack)
+    cni = next(a for a in run.of_type("aws:eks/addon:Addon") if a.inputs["addonName"] == "vpc-cni")
+    for ng in run.of_type(GPU_NODE_GROUP):
+        assert cni.urn in ancestors(run, ng.urn)
