@@ -491,9 +491,16 @@ class GpuNodesConfig(NodeScaling):
         default=2, ge=1, le=MAX_NODES_PER_NODE_GROUP,
         description="Most GPU nodes; prefill plus decode nodes at maxReplicas must fit.",
     )
+    # Every catalog GPU type has instance-store NVMe, which nodeadm RAID0s and bind-mounts over
+    # /var/lib/kubelet, /var/lib/containerd, /var/lib/soci-snapshotter-grpc and /var/log/pods
+    # (awslabs/amazon-eks-ami v20260724, templates/al2023/runtime/bin/setup-local-disks lines 95-110):
+    # images, the weights cache (pod volumes) and pod logs live there. The root keeps the OS, whose AMI
+    # volume is 20 GiB (same tag, templates/al2023/template.json `ami_block_device_mappings`), and
+    # system logs; 100 GiB is that with ample headroom, not the 500 GiB images and weights would need.
     disk_size_gib: int = Field(
-        default=500, ge=100, le=EBS_GP3_MAX_GIB,
-        description="Root volume, GiB: the Ray LLM image and the model weights cache are large.",
+        default=100, ge=100, le=EBS_GP3_MAX_GIB,
+        description="Root volume, GiB: the OS and system logs; images, weights and pod logs live on the "
+        "instance-store NVMe RAID0.",
     )
     capacity: GpuCapacity = Field(
         default="onDemand",

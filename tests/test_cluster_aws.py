@@ -7,6 +7,7 @@ components/ray_service.py); these tests run the program under mocks and read the
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -158,3 +159,28 @@ def test_a_public_endpoint_open_to_the_internet_is_refused(ranges, expected):
 def test_private_endpoints_stay_cluster_ip(programs, stack):
     service = serve_service_of(programs(stack))
     assert service["spec"]["type"] == "ClusterIP" and "loadBalancerSourceRanges" not in service["spec"]
+
+
+# -- GPU root volume: what is left on it once the NVMe RAID0 holds kubelet and containerd -----------
+# awslabs/amazon-eks-ami v20260724: the AL2023 AMI's root volume (templates/al2023/template.json,
+# ami_block_device_mappings volume_size) and the directories setup-local-disks moves to the RAID0
+# (templates/al2023/runtime/bin/setup-local-disks lines 95-110).
+AMI_ROOT_GIB = 20
+MOVED_TO_RAID0 = ("/var/lib/kubelet", "/var/lib/containerd", "/var/lib/soci-snapshotter-grpc", "/var/log/pods")
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_gpu_root_volume_holds_the_os_not_images_and_weights(programs, stack):
+    from components.catalog import GPU_INSTANCE_TYPES
+
+    run = programs(stack)
+    instance = GPU_INSTANCE_TYPES[stack_config(stack).gpu_nodes.instance_type]
+    template = run.one("aws:ec2/launchTemplate:LaunchTemplate", "gpu")
+    assert instance.nvme_disks > 0
+    # nodeadm's NodeConfig asks for the RAID0 that takes MOVED_TO_RAID0 off the root volume
+    assert "localStorage:\n      strategy: RAID0" in base64.b64decode(template.inputs["userData"]).decode()
+    (bdm,) = template.inputs["blockDeviceMappings"]
+    size = bdm["ebs"]["volumeSize"]
+    assert AMI_ROOT_GIB < size <= 5 * AMI_ROOT_GIB, size
+    raid_gb = instance.nvme_disks * instance.nvme_disk_gb
+    assert raid_gb > 10 * size  # where images and weights go instead
