@@ -29,8 +29,9 @@ from components.system_nodes import SystemNodeGroup, SystemNodeGroupArgs, system
 
 try:
     config = load_stack_config()
-    if deploy_path_problems(config):  # `up` must reach the Kubernetes API: refused before anything exists
-        raise ConfigError(deploy_path_problems(config))
+    unreachable = deploy_path_problems(config)  # `up` must reach the Kubernetes API
+    if unreachable:
+        raise ConfigError(unreachable)
 except ConfigError as error:  # every problem at once, before any resource registers
     raise pulumi.RunError(str(error)) from None
 

@@ -179,7 +179,8 @@ class Cluster(pulumi.ComponentResource):
         )
 
         # The VPC CNI add-on with its own IRSA role. Registered here, not with the other core add-ons:
-        # the node groups wait for it, so no node's aws-node pod starts without the role.
+        # the node groups wait for it, so no node's aws-node pod starts without the role (the order
+        # terraform-aws-eks calls `before_compute` for vpc-cni).
         namespace, service_account = CNI_SERVICE_ACCOUNT
         self.cni_role = aws.iam.Role(
             f"{name}-vpc-cni-role",
