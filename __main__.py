@@ -6,11 +6,15 @@ Every decision lives in `components/`; the wiring is `components/deployment.py`,
 
 import pulumi
 
+from components.api_access import deploy_path_problems
 from components.config import ConfigError, load_stack_config
 from components.deployment import INSTANCE_NAME, LlmPdEks, engine_values, stack_args
 
 try:
     config = load_stack_config()
+    unreachable = deploy_path_problems(config)  # `up` must reach the Kubernetes API
+    if unreachable:
+        raise ConfigError(unreachable)
 except ConfigError as error:  # every problem at once, before any resource registers
     raise pulumi.RunError(str(error)) from None
 

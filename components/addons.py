@@ -1,5 +1,8 @@
 """The EKS-managed core add-ons: vpc-cni, kube-proxy and coredns.
 
+vpc-cni is registered by the cluster (with its IRSA role, before any node group) and handed in here,
+so `addons` still holds all three.
+
 Registered as `aws.eks.Addon`s (not left to pulumi-eks) so the plan shows them. EKS installs
 self-managed copies when the cluster is created; `OVERWRITE` adopts those. CoreDNS only turns
 healthy once nodes exist, so it waits for the system node group.
@@ -21,6 +24,7 @@ class CoreAddonsArgs:
     cluster_name: str
     cluster: pulumi.Resource  # the control plane (the name above is known before it exists)
     system_nodes: pulumi.Resource  # coredns schedules onto these
+    vpc_cni: aws.eks.Addon  # registered by the cluster component (its IRSA role, before the nodes)
     versions: Optional[dict[str, str]] = None  # pin per add-on; default: EKS's default for the version
     tags: Optional[dict[str, str]] = None
 
@@ -31,8 +35,10 @@ class CoreAddons(pulumi.ComponentResource):
     def __init__(self, name: str, args: CoreAddonsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-pd-eks:index:CoreAddons", name, None, opts)
         versions = dict(args.versions or {})
-        self.addons = {}
+        self.addons = {"vpc-cni": args.vpc_cni}
         for addon in CORE_ADDONS:
+            if addon in self.addons:
+                continue
             after: Sequence[pulumi.Resource] = (
                 [args.cluster, args.system_nodes] if addon == "coredns" else [args.cluster]
             )

@@ -13,13 +13,41 @@ import pulumi_kubernetes as k8s
 
 from .config import ClusterConfig
 
+# No AmazonEKS_CNI_Policy here: the VPC CNI gets it through its own IRSA role below, so no pod that
+# reaches the node's credentials can assign ENIs and addresses
+# (https://docs.aws.amazon.com/eks/latest/userguide/cni-iam-role.html).
 _NODE_POLICIES = {
     "worker": "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
-    "cni": "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy",
     "ecr": "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
     "ssm": "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",  # shell access without SSH keys
 }
+CNI_POLICY = "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy"
+# The VPC CNI's DaemonSet runs as kube-system/aws-node (the add-on's service account).
+CNI_SERVICE_ACCOUNT = ("kube-system", "aws-node")
 _ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+
+
+def control_plane_log_group(cluster_name: str) -> str:
+    """The log group EKS sends control-plane logs to; created by EKS with no retention (kept forever,
+    and kept after the cluster is deleted) unless it exists already
+    (https://docs.aws.amazon.com/eks/latest/userguide/control-plane-logs.html)."""
+    return f"/aws/eks/{cluster_name}/cluster"
+
+
+def irsa_trust_policy(oidc_provider_arn: str, oidc_issuer: str, namespace: str, service_account: str) -> str:
+    """IRSA trust: only `namespace/service_account`'s projected token, audience STS."""
+    return json.dumps({
+        "Version": "2012-10-17",
+        "Statement": [{
+            "Effect": "Allow",
+            "Principal": {"Federated": oidc_provider_arn},
+            "Action": "sts:AssumeRoleWithWebIdentity",
+            "Condition": {"StringEquals": {
+                f"{oidc_issuer}:sub": f"system:serviceaccount:{namespace}:{service_account}",
+                f"{oidc_issuer}:aud": "sts.amazonaws.com",
+            }},
+        }],
+    })
 
 
 @dataclass(frozen=True)
@@ -31,6 +59,9 @@ class ClusterArgs:
     public_subnet_ids: Sequence[pulumi.Input[str]]
     protect: bool = False
     tags: dict[str, str] | None = None
+    # The VPC's routes out (Network.egress): every Kubernetes object goes through the provider below,
+    # so depending on them there makes `destroy` remove the RayService's NLB before the IGW and NAT.
+    network_egress: Sequence[pulumi.Resource] = ()
 
 
 class Cluster(pulumi.ComponentResource):
@@ -45,6 +76,10 @@ class Cluster(pulumi.ComponentResource):
     node_policies: list[aws.iam.RolePolicyAttachment]
     provider: k8s.Provider
     cluster_name: str
+    cni_role: aws.iam.Role
+    cni_policy: aws.iam.RolePolicyAttachment
+    vpc_cni: aws.eks.Addon
+    log_group: aws.cloudwatch.LogGroup | None
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-pd-eks:index:Cluster", name, None, opts)
@@ -94,6 +129,18 @@ class Cluster(pulumi.ComponentResource):
             for i, arn in enumerate(cfg.admin_principal_arns)
         }
 
+        # Created before the cluster, so EKS writes into it instead of creating a group that never
+        # expires and outlives the stack; `pulumi destroy` deletes it after the cluster.
+        self.log_group = None
+        if cfg.log_types:
+            self.log_group = aws.cloudwatch.LogGroup(
+                f"{name}-control-plane-logs",
+                name=control_plane_log_group(args.cluster_name),
+                retention_in_days=cfg.log_retention_days,
+                tags=tags,
+                opts=child,
+            )
+
         self.eks = eks.Cluster(
             f"{name}-eks",
             name=args.cluster_name,
@@ -111,20 +158,59 @@ class Cluster(pulumi.ComponentResource):
             public_access_cidrs=list(cfg.public_access_cidrs) or None,
             encryption_config_key_arn=secrets_key.arn,
             enabled_cluster_log_types=list(cfg.log_types),
+            # EXTENDED (the EKS default for a new cluster) bills extended support automatically once
+            # the version leaves standard support; STANDARD upgrades the control plane instead
+            # (https://docs.aws.amazon.com/eks/latest/userguide/view-upgrade-policy.html).
+            upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(
+                support_type="EXTENDED" if cfg.extended_support else "STANDARD"
+            ),
             # The three core add-ons are EKS-managed `aws.eks.Addon`s registered by CoreAddons,
             # visible in the plan; pulumi-eks must not install its own copies.
             use_default_vpc_cni=True,
             coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),
             kube_proxy_addon_options=eks.KubeProxyAddonOptionsArgs(enabled=False),
             tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, protect=args.protect),
+            # The log group's name as a tag of the control plane: a data dependency its inner
+            # aws.eks.Cluster waits for (dependsOn on a component need not reach its children, pulumi/pulumi#8721).
+            cluster_tags={**tags, "control-plane-log-group": self.log_group.name} if self.log_group else None,
+            opts=pulumi.ResourceOptions(
+                parent=self, protect=args.protect, depends_on=[self.log_group] if self.log_group else None
+            ),
+        )
+
+        # The VPC CNI add-on with its own IRSA role. Registered here, not with the other core add-ons:
+        # the node groups wait for it, so no node's aws-node pod starts without the role (the order
+        # terraform-aws-eks calls `before_compute` for vpc-cni).
+        namespace, service_account = CNI_SERVICE_ACCOUNT
+        self.cni_role = aws.iam.Role(
+            f"{name}-vpc-cni-role",
+            description=f"VPC CNI of {args.cluster_name} (IRSA, {namespace}/{service_account})",
+            assume_role_policy=pulumi.Output.all(self.eks.oidc_provider_arn, self.eks.oidc_issuer).apply(
+                lambda a: irsa_trust_policy(a[0], a[1], namespace, service_account)
+            ),
+            tags=tags,
+            opts=child,
+        )
+        self.cni_policy = aws.iam.RolePolicyAttachment(
+            f"{name}-vpc-cni-policy", role=self.cni_role.name, policy_arn=CNI_POLICY, opts=child
+        )
+        self.vpc_cni = aws.eks.Addon(
+            f"{name}-vpc-cni",
+            cluster_name=args.cluster_name,
+            addon_name="vpc-cni",
+            service_account_role_arn=self.cni_role.arn,
+            # EKS installs a self-managed copy with the cluster; OVERWRITE adopts it.
+            resolve_conflicts_on_create="OVERWRITE",
+            resolve_conflicts_on_update="PRESERVE",
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.eks, self.cni_policy]),
         )
 
         self.provider = k8s.Provider(
             f"{name}-k8s",
             kubeconfig=self.eks.kubeconfig_json,
             enable_server_side_apply=True,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.network_egress)),
         )
 
         self.register_outputs(

@@ -251,6 +251,10 @@ class NetworkConfig(Strict):
 
 
 LogType = Literal["api", "audit", "authenticator", "controllerManager", "scheduler"]
+# The retentions CloudWatch Logs accepts (PutRetentionPolicy, retentionInDays):
+# https://docs.aws.amazon.com/AmazonCloudWatchLogs/latest/APIReference/API_PutRetentionPolicy.html
+LogRetentionDays = Literal[1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192,
+                           2557, 2922, 3288, 3653]
 
 
 class ClusterConfig(Strict):
@@ -271,6 +275,16 @@ class ClusterConfig(Strict):
     log_types: list[LogType] = Field(
         default_factory=lambda: list[LogType](["api", "audit", "authenticator"]),
         description="Control-plane log types sent to CloudWatch Logs.",
+    )
+    log_retention_days: LogRetentionDays = Field(
+        default=90,
+        description="Retention of the control-plane log group `/aws/eks/<cluster>/cluster`, which the "
+        "program creates and `destroy` deletes; a value CloudWatch Logs accepts.",
+    )
+    extended_support: bool = Field(
+        default=False,
+        description="EKS upgrade policy: false is STANDARD (the control plane is upgraded when standard "
+        "support ends); true is EXTENDED (it stays on its version, billed the extended-support rate).",
     )
 
     @field_validator("public_access_cidrs")
@@ -448,6 +462,19 @@ class DeployConfig(Strict):
         description="GitHub Actions runner label for `pulumi up` (e.g. a self-hosted runner inside the VPC); "
         "required in practice when the API endpoint is private-only",
     )
+    api_source_cidrs: list[str] = Field(
+        default_factory=list,
+        description="Where `pulumi up` reaches the Kubernetes API from (required): the deploying machine's "
+        "egress CIDRs, each inside cluster.publicAccessCidrs, or private CIDRs of a peered/VPN network "
+        "outside network.vpcCidr (443 ingress on the cluster security group); checked before anything is created",
+    )
+
+    @field_validator("api_source_cidrs")
+    @classmethod
+    def _source_cidrs(cls, values: list[str]) -> list[str]:
+        for value in values:
+            _network(value)
+        return values
 
 
 class SystemNodesConfig(NodeScaling):
@@ -501,9 +528,16 @@ class GpuNodesConfig(NodeScaling):
         default=2, ge=1, le=MAX_NODES_PER_NODE_GROUP,
         description="Most GPU nodes; prefill plus decode nodes at maxReplicas must fit.",
     )
+    # Every catalog GPU type has instance-store NVMe, which nodeadm RAID0s and bind-mounts over
+    # /var/lib/kubelet, /var/lib/containerd, /var/lib/soci-snapshotter-grpc and /var/log/pods
+    # (awslabs/amazon-eks-ami v20260724, templates/al2023/runtime/bin/setup-local-disks lines 95-110):
+    # images, the weights cache (pod volumes) and pod logs live there. The root keeps the OS, whose AMI
+    # volume is 20 GiB (same tag, templates/al2023/template.json `ami_block_device_mappings`), and
+    # system logs; 100 GiB is that with ample headroom, not the 500 GiB images and weights would need.
     disk_size_gib: int = Field(
-        default=500, ge=100, le=EBS_GP3_MAX_GIB,
-        description="Root volume, GiB: the Ray LLM image and the model weights cache are large.",
+        default=100, ge=100, le=EBS_GP3_MAX_GIB,
+        description="Root volume, GiB: the OS and system logs; images, weights and pod logs live on the "
+        "instance-store NVMe RAID0.",
     )
     capacity: GpuCapacity = Field(
         default="onDemand",
@@ -670,7 +704,12 @@ class ServingConfig(Strict):
     )
     public_endpoint: bool = Field(
         default=False,
-        description="true: an internet-facing NLB; false: a ClusterIP Service only.",
+        description="true: an internet-facing NLB open only to endpointSourceRanges; false: a ClusterIP Service only.",
+    )
+    endpoint_source_ranges: list[str] = Field(
+        default_factory=list,
+        description="Client CIDRs the public NLB admits (the Service's loadBalancerSourceRanges); required with "
+        "publicEndpoint (the endpoint has no authentication; without them the NLB admits 0.0.0.0/0).",
     )
     ready_timeout_minutes: int = Field(
         default=60, ge=5, le=360,
@@ -697,6 +736,28 @@ class ServingConfig(Strict):
             "added to the NLB annotations when publicEndpoint is true"
         ),
     )
+
+    @field_validator("endpoint_source_ranges")
+    @classmethod
+    def _source_ranges(cls, values: list[str]) -> list[str]:
+        for value in values:
+            if _network(value).prefixlen == 0:
+                raise ValueError(f"{value} admits every address; the endpoint has no authentication, so list "
+                                 "the clients' CIDRs")
+        return values
+
+    @model_validator(mode="after")
+    def _public_needs_ranges(self) -> "ServingConfig":
+        # The cloud provider opens an NLB to 0.0.0.0/0 when a Service names no source ranges
+        # (kubernetes/cloud-provider service/helpers GetLoadBalancerSourceRanges).
+        if self.public_endpoint and not self.endpoint_source_ranges:
+            raise ValueError("endpointSourceRanges: publicEndpoint is true but no source ranges are set; the "
+                             "OpenAI endpoint has no authentication, and an NLB without ranges admits 0.0.0.0/0; "
+                             "list the clients' CIDRs or set publicEndpoint: false")
+        if self.endpoint_source_ranges and not self.public_endpoint:
+            raise ValueError("endpointSourceRanges: set, but publicEndpoint is false (a ClusterIP Service has no "
+                             "load balancer to restrict); remove them or set publicEndpoint: true")
+        return self
 
     @field_validator("endpoint_name")
     @classmethod

@@ -20,6 +20,7 @@ from typing import Any, NotRequired, Optional, TypedDict
 import pulumi
 
 from components.addons import CoreAddons, CoreAddonsArgs
+from components.api_access import ApiAccess, ApiAccessArgs
 from components.autoscaler import (
     AutoscaledGroup,
     NodeAutoscaler,
@@ -200,7 +201,10 @@ class LlmPdEks(pulumi.ComponentResource):
 
         network = Network(
             "network",
-            NetworkArgs(config=config.network, cluster_name=cluster_name, protect=config.protect, tags=tags),
+            NetworkArgs(
+                config=config.network, cluster_name=cluster_name, region=config.region, protect=config.protect,
+                tags=tags,
+            ),
             opts=child,
         )
 
@@ -212,13 +216,27 @@ class LlmPdEks(pulumi.ComponentResource):
                 vpc_id=network.vpc.id,
                 private_subnet_ids=network.private_subnet_ids,
                 public_subnet_ids=network.public_subnet_ids,
+                network_egress=network.egress,
                 protect=config.protect,
                 tags=tags,
             ),
             opts=child,
         )
-        # Node groups take the cluster by name (known up front), so they wait for it explicitly.
-        nodes_after = [cluster.eks, *cluster.node_policies]
+        # Node groups take the cluster by name (known up front), so they wait for it explicitly, and for the
+        # VPC CNI and the routes out (nodes pull images through them; destroy removes the nodes first).
+        nodes_after = [cluster.eks, *cluster.node_policies, cluster.cni_policy, cluster.vpc_cni, *network.egress]
+        # The first Kubernetes object proves `up` reaches the API before any GPU instance launches.
+        api_access = ApiAccess(
+            "api-access",
+            ApiAccessArgs(
+                config=config,
+                cluster_security_group_id=cluster.security_group_id,
+                provider=cluster.provider,
+                depends_on=[cluster.eks],
+                tags=tags,
+            ),
+            opts=child,
+        )
         # What the node autoscaler must know of each group's future nodes (empty when it is not installed).
         system_template = system_autoscaler_template()
         gpu_template = gpu_autoscaler_template(config.gpu_nodes, gpu_instance)
@@ -240,8 +258,13 @@ class LlmPdEks(pulumi.ComponentResource):
 
         addons = CoreAddons(
             "core-addons",
-            CoreAddonsArgs(cluster_name=cluster_name, cluster=cluster.eks, system_nodes=system_nodes.node_group,
-                           tags=tags),
+            CoreAddonsArgs(
+                cluster_name=cluster_name,
+                cluster=cluster.eks,
+                system_nodes=system_nodes.node_group,
+                vpc_cni=cluster.vpc_cni,
+                tags=tags,
+            ),
             opts=child,
         )
         if not config.serving_layer:  # a review stack: the CPU layers only
@@ -259,7 +282,7 @@ class LlmPdEks(pulumi.ComponentResource):
                 vpc_id=network.vpc.id,
                 subnet=network.private_subnets[config.gpu_nodes.availability_zone],
                 cluster_security_group_id=cluster.security_group_id,
-                depends_on=nodes_after,
+                depends_on=[*nodes_after, api_access.probe],
                 tags=tags,
                 autoscaler_tags=autoscaler_tags(cluster_name, gpu_template) if autoscaled else {},
             ),

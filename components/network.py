@@ -23,6 +23,7 @@ CLUSTER_TAG_VALUE = "shared"
 class NetworkArgs:
     config: NetworkConfig
     cluster_name: str  # for the kubernetes.io/cluster/<name> subnet tag
+    region: str  # names the S3 gateway endpoint's service (com.amazonaws.<region>.s3)
     protect: bool = False
     tags: dict[str, str] | None = None
 
@@ -34,6 +35,11 @@ class Network(pulumi.ComponentResource):
     public_subnets: dict[str, aws.ec2.Subnet]  # by AZ
     private_subnets: dict[str, aws.ec2.Subnet]  # by AZ
     nat_gateways: list[aws.ec2.NatGateway]
+    s3_endpoint: aws.ec2.VpcEndpoint
+    # The routes out of the VPC (IGW, NAT, route table associations, the S3 endpoint): nodes need them
+    # to pull images, and what runs on the cluster must be deleted before them (an NLB's public
+    # addresses keep the IGW from detaching, a node's ENIs its subnet from deleting).
+    egress: list[pulumi.Resource]
 
     def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-pd-eks:index:Network", name, None, opts)
@@ -82,10 +88,12 @@ class Network(pulumi.ComponentResource):
             tags={**tags, "Name": f"{name}-public-rt"},
             opts=child,
         )
-        for az, subnet in self.public_subnets.items():
+        associations = [
             aws.ec2.RouteTableAssociation(
                 f"{name}-public-rta-{az}", subnet_id=subnet.id, route_table_id=public_rt.id, opts=child
             )
+            for az, subnet in self.public_subnets.items()
+        ]
 
         # dev: one NAT in the first AZ (cheap; that AZ's outage cuts egress). prod: one per AZ.
         nat_azs = cfg.availability_zones if cfg.nat_gateways == "perAz" else cfg.availability_zones[:1]
@@ -103,6 +111,7 @@ class Network(pulumi.ComponentResource):
             )
         self.nat_gateways = list(nat_by_az.values())
 
+        private_rts: list[aws.ec2.RouteTable] = []
         for az, subnet in self.private_subnets.items():
             nat = nat_by_az.get(az, self.nat_gateways[0])
             rt = aws.ec2.RouteTable(
@@ -112,9 +121,28 @@ class Network(pulumi.ComponentResource):
                 tags={**tags, "Name": f"{name}-private-rt-{az}"},
                 opts=child,
             )
-            aws.ec2.RouteTableAssociation(
+            associations.append(aws.ec2.RouteTableAssociation(
                 f"{name}-private-rta-{az}", subnet_id=subnet.id, route_table_id=rt.id, opts=child
-            )
+            ))
+            private_rts.append(rt)
+
+        # S3 through a gateway endpoint, not the NAT gateway: ECR serves image layers from S3
+        # (https://docs.aws.amazon.com/AmazonECR/latest/userguide/vpc-endpoints.html), and weights kept in
+        # S3 come the same way. Gateway endpoints have no hourly or per-GB charge
+        # (https://docs.aws.amazon.com/vpc/latest/privatelink/gateway-endpoints.html), NAT bills every GB.
+        # No ECR (api, dkr) or STS interface endpoints: each is billed per AZ-hour and per GB
+        # (https://aws.amazon.com/privatelink/pricing/) and would carry only manifests, auth tokens and
+        # IRSA's AssumeRoleWithWebIdentity calls, kilobytes that cost less through NAT.
+        self.s3_endpoint = aws.ec2.VpcEndpoint(
+            f"{name}-s3",
+            vpc_id=self.vpc.id,
+            service_name=f"com.amazonaws.{args.region}.s3",
+            vpc_endpoint_type="Gateway",
+            route_table_ids=[rt.id for rt in private_rts],
+            tags={**tags, "Name": f"{name}-s3"},
+            opts=child,
+        )
+        self.egress = [igw, *self.nat_gateways, *associations, self.s3_endpoint]
 
         self.register_outputs(
             {

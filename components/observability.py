@@ -133,10 +133,21 @@ class Observability(pulumi.ComponentResource):
     rules: k8s.apiextensions.CustomResource
     dashboard: k8s.core.v1.ConfigMap
     grafana_secret: Optional[k8s.core.v1.Secret]
+    namespace: k8s.core.v1.Namespace
 
     def __init__(self, name: str, args: ObservabilityArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-pd-eks:index:Observability", name, None, opts)
         config = args.config
+
+        # The namespace is a resource of its own (not the chart's createNamespace): the admin Secret
+        # below is applied before the chart, and Kubernetes refuses an object whose namespace does
+        # not exist yet. On destroy it goes last, after everything in it.
+        self.namespace = k8s.core.v1.Namespace(
+            f"{name}-ns",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=NAMESPACE),
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.depends_on)),
+        )
+        in_namespace = [self.namespace]
 
         self.grafana_secret = None
         if args.grafana_admin_password is not None:
@@ -145,7 +156,9 @@ class Observability(pulumi.ComponentResource):
                 metadata=k8s.meta.v1.ObjectMetaArgs(name=GRAFANA_ADMIN_SECRET, namespace=NAMESPACE),
                 type="Opaque",
                 string_data={"admin-user": "admin", "admin-password": args.grafana_admin_password},
-                opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.depends_on)),
+                opts=pulumi.ResourceOptions(
+                    parent=self, provider=args.provider, depends_on=[*args.depends_on, *in_namespace]
+                ),
             )
         secret_deps = [self.grafana_secret] if self.grafana_secret is not None else []
         self.prometheus_stack = pinned_release(
@@ -155,9 +168,8 @@ class Observability(pulumi.ComponentResource):
             NAMESPACE,
             prometheus_stack_values(config, GRAFANA_ADMIN_SECRET if self.grafana_secret is not None else None),
             pulumi.ResourceOptions(
-                parent=self, provider=args.provider, depends_on=[*args.depends_on, *secret_deps]
+                parent=self, provider=args.provider, depends_on=[*args.depends_on, *in_namespace, *secret_deps]
             ),
-            create_namespace=True,
         )
         # Everything below needs the chart's CRDs (PodMonitor, ServiceMonitor, PrometheusRule) or namespace.
         after_stack = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[self.prometheus_stack])

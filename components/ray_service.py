@@ -298,15 +298,21 @@ def serve_service(serving: ServingConfig) -> dict[str, Any]:
     serves (`ray.io/cluster: <active>`, `ray.io/serve: "true"`), switching it only once a new cluster
     is ready; name, type and annotations are ours, the `serve` port is merged in by KubeRay."""
     public = serving.public_endpoint
+    spec: dict[str, Any] = {
+        "type": "LoadBalancer" if public else "ClusterIP",
+        "ports": [{"name": "serve", "port": SERVE_PORT, "targetPort": SERVE_PORT, "protocol": "TCP"}],
+    }
+    if public:
+        # The AWS cloud provider admits only these CIDRs to the NLB's targets; with none it admits
+        # 0.0.0.0/0 (k8s.io/cloud-provider service/helpers.GetLoadBalancerSourceRanges, read by
+        # cloud-provider-aws's EnsureLoadBalancer). The config requires them with publicEndpoint.
+        spec["loadBalancerSourceRanges"] = list(serving.endpoint_source_ranges)
     return {
         "metadata": {
             "name": serving.endpoint_name,
             "annotations": {**endpoint_annotations(public), **serving.endpoint_annotations},
         },
-        "spec": {
-            "type": "LoadBalancer" if public else "ClusterIP",
-            "ports": [{"name": "serve", "port": SERVE_PORT, "targetPort": SERVE_PORT, "protocol": "TCP"}],
-        },
+        "spec": spec,
     }
 
 
@@ -339,6 +345,16 @@ def wait_annotations(serving: ServingConfig) -> dict[str, str]:
         "pulumi.com/waitFor": wait_for[0] if len(wait_for) == 1 else json.dumps(wait_for),
         "pulumi.com/timeoutSeconds": str(serving.ready_timeout_minutes * 60),
     }
+
+
+# `pulumi destroy` (and Recreate's delete-before-replace) waits until the RayService is gone together
+# with what KubeRay made it the controlling owner of (v1.7.0 rayservice_controller.go: the RayClusters
+# and the serve Service, `ctrl.SetControllerReference`, which blocks owner deletion). A LoadBalancer
+# Service keeps the cloud provider's `service.kubernetes.io/load-balancer-cleanup` finalizer until its
+# NLB is deleted (kubernetes/cloud-provider v0.35.6 controllers/service), so foreground deletion means
+# no NLB is left in the public subnets when the nodes, the cluster and the VPC go after it.
+# The annotation is pulumi-kubernetes's (v4.18.0, https://www.pulumi.com/blog/improved-kubernetes-await-logic/).
+DELETE_ANNOTATIONS = {"pulumi.com/deletionPropagationPolicy": "foreground"}
 
 
 def replace_on_changes(spec: dict[str, Any]) -> list[str]:
@@ -419,7 +435,9 @@ class LlmRayService(pulumi.ComponentResource):
             api_version="ray.io/v1",
             kind="RayService",
             metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=RAY_SERVICE_NAME, namespace=namespace, annotations=wait_annotations(serving)
+                name=RAY_SERVICE_NAME,
+                namespace=namespace,
+                annotations={**wait_annotations(serving), **DELETE_ANNOTATIONS},
             ),
             spec=spec,
             opts=pulumi.ResourceOptions(

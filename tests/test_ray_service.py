@@ -364,7 +364,10 @@ def test_hf_token_in_plain_text_stops_the_program_before_any_resource():
 def test_public_endpoint_is_an_internet_facing_load_balancer():
     extra = {"service.beta.kubernetes.io/aws-load-balancer-source-ranges": "203.0.113.0/24"}
     run = run_program(
-        "dev", config=dev_config(publicEndpoint=True, endpointName="chat", endpointAnnotations=extra), secret_keys=[]
+        "dev",
+        config=dev_config(publicEndpoint=True, endpointName="chat", endpointAnnotations=extra,
+                          endpointSourceRanges=["203.0.113.0/24"]),
+        secret_keys=[],
     )
     svc = ray_service(run).inputs["spec"]["serveService"]
     assert svc["spec"]["type"] == "LoadBalancer" and svc["metadata"]["name"] == "chat"
