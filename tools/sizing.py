@@ -3,23 +3,25 @@
 A documented roofline with a queue in front, not a simulator. Every figure is per *replica* (one
 vLLM engine over a tensor-parallel group of `tp` GPUs on one node) and comes from:
 
-* **prefill is compute-bound**: time = forward FLOPs (`ModelSpec.forward_flops`) / (tp x the GPU's
-  dense BF16 peak x `PREFILL_MFU`);
-* **decode is memory-bound**: one step streams the weights once plus every running sequence's KV cache
-  (`ModelSpec.kv_bytes_per_token`) at tp x memory bandwidth x `DECODE_MBU` (or the compute roof, if higher);
+* **prefill is compute-bound**: time = a per-forward intercept + FLOPs on the non-embedding parameters
+  plus attention (`prefill_flops`) / (tp x the GPU's dense BF16 peak x MFU x the TP term);
+* **decode is memory-bound**: one step = an intercept + the weights it streams (`decode_weight_bytes`)
+  plus every running sequence's KV cache (`ModelSpec.kv_bytes_per_token`) at tp x memory bandwidth x
+  MBU x the TP term (or the compute roof, if higher); the constants are one `EngineConstants` row per
+  engine and dtype (`ENGINE_CONSTANTS`), or calibration/<stack>.yaml's (`make calibrate`);
 * **queueing**: each prefill replica is an M/G/1 queue (Poisson arrivals split evenly; DistServe, OSDI'24,
   §4.1 models a prefill instance as M/D/1; Pollaczek-Khinchine gives the mean wait for any service
   distribution) with the usual exponential tail for the percentile; a decode replica holds as many
   sequences as Little's law says (rate x output tokens x step time);
-* **KV transfer** per `kv_band`: the node's EFA line rate, the measured NIXL/EFA figure where one
-  exists, and a single TCP flow; sizing plans on the measured figure, or on the TCP floor where no
-  measurement exists (an unmeasured EFA path is not assumed to reach line rate);
+* **KV transfer** per `kv_band`, per TP rank over its own EFA interfaces: line rate as the bound, the
+  measured per-interface NIXL efficiency as the plan, one TCP flow only where the type has no
+  GPUDirect RDMA (the failure case);
 * **aggregated** (no disaggregation, for comparison): the same replicas do both, vLLM chunked prefill
   riding prefill chunks on decode steps, so a step that carries a chunk is slower (the interference
   DistServe and Splitwise avoid by splitting).
 
-The two efficiency factors are fitted to public measurements (tests/data/sizing-calibration/) and the
-calibration tests hold the model to them within a stated tolerance. Where the model is weak is in the
+The rows' sources are at each constant; tests/data/sizing-calibration/ holds the published points
+that fit (or, held out, judge) them. Where the model is weak is in the
 README (section `sizing`).
 """
 
