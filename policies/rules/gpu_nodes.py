@@ -13,6 +13,7 @@ resources joined by `StackView`.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any, Callable, Iterable, Optional
 
@@ -313,14 +314,43 @@ private_gpu_nodes = gpu_stack_policy(
 
 # -- 6. the EFA security group ----------------------------------------------------------------------
 _ALL_PROTOCOLS = ("-1", "all")
-_OPEN = ("0.0.0.0/0", "::/0")
+# A block this wide (or wider) is the internet for this rule, also when it is split into pieces:
+# the ingress CIDRs of a group are collapsed as address sets before they are compared.
+_WIDEST = {4: 8, 6: 32}
+
+
+def _wide_blocks(cidrs: list[Any]) -> list[str]:
+    """The collapsed address blocks of `cidrs` wider than /8 (IPv4) or /32 (IPv6)."""
+    nets: dict[int, list] = {4: [], 6: []}
+    for cidr in cidrs:
+        if not isinstance(cidr, str) or is_unknown(cidr):
+            continue
+        try:
+            net = ipaddress.ip_network(cidr.strip(), strict=False)
+        except ValueError:
+            continue  # EC2 refuses it
+        nets[net.version].append(net)
+    wide = []
+    for version, group in nets.items():
+        for block in ipaddress.collapse_addresses(group):
+            if block.prefixlen < _WIDEST[version]:
+                wide.append(str(block))
+    return wide
+
+
+def _admits_itself(view: StackView, rule: Any, group: Any, key: str) -> bool:
+    """`key` of a rule resource names `group` itself (by property dependency or by its known ID)."""
+    if group in view.deps(rule, key, SECURITY_GROUP):
+        return True
+    source, own = dig(view.props(rule), key), dig(view.props(group), "id")
+    return isinstance(source, str) and not is_unknown(source) and own is not None and source == own
 
 
 def _sg_rules(view: StackView, group: Any) -> tuple[set[str], list[str]]:
     """({"ingress", "egress"} that allow all traffic to/from the group itself, open ingress rules)."""
     props = view.props(group)
     self_all: set[str] = set()
-    open_in: list[str] = []
+    ingress: list[tuple[str, list[Any]]] = []  # (label, CIDRs) of every ingress rule of the group
     for direction in ("ingress", "egress"):
         for rule in known_list(dig(props, direction)) or []:
             cidrs = (known_list(dig(rule, "cidrBlocks")) or []) + (known_list(dig(rule, "ipv6CidrBlocks")) or [])
@@ -328,29 +358,34 @@ def _sg_rules(view: StackView, group: Any) -> tuple[set[str], list[str]]:
                 truthy(dig(rule, "self")) or (direction == "egress" and "0.0.0.0/0" in cidrs)
             ):
                 self_all.add(direction)  # all egress includes the group itself
-            if direction == "ingress" and any(c in _OPEN for c in cidrs):
-                open_in.append(f"inline ingress {dig(rule, 'description') or cidrs}")
+            if direction == "ingress":
+                ingress.append((f"inline ingress {dig(rule, 'description') or cidrs}", cidrs))
     for rule in view.of_type(SECURITY_GROUP_RULE):
         rp = view.props(rule)
         if group not in view.deps(rule, "securityGroupId", SECURITY_GROUP):
             continue
         direction = str(dig(rp, "type"))
-        if str(dig(rp, "protocol")) in _ALL_PROTOCOLS and truthy(dig(rp, "self")):
+        # EC2 treats a rule whose source is the group itself exactly like `self: true`.
+        if str(dig(rp, "protocol")) in _ALL_PROTOCOLS and (
+                truthy(dig(rp, "self")) or _admits_itself(view, rule, group, "sourceSecurityGroupId")):
             self_all.add(direction)
         cidrs = (known_list(dig(rp, "cidrBlocks")) or []) + (known_list(dig(rp, "ipv6CidrBlocks")) or [])
-        if direction == "ingress" and any(c in _OPEN for c in cidrs):
-            open_in.append(f"rule '{rule.name}'")
+        if direction == "ingress":
+            ingress.append((f"rule '{rule.name}'", cidrs))
     for type_, direction in ((SG_INGRESS_RULE, "ingress"), (SG_EGRESS_RULE, "egress")):
         for rule in view.of_type(type_):
             rp = view.props(rule)
             if group not in view.deps(rule, "securityGroupId", SECURITY_GROUP):
                 continue
-            if str(dig(rp, "ipProtocol")) in _ALL_PROTOCOLS and group in view.deps(
-                rule, "referencedSecurityGroupId", SECURITY_GROUP
-            ):
+            if str(dig(rp, "ipProtocol")) in _ALL_PROTOCOLS and _admits_itself(
+                    view, rule, group, "referencedSecurityGroupId"):
                 self_all.add(direction)
-            if direction == "ingress" and (dig(rp, "cidrIpv4") in _OPEN or dig(rp, "cidrIpv6") in _OPEN):
-                open_in.append(f"rule '{rule.name}'")
+            if direction == "ingress":
+                ingress.append((f"rule '{rule.name}'", [dig(rp, "cidrIpv4"), dig(rp, "cidrIpv6")]))
+    open_in = [label for label, cidrs in ingress if _wide_blocks(cidrs)]
+    together = _wide_blocks([c for _, cidrs in ingress for c in cidrs])
+    if together and not open_in:  # only the rules taken together cover the internet
+        open_in.append(f"its {len(ingress)} ingress rules together ({', '.join(together)})")
     return self_all, open_in
 
 
@@ -369,7 +404,8 @@ def _efa_security_group(view: StackView, table: TypeTable, report: ReportViolati
             _, open_in = _sg_rules(view, group)
             if open_in:
                 report(f"security group '{group.name}' on the EFA interfaces of launch template '{lt.name}' "
-                       f"({join(gpu)}) admits the whole internet: {', '.join(open_in)}. Fix: EFA needs only "
+                       f"({join(gpu)}) admits the internet (an address block wider than /8, or /32 for IPv6, also "
+                       f"when split across rules): {', '.join(open_in)}. Fix: EFA needs only "
                        f"all traffic from the group itself (self rule).", group.urn)
         if unknown or external:
             continue  # not known yet / outside the stack (gpu-references-in-stack)
