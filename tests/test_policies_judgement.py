@@ -114,3 +114,30 @@ def test_dollar_prefixed_values_are_literals_unless_a_whole_reference(value, vio
     stack_pod = Res("kubernetes:core/v1:Pod", "p", {"metadata": {"name": "p", "namespace": "llm"}, "spec": {
         "containers": [{"name": "c", "image": "busybox", "env": [{"name": "HF_TOKEN", "value": value}]}]}})
     assert bool(of(judge([stack_pod]), "no-literal-secrets-in-pods")) == violation
+
+
+# -- Karpenter requirements as sets ------------------------------------------------------------------
+def _pool(*requirements: dict) -> Res:
+    return Res("kubernetes:karpenter.sh/v1:NodePool", "general", {"spec": {"template": {"spec": {
+        "requirements": list(requirements),
+        "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}}}})
+
+
+@pytest.mark.parametrize("requirements, violation", [
+    # every EFA GPU type EC2 lists is x86_64 (the generated table): an arm64-only pool launches none
+    ([{"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}], False),
+    ([{"key": "karpenter.k8s.aws/instance-size", "operator": "In", "values": ["large", "xlarge", "2xlarge"]}], False),
+    ([{"key": "karpenter.k8s.aws/instance-cpu", "operator": "Lt", "values": ["16"]}], False),
+    # a GPU category minus one family still launches the others
+    ([{"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["p"]},
+      {"key": "karpenter.k8s.aws/instance-family", "operator": "NotIn", "values": ["p5", "p5e"]}], True),
+    ([{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}], True),
+    ([{"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "In", "values": ["b200"]}], True),
+    ([{"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "Gt", "values": ["0"]},
+      {"key": "karpenter.k8s.aws/instance-size", "operator": "NotIn", "values": ["48xlarge"]}], True),
+])
+def test_karpenter_requirements_are_evaluated_as_sets(requirements, violation):
+    found = of(judge([_pool(*requirements)]), "gpu-references-in-stack")
+    assert bool(found) == violation
+    if violation:
+        assert "may launch" in found[0].message

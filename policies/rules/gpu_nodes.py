@@ -43,11 +43,11 @@ from .common import (
     is_unknown,
     join,
     known_list,
-    norm_type,
     plain,
     resource_policy,
     truthy,
 )
+from .efa_table import ROWS
 from .stack import Capacity, EfaInterfaces, StackView
 
 EFA_CONFIG = GPU_TABLE_SCHEMA
@@ -434,43 +434,75 @@ def _family(instance_type: str) -> str:
     return instance_type.split(".")[0]
 
 
-def _category(instance_type: str) -> str:
-    """Karpenter's instance-category: the family's leading letters (p5 -> p, g6e -> g, trn1 -> trn)."""
-    return re.match(r"[a-z]*", _family(instance_type)).group(0)  # type: ignore[union-attr]
+# Well-known labels karpenter-provider-aws gives each instance type (pkg/providers/instancetype/types.go,
+# computeRequirements): category/generation from instanceTypeScheme, family/size from the name,
+# GPU name/manufacturer in lower kebab case, counts and MiB as decimal strings, arch as Kubernetes names.
+_KARPENTER_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
+_NUMERIC_OPS = {"Gt": lambda a, b: a > b, "Lt": lambda a, b: a < b, "Gte": lambda a, b: a >= b,
+                "Lte": lambda a, b: a <= b}
+
+
+def _karpenter_labels(instance_type: str) -> dict[str, set[str]]:
+    """The label values Karpenter would give `instance_type` (only those the pack knows)."""
+    family, _, size = instance_type.partition(".")
+    labels = {key: {instance_type} for key in _KARPENTER_TYPE_KEYS}
+    labels[_KARPENTER_FAMILY_KEY] = {family}
+    labels["karpenter.k8s.aws/instance-size"] = {size}
+    scheme = re.match(r"(^[a-z]+)(-[0-9]+tb)?([0-9]+).*\.", instance_type)
+    if scheme:
+        labels[_KARPENTER_CATEGORY_KEY] = {scheme.group(1)}
+        labels["karpenter.k8s.aws/instance-generation"] = {scheme.group(3)}
+    row = ROWS.get(instance_type)
+    if row is not None:
+        labels["kubernetes.io/arch"] = {_KARPENTER_ARCH.get(a, a) for a in row["architectures"]}
+        labels["karpenter.k8s.aws/instance-cpu"] = {str(row["vcpus"])}
+        labels["karpenter.k8s.aws/instance-memory"] = {str(row["memoryMiB"])}
+        labels[_KARPENTER_GPU_COUNT_KEY] = {str(row["gpus"])}
+        labels["karpenter.k8s.aws/instance-gpu-name"] = {row["gpuName"].lower().replace(" ", "-")}
+        labels["karpenter.k8s.aws/instance-gpu-manufacturer"] = {row["gpuManufacturer"].lower().replace(" ", "-")}
+        labels["karpenter.k8s.aws/instance-gpu-memory"] = {str(row["gpuMemoryMiB"])}
+    return labels
+
+
+def _admits(labels: dict[str, set[str]], key: str, op: str, values: list[str]) -> bool:
+    """Whether one NodePool requirement lets a type with `labels` through (Kubernetes node selector
+    semantics; a label the pack does not model never excludes)."""
+    if key not in labels:
+        return True
+    have = labels[key]
+    if op == "In":
+        return bool(have & set(values))
+    if op == "NotIn":
+        return not have & set(values)
+    if op == "Exists":
+        return True
+    if op == "DoesNotExist":
+        return False
+    if op in _NUMERIC_OPS and len(values) == 1 and as_int(values[0]) is not None:
+        return any(as_int(v) is not None and _NUMERIC_OPS[op](as_int(v), as_int(values[0])) for v in have)
+    return True  # an operator Kubernetes would refuse: it excludes nothing the pack can show
 
 
 def _karpenter_types(view: StackView, pool: Any, table: TypeTable) -> tuple[set[str], set[str]]:
     """(EFA table types, unlisted GPU types) a NodePool's requirements allow.
 
-    Karpenter ANDs the requirements; a NodePool that restricts none of type, family, category or GPU
-    count may launch any type a pending pod fits, GPU types included (a pod asking for nvidia.com/gpu
-    makes it pick one), so it counts as allowing the whole table."""
+    Karpenter ANDs the requirements and evaluates each against every instance type's labels, as
+    sets: a category minus some families still admits the other GPU families; an arch or size
+    restriction can exclude every GPU type. A NodePool that restricts nothing may launch any type a
+    pending pod fits, GPU types included (a pod asking for nvidia.com/gpu makes it pick one)."""
     possible = set(table.efa)
     named: set[str] = set()  # types/families named by In requirements (for unlisted ones)
     for req in known_list(dig(view.props(pool), "spec", "template", "spec", "requirements")) or []:
         key, op = dig(req, "key"), dig(req, "operator")
-        values = {str(v) for v in (norm_type(v) for v in known_list(dig(req, "values")) or []) if v}
-        if is_unknown(key) or is_unknown(op) or is_unknown(dig(req, "values")):
-            continue  # not known yet: it might restrict, so it does not widen either
-        part: Callable[[str], str] | None = None
-        if key in _KARPENTER_TYPE_KEYS:
-            part = str
-            named |= {v for v in values if op == "In"}
-        elif key == _KARPENTER_FAMILY_KEY:
-            part = _family
-            named |= {f"{v}.*" for v in values if op == "In" and not any(_family(t) == v for t in table.efa)}
-        elif key == _KARPENTER_CATEGORY_KEY:
-            part = _category
-        elif key == _KARPENTER_GPU_COUNT_KEY and (op == "DoesNotExist" or (
-                op == "Lt" and all((as_int(v) or 0) <= 1 for v in values))):
-            possible = set()  # no GPUs at all
-            continue
-        if part is None:
-            continue
-        if op == "In":
-            possible = {t for t in possible if part(t) in values}
-        elif op == "NotIn":
-            possible = {t for t in possible if part(t) not in values}
+        if is_unknown(key) or is_unknown(op) or is_unknown(dig(req, "values")) or not isinstance(key, str):
+            continue  # not known yet: it might restrict, so it does not narrow either
+        raw = [str(v).strip() for v in known_list(dig(req, "values")) or [] if not is_unknown(v)]
+        values = [v.lower() for v in raw] if key in (*_KARPENTER_TYPE_KEYS, _KARPENTER_FAMILY_KEY) else raw
+        if op == "In" and key in _KARPENTER_TYPE_KEYS:
+            named |= set(values)
+        elif op == "In" and key == _KARPENTER_FAMILY_KEY:
+            named |= {f"{v}.*" for v in values if not any(_family(t) == v for t in table.efa)}
+        possible = {t for t in possible if _admits(_karpenter_labels(t), key, str(op), values)}
     return possible, table.unlisted(named)
 
 
