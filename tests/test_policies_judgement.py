@@ -141,3 +141,54 @@ def test_karpenter_requirements_are_evaluated_as_sets(requirements, violation):
     assert bool(found) == violation
     if violation:
         assert "may launch" in found[0].message
+
+
+# -- IMDS inherited from the launch template --------------------------------------------------------
+def test_instance_inheriting_imds_settings_from_a_compliant_template_passes():
+    stack = gpu_stack()
+    instance = Res("aws:ec2/instance:Instance", "debug-node", {
+        "launchTemplate": {"id": "lt-0123", "version": "1"}, "subnetId": "subnet-us-west-2a-id"},
+        deps={"launchTemplate": [stack["lt"]], "subnetId": [stack["subnet-us-west-2a"]]})
+    assert of(judge([*stack.values(), instance]), "launch-template-imdsv2") == []
+    # its own options, when it sets them, are judged
+    instance.props["metadataOptions"] = {"httpTokens": "optional", "httpPutResponseHopLimit": 1}
+    (found,) = of(judge([*stack.values(), instance]), "launch-template-imdsv2")
+    assert "debug-node" in found.message and "httpTokens is 'optional'" in found.message
+    # and a non-compliant template is refused where it is declared
+    del instance.props["metadataOptions"]
+    stack["lt"].props["metadataOptions"]["httpTokens"] = "optional"
+    (found,) = of(judge([*stack.values(), instance]), "launch-template-imdsv2")
+    assert "gpu-nodes-lt" in found.message
+
+
+# -- resources that launch instances the joined view does not model: GPU-capable means refused ------
+@pytest.mark.parametrize("type_, props", [
+    ("aws:ec2/fleet:Fleet", {"launchTemplateConfig": {"overrides": [{"instanceType": "p5.48xlarge"}]}}),
+    ("aws:ec2/spotFleetRequest:SpotFleetRequest", {"launchSpecifications": [{"instanceType": "g6e.48xlarge"}]}),
+    ("aws:ec2/spotInstanceRequest:SpotInstanceRequest", {"instanceType": "p4d.24xlarge"}),
+    ("aws:ec2/fleet:Fleet", {"launchTemplateConfig": {"overrides": [{"instanceRequirements": {
+        "vcpuCount": {"min": 96}, "memoryMib": {"min": 1048576}}}]}}),
+    ("aws-native:ec2:Instance", {"instanceType": "p6-b200.48xlarge"}),
+])
+def test_unmodelled_launchers_of_gpu_types_are_refused(type_, props):
+    (found,) = of(judge([Res(type_, "side-door", props)]), "gpu-references-in-stack")
+    assert "side-door" in found.message and "cannot judge" in found.message
+
+
+@pytest.mark.parametrize("type_, props", [
+    ("aws:ec2/spotInstanceRequest:SpotInstanceRequest", {"instanceType": "m7i.large"}),
+    ("aws:ec2/fleet:Fleet", {"launchTemplateConfig": {"overrides": [{"instanceRequirements": {
+        "vcpuCount": {"min": 2}, "acceleratorCount": {"max": 0}}}]}}),
+])
+def test_unmodelled_launchers_that_cannot_launch_gpus_pass(type_, props):
+    assert of(judge([Res(type_, "cpu-fleet", props)]), "gpu-references-in-stack") == []
+
+
+def test_asg_choosing_types_by_attributes_is_refused_unless_accelerators_are_excluded():
+    requirements = {"vcpuCount": {"min": 8}, "memoryMib": {"min": 16384}}
+    asg = Res("aws:autoscaling/group:Group", "by-attributes", {"mixedInstancesPolicy": {"launchTemplate": {
+        "launchTemplateSpecification": {"launchTemplateId": "lt-cpu"},
+        "overrides": [{"instanceRequirements": requirements}]}}, "vpcZoneIdentifiers": ["subnet-x"]})
+    assert of(judge([asg]), "gpu-references-in-stack")
+    requirements["acceleratorCount"] = {"max": 0}
+    assert of(judge([asg]), "gpu-references-in-stack") == []

@@ -27,6 +27,7 @@ from pulumi_policy import (
 )
 
 from .common import (
+    AUTOSCALING_GROUP,
     EC2_INSTANCE,
     GPU_TABLE_SCHEMA,
     LAUNCH_CONFIGURATION,
@@ -250,6 +251,12 @@ def _imdsv2(args: ResourceValidationArgs, report: ReportViolation) -> None:
     if args.resource_type not in (LAUNCH_TEMPLATE, EC2_INSTANCE, LAUNCH_CONFIGURATION):
         return
     props = plain(args.props)
+    if (args.resource_type == EC2_INSTANCE and dig(props, "launchTemplate") is not None
+            and dig(props, "metadataOptions") is None):
+        # No metadataOptions of its own: EC2 launches it with its launch template's, and this rule
+        # judges that template as a resource of its own (a template outside the stack of a GPU
+        # instance is refused by gpu-references-in-stack).
+        return
     endpoint = dig(props, "metadataOptions", "httpEndpoint")
     tokens = dig(props, "metadataOptions", "httpTokens")
     hops = dig(props, "metadataOptions", "httpPutResponseHopLimit")
@@ -506,7 +513,68 @@ def _karpenter_types(view: StackView, pool: Any, table: TypeTable) -> tuple[set[
     return possible, table.unlisted(named)
 
 
+# Resources that launch EC2 instances which the joined view does not model: judged only for whether
+# they can launch a GPU type, and then refused as unjudgeable (the classic provider's fleet and spot
+# resources by token; every aws-native EC2 / Auto Scaling / EKS resource by module).
+_UNMODELLED_LAUNCHERS = ("aws:ec2/fleet:Fleet", "aws:ec2/spotFleetRequest:SpotFleetRequest",
+                         "aws:ec2/spotInstanceRequest:SpotInstanceRequest")
+_UNMODELLED_MODULES = ("aws-native:ec2:", "aws-native:autoscaling:", "aws-native:eks:")
+_TYPE_KEYS = ("instanceType", "instanceTypes", "InstanceType", "InstanceTypes")
+_REQUIREMENTS_KEYS = ("instanceRequirements", "InstanceRequirements")
+
+
+def _gpu_paths(props: Any, table: TypeTable, path: str = "") -> list[str]:
+    """Where a resource's properties can pick a GPU type: a type of the table or of a GPU family, or
+    attribute-based `instanceRequirements` that do not rule accelerators out (max count 0)."""
+    found: list[str] = []
+    stack: list[tuple[str, Any]] = [(path, props)]
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                here = f"{where}.{key}" if where else str(key)
+                if key in _TYPE_KEYS:
+                    for t in known_list(value) or []:
+                        name = t.strip().lower() if isinstance(t, str) and not is_unknown(t) else None
+                        if name and (name in table.efa or (table.family.search(name) and name not in table.non_efa)):
+                            found.append(f"{here} {name}")
+                        elif is_unknown(t):
+                            found.append(f"{here} (not known yet)")
+                elif key in _REQUIREMENTS_KEYS and isinstance(value, dict):
+                    count = value.get("acceleratorCount") or value.get("AcceleratorCount") or {}
+                    top = count.get("max", count.get("Max")) if isinstance(count, dict) else None
+                    if as_int(top) != 0:
+                        found.append(f"{here} (accelerators not excluded: acceleratorCount.max 0 would)")
+                else:
+                    stack.append((here, value))
+        elif isinstance(node, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(node))
+    return sorted(found)
+
+
+def _unmodelled_launchers(view: StackView, table: TypeTable, report: ReportViolation) -> None:
+    for resource in view.resources:
+        kind = resource.resource_type
+        if kind not in _UNMODELLED_LAUNCHERS and not kind.startswith(_UNMODELLED_MODULES):
+            continue
+        paths = _gpu_paths(view.props(resource), table)
+        if paths:
+            report(f"{kind.split(':')[-1]} '{resource.name}' can launch GPU instances ({'; '.join(paths[:5])}), "
+                   f"but the pack cannot judge this resource type for EFA, one AZ and cluster placement. Fix: "
+                   f"launch GPU capacity from an aws.eks.NodeGroup / aws.autoscaling.Group with a launch template "
+                   f"of this stack; or, once it is checked elsewhere, lower gpu-references-in-stack in the policy "
+                   f"config.", resource.urn)
+    for asg in view.of_type(AUTOSCALING_GROUP):  # overrides choosing by attributes, not by type name
+        overrides = dig(view.props(asg), "mixedInstancesPolicy", "launchTemplate", "overrides")
+        paths = [p for p in _gpu_paths({"overrides": overrides}, table) if "instanceRequirements" in p]
+        if paths:
+            report(f"Auto Scaling group '{asg.name}' chooses instance types by attributes ({'; '.join(paths[:5])}), "
+                   f"which may select GPU types no rule can name. Fix: list instanceType overrides, or set "
+                   f"acceleratorCount.max 0.", asg.urn)
+
+
 def _blind_spots(view: StackView, table: TypeTable, report: ReportViolation) -> None:
+    _unmodelled_launchers(view, table, report)
     for cap in view.capacities():
         unlisted = table.unlisted(cap.instance_types)
         if unlisted and table.deny_unlisted:
