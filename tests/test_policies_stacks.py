@@ -167,7 +167,7 @@ def test_stack_efa_security_group_is_really_judged(stack, preview, programs):
     props["ingress"].append({"protocol": "-1", "fromPort": 0, "toPort": 0, "cidrBlocks": ["0.0.0.0/0"]})
     _set_props(sg, props)
     found = of(_judge(resources), "efa-security-group")
-    assert [v.urn for v in found] == [sg.urn] and "admits the whole internet" in found[0].message
+    assert [v.urn for v in found] == [sg.urn] and "admits the internet" in found[0].message
 
 
 @pytest.mark.parametrize("preview", ["mock-ids", "first-preview"])

@@ -32,3 +32,6 @@ GPUS_PER_INSTANCE: dict[str, int] = {name: int(row["gpus"]) for name, row in _TA
 
 # CPU architectures (`ProcessorInfo.SupportedArchitectures`), for Karpenter's kubernetes.io/arch.
 ARCHITECTURES: dict[str, tuple[str, ...]] = {name: tuple(row["architectures"]) for name, row in _TABLE.items()}
+
+# Every row as generated (camelCase keys), for rules that match other EC2 facts (Karpenter labels).
+ROWS: dict[str, dict[str, Any]] = _TABLE

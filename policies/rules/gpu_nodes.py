@@ -13,6 +13,7 @@ resources joined by `StackView`.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any, Callable, Iterable, Optional
 
@@ -27,6 +28,7 @@ from pulumi_policy import (
 
 from .capacity import is_capacity_block_template, targets_reservation
 from .common import (
+    AUTOSCALING_GROUP,
     EC2_INSTANCE,
     GPU_TABLE_SCHEMA,
     LAUNCH_CONFIGURATION,
@@ -43,11 +45,11 @@ from .common import (
     is_unknown,
     join,
     known_list,
-    norm_type,
     plain,
     resource_policy,
     truthy,
 )
+from .efa_table import ROWS
 from .stack import Capacity, EfaInterfaces, StackView
 
 EFA_CONFIG = GPU_TABLE_SCHEMA
@@ -253,6 +255,12 @@ def _imdsv2(args: ResourceValidationArgs, report: ReportViolation) -> None:
     if args.resource_type not in (LAUNCH_TEMPLATE, EC2_INSTANCE, LAUNCH_CONFIGURATION):
         return
     props = plain(args.props)
+    if (args.resource_type == EC2_INSTANCE and dig(props, "launchTemplate") is not None
+            and dig(props, "metadataOptions") is None):
+        # No metadataOptions of its own: EC2 launches it with its launch template's, and this rule
+        # judges that template as a resource of its own (a template outside the stack of a GPU
+        # instance is refused by gpu-references-in-stack).
+        return
     endpoint = dig(props, "metadataOptions", "httpEndpoint")
     tokens = dig(props, "metadataOptions", "httpTokens")
     hops = dig(props, "metadataOptions", "httpPutResponseHopLimit")
@@ -317,14 +325,43 @@ private_gpu_nodes = gpu_stack_policy(
 
 # -- 6. the EFA security group ----------------------------------------------------------------------
 _ALL_PROTOCOLS = ("-1", "all")
-_OPEN = ("0.0.0.0/0", "::/0")
+# A block this wide (or wider) is the internet for this rule, also when it is split into pieces:
+# the ingress CIDRs of a group are collapsed as address sets before they are compared.
+_WIDEST = {4: 8, 6: 32}
+
+
+def _wide_blocks(cidrs: list[Any]) -> list[str]:
+    """The collapsed address blocks of `cidrs` wider than /8 (IPv4) or /32 (IPv6)."""
+    nets: dict[int, list] = {4: [], 6: []}
+    for cidr in cidrs:
+        if not isinstance(cidr, str) or is_unknown(cidr):
+            continue
+        try:
+            net = ipaddress.ip_network(cidr.strip(), strict=False)
+        except ValueError:
+            continue  # EC2 refuses it
+        nets[net.version].append(net)
+    wide = []
+    for version, group in nets.items():
+        for block in ipaddress.collapse_addresses(group):
+            if block.prefixlen < _WIDEST[version]:
+                wide.append(str(block))
+    return wide
+
+
+def _admits_itself(view: StackView, rule: Any, group: Any, key: str) -> bool:
+    """`key` of a rule resource names `group` itself (by property dependency or by its known ID)."""
+    if group in view.deps(rule, key, SECURITY_GROUP):
+        return True
+    source, own = dig(view.props(rule), key), dig(view.props(group), "id")
+    return isinstance(source, str) and not is_unknown(source) and own is not None and source == own
 
 
 def _sg_rules(view: StackView, group: Any) -> tuple[set[str], list[str]]:
     """({"ingress", "egress"} that allow all traffic to/from the group itself, open ingress rules)."""
     props = view.props(group)
     self_all: set[str] = set()
-    open_in: list[str] = []
+    ingress: list[tuple[str, list[Any]]] = []  # (label, CIDRs) of every ingress rule of the group
     for direction in ("ingress", "egress"):
         for rule in known_list(dig(props, direction)) or []:
             cidrs = (known_list(dig(rule, "cidrBlocks")) or []) + (known_list(dig(rule, "ipv6CidrBlocks")) or [])
@@ -332,29 +369,34 @@ def _sg_rules(view: StackView, group: Any) -> tuple[set[str], list[str]]:
                 truthy(dig(rule, "self")) or (direction == "egress" and "0.0.0.0/0" in cidrs)
             ):
                 self_all.add(direction)  # all egress includes the group itself
-            if direction == "ingress" and any(c in _OPEN for c in cidrs):
-                open_in.append(f"inline ingress {dig(rule, 'description') or cidrs}")
+            if direction == "ingress":
+                ingress.append((f"inline ingress {dig(rule, 'description') or cidrs}", cidrs))
     for rule in view.of_type(SECURITY_GROUP_RULE):
         rp = view.props(rule)
         if group not in view.deps(rule, "securityGroupId", SECURITY_GROUP):
             continue
         direction = str(dig(rp, "type"))
-        if str(dig(rp, "protocol")) in _ALL_PROTOCOLS and truthy(dig(rp, "self")):
+        # EC2 treats a rule whose source is the group itself exactly like `self: true`.
+        if str(dig(rp, "protocol")) in _ALL_PROTOCOLS and (
+                truthy(dig(rp, "self")) or _admits_itself(view, rule, group, "sourceSecurityGroupId")):
             self_all.add(direction)
         cidrs = (known_list(dig(rp, "cidrBlocks")) or []) + (known_list(dig(rp, "ipv6CidrBlocks")) or [])
-        if direction == "ingress" and any(c in _OPEN for c in cidrs):
-            open_in.append(f"rule '{rule.name}'")
+        if direction == "ingress":
+            ingress.append((f"rule '{rule.name}'", cidrs))
     for type_, direction in ((SG_INGRESS_RULE, "ingress"), (SG_EGRESS_RULE, "egress")):
         for rule in view.of_type(type_):
             rp = view.props(rule)
             if group not in view.deps(rule, "securityGroupId", SECURITY_GROUP):
                 continue
-            if str(dig(rp, "ipProtocol")) in _ALL_PROTOCOLS and group in view.deps(
-                rule, "referencedSecurityGroupId", SECURITY_GROUP
-            ):
+            if str(dig(rp, "ipProtocol")) in _ALL_PROTOCOLS and _admits_itself(
+                    view, rule, group, "referencedSecurityGroupId"):
                 self_all.add(direction)
-            if direction == "ingress" and (dig(rp, "cidrIpv4") in _OPEN or dig(rp, "cidrIpv6") in _OPEN):
-                open_in.append(f"rule '{rule.name}'")
+            if direction == "ingress":
+                ingress.append((f"rule '{rule.name}'", [dig(rp, "cidrIpv4"), dig(rp, "cidrIpv6")]))
+    open_in = [label for label, cidrs in ingress if _wide_blocks(cidrs)]
+    together = _wide_blocks([c for _, cidrs in ingress for c in cidrs])
+    if together and not open_in:  # only the rules taken together cover the internet
+        open_in.append(f"its {len(ingress)} ingress rules together ({', '.join(together)})")
     return self_all, open_in
 
 
@@ -373,7 +415,8 @@ def _efa_security_group(view: StackView, table: TypeTable, report: ReportViolati
             _, open_in = _sg_rules(view, group)
             if open_in:
                 report(f"security group '{group.name}' on the EFA interfaces of launch template '{lt.name}' "
-                       f"({join(gpu)}) admits the whole internet: {', '.join(open_in)}. Fix: EFA needs only "
+                       f"({join(gpu)}) admits the internet (an address block wider than /8, or /32 for IPv6, also "
+                       f"when split across rules): {', '.join(open_in)}. Fix: EFA needs only "
                        f"all traffic from the group itself (self rule).", group.urn)
         if unknown or external:
             continue  # not known yet / outside the stack (gpu-references-in-stack)
@@ -402,47 +445,140 @@ def _family(instance_type: str) -> str:
     return instance_type.split(".")[0]
 
 
-def _category(instance_type: str) -> str:
-    """Karpenter's instance-category: the family's leading letters (p5 -> p, g6e -> g, trn1 -> trn)."""
-    return re.match(r"[a-z]*", _family(instance_type)).group(0)  # type: ignore[union-attr]
+# Well-known labels karpenter-provider-aws gives each instance type (pkg/providers/instancetype/types.go,
+# computeRequirements): category/generation from instanceTypeScheme, family/size from the name,
+# GPU name/manufacturer in lower kebab case, counts and MiB as decimal strings, arch as Kubernetes names.
+_KARPENTER_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
+_NUMERIC_OPS = {"Gt": lambda a, b: a > b, "Lt": lambda a, b: a < b, "Gte": lambda a, b: a >= b,
+                "Lte": lambda a, b: a <= b}
+
+
+def _karpenter_labels(instance_type: str) -> dict[str, set[str]]:
+    """The label values Karpenter would give `instance_type` (only those the pack knows)."""
+    family, _, size = instance_type.partition(".")
+    labels = {key: {instance_type} for key in _KARPENTER_TYPE_KEYS}
+    labels[_KARPENTER_FAMILY_KEY] = {family}
+    labels["karpenter.k8s.aws/instance-size"] = {size}
+    scheme = re.match(r"(^[a-z]+)(-[0-9]+tb)?([0-9]+).*\.", instance_type)
+    if scheme:
+        labels[_KARPENTER_CATEGORY_KEY] = {scheme.group(1)}
+        labels["karpenter.k8s.aws/instance-generation"] = {scheme.group(3)}
+    row = ROWS.get(instance_type)
+    if row is not None:
+        labels["kubernetes.io/arch"] = {_KARPENTER_ARCH.get(a, a) for a in row["architectures"]}
+        labels["karpenter.k8s.aws/instance-cpu"] = {str(row["vcpus"])}
+        labels["karpenter.k8s.aws/instance-memory"] = {str(row["memoryMiB"])}
+        labels[_KARPENTER_GPU_COUNT_KEY] = {str(row["gpus"])}
+        labels["karpenter.k8s.aws/instance-gpu-name"] = {row["gpuName"].lower().replace(" ", "-")}
+        labels["karpenter.k8s.aws/instance-gpu-manufacturer"] = {row["gpuManufacturer"].lower().replace(" ", "-")}
+        labels["karpenter.k8s.aws/instance-gpu-memory"] = {str(row["gpuMemoryMiB"])}
+    return labels
+
+
+def _admits(labels: dict[str, set[str]], key: str, op: str, values: list[str]) -> bool:
+    """Whether one NodePool requirement lets a type with `labels` through (Kubernetes node selector
+    semantics; a label the pack does not model never excludes)."""
+    if key not in labels:
+        return True
+    have = labels[key]
+    if op == "In":
+        return bool(have & set(values))
+    if op == "NotIn":
+        return not have & set(values)
+    if op == "Exists":
+        return True
+    if op == "DoesNotExist":
+        return False
+    if op in _NUMERIC_OPS and len(values) == 1 and as_int(values[0]) is not None:
+        return any(as_int(v) is not None and _NUMERIC_OPS[op](as_int(v), as_int(values[0])) for v in have)
+    return True  # an operator Kubernetes would refuse: it excludes nothing the pack can show
 
 
 def _karpenter_types(view: StackView, pool: Any, table: TypeTable) -> tuple[set[str], set[str]]:
     """(EFA table types, unlisted GPU types) a NodePool's requirements allow.
 
-    Karpenter ANDs the requirements; a NodePool that restricts none of type, family, category or GPU
-    count may launch any type a pending pod fits, GPU types included (a pod asking for nvidia.com/gpu
-    makes it pick one), so it counts as allowing the whole table."""
+    Karpenter ANDs the requirements and evaluates each against every instance type's labels, as
+    sets: a category minus some families still admits the other GPU families; an arch or size
+    restriction can exclude every GPU type. A NodePool that restricts nothing may launch any type a
+    pending pod fits, GPU types included (a pod asking for nvidia.com/gpu makes it pick one)."""
     possible = set(table.efa)
     named: set[str] = set()  # types/families named by In requirements (for unlisted ones)
     for req in known_list(dig(view.props(pool), "spec", "template", "spec", "requirements")) or []:
         key, op = dig(req, "key"), dig(req, "operator")
-        values = {str(v) for v in (norm_type(v) for v in known_list(dig(req, "values")) or []) if v}
-        if is_unknown(key) or is_unknown(op) or is_unknown(dig(req, "values")):
-            continue  # not known yet: it might restrict, so it does not widen either
-        part: Callable[[str], str] | None = None
-        if key in _KARPENTER_TYPE_KEYS:
-            part = str
-            named |= {v for v in values if op == "In"}
-        elif key == _KARPENTER_FAMILY_KEY:
-            part = _family
-            named |= {f"{v}.*" for v in values if op == "In" and not any(_family(t) == v for t in table.efa)}
-        elif key == _KARPENTER_CATEGORY_KEY:
-            part = _category
-        elif key == _KARPENTER_GPU_COUNT_KEY and (op == "DoesNotExist" or (
-                op == "Lt" and all((as_int(v) or 0) <= 1 for v in values))):
-            possible = set()  # no GPUs at all
-            continue
-        if part is None:
-            continue
-        if op == "In":
-            possible = {t for t in possible if part(t) in values}
-        elif op == "NotIn":
-            possible = {t for t in possible if part(t) not in values}
+        if is_unknown(key) or is_unknown(op) or is_unknown(dig(req, "values")) or not isinstance(key, str):
+            continue  # not known yet: it might restrict, so it does not narrow either
+        raw = [str(v).strip() for v in known_list(dig(req, "values")) or [] if not is_unknown(v)]
+        values = [v.lower() for v in raw] if key in (*_KARPENTER_TYPE_KEYS, _KARPENTER_FAMILY_KEY) else raw
+        if op == "In" and key in _KARPENTER_TYPE_KEYS:
+            named |= set(values)
+        elif op == "In" and key == _KARPENTER_FAMILY_KEY:
+            named |= {f"{v}.*" for v in values if not any(_family(t) == v for t in table.efa)}
+        possible = {t for t in possible if _admits(_karpenter_labels(t), key, str(op), values)}
     return possible, table.unlisted(named)
 
 
+# Resources that launch EC2 instances which the joined view does not model: judged only for whether
+# they can launch a GPU type, and then refused as unjudgeable (the classic provider's fleet and spot
+# resources by token; every aws-native EC2 / Auto Scaling / EKS resource by module).
+_UNMODELLED_LAUNCHERS = ("aws:ec2/fleet:Fleet", "aws:ec2/spotFleetRequest:SpotFleetRequest",
+                         "aws:ec2/spotInstanceRequest:SpotInstanceRequest")
+_UNMODELLED_MODULES = ("aws-native:ec2:", "aws-native:autoscaling:", "aws-native:eks:")
+_TYPE_KEYS = ("instanceType", "instanceTypes", "InstanceType", "InstanceTypes")
+_REQUIREMENTS_KEYS = ("instanceRequirements", "InstanceRequirements")
+
+
+def _gpu_paths(props: Any, table: TypeTable, path: str = "") -> list[str]:
+    """Where a resource's properties can pick a GPU type: a type of the table or of a GPU family, or
+    attribute-based `instanceRequirements` that do not rule accelerators out (max count 0)."""
+    found: list[str] = []
+    stack: list[tuple[str, Any]] = [(path, props)]
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                here = f"{where}.{key}" if where else str(key)
+                if key in _TYPE_KEYS:
+                    for t in known_list(value) or []:
+                        name = t.strip().lower() if isinstance(t, str) and not is_unknown(t) else None
+                        if name and (name in table.efa or (table.family.search(name) and name not in table.non_efa)):
+                            found.append(f"{here} {name}")
+                        elif is_unknown(t):
+                            found.append(f"{here} (not known yet)")
+                elif key in _REQUIREMENTS_KEYS and isinstance(value, dict):
+                    count = value.get("acceleratorCount") or value.get("AcceleratorCount") or {}
+                    top = count.get("max", count.get("Max")) if isinstance(count, dict) else None
+                    if as_int(top) != 0:
+                        found.append(f"{here} (accelerators not excluded: acceleratorCount.max 0 would)")
+                else:
+                    stack.append((here, value))
+        elif isinstance(node, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(node))
+    return sorted(found)
+
+
+def _unmodelled_launchers(view: StackView, table: TypeTable, report: ReportViolation) -> None:
+    for resource in view.resources:
+        kind = resource.resource_type
+        if kind not in _UNMODELLED_LAUNCHERS and not kind.startswith(_UNMODELLED_MODULES):
+            continue
+        paths = _gpu_paths(view.props(resource), table)
+        if paths:
+            report(f"{kind.split(':')[-1]} '{resource.name}' can launch GPU instances ({'; '.join(paths[:5])}), "
+                   f"but the pack cannot judge this resource type for EFA, one AZ and cluster placement. Fix: "
+                   f"launch GPU capacity from an aws.eks.NodeGroup / aws.autoscaling.Group with a launch template "
+                   f"of this stack; or, once it is checked elsewhere, lower gpu-references-in-stack in the policy "
+                   f"config.", resource.urn)
+    for asg in view.of_type(AUTOSCALING_GROUP):  # overrides choosing by attributes, not by type name
+        overrides = dig(view.props(asg), "mixedInstancesPolicy", "launchTemplate", "overrides")
+        paths = [p for p in _gpu_paths({"overrides": overrides}, table) if "instanceRequirements" in p]
+        if paths:
+            report(f"Auto Scaling group '{asg.name}' chooses instance types by attributes ({'; '.join(paths[:5])}), "
+                   f"which may select GPU types no rule can name. Fix: list instanceType overrides, or set "
+                   f"acceleratorCount.max 0.", asg.urn)
+
+
 def _blind_spots(view: StackView, table: TypeTable, report: ReportViolation) -> None:
+    _unmodelled_launchers(view, table, report)
     for cap in view.capacities():
         unlisted = table.unlisted(cap.instance_types)
         if unlisted and table.deny_unlisted:

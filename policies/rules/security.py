@@ -7,6 +7,8 @@ state diffs; secrets belong in a Kubernetes Secret referenced through `valueFrom
 
 from __future__ import annotations
 
+import base64
+import binascii
 import ipaddress
 import re
 from typing import Any, Iterator
@@ -83,6 +85,20 @@ def containers(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
 _FLAG = re.compile(r"^--?([A-Za-z0-9_.-]+)(?:=(.*))?$", re.DOTALL)
 
 
+_VARIABLE_REFERENCE = re.compile(r"\$\([A-Za-z_][A-Za-z0-9_.-]*\)|\$\{[A-Za-z_][A-Za-z0-9_]*\}|\$[A-Z_][A-Z0-9_]*")
+
+
+def _base64_text(value: Any) -> Any:
+    """ConfigMap `binaryData` values are base64 (Kubernetes API: `map[string][]byte`): the decoded
+    text, or the value itself when it is not base64 (it is judged as it stands)."""
+    if not isinstance(value, str) or is_unknown(value):
+        return value
+    try:
+        return base64.b64decode(value, validate=True).decode("utf-8", errors="replace")
+    except (binascii.Error, ValueError):
+        return value
+
+
 def _literal_secrets(args: ResourceValidationArgs, report: ReportViolation) -> None:
     """Literal secrets anywhere a Kubernetes object carries them: env (by name or value), container
     args/command (`--hf-token=...`, `--api-key X`, token shapes), ConfigMap data, and every key of a
@@ -96,7 +112,11 @@ def _literal_secrets(args: ResourceValidationArgs, report: ReportViolation) -> N
     allowed = set(cfg["allowedEnvNames"])
 
     def literal(value: Any) -> bool:
-        return isinstance(value, str) and bool(value.strip()) and not is_unknown(value) and not value.startswith("$")
+        # Only a whole-value variable reference is not a literal: `$(VAR)` (Kubernetes expands it in
+        # env, command and args), `${VAR}` or an upper-case `$VAR` (a shell's). "$hf_..." (a token
+        # with a dollar in front) or "$(X)hf_..." are literals.
+        return (isinstance(value, str) and bool(value.strip()) and not is_unknown(value)
+                and not _VARIABLE_REFERENCE.fullmatch(value.strip()))
 
     def secret_like(name: str, value: Any) -> bool:
         if name in allowed or not literal(value):
@@ -125,6 +145,10 @@ def _literal_secrets(args: ResourceValidationArgs, report: ReportViolation) -> N
         for key, value in (dig(props, "data") or {}).items() if isinstance(dig(props, "data"), dict) else ():
             if secret_like(str(key), value):
                 found[f"data {key}"] = None
+        binary = dig(props, "binaryData")
+        for key, value in binary.items() if isinstance(binary, dict) else ():
+            if secret_like(str(key), _base64_text(value)):
+                found[f"binaryData {key}"] = None
     for ray in ray_objects(args.resource_type, props):
         if ray.kind != "RayService":
             continue
