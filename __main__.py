@@ -24,6 +24,7 @@ from components.network import Network, NetworkArgs
 from components.observability import Observability, ObservabilityArgs
 from components.prices import load_prices
 from components.ray_service import LlmRayService, RayServiceArgs
+from components.storage import EbsStorage, EbsStorageArgs
 from components.system_nodes import SystemNodeGroup, SystemNodeGroupArgs, system_autoscaler_template
 
 try:
@@ -151,6 +152,22 @@ if config.serving is not None:
     pulumi.export("endpoint", llm.endpoint)
     pulumi.export("modelId", config.serving.model_id)
 
+# Volumes that survive a reschedule: the EBS CSI driver (own IRSA role) and the gp3 class, in the
+# system nodes' AZs (they span every private subnet).
+storage = EbsStorage(
+    "storage",
+    EbsStorageArgs(
+        cluster_name=cluster_name,
+        cluster=cluster.eks,
+        oidc_provider_arn=cluster.oidc_provider_arn,
+        oidc_issuer=cluster.oidc_issuer,
+        provider=cluster.provider,
+        zones=list(config.network.availability_zones),
+        system_nodes=system_nodes.node_group,
+        tags=tags,
+    ),
+)
+
 # Observability: Prometheus, Grafana, the DCGM exporter, the Ray scrape config, alerts and dashboards.
 if config.observability.enabled:
     listed = load_prices().regions.get(config.region, {}).get("instances", {})
@@ -165,6 +182,12 @@ if config.observability.enabled:
             gpu_node_group=gpu_nodes.node_group,
             depends_on=[system_nodes.node_group, *addons.addons.values()],
             grafana_admin_password=pulumi.Config().get_secret("grafanaAdminPassword"),
+            region=config.region,
+            oidc_provider_arn=cluster.oidc_provider_arn,
+            oidc_issuer=cluster.oidc_issuer,
+            alert_webhook_url=pulumi.Config().get_secret("alertWebhookUrl"),
+            storage_class=storage.storage_class,
+            tags=tags,
         ),
     )
 
