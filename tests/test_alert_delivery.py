@@ -18,18 +18,16 @@ from __future__ import annotations
 import copy
 import http.server
 import json
-import shutil
-import socket
 import subprocess
 import threading
 import time
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
-import pytest
 import yaml
+from prom_fixtures import Series, backfill, binary, free_port, get_json, process, prometheus, wait_for
 
 from components import metrics as m
 from components.alerts import (
@@ -46,73 +44,19 @@ from components.catalog import GPU_INSTANCE_TYPES
 from components.config import ObservabilityConfig
 
 ROOT = Path(__file__).resolve().parent.parent
-PROMETHEUS = "/usr/bin/prometheus"
 ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
-PROMTOOL = "/usr/bin/promtool"
 AMTOOL = "/usr/bin/amtool"
 INSTANCE = GPU_INSTANCE_TYPES["g6e.12xlarge"]
 CONFIG = ObservabilityConfig.model_validate({"alerting": {"runbookBaseUrl": "https://example.invalid/README.md"}})
-WAIT_S = 120.0  # generous: two loaded cores, three servers
 
 DEC = {"phase": "decode", "pod": "llm-pd-decode-worker-a"}
 PRE = {"phase": "prefill", "pod": "llm-pd-prefill-worker-a"}
 
 
-def binary(path: str) -> str:
-    found = shutil.which(path)
-    assert found, f"{path} is missing: install the Debian packages prometheus and prometheus-alertmanager"
-    return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = WAIT_S) -> Any:
-    """Poll `probe` until it returns something truthy; fail naming `what` after `timeout`."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = probe()
-        except OSError:
-            last = None
-        if last:
-            return last
-        time.sleep(0.2)  # poll interval, not synchronisation: the condition is re-checked
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
-def get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return json.loads(response.read())
-
-
 # --- recorded series --------------------------------------------------------------------------------
 
 
-def _labels(labels: dict[str, str]) -> str:
-    return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
-
-
-def openmetrics(end: float, minutes: int, families: dict[str, list[tuple[dict[str, str], Callable[[int], float]]]]) -> str:
-    """An OpenMetrics text of one sample a minute per series, the last at `end` (unix seconds)."""
-    lines = []
-    for name, series in families.items():
-        kind = "counter" if name.endswith("_total") else "unknown"
-        family = name.removesuffix("_total") if kind == "counter" else name
-        lines.append(f"# TYPE {family} {kind}")
-        for labels, value in series:
-            for i in range(minutes + 1):
-                ts = end - (minutes - i) * 60
-                lines.append(f"{name}{_labels(labels)} {value(i):g} {ts:.3f}")
-    lines.append("# EOF")
-    return "\n".join(lines) + "\n"
-
-
-def failing_kv_and_slow_ttft() -> dict[str, list[tuple[dict[str, str], Callable[[int], float]]]]:
+def failing_kv_and_slow_ttft() -> Series:
     """NIXL transfers failing on decode and half of all first tokens over the TTFT SLO."""
     le = m.le(CONFIG.ttft_slo_seconds)
     return {
@@ -122,7 +66,7 @@ def failing_kv_and_slow_ttft() -> dict[str, list[tuple[dict[str, str], Callable[
     }
 
 
-def healthy() -> dict[str, list[tuple[dict[str, str], Callable[[int], float]]]]:
+def healthy() -> Series:
     le = m.le(CONFIG.ttft_slo_seconds)
     return {
         m.NIXL_FAILED_TRANSFERS: [(DEC, lambda i: 0.0)],
@@ -164,21 +108,6 @@ class Webhook:
         self.server.server_close()
 
 
-@contextmanager
-def process(args: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("wb") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            yield proc
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=30)
-
-
 def rules_file(path: Path) -> Path:
     groups = copy.deepcopy(rule_groups(CONFIG, INSTANCE))
     for group in groups:
@@ -199,34 +128,25 @@ def am_config(path: Path, webhook_url: str) -> Path:
 
 
 @contextmanager
-def stack(tmp: Path, series: dict[str, Any]) -> Iterator[tuple[Webhook, str, str]]:
+def stack(tmp: Path, series: Series) -> Iterator[tuple[Webhook, str, str]]:
     """Backfilled TSDB + Prometheus (1s evaluation) + Alertmanager + loopback webhook."""
-    data = tmp / "tsdb"
-    om = tmp / "series.om"
-    om.write_text(openmetrics(time.time() - 5, 90, series))
-    made = subprocess.run([binary(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)],
-                          capture_output=True, text=True, timeout=300)
-    assert made.returncode == 0, made.stdout + made.stderr
+    data = backfill(tmp, series, 90)
     with Webhook() as hook:
-        am_port, am_cluster, prom_port = free_port(), free_port(), free_port()
+        am_port, am_cluster = free_port(), free_port()
         am_file = am_config(tmp / "alertmanager.yml", hook.url)
         checked = subprocess.run([binary(AMTOOL), "check-config", str(am_file)], capture_output=True, text=True,
                                  timeout=60)
         assert checked.returncode == 0, checked.stdout + checked.stderr
-        prom_file = tmp / "prometheus.yml"
-        prom_file.write_text(yaml.safe_dump({
+        am_args = [binary(ALERTMANAGER), f"--config.file={am_file}", f"--storage.path={tmp / 'am'}",
+                   f"--web.listen-address=127.0.0.1:{am_port}", f"--cluster.listen-address=127.0.0.1:{am_cluster}"]
+        am = f"http://127.0.0.1:{am_port}"
+        prom_config = {
             "global": {"evaluation_interval": "1s"},
             "rule_files": [str(rules_file(tmp / "rules.yml"))],
             "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
-        }))
-        am_args = [binary(ALERTMANAGER), f"--config.file={am_file}", f"--storage.path={tmp / 'am'}",
-                   f"--web.listen-address=127.0.0.1:{am_port}", f"--cluster.listen-address=127.0.0.1:{am_cluster}"]
-        prom_args = [binary(PROMETHEUS), f"--config.file={prom_file}", f"--storage.tsdb.path={data}",
-                     f"--web.listen-address=127.0.0.1:{prom_port}", "--storage.tsdb.retention.time=30d"]
-        with process(am_args, tmp / "am.log"), process(prom_args, tmp / "prom.log"):
-            am, prom = f"http://127.0.0.1:{am_port}", f"http://127.0.0.1:{prom_port}"
+        }
+        with process(am_args, tmp / "am.log"), prometheus(tmp, data, prom_config) as prom:
             wait_for("Alertmanager ready", lambda: urllib.request.urlopen(f"{am}/-/ready", timeout=5).status == 200)
-            wait_for("Prometheus ready", lambda: urllib.request.urlopen(f"{prom}/-/ready", timeout=5).status == 200)
             yield hook, am, prom
 
 
