@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional
 
 from tools.cli import ROOT, Exit, ToolError, one_line, run
 from tools.preview import fmt
+from tools.preview.crds import crd_changes
 from tools.preview.report import Report, VerdictRecord
 from tools.rollout import classify_resources
 
@@ -231,6 +232,7 @@ def render(diff: Diff) -> str:
             "(approximate on-demand list prices)."
         )
     out += [f"**Roll-out:** {rollout.describe()}" for _, rollout in diff.rollouts if rollout.kind != "no change"]
+    out += [f"**CRDs:** {line}" for line in crd_changes(diff.added, diff.removed, diff.changed)]
     out += ["", "| Figure | Before | After |", "|---|---|---|"]
     for name, before, after in _figure_rows(diff.base_report, diff.head_report):
         mark = "" if before == after else " **(changed)**"
