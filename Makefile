@@ -36,6 +36,7 @@ help:
 	@echo "make config-doc            regenerate the README config table from components/config.py"
 	@echo "make placeholders [STACK=dev] [RUNNER=label]   does the stack still carry example values? (deploy refuses it)"
 	@echo "make verify STACK=dev [KUBECONFIG=path] [TIMEOUT=600] [JSON=1]   after pulumi up: EFA, NIXL on LIBFABRIC, P/D, KV bytes"
+	@echo "make cost-audit STACK=dev [SINCE=7d] [PROMETHEUS=url] [JSON=1]   spend, \$$/Mtok vs make size, idle GPUs, quota, advice"
 	@echo "make size [STACK=dev] [WORKLOAD=workloads/<stack>.yaml] [WRITE=1] [JSON=1]   replicas, nodes, P:D, \$$/Mtok for a workload"
 
 $(STAMP): requirements.txt
@@ -110,3 +111,10 @@ verify: $(STAMP)
 WORKLOAD ?= workloads/$(STACK).yaml
 size: $(DEV_STAMP)
 	@$(PY) -m tools.size --stack $(STACK) --workload $(WORKLOAD) $(if $(WRITE),--write) $(if $(JSON),--json)
+
+# What the stack cost and served over SINCE (Cost Explorer by tag, the cluster's Prometheus at
+# PROMETHEUS, the GPU quota, make size's prediction): build/cost-audit/<stack>/report.{md,json}, spend.png.
+.PHONY: cost-audit
+SINCE ?= 7d
+cost-audit: $(DEV_STAMP)
+	@$(PY) -m tools.cost_audit --stack $(STACK) --since $(SINCE) $(if $(PROMETHEUS),--prometheus $(PROMETHEUS)) $(if $(JSON),--json)
