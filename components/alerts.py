@@ -254,6 +254,8 @@ def alertmanager_config(alerting: AlertingConfig, target: AlertTarget) -> dict[s
             ],
         },
         "inhibit_rules": inhibit_rules(),
-        "receivers": [{"name": NULL_RECEIVER}, _receiver(CRITICAL_RECEIVER, target), _receiver(WARNING_RECEIVER, target)],
+        "receivers": [
+            {"name": NULL_RECEIVER}, _receiver(CRITICAL_RECEIVER, target), _receiver(WARNING_RECEIVER, target)
+        ],
         "templates": ["/etc/alertmanager/config/*.tmpl"],
     }

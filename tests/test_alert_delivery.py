@@ -86,7 +86,7 @@ class Webhook:
         self.received = received
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            def do_POST(self) -> None:  # http.server's name
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 received.append(json.loads(body))
                 self.send_response(200)
@@ -231,7 +231,7 @@ def test_the_sns_receiver_config_is_valid_for_alertmanager(tmp_path: Path) -> No
     checked = subprocess.run([binary(AMTOOL), "check-config", str(tmp_path / "am.yml")], capture_output=True,
                              text=True, timeout=60)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    (sns,) = [r for r in config["receivers"] if r["name"] == CRITICAL_RECEIVER][0]["sns_configs"]
+    (sns,) = next(r for r in config["receivers"] if r["name"] == CRITICAL_RECEIVER)["sns_configs"]
     assert sns["topic_arn"] == arn and sns["sigv4"] == {"region": "us-west-2"}
     broken = copy.deepcopy(config)
     broken["route"]["routes"][2]["receiver"] = "nobody"  # a route to an undefined receiver

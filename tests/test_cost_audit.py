@@ -68,7 +68,8 @@ def ce_results() -> list[dict[str, Any]]:
     return [
         day([(cost_audit.EC2_COMPUTE, {"UnblendedCost": GPU_COST + SYSTEM_COST}),
              ("Amazon Elastic Container Service for Kubernetes", {"UnblendedCost": EKS_COST}),
-             ("EC2 - Other", {"UnblendedCost": OTHER_COST}), ("Amazon Virtual Private Cloud", {"UnblendedCost": VPC_COST})]),
+             ("EC2 - Other", {"UnblendedCost": OTHER_COST}),
+             ("Amazon Virtual Private Cloud", {"UnblendedCost": VPC_COST})]),
         day([(GPU.name, {"UnblendedCost": GPU_COST, "UsageQuantity": GPU_HOURS_BILLED}),
              (CONFIG.system_nodes.instance_type, {"UnblendedCost": SYSTEM_COST, "UsageQuantity": 2 * HOURS * 7.0})]),
         day([(cost_audit.ON_DEMAND, {"UnblendedCost": GPU_COST, "UsageQuantity": GPU_HOURS_BILLED})]),

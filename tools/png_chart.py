@@ -98,7 +98,8 @@ class Canvas:
             return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
         header = struct.pack(">IIBBBBB", self.width, self.height, 8, 2, 0, 0, 0)  # 8-bit RGB
-        return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
+        signature = b"\x89PNG\r\n\x1a\n"
+        return signature + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
 
 
 def text_width(text: str) -> int:
@@ -118,7 +119,7 @@ def bar_chart(title: str, bars: Sequence[tuple[str, float, str]], width: int = 9
     for i, (label, value, shown) in enumerate(bars):
         y = top + i * row_h
         canvas.text(pad, y + 6, label)
-        length = int(round(scale_w * max(0.0, value) / biggest))
+        length = round(scale_w * max(0.0, value) / biggest)
         canvas.rect(label_w, y + 2, label_w + length, y + row_h - 6, PALETTE[i % len(PALETTE)])
         canvas.text(label_w + length + 8, y + 6, shown)
     return canvas.png()
