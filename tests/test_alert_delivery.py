@@ -239,3 +239,47 @@ def test_the_sns_receiver_config_is_valid_for_alertmanager(tmp_path: Path) -> No
     refused = subprocess.run([binary(AMTOOL), "check-config", str(tmp_path / "bad.yml")], capture_output=True,
                              text=True, timeout=60)
     assert refused.returncode != 0 and "nobody" in refused.stdout + refused.stderr
+
+
+# --- the receiver in the stack config and the plan -----------------------------------------------------
+
+GOOD = {
+    "network": {"vpcCidr": "10.0.0.0/16", "availabilityZones": ["us-west-2a", "us-west-2b"]},
+    "gpuNodes": {"instanceType": "g6e.12xlarge", "availabilityZone": "us-west-2a", "maxSize": 2},
+}
+WEBHOOK = {"observability": {"alerting": {"receiver": "webhook"}}}
+SECRET_SIG = "4dabf18193072939515e22adb298388d"  # Pulumi's marker of a secret value in a property struct
+
+
+def test_a_webhook_receiver_needs_its_url_as_a_secret() -> None:
+    from helpers import config_problems, merged, validate_values
+
+    (problem,) = config_problems(merged(GOOD, WEBHOOK))
+    assert "alertWebhookUrl" in problem and "--secret" in problem and "receiver is webhook" in problem
+    (plain,) = config_problems({**merged(GOOD, WEBHOOK), "alertWebhookUrl": "https://hooks.example.invalid/x"})
+    assert "set in plain text" in plain
+    ok = validate_values({**merged(GOOD, WEBHOOK), "alertWebhookUrl": "https://hooks.example.invalid/x"},
+                         secret_keys=["llm-pd-eks:alertWebhookUrl"])
+    assert ok.observability.alerting.receiver == "webhook"
+
+
+def test_the_webhook_url_stays_secret_in_the_plan() -> None:
+    from google.protobuf import json_format
+
+    from tools.preview.mockrun import load_stack_config, run_program
+
+    config, secret_keys = load_stack_config("dev")
+    key = "llm-pd-eks:observability"
+    config[key] = json.dumps({**json.loads(config.get(key, "{}")), "alerting": {"receiver": "webhook"}})
+    url = "https://hooks.example.invalid/services/T000/B000/day-two"
+    config["llm-pd-eks:alertWebhookUrl"] = url
+    run = run_program("dev", config, [*secret_keys, "llm-pd-eks:alertWebhookUrl"])
+    assert not run.of_type("aws:sns/topic:Topic")  # no topic, no publish role
+    assert not [r for r in run.of_type("aws:iam/role:Role") if "alertmanager" in r.name]
+    (stack,) = [r for r in run.of_type("kubernetes:helm.sh/v3:Release")
+                if r.inputs["chart"] == "kube-prometheus-stack"]
+    values = stack.inputs["values"]
+    # one secret inside makes the whole `values` input secret (encrypted in state, hidden in diffs)
+    assert SECRET_SIG in values and SECRET_SIG in json.dumps(json_format.MessageToDict(stack.inputs_struct))
+    receivers = {r["name"]: r for r in values["value"]["alertmanager"]["config"]["receivers"]}
+    assert receivers[CRITICAL_RECEIVER]["webhook_configs"] == [{"url": url, "send_resolved": True}]
