@@ -109,6 +109,9 @@ def prometheus_stack_values(
         "sidecar": {"dashboards": {"enabled": True}},
         "persistence": {"enabled": True, "type": "pvc", "storageClassName": STORAGE_CLASS,
                         "accessModes": ["ReadWriteOnce"], "size": f"{config.grafana_volume_gib}Gi"},
+        # a ReadWriteOnce volume follows one pod: the chart's default RollingUpdate would start the new pod
+        # while the old one still holds it (Grafana chart values: persistence, deploymentStrategy)
+        "deploymentStrategy": {"type": "Recreate"},
     }
     if grafana_secret is not None:
         grafana["admin"] = {"existingSecret": grafana_secret, "userKey": "admin-user", "passwordKey": "admin-password"}

@@ -107,6 +107,7 @@ def test_prometheus_grafana_and_alertmanager_keep_their_data(run: ProgramRun) ->
     am_claim = values["alertmanager"]["alertmanagerSpec"]["storage"]["volumeClaimTemplate"]["spec"]
     assert am_claim["storageClassName"] == STORAGE_CLASS
     assert values["grafana"]["persistence"]["storageClassName"] == STORAGE_CLASS
+    assert values["grafana"]["deploymentStrategy"] == {"type": "Recreate"}  # one pod holds the RWO volume
 
 
 def test_every_value_path_is_one_the_chart_has(run: ProgramRun) -> None:
