@@ -100,12 +100,12 @@ def process(args: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
 
 
 @contextmanager
-def prometheus(tmp: Path, data: Path, config: dict[str, Any]) -> Iterator[str]:
-    """Prometheus on a free loopback port over `data`; yields its URL once ready."""
+def prometheus(tmp: Path, data: Path, config: dict[str, Any], *flags: str) -> Iterator[str]:
+    """Prometheus on a free loopback port over `data` (extra command-line `flags`); yields its URL once ready."""
     port = free_port()
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
     args = [binary(PROMETHEUS), f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={data}",
-            f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=30d"]
+            f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=30d", *flags]
     with process(args, tmp / "prometheus.log"):
         url = f"http://127.0.0.1:{port}"
         wait_for("Prometheus ready", lambda: urllib.request.urlopen(f"{url}/-/ready", timeout=5).status == 200)

@@ -7,7 +7,8 @@ webhook receives exactly the expected notification. And a quiet case.
 - The rules are the program's (components/alerts.rule_groups) with `for:` set to 0s: the pending
   periods are the promtool unit tests' subject (tests/test_alert_rules.py); here the subject is the
   boundary Prometheus -> Alertmanager -> receiver. Only the test config shortens intervals
-  (evaluation 1s, group_wait 1s); the routing tree, grouping and inhibitions are the program's.
+  (evaluation 1s, group_wait 3s, Prometheus resend-delay 1s); the routing tree, grouping and
+  inhibitions are the program's.
 - Waits are bounded polls of the servers' own APIs; nothing sleeps to synchronise.
 - The binaries must exist (CI installs `prometheus` and `prometheus-alertmanager`): a missing one
   fails these tests, it never skips them.
@@ -120,7 +121,7 @@ def rules_file(path: Path) -> Path:
 
 
 def am_config(path: Path, webhook_url: str) -> Path:
-    alerting = CONFIG.alerting.model_copy(update={"group_wait": "1s", "group_interval": "1s"})  # test only
+    alerting = CONFIG.alerting.model_copy(update={"group_wait": "3s", "group_interval": "1s"})  # test only
     config = alertmanager_config(alerting, WebhookTarget(webhook_url))
     config["templates"] = []  # the chart's template directory does not exist here
     path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -145,7 +146,10 @@ def stack(tmp: Path, series: Series) -> Iterator[tuple[Webhook, str, str]]:
             "rule_files": [str(rules_file(tmp / "rules.yml"))],
             "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
         }
-        with process(am_args, tmp / "am.log"), prometheus(tmp, data, prom_config) as prom:
+        # Prometheus re-sends firing alerts every resend-delay (default 1m); alerts sent before it has
+        # discovered the Alertmanager are dropped, so the test sets it to 1s (test config only)
+        resend = "--rules.alert.resend-delay=1s"
+        with process(am_args, tmp / "am.log"), prometheus(tmp, data, prom_config, resend) as prom:
             wait_for("Alertmanager ready", lambda: urllib.request.urlopen(f"{am}/-/ready", timeout=5).status == 200)
             yield hook, am, prom
 
@@ -193,13 +197,13 @@ def test_a_kv_failure_pages_once_and_holds_back_the_ttft_burn_it_causes(tmp_path
     assert "NIXL KV-cache transfers are failing (decode)" == alert["annotations"]["summary"]
     # nothing else reached the receiver: no TTFT page, no warning
     names = {a["labels"]["alertname"] for n in hook.received for a in n["alerts"]}
-    assert names == {"KVTransferFailures"}
+    assert names == {"KVTransferFailures"}, hook.received
 
 
 def test_healthy_series_page_nobody(tmp_path: Path) -> None:
     with stack(tmp_path, healthy()) as (hook, am, prom):
         started = time.time()
-        # three full evaluations after start, then Alertmanager has had its group_wait (1s) to notify
+        # three full evaluations after start: anything firing would be in Alertmanager by then (resend 1s)
         wait_for("three rule evaluations", lambda: evaluated(prom, started + 2))
         assert firing(prom) == set()
         assert get_json(f"{am}/api/v2/alerts") == []
