@@ -3,8 +3,9 @@ an encrypted gp3 StorageClass, topology-bound to the system nodes' availability 
 
 - The add-on `aws-ebs-csi-driver` runs its controller as `kube-system/ebs-csi-controller-sa`; that
   service account assumes an IAM role with the AWS managed policy `AmazonEBSCSIDriverPolicy`
-  (AWS docs, "Create an Amazon EBS CSI driver IAM role",
-  https://docs.aws.amazon.com/eks/latest/userguide/ebs-csi.html). The node role does not get it.
+  (AWS docs, "Amazon EBS CSI driver" add-on, "Required IAM permissions",
+  https://docs.aws.amazon.com/eks/latest/userguide/add-ons-aws-ebs-csi-driver.html). The node role
+  does not get it.
 - The StorageClass provisions through `ebs.csi.aws.com` with `WaitForFirstConsumer`: the volume is
   created in the AZ of the node the pod is scheduled to, and `allowedTopologies` limits that to the
   AZs of the system nodes (the GPU-free ones that run Prometheus, Grafana and Alertmanager). The
