@@ -39,6 +39,7 @@ help:
 	@echo "make config-doc            regenerate the README config table from components/config.py"
 	@echo "make placeholders [STACK=dev] [RUNNER=label]   does the stack still carry example values? (deploy refuses it)"
 	@echo "make verify STACK=dev [KUBECONFIG=path] [TIMEOUT=600] [JSON=1]   after pulumi up: EFA, NIXL on LIBFABRIC, P/D, KV bytes"
+	@echo "make cost-audit STACK=dev [SINCE=7d] [PROMETHEUS=url] [JSON=1]   spend, \$$/Mtok vs make size, idle GPUs, quota, advice"
 	@echo "make size [STACK=dev] [WORKLOAD=workloads/<stack>.yaml] [WRITE=1] [JSON=1]   replicas, nodes, P:D, \$$/Mtok for a workload"
 	@echo "make facts                 regenerate the GPU instance-type table (components/data, policies/data) from EC2 data"
 	@echo "make calibrate STACK=dev [ENDPOINT=http://host:port] [NIXLBENCH=file] [TIMEOUT=1800]   after up: measure, fit, write calibration/<stack>.yaml"
@@ -125,3 +126,9 @@ facts: $(DEV_STAMP)
 # nixlbench's LIBFABRIC output (NIXLBENCH) -> calibration/<stack>.yaml, used by `make size` and the preview.
 calibrate: $(DEV_STAMP)
 	@$(PY) -m tools.calibrate --stack $(STACK) $(if $(ENDPOINT),--endpoint $(ENDPOINT)) $(if $(NIXLBENCH),--nixlbench-output $(NIXLBENCH)) $(if $(TIMEOUT),--timeout $(TIMEOUT)) $(if $(KUBECONFIG),--kubeconfig $(KUBECONFIG))
+# What the stack cost and served over SINCE (Cost Explorer by tag, the cluster's Prometheus at
+# PROMETHEUS, the GPU quota, make size's prediction): build/cost-audit/<stack>/report.{md,json}, spend.png.
+.PHONY: cost-audit
+SINCE ?= 7d
+cost-audit: $(DEV_STAMP)
+	@$(PY) -m tools.cost_audit --stack $(STACK) --since $(SINCE) $(if $(PROMETHEUS),--prometheus $(PROMETHEUS)) $(if $(JSON),--json)

@@ -25,6 +25,7 @@ deployment = LlmPdEks(
         engine_values(),
         hf_token=secrets.get_secret("hfToken"),
         grafana_admin_password=secrets.get_secret("grafanaAdminPassword"),
+        alert_webhook_url=secrets.get_secret("alertWebhookUrl"),
     ),
 )
 

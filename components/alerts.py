@@ -16,11 +16,14 @@ used by the alerts, the dashboards and `make verify` alike. Every alert is unit-
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Union
+
+import pulumi
 
 from . import metrics as m
 from .catalog import GpuInstanceType, kv_throughput_floor_gbps
-from .config import ObservabilityConfig
+from .config import AlertingConfig, ObservabilityConfig
 from .ray_service import NAMESPACE as SERVING_NAMESPACE
 
 GROUP_NAME = "llm-pd-eks.serving"
@@ -60,13 +63,28 @@ def _burn(histogram: str, threshold: float, objective: float) -> str:
     )
 
 
-def _alert(name: str, expr: str, for_: str, severity: str, summary: str, description: str) -> dict[str, Any]:
+COMPONENT = "llm-pd"  # the `component` label of every alert here
+RUNBOOK_PREFIX = "runbook-"  # README headings "### Runbook: <Alert>" get the GitHub anchor runbook-<alert>
+
+
+def runbook_anchor(alert: str) -> str:
+    """The README anchor of an alert's runbook section (GitHub lower-cases heading text, drops `:`,
+    turns spaces into `-`: "### Runbook: KVTransferFailures" -> `runbook-kvtransferfailures`)."""
+    return RUNBOOK_PREFIX + alert.lower()
+
+
+def runbook_url(config: ObservabilityConfig, alert: str) -> str:
+    return f"{config.alerting.runbook_base_url}#{runbook_anchor(alert)}"
+
+
+def _alert(config: ObservabilityConfig, name: str, expr: str, for_: str, severity: str, summary: str,
+           description: str) -> dict[str, Any]:
     return {
         "alert": name,
         "expr": expr,
         "for": for_,
-        "labels": {"severity": severity, "component": "llm-pd"},
-        "annotations": {"summary": summary, "description": description},
+        "labels": {"severity": severity, "component": COMPONENT},
+        "annotations": {"summary": summary, "description": description, "runbook_url": runbook_url(config, name)},
     }
 
 
@@ -76,6 +94,7 @@ def alert_rules(config: ObservabilityConfig, instance: GpuInstanceType) -> list[
     decode = f'{m.PHASE_LABEL}="decode"'
     return [
         _alert(
+            config,
             "KVTransferFailures",
             f"sum by ({m.PHASE_LABEL}) (increase({m.NIXL_FAILED_TRANSFERS}[5m])) > 0",
             "1m",
@@ -84,6 +103,7 @@ def alert_rules(config: ObservabilityConfig, instance: GpuInstanceType) -> list[
             "{{ $value }} NIXL KV transfer(s) failed in 5 minutes; decode recomputes or drops those requests.",
         ),
         _alert(
+            config,
             "KVTransferStalled",
             f"sum(rate({m.GENERATION_TOKENS}{{{decode}}}[{KV_WINDOW}])) > 0"
             f" unless sum(rate({m.NIXL_BYTES}_count{{{decode}}}[{KV_WINDOW}])) > 0",
@@ -93,6 +113,7 @@ def alert_rules(config: ObservabilityConfig, instance: GpuInstanceType) -> list[
             "Requests flow yet prefill and decode exchange no KV blocks: the P/D split is not in effect.",
         ),
         _alert(
+            config,
             "KVThroughputBelowFloor",
             f"{kv_throughput_gbps_expr()} < {floor}",
             "10m",
@@ -102,6 +123,7 @@ def alert_rules(config: ObservabilityConfig, instance: GpuInstanceType) -> list[
             f"{instance.name}: NIXL is probably not on LIBFABRIC/EFA (UCX falls back to TCP).",
         ),
         _alert(
+            config,
             "TTFTBudgetBurn",
             _burn(m.TTFT, config.ttft_slo_seconds, config.slo_objective),
             "2m",
@@ -111,6 +133,7 @@ def alert_rules(config: ObservabilityConfig, instance: GpuInstanceType) -> list[
             f"{config.ttft_slo_seconds:g}s to the first token, over both 5m and 1h.",
         ),
         _alert(
+            config,
             "InterTokenLatencyBudgetBurn",
             _burn(m.ITL, config.itl_slo_seconds, config.slo_objective),
             "2m",
@@ -120,6 +143,7 @@ def alert_rules(config: ObservabilityConfig, instance: GpuInstanceType) -> list[
             f"{config.itl_slo_seconds:g}s, over both 5m and 1h.",
         ),
         _alert(
+            config,
             "DecodeKVCacheNearlyFull",
             f"max by ({m.PHASE_LABEL}, pod) ({m.KV_CACHE_USAGE}{{{decode}}}) > {config.kv_cache_full_ratio}",
             "5m",
@@ -128,6 +152,7 @@ def alert_rules(config: ObservabilityConfig, instance: GpuInstanceType) -> list[
             "vLLM queues and then preempts requests when the KV cache is full; add decode replicas.",
         ),
         _alert(
+            config,
             "RayPodsPending",
             f'sum by (namespace, pod) ({m.KSM_POD_PHASE}{{namespace="{SERVING_NAMESPACE}", phase="Pending"}}) > 0',
             f"{config.pending_minutes}m",
@@ -146,3 +171,91 @@ def recording_rules() -> list[dict[str, Any]]:
 def rule_groups(config: ObservabilityConfig, instance: GpuInstanceType) -> list[dict[str, Any]]:
     """`spec.groups` of the PrometheusRule (and the file `promtool test rules` loads)."""
     return [{"name": GROUP_NAME, "rules": [*recording_rules(), *alert_rules(config, instance)]}]
+
+
+# --- delivery: the Alertmanager configuration (kube-prometheus-stack value `alertmanager.config`) -------
+
+NULL_RECEIVER = "null"  # the chart's own sink for Watchdog/InfoInhibitor (values.yaml `alertmanager.config`)
+CRITICAL_RECEIVER = "llm-pd-critical"
+WARNING_RECEIVER = "llm-pd-warning"
+# Alerts whose cause is the KV path: while one fires, the TTFT burn it causes is not paged separately
+# (a failed, stalled or slow KV transfer delays every first token on the decode side).
+KV_PATH_ALERTS = ("KVTransferFailures", "KVTransferStalled", "KVThroughputBelowFloor")
+KV_CAUSED_ALERTS = ("TTFTBudgetBurn",)
+GROUP_BY = ["alertname", m.PHASE_LABEL, "namespace"]
+
+
+@dataclass(frozen=True)
+class SnsTarget:
+    """An SNS topic the program creates; Alertmanager signs with SigV4 (credentials: its IRSA role)."""
+
+    topic_arn: pulumi.Input[str]
+    region: str
+
+
+@dataclass(frozen=True)
+class WebhookTarget:
+    """A webhook (Slack, PagerDuty Events, any HTTP receiver); the URL is a Pulumi secret."""
+
+    url: pulumi.Input[str]
+
+
+AlertTarget = Union[SnsTarget, WebhookTarget]
+
+
+def _receiver(name: str, target: AlertTarget) -> dict[str, Any]:
+    if isinstance(target, SnsTarget):
+        # Alertmanager `sns_config` (prometheus.io/docs/alerting/latest/configuration/#sns_config)
+        sns = {"topic_arn": target.topic_arn, "sigv4": {"region": target.region}, "send_resolved": True,
+               "subject": '[{{ .Status | toUpper }}] {{ .CommonLabels.alertname }} ({{ .CommonLabels.severity }})'}
+        return {"name": name, "sns_configs": [sns]}
+    # Alertmanager `webhook_config`: `url` inline (`url_file` needs Alertmanager 0.26+; CI runs Debian's 0.25)
+    return {"name": name, "webhook_configs": [{"url": target.url, "send_resolved": True}]}
+
+
+def _inhibit(sources: list[str], targets: list[str], equal: list[str]) -> dict[str, Any]:
+    rule: dict[str, Any] = {"source_matchers": sources, "target_matchers": targets}
+    if equal:
+        rule["equal"] = equal
+    return rule
+
+
+def inhibit_rules() -> list[dict[str, Any]]:
+    """The chart's default inhibitions (kube-prometheus-stack 88.5.3 values.yaml `alertmanager.config`,
+    transcribed) and the P/D one: a KV-path alert holds back the TTFT burn it causes."""
+    kv = "|".join(KV_PATH_ALERTS)
+    caused = "|".join(KV_CAUSED_ALERTS)
+    return [
+        _inhibit(["severity = critical"], ["severity =~ warning|info"], ["namespace", "alertname"]),
+        _inhibit(["severity = warning"], ["severity = info"], ["namespace", "alertname"]),
+        _inhibit(["alertname = InfoInhibitor"], ["severity = info"], ["namespace"]),
+        {"target_matchers": ["alertname = InfoInhibitor"]},
+        _inhibit([f'alertname =~ "{kv}"'], [f'alertname =~ "{caused}"'], ["component"]),
+    ]
+
+
+def alertmanager_config(alerting: AlertingConfig, target: AlertTarget) -> dict[str, Any]:
+    """Routing by severity (critical pages, warning tickets), grouping per alert and phase, inhibition."""
+    return {
+        "global": {"resolve_timeout": "5m"},
+        "route": {
+            "receiver": NULL_RECEIVER,
+            "group_by": list(GROUP_BY),
+            "group_wait": alerting.group_wait,
+            "group_interval": alerting.group_interval,
+            "repeat_interval": alerting.warning_repeat_interval,
+            "routes": [
+                # kube-prometheus-stack's always-firing Watchdog and its InfoInhibitor page nobody
+                {"receiver": NULL_RECEIVER, "matchers": ['alertname = "Watchdog"']},
+                {"receiver": NULL_RECEIVER, "matchers": ['alertname = "InfoInhibitor"']},
+                {"receiver": CRITICAL_RECEIVER, "matchers": ['severity = "critical"'],
+                 "repeat_interval": alerting.critical_repeat_interval},
+                {"receiver": WARNING_RECEIVER, "matchers": ['severity = "warning"']},
+            ],
+        },
+        "inhibit_rules": inhibit_rules(),
+        "receivers": [
+            {"name": NULL_RECEIVER}, _receiver(CRITICAL_RECEIVER, target), _receiver(WARNING_RECEIVER, target)
+        ],
+        "templates": ["/etc/alertmanager/config/*.tmpl"],
+    }

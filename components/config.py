@@ -845,6 +845,42 @@ class DevicePluginsConfig(Strict):
 # --- observability (issue 14): Prometheus, Grafana, DCGM exporter, alert thresholds -------------------
 
 
+class SnsSubscriptionConfig(Strict):
+    """One subscription of the alert topic (SNS Subscribe: Protocol and Endpoint)."""
+
+    protocol: Literal["email", "email-json", "https", "http", "sms", "sqs", "lambda"] = Field(
+        description="SNS protocol of the subscription (email needs the recipient to confirm)."
+    )
+    endpoint: str = Field(min_length=1, description="Address, URL, phone number or ARN the topic delivers to.")
+
+
+class AlertingConfig(Strict):
+    """Where alerts go: routing by severity, grouping, inhibition (components/alerts.py)."""
+
+    receiver: Literal["sns", "webhook"] = Field(
+        default="sns",
+        description="sns: an SNS topic this program creates, with snsSubscriptions; webhook: the URL in the "
+        "Pulumi secret alertWebhookUrl (Slack, PagerDuty Events, any HTTP receiver).",
+    )
+    sns_subscriptions: list[SnsSubscriptionConfig] = Field(
+        default_factory=list, description="Subscriptions of the alert topic (receiver sns)."
+    )
+    runbook_base_url: str = Field(
+        default="README.md",
+        min_length=1,
+        description="Where the README can be read (e.g. https://github.com/<org>/<repo>/blob/main/README.md); "
+        "every alert's runbook_url is this plus its runbook anchor.",
+    )
+    group_wait: str = Field(default="30s", pattern=r"^\d+[smh]$",
+                            description="How long a new alert group waits for more alerts before notifying.")
+    group_interval: str = Field(default="5m", pattern=r"^\d+[smh]$",
+                                description="How long before notifying about new alerts in a notified group.")
+    critical_repeat_interval: str = Field(default="1h", pattern=r"^\d+[smh]$",
+                                          description="How often a still-firing critical alert is sent again.")
+    warning_repeat_interval: str = Field(default="12h", pattern=r"^\d+[smh]$",
+                                         description="How often a still-firing warning is sent again.")
+
+
 class ObservabilityConfig(Strict):
     """What watches the serving layer: kube-prometheus-stack, the DCGM exporter and the alert thresholds."""
 
@@ -883,6 +919,15 @@ class ObservabilityConfig(Strict):
     pending_minutes: int = Field(
         default=15, ge=1, le=240, description="Minutes a Ray pod may stay Pending before the replicas-pending alert."
     )
+    alerting: AlertingConfig = Field(
+        default_factory=AlertingConfig, description="Alert delivery: receiver, subscriptions, grouping intervals."
+    )
+    prometheus_active_series: int = Field(
+        default=300_000, ge=10_000, le=20_000_000,
+        description="Expected active series (check `prometheus_tsdb_head_series`); sizes Prometheus's volume "
+        "with the retention and the scrape interval.",
+    )
+    grafana_volume_gib: int = Field(default=10, ge=1, le=1000, description="Grafana's gp3 volume, GiB.")
 
     @field_validator("kube_prometheus_stack_chart_version", "dcgm_exporter_chart_version")
     @classmethod
@@ -1171,14 +1216,17 @@ def _parse_value(raw: Any) -> Any:
 
 
 # Keys read only as Pulumi secrets (pulumi.Config().get_secret), never part of the model.
-SECRET_ONLY_KEYS = ("hfToken", "grafanaAdminPassword")
+SECRET_ONLY_KEYS = ("hfToken", "grafanaAdminPassword", "alertWebhookUrl")
 # What each secret-only key is for (the README's config table lists them with the model's keys).
 SECRET_ONLY_KEY_DESCRIPTIONS = {
     "hfToken": "Hugging Face token for gated models, set only with `pulumi config set --secret hfToken`; "
     "plain text is refused.",
     "grafanaAdminPassword": "Grafana's admin password, set only with "
     "`pulumi config set --secret grafanaAdminPassword`; omitted: the Grafana chart generates one.",
+    "alertWebhookUrl": "The alert webhook's URL (observability.alerting.receiver webhook), set only with "
+    "`pulumi config set --secret alertWebhookUrl`.",
 }
+ALERT_WEBHOOK_KEY = "alertWebhookUrl"
 
 HF_TOKEN_KEY = "hfToken"
 
@@ -1204,6 +1252,7 @@ def validate_stack_config(
     """
     data = {k: _parse_value(v) for k, v in project_values.items()}
     has_hf_token = HF_TOKEN_KEY in data
+    has_webhook_url = ALERT_WEBHOOK_KEY in data
     problems: list[str] = []
     secret = set(secret_keys)
     for key in SECRET_ONLY_KEYS:
@@ -1229,6 +1278,9 @@ def validate_stack_config(
     problems.extend(placement_problems({**data, "region": region}))
     if config is not None:
         problems.extend(gated_model_problems(config, has_hf_token))
+        if config.observability.alerting.receiver == "webhook" and not has_webhook_url:
+            problems.append(f"{PROJECT}:{ALERT_WEBHOOK_KEY}: not set, but observability.alerting.receiver is "
+                            f"webhook; set it with `pulumi config set --secret {ALERT_WEBHOOK_KEY} https://...`")
     if problems or config is None:
         raise ConfigError(problems)
     return config

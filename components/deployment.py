@@ -31,6 +31,7 @@ from components.autoscaler import (
 from components.catalog import gpu_instance_type
 from components.cluster import Cluster, ClusterArgs
 from components.config import (
+    ALERT_WEBHOOK_KEY,
     HF_TOKEN_KEY,
     PROJECT,
     ConfigError,
@@ -45,6 +46,7 @@ from components.network import Network, NetworkArgs
 from components.observability import Observability, ObservabilityArgs
 from components.prices import load_prices
 from components.ray_service import LlmRayService, RayServiceArgs
+from components.storage import EbsStorage, EbsStorageArgs
 from components.system_nodes import SystemNodeGroup, SystemNodeGroupArgs, system_autoscaler_template
 
 # The component's type token: `<package>:index:<class>`, as the provider host names it.
@@ -88,10 +90,12 @@ class LlmPdEksArgs(TypedDict):
     """Hugging Face token for gated models; pass it as a secret."""
     grafana_admin_password: NotRequired[pulumi.Input[str]]
     """Grafana's admin password, as a secret; omitted: the Grafana chart generates one."""
+    alert_webhook_url: NotRequired[pulumi.Input[str]]
+    """The alert webhook's URL (observability.alerting.receiver `webhook`), as a secret."""
 
 
 # Args keys that are not config sections: the secrets.
-SECRET_ARGS = ("hf_token", "grafana_admin_password")
+SECRET_ARGS = ("hf_token", "grafana_admin_password", "alert_webhook_url")
 
 
 def _camel(name: str) -> str:
@@ -111,13 +115,16 @@ def config_from_args(args: "LlmPdEksArgs | dict[str, Any]") -> StackConfig:
     for key, value in dict(args).items():
         if key == "region":
             region = value
-        elif key in SECRET_ARGS or key in ("hfToken", "grafanaAdminPassword"):
+        elif key in SECRET_ARGS or key in ("hfToken", "grafanaAdminPassword", "alertWebhookUrl"):
             continue
         else:
             values[_camel(key)] = value
     if args.get("hf_token") is not None or args.get("hfToken") is not None:
         values[HF_TOKEN_KEY] = "[secret]"  # its presence is what the gated-model check needs
         secret_keys.append(f"{PROJECT}:{HF_TOKEN_KEY}")
+    if args.get("alert_webhook_url") is not None or args.get("alertWebhookUrl") is not None:
+        values[ALERT_WEBHOOK_KEY] = "[secret]"  # its presence is what the webhook-receiver check needs
+        secret_keys.append(f"{PROJECT}:{ALERT_WEBHOOK_KEY}")
     return validate_stack_config(values, region, secret_keys)
 
 
@@ -131,7 +138,8 @@ def engine_values() -> dict[str, Any]:
 
 
 def stack_args(config_values: dict[str, Any], hf_token: Optional[pulumi.Input[str]] = None,
-               grafana_admin_password: Optional[pulumi.Input[str]] = None) -> LlmPdEksArgs:
+               grafana_admin_password: Optional[pulumi.Input[str]] = None,
+               alert_webhook_url: Optional[pulumi.Input[str]] = None) -> LlmPdEksArgs:
     """A stack's config in the engine's form (`project:key` -> JSON text) as `LlmPdEks` inputs."""
     prefix = f"{PROJECT}:"
     by_camel = {_camel(k): k for k in LlmPdEksArgs.__annotations__}
@@ -150,6 +158,8 @@ def stack_args(config_values: dict[str, Any], hf_token: Optional[pulumi.Input[st
         args["hf_token"] = hf_token
     if grafana_admin_password is not None:
         args["grafana_admin_password"] = grafana_admin_password
+    if alert_webhook_url is not None:
+        args["alert_webhook_url"] = alert_webhook_url
     return args  # type: ignore[return-value]
 
 
@@ -350,6 +360,23 @@ class LlmPdEks(pulumi.ComponentResource):
             )
             endpoint = llm.endpoint
 
+        # Volumes that survive a reschedule: the EBS CSI driver (own IRSA role) and the gp3 class, in the
+        # system nodes' AZs (they span every private subnet).
+        storage = EbsStorage(
+            "storage",
+            EbsStorageArgs(
+                cluster_name=cluster_name,
+                cluster=cluster.eks,
+                oidc_provider_arn=cluster.oidc_provider_arn,
+                oidc_issuer=cluster.oidc_issuer,
+                provider=cluster.provider,
+                zones=list(config.network.availability_zones),
+                system_nodes=system_nodes.node_group,
+                tags=tags,
+            ),
+            opts=child,
+        )
+
         # Observability: Prometheus, Grafana, the DCGM exporter, the Ray scrape config, alerts and dashboards.
         if config.observability.enabled:
             listed = load_prices().regions.get(config.region, {}).get("instances", {})
@@ -364,6 +391,12 @@ class LlmPdEks(pulumi.ComponentResource):
                     gpu_node_group=gpu_nodes.node_group,
                     depends_on=[system_nodes.node_group, *addons.addons.values()],
                     grafana_admin_password=_secret(args.get("grafana_admin_password")),
+                    region=config.region,
+                    oidc_provider_arn=cluster.oidc_provider_arn,
+                    oidc_issuer=cluster.oidc_issuer,
+                    alert_webhook_url=_secret(args.get("alert_webhook_url")),
+                    storage_class=storage.storage_class,
+                    tags=tags,
                 ),
                 opts=child,
             )

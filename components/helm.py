@@ -29,6 +29,7 @@ def pinned_release(
     values: dict[str, Any],
     opts: pulumi.ResourceOptions,
     create_namespace: Optional[bool] = None,
+    skip_crds: Optional[bool] = None,
 ) -> k8s.helm.v3.Release:
     """A release of `chart` at exactly `version`, named after the chart."""
     return k8s.helm.v3.Release(
@@ -39,6 +40,7 @@ def pinned_release(
         repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=chart.repo),
         namespace=namespace,
         create_namespace=create_namespace,
+        skip_crds=skip_crds,
         values=values,
         opts=opts,
     )

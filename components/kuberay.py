@@ -22,6 +22,18 @@ from .system_nodes import SYSTEM_LABELS
 
 KUBERAY_CHART = HelmChart("kuberay-operator", "https://ray-project.github.io/kuberay-helm/")
 NAMESPACE = "kuberay-system"
+# CRDs: Helm installs a chart's `crds/` only on first install and never upgrades them, so a chart bump
+# would run the new operator on old schemas. The chart's CRD files (git tag v<chart version>,
+# helm-chart/kuberay-operator/crds/, the four files of v1.7.0) are applied here instead, server-side,
+# each a `yaml/v2` ConfigFile whose URL names the version (a bump replaces them, visibly in the
+# preview), and the Release (skipCrds) waits for them.
+KUBERAY_CRDS = ("rayclusters", "raycronjobs", "rayjobs", "rayservices")
+KUBERAY_CRD_URL = "https://raw.githubusercontent.com/ray-project/kuberay/v{version}/helm-chart/kuberay-operator/crds/ray.io_{crd}.yaml"
+
+
+def crd_urls(chart_version: str) -> dict[str, str]:
+    """The chart's CRD files at the git tag of `chart_version`."""
+    return {crd: KUBERAY_CRD_URL.format(version=chart_version, crd=crd) for crd in KUBERAY_CRDS}
 
 
 def operator_values() -> dict:
@@ -39,16 +51,28 @@ class KubeRayOperatorArgs:
 
 class KubeRayOperator(pulumi.ComponentResource):
     release: k8s.helm.v3.Release
+    crds: dict[str, k8s.yaml.v2.ConfigFile]
 
     def __init__(self, name: str, args: KubeRayOperatorArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-pd-eks:index:KubeRayOperator", name, None, opts)
+        self.crds = {
+            crd: k8s.yaml.v2.ConfigFile(
+                f"{name}-crd-{crd}",
+                file=url,
+                opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.depends_on)),
+            )
+            for crd, url in crd_urls(args.config.chart_version).items()
+        }
         self.release = pinned_release(
             f"{name}-operator",
             KUBERAY_CHART,
             args.config.chart_version,
             NAMESPACE,
             operator_values(),
-            pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.depends_on)),
+            pulumi.ResourceOptions(
+                parent=self, provider=args.provider, depends_on=[*args.depends_on, *self.crds.values()]
+            ),
             create_namespace=True,
+            skip_crds=True,
         )
         self.register_outputs({"status": self.release.status})

@@ -11,6 +11,14 @@ exporter, a PodMonitor for every Ray pod, the alert rules and the serving dashbo
   MetricsPortName; KubeRay's own config/prometheus/podMonitor.yaml scrapes workers the same way) on
   head and worker pods and copies `ray.io/group` into `phase` (prefill, decode,
   headgroup): every vLLM and NIXL series then says which side it comes from.
+- Alerts reach someone: Alertmanager's configuration (components/alerts.py) routes by severity to an
+  SNS topic created here (Alertmanager signs with SigV4 through its own IRSA role, allowed only
+  `sns:Publish` on that topic) or to a webhook whose URL is a Pulumi secret.
+- Prometheus, Alertmanager and Grafana keep their data on gp3 volumes (components/storage.py) in the
+  system nodes' AZs; Prometheus's is sized from retention and scrape load.
+- CRDs: Helm installs a chart's `crds/` only on first install and never upgrades them. The chart's own
+  CRD upgrade job (kube-prometheus-stack 88.5.3 values `crds.upgradeJob`, a pre-install/pre-upgrade
+  hook running `kubectl apply --server-side` of the chart's CRDs) applies them before the operator.
 - EFA device counters: there is no official, pinnable EFA exporter (aws-samples ships a node_exporter
   fork to build yourself). EFA is instead proven by `make verify` (devices allocatable, NIXL on
   LIBFABRIC, KV throughput over the floor) and watched by the KV-throughput alert.
@@ -23,16 +31,18 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
 import pulumi
+import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from . import metrics as m
-from .alerts import rule_groups
+from .alerts import AlertTarget, SnsTarget, WebhookTarget, alertmanager_config, rule_groups
 from .catalog import GpuInstanceType, kv_throughput_floor_gbps
 from .config import ObservabilityConfig
 from .dashboards import DASHBOARD_LABEL, dashboard_json
 from .efa_gpu_nodes import GPU_LABELS, GPU_TOLERATION
 from .helm import HelmChart, pinned_release
 from .ray_service import NAMESPACE as SERVING_NAMESPACE
+from .storage import STORAGE_CLASS, irsa_trust_policy, prometheus_volume
 from .system_nodes import SYSTEM_LABELS
 
 PROMETHEUS_STACK_CHART = HelmChart("kube-prometheus-stack", "https://prometheus-community.github.io/helm-charts")
@@ -42,6 +52,9 @@ NAMESPACE = "monitoring"
 PROMETHEUS_SERVICE = "kube-prometheus-stack-prometheus"
 PROMETHEUS_PORT_NAME = "http-web"
 GRAFANA_ADMIN_SECRET = "grafana-admin"
+# The chart's Alertmanager service account (`<fullname>-alertmanager`, fullname = the release name here).
+ALERTMANAGER_SERVICE_ACCOUNT = "kube-prometheus-stack-alertmanager"
+ALERTMANAGER_VOLUME_GIB = 2  # silences and the notification log
 
 RAY_METRICS_PORT_NAME = "metrics"  # KubeRay utils.MetricsPortName (DefaultMetricsPort 8080)
 RAY_GROUP_LABEL = "ray.io/group"  # KubeRay utils.RayNodeGroupLabelKey: the worker group name
@@ -73,25 +86,58 @@ def ray_pod_monitor_spec() -> dict[str, Any]:
     }
 
 
-def prometheus_stack_values(config: ObservabilityConfig, grafana_secret: Optional[str]) -> dict[str, Any]:
+def _pvc(gib: int) -> dict[str, Any]:
+    """A prometheus-operator `storage(Spec).volumeClaimTemplate` on the gp3 class."""
+    return {"volumeClaimTemplate": {"spec": {
+        "storageClassName": STORAGE_CLASS, "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": f"{gib}Gi"}},
+    }}}
+
+
+def prometheus_stack_values(
+    config: ObservabilityConfig,
+    grafana_secret: Optional[str],
+    alert_target: Optional[AlertTarget] = None,
+    alertmanager_role_arn: Optional[pulumi.Input[str]] = None,
+) -> dict[str, Any]:
     """Everything on the system nodes except node-exporter: a DaemonSet whose chart default (4.56.1,
     the version kube-prometheus-stack 88.5.3 pins) tolerates every NoSchedule taint, the GPU one included."""
     system = dict(SYSTEM_LABELS)
-    grafana: dict[str, Any] = {"nodeSelector": system, "sidecar": {"dashboards": {"enabled": True}}}
+    volume = prometheus_volume(config.prometheus_active_series, SCRAPE_INTERVAL, config.retention)
+    grafana: dict[str, Any] = {
+        "nodeSelector": system,
+        "sidecar": {"dashboards": {"enabled": True}},
+        "persistence": {"enabled": True, "type": "pvc", "storageClassName": STORAGE_CLASS,
+                        "accessModes": ["ReadWriteOnce"], "size": f"{config.grafana_volume_gib}Gi"},
+        # a ReadWriteOnce volume follows one pod: the chart's default RollingUpdate would start the new pod
+        # while the old one still holds it (Grafana chart values: persistence, deploymentStrategy)
+        "deploymentStrategy": {"type": "Recreate"},
+    }
     if grafana_secret is not None:
         grafana["admin"] = {"existingSecret": grafana_secret, "userKey": "admin-user", "passwordKey": "admin-password"}
+    alertmanager: dict[str, Any] = {
+        "alertmanagerSpec": {"nodeSelector": system, "storage": _pvc(ALERTMANAGER_VOLUME_GIB)},
+    }
+    if alert_target is not None:
+        alertmanager["config"] = alertmanager_config(config.alerting, alert_target)
+    if alertmanager_role_arn is not None:
+        alertmanager["serviceAccount"] = {"annotations": {"eks.amazonaws.com/role-arn": alertmanager_role_arn}}
     return {
+        # the chart's own CRD upgrade hook: CRDs applied (server-side) before the operator on every upgrade
+        "crds": {"upgradeJob": {"enabled": True, "forceConflicts": True, "nodeSelector": system}},
         "prometheusOperator": {"nodeSelector": system},
         "prometheus": {
             "prometheusSpec": {
                 "nodeSelector": system,
                 "retention": config.retention,
+                "retentionSize": volume.retention_size,
+                "storageSpec": _pvc(volume.gib),
                 "podMonitorSelectorNilUsesHelmValues": False,
                 "serviceMonitorSelectorNilUsesHelmValues": False,
                 "ruleSelectorNilUsesHelmValues": False,
             }
         },
-        "alertmanager": {"alertmanagerSpec": {"nodeSelector": system}},
+        "alertmanager": alertmanager,
         "grafana": grafana,
         "kube-state-metrics": {
             "nodeSelector": system,
@@ -99,6 +145,12 @@ def prometheus_stack_values(config: ObservabilityConfig, grafana_secret: Optiona
             "metricLabelsAllowlist": ["nodes=[node.kubernetes.io/instance-type]"],
         },
     }
+
+
+def sns_publish_policy(topic_arn: str) -> str:
+    return json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": "sns:Publish", "Resource": topic_arn}
+    ]})
 
 
 def dcgm_values() -> dict[str, Any]:
@@ -124,6 +176,12 @@ class ObservabilityArgs:
     gpu_node_group: pulumi.Resource  # the DCGM exporter exists for these nodes
     depends_on: Sequence[pulumi.Resource] = field(default_factory=tuple)  # system nodes, CNI/DNS add-ons
     grafana_admin_password: Optional[pulumi.Output[str]] = None  # a Pulumi secret
+    region: str = "us-west-2"  # the SNS topic's region (Alertmanager signs for it)
+    oidc_provider_arn: Optional[pulumi.Input[str]] = None  # IRSA for Alertmanager (receiver sns)
+    oidc_issuer: Optional[pulumi.Input[str]] = None
+    alert_webhook_url: Optional[pulumi.Output[str]] = None  # a Pulumi secret (receiver webhook)
+    storage_class: Optional[pulumi.Resource] = None  # the gp3 StorageClass the volumes bind to
+    tags: dict[str, str] = field(default_factory=dict)
 
 
 class Observability(pulumi.ComponentResource):
@@ -134,6 +192,8 @@ class Observability(pulumi.ComponentResource):
     dashboard: k8s.core.v1.ConfigMap
     grafana_secret: Optional[k8s.core.v1.Secret]
     namespace: k8s.core.v1.Namespace
+    alert_topic: Optional[aws.sns.Topic]
+    alertmanager_role: Optional[aws.iam.Role]
 
     def __init__(self, name: str, args: ObservabilityArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-pd-eks:index:Observability", name, None, opts)
@@ -160,13 +220,21 @@ class Observability(pulumi.ComponentResource):
                     parent=self, provider=args.provider, depends_on=[*args.depends_on, *in_namespace]
                 ),
             )
-        secret_deps = [self.grafana_secret] if self.grafana_secret is not None else []
+        secret_deps: list[pulumi.Resource] = [self.grafana_secret] if self.grafana_secret is not None else []
+        if args.storage_class is not None:
+            secret_deps.append(args.storage_class)
+        target = self._alert_target(name, args)
         self.prometheus_stack = pinned_release(
             f"{name}-prometheus-stack",
             PROMETHEUS_STACK_CHART,
             config.kube_prometheus_stack_chart_version,
             NAMESPACE,
-            prometheus_stack_values(config, GRAFANA_ADMIN_SECRET if self.grafana_secret is not None else None),
+            prometheus_stack_values(
+                config,
+                GRAFANA_ADMIN_SECRET if self.grafana_secret is not None else None,
+                target,
+                self.alertmanager_role.arn if self.alertmanager_role is not None else None,
+            ),
             pulumi.ResourceOptions(
                 parent=self, provider=args.provider, depends_on=[*args.depends_on, *in_namespace, *secret_deps]
             ),
@@ -211,5 +279,40 @@ class Observability(pulumi.ComponentResource):
                 "prometheus": f"{PROMETHEUS_SERVICE}.{NAMESPACE}.svc:9090",
                 "kvFloorGbps": floor,
                 "dashboardUid": json.loads(dashboard_json(floor, args.hourly_prices))["uid"],
+                "alertTopicArn": self.alert_topic.arn if self.alert_topic is not None else None,
             }
         )
+
+    def _alert_target(self, name: str, args: ObservabilityArgs) -> Optional[AlertTarget]:
+        """The SNS topic (with its subscriptions and Alertmanager's publish role) or the secret webhook."""
+        alerting = args.config.alerting
+        self.alert_topic, self.alertmanager_role = None, None
+        if alerting.receiver == "webhook":
+            return WebhookTarget(args.alert_webhook_url) if args.alert_webhook_url is not None else None
+        self.alert_topic = aws.sns.Topic(f"{name}-alerts", tags=dict(args.tags),
+                                         opts=pulumi.ResourceOptions(parent=self))
+        for number, sub in enumerate(alerting.sns_subscriptions):
+            aws.sns.TopicSubscription(
+                f"{name}-alerts-{number}",
+                topic=self.alert_topic.arn,
+                protocol=sub.protocol,
+                endpoint=sub.endpoint,
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+        if args.oidc_provider_arn is not None and args.oidc_issuer is not None:
+            self.alertmanager_role = aws.iam.Role(
+                f"{name}-alertmanager-role",
+                description=f"Alertmanager (IRSA, {NAMESPACE}/{ALERTMANAGER_SERVICE_ACCOUNT}): publish alerts to SNS",
+                assume_role_policy=pulumi.Output.all(args.oidc_provider_arn, args.oidc_issuer).apply(
+                    lambda a: irsa_trust_policy(a[0], a[1], NAMESPACE, ALERTMANAGER_SERVICE_ACCOUNT)
+                ),
+                tags=dict(args.tags),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            aws.iam.RolePolicy(
+                f"{name}-alertmanager-publish",
+                role=self.alertmanager_role.id,
+                policy=self.alert_topic.arn.apply(sns_publish_policy),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+        return SnsTarget(self.alert_topic.arn, args.region)

@@ -180,8 +180,9 @@ def test_cluster_settings(run: ProgramRun):
 
 
 def test_core_addons_are_eks_managed(run: ProgramRun):
-    addons = {a.inputs["addonName"]: a for a in run.of_type("aws:eks/addon:Addon")}
-    assert set(addons) == {"vpc-cni", "coredns", "kube-proxy"}
+    managed = {a.inputs["addonName"]: a for a in run.of_type("aws:eks/addon:Addon")}
+    assert set(managed) == {"vpc-cni", "coredns", "kube-proxy", "aws-ebs-csi-driver"}  # EBS CSI: components/storage.py
+    addons = {k: v for k, v in managed.items() if k != "aws-ebs-csi-driver"}
     eks = run.one("eks:index:Cluster")
     assert eks.inputs["useDefaultVpcCni"] is True  # pulumi-eks installs no second copy
     assert eks.inputs["corednsAddonOptions"]["enabled"] is False
@@ -193,7 +194,9 @@ def test_core_addons_are_eks_managed(run: ProgramRun):
 
 def test_node_groups_wait_for_cluster_and_role(run: ProgramRun):
     eks = run.one("eks:index:Cluster")
-    attachments = {a.urn for a in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")}
+    # the node role's attachments (the Cluster component's); IRSA roles of add-ons are not the nodes'
+    attachments = {a.urn for a in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+                   if "::llm-pd-eks:index:Cluster$" in a.urn}
     assert len(attachments) >= 3
     for ng in run.of_type(NODE_GROUP):
         assert eks.urn in ng.dependencies

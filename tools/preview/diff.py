@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional
 from tools.cli import ROOT, ArgumentParser, Exit, ToolError, checkout_root, fresh_out_dir, one_line, run
 from tools.gpu_roll import classify_gpu_roll
 from tools.preview import fmt
+from tools.preview.crds import crd_changes
 from tools.preview.report import Report, VerdictRecord
 from tools.rollout import classify_resources
 from tools.stackfile import stack_file
@@ -250,6 +251,7 @@ def render(diff: Diff) -> str:
     out += [f"**Roll-out:** {rollout.describe()}" for _, rollout in diff.rollouts if rollout.kind != "no change"]
     if diff.gpu_roll is not None and diff.gpu_roll.kind != "no change":
         out.append(f"**GPU nodes:** {diff.gpu_roll.describe()}")
+    out += [f"**CRDs:** {line}" for line in crd_changes(diff.added, diff.removed, diff.changed)]
     out += ["", "| Figure | Before | After |", "|---|---|---|"]
     for name, before, after in _figure_rows(diff.base_report, diff.head_report):
         mark = "" if before == after else " **(changed)**"

@@ -1,0 +1,230 @@
+"""`make cost-audit` offline: Cost Explorer from a moto server (moto 5.2.5 serves queued
+`get_cost_and_usage` results, POSTed to its /moto-api/static/ce/cost-and-usage-results and handed out
+in request order, one per distinct request), the cluster's Prometheus a real Debian Prometheus over
+backfilled series, Service Quotas a botocore Stubber on a real client (moto has no ec2 quota codes).
+
+The expectations are computed from the series and costs fed in, not copied from a run.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+import time
+import urllib.request
+import zlib
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Iterator
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+from prom_fixtures import Series, backfill, free_port, process, prometheus, wait_for
+
+from components import metrics as m
+from components.catalog import gpu_instance_type
+from tools import cost_audit
+from tools.cli import Exit, run
+from tools.preview.mockrun import stack_config
+
+STACK = "dev"
+CONFIG = stack_config(STACK)
+GPU = gpu_instance_type(CONFIG.gpu_nodes.instance_type)
+HOURS = 6
+MINUTES = HOURS * 60
+BUSY_DECODE_MIN = 120  # decode GPUs work for 2 h, then idle (2 % utilisation) for 4 h
+DECODE_TOKENS_PER_MIN = 60_000
+PREFILL_ENGINES, DECODE_ENGINES = 4, 1
+
+GPU_COST, SYSTEM_COST, EKS_COST, OTHER_COST, VPC_COST = 880.00, 64.50, 16.80, 45.10, 30.00
+GPU_HOURS_BILLED = 2 * HOURS * 7.0  # two GPU nodes over the billed days (any figure: only the shares matter)
+
+
+def series() -> Series:
+    gpus = range(GPU.gpus)
+    util = [({"node": "ip-10-10-1-11", "gpu": str(g), "modelName": GPU.nvml_gpu_name}, lambda i: 80.0) for g in gpus]
+    util += [({"node": "ip-10-10-1-12", "gpu": str(g), "modelName": GPU.nvml_gpu_name},
+              lambda i: 20.0 if i < BUSY_DECODE_MIN else 2.0) for g in gpus]
+    running = [({"phase": "prefill", "node": "ip-10-10-1-11", "pod": f"llm-pd-prefill-{n}"}, lambda i: 3.0)
+               for n in range(PREFILL_ENGINES)]
+    running += [({"phase": "decode", "node": "ip-10-10-1-12", "pod": "llm-pd-decode-0"}, lambda i: 40.0)]
+    tokens = [({"phase": "decode", "pod": "llm-pd-decode-0"}, lambda i: DECODE_TOKENS_PER_MIN * i),
+              ({"phase": "prefill", "pod": "llm-pd-prefill-0"}, lambda i: 200.0 * i)]
+    return {m.GPU_UTIL: util, m.RUNNING: running, m.GENERATION_TOKENS: tokens}
+
+
+def ce_results() -> list[dict[str, Any]]:
+    """Queued in the order the audit asks: by SERVICE, by INSTANCE_TYPE, by PURCHASE_TYPE."""
+    def day(groups: list[tuple[str, dict[str, float]]]) -> dict[str, Any]:
+        return {"ResultsByTime": [{
+            "TimePeriod": {"Start": "2026-11-30", "End": "2026-12-01"}, "Total": {}, "Estimated": False,
+            "Groups": [{"Keys": [k], "Metrics": {n: {"Amount": f"{v:.4f}", "Unit": "USD" if n.endswith("Cost") else
+                                                    "Hrs"} for n, v in metrics.items()}} for k, metrics in groups],
+        }], "DimensionValueAttributes": []}
+
+    return [
+        day([(cost_audit.EC2_COMPUTE, {"UnblendedCost": GPU_COST + SYSTEM_COST}),
+             ("Amazon Elastic Container Service for Kubernetes", {"UnblendedCost": EKS_COST}),
+             ("EC2 - Other", {"UnblendedCost": OTHER_COST}),
+             ("Amazon Virtual Private Cloud", {"UnblendedCost": VPC_COST})]),
+        day([(GPU.name, {"UnblendedCost": GPU_COST, "UsageQuantity": GPU_HOURS_BILLED}),
+             (CONFIG.system_nodes.instance_type, {"UnblendedCost": SYSTEM_COST, "UsageQuantity": 2 * HOURS * 7.0})]),
+        day([(cost_audit.ON_DEMAND, {"UnblendedCost": GPU_COST, "UsageQuantity": GPU_HOURS_BILLED})]),
+    ]
+
+
+@pytest.fixture
+def moto_url(tmp_path: Path) -> Iterator[str]:
+    """A moto server of its own (the CE queue is per server), stopped afterwards."""
+    port = free_port()
+    args = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    with process(args, tmp_path / "moto.log"):
+        url = f"http://127.0.0.1:{port}"
+        wait_for("moto server", lambda: urllib.request.urlopen(f"{url}/moto-api/data.json", timeout=5).status == 200)
+        yield url
+
+
+def queue(url: str, results: list[dict[str, Any]]) -> None:
+    request = urllib.request.Request(f"{url}/moto-api/static/ce/cost-and-usage-results",
+                                     data=json.dumps({"results": results}).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 201
+
+
+def quotas(vcpus: float) -> tuple[Any, Stubber]:
+    client = boto3.client("service-quotas", region_name=CONFIG.region, aws_access_key_id="testing",
+                          aws_secret_access_key="testing")
+    stub = Stubber(client)
+    code = GPU.family_quota_code
+    stub.add_response("get_service_quota", {"Quota": {"ServiceCode": "ec2", "QuotaCode": code, "Value": vcpus,
+                                                      "QuotaName": "Running On-Demand P instances"}},
+                      {"ServiceCode": "ec2", "QuotaCode": code})
+    stub.activate()
+    return client, stub
+
+
+def ce_client(url: str) -> Any:
+    return boto3.client("ce", region_name="us-east-1", endpoint_url=url, aws_access_key_id="testing",
+                        aws_secret_access_key="testing")
+
+
+def png_size_and_pixels(data: bytes) -> tuple[int, int, bytes]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, chunks = 8, {}
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos:pos + 4])
+        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
+        (crc,) = struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])
+        assert crc == zlib.crc32(kind + body), kind
+        chunks.setdefault(kind, b"")
+        chunks[kind] += body
+        pos += 12 + length
+    width, height, depth, color = struct.unpack(">IIBB", chunks[b"IHDR"][:10])
+    assert (depth, color) == (8, 2)
+    raw = zlib.decompress(chunks[b"IDAT"])
+    assert len(raw) == height * (1 + 3 * width)
+    return width, height, raw
+
+
+def test_audit_from_all_sources(tmp_path: Path, moto_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    queue(moto_url, ce_results())
+    quota_vcpus = 4 * GPU.vcpus  # four nodes' worth: maxSize + surge needs more
+    sq, stub = quotas(quota_vcpus)
+    data = backfill(tmp_path, series(), MINUTES)
+    out = tmp_path / "out"
+    with prometheus(tmp_path, data, {"global": {"scrape_interval": "15s"}}) as prom:
+        code = cost_audit.main(["--stack", STACK, "--since", "1d", "--prometheus", prom, "--out", str(out)],
+                               clients=(ce_client(moto_url), sq), now=datetime.now(UTC))
+    stub.assert_no_pending_responses()
+    err = capsys.readouterr().err
+    assert code == Exit.OK, err
+    for source in ("cost explorer", "prometheus", "service quotas", "make size"):
+        assert f"cost-audit: {source}: ok" in err  # a progress line per source
+
+    report = json.loads((out / "report.json").read_text())
+    assert report["spend_by_component"] == {
+        "gpu-nodes": GPU_COST, "system-nodes": SYSTEM_COST, "ebs-nat-transfer": OTHER_COST, "network": VPC_COST,
+        "eks-control-plane": EKS_COST}
+    assert report["total_spend"] == pytest.approx(GPU_COST + SYSTEM_COST + EKS_COST + OTHER_COST + VPC_COST)
+    gpu = report["gpu"]
+    gpus = 2 * GPU.gpus
+    assert gpu["gpu_hours"] == pytest.approx(gpus * HOURS, rel=0.01)
+    idle_hours = GPU.gpus * (MINUTES - BUSY_DECODE_MIN) / 60
+    assert gpu["idle_gpu_hours"] == pytest.approx(idle_hours, rel=0.01)
+    decode_util = (20.0 * BUSY_DECODE_MIN + 2.0 * (MINUTES - BUSY_DECODE_MIN)) / MINUTES
+    assert gpu["util_by_phase_percent"]["prefill"] == pytest.approx(80.0)
+    assert gpu["util_by_phase_percent"]["decode"] == pytest.approx(decode_util, abs=0.2)
+    assert (gpu["nodes_min"], gpu["nodes_max"]) == (2, 2)
+    decode_tokens = DECODE_TOKENS_PER_MIN * MINUTES
+    assert report["tokens_by_phase"]["decode"] == pytest.approx(decode_tokens, rel=0.01)
+    assert report["replicas"]["max"] == {"decode": DECODE_ENGINES, "prefill": PREFILL_ENGINES}
+    assert report["actual_usd_per_mtok"] == pytest.approx(GPU_COST / (decode_tokens / 1e6), rel=0.01)
+    assert report["idle_spend"] == pytest.approx(GPU_COST * idle_hours / (gpus * HOURS), rel=0.01)
+    assert report["reservation_coverage"] == 0.0
+    surge = 2  # one AZ: twice the AZs beats maxUnavailable 1
+    need = (CONFIG.gpu_nodes.max_size + surge) * GPU.vcpus
+    assert report["quota"]["needed_vcpus"] == need and report["quota"]["headroom_vcpus"] == quota_vcpus - need
+    from tools import sizing
+
+    sized = sizing.size(STACK, CONFIG, sizing.load_workload(cost_audit.ROOT / "workloads" / f"{STACK}.yaml"))
+    assert report["predicted"]["disaggregated_usd_per_mtok"] == sized.disaggregated.usd_per_mtok
+
+    recs = " ".join(report["recommendations"])
+    assert "Idle GPUs" in recs and f"${report['idle_spend']:,.2f}" in recs
+    assert "prefill: peaked at maxReplicas" in recs and "decode: never above 1 of maxReplicas 4" in recs
+    assert "shift replicas toward prefill" in recs
+    assert "Reservations: 0% of GPU instance hours" in recs
+    if quota_vcpus < need:
+        assert f"request {need - quota_vcpus} more vCPUs" in recs
+
+    md = (out / "report.md").read_text()
+    assert "## Spend by component" in md and "| gpu-nodes | $880.00 |" in md and "## Recommendations" in md
+    width, height, raw = png_size_and_pixels((out / "spend.png").read_bytes())
+    assert width == 900 and height > 5 * 34  # one row per component
+    first_bar = bytes((31, 119, 180))
+    assert first_bar in raw  # the bars are drawn
+
+
+def test_every_source_missing_is_named_not_fatal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    closed = f"http://127.0.0.1:{free_port()}"
+    from botocore.config import Config
+
+    cfg = Config(connect_timeout=2, read_timeout=2, retries={"mode": "standard", "total_max_attempts": 1})
+    ce = boto3.client("ce", region_name="us-east-1", endpoint_url=closed, aws_access_key_id="testing",
+                      aws_secret_access_key="testing", config=cfg)
+    sq = boto3.client("service-quotas", region_name="us-west-2", endpoint_url=closed, aws_access_key_id="testing",
+                      aws_secret_access_key="testing", config=cfg)
+    out = tmp_path / "out"
+    started = time.monotonic()
+    code = cost_audit.main(["--stack", STACK, "--out", str(out), "--workload", str(tmp_path / "none.yaml")],
+                           clients=(ce, sq))
+    err = capsys.readouterr().err
+    assert code == Exit.UNVERIFIED
+    assert time.monotonic() - started < 120  # bounded: short timeouts, no retry storm
+    for source in ("cost explorer", "prometheus", "service quotas", "make size"):
+        assert f"cost-audit: {source}: unavailable: " in err
+    md = (out / "report.md").read_text()
+    assert md.count("UNAVAILABLE") == 4 and "no --prometheus URL" in md
+    assert (out / "spend.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--stack", STACK, "--since", "7 days"], "give a window such as 7d"),
+    (["--stack", STACK, "--since", "120d"], "at most 90d"),
+    (["--stack", STACK, "--prometheus", "localhost:9090"], "is not a URL"),
+    (["--stack", "nosuch"], "nosuch"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv: list[str], words: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code = run("cost-audit", lambda a: cost_audit.main(a, clients=(None, None)), argv)
+    err = capsys.readouterr().err.strip()
+    assert code == Exit.USAGE and "\n" not in err and words in err and err.startswith("cost-audit: ")
+
+
+def test_the_cli_runs_as_a_module(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "tools.cost_audit", "--stack", STACK, "--since", "0d"],
+                            cwd=cost_audit.ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == Exit.USAGE and "Traceback" not in result.stderr
