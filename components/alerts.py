@@ -3,7 +3,7 @@
 Each rule names a failure that returns 200 OK and so hides from a health check:
 - KV transfers failing (NIXL counts them on the decode side);
 - no KV bytes moving while decode generates tokens: requests are not disaggregated at all;
-- KV throughput below the floor of the GPU type (catalog.kv_throughput_floor_gbps): NIXL is off
+- KV throughput below the floor of the GPU type (kv_transfer.kv_rank_floor_gbps): NIXL is off
   EFA, typically on UCX over TCP, which still works, only many times slower;
 - TTFT / inter-token latency burning their SLO error budget, per phase (prefill vs decode);
 - the decode KV cache nearly full (requests queue, then get preempted);
@@ -22,8 +22,9 @@ from typing import Any, Union
 import pulumi
 
 from . import metrics as m
-from .catalog import GpuInstanceType, kv_throughput_floor_gbps
+from .catalog import GpuInstanceType
 from .config import AlertingConfig, ObservabilityConfig
+from .kv_transfer import kv_rank_floor_gbps
 from .ray_service import NAMESPACE as SERVING_NAMESPACE
 
 GROUP_NAME = "llm-pd-eks.serving"
@@ -90,7 +91,7 @@ def _alert(config: ObservabilityConfig, name: str, expr: str, for_: str, severit
 
 def alert_rules(config: ObservabilityConfig, instance: GpuInstanceType) -> list[dict[str, Any]]:
     """The alerting rules, thresholds from the stack config and the GPU catalog."""
-    floor = kv_throughput_floor_gbps(instance, config.kv_throughput_floor_fraction)
+    floor = kv_rank_floor_gbps(instance, config.kv_throughput_floor_fraction)
     decode = f'{m.PHASE_LABEL}="decode"'
     return [
         _alert(

@@ -304,15 +304,3 @@ CLUSTER_AUTOSCALER_TAGS: dict[str, str] = {
 # components/alerts.py), and Ray reconstructs histogram sums from bucket midpoints, so the measured
 # figure is noisy; a NIXL that fell back to TCP (UCX) runs many times below the reference, not 2x.
 KV_FLOOR_FRACTION = 0.5
-
-
-def kv_throughput_floor_gbps(instance: GpuInstanceType, fraction: float = KV_FLOOR_FRACTION) -> float:
-    """Gbit/s per KV transfer below which NIXL is assumed to have left EFA, for `instance`.
-
-    vLLM's NIXL throughput is per rank (one GPU's transfers: NixlKVConnectorStats.reduce), so the
-    reference is one GPU's share of the node's figure: the measured NIXL-over-EFA throughput
-    (`nixl_efa_measured_gbps`, per node) where one exists, otherwise the node's EFA bandwidth.
-    """
-    measured = instance.nixl_efa_measured_gbps
-    node_gbps = measured if measured is not None else instance.network_gbps
-    return round(fraction * node_gbps / instance.gpus, 3)

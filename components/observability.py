@@ -36,11 +36,12 @@ import pulumi_kubernetes as k8s
 
 from . import metrics as m
 from .alerts import AlertTarget, SnsTarget, WebhookTarget, alertmanager_config, rule_groups
-from .catalog import GpuInstanceType, kv_throughput_floor_gbps
+from .catalog import GpuInstanceType
 from .config import ObservabilityConfig
 from .dashboards import DASHBOARD_LABEL, dashboard_json
 from .efa_gpu_nodes import GPU_LABELS, GPU_TOLERATION
 from .helm import HelmChart, pinned_release
+from .kv_transfer import kv_rank_floor_gbps
 from .ray_service import NAMESPACE as SERVING_NAMESPACE
 from .storage import STORAGE_CLASS, irsa_trust_policy, prometheus_volume
 from .system_nodes import SYSTEM_LABELS
@@ -267,7 +268,7 @@ class Observability(pulumi.ComponentResource):
             spec={"groups": rule_groups(config, args.instance)},
             opts=after_stack,
         )
-        floor = kv_throughput_floor_gbps(args.instance, config.kv_throughput_floor_fraction)
+        floor = kv_rank_floor_gbps(args.instance, config.kv_throughput_floor_fraction)
         self.dashboard = k8s.core.v1.ConfigMap(
             f"{name}-dashboard",
             metadata=k8s.meta.v1.ObjectMetaArgs(name="llm-pd-dashboard", namespace=NAMESPACE, labels=DASHBOARD_LABEL),

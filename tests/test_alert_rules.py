@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import shutil
 import subprocess
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +21,16 @@ from helpers import requires_binary
 
 from components import metrics as m
 from components.alerts import KV_THROUGHPUT_RECORD, rule_groups
-from components.catalog import GPU_INSTANCE_TYPES, kv_throughput_floor_gbps
+from components.catalog import GPU_INSTANCE_TYPES
 from components.config import ObservabilityConfig
+from components.kv_transfer import kv_band, kv_rank_floor_gbps
+from components.models import MODELS
 from components.ray_service import NAMESPACE
 
 PROMTOOL = shutil.which("promtool")
 CONFIG = ObservabilityConfig()
 INSTANCE = GPU_INSTANCE_TYPES["g6e.12xlarge"]
-FLOOR = kv_throughput_floor_gbps(INSTANCE, CONFIG.kv_throughput_floor_fraction)
+FLOOR = kv_rank_floor_gbps(INSTANCE, CONFIG.kv_throughput_floor_fraction)
 
 DEC = 'phase="decode",pod="llm-pd-decode-worker-a"'
 PRE = 'phase="prefill",pod="llm-pd-prefill-worker-a"'
@@ -169,13 +170,14 @@ def test_every_alert_has_a_firing_and_a_quiet_case() -> None:
     assert {(name, fires) for name in alerts for fires in (True, False)} <= set(cases)
 
 
-def test_floor_follows_the_catalog() -> None:
-    """The floor comes from the GPU type: a measured figure where one exists, else the per-GPU EFA share."""
-    assert FLOOR == pytest.approx(0.5 * INSTANCE.network_gbps / INSTANCE.gpus)
-    big = GPU_INSTANCE_TYPES["p5.48xlarge"]
-    measured = replace(big, nixl_efa_measured_gbps=76.8)  # a measured figure wins over the line rate
-    assert kv_throughput_floor_gbps(measured, 0.5) == pytest.approx(0.5 * 76.8 / big.gpus)
-    assert big.nixl_efa_measured_gbps is not None  # the catalog's measured figure is what p5 is held to
-    assert kv_throughput_floor_gbps(big, 0.5) == pytest.approx(0.5 * big.nixl_efa_measured_gbps / big.gpus)
-    rules = {r.get("alert"): r for r in rule_groups(CONFIG, big)[0]["rules"]}
-    assert f"< {kv_throughput_floor_gbps(big, 0.5)}" in rules["KVThroughputBelowFloor"]["expr"]
+def test_floor_is_the_kv_models_per_rank_rate() -> None:
+    """The alert's floor is `fraction` of the per-rank rate the KV model plans with (the one model that
+    `make size`, the preview and `make verify` use): one rank's EFA interfaces at the measured efficiency."""
+    for name in ("p4d.24xlarge", "p5.48xlarge"):
+        instance = GPU_INSTANCE_TYPES[name]
+        band = kv_band(next(iter(MODELS.values())), 1, 2, instance)
+        assert band.rdma and kv_rank_floor_gbps(instance, 0.5) == pytest.approx(0.5 * band.measured_gbps, abs=1e-3)
+        rules = {r.get("alert"): r for r in rule_groups(CONFIG, instance)[0]["rules"]}
+        assert f"< {kv_rank_floor_gbps(instance, 0.5)}" in rules["KVThroughputBelowFloor"]["expr"]
+    # p5: 32 interfaces / 8 GPUs = 4 per rank, x 100 Gbit/s x 0.192 = 76.8 Gbit/s, the measured figure.
+    assert kv_rank_floor_gbps(GPU_INSTANCE_TYPES["p5.48xlarge"], 1.0) == pytest.approx(76.8, abs=1e-3)

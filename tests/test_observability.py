@@ -16,9 +16,10 @@ from helpers import DATA, config_problems, merged, validate_values
 
 from components import metrics as m
 from components.alerts import rule_groups
-from components.catalog import GPU_INSTANCE_TYPES, kv_throughput_floor_gbps
+from components.catalog import GPU_INSTANCE_TYPES
 from components.dashboards import DASHBOARD_LABEL, DASHBOARD_UID, expressions, hourly_cost_expr
 from components.efa_gpu_nodes import GPU_TOLERATION
+from components.kv_transfer import kv_rank_floor_gbps
 from components.observability import DCGM_CHART, PROMETHEUS_STACK_CHART
 from components.ray_service import NAMESPACE as SERVING_NAMESPACE
 from tools.preview.mockrun import PROJECT, ProgramRun, load_stack_config, run_program
@@ -131,7 +132,7 @@ def test_prometheus_rule_matches_the_crd_and_the_gpu_floor(run: ProgramRun):
     config = checked_in_config(run.stack)
     instance = GPU_INSTANCE_TYPES[config.gpu_nodes.instance_type]
     assert rule["spec"]["groups"] == rule_groups(config.observability, instance)
-    floor = kv_throughput_floor_gbps(instance, config.observability.kv_throughput_floor_fraction)
+    floor = kv_rank_floor_gbps(instance, config.observability.kv_throughput_floor_fraction)
     (kv,) = [r for r in rule["spec"]["groups"][0]["rules"] if r.get("alert") == "KVThroughputBelowFloor"]
     assert kv["expr"].endswith(f"< {floor}")
     broken = json.loads(json.dumps(rule))

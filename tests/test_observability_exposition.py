@@ -18,14 +18,15 @@ from verify_fakes import Prometheus, RayExporter
 
 from components import metrics as m
 from components.alerts import GROUP_NAME, KV_THROUGHPUT_RECORD, rule_groups
-from components.catalog import GPU_INSTANCE_TYPES, kv_throughput_floor_gbps
+from components.catalog import GPU_INSTANCE_TYPES, KV_FLOOR_FRACTION
 from components.config import ObservabilityConfig
 from components.dashboards import dashboard, expressions
+from components.kv_transfer import kv_rank_floor_gbps
 
 pytestmark = requires_binary("prometheus")
 INSTANCE = GPU_INSTANCE_TYPES["g6e.12xlarge"]
 CONFIG = ObservabilityConfig()
-FLOOR = kv_throughput_floor_gbps(INSTANCE)
+FLOOR = kv_rank_floor_gbps(INSTANCE, KV_FLOOR_FRACTION)
 
 
 @pytest.fixture(scope="module")
