@@ -1361,7 +1361,7 @@ def engine_problems(
 
 def load_stack_config() -> StackConfig:
     """Read and validate the running stack's config (raises ConfigError listing every problem)."""
-    from pulumi.runtime import config as runtime_config
+    from components.pulumi_sdk import runtime_config
 
     merged: dict[str, Any] = dict(runtime_config.get_config_env())
     merged.update(runtime_config.CONFIG.get())

@@ -38,3 +38,17 @@ def _policy_pack_lifetime() -> Iterator[None]:
 
     policy_fixtures.close_pack()
 
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked `requires_binary(name)` fails, never skips, when `name` is not on PATH."""
+    import shutil
+
+    for mark in item.iter_markers("requires_binary"):
+        (name,) = mark.args
+        if shutil.which(name) is None:
+            pytest.fail(
+                f"{name} is not on PATH: `make test` installs it (scripts/test-binaries.sh: Debian packages "
+                "prometheus and prometheus-alertmanager)",
+                pytrace=False,
+            )

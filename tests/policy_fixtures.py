@@ -14,8 +14,8 @@ from typing import Any, Optional
 import yaml
 from google.protobuf import struct_pb2
 from helpers import LAUNCH_TEMPLATE, NODE_GROUP, PLACEMENT_GROUP, RAY_SERVICE, SUBNET
-from pulumi.runtime.proto import analyzer_pb2
 
+from components.pulumi_sdk import analyzer_pb2
 from policies.rules.efa_table import EFA_NETWORK_CARDS
 from tools.preview.analyzer import UNKNOWN, PolicyPackServer, Verdict
 

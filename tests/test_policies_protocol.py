@@ -9,9 +9,9 @@ import pytest
 from google.protobuf import json_format
 from helpers import LAUNCH_TEMPLATE
 from policy_fixtures import Res, gpu_stack, judge, of, pack
-from pulumi.runtime.proto import analyzer_pb2
 
 from components.catalog import EC2_GPU_TYPES, GPU_INSTANCE_TYPES
+from components.pulumi_sdk import analyzer_pb2
 from tools.preview.analyzer import ROOT, PolicyPackServer
 
 # The program's copy of the generated table: every EFA GPU type EC2 lists, not only those the

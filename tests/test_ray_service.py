@@ -14,10 +14,10 @@ import pytest
 import yaml
 from google.protobuf import json_format
 from helpers import DATA, NODE_GROUP, RAY_SERVICE, engine_config_with
-from pulumi.runtime import rpc
 
 from components.catalog import GPU_INSTANCE_TYPES
 from components.models import MODELS
+from components.pulumi_sdk import rpc
 from tools.preview.mockrun import PROJECT, ProgramRun, Registration, load_stack_config, run_program, stack_config
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -430,7 +430,7 @@ def test_a_disruption_budget_keeps_the_last_pod_of_each_role(run: ProgramRun):
 @pytest.fixture
 def register_requests(monkeypatch):
     """The raw RegisterResource requests of a run (resource options the recording leaves out)."""
-    from pulumi.runtime.mocks import MockMonitor
+    from components.pulumi_sdk import MockMonitor
 
     seen: dict[str, object] = {}
     original = MockMonitor.RegisterResource

@@ -25,12 +25,11 @@ from typing import IO, TYPE_CHECKING, Any, Iterable, Optional, Union
 
 import grpc
 from google.protobuf import empty_pb2, json_format, struct_pb2
-from pulumi.runtime import rpc
-from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 
 if TYPE_CHECKING:  # pragma: no cover
     from tools.preview.mockrun import ProgramRun, Registration
 
+from components.pulumi_sdk import analyzer_pb2, analyzer_pb2_grpc, rpc
 from tools.cli import ROOT
 
 POLICY_PACK_DIR = ROOT / "policies"

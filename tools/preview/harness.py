@@ -22,9 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-# The wire format's marker keys (secrets, unknowns, resource refs), for turning inputs into plain JSON.
-from pulumi.runtime import rpc
-
+from components.pulumi_sdk import rpc  # the wire format's marker keys (secrets, unknowns, resource refs)
 from tools.cli import ROOT, Exit, ToolError, checkout_root, fresh_out_dir
 from tools.preview.report import Figures, PackInfo, Report, VerdictRecord
 

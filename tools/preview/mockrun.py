@@ -170,7 +170,7 @@ def _eks_cluster_state(name: str, inputs: dict[str, Any], ids: dict[str, str]) -
 
 def _resource_ref(urn: str, id_: str) -> dict[str, Any]:
     """A resource reference as the engine sends it (what a component's resource-typed output is)."""
-    from pulumi.runtime import rpc
+    from components.pulumi_sdk import rpc
 
     return {rpc._special_sig_key: rpc._special_resource_sig, "urn": urn, "id": id_, "packageVersion": ""}
 
@@ -231,7 +231,7 @@ class _Mocks(Mocks):
         if args.typ == "eks:index:Cluster" and self.monitor is not None:
             # pulumi-eks's `eksCluster` output is a reference to its inner aws.eks.Cluster; the SDK
             # resolves it with the engine's getResource, which the mock monitor answers from here.
-            from pulumi.runtime.mocks import MockMonitor
+            from components.pulumi_sdk import MockMonitor
 
             ids = eks_cluster_ids(args.name)
             state = _eks_cluster_state(args.name, args.inputs, ids)
@@ -263,8 +263,8 @@ def _make_monitor(
     mocks: _Mocks, recorded: list[Registration], stack_outputs: dict[str, Any], secret_outputs: set[str]
 ):
     from google.protobuf import struct_pb2
-    from pulumi.runtime import rpc
-    from pulumi.runtime.mocks import MockMonitor
+
+    from components.pulumi_sdk import MockMonitor, rpc
 
     class RecordingMonitor(MockMonitor):
         def RegisterResource(self, request):
@@ -316,10 +316,8 @@ def run_program(
     `config` defaults to the stack's Pulumi.<stack>.yaml. Exceptions from the program propagate.
     """
     import pulumi
-    from pulumi.runtime import config as runtime_config
-    from pulumi.runtime import settings
-    from pulumi.runtime.stack import run_in_stack
-    from pulumi.runtime.sync_await import _sync_await
+
+    from components.pulumi_sdk import run_in_stack, runtime_config, settings, sync_await
 
     if config is None:
         config, secret_keys = load_stack_config(stack, root)
@@ -343,7 +341,7 @@ def run_program(
         def program() -> None:
             runpy.run_path(str(root / "__main__.py"), run_name="__main__")
 
-        _sync_await(run_in_stack(program))
+        sync_await(run_in_stack(program))
     except BaseException as exc:
         exc.registrations = recorded  # type: ignore[attr-defined]  # what got registered before the failure
         raise
