@@ -130,7 +130,7 @@ def config_from_args(args: "LlmPdEksArgs | dict[str, Any]") -> StackConfig:
 
 def engine_values() -> dict[str, Any]:
     """The running stack's config in the engine's form (`project:key` -> text), as the program sees it."""
-    from pulumi.runtime import config as runtime_config
+    from components.pulumi_sdk import runtime_config
 
     merged: dict[str, Any] = dict(runtime_config.get_config_env())
     merged.update(runtime_config.CONFIG.get())

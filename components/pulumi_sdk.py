@@ -33,7 +33,7 @@ VERSION = _check_version()
 from pulumi.runtime import config as runtime_config  # noqa: E402
 from pulumi.runtime import rpc, settings  # noqa: E402
 from pulumi.runtime.mocks import MockMonitor  # noqa: E402
-from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc  # noqa: E402
+from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc, provider_pb2, provider_pb2_grpc  # noqa: E402
 from pulumi.runtime.stack import run_in_stack  # noqa: E402
 from pulumi.runtime.sync_await import _sync_await as sync_await  # noqa: E402
 
@@ -43,6 +43,8 @@ __all__ = [
     "MockMonitor",
     "analyzer_pb2",
     "analyzer_pb2_grpc",
+    "provider_pb2",
+    "provider_pb2_grpc",
     "rpc",
     "run_in_stack",
     "runtime_config",

@@ -34,7 +34,7 @@ START_TIMEOUT_S = 240
 @pytest.fixture(scope="module")
 def schema() -> Iterator[dict[str, Any]]:
     """GetSchema from the plugin, started as the language host starts it: `python <folder> <engine>`."""
-    from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
+    from components.pulumi_sdk import provider_pb2, provider_pb2_grpc
 
     # The engine address is only dialled by Construct; GetSchema never reaches it.
     proc = subprocess.Popen([sys.executable, str(PROVIDER), "127.0.0.1:9"], stdout=subprocess.PIPE,

@@ -10,8 +10,8 @@ import math
 import pytest
 from helpers import NODE_GROUP
 from policy_fixtures import Res, gpu_stack, judge, mandatory, of, pack
-from pulumi.runtime.proto import analyzer_pb2
 
+from components.pulumi_sdk import analyzer_pb2
 from policies.rules import intake
 
 DECODE = intake.POLICY_NAME

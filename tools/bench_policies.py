@@ -15,8 +15,8 @@ import time
 from typing import Optional
 
 from google.protobuf import struct_pb2
-from pulumi.runtime.proto import analyzer_pb2
 
+from components.pulumi_sdk import analyzer_pb2
 from tools.cli import run
 from tools.preview.analyzer import PolicyPackServer
 
