@@ -14,8 +14,9 @@ Second, separate assertion: the KubeRay autoscaler's view of each group (Ray's a
 `_generate_available_node_types_from_ray_cr_spec`, which reads the group spec, not the pod) fits a
 replica (Ray's own bin-packing of a pending STRICT_PACK group) and advertises what the raylet reports.
 
-Deterministic on a loaded two-core machine: one local Ray cluster per case, torn down after it, so
-at most a handful of raylets run at once; Ray's GCS health checks and the node-registration wait
+Deterministic on a loaded two-core machine: one Ray head for the module (started once: Ray waits
+a fixed 30 s for a starting node to register), each case's worker raylets removed after it, so at
+most a handful run at once; Ray's GCS health checks and the node-registration wait
 are generous (RayConfig names from src/ray/common/ray_config_def.h: health_check_initial_delay_ms,
 health_check_period_ms, health_check_timeout_ms, health_check_failure_threshold); waits are for a
 placement outcome, never a fixed sleep: a case waits (long, bounded) for the groups that can place,
@@ -83,9 +84,13 @@ def ray_env() -> Iterator[None]:
             del sys.modules[name]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def ray_cluster(ray_env) -> Iterator[Any]:
-    """A fresh local Ray cluster for one case (head only; the case adds the worker raylets)."""
+    """One local Ray head for the module; each case adds its worker raylets and removes them after.
+
+    Ray's Node start waits a fixed 30 s for a new raylet to register (ray/_private/node.py,
+    `raylet_start_wait_time_s`); on an overloaded machine a head start is the likeliest to miss it,
+    so the head starts once."""
     import ray
     from ray.cluster_utils import Cluster
 
@@ -193,7 +198,7 @@ def placement_problems(
     types, deployments = node_types(spec), role_deployments(spec)
     detected = detected_accelerator(instance)
     groups_by_role = {g["groupName"]: g for g in spec["rayClusterConfig"]["workerGroupSpecs"]}
-    node_role, groups = {}, []
+    node_role, groups, nodes = {}, [], []
     for role, options in deployments.items():
         bundles, strategy = options["placement_group_bundles"], options["placement_group_strategy"]
         raylet = raylet_of(groups_by_role[role], detected)
@@ -208,12 +213,14 @@ def placement_problems(
                 object_store_memory=80 << 20,
                 wait=False,
             )
+            nodes.append(node)
             node_role[node.node_id] = role
         for _ in range(options["autoscaling_config"][f"{bound}_replicas"]):
             groups.append((role, len(bundles), bundles, strategy))
-    cluster.wait_for_nodes(timeout=REGISTER_WAIT_S)
-    pgs = [(role, size, placement_group(bundles, strategy=strategy)) for role, size, bundles, strategy in groups]
+    pgs: list[tuple[str, int, Any]] = []
     try:
+        cluster.wait_for_nodes(timeout=REGISTER_WAIT_S)
+        pgs = [(role, size, placement_group(bundles, strategy=strategy)) for role, size, bundles, strategy in groups]
         refs = [pg.ready() for _, _, pg in pgs]
         # The groups that can place do so within the bound; the others are infeasible on these raylets.
         ray.wait(refs, num_returns=len(refs) - expect_unplaced, timeout=PLACE_WAIT_S)
@@ -241,6 +248,9 @@ def placement_problems(
     finally:
         for _, _, pg in pgs:
             remove_placement_group(pg)
+        for node in nodes:
+            cluster.remove_node(node)
+        cluster.wait_for_nodes(timeout=REGISTER_WAIT_S)  # the next case starts from the head alone
     return problems
 
 
