@@ -53,3 +53,16 @@ def test_the_build_gate_needs_libfabric(tmp_path, plugins, rc):
     assert done.returncode == rc, done.stderr
     if rc:
         assert "no LIBFABRIC" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_the_dlc_image_is_accepted_by_the_config_and_a_mutable_tag_is_not():
+    from helpers import config_problems, validate_values
+
+    from tools.preview.mockrun import stack_config
+
+    base = stack_config("dev").model_dump(by_alias=True, exclude_none=True)
+    values = {k: v for k, v in base.items() if k != "region"}
+    values["serving"] = {**base["serving"], "image": DLC_IMAGE}
+    assert validate_values(values).serving.image == DLC_IMAGE
+    values["serving"] = {**base["serving"], "image": "public.ecr.aws/deep-learning-containers/ray:latest"}
+    assert any("'latest'" in p for p in config_problems(values))
