@@ -616,6 +616,12 @@ _ECR_IMAGE = re.compile(
     r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z]{2}(-gov)?-[a-z]+-\d)\.amazonaws\.com(\.cn)?"
     r"/(?P<repository>[a-z0-9]+(?:[._/-][a-z0-9]+)*)(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?$"
 )
+# ECR Public (where the AWS Ray LLM DLC is published, components/serving_image.py):
+# public.ecr.aws/<registry alias>/<repository>:<tag>
+_ECR_PUBLIC_IMAGE = re.compile(
+    r"^public\.ecr\.aws/(?P<alias>[a-z0-9][a-z0-9_-]{1,254})"
+    r"/(?P<repository>[a-z0-9]+(?:[._/-][a-z0-9]+)*)(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?$"
+)
 
 
 class ReplicaGroupConfig(Strict):
@@ -684,7 +690,8 @@ class ServingConfig(Strict):
 
     model_id: str = Field(description="Hugging Face id of a model in components/models.py.")
     image: str = Field(
-        description="The Ray LLM image (with EFA/libfabric) in ECR, pinned by a tag other than `latest`.",
+        description="The Ray LLM image (with EFA/libfabric) in ECR or ECR Public (the AWS Ray LLM DLC, "
+        "components/serving_image.py), pinned by a tag other than `latest`.",
     )
     max_model_len: int = Field(
         default=8192, ge=256, le=MAX_MODEL_LEN,
@@ -788,11 +795,12 @@ class ServingConfig(Strict):
     @field_validator("image")
     @classmethod
     def _pinned_ecr_image(cls, value: str) -> str:
-        match = _ECR_IMAGE.match(value)
+        match = _ECR_IMAGE.match(value) or _ECR_PUBLIC_IMAGE.match(value)
         if not match:
             raise ValueError(
                 f"{shown(value)} is not an ECR image URI such as "
-                "'123456789012.dkr.ecr.us-west-2.amazonaws.com/ray-llm:2.60.0-py311-cu128'"
+                "'123456789012.dkr.ecr.us-west-2.amazonaws.com/ray-llm:2.60.0-py311-cu128' or "
+                "'public.ecr.aws/deep-learning-containers/ray:serve-llm-cuda-v1.0'"
             )
         if not match["tag"]:
             raise ValueError(f"{shown(value)} has no tag; pin the image with an explicit tag")

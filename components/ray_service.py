@@ -63,7 +63,9 @@ from .ray_resources import accelerator_resource_name, custom_resource_problem, r
 from .rollout_rule import replace_on_change_paths
 from .system_nodes import SYSTEM_LABELS
 
-RAY_VERSION = "2.60.0"  # the Ray in the serving image; requirements.txt pins the same for the schema tests
+# The Ray of the stacks' images; requirements-dev.txt pins it for the schema tests. The AWS Ray LLM DLC
+# carries another (components/serving_image.py DLC_RAY_VERSION).
+RAY_VERSION = "2.60.0"
 NAMESPACE = "llm-serving"
 RAY_SERVICE_NAME = "llm-pd"
 HF_SECRET_NAME = "hf-token"

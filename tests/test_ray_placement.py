@@ -14,8 +14,10 @@ Second, separate assertion: the KubeRay autoscaler's view of each group (Ray's a
 `_generate_available_node_types_from_ray_cr_spec`, which reads the group spec, not the pod) fits a
 replica (Ray's own bin-packing of a pending STRICT_PACK group) and advertises what the raylet reports.
 
-Deterministic on a loaded two-core machine: one local Ray cluster per case, torn down after it, so
-at most a handful of raylets run at once; Ray's GCS health checks and the node-registration wait
+Deterministic on a loaded two-core machine: one Ray head for the module (started once: Ray waits
+a fixed 30 s for a starting node to register), each case's worker raylets removed after it, so at
+most a handful run at once; a node start that outlives Ray's fixed 30 s registration wait is
+tried again, a bounded number of times (`started`); Ray's GCS health checks and the node-registration wait
 are generous (RayConfig names from src/ray/common/ray_config_def.h: health_check_initial_delay_ms,
 health_check_period_ms, health_check_timeout_ms, health_check_failure_threshold); waits are for a
 placement outcome, never a fixed sleep: a case waits (long, bounded) for the groups that can place,
@@ -29,10 +31,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import os
+import signal
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 import yaml
@@ -64,6 +68,52 @@ RAY_ENV = {
 }
 
 
+NODE_START_ATTEMPTS = 4
+
+
+def _children() -> dict[int, list[int]]:
+    """ppid -> pids of every process, from /proc."""
+    tree: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        tree.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    return tree
+
+
+def _subtree(pid: int, tree: dict[int, list[int]]) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        out.append(current)
+        todo.extend(tree.get(current, []))
+    return out
+
+
+def started(make: Callable[[], Any]) -> Any:
+    """`make()` (a Ray node start), tried again when Ray's own fixed 30 s wait for the new raylet to
+    register runs out (ray/_private/node.py `raylet_start_wait_time_s`, not configurable): on an
+    overloaded machine the GCS can be that slow to answer. A failed attempt's processes (the new
+    children of this process, with their own children) are killed by pid; at most NODE_START_ATTEMPTS."""
+    for attempt in range(NODE_START_ATTEMPTS):
+        before = set(_children().get(os.getpid(), []))
+        try:
+            return make()
+        except Exception as error:
+            if "timed out during startup" not in str(error) or attempt == NODE_START_ATTEMPTS - 1:
+                raise
+            tree = _children()
+            for child in set(tree.get(os.getpid(), [])) - before:
+                for pid in reversed(_subtree(child, tree)):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+    raise AssertionError("unreachable")
+
+
 @pytest.fixture(scope="module")
 def ray_env() -> Iterator[None]:
     saved = {k: os.environ.get(k) for k in RAY_ENV}
@@ -83,17 +133,21 @@ def ray_env() -> Iterator[None]:
             del sys.modules[name]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def ray_cluster(ray_env) -> Iterator[Any]:
-    """A fresh local Ray cluster for one case (head only; the case adds the worker raylets)."""
+    """One local Ray head for the module; each case adds its worker raylets and removes them after.
+
+    Ray's Node start waits a fixed 30 s for a new raylet to register (ray/_private/node.py,
+    `raylet_start_wait_time_s`); on an overloaded machine a head start is the likeliest to miss it,
+    so the head starts once."""
     import ray
     from ray.cluster_utils import Cluster
 
     # Like the rendered head group: no CPUs and no GPUs for Ray (rayStartParams num-cpus/num-gpus "0").
-    cluster = Cluster(
+    cluster = started(lambda: Cluster(
         initialize_head=True,
         head_node_args={"num_cpus": 0, "num_gpus": 0, "include_dashboard": False, "object_store_memory": 80 << 20},
-    )
+    ))
     ray.init(address=cluster.address, log_to_driver=False)
     try:
         yield cluster
@@ -193,7 +247,7 @@ def placement_problems(
     types, deployments = node_types(spec), role_deployments(spec)
     detected = detected_accelerator(instance)
     groups_by_role = {g["groupName"]: g for g in spec["rayClusterConfig"]["workerGroupSpecs"]}
-    node_role, groups = {}, []
+    node_role, groups, nodes = {}, [], []
     for role, options in deployments.items():
         bundles, strategy = options["placement_group_bundles"], options["placement_group_strategy"]
         raylet = raylet_of(groups_by_role[role], detected)
@@ -201,19 +255,22 @@ def placement_problems(
         assert raylet["CPU"] >= per_node + 1, "the real node has CPU for its replicas and the ingress"
         custom = {k: v for k, v in raylet.items() if k not in ("CPU", "GPU", "memory")}
         for _ in range(types[role][f"{bound}_workers"]):
-            node = cluster.add_node(
+            node = started(functools.partial(
+                cluster.add_node,
                 num_cpus=min(raylet["CPU"], per_node + 1),  # its replicas' first bundles, and the ingress
                 num_gpus=raylet.get("GPU", 0),
                 resources=custom,
                 object_store_memory=80 << 20,
                 wait=False,
-            )
+            ))
+            nodes.append(node)
             node_role[node.node_id] = role
         for _ in range(options["autoscaling_config"][f"{bound}_replicas"]):
             groups.append((role, len(bundles), bundles, strategy))
-    cluster.wait_for_nodes(timeout=REGISTER_WAIT_S)
-    pgs = [(role, size, placement_group(bundles, strategy=strategy)) for role, size, bundles, strategy in groups]
+    pgs: list[tuple[str, int, Any]] = []
     try:
+        cluster.wait_for_nodes(timeout=REGISTER_WAIT_S)
+        pgs = [(role, size, placement_group(bundles, strategy=strategy)) for role, size, bundles, strategy in groups]
         refs = [pg.ready() for _, _, pg in pgs]
         # The groups that can place do so within the bound; the others are infeasible on these raylets.
         ray.wait(refs, num_returns=len(refs) - expect_unplaced, timeout=PLACE_WAIT_S)
@@ -241,6 +298,9 @@ def placement_problems(
     finally:
         for _, _, pg in pgs:
             remove_placement_group(pg)
+        for node in nodes:
+            cluster.remove_node(node)
+        cluster.wait_for_nodes(timeout=REGISTER_WAIT_S)  # the next case starts from the head alone
     return problems
 
 

@@ -160,3 +160,17 @@ def test_delay_defaults_are_serves():
 
     defaults = AutoscalingConfig()
     assert (defaults.upscale_delay_s, defaults.downscale_delay_s) == (UPSCALE_DELAY_S, DOWNSCALE_DELAY_S)
+
+
+def test_the_config_refuses_back_pressure_below_the_target():
+    from helpers import config_problems
+
+    from tools.preview.mockrun import stack_config
+
+    base = stack_config("dev").model_dump(by_alias=True, exclude_none=True)
+    values = {k: v for k, v in base.items() if k != "region"}
+    values["serving"] = {**base["serving"], "decode": {**base["serving"]["decode"], "targetOngoingRequests": 40,
+                                                       "maxOngoingRequests": 8}}
+    (problem,) = config_problems(values)
+    assert "serving.decode" in problem and "maxOngoingRequests (8) is below targetOngoingRequests (40)" in problem
+    assert "\n" not in problem
