@@ -65,11 +65,21 @@ def matches(labels: dict[str, str], selector: str) -> bool:
     return True
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """socketserver prints a traceback for every request whose client went away (verify giving up
+    on a stalled or dripping reply is such a client, by design); those are expected, not errors."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)):
+            return
+        super().handle_error(request, client_address)
+
+
 class _Server:
     """A ThreadingHTTPServer on 127.0.0.1:<free port> running in a daemon thread."""
 
     def __init__(self, handler: type[BaseHTTPRequestHandler]):
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd = _QuietServer(("127.0.0.1", 0), handler)
         self.httpd.owner = self  # type: ignore[attr-defined]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()

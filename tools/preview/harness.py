@@ -262,7 +262,8 @@ def clear_out_dir(out: Path) -> None:
     """Empty the artifact directory before anything runs, so a failed preview leaves no stale summary.md
     claiming the previous run's success. Refuses a path that is a file, a directory holding anything but
     preview artifacts (a mistyped `--out` must not delete someone's files) or one that cannot be written."""
-    fresh_out_dir(out, ARTIFACTS)
+    fresh_out_dir(out, ARTIFACTS)  # checked, emptied (or created, which proves it can be)
+    out.rmdir()  # the artifacts are written once the preview ran; until then there is no directory
 
 
 def holds_only_artifacts(out: Path) -> bool:
