@@ -18,7 +18,7 @@ import json
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import yaml
 
@@ -102,7 +102,7 @@ def workloads(resource_type: str, props: Any) -> list[Workload]:
         return [Workload(f"{kind} '{name if isinstance(name, str) else '?'}'", kind, props)]
     owner = resource_type.split(":")[-1]
     found: list[Workload] = []
-    for path, obj in _embedded(props, "", 0):
+    for path, obj in embedded(props, _is_workload_object):
         name = dig(obj, "metadata", "name")
         found.append(Workload(f"{obj['kind']} '{name if isinstance(name, str) else '?'}' (in {owner} at "
                               f"{path or '(root)'})", obj["kind"], obj))
@@ -118,18 +118,20 @@ def _is_workload_object(node: dict) -> bool:
     return kind in POD_SPEC_PATHS
 
 
-def _embedded(node: Any, path: str, depth: int) -> Iterator[tuple[str, dict]]:
+def embedded(node: Any, match: Callable[[dict], bool], path: str = "", depth: int = 0) -> Iterator[tuple[str, dict]]:
+    """(path, object) of every Kubernetes object in `node` that `match`es: nested objects, lists, and
+    YAML or JSON text (one or many documents) that names a kind and an apiVersion."""
     if depth > 64:  # resource-decodable refuses deeper inputs; never recurse without bound
         return
     if isinstance(node, dict):
-        if _is_workload_object(node):
+        if match(node):
             yield path, node
             return
         for key, value in node.items():
-            yield from _embedded(value, f"{path}.{key}" if path else str(key), depth + 1)
+            yield from embedded(value, match, f"{path}.{key}" if path else str(key), depth + 1)
     elif isinstance(node, list):
         for i, value in enumerate(node):
-            yield from _embedded(value, f"{path}[{i}]", depth + 1)
+            yield from embedded(value, match, f"{path}[{i}]", depth + 1)
     elif isinstance(node, str) and "kind" in node and "apiVersion" in node:
         try:  # YAML text, one or many documents; JSON text parses as YAML too
             docs = list(yaml.safe_load_all(node))
@@ -139,7 +141,7 @@ def _embedded(node: Any, path: str, depth: int) -> Iterator[tuple[str, dict]]:
             except ValueError:
                 return
         for i, doc in enumerate(docs):
-            yield from _embedded(doc, f"{path}<document {i}>", depth + 1)
+            yield from embedded(doc, match, f"{path}<document {i}>", depth + 1)
 
 
 def containers(pod: Any) -> list[dict]:
