@@ -165,8 +165,8 @@ def test_vllm_kv_transfer_flag_forms(flag, problem):
 
 def test_kv_transfer_flag_inside_a_shell_script():
     bad = json.dumps({**GOOD_KV, "kv_connector_extra_config": {"backends": ["UCX"]}})
-    found = of(judge([workload(container=engine(command=["bash", "-c", f"vllm serve m --kv-transfer-config '{bad}'"]))]),
-               NIXL)
+    script = ["bash", "-c", f"vllm serve m --kv-transfer-config '{bad}'"]
+    found = of(judge([workload(container=engine(command=script))]), NIXL)
     assert len(found) == 1 and "['UCX']" in found[0].message
 
 
