@@ -1,4 +1,4 @@
-"""Issue 13: the bypasses found by attacking the pack, each as a failing-then-passing pair over the
+"""The bypasses found by attacking the pack, each as a failing-then-passing pair over the
 real analyzer protocol (first-preview variants with unknown IDs where IDs matter), plus malformed
 properties that must give a verdict, never a crashed gRPC call."""
 

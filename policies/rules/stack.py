@@ -11,6 +11,10 @@ states (`Ref.state`):
 - "unresolved": not known yet (first preview): never a violation, the check skips,
 - "external": a literal ID/name that no resource in this stack carries. The rules cannot see it,
   so `gpu-references-in-stack` reports it (its level decides whether that blocks).
+- "unjudgeable": not known yet, and fed by something other than the expected resource type (a
+  component's output, a remote component, a StackReference, another provider's resource): the
+  rules skip it and `gpu-references-in-stack` refuses it unless its config names the resource in
+  `unjudgeable.allow`.
 """
 
 from __future__ import annotations
@@ -49,13 +53,14 @@ NETWORK_INTERFACE = "aws:ec2/networkInterface:NetworkInterface"
 MAIN_ROUTE_TABLE_ASSOCIATION = "aws:ec2/mainRouteTableAssociation:MainRouteTableAssociation"
 DEFAULT_ROUTE_TABLE = "aws:ec2/defaultRouteTable:DefaultRouteTable"
 PULUMI_EKS_GROUPS = (MANAGED_NODE_GROUP, EKS_NODE_GROUP, EKS_NODE_GROUP_V2)
+NO_SOURCE = "a value no resource of this stack feeds (an invoke result?)"
 NO_EFA_LAUNCH_CONFIGURATION = "a launch configuration, which cannot attach EFA interfaces"
 NO_EFA_PULUMI_EKS = "the launch template pulumi-eks generates for it (no EFA option outside ManagedNodeGroup)"
 
 
 @dataclass
 class Ref:
-    state: str  # "none" | "resolved" | "unresolved" | "external"
+    state: str  # "none" | "resolved" | "unresolved" | "external" | "unjudgeable"
     resource: Any = None
     literal: str = ""
 
@@ -65,6 +70,7 @@ class SubnetRefs:
     resolved: list = field(default_factory=list)  # subnet PolicyResources
     unknown: bool = False  # some entries are not known yet
     external: list[str] = field(default_factory=list)  # literal IDs no subnet of the stack carries
+    unjudgeable: str = ""  # unknown IDs fed by something other than a subnet (what feeds them)
 
 
 @dataclass
@@ -154,19 +160,35 @@ class StackView:
                     break
         if len(found) == 1:
             return Ref("resolved", found[0])
-        if found or any(is_unknown(v) for _, v in values):
+        if not found and any(is_unknown(v) for _, v in values):
+            return self._unknown_ref(owner, dep_key, type_)
+        if found:
             return Ref("unresolved")
         literal = next((str(v) for _, v in values if isinstance(v, str)), "")
         if not literal:  # a number, a list...: not a reference anything could resolve
             return Ref("external", literal=repr(values[0][1]))
         return Ref("external", literal=literal)
 
+    def _unknown_ref(self, owner: Any, dep_key: str, type_: str) -> Ref:
+        """A reference not known yet that no resource of `type_` feeds is "unjudgeable": its value
+        comes from something else — a component's output, a remote component, a StackReference, a
+        resource of another provider — or from nothing the engine records (an invoke whose inputs are
+        not known yet), and the pack cannot resolve it."""
+        others = self.feeders(owner, dep_key, type_)
+        return Ref("unjudgeable", literal=others or NO_SOURCE)
+
+    def feeders(self, owner: Any, key: str, type_: str) -> str:
+        """What feeds property `key` of `owner` other than resources of `type_` ("" when nothing)."""
+        others = [d for d in (owner.property_dependencies or {}).get(key, []) if d.resource_type != type_]
+        return ", ".join(sorted({f"{d.resource_type} '{d.name}'" for d in others}))
+
     def subnet_refs(self, owner: Any, key: str, ids: Any) -> SubnetRefs:
         refs = SubnetRefs()
         dep_subnets = self.deps(owner, key, SUBNET)
         listed = known_list(ids)
         if listed is None:  # the whole list is unknown: only the dependencies can tell
-            return SubnetRefs(dep_subnets, unknown=not dep_subnets)
+            return SubnetRefs(dep_subnets, unknown=not dep_subnets,
+                              unjudgeable="" if dep_subnets else self.feeders(owner, key, SUBNET) or NO_SOURCE)
         found = {s.urn: s for s in dep_subnets}
         matched: set[str] = set()
         unmatched: list[str] = []
@@ -181,6 +203,8 @@ class StackView:
             if not hits:
                 unmatched.append(str(subnet_id))
         refs.resolved = list(found.values())
+        if refs.unknown and not dep_subnets:
+            refs.unjudgeable = self.feeders(owner, key, SUBNET) or NO_SOURCE
         # IDs of the stack's own subnets are outputs the inputs do not carry: the dependencies stand
         # for them. Literal IDs beyond what the dependencies account for point outside the stack.
         covered = len([s for s in dep_subnets if s.urn not in matched])
