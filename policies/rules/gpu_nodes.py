@@ -577,6 +577,43 @@ def _unmodelled_launchers(view: StackView, table: TypeTable, report: ReportViola
                    f"acceleratorCount.max 0.", asg.urn)
 
 
+def version_problem(version: Any, template: dict) -> Optional[str]:
+    """Why the launch template version a group launches may not be the one the plan shows (the one
+    every rule judges: the template's newest inputs); None when it is.
+
+    `$Latest` and a version not known yet (the template's `latestVersion` output) are the newest.
+    `$Default` — also an omitted version: EKS CreateNodegroup, EC2 RunInstances and Auto Scaling
+    LaunchTemplateSpecification all default to it — stays at version 1 unless the template sets
+    `updateDefaultVersion: true` (or `defaultVersion` equal to a known `latestVersion`): it is refused
+    when the template has more than one version or an existing template is changing. A number is
+    the judged version only when it equals the template's known `latestVersion` (or is 1 for a
+    template the plan does not show a latestVersion for)."""
+    if is_unknown(version) or version == "$Latest":
+        return None
+    latest = dig(template, "latestVersion")
+    template_id = dig(template, "id")
+    changing = is_unknown(latest) and isinstance(template_id, str) and not is_unknown(template_id)
+    if version is None or version == "$Default":
+        if truthy(dig(template, "updateDefaultVersion")):
+            return None
+        default = dig(template, "defaultVersion")
+        if as_int(default) is not None and as_int(latest) is not None and as_int(default) == as_int(latest):
+            return None
+        if latest is None or (as_int(latest) == 1) or (is_unknown(latest) and not changing):
+            return None  # a single version (or one being created): $Default is the one judged
+        return (f"version {version or '$Default (the default when none is given)'}, which stays at an earlier "
+                f"version than the one judged unless updateDefaultVersion is true")
+    number = as_int(version)
+    if number is None or str(version).strip() != str(number):
+        return f"version {version!r}, which is neither $Latest, $Default nor a version number"
+    if is_unknown(latest):
+        return None if number == 1 and not changing else (
+            f"version {number}, while the template's newest version is not known yet (it is changing)")
+    if as_int(latest) is not None:
+        return None if number == as_int(latest) else f"version {number}, not the newest ({as_int(latest)})"
+    return None if number == 1 else f"version {number}, while the plan shows no newer version than 1"
+
+
 def _unjudgeable(view: StackView, cap: Any, gpu: set[str], allow: set[str], report: ReportViolation) -> None:
     """References of GPU capacity whose value comes from something the pack cannot resolve."""
     found = []
@@ -621,6 +658,12 @@ def _blind_spots(view: StackView, table: TypeTable, report: ReportViolation, all
             external.append(f"subnet(s) {cap.subnets.external}")
         if cap.launch_template.state == "resolved":
             lt = cap.launch_template.resource
+            problem = version_problem(cap.version, view.props(lt))
+            if problem and cap.resource.name not in allow:
+                report(f"{cap.label} runs {join(gpu)} from launch template '{lt.name}' {problem}: the rules judge "
+                       f"the template as the plan shows it, which may not be the version launched. Fix: "
+                       f"version=template.latest_version (or '$Latest'), or updateDefaultVersion=True on the "
+                       f"template; or list {cap.resource.name!r} in unjudgeable.allow.", cap.resource.urn)
             pg = view.placement_group(lt)
             # a reservation's own placement group: capacity-reservation-in-gpu-az judges it
             if pg.state == "external" and not targets_reservation(view.props(lt)):

@@ -19,6 +19,7 @@ states (`Ref.state`):
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -84,6 +85,7 @@ class Capacity:
     launch_configuration: Ref = field(default_factory=lambda: Ref("none"))
     subnets: SubnetRefs = field(default_factory=SubnetRefs)
     literal_azs: set[str] = field(default_factory=set)  # AZs named on the resource itself
+    version: Any = None  # the launch template version it launches (None: the API's default, $Default)
     placement: Ref = field(default_factory=lambda: Ref("none"))  # a placement group set on the resource
     builtin_efa: bool = False  # pulumi-eks enableEfaSupport: EFA on every card + cluster placement group
     no_efa_reason: str = ""  # set when the resource type has no way to attach EFA interfaces
@@ -222,7 +224,8 @@ class StackView:
         out += [self._eks_self_managed(g) for g in self.of_type(EKS_NODE_GROUP, EKS_NODE_GROUP_V2)]
         out += [self._instance(i) for i in self.of_type(EC2_INSTANCE)]
         out += [self._launch_configuration(c) for c in self.of_type(LAUNCH_CONFIGURATION)]
-        out += [self._asg(a) for a in self.of_type(AUTOSCALING_GROUP)]
+        for asg in self.of_type(AUTOSCALING_GROUP):
+            out += self._asg_with_overrides(asg)
         out += self._standalone_templates(out)
         return out
 
@@ -255,6 +258,7 @@ class StackView:
         cap = Capacity(group, kind)
         self._add_types(cap, dig(props, "instanceTypes"))
         cap.launch_template = self._lt_ref(group, "launchTemplate", dig(props, "launchTemplate"))
+        cap.version = dig(props, "launchTemplate", "version")
         cap.subnets = self.subnet_refs(group, "subnetIds", dig(props, "subnetIds"))
         if group.resource_type == MANAGED_NODE_GROUP:
             self._pulumi_eks_efa(cap, props)
@@ -287,6 +291,7 @@ class StackView:
         cap = Capacity(inst, "EC2 instance")
         self._add_types(cap, dig(props, "instanceType"))
         cap.launch_template = self._lt_ref(inst, "launchTemplate", dig(props, "launchTemplate"))
+        cap.version = dig(props, "launchTemplate", "version")
         cap.subnets = self.subnet_refs(inst, "subnetId", dig(props, "subnetId"))
         az = dig(props, "availabilityZone")
         if isinstance(az, str) and not is_unknown(az):
@@ -343,13 +348,16 @@ class StackView:
         mixed = dig(props, "mixedInstancesPolicy", "launchTemplate")
         if dig(props, "launchTemplate") is not None:
             cap.launch_template = self._lt_ref(asg, "launchTemplate", dig(props, "launchTemplate"))
+            cap.version = dig(props, "launchTemplate", "version")
         elif mixed is not None:
             cap.launch_template = self._lt_ref(
                 asg, "mixedInstancesPolicy", dig(mixed, "launchTemplateSpecification"),
                 id_key="launchTemplateId", name_key="launchTemplateName",
             )
             for override in known_list(dig(mixed, "overrides")) or []:
-                self._add_types(cap, dig(override, "instanceType"))
+                if not isinstance(dig(override, "launchTemplateSpecification"), dict):
+                    self._add_types(cap, dig(override, "instanceType"))
+            cap.version = dig(mixed, "launchTemplateSpecification", "version")
         conf = dig(props, "launchConfiguration")
         if conf is not None:
             cap.launch_configuration = self.ref(asg, "launchConfiguration", LAUNCH_CONFIGURATION, [("name", conf)])
@@ -362,6 +370,39 @@ class StackView:
                 cap.literal_azs.add(az)
         cap.placement = self.ref(asg, "placementGroup", PLACEMENT_GROUP, [("name", dig(props, "placementGroup"))])
         return self._with_template_types(cap)
+
+    def _asg_with_overrides(self, asg: Any) -> list[Capacity]:
+        """The group, and one capacity per mixed-instances override that names its own launch template
+        (`overrides[].launchTemplateSpecification`): EC2 launches that override's type from that
+        template, so the template is judged for it. The engine records every template feeding
+        `mixedInstancesPolicy` under that one key; while their IDs are not known the pack cannot tell
+        which template is whose, so each of them is judged for every type of the group."""
+        main = self._asg(asg)
+        mixed = dig(self.props(asg), "mixedInstancesPolicy", "launchTemplate")
+        overrides = [o for o in known_list(dig(mixed, "overrides")) or []
+                     if isinstance(dig(o, "launchTemplateSpecification"), dict)]
+        if not overrides:
+            return [main]
+        out = [main]
+        fed = self.deps(asg, "mixedInstancesPolicy", LAUNCH_TEMPLATE)
+        for i, override in enumerate(overrides):
+            spec = dig(override, "launchTemplateSpecification")
+            ref = self._lt_ref(asg, "mixedInstancesPolicy", spec, id_key="launchTemplateId",
+                               name_key="launchTemplateName")
+            cap = Capacity(asg, f"Auto Scaling group override {i}")
+            cap.subnets, cap.literal_azs, cap.placement = main.subnets, main.literal_azs, main.placement
+            cap.version = dig(spec, "version")
+            self._add_types(cap, dig(override, "instanceType"))
+            if ref.state == "unresolved" and len(fed) > 1:
+                for template in fed:  # ambiguous: each candidate template for every type of the group
+                    each = copy.copy(cap)
+                    each.instance_types = set(cap.instance_types) | main.instance_types
+                    each.launch_template = Ref("resolved", template)
+                    out.append(self._with_template_types(each))
+                continue
+            cap.launch_template = ref
+            out.append(self._with_template_types(cap))
+        return out
 
     def _standalone_templates(self, capacities: list[Capacity]) -> list[Capacity]:
         """Launch templates naming an instance type that no capacity above uses: judged on their own
