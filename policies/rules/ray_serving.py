@@ -5,9 +5,10 @@ NIXL's default backend is UCX, which on EKS falls back to TCP over the ENA inter
 works, only slowly, so nothing but a policy notices. Likewise a GPU pod without
 `vpc.amazonaws.com/efa` devices or with `FI_PROVIDER` other than `efa` silently uses sockets.
 
-The rules judge every Ray object wherever it is declared (`ray_objects`): a `ray.io` RayService,
-RayCluster or RayJob of any API version, a generic CustomResource, or one embedded in a Helm
-release's values or a YAML manifest string.
+The rules judge every workload a vLLM engine can run in, wherever it is declared (`workloads`,
+rules/workloads.py): KubeRay objects and pod-running Kubernetes objects, as resources of their own or
+carried in ConfigFiles/ConfigGroups, Helm values and YAML/JSON text; KV-transfer configs in serve
+configs and on command lines; FI_PROVIDER as the kubelet, the shell and Ray set it.
 """
 
 from __future__ import annotations
