@@ -87,7 +87,7 @@ def _kind_of_type(resource_type: str) -> Optional[str]:
     kind = kind[: -len("Patch")] if kind.endswith("Patch") else kind
     if kind in RAY_CLUSTER_SPEC:
         return kind if group.startswith("ray.io/") else None
-    if kind in POD_SPEC_PATHS and group.split("/")[0] in ("core", "apps", "batch"):
+    if kind in POD_SPEC_PATHS and group.split("/")[0] in ("core", "apps", "batch", "extensions"):
         return kind
     return None
 
