@@ -1,4 +1,4 @@
-"""Issue 13: the bypasses found by attacking the pack, each as a failing-then-passing pair over the
+"""The bypasses found by attacking the pack, each as a failing-then-passing pair over the
 real analyzer protocol (first-preview variants with unknown IDs where IDs matter), plus malformed
 properties that must give a verdict, never a crashed gRPC call."""
 
@@ -36,7 +36,8 @@ def _policies(verdicts) -> set[str]:
 # -- unknown vs known-external ------------------------------------------------------------------
 @pytest.mark.parametrize("unknown_ids", [False, True], ids=["literal-id", "first-preview"])
 def test_launch_template_outside_the_stack(unknown_ids):
-    """A literal launch template ID no resource carries is judged (external); an unknown one skips."""
+    """A literal launch template ID no resource carries is judged (external); an unknown one that no
+    resource of the stack feeds (an invoke's result) cannot be judged and is refused too."""
     stack = gpu_stack()
     del stack["lt"]
     stack["ng"].deps.pop("launchTemplate")
@@ -44,7 +45,9 @@ def test_launch_template_outside_the_stack(unknown_ids):
     stack["ng"].props["launchTemplate"] = {"id": UNKNOWN if unknown_ids else "lt-0elsewhere", "version": "1"}
     verdicts = judge(stack)
     if unknown_ids:
-        assert mandatory(verdicts) == []
+        (found,) = of(verdicts, REFS)
+        assert "launch template from a value no resource of this stack feeds" in found.message
+        assert _policies(verdicts) == {REFS}
     else:
         (found,) = of(verdicts, REFS)
         assert found.urn == stack["ng"].urn and "launch template 'lt-0elsewhere'" in found.message
@@ -57,9 +60,8 @@ def test_subnets_outside_the_stack(unknown_ids):
     stack["ng"].deps.pop("subnetIds")
     stack["ng"].props["subnetIds"] = [UNKNOWN if unknown_ids else "subnet-0other"]
     found = of(judge(stack), REFS)
-    assert [v.urn for v in found] == ([] if unknown_ids else [stack["ng"].urn])
-    if not unknown_ids:
-        assert "subnet-0other" in found[0].message
+    assert [v.urn for v in found] == [stack["ng"].urn]
+    assert ("subnet IDs from a value no resource" if unknown_ids else "subnet-0other") in found[0].message
 
 
 def test_external_references_level_is_policy_config():
@@ -181,26 +183,28 @@ def test_type_names_are_normalised(spelling):
     assert mandatory(judge(stack)) == []
 
 
-def _ng_of(instance_type: str) -> Res:
-    return Res(NODE_GROUP, "new-gpus", {"instanceTypes": [instance_type], "subnetIds": [UNKNOWN]})
+def _ng_of(instance_type: str) -> list[Res]:
+    subnet = Res("aws:ec2/subnet:Subnet", "private-a", {"availabilityZone": "us-west-2a", "vpcId": "vpc-1"})
+    return [subnet, Res(NODE_GROUP, "new-gpus", {"instanceTypes": [instance_type], "subnetIds": [UNKNOWN]},
+                        deps={"subnetIds": [subnet]})]
 
 
 def test_gpu_type_missing_from_the_table_fails_closed():
-    found = of(judge([_ng_of("p6e-gb200.36xlarge")]), REFS)
+    found = of(judge(_ng_of("p6e-gb200.36xlarge")), REFS)
     assert len(found) == 1 and "p6e-gb200.36xlarge" in found[0].message and "extraEfaGpuTypes" in found[0].message
-    assert of(judge([_ng_of("m7i.large")]), REFS) == []
+    assert of(judge(_ng_of("m7i.large")), REFS) == []
 
 
 def test_table_extension_and_decisions_come_from_policy_config():
-    extended = judge([_ng_of("p6e-gb200.36xlarge")], {
+    extended = judge(_ng_of("p6e-gb200.36xlarge"), {
         name: {"extraEfaGpuTypes": {"p6e-gb200.36xlarge": 8}}
         for name in ("gpu-node-group-single-az", "efa-on-gpu-nodes", "efa-interface-count",
                      "gpu-cluster-placement-group", "gpu-nodes-private", "efa-security-group", REFS)})
     assert of(extended, REFS) == []
     assert of(extended, "efa-on-gpu-nodes")  # now judged as an EFA type: it has no launch template
-    assert of(judge([_ng_of("g5.xlarge")], {REFS: {"nonEfaGpuTypes": ["G5.xlarge"]}}), REFS) == []
-    assert of(judge([_ng_of("g5.xlarge")], {REFS: {"unlistedGpuTypes": "allow"}}), REFS) == []
-    assert of(judge([_ng_of("g5.xlarge")]), REFS)
+    assert of(judge(_ng_of("g5.xlarge"), {REFS: {"nonEfaGpuTypes": ["G5.xlarge"]}}), REFS) == []
+    assert of(judge(_ng_of("g5.xlarge"), {REFS: {"unlistedGpuTypes": "allow"}}), REFS) == []
+    assert of(judge(_ng_of("g5.xlarge")), REFS)
 
 
 # -- other paths to GPU capacity --------------------------------------------------------------------

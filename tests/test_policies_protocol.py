@@ -37,7 +37,7 @@ def test_info_announces_every_rule_with_its_level_and_kind():
     resource_rules = {"launch-template-imdsv2", "nixl-libfabric-backend",
                       "no-literal-secrets-in-pods", "serve-endpoint-not-internet-facing",
                       "eks-public-endpoint-restricted", "ray-custom-resources-reach-raylet",
-                      "resource-decodable"}
+                      "resource-decodable", "serving-workloads-visible"}
     assert set(policies) == stack_rules | resource_rules
     for name, p in policies.items():
         kind = analyzer_pb2.POLICY_TYPE_STACK if name in stack_rules else analyzer_pb2.POLICY_TYPE_RESOURCE

@@ -48,7 +48,12 @@ def test_nixl_inside_a_multi_connector_is_checked():
              "kv_connector_extra_config": {
                  "connectors": [kv_transfer(["UCX"]), {"kv_connector": "LMCacheConnectorV1"}]}}
     found = of(judge([ray_service(serve_config(multi))]), "nixl-libfabric-backend")
-    assert len(found) == 2 and "connectors[0]" in found[0].message
+    # Per side: the UCX NixlConnector and the LMCache connector, each named by its place.
+    assert len(found) == 4
+    assert sum("connectors[0]" in v.message and "backends" in v.message for v in found) == 2
+    assert sum("connectors[1]" in v.message and "'LMCacheConnectorV1'" in v.message for v in found) == 2
+    allowed = {"nixl-libfabric-backend": {"allowedConnectors": ["LMCacheConnectorV1"]}}
+    assert len(of(judge([ray_service(serve_config(multi))], allowed), "nixl-libfabric-backend")) == 2
 
 
 def test_kv_transfer_config_given_as_json_text_is_checked():
@@ -61,9 +66,16 @@ def test_kv_transfer_config_given_as_json_text_is_checked():
     assert len(of(judge([ray_service(cfg)]), "nixl-libfabric-backend")) == 2
 
 
-def test_other_connectors_and_unknown_serve_config_are_no_violation():
-    other = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
-    assert of(judge([ray_service(serve_config(other))]), "nixl-libfabric-backend") == []
+@pytest.mark.parametrize("connector", ["LMCacheConnectorV1", "P2pNcclConnector", "MooncakeConnector"])
+def test_another_kv_connector_is_judged(connector):
+    other = {"kv_connector": connector, "kv_role": "kv_both"}
+    found = of(judge([ray_service(serve_config(other))]), "nixl-libfabric-backend")
+    assert len(found) == 2 and all(f"KV connector {connector!r}" in v.message for v in found)
+    allowed = {"nixl-libfabric-backend": {"allowedConnectors": [connector]}}
+    assert of(judge([ray_service(serve_config(other))], allowed), "nixl-libfabric-backend") == []
+
+
+def test_unknown_serve_config_is_no_violation():
     assert of(judge([ray_service(UNKNOWN)]), "nixl-libfabric-backend") == []  # first preview: Output text
     unknown_backends = kv_transfer(None)
     unknown_backends["kv_connector_extra_config"] = {"backends": UNKNOWN}

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from . import capacity, gpu_nodes, intake, ray_resources, ray_serving, security
+from . import capacity, gpu_nodes, intake, ray_resources, ray_serving, security, visibility
 
 PACK_NAME = "llm-pd-eks-policies"
 
 POLICIES = [*gpu_nodes.POLICIES, *ray_serving.POLICIES, *security.POLICIES, *capacity.POLICIES,
-            *ray_resources.POLICIES, *intake.POLICIES]
+            *ray_resources.POLICIES, *intake.POLICIES, *visibility.POLICIES]

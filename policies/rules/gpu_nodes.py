@@ -217,7 +217,7 @@ def _cluster_placement(view: StackView, table: TypeTable, report: ReportViolatio
             report(f"{cap.label} runs {join(gpu)} without a launch template or placement group. {fix}",
                    cap.resource.urn)
             continue
-        if cap.launch_template.state in ("unresolved", "external") and cap.placement.state == "none":
+        if cap.launch_template.state in ("unresolved", "external", "unjudgeable") and cap.placement.state == "none":
             continue  # the template decides; it is unknown yet or outside the stack
         if all(ref.state == "none" for _, ref in refs):
             target = cap.launch_template.resource if cap.launch_template.state == "resolved" else cap.resource
@@ -577,7 +577,64 @@ def _unmodelled_launchers(view: StackView, table: TypeTable, report: ReportViola
                    f"acceleratorCount.max 0.", asg.urn)
 
 
-def _blind_spots(view: StackView, table: TypeTable, report: ReportViolation) -> None:
+def version_problem(version: Any, template: dict) -> Optional[str]:
+    """Why the launch template version a group launches may not be the one the plan shows (the one
+    every rule judges: the template's newest inputs); None when it is.
+
+    `$Latest` and a version not known yet (the template's `latestVersion` output) are the newest.
+    `$Default` — also an omitted version: EKS CreateNodegroup, EC2 RunInstances and Auto Scaling
+    LaunchTemplateSpecification all default to it — stays at version 1 unless the template sets
+    `updateDefaultVersion: true` (or `defaultVersion` equal to a known `latestVersion`): it is refused
+    when the template has more than one version or an existing template is changing. A number is
+    the judged version only when it equals the template's known `latestVersion` (or is 1 for a
+    template the plan does not show a latestVersion for)."""
+    if is_unknown(version) or version == "$Latest":
+        return None
+    latest = dig(template, "latestVersion")
+    template_id = dig(template, "id")
+    changing = is_unknown(latest) and isinstance(template_id, str) and not is_unknown(template_id)
+    if version is None or version == "$Default":
+        if truthy(dig(template, "updateDefaultVersion")):
+            return None
+        default = dig(template, "defaultVersion")
+        if as_int(default) is not None and as_int(latest) is not None and as_int(default) == as_int(latest):
+            return None
+        if latest is None or (as_int(latest) == 1) or (is_unknown(latest) and not changing):
+            return None  # a single version (or one being created): $Default is the one judged
+        return (f"version {version or '$Default (the default when none is given)'}, which stays at an earlier "
+                f"version than the one judged unless updateDefaultVersion is true")
+    number = as_int(version)
+    if number is None or str(version).strip() != str(number):
+        return f"version {version!r}, which is neither $Latest, $Default nor a version number"
+    if is_unknown(latest):
+        return None if number == 1 and not changing else (
+            f"version {number}, while the template's newest version is not known yet (it is changing)")
+    if as_int(latest) is not None:
+        return None if number == as_int(latest) else f"version {number}, not the newest ({as_int(latest)})"
+    return None if number == 1 else f"version {number}, while the plan shows no newer version than 1"
+
+
+def _unjudgeable(view: StackView, cap: Any, gpu: set[str], allow: set[str], report: ReportViolation) -> None:
+    """References of GPU capacity whose value comes from something the pack cannot resolve."""
+    found = []
+    refs = [("launch template", cap.resource, cap.launch_template), ("placement group", cap.resource, cap.placement)]
+    if cap.launch_template.state == "resolved":
+        lt = cap.launch_template.resource
+        refs.append((f"placement group (of launch template '{lt.name}')", lt, view.placement_group(lt)))
+    for what, owner, ref in refs:
+        if ref.state == "unjudgeable" and owner.name not in allow:
+            found.append(f"{what} from {ref.literal}")
+    if cap.subnets.unjudgeable and cap.resource.name not in allow:
+        found.append(f"subnet IDs from {cap.subnets.unjudgeable}")
+    if found:
+        report(f"{cap.label} runs {join(gpu)} with {'; '.join(found)}, which the pack cannot resolve to a resource "
+               f"of this stack, so the EFA/AZ/placement rules cannot judge it. Fix: pass the output of the "
+               f"aws.ec2 Subnet / LaunchTemplate / PlacementGroup resource itself (not a component's, a stack "
+               f"reference's or another provider's output), or list {cap.resource.name!r} in this policy's "
+               f"unjudgeable.allow once it is checked elsewhere.", cap.resource.urn)
+
+
+def _blind_spots(view: StackView, table: TypeTable, report: ReportViolation, allow: set[str]) -> None:
     _unmodelled_launchers(view, table, report)
     for cap in view.capacities():
         unlisted = table.unlisted(cap.instance_types)
@@ -587,6 +644,9 @@ def _blind_spots(view: StackView, table: TypeTable, report: ReportViolation) -> 
                    f"extraEfaGpuTypes (or to nonEfaGpuTypes if it is deliberately used without EFA).",
                    cap.resource.urn)
         gpu = table.efa_of(cap.instance_types)
+        if not gpu and not cap.instance_types and cap.launch_template.state == "unjudgeable":
+            # its types live in a template the pack cannot find: it may launch anything
+            _unjudgeable(view, cap, {"instance types of a launch template it cannot see"}, allow, report)
         if not gpu:
             continue
         external = []
@@ -598,6 +658,12 @@ def _blind_spots(view: StackView, table: TypeTable, report: ReportViolation) -> 
             external.append(f"subnet(s) {cap.subnets.external}")
         if cap.launch_template.state == "resolved":
             lt = cap.launch_template.resource
+            problem = version_problem(cap.version, view.props(lt))
+            if problem and cap.resource.name not in allow:
+                report(f"{cap.label} runs {join(gpu)} from launch template '{lt.name}' {problem}: the rules judge "
+                       f"the template as the plan shows it, which may not be the version launched. Fix: "
+                       f"version=template.latest_version (or '$Latest'), or updateDefaultVersion=True on the "
+                       f"template; or list {cap.resource.name!r} in unjudgeable.allow.", cap.resource.urn)
             pg = view.placement_group(lt)
             # a reservation's own placement group: capacity-reservation-in-gpu-az judges it
             if pg.state == "external" and not targets_reservation(view.props(lt)):
@@ -605,6 +671,7 @@ def _blind_spots(view: StackView, table: TypeTable, report: ReportViolation) -> 
             _, _, sgs = view.template_security_groups(lt)
             if sgs:
                 external.append(f"security group(s) {sgs} (of launch template '{lt.name}')")
+        _unjudgeable(view, cap, gpu, allow, report)
         if external:
             report(f"{cap.label} runs {join(gpu)} with {'; '.join(external)} that no resource in this stack "
                    f"defines, so the EFA/AZ/placement rules cannot judge them. Fix: create them in this stack "
@@ -622,11 +689,33 @@ def _blind_spots(view: StackView, table: TypeTable, report: ReportViolation) -> 
                    f"template; exclude them from the NodePool's requirements.", pool.urn)
 
 
-gpu_blind_spots = gpu_stack_policy(
+UNJUDGEABLE_SCHEMA: dict[str, dict[str, Any]] = {
+    "unjudgeable": {
+        "type": "object",
+        "description": "GPU capacity (by Pulumi name) whose references may come from outputs the pack cannot "
+        "resolve: {allow: [names]}",
+        "properties": {"allow": {"type": "array", "items": {"type": "string"},
+                                 "description": "Pulumi resource names"}},
+        "default": {"allow": []},
+    },
+}
+
+
+def _validate_blind_spots(args: StackValidationArgs, report: ReportViolation) -> None:
+    cfg = config_with_defaults(args, {**EFA_CONFIG, **UNJUDGEABLE_SCHEMA})
+    allow = dig(cfg, "unjudgeable", "allow")
+    _blind_spots(StackView(args.resources), TypeTable.from_config(cfg), report,
+                 {str(a) for a in allow} if isinstance(allow, list) else set())
+
+
+gpu_blind_spots = StackValidationPolicy(
     name="gpu-references-in-stack",
     description="GPU capacity uses only instance types the table knows and launch templates, subnets, "
-    "placement and security groups defined in this stack; Karpenter does not launch EFA GPU types.",
-    check=_blind_spots,
+    "placement and security groups defined in this stack (not outputs the pack cannot resolve); Karpenter "
+    "does not launch EFA GPU types.",
+    validate=guarded("gpu-references-in-stack", _validate_blind_spots),
+    enforcement_level=EnforcementLevel.MANDATORY,
+    config_schema=PolicyConfigSchema(properties={**EFA_CONFIG, **UNJUDGEABLE_SCHEMA}),
 )
 
 POLICIES = [

@@ -21,7 +21,8 @@ from typing import Any, Optional
 from pulumi_policy import ReportViolation, ResourceValidationArgs
 
 from .common import dig, is_unknown, known_list, plain, resource_policy
-from .ray_serving import RAY_CLUSTER_SPEC, ray_objects
+from .ray_serving import ray_objects
+from .workloads import RAY_CLUSTER_SPEC
 
 _MIG = re.compile(r"nvidia\.com/mig-\d+g\.\d+gb$")
 _CANONICAL = ("cpu", "memory", "gpu")

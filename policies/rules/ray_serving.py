@@ -5,9 +5,10 @@ NIXL's default backend is UCX, which on EKS falls back to TCP over the ENA inter
 works, only slowly, so nothing but a policy notices. Likewise a GPU pod without
 `vpc.amazonaws.com/efa` devices or with `FI_PROVIDER` other than `efa` silently uses sockets.
 
-The rules judge every Ray object wherever it is declared (`ray_objects`): a `ray.io` RayService,
-RayCluster or RayJob of any API version, a generic CustomResource, or one embedded in a Helm
-release's values or a YAML manifest string.
+The rules judge every workload a vLLM engine can run in, wherever it is declared (`workloads`,
+rules/workloads.py): KubeRay objects and pod-running Kubernetes objects, as resources of their own or
+carried in ConfigFiles/ConfigGroups, Helm values and YAML/JSON text; KV-transfer configs in serve
+configs and on command lines; FI_PROVIDER as the kubelet, the shell and Ray set it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
@@ -45,59 +47,24 @@ from .common import (
     resource_policy,
 )
 from .stack import StackView
+from .workloads import (
+    UNSET,
+    Workload,
+    command_line,
+    container_command,
+    containers,
+    kv_flags,
+    runtime_env_yaml,
+    workloads,
+)
 
-# Where each Ray kind keeps its cluster spec (KubeRay v1 CRDs, tests/data/kuberay).
-RAY_CLUSTER_SPEC = {
-    "RayService": ("spec", "rayClusterConfig"),
-    "RayCluster": ("spec",),
-    "RayJob": ("spec", "rayClusterSpec"),
-}
 _INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
+RayObject = Workload  # a KubeRay object (label, kind, obj), as the Ray-only rules see it
 
 
-@dataclass
-class RayObject:
-    label: str  # for messages: "RayService 'llm'" or "RayService 'llm' in Release 'x' values"
-    kind: str
-    obj: dict
-
-
-def ray_objects(resource_type: str, props: Any) -> list[RayObject]:
+def ray_objects(resource_type: str, props: Any) -> list[Workload]:
     """Every KubeRay object a Kubernetes resource declares (itself, or embedded in its inputs)."""
-    if not resource_type.startswith("kubernetes:"):
-        return []
-    token_kind = resource_type.split(":")[-1]
-    group = resource_type.split(":")[1] if resource_type.count(":") >= 2 else ""
-    if group.startswith("ray.io/") and token_kind in RAY_CLUSTER_SPEC and isinstance(props, dict):
-        name = dig(props, "metadata", "name")
-        return [RayObject(f"{token_kind} '{name if isinstance(name, str) else '?'}'", token_kind, props)]
-    owner = resource_type.split(":")[-1]
-    found: list[RayObject] = []
-    for path, obj in _embedded(props, ""):
-        name = dig(obj, "metadata", "name")
-        found.append(RayObject(f"{obj['kind']} '{name if isinstance(name, str) else '?'}' (in {owner} at "
-                               f"{path or '(root)'})", obj["kind"], obj))
-    return found
-
-
-def _embedded(node: Any, path: str) -> Iterator[tuple[str, dict]]:
-    if isinstance(node, dict):
-        kind, api = node.get("kind"), node.get("apiVersion")
-        if isinstance(kind, str) and kind in RAY_CLUSTER_SPEC and str(api).startswith("ray.io/"):
-            yield path, node
-            return
-        for key, value in node.items():
-            yield from _embedded(value, f"{path}.{key}" if path else str(key))
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            yield from _embedded(value, f"{path}[{i}]")
-    elif isinstance(node, str) and "ray.io/" in node and "kind:" in node:
-        try:
-            docs = list(yaml.safe_load_all(node))
-        except yaml.YAMLError:
-            return
-        for i, doc in enumerate(docs):
-            yield from _embedded(doc, f"{path}<yaml doc {i}>")
+    return [w for w in workloads(resource_type, props) if w.is_ray]
 
 
 class ServeConfigError(ValueError):
@@ -149,6 +116,13 @@ NIXL_CONFIG: dict[str, dict[str, Any]] = {
         "description": "the only NIXL backend the KV transfer may list (LIBFABRIC = EFA; NIXL defaults to UCX)",
         "default": "LIBFABRIC",
     },
+    "allowedConnectors": {
+        "type": "array",
+        "items": {"type": "string"},
+        "description": "KV connectors other than NixlConnector that may carry the KV cache (judged elsewhere); "
+        "every other connector is a violation",
+        "default": [],
+    },
 }
 
 
@@ -173,35 +147,76 @@ def _backend_problem(backends: Any, required: str) -> Optional[str]:
     return None
 
 
-def _nixl_backend(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    required = str(config_with_defaults(args, NIXL_CONFIG)["requiredBackend"])
-    for ray in ray_objects(args.resource_type, plain(args.props)):
-        if ray.kind != "RayService":
-            continue
+def kv_configs(work: Workload) -> Iterator[tuple[str, Any]]:
+    """(where, node) of every KV-transfer config a workload hands to vLLM: the serve config of a
+    RayService, `--kv-transfer-config` on a RayJob entrypoint or any container's command line. A
+    serve config that is not YAML text is yielded as a ServeConfigError."""
+    if work.kind == "RayService":
         try:
-            config = serve_config(dig(ray.obj, "spec"))
+            config = serve_config(dig(work.obj, "spec"))
         except ServeConfigError as error:
-            report(f"{ray.label}: spec.serveConfigV2 is {error}. KubeRay needs YAML text. Fix: build it with "
-                   f"yaml.safe_dump from the serve config dict.")
-            continue
-        if config is None or is_unknown(config):
-            continue
-        for path, node in walk(config):
-            if not isinstance(node, dict) or node.get("kv_connector") != "NixlConnector":
+            yield "spec.serveConfigV2", error
+            config = None
+        if isinstance(config, (dict, list)):
+            for path, node in walk(config):
+                yield f"serveConfigV2 {path or '(root)'}", node
+    lines = []
+    if work.kind == "RayJob":
+        lines.append(("spec.entrypoint", command_line(dig(work.obj, "spec", "entrypoint"))))
+    for label, pod in work.pods():
+        for container in containers(pod):
+            lines.append((f"{label} container '{dig(container, 'name')}' command", container_command(container)))
+    for where, line in lines:
+        for flag, value in kv_flags(line.tokens):
+            if not isinstance(value, (dict, list)):
+                yield f"{where} {flag}", ServeConfigError(f"{str(value)[:60]!r}, not JSON")
                 continue
-            backends = dig(node, "kv_connector_extra_config", "backends")
-            if is_unknown(backends):
+            for path, node in walk(value):
+                yield f"{where} {flag}{'.' + path if path else ''}", node
+
+
+def _connector_problem(node: dict, required: str, allowed: list[str]) -> Optional[str]:
+    """Why a KV-transfer config does not move the KV cache over NIXL's `required` backend."""
+    connector = node.get("kv_connector")
+    if connector is None or is_unknown(connector) or connector == "MultiConnector":
+        return None  # MultiConnector: each of its connectors is judged where walk finds it
+    if connector != "NixlConnector":
+        if connector in allowed:
+            return None
+        return (f"KV connector {connector!r}: only NixlConnector with backends ['{required}'] moves the KV "
+                f"cache over EFA. Fix: kv_connector: NixlConnector, kv_connector_extra_config: "
+                f"{{backends: ['{required}']}} (or list {connector!r} in allowedConnectors)")
+    backends = dig(node, "kv_connector_extra_config", "backends")
+    if is_unknown(backends):
+        return None
+    problem = _backend_problem(backends, required)
+    if problem:
+        return (f"NixlConnector has backends {problem}; the KV cache may not travel over EFA. Fix: "
+                f"kv_connector_extra_config: {{backends: ['{required}']}}")
+    return None
+
+
+def _nixl_backend(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    cfg = config_with_defaults(args, NIXL_CONFIG)
+    required = str(cfg["requiredBackend"])
+    allowed = [str(c) for c in cfg.get("allowedConnectors") or []]
+    for work in workloads(args.resource_type, plain(args.props)):
+        for where, node in kv_configs(work):
+            if isinstance(node, ServeConfigError):
+                report(f"{work.label}: {where} is {node}. KubeRay needs YAML text and vLLM JSON. Fix: build it "
+                       f"with yaml.safe_dump / json.dumps from the config dict.")
                 continue
-            problem = _backend_problem(backends, required)
+            if not isinstance(node, dict) or "kv_connector" not in node:
+                continue
+            problem = _connector_problem(node, required, allowed)
             if problem:
-                report(f"{ray.label}: NixlConnector at {path or '(root)'} has backends {problem}; the KV "
-                       f"cache may not travel over EFA. Fix: kv_connector_extra_config: "
-                       f"{{backends: ['{required}']}}.")
+                report(f"{work.label}: {where}: {problem}.")
 
 
 nixl_libfabric = resource_policy(
     name="nixl-libfabric-backend",
-    description="Every NixlConnector in a RayService's serve config lists exactly [LIBFABRIC] as NIXL backends.",
+    description="Every vLLM KV-transfer config (serve configs, RayJob entrypoints, container command lines, "
+    "in any workload kind) uses NixlConnector with exactly [LIBFABRIC] as NIXL backends.",
     validate=_nixl_backend,
     config=NIXL_CONFIG,
 )
@@ -213,22 +228,12 @@ POD_EFA_CONFIG: dict[str, dict[str, Any]] = {
     "gpuResource": {"type": "string", "default": "nvidia.com/gpu", "description": "GPU extended resource"},
     "efaResource": {"type": "string", "default": "vpc.amazonaws.com/efa", "description": "EFA extended resource"},
     "fiProvider": {"type": "string", "default": "efa", "description": "required value of env FI_PROVIDER"},
+    "draGpuDeviceClassPattern": {
+        "type": "string",
+        "default": "gpu",
+        "description": "regex (case-insensitive) on a DRA request's deviceClassName that allocates GPUs",
+    },
 }
-
-
-def ray_groups(kind: str, obj: Any) -> list[tuple[str, Any]]:
-    """(label, pod spec) of a Ray object's head and worker groups."""
-    cluster = dig(obj, *RAY_CLUSTER_SPEC[kind])
-    groups: list[tuple[str, Any]] = []
-    head = dig(cluster, "headGroupSpec", "template", "spec")
-    if isinstance(head, dict):
-        groups.append(("head group", head))
-    for i, worker in enumerate(known_list(dig(cluster, "workerGroupSpecs")) or []):
-        pod = dig(worker, "template", "spec")
-        name = dig(worker, "groupName")
-        if isinstance(pod, dict):
-            groups.append((f"worker group '{name if isinstance(name, str) else i}'", pod))
-    return groups
 
 
 def requested(container: Any, resource: str) -> Optional[int]:
@@ -382,36 +387,127 @@ def _stack_gpu_types(view: StackView, table: TypeTable) -> set[str]:
     return types
 
 
+DRA_CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
+
+
+class ClaimStore:
+    """The stack's DRA ResourceClaims and ResourceClaimTemplates (any resource.k8s.io version):
+    (kind, namespace, name) -> the device requests of the claim."""
+
+    def __init__(self, view: StackView) -> None:
+        self._items: dict[tuple[str, str, str], Any] = {}
+        for resource in view.resources:
+            kind = resource.resource_type.split(":")[-1]
+            if not resource.resource_type.startswith("kubernetes:resource.k8s.io/") or kind not in DRA_CLAIM_KINDS:
+                continue
+            props = view.props(resource)
+            name, ns = dig(props, "metadata", "name"), dig(props, "metadata", "namespace")
+            spec = dig(props, "spec", "spec") if kind == "ResourceClaimTemplate" else dig(props, "spec")
+            self._items[(kind, ns if isinstance(ns, str) else "*",
+                         name if isinstance(name, str) else resource.name)] = dig(spec, "devices", "requests")
+
+    def requests(self, kind: str, namespace: Any, name: Any) -> Any:
+        """The claim's requests, UNKNOWN, or None when no such claim is in the stack."""
+        if is_unknown(name) or is_unknown(namespace):
+            return UNKNOWN
+        for ns in ((namespace if isinstance(namespace, str) else "default"), "*"):
+            if (kind, ns, name) in self._items:
+                return self._items[(kind, ns, name)]
+        return None
+
+
+def _dra_gpus(pod: Any, container: Any, namespace: Any, claims: ClaimStore, pattern: str) -> Any:
+    """GPUs a container gets through DRA claims: a count, "all" (allocationMode All), 0, or UNKNOWN.
+
+    Pod `resourceClaims[]` name a ResourceClaim (`resourceClaimName`) or template
+    (`resourceClaimTemplateName`); a container uses them by `resources.claims[].name` (optionally one
+    `request`). A request's device class is `deviceClassName` (v1beta1) or `exactly.deviceClassName`
+    (v1), with `allocationMode` ExactCount (`count`, default 1) or All; `firstAvailable` lists
+    alternatives (the largest GPU count holds). A claim the stack does not declare counts as one GPU:
+    the pack cannot see what it allocates."""
+    used = known_list(dig(container, "resources", "claims"))
+    if used is None:
+        return UNKNOWN
+    by_name = {dig(c, "name"): c for c in known_list(dig(pod, "resourceClaims")) or [] if isinstance(c, dict)}
+    total: Any = 0
+    for use in used:
+        source = by_name.get(dig(use, "name"))
+        if source is None:
+            continue
+        if dig(source, "resourceClaimName") is not None:
+            kind, name = "ResourceClaim", dig(source, "resourceClaimName")
+        else:
+            kind, name = "ResourceClaimTemplate", dig(source, "resourceClaimTemplateName")
+        requests = claims.requests(kind, namespace, name)
+        if is_unknown(requests):
+            return UNKNOWN
+        if requests is None:
+            total = total if total == "all" else total + 1
+            continue
+        only = dig(use, "request")
+        for request in known_list(requests) or []:
+            if isinstance(only, str) and dig(request, "name") != only:
+                continue
+            count = _request_gpus(request, pattern)
+            if is_unknown(count):
+                return UNKNOWN
+            total = "all" if "all" in (count, total) else total + count
+    return total
+
+
+def _request_gpus(request: Any, pattern: str) -> Any:
+    options = [request, *(known_list(dig(request, "firstAvailable")) or [])]
+    best: Any = 0
+    for option in options:
+        exact = dig(option, "exactly") if isinstance(dig(option, "exactly"), dict) else option
+        device_class = dig(exact, "deviceClassName")
+        if is_unknown(device_class):
+            return UNKNOWN
+        if not isinstance(device_class, str) or not re.search(pattern, device_class, re.IGNORECASE):
+            continue
+        if dig(exact, "allocationMode") == "All":
+            return "all"
+        count = as_int(dig(exact, "count"))
+        best = max(best, 1 if count is None else count)
+    return best
+
+
 def _gpu_pods_efa(args: StackValidationArgs, report: ReportViolation) -> None:
     cfg = config_with_defaults(args, POD_EFA_CONFIG)
     table = TypeTable.from_config(cfg)
     gpu_res, provider = cfg["gpuResource"], cfg["fiProvider"]
     view = StackView(args.resources)
     store = ObjectStore(view)
+    claims = ClaimStore(view)
     stack_types = _stack_gpu_types(view, table)
     for resource in view.resources:
-        for ray in ray_objects(resource.resource_type, view.props(resource)):
-            namespace = dig(ray.obj, "metadata", "namespace")
+        for work in workloads(resource.resource_type, view.props(resource)):
+            namespace = work.namespace
             uses_gpus = False
-            for label, pod in ray_groups(ray.kind, ray.obj):
+            for label, pod in work.pods():
                 pinned = _pod_instance_type(pod)
                 # Unpinned with several GPU types in the stack: the pod may land on any of them, so the
                 # largest EFA share holds.
                 candidates = {pinned} if pinned else stack_types
                 node_type = max(sorted(candidates & set(table.efa)), default=None,
                                 key=lambda t: _efa_share(table, t, requested_gpus(pod, gpu_res)))
-                for container in known_list(dig(pod, "containers")) or []:
-                    gpus = requested(container, gpu_res)
-                    if not gpus:  # none, or unknown
-                        continue
+                for container in containers(pod):
+                    gpus: Any = requested(container, gpu_res)
+                    via = f"{gpus} x {gpu_res}"
+                    if not gpus:
+                        dra = _dra_gpus(pod, container, namespace, claims, str(cfg["draGpuDeviceClassPattern"]))
+                        if is_unknown(dra) or not dra:
+                            continue
+                        gpus = table.gpus.get(node_type or "", 1) if dra == "all" else int(dra)
+                        via = f"GPUs through DRA resource claims ({dra})"
                     uses_gpus = True
                     problems = _container_problems(container, gpus, node_type, table, cfg, namespace, store)
                     if problems:
                         cname = dig(container, "name")
-                        report(f"{ray.label}, {label}, container '{cname}' requests {gpus} x {gpu_res} but does "
+                        report(f"{work.label}, {label}, container '{cname}' requests {via} but does "
                                f"not use EFA fully. Fix: " + "; ".join(problems) + ".", resource.urn)
-            if uses_gpus:
-                _serve_env_overrides(ray, provider, report, resource.urn)
+            if uses_gpus and work.is_ray:
+                _ray_env_overrides(work, provider, report, resource.urn)
 
 
 def _efa_share(table: TypeTable, node_type: str, gpus: int) -> int:
@@ -444,26 +540,61 @@ def _container_problems(container: Any, gpus: int, node_type: Optional[str], tab
     elif not is_unknown(value) and value != provider:
         problems.append(f"set env FI_PROVIDER={provider} (is {value!r}; with duplicates the last entry wins)"
                         if value is not None else f"set env FI_PROVIDER={provider}")
+    line = container_command(container)
+    problem = _fi_problem(line.last("FI_PROVIDER"), provider)
+    if problem:
+        problems.append(f"the command line {problem}; leave FI_PROVIDER to env (or export {provider!r})")
     return problems
 
 
-def _serve_env_overrides(ray: RayObject, provider: str, report: ReportViolation, urn: str) -> None:
-    """Ray applies a runtime_env's env_vars to the replica processes over the container's env."""
-    if ray.kind != "RayService":
-        return
-    try:
-        config = serve_config(dig(ray.obj, "spec"))
-    except ServeConfigError:
-        return  # nixl-libfabric-backend reports it
-    if not isinstance(config, (dict, list)):
-        return
-    for path, node in walk(config):
-        if path.endswith("env_vars") and isinstance(node, dict) and "FI_PROVIDER" in node:
-            value = node["FI_PROVIDER"]
-            if not is_unknown(value) and value != provider:
-                report(f"{ray.label}: serveConfigV2 {path} sets FI_PROVIDER={value!r}, which Ray applies to the "
-                       f"replicas over the container's FI_PROVIDER={provider}. Fix: drop it from env_vars (or "
-                       f"set {provider!r}).", urn)
+def _fi_problem(value: Any, provider: str) -> Optional[str]:
+    if value is None or is_unknown(value):
+        return None
+    if value is UNSET:
+        return "unsets FI_PROVIDER (libfabric then picks any provider, sockets included)"
+    if isinstance(value, str) and value in ("$FI_PROVIDER", "${FI_PROVIDER}"):
+        return None
+    if isinstance(value, str) and "$" in value:
+        return f"sets FI_PROVIDER from a shell expansion ({value[:40]!r}) the pack cannot read"
+    if value != provider:
+        return f"sets FI_PROVIDER={value!r}"
+    return None
+
+
+def _ray_env_overrides(work: Workload, provider: str, report: ReportViolation, urn: str) -> None:
+    """Ray applies a runtime_env's env_vars (and its `py_executable` command line) to the worker
+    processes over the container's env: the serve config's runtime_envs, a RayJob's runtimeEnvYAML
+    and its entrypoint command line."""
+    found: list[tuple[str, str]] = []
+    sources: list[tuple[str, Any]] = []
+    if work.kind == "RayService":
+        try:
+            config = serve_config(dig(work.obj, "spec"))
+        except ServeConfigError:
+            config = None  # nixl-libfabric-backend reports it
+        if isinstance(config, (dict, list)):
+            sources.append(("serveConfigV2", config))
+    if work.kind == "RayJob":
+        runtime_env = runtime_env_yaml(dig(work.obj, "spec", "runtimeEnvYAML"))
+        if isinstance(runtime_env, dict):
+            sources.append(("spec.runtimeEnvYAML", {"runtime_env": runtime_env}))
+        line = command_line(dig(work.obj, "spec", "entrypoint"))
+        problem = _fi_problem(line.last("FI_PROVIDER"), provider)
+        if problem:
+            found.append(("spec.entrypoint", problem))
+    for where, config in sources:
+        for path, node in walk(config):
+            if path.endswith("env_vars") and isinstance(node, dict) and "FI_PROVIDER" in node:
+                problem = _fi_problem(node["FI_PROVIDER"], provider)
+                if problem:
+                    found.append((f"{where} {path}", problem))
+            if path.endswith("runtime_env") and isinstance(node, dict) and isinstance(node.get("py_executable"), str):
+                problem = _fi_problem(command_line(node["py_executable"]).last("FI_PROVIDER"), provider)
+                if problem:
+                    found.append((f"{where} {path}.py_executable", problem))
+    for where, problem in found:
+        report(f"{work.label}: {where} {problem}, which Ray applies to the workers over the container's "
+               f"FI_PROVIDER={provider}. Fix: drop it (or set {provider!r}).", urn)
 
 
 gpu_pods_efa = StackValidationPolicy(

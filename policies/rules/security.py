@@ -35,6 +35,7 @@ from .common import (
     truthy,
 )
 from .ray_serving import ServeConfigError, ray_objects, serve_config, walk
+from .workloads import embedded
 
 # -- literal secrets ---------------------------------------------------------------------------
 SECRET_CONFIG: dict[str, dict[str, Any]] = {
@@ -216,6 +217,66 @@ LB_CONFIGURATION = "kubernetes:gateway.k8s.aws/v1beta1:LoadBalancerConfiguration
 GATEWAYS = ("kubernetes:gateway.networking.k8s.io/v1:Gateway", "kubernetes:gateway.networking.k8s.io/v1beta1:Gateway")
 
 
+HELM_TYPES = ("kubernetes:helm.sh/v3:Release", "kubernetes:helm.sh/v3:Chart", "kubernetes:helm.sh/v4:Chart")
+# Charts whose values make a Service: where its values live, and the chart's default type
+# (ingress-nginx charts/ingress-nginx/values.yaml `controller.service` {enabled: true, type:
+# LoadBalancer, annotations: {}, external.enabled: true}; traefik-helm-chart traefik/values.yaml
+# `service` {enabled: true, type: LoadBalancer, annotations: {}}; kuberay v1.7.0
+# helm-chart/kuberay-operator/values.yaml `service.type: ClusterIP`, used as-is by templates/service.yaml).
+CHART_SERVICES: dict[str, tuple[tuple[str, ...], str]] = {
+    "ingress-nginx": (("controller", "service"), "LoadBalancer"),
+    "traefik": (("service",), "LoadBalancer"),
+    "kuberay-operator": (("service",), "ClusterIP"),
+}
+# aws-load-balancer-controller values.yaml: `ingressClassParams.spec` becomes the IngressClassParams
+# of its `alb` class, whose `scheme` overrides every Ingress of the class.
+LBC_CHART = "aws-load-balancer-controller"
+
+
+def chart_name(props: Any) -> str:
+    """A Helm chart's name from `chart` ("repo/name", "oci://host/path/name", "./charts/name", "name-1.2.3.tgz")."""
+    chart = dig(props, "chart")
+    if not isinstance(chart, str) or is_unknown(chart):
+        return ""
+    name = chart.rstrip("/").split("/")[-1]
+    name = re.sub(r"\.tgz$", "", name)
+    return re.sub(r"-v?\d+\.\d+\.\d+.*$", "", name)
+
+
+def _chart_exposure(props: Any) -> list[str]:
+    """Why a Helm release's values expose a load balancer to the internet (empty: they do not, or unknown)."""
+    name = chart_name(props)
+    values = dig(props, "values")
+    if is_unknown(values):
+        return []
+    values = values if isinstance(values, dict) else {}
+    why: list[str] = []
+    if name in CHART_SERVICES or name == LBC_CHART:
+        files = dig(props, "valueYamlFiles")
+        if files and not is_unknown(files):
+            why.append(f"chart {name!r} takes values from valueYamlFiles, which the pack cannot read (pass them "
+                       f"in `values`)")
+    if name in CHART_SERVICES:
+        path, default_type = CHART_SERVICES[name]
+        service = dig(values, *path)
+        service = service if isinstance(service, dict) else {}
+        enabled = [truthy(service.get("enabled")), truthy(dig(service, "external", "enabled"))]
+        if name == "kuberay-operator" or all(e is not False for e in enabled):
+            stype = service.get("type", default_type)
+            shown = {"spec": {"type": stype}, "metadata": {"annotations": service.get("annotations") or {}}}
+            reason = _service_exposure(shown)
+            if reason:
+                why.append(f"chart {name!r} values {'.'.join(path)}: {reason}"
+                           + (" (the chart's default type)" if "type" not in service else ""))
+    if name == LBC_CHART and dig(values, "ingressClassParams", "spec", "scheme") == "internet-facing":
+        why.append(f"chart {name!r} values ingressClassParams.spec.scheme: internet-facing")
+    return why
+
+
+def _is_service(node: dict) -> bool:
+    return node.get("kind") == "Service" and node.get("apiVersion") == "v1"
+
+
 def _exposure(resource_type: str, props: Any) -> list[str]:
     """Why a Kubernetes object opens the endpoint to the internet (empty: it does not, or unknown yet).
 
@@ -236,6 +297,13 @@ def _exposure(resource_type: str, props: Any) -> list[str]:
         annotations = dig(props, "spec", "infrastructure", "annotations")
         if isinstance(annotations, dict) and annotations.get(_SCHEME) == "internet-facing":
             why.append(f"spec.infrastructure.annotations {_SCHEME}: internet-facing")
+    if resource_type in HELM_TYPES:
+        why += _chart_exposure(props)
+    if resource_type != K8S_SERVICE:  # Services carried in ConfigGroups, Helm values, manifests
+        for path, service in embedded(props, _is_service):
+            reason = _service_exposure(service)
+            if reason:
+                why.append(f"Service at {path or '(root)'} is {reason}")
     for ray in ray_objects(resource_type, props):
         if ray.kind == "RayService":
             serve_service = dig(ray.obj, "spec", "serveService")

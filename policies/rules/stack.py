@@ -11,10 +11,15 @@ states (`Ref.state`):
 - "unresolved": not known yet (first preview): never a violation, the check skips,
 - "external": a literal ID/name that no resource in this stack carries. The rules cannot see it,
   so `gpu-references-in-stack` reports it (its level decides whether that blocks).
+- "unjudgeable": not known yet, and fed by something other than the expected resource type (a
+  component's output, a remote component, a StackReference, another provider's resource): the
+  rules skip it and `gpu-references-in-stack` refuses it unless its config names the resource in
+  `unjudgeable.allow`.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -49,13 +54,14 @@ NETWORK_INTERFACE = "aws:ec2/networkInterface:NetworkInterface"
 MAIN_ROUTE_TABLE_ASSOCIATION = "aws:ec2/mainRouteTableAssociation:MainRouteTableAssociation"
 DEFAULT_ROUTE_TABLE = "aws:ec2/defaultRouteTable:DefaultRouteTable"
 PULUMI_EKS_GROUPS = (MANAGED_NODE_GROUP, EKS_NODE_GROUP, EKS_NODE_GROUP_V2)
+NO_SOURCE = "a value no resource of this stack feeds (an invoke result?)"
 NO_EFA_LAUNCH_CONFIGURATION = "a launch configuration, which cannot attach EFA interfaces"
 NO_EFA_PULUMI_EKS = "the launch template pulumi-eks generates for it (no EFA option outside ManagedNodeGroup)"
 
 
 @dataclass
 class Ref:
-    state: str  # "none" | "resolved" | "unresolved" | "external"
+    state: str  # "none" | "resolved" | "unresolved" | "external" | "unjudgeable"
     resource: Any = None
     literal: str = ""
 
@@ -65,6 +71,7 @@ class SubnetRefs:
     resolved: list = field(default_factory=list)  # subnet PolicyResources
     unknown: bool = False  # some entries are not known yet
     external: list[str] = field(default_factory=list)  # literal IDs no subnet of the stack carries
+    unjudgeable: str = ""  # unknown IDs fed by something other than a subnet (what feeds them)
 
 
 @dataclass
@@ -78,6 +85,7 @@ class Capacity:
     launch_configuration: Ref = field(default_factory=lambda: Ref("none"))
     subnets: SubnetRefs = field(default_factory=SubnetRefs)
     literal_azs: set[str] = field(default_factory=set)  # AZs named on the resource itself
+    version: Any = None  # the launch template version it launches (None: the API's default, $Default)
     placement: Ref = field(default_factory=lambda: Ref("none"))  # a placement group set on the resource
     builtin_efa: bool = False  # pulumi-eks enableEfaSupport: EFA on every card + cluster placement group
     no_efa_reason: str = ""  # set when the resource type has no way to attach EFA interfaces
@@ -154,19 +162,35 @@ class StackView:
                     break
         if len(found) == 1:
             return Ref("resolved", found[0])
-        if found or any(is_unknown(v) for _, v in values):
+        if not found and any(is_unknown(v) for _, v in values):
+            return self._unknown_ref(owner, dep_key, type_)
+        if found:
             return Ref("unresolved")
         literal = next((str(v) for _, v in values if isinstance(v, str)), "")
         if not literal:  # a number, a list...: not a reference anything could resolve
             return Ref("external", literal=repr(values[0][1]))
         return Ref("external", literal=literal)
 
+    def _unknown_ref(self, owner: Any, dep_key: str, type_: str) -> Ref:
+        """A reference not known yet that no resource of `type_` feeds is "unjudgeable": its value
+        comes from something else — a component's output, a remote component, a StackReference, a
+        resource of another provider — or from nothing the engine records (an invoke whose inputs are
+        not known yet), and the pack cannot resolve it."""
+        others = self.feeders(owner, dep_key, type_)
+        return Ref("unjudgeable", literal=others or NO_SOURCE)
+
+    def feeders(self, owner: Any, key: str, type_: str) -> str:
+        """What feeds property `key` of `owner` other than resources of `type_` ("" when nothing)."""
+        others = [d for d in (owner.property_dependencies or {}).get(key, []) if d.resource_type != type_]
+        return ", ".join(sorted({f"{d.resource_type} '{d.name}'" for d in others}))
+
     def subnet_refs(self, owner: Any, key: str, ids: Any) -> SubnetRefs:
         refs = SubnetRefs()
         dep_subnets = self.deps(owner, key, SUBNET)
         listed = known_list(ids)
         if listed is None:  # the whole list is unknown: only the dependencies can tell
-            return SubnetRefs(dep_subnets, unknown=not dep_subnets)
+            return SubnetRefs(dep_subnets, unknown=not dep_subnets,
+                              unjudgeable="" if dep_subnets else self.feeders(owner, key, SUBNET) or NO_SOURCE)
         found = {s.urn: s for s in dep_subnets}
         matched: set[str] = set()
         unmatched: list[str] = []
@@ -181,6 +205,8 @@ class StackView:
             if not hits:
                 unmatched.append(str(subnet_id))
         refs.resolved = list(found.values())
+        if refs.unknown and not dep_subnets:
+            refs.unjudgeable = self.feeders(owner, key, SUBNET) or NO_SOURCE
         # IDs of the stack's own subnets are outputs the inputs do not carry: the dependencies stand
         # for them. Literal IDs beyond what the dependencies account for point outside the stack.
         covered = len([s for s in dep_subnets if s.urn not in matched])
@@ -198,7 +224,8 @@ class StackView:
         out += [self._eks_self_managed(g) for g in self.of_type(EKS_NODE_GROUP, EKS_NODE_GROUP_V2)]
         out += [self._instance(i) for i in self.of_type(EC2_INSTANCE)]
         out += [self._launch_configuration(c) for c in self.of_type(LAUNCH_CONFIGURATION)]
-        out += [self._asg(a) for a in self.of_type(AUTOSCALING_GROUP)]
+        for asg in self.of_type(AUTOSCALING_GROUP):
+            out += self._asg_with_overrides(asg)
         out += self._standalone_templates(out)
         return out
 
@@ -231,6 +258,7 @@ class StackView:
         cap = Capacity(group, kind)
         self._add_types(cap, dig(props, "instanceTypes"))
         cap.launch_template = self._lt_ref(group, "launchTemplate", dig(props, "launchTemplate"))
+        cap.version = dig(props, "launchTemplate", "version")
         cap.subnets = self.subnet_refs(group, "subnetIds", dig(props, "subnetIds"))
         if group.resource_type == MANAGED_NODE_GROUP:
             self._pulumi_eks_efa(cap, props)
@@ -263,6 +291,7 @@ class StackView:
         cap = Capacity(inst, "EC2 instance")
         self._add_types(cap, dig(props, "instanceType"))
         cap.launch_template = self._lt_ref(inst, "launchTemplate", dig(props, "launchTemplate"))
+        cap.version = dig(props, "launchTemplate", "version")
         cap.subnets = self.subnet_refs(inst, "subnetId", dig(props, "subnetId"))
         az = dig(props, "availabilityZone")
         if isinstance(az, str) and not is_unknown(az):
@@ -319,13 +348,16 @@ class StackView:
         mixed = dig(props, "mixedInstancesPolicy", "launchTemplate")
         if dig(props, "launchTemplate") is not None:
             cap.launch_template = self._lt_ref(asg, "launchTemplate", dig(props, "launchTemplate"))
+            cap.version = dig(props, "launchTemplate", "version")
         elif mixed is not None:
             cap.launch_template = self._lt_ref(
                 asg, "mixedInstancesPolicy", dig(mixed, "launchTemplateSpecification"),
                 id_key="launchTemplateId", name_key="launchTemplateName",
             )
             for override in known_list(dig(mixed, "overrides")) or []:
-                self._add_types(cap, dig(override, "instanceType"))
+                if not isinstance(dig(override, "launchTemplateSpecification"), dict):
+                    self._add_types(cap, dig(override, "instanceType"))
+            cap.version = dig(mixed, "launchTemplateSpecification", "version")
         conf = dig(props, "launchConfiguration")
         if conf is not None:
             cap.launch_configuration = self.ref(asg, "launchConfiguration", LAUNCH_CONFIGURATION, [("name", conf)])
@@ -338,6 +370,39 @@ class StackView:
                 cap.literal_azs.add(az)
         cap.placement = self.ref(asg, "placementGroup", PLACEMENT_GROUP, [("name", dig(props, "placementGroup"))])
         return self._with_template_types(cap)
+
+    def _asg_with_overrides(self, asg: Any) -> list[Capacity]:
+        """The group, and one capacity per mixed-instances override that names its own launch template
+        (`overrides[].launchTemplateSpecification`): EC2 launches that override's type from that
+        template, so the template is judged for it. The engine records every template feeding
+        `mixedInstancesPolicy` under that one key; while their IDs are not known the pack cannot tell
+        which template is whose, so each of them is judged for every type of the group."""
+        main = self._asg(asg)
+        mixed = dig(self.props(asg), "mixedInstancesPolicy", "launchTemplate")
+        overrides = [o for o in known_list(dig(mixed, "overrides")) or []
+                     if isinstance(dig(o, "launchTemplateSpecification"), dict)]
+        if not overrides:
+            return [main]
+        out = [main]
+        fed = self.deps(asg, "mixedInstancesPolicy", LAUNCH_TEMPLATE)
+        for i, override in enumerate(overrides):
+            spec = dig(override, "launchTemplateSpecification")
+            ref = self._lt_ref(asg, "mixedInstancesPolicy", spec, id_key="launchTemplateId",
+                               name_key="launchTemplateName")
+            cap = Capacity(asg, f"Auto Scaling group override {i}")
+            cap.subnets, cap.literal_azs, cap.placement = main.subnets, main.literal_azs, main.placement
+            cap.version = dig(spec, "version")
+            self._add_types(cap, dig(override, "instanceType"))
+            if ref.state == "unresolved" and len(fed) > 1:
+                for template in fed:  # ambiguous: each candidate template for every type of the group
+                    each = copy.copy(cap)
+                    each.instance_types = set(cap.instance_types) | main.instance_types
+                    each.launch_template = Ref("resolved", template)
+                    out.append(self._with_template_types(each))
+                continue
+            cap.launch_template = ref
+            out.append(self._with_template_types(cap))
+        return out
 
     def _standalone_templates(self, capacities: list[Capacity]) -> list[Capacity]:
         """Launch templates naming an instance type that no capacity above uses: judged on their own
