@@ -80,8 +80,19 @@ def children_by_parent(run: "ProgramRun") -> dict[str, list["Registration"]]:
 
 
 def component_colours(run: "ProgramRun") -> dict[str, str]:
-    """Top-level component name -> its colour, in `top_level` order (DOT clusters)."""
-    return {r.name: PALETTE[i % len(PALETTE)] for i, r in enumerate(top_level(run))}
+    """Component name -> its colour, in `top_level` then `sections` order (DOT clusters)."""
+    names = dict.fromkeys(r.name for r in [*top_level(run), *sections(run)])
+    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}
+
+
+def sections(run: "ProgramRun") -> list["Registration"]:
+    """The components a reader looks at one by one: the package component's children where the stack
+    holds one (`package_root`), else the top-level components; in data-flow order."""
+    root = package_root(run)
+    if root is None:
+        return top_level(run)
+    children = {r.name: r for r in run.resources if r.parent == root.urn}
+    return [children[name] for name in _ordered(set(children), component_edges(run, root.urn))]
 
 
 def ancestor_map(run: "ProgramRun", below: str = "") -> dict[str, str]:
@@ -134,7 +145,8 @@ def build_graph(run: "ProgramRun") -> Graph:
     node_urns = {r.urn for r in nodes}
     edges = sorted({(d, r.urn) for r in nodes for d in dependency_urns(r) if d in node_urns})
     by_urn = {r.urn: r for r in run.resources}
-    top = ancestor_map(run)
+    root = package_root(run)
+    top = ancestor_map(run, root.urn if root is not None else "")
     groups = {r.urn: by_urn[top[r.urn]].name for r in nodes}
     return Graph(nodes, edges, groups)
 
@@ -176,7 +188,7 @@ def to_dot(run: "ProgramRun", component: Optional[str] = None) -> str:
             label = f"{r.name}\\n{r.type}" + ("\\n(protected)" if r.protect else "")
             lines.append(f'{pad}{ids[r.urn]} [label="{label}", fillcolor="white"];')
 
-    for r in top_level(run):
+    for r in top_level(run) if component is None else sections(run):
         if component is None or r.name == component:
             emit(r, 1, colours[r.name])
     if component is None:
@@ -199,8 +211,8 @@ def to_dot(run: "ProgramRun", component: Optional[str] = None) -> str:
 
 
 def component_dots(run: "ProgramRun") -> dict[str, str]:
-    """File name (`<component>.dot`) -> that component's DOT view, for each top-level component."""
-    return {f"{re.sub(r'[^A-Za-z0-9_.-]', '_', r.name)}.dot": to_dot(run, r.name) for r in top_level(run)}
+    """File name (`<component>.dot`) -> that component's DOT view, for each of the `sections`."""
+    return {f"{re.sub(r'[^A-Za-z0-9_.-]', '_', r.name)}.dot": to_dot(run, r.name) for r in sections(run)}
 
 
 # -- mermaid component diagram -------------------------------------------------------------------

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from components import pulumi_sdk
 from components.pulumi_sdk import rpc  # the wire format's marker keys (secrets, unknowns, resource refs)
 from tools.cli import ROOT, Exit, ToolError, checkout_root, fresh_out_dir
 from tools.preview.report import Figures, PackInfo, Report, VerdictRecord
@@ -145,7 +146,14 @@ def resource_records(run: "ProgramRun") -> list[dict[str, Any]]:
 # -- config --------------------------------------------------------------------------------------
 def use_root(root: Path) -> None:
     """Make `root`'s `components` the importable one; refuse to mix two checkouts in one process."""
-    loaded_from = getattr(sys.modules.get("components"), "__file__", None)
+    library = pulumi_sdk.__name__.split(".")[0]
+    loaded = [name for name in sys.modules if name == library or name.startswith(f"{library}.")]
+    if set(loaded) <= {library, pulumi_sdk.__name__}:
+        # Only the SDK shim, which the tools import first and which holds nothing of a checkout: let
+        # `root`'s own library (and its shim) be imported fresh; the objects already taken stay valid.
+        for name in loaded:
+            del sys.modules[name]
+    loaded_from = getattr(sys.modules.get(library), "__file__", None)
     if loaded_from:
         where = Path(loaded_from).resolve().parent.parent
         if where != root.resolve():
