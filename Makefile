@@ -36,12 +36,12 @@ help:
 	@echo "make preflight [STACK=dev] can the stack deploy in its AWS account/region? (JSON=1, STRICT=1)"
 	@echo "make lint                  ruff, mypy, actionlint (with shellcheck) on the workflows"
 	@echo "make promote-check FROM=staging TO=prod   may the commit move on? (chart/image/model/engine must match)"
-	@echo "make config-doc            regenerate the README config table from components/config.py"
+	@echo "make config-doc            regenerate the README config table from llm_pd_eks/config.py"
 	@echo "make placeholders [STACK=dev] [RUNNER=label]   does the stack still carry example values? (deploy refuses it)"
 	@echo "make verify STACK=dev [KUBECONFIG=path] [TIMEOUT=600] [JSON=1]   after pulumi up: EFA, NIXL on LIBFABRIC, P/D, KV bytes"
 	@echo "make cost-audit STACK=dev [SINCE=7d] [PROMETHEUS=url] [JSON=1]   spend, \$$/Mtok vs make size, idle GPUs, quota, advice"
 	@echo "make size [STACK=dev] [WORKLOAD=workloads/<stack>.yaml] [WRITE=1] [JSON=1]   replicas, nodes, P:D, \$$/Mtok for a workload"
-	@echo "make facts                 regenerate the GPU instance-type table (components/data, policies/data) from EC2 data"
+	@echo "make facts                 regenerate the GPU instance-type table (llm_pd_eks/data, policies/data) from EC2 data"
 	@echo "make calibrate STACK=dev [ENDPOINT=http://host:port] [NIXLBENCH=file] [TIMEOUT=1800]   after up: measure, fit, write calibration/<stack>.yaml"
 
 $(STAMP): requirements.txt
@@ -65,16 +65,16 @@ test: $(DEV_STAMP)
 	$(PY) -m pytest
 
 preview: $(STAMP)
-	@$(PY) -m tools.preview --stack=$(call q,$(STACK))
+	@$(PY) -m llm_pd_eks_tools.preview --stack=$(call q,$(STACK))
 
 # Previews BASE (in a temporary git worktree) and the working tree; writes build/preview-diff/<stack>/diff.md.
 preview-diff: $(STAMP)
 	@test -n "$(BASE)" || { echo "usage: make preview-diff BASE=<git rev> [STACK=dev]" >&2; exit 2; }
-	@$(PY) -m tools.preview.diff --base=$(call q,$(BASE)) --stack=$(call q,$(STACK))
+	@$(PY) -m llm_pd_eks_tools.preview.diff --base=$(call q,$(BASE)) --stack=$(call q,$(STACK))
 
 # Needs AWS credentials (standard chain) and network; AWS_ENDPOINT_URL points it at an emulator.
 preflight: $(DEV_STAMP)
-	@$(PY) -m tools.preflight --stack=$(call q,$(STACK)) $(if $(JSON),--json) $(if $(STRICT),--strict)
+	@$(PY) -m llm_pd_eks_tools.preflight --stack=$(call q,$(STACK)) $(if $(JSON),--json) $(if $(STRICT),--strict)
 
 # Static checks: ruff and mypy (configured in pyproject.toml), actionlint on .github/workflows
 # (its shellcheck pass uses the pinned shellcheck in the venv, so every machine checks the same).
@@ -87,7 +87,7 @@ lint: $(DEV_STAMP)
 FROM ?= staging
 TO ?= prod
 promote-check: $(STAMP)
-	@$(PY) -m tools.promote_check --from=$(call q,$(FROM)) --to=$(call q,$(TO))
+	@$(PY) -m llm_pd_eks_tools.promote_check --from=$(call q,$(FROM)) --to=$(call q,$(TO))
 
 # Tool recipes are silent (`@`): stdout carries only the tool's output (`make preflight JSON=1` is
 # pure JSON). GNU make itself exits 2 whenever a recipe fails ("The exit status of make is always
@@ -97,38 +97,38 @@ promote-check: $(STAMP)
 # The README's config table, generated from the config model (a test fails when it is stale).
 .PHONY: config-doc
 config-doc: $(STAMP)
-	@$(PY) -m tools.config_doc
+	@$(PY) -m llm_pd_eks_tools.config_doc
 
 # Documentation CIDRs, the example account 123456789012, a private endpoint with no runner: exit 1.
 placeholders: $(STAMP)
-	@$(PY) -m tools.placeholders --stack=$(call q,$(STACK)) $(if $(RUNNER),--runner=$(call q,$(RUNNER)))
+	@$(PY) -m llm_pd_eks_tools.placeholders --stack=$(call q,$(STACK)) $(if $(RUNNER),--runner=$(call q,$(RUNNER)))
 
 # After `pulumi up`: proves the deployed stack (nodes, EFA devices, P/D placement, one completion,
 # NIXL on LIBFABRIC, KV bytes/failures/throughput). Kubeconfig from KUBECONFIG or the stack output.
 .PHONY: verify
 TIMEOUT ?= 600
 verify: $(STAMP)
-	@$(PY) -m tools.verify --stack=$(call q,$(STACK)) --timeout=$(call q,$(TIMEOUT)) $(if $(KUBECONFIG),--kubeconfig=$(call q,$(KUBECONFIG))) $(if $(JSON),--json)
+	@$(PY) -m llm_pd_eks_tools.verify --stack=$(call q,$(STACK)) --timeout=$(call q,$(TIMEOUT)) $(if $(KUBECONFIG),--kubeconfig=$(call q,$(KUBECONFIG))) $(if $(JSON),--json)
 
-# Sizes the stack for a workload, offline (tools/sizing.py); WRITE=1 puts the sized replica bounds and
+# Sizes the stack for a workload, offline (llm_pd_eks_tools/sizing.py); WRITE=1 puts the sized replica bounds and
 # GPU node-group sizes into Pulumi.<stack>.yaml (comments kept).
 .PHONY: size
 WORKLOAD ?= workloads/$(STACK).yaml
 size: $(DEV_STAMP)
-	@$(PY) -m tools.size --stack $(STACK) --workload $(WORKLOAD) $(if $(WRITE),--write) $(if $(JSON),--json)
+	@$(PY) -m llm_pd_eks_tools.size --stack $(STACK) --workload $(WORKLOAD) $(if $(WRITE),--write) $(if $(JSON),--json)
 
 # The EFA GPU instance-type table, from EC2 DescribeInstanceTypes data (moto's capture): writes the
-# program's copy (components/data/) and the policy pack's own (policies/data/).
+# program's copy (llm_pd_eks/data/) and the policy pack's own (policies/data/).
 .PHONY: facts
 facts: $(DEV_STAMP)
-	@$(PY) -m tools.gen_instance_types
+	@$(PY) -m llm_pd_eks_tools.gen_instance_types
 # After `pulumi up`: vllm bench serve sweep (a Job on the system nodes, or ENDPOINT directly) and
 # nixlbench's LIBFABRIC output (NIXLBENCH) -> calibration/<stack>.yaml, used by `make size` and the preview.
 calibrate: $(DEV_STAMP)
-	@$(PY) -m tools.calibrate --stack $(STACK) $(if $(ENDPOINT),--endpoint $(ENDPOINT)) $(if $(NIXLBENCH),--nixlbench-output $(NIXLBENCH)) $(if $(TIMEOUT),--timeout $(TIMEOUT)) $(if $(KUBECONFIG),--kubeconfig $(KUBECONFIG))
+	@$(PY) -m llm_pd_eks_tools.calibrate --stack $(STACK) $(if $(ENDPOINT),--endpoint $(ENDPOINT)) $(if $(NIXLBENCH),--nixlbench-output $(NIXLBENCH)) $(if $(TIMEOUT),--timeout $(TIMEOUT)) $(if $(KUBECONFIG),--kubeconfig $(KUBECONFIG))
 # What the stack cost and served over SINCE (Cost Explorer by tag, the cluster's Prometheus at
 # PROMETHEUS, the GPU quota, make size's prediction): build/cost-audit/<stack>/report.{md,json}, spend.png.
 .PHONY: cost-audit
 SINCE ?= 7d
 cost-audit: $(DEV_STAMP)
-	@$(PY) -m tools.cost_audit --stack $(STACK) --since $(SINCE) $(if $(PROMETHEUS),--prometheus $(PROMETHEUS)) $(if $(JSON),--json)
+	@$(PY) -m llm_pd_eks_tools.cost_audit --stack $(STACK) --since $(SINCE) $(if $(PROMETHEUS),--prometheus $(PROMETHEUS)) $(if $(JSON),--json)

@@ -1,14 +1,14 @@
-"""The program: the stack's config -> one `LlmPdEks` component (components/deployment.py) -> outputs.
+"""The program: the stack's config -> one `LlmPdEks` component (llm_pd_eks/deployment.py) -> outputs.
 
-Every decision lives in `components/`; the wiring is `components/deployment.py`, which
+Every decision lives in `llm_pd_eks/`; the wiring is `llm_pd_eks/deployment.py`, which
 `provider/` also serves to other Pulumi programs as a component package.
 """
 
 import pulumi
 
-from components.api_access import deploy_path_problems
-from components.config import ConfigError, load_stack_config
-from components.deployment import INSTANCE_NAME, LlmPdEks, engine_values, stack_args
+from llm_pd_eks.api_access import deploy_path_problems
+from llm_pd_eks.config import ConfigError, load_stack_config
+from llm_pd_eks.deployment import INSTANCE_NAME, LlmPdEks, engine_values, stack_args
 
 try:
     config = load_stack_config()

@@ -6,7 +6,7 @@ rules are in `rules/` where tests can import them without starting a server.
 
 from pulumi_policy import EnforcementLevel, PolicyPack
 
-from rules import PACK_NAME, POLICIES, intake
+from llm_pd_eks_policy import PACK_NAME, POLICIES, intake
 
 intake.install()  # undecodable properties become a verdict, not a crashed request (rules/intake.py)
 

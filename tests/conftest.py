@@ -7,7 +7,7 @@ from typing import Callable, Iterator
 import pytest
 from helpers import STACKS
 
-from tools.preview.mockrun import ProgramRun, run_program
+from llm_pd_eks_tools.preview.mockrun import ProgramRun, run_program
 
 
 @pytest.fixture(scope="session")

@@ -18,8 +18,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from components.config import ConfigError, StackConfig, validate_stack_config  # noqa: E402
-from tools.preview.mockrun import PROJECT, load_stack_config, stacks  # noqa: E402
+from llm_pd_eks.config import ConfigError, StackConfig, validate_stack_config  # noqa: E402
+from llm_pd_eks_tools.preview.mockrun import PROJECT, load_stack_config, stacks  # noqa: E402
 
 STACKS = stacks(ROOT)
 DATA = Path(__file__).resolve().parent / "data"  # vendored reference data (each folder has a SOURCE)

@@ -23,7 +23,7 @@ Kubernetes quantities follow k8s.io/apimachinery pkg/api/resource (ParseQuantity
 up to an integer; `AsApproximateFloat64`), for the suffixes a manifest here uses.
 
 Checked against KubeRay's own table tests (tests/data/kuberay-start-params, test_kuberay_start_params.py).
-Not product code: the program's own rule is components/ray_resources.py, judged by this.
+Not product code: the program's own rule is llm_pd_eks/ray_resources.py, judged by this.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ webhook receives exactly the expected notification. And a quiet case.
 
 - The series are backfilled with `promtool tsdb create-blocks-from openmetrics`, ending just before
   Prometheus starts, so `increase(...[5m])` and the burn-rate windows see them at "now".
-- The rules are the program's (components/alerts.rule_groups) with `for:` set to 0s: the pending
+- The rules are the program's (llm_pd_eks/alerts.rule_groups) with `for:` set to 0s: the pending
   periods are the promtool unit tests' subject (tests/test_alert_rules.py); here the subject is the
   boundary Prometheus -> Alertmanager -> receiver. Only the test config shortens intervals
   (evaluation 1s, group_wait 3s, Prometheus resend-delay 1s); the routing tree, grouping and
@@ -30,8 +30,8 @@ from typing import Any, Iterator
 import yaml
 from prom_fixtures import Series, backfill, binary, free_port, get_json, process, prometheus, wait_for
 
-from components import metrics as m
-from components.alerts import (
+from llm_pd_eks import metrics as m
+from llm_pd_eks.alerts import (
     COMPONENT,
     CRITICAL_RECEIVER,
     WARNING_RECEIVER,
@@ -41,8 +41,8 @@ from components.alerts import (
     rule_groups,
     runbook_anchor,
 )
-from components.catalog import GPU_INSTANCE_TYPES
-from components.config import ObservabilityConfig
+from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+from llm_pd_eks.config import ObservabilityConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
@@ -270,7 +270,7 @@ def test_a_webhook_receiver_needs_its_url_as_a_secret() -> None:
 def test_the_webhook_url_stays_secret_in_the_plan() -> None:
     from google.protobuf import json_format
 
-    from tools.preview.mockrun import load_stack_config, run_program
+    from llm_pd_eks_tools.preview.mockrun import load_stack_config, run_program
 
     config, secret_keys = load_stack_config("dev")
     key = "llm-pd-eks:observability"

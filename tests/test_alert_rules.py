@@ -1,7 +1,7 @@
 """The alert rules on Prometheus's own engine: `promtool check rules` and `promtool test rules`.
 
 Every alert has a firing and a non-firing case (a test checks that none is missing). Input series
-use the names and labels the scrape produces (components/metrics.py; `phase` and `pod` are added by
+use the names and labels the scrape produces (llm_pd_eks/metrics.py; `phase` and `pod` are added by
 the PodMonitor's relabelling). promtool compares annotations too; they are templated with values,
 so the unit tests run on the rules without annotations, while `promtool check rules` parses the
 full file including every template.
@@ -19,13 +19,13 @@ import pytest
 import yaml
 from helpers import requires_binary
 
-from components import metrics as m
-from components.alerts import KV_THROUGHPUT_RECORD, rule_groups
-from components.catalog import GPU_INSTANCE_TYPES
-from components.config import ObservabilityConfig
-from components.kv_transfer import kv_band, kv_rank_floor_gbps
-from components.models import MODELS
-from components.ray_service import NAMESPACE
+from llm_pd_eks import metrics as m
+from llm_pd_eks.alerts import KV_THROUGHPUT_RECORD, rule_groups
+from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+from llm_pd_eks.config import ObservabilityConfig
+from llm_pd_eks.kv_transfer import kv_band, kv_rank_floor_gbps
+from llm_pd_eks.models import MODELS
+from llm_pd_eks.ray_service import NAMESPACE
 
 PROMTOOL = shutil.which("promtool")
 CONFIG = ObservabilityConfig()

@@ -1,8 +1,8 @@
 """The control plane's AWS settings read as AWS applies them: upgrade policy, control-plane log
 group, the VPC CNI's own IRSA role, the S3 gateway endpoint, the public serving endpoint.
 
-AWS pages each rule follows are cited next to the code (components/cluster.py, components/network.py,
-components/ray_service.py); these tests run the program under mocks and read the plan.
+AWS pages each rule follows are cited next to the code (llm_pd_eks/cluster.py, llm_pd_eks/network.py,
+llm_pd_eks/ray_service.py); these tests run the program under mocks and read the plan.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 import pytest
 from helpers import NODE_GROUP, STACKS
 
-from tools.preview.mockrun import PROJECT, ProgramRun, load_stack_config, run_program, stack_config
+from llm_pd_eks_tools.preview.mockrun import PROJECT, ProgramRun, load_stack_config, run_program, stack_config
 
 ROLE = "aws:iam/role:Role"
 ATTACHMENT = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
@@ -59,7 +59,7 @@ def test_the_program_owns_the_control_plane_log_group(programs, stack):
 
 
 def test_a_retention_cloudwatch_refuses_is_refused():
-    from components.config import ConfigError, validate_engine_config
+    from llm_pd_eks.config import ConfigError, validate_engine_config
 
     config, secret_keys = load_stack_config("dev")
     config[f"{PROJECT}:cluster"] = json.dumps({**json.loads(config[f"{PROJECT}:cluster"]), "logRetentionDays": 100})
@@ -145,7 +145,7 @@ def test_a_public_endpoint_admits_only_its_source_ranges():
     (["0.0.0.0/0"], "0.0.0.0/0 admits every address"),
 ])
 def test_a_public_endpoint_open_to_the_internet_is_refused(ranges, expected):
-    from components.config import ConfigError, validate_engine_config
+    from llm_pd_eks.config import ConfigError, validate_engine_config
 
     config, secret_keys = load_stack_config("dev")
     key = f"{PROJECT}:serving"
@@ -171,7 +171,7 @@ MOVED_TO_RAID0 = ("/var/lib/kubelet", "/var/lib/containerd", "/var/lib/soci-snap
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_the_gpu_root_volume_holds_the_os_not_images_and_weights(programs, stack):
-    from components.catalog import GPU_INSTANCE_TYPES
+    from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 
     run = programs(stack)
     instance = GPU_INSTANCE_TYPES[stack_config(stack).gpu_nodes.instance_type]

@@ -20,10 +20,10 @@ import pytest
 import yaml
 from helpers import ROOT
 
-from components.config import PROJECT, ConfigError, StackConfig
-from components.deployment import INSTANCE_NAME, TYPE, LlmPdEksArgs, config_from_args
-from tools.preview.mockrun import ProgramRun, stack_config
-from tools.yaml_program import check
+from llm_pd_eks.config import PROJECT, ConfigError, StackConfig
+from llm_pd_eks.deployment import INSTANCE_NAME, TYPE, LlmPdEksArgs, config_from_args
+from llm_pd_eks_tools.preview.mockrun import ProgramRun, stack_config
+from llm_pd_eks_tools.yaml_program import check
 
 PROVIDER = ROOT / "provider"
 EXAMPLE = ROOT / "examples" / "yaml"
@@ -34,7 +34,7 @@ START_TIMEOUT_S = 240
 @pytest.fixture(scope="module")
 def schema() -> Iterator[dict[str, Any]]:
     """GetSchema from the plugin, started as the language host starts it: `python <folder> <engine>`."""
-    from components.pulumi_sdk import provider_pb2, provider_pb2_grpc
+    from llm_pd_eks.pulumi_sdk import provider_pb2, provider_pb2_grpc
 
     # The engine address is only dialled by Construct; GetSchema never reaches it.
     proc = subprocess.Popen([sys.executable, str(PROVIDER), "127.0.0.1:9"], stdout=subprocess.PIPE,

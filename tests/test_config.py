@@ -7,8 +7,8 @@ import json
 import pytest
 from helpers import config_problems, merged, validate_values
 
-from components.config import StackConfig
-from tools.preview.mockrun import PROJECT, run_program
+from llm_pd_eks.config import StackConfig
+from llm_pd_eks_tools.preview.mockrun import PROJECT, run_program
 
 GOOD = {
     "network": {"vpcCidr": "10.0.0.0/16", "availabilityZones": ["us-west-2a", "us-west-2b"]},

@@ -13,13 +13,13 @@ import botocore.session
 import pytest
 from helpers import config_problems, merged, validate_values
 
-from components.config import (
+from llm_pd_eks.config import (
     EC2_INSTANCE_TYPES,
     EKS_KUBERNETES_VERSIONS,
     ConfigError,
     validate_engine_config,
 )
-from tools.preview.mockrun import PROJECT, load_stack_config
+from llm_pd_eks_tools.preview.mockrun import PROJECT, load_stack_config
 
 GOOD = {
     "network": {"vpcCidr": "10.0.0.0/16", "availabilityZones": ["us-west-2a", "us-west-2b"]},
@@ -138,7 +138,7 @@ def test_a_misspelt_system_instance_type_is_refused_with_a_suggestion():
 
 
 def test_vendored_instance_types_equal_botocores_ec2_model():
-    """components/data/ec2_instance_types.json is botocore's EC2 `InstanceType` enum (drift check)."""
+    """llm_pd_eks/data/ec2_instance_types.json is botocore's EC2 `InstanceType` enum (drift check)."""
     model = botocore.session.get_session().get_service_model("ec2")
     assert EC2_INSTANCE_TYPES == frozenset(model.shape_for("InstanceType").enum)
 
@@ -207,7 +207,7 @@ def test_aws_provider_keys_are_what_pulumi_aws_reads():
 
     from pulumi_aws.config import vars as aws_vars
 
-    from components.config import aws_provider_keys
+    from llm_pd_eks.config import aws_provider_keys
 
     read = set(re.findall(r"__config__\.get\w*\('(\w+)'\)", inspect.getsource(aws_vars)))
     assert aws_provider_keys() == read
@@ -218,7 +218,7 @@ def test_the_program_itself_refuses_them_before_registering_anything():
     """`pulumi up` reads config through the same entry point, with the running stack's name."""
     import pulumi
 
-    from tools.preview.mockrun import run_program
+    from llm_pd_eks_tools.preview.mockrun import run_program
 
     config, secrets = load_stack_config("dev")
     with pytest.raises(pulumi.RunError) as info:

@@ -24,11 +24,11 @@ import pytest
 from botocore.stub import Stubber
 from prom_fixtures import Series, backfill, free_port, process, prometheus, wait_for
 
-from components import metrics as m
-from components.catalog import gpu_instance_type
-from tools import cost_audit
-from tools.cli import Exit, run
-from tools.preview.mockrun import stack_config
+from llm_pd_eks import metrics as m
+from llm_pd_eks.catalog import gpu_instance_type
+from llm_pd_eks_tools import cost_audit
+from llm_pd_eks_tools.cli import Exit, run
+from llm_pd_eks_tools.preview.mockrun import stack_config
 
 STACK = "dev"
 CONFIG = stack_config(STACK)
@@ -168,7 +168,7 @@ def test_audit_from_all_sources(tmp_path: Path, moto_url: str, capsys: pytest.Ca
     surge = 2  # one AZ: twice the AZs beats maxUnavailable 1
     need = (CONFIG.gpu_nodes.max_size + surge) * GPU.vcpus
     assert report["quota"]["needed_vcpus"] == need and report["quota"]["headroom_vcpus"] == quota_vcpus - need
-    from tools import sizing
+    from llm_pd_eks_tools import sizing
 
     sized = sizing.size(STACK, CONFIG, sizing.load_workload(cost_audit.ROOT / "workloads" / f"{STACK}.yaml"))
     assert report["predicted"]["disaggregated_usd_per_mtok"] == sized.disaggregated.usd_per_mtok
@@ -225,6 +225,6 @@ def test_bad_input_is_one_line_and_exit_2(argv: list[str], words: str, capsys: p
 
 
 def test_the_cli_runs_as_a_module(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "tools.cost_audit", "--stack", STACK, "--since", "0d"],
+    result = subprocess.run([sys.executable, "-m", "llm_pd_eks_tools.cost_audit", "--stack", STACK, "--since", "0d"],
                             cwd=cost_audit.ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == Exit.USAGE and "Traceback" not in result.stderr

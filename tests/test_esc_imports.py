@@ -17,10 +17,10 @@ import pytest
 import yaml
 from helpers import DATA, ROOT, copy_checkout
 
-from tools import stackfile
-from tools.cli import Exit
-from tools.preview.mockrun import stack_config
-from tools.stackfile import EnvironmentImportError, imported_environments, load
+from llm_pd_eks_tools import stackfile
+from llm_pd_eks_tools.cli import Exit
+from llm_pd_eks_tools.preview.mockrun import stack_config
+from llm_pd_eks_tools.stackfile import EnvironmentImportError, imported_environments, load
 
 RECORDED = DATA / "pulumi-config-json" / "dev.json"
 ENV = "llm-pd-eks/dev"
@@ -146,7 +146,7 @@ def test_environment_must_be_a_list(checkout):
 def test_a_tool_exits_unverified_with_one_line(checkout, no_cli):
     """Through a real command line: promote-check reads both stacks with the one reader."""
     env = {**os.environ, "PATH": os.environ["PATH"]}
-    done = subprocess.run([sys.executable, "-m", "tools.promote_check", "--from", "dev", "--to", "staging"],
+    done = subprocess.run([sys.executable, "-m", "llm_pd_eks_tools.promote_check", "--from", "dev", "--to", "staging"],
                           cwd=checkout, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == Exit.UNVERIFIED, done.stderr
     lines = done.stderr.strip().splitlines()

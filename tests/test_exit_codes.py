@@ -1,4 +1,4 @@
-"""The README's exit-code table is `tools.cli.Exit`, and it is what `make` shows (issue 12)."""
+"""The README's exit-code table is `llm_pd_eks_tools.cli.Exit`, and it is what `make` shows (issue 12)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 
 from helpers import ROOT
 
-from tools.cli import Exit
+from llm_pd_eks_tools.cli import Exit
 
 
 def readme_table() -> dict[int, str]:

@@ -8,10 +8,10 @@ import pytest
 import yaml
 from helpers import STACKS
 
-from components.catalog import GPU_INSTANCE_TYPES
-from components.config import SystemNodesConfig
-from components.models import MODELS, ModelSpec
-from tools.preview.figures import (
+from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+from llm_pd_eks.config import SystemNodesConfig
+from llm_pd_eks.models import MODELS, ModelSpec
+from llm_pd_eks_tools.preview.figures import (
     PriceTable,
     estimate_cost,
     key_figures,
@@ -20,7 +20,7 @@ from tools.preview.figures import (
     node_groups,
     transfer_seconds,
 )
-from tools.preview.mockrun import load_stack_config, run_program, stack_file
+from llm_pd_eks_tools.preview.mockrun import load_stack_config, run_program, stack_file
 
 GIB = 1 << 30
 
@@ -159,7 +159,7 @@ def test_stack_figures_match_its_config(stack, programs):
 def test_dev_shaped_cost_by_hand():
     # 2 x g6e.12xlarge (10.49264) + 2 x m7i.xlarge (0.2016) + 1 NAT (0.045) + EKS (0.10), us-west-2
     # = 20.98528 + 0.4032 + 0.045 + 0.10 = 21.53348 per hour; x 730 = 15,719.4404 per month.
-    # (Unit prices as in components/data/prices.json; the shape is set here, not read from Pulumi.dev.yaml.)
+    # (Unit prices as in llm_pd_eks/data/prices.json; the shape is set here, not read from Pulumi.dev.yaml.)
     config, secret_keys = load_stack_config("dev")
     config.pop("llm-pd-eks:serving")  # a g6e cannot serve (no GPUDirect RDMA); the cost shape needs no serving
     config["aws:region"] = "us-west-2"

@@ -1,6 +1,6 @@
 """GPU placement per capacity, the GPU node-group roll, and what Cluster Autoscaler reads off the GPU group.
 
-- Placement (EC2 docs cited in components/efa_gpu_nodes.placement_choice): on demand, the program's
+- Placement (EC2 docs cited in llm_pd_eks/efa_gpu_nodes.placement_choice): on demand, the program's
   own cluster placement group; an ODCR created in a cluster placement group, that group by name;
   a Capacity Block, none.
 - The roll: a launch-template change must never reach EKS's in-place update (surge, then a drain
@@ -27,10 +27,10 @@ from helpers import (
     validate_values,
 )
 
-from components.autoscaler import TAG_PREFIX
-from components.catalog import GPU_INSTANCE_TYPES
-from components.efa_gpu_nodes import accelerator_label
-from tools.preview.mockrun import ProgramRun, run_program, stack_config
+from llm_pd_eks.autoscaler import TAG_PREFIX
+from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+from llm_pd_eks.efa_gpu_nodes import accelerator_label
+from llm_pd_eks_tools.preview.mockrun import ProgramRun, run_program, stack_config
 
 RID = "cr-0123456789abcdef0"
 RESERVATION_PG = "odcr-p5-us-east-1c"

@@ -22,9 +22,9 @@ from helpers import (
     validate_values,
 )
 
-from components.catalog import GPU_INSTANCE_TYPES
-from components.node_common import NODEADM_CONTENT_TYPE, node_config
-from tools.preview.mockrun import ProgramRun, run_program, stack_config
+from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+from llm_pd_eks.node_common import NODEADM_CONTENT_TYPE, node_config
+from llm_pd_eks_tools.preview.mockrun import ProgramRun, run_program, stack_config
 
 RESERVATION = "cr-0123456789abcdef0"
 BASE = {"network": {"availabilityZones": ["us-west-2a", "us-west-2b"]},
@@ -115,7 +115,7 @@ def test_gp3_bounds_are_the_ec2_api_models():
 
     import boto3
 
-    from components.config import GpuNodesConfig
+    from llm_pd_eks.config import GpuNodesConfig
 
     shape = boto3.client("ec2", region_name="us-east-1").meta.service_model.shape_for(
         "LaunchTemplateEbsBlockDeviceRequest")

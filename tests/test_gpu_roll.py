@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from helpers import engine_config_with
 
-from components.prices import load_prices
-from tools.gpu_roll import BLUE_GREEN, EKS_ROLL, IN_PLACE, NO_CHANGE, RECREATE, classify_gpu_roll
-from tools.preview.diff import Side, compare, render
-from tools.preview.harness import resource_records
-from tools.preview.mockrun import run_program, stack_config
+from llm_pd_eks.prices import load_prices
+from llm_pd_eks_tools.gpu_roll import BLUE_GREEN, EKS_ROLL, IN_PLACE, NO_CHANGE, RECREATE, classify_gpu_roll
+from llm_pd_eks_tools.preview.diff import Side, compare, render
+from llm_pd_eks_tools.preview.harness import resource_records
+from llm_pd_eks_tools.preview.mockrun import run_program, stack_config
 
 RID = "cr-0123456789abcdef0"
 P5_HOURLY = load_prices().regions["us-east-1"]["instances"]["p5.48xlarge"]

@@ -1,4 +1,4 @@
-"""images/ray-llm-efa: the bring-your-own recipe pins what components/serving_image.py records, and
+"""images/ray-llm-efa: the bring-your-own recipe pins what llm_pd_eks/serving_image.py records, and
 its build gate fails unless NIXL lists the LIBFABRIC plugin (run here against stand-in NIXL modules
 shaped like nixl 1.3.0's `nixl_agent` / `nixl_agent_config`)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from components.serving_image import DLC_EFA_INSTALLER_VERSION, DLC_IMAGE
+from llm_pd_eks.serving_image import DLC_EFA_INSTALLER_VERSION, DLC_IMAGE
 
 RECIPE = Path(__file__).resolve().parent.parent / "images" / "ray-llm-efa"
 
@@ -58,7 +58,7 @@ def test_the_build_gate_needs_libfabric(tmp_path, plugins, rc):
 def test_the_dlc_image_is_accepted_by_the_config_and_a_mutable_tag_is_not():
     from helpers import config_problems, validate_values
 
-    from tools.preview.mockrun import stack_config
+    from llm_pd_eks_tools.preview.mockrun import stack_config
 
     base = stack_config("dev").model_dump(by_alias=True, exclude_none=True)
     values = {k: v for k, v in base.items() if k != "region"}

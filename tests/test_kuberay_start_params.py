@@ -1,5 +1,5 @@
 """The transcription of KubeRay's `ray start` derivation against KubeRay's own table tests, and the
-program's resource-name rule (components/ray_resources.py) against the transcription."""
+program's resource-name rule (llm_pd_eks/ray_resources.py) against the transcription."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import kuberay_start_params as ko
 import pytest
 from helpers import DATA
 
-from components.ray_resources import custom_resource_problem, operator_reinterpretation
+from llm_pd_eks.ray_resources import custom_resource_problem, operator_reinterpretation
 
 TABLES = json.loads((DATA / "kuberay-start-params" / "tables.json").read_text())
 

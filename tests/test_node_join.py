@@ -13,8 +13,8 @@ import pytest
 from helpers import LAUNCH_TEMPLATE, NODE_GROUP
 from sg_reachability import ALL, allowed, control_plane, missing_flows, node_endpoint, plan_groups
 
-from components.cluster import Cluster
-from tools.preview.mockrun import ProgramRun, eks_cluster_ids, run_program
+from llm_pd_eks.cluster import Cluster
+from llm_pd_eks_tools.preview.mockrun import ProgramRun, eks_cluster_ids, run_program
 
 SG_ID = re.compile(r"^sg-0[0-9a-f]{16}$")
 

@@ -14,16 +14,16 @@ import pytest
 import yaml
 from helpers import DATA, config_problems, merged, validate_values
 
-from components import metrics as m
-from components.alerts import rule_groups
-from components.catalog import GPU_INSTANCE_TYPES
-from components.dashboards import DASHBOARD_LABEL, DASHBOARD_UID, expressions, hourly_cost_expr
-from components.efa_gpu_nodes import GPU_TOLERATION
-from components.kv_transfer import kv_rank_floor_gbps
-from components.observability import DCGM_CHART, PROMETHEUS_STACK_CHART
-from components.ray_service import NAMESPACE as SERVING_NAMESPACE
-from tools.preview.mockrun import PROJECT, ProgramRun, load_stack_config, run_program
-from tools.preview.mockrun import stack_config as checked_in_config
+from llm_pd_eks import metrics as m
+from llm_pd_eks.alerts import rule_groups
+from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+from llm_pd_eks.dashboards import DASHBOARD_LABEL, DASHBOARD_UID, expressions, hourly_cost_expr
+from llm_pd_eks.efa_gpu_nodes import GPU_TOLERATION
+from llm_pd_eks.kv_transfer import kv_rank_floor_gbps
+from llm_pd_eks.observability import DCGM_CHART, PROMETHEUS_STACK_CHART
+from llm_pd_eks.ray_service import NAMESPACE as SERVING_NAMESPACE
+from llm_pd_eks_tools.preview.mockrun import PROJECT, ProgramRun, load_stack_config, run_program
+from llm_pd_eks_tools.preview.mockrun import stack_config as checked_in_config
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 POD_MONITOR = "kubernetes:monitoring.coreos.com/v1:PodMonitor"

@@ -16,12 +16,12 @@ import yaml
 from helpers import requires_binary
 from verify_fakes import Prometheus, RayExporter
 
-from components import metrics as m
-from components.alerts import GROUP_NAME, KV_THROUGHPUT_RECORD, rule_groups
-from components.catalog import GPU_INSTANCE_TYPES, KV_FLOOR_FRACTION
-from components.config import ObservabilityConfig
-from components.dashboards import dashboard, expressions
-from components.kv_transfer import kv_rank_floor_gbps
+from llm_pd_eks import metrics as m
+from llm_pd_eks.alerts import GROUP_NAME, KV_THROUGHPUT_RECORD, rule_groups
+from llm_pd_eks.catalog import GPU_INSTANCE_TYPES, KV_FLOOR_FRACTION
+from llm_pd_eks.config import ObservabilityConfig
+from llm_pd_eks.dashboards import dashboard, expressions
+from llm_pd_eks.kv_transfer import kv_rank_floor_gbps
 
 pytestmark = requires_binary("prometheus")
 INSTANCE = GPU_INSTANCE_TYPES["g6e.12xlarge"]

@@ -8,7 +8,7 @@ import sys
 import pytest
 from helpers import ROOT, validate_values
 
-from tools.placeholders import DEFAULT_RUNNER, documentation_range, find_placeholders, runner_label
+from llm_pd_eks_tools.placeholders import DEFAULT_RUNNER, documentation_range, find_placeholders, runner_label
 
 CLEAN = {
     "network": {"vpcCidr": "10.40.0.0/16", "availabilityZones": ["us-west-2a", "us-west-2b"]},
@@ -65,7 +65,7 @@ def test_private_endpoint_needs_a_stated_runner():
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tools.placeholders", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "llm_pd_eks_tools.placeholders", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
 
 
@@ -86,8 +86,8 @@ def test_unknown_stack_is_a_usage_error():
 
 
 def test_preview_prints_the_warning_and_summary_has_a_callout(tmp_path, programs):
-    from tools.preview.harness import preview
-    from tools.preview.render import render_text
+    from llm_pd_eks_tools.preview.harness import preview
+    from llm_pd_eks_tools.preview.render import render_text
 
     result = preview("dev", out=tmp_path / "dev", run=programs("dev"), progress=lambda _m: None)
     text = render_text(result)

@@ -13,7 +13,7 @@ import json
 import pytest
 from helpers import STACKS
 
-from tools.preview.mockrun import PROJECT, ProgramRun, load_stack_config, run_program
+from llm_pd_eks_tools.preview.mockrun import PROJECT, ProgramRun, load_stack_config, run_program
 
 NAMESPACE = "kubernetes:core/v1:Namespace"
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -171,7 +171,7 @@ def test_a_private_only_endpoint_needs_a_connected_private_network():
 
 def test_a_connected_network_gets_443_on_the_cluster_security_group():
     """Private-only: EKS's cluster group admits only its members until a rule admits the runner's network."""
-    from tools.preview.mockrun import eks_cluster_ids
+    from llm_pd_eks_tools.preview.mockrun import eks_cluster_ids
 
     run = run_with("prod", cluster={"publicAccessCidrs": []}, deploy={"apiSourceCidrs": ["172.20.0.0/16"]})
     rule = run.one(INGRESS_RULE, "api-access")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import gzip
 import json
 
-from components.catalog import EC2_GPU_TYPES, GPU_INSTANCE_TYPES
-from policies.rules.efa_table import DATA_FILE, EFA_GPU_TYPES, EFA_NETWORK_CARDS, GPUS_PER_INSTANCE
-from tools import gen_instance_types
+from llm_pd_eks.catalog import EC2_GPU_TYPES, GPU_INSTANCE_TYPES
+from llm_pd_eks_policy.efa_table import DATA_FILE, EFA_GPU_TYPES, EFA_NETWORK_CARDS, GPUS_PER_INSTANCE
+from llm_pd_eks_tools import gen_instance_types
 
 
 def test_both_copies_equal_what_the_generator_produces():

@@ -16,7 +16,7 @@ from policy_fixtures import (
     without_deps,
 )
 
-from components.catalog import GPU_INSTANCE_TYPES
+from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 
 TWO_AZS = ("us-west-2a", "us-west-2b")
 

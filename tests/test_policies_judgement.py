@@ -10,7 +10,7 @@ import base64
 import pytest
 from policy_fixtures import UNKNOWN, Res, efa_interfaces, gpu_container, gpu_stack, judge, mandatory, of
 
-from policies.rules.efa_table import EFA_NETWORK_CARDS
+from llm_pd_eks_policy.efa_table import EFA_NETWORK_CARDS
 
 SG_RULE = "aws:ec2/securityGroupRule:SecurityGroupRule"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"

@@ -10,9 +10,9 @@ from google.protobuf import json_format
 from helpers import LAUNCH_TEMPLATE
 from policy_fixtures import Res, gpu_stack, judge, of, pack
 
-from components.catalog import EC2_GPU_TYPES, GPU_INSTANCE_TYPES
-from components.pulumi_sdk import analyzer_pb2
-from tools.preview.analyzer import ROOT, PolicyPackServer
+from llm_pd_eks.catalog import EC2_GPU_TYPES, GPU_INSTANCE_TYPES
+from llm_pd_eks.pulumi_sdk import analyzer_pb2
+from llm_pd_eks_tools.preview.analyzer import ROOT, PolicyPackServer
 
 # The program's copy of the generated table: every EFA GPU type EC2 lists, not only those the
 # program supports (the pack judges any of them).
@@ -55,13 +55,13 @@ def test_pack_efa_table_defaults_agree_with_the_program_catalog(policy):
 
 
 def test_pack_efa_table_module_agrees_with_the_program_catalog():
-    from policies.rules.efa_table import EFA_GPU_TYPES
+    from llm_pd_eks_policy.efa_table import EFA_GPU_TYPES
 
     assert EFA_GPU_TYPES == CATALOG_EFA
 
 
 def test_pack_gpu_counts_agree_with_the_program_catalog():
-    from policies.rules.efa_table import GPUS_PER_INSTANCE
+    from llm_pd_eks_policy.efa_table import GPUS_PER_INSTANCE
 
     assert GPUS_PER_INSTANCE == {name: row["gpus"] for name, row in EC2_GPU_TYPES.items()}
     assert {name: t.gpus for name, t in GPU_INSTANCE_TYPES.items()}.items() <= GPUS_PER_INSTANCE.items()

@@ -1,4 +1,4 @@
-"""Policy `ray-custom-resources-reach-raylet` (policies/rules/ray_resources.py), through the pack."""
+"""Policy `ray-custom-resources-reach-raylet` (policies/llm_pd_eks_policy/ray_resources.py), through the pack."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from helpers import RAY_SERVICE
 from policy_fixtures import judge, mandatory, of, ray_service
 from test_kuberay_start_params import CANDIDATES
 
-from components.ray_resources import custom_resource_problem
+from llm_pd_eks.ray_resources import custom_resource_problem
 
 POLICY = "ray-custom-resources-reach-raylet"
 
@@ -56,7 +56,7 @@ def test_the_program_rendered_stacks_pass(programs):
 
 @pytest.mark.parametrize("name", CANDIDATES)
 def test_the_pack_agrees_with_the_operator_and_the_program(name):
-    from policies.rules.ray_resources import reinterpreted_flag
+    from llm_pd_eks_policy.ray_resources import reinterpreted_flag
 
     params: dict[str, str] = {}
     ko.update_ray_start_params_resources(params, {name: "8"})

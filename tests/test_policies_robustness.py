@@ -11,7 +11,7 @@ import pytest
 from helpers import NODE_GROUP
 from policy_fixtures import Res, gpu_stack, judge, mandatory, of, pack
 
-from components.pulumi_sdk import analyzer_pb2
+from llm_pd_eks.pulumi_sdk import analyzer_pb2
 from policies.rules import intake
 
 DECODE = intake.POLICY_NAME

@@ -8,9 +8,9 @@ from google.protobuf import json_format
 from helpers import RAY_SERVICE, STACKS
 from policy_fixtures import mandatory, of, pack
 
-from components.catalog import GPU_INSTANCE_TYPES
-from tools.preview.analyzer import UNKNOWN, analyze_run, run_resources
-from tools.preview.mockrun import stack_config
+from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+from llm_pd_eks_tools.preview.analyzer import UNKNOWN, analyze_run, run_resources
+from llm_pd_eks_tools.preview.mockrun import stack_config
 
 
 def _judge(resources):

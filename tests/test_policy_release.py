@@ -11,7 +11,7 @@ import yaml
 from helpers import ROOT, STACKS
 from policy_fixtures import pack
 
-from tools.preview.analyzer import mandatory, run_resources
+from llm_pd_eks_tools.preview.analyzer import mandatory, run_resources
 
 WORKFLOWS = ROOT / ".github" / "workflows"
 CONFIGS = ROOT / "policies" / "config"

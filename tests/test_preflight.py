@@ -28,9 +28,9 @@ import pytest
 from botocore.stub import Stubber
 from helpers import ROOT, STACKS, copy_checkout, engine_config_with
 
-from components.catalog import GPU_INSTANCE_TYPES
-from components.config import ConfigError, StackConfig, validate_engine_config
-from tools import preflight
+from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+from llm_pd_eks.config import ConfigError, StackConfig, validate_engine_config
+from llm_pd_eks_tools import preflight
 
 # --- the emulator ---------------------------------------------------------------------------
 
@@ -303,7 +303,7 @@ def test_quota_without_value_cannot_be_checked(aws):
 
 
 def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tools.preflight", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "llm_pd_eks_tools.preflight", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -486,7 +486,7 @@ def test_a_bad_stack_file_is_one_line_with_the_usage_code(tmp_path):
     text = stack.read_text()
     stack.write_text(text + "  llm-pd-eks:gpuNodes:\n    maxSize: 9\n")
     line = len(text.splitlines()) + 1
-    proc = subprocess.run([sys.executable, "-m", "tools.preflight", "--stack", "dev"], cwd=checkout,
+    proc = subprocess.run([sys.executable, "-m", "llm_pd_eks_tools.preflight", "--stack", "dev"], cwd=checkout,
                           env=_aws_env(tmp_path, None), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().startswith(

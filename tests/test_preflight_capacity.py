@@ -14,8 +14,8 @@ import pytest
 from botocore.stub import Stubber
 from helpers import engine_config_with, validate_values
 
-from components.config import StackConfig, validate_engine_config
-from tools import preflight
+from llm_pd_eks.config import StackConfig, validate_engine_config
+from llm_pd_eks_tools import preflight
 
 RID = "cr-0123456789abcdef0"
 PG = "odcr-p5-us-east-1c"

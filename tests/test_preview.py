@@ -1,7 +1,7 @@
 """End-to-end tests of the offline preview: every stack, its verdicts, artifacts and exit codes.
 
 The happy paths run in-process (reusing the session's program run per stack); the exit-code checks
-run `python -m tools.preview` in a subprocess on a temporary copy of the checkout.
+run `python -m llm_pd_eks_tools.preview` in a subprocess on a temporary copy of the checkout.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import yaml
 from google.protobuf import json_format, struct_pb2
 from helpers import RAY_SERVICE, ROOT, STACKS, copy_checkout
 
-from components.models import MODELS
-from tools.cli import ToolError
-from tools.preview.graph import component_graphs, component_mermaid
-from tools.preview.harness import SECRET, UNKNOWN, PreviewResult, plain, preview, resource_records
-from tools.preview.mockrun import SECRET_PLACEHOLDER, load_stack_config, run_program
-from tools.preview.render import render_text
-from tools.preview.report import Report
+from llm_pd_eks.models import MODELS
+from llm_pd_eks_tools.cli import ToolError
+from llm_pd_eks_tools.preview.graph import component_graphs, component_mermaid
+from llm_pd_eks_tools.preview.harness import SECRET, UNKNOWN, PreviewResult, plain, preview, resource_records
+from llm_pd_eks_tools.preview.mockrun import SECRET_PLACEHOLDER, load_stack_config, run_program
+from llm_pd_eks_tools.preview.render import render_text
+from llm_pd_eks_tools.preview.report import Report
 
 
 @pytest.fixture(scope="module")
@@ -242,14 +242,14 @@ def test_readme_component_diagram_is_the_real_graph(programs):
     block = re.search(r"```mermaid\n.*?```\n", section, re.S)
     assert block, "README what-it-deploys has no mermaid diagram"
     assert block.group(0) == component_mermaid(programs("dev")), (
-        "README diagram is stale: regenerate with `.venv/bin/python -m tools.preview --stack dev --mermaid`"
+        "README diagram is stale: regenerate with `.venv/bin/python -m llm_pd_eks_tools.preview --stack dev --mermaid`"
     )
 
 
 # -- exit codes, in a subprocess on a temporary copy ----------------------------------------------
 def run_cli(root: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "tools.preview", "--stack", "dev", *args],
+        [sys.executable, "-m", "llm_pd_eks_tools.preview", "--stack", "dev", *args],
         cwd=root,
         capture_output=True,
         text=True,
@@ -275,7 +275,7 @@ def test_bad_config_exits_2_naming_every_problem(tmp_path):
 
 def test_injected_imdsv1_launch_template_exits_1(tmp_path):
     root = copy_checkout(tmp_path / "repo")
-    common = root / "components" / "node_common.py"
+    common = root / "llm_pd_eks" / "node_common.py"
     text = common.read_text()
     assert 'http_tokens="required"' in text
     common.write_text(text.replace('http_tokens="required"', 'http_tokens="optional"'))
@@ -310,7 +310,7 @@ def test_program_error_exits_3_with_the_failing_line(tmp_path):
 def test_a_previous_preview_is_cleared_first_but_foreign_files_are_not(tmp_path):
     """A failed preview must not leave the last run's summary.md claiming success; a mistyped
     --out must not delete someone's files."""
-    from tools.preview.harness import clear_out_dir
+    from llm_pd_eks_tools.preview.harness import clear_out_dir
 
     old = tmp_path / "old"
     (old / "manifests").mkdir(parents=True)
@@ -347,7 +347,7 @@ def test_a_failed_preview_replaces_the_previous_success_summary(tmp_path):
 
 
 def test_pack_version_is_pulumipolicy_yamls(tmp_path):
-    from tools.preview.harness import pack_version
+    from llm_pd_eks_tools.preview.harness import pack_version
 
     declared = yaml.safe_load((ROOT / "policies" / "PulumiPolicy.yaml").read_text())["version"]
     assert pack_version(ROOT / "policies") == str(declared) != "0.0.1"  # 0.0.1: pulumi_policy's placeholder
@@ -356,8 +356,8 @@ def test_pack_version_is_pulumipolicy_yamls(tmp_path):
 
 
 def test_summary_names_the_kubernetes_service_as_kubernetes_does(programs):
-    from components.ray_service import RAY_SERVICE_NAME
-    from tools.preview.render import named
+    from llm_pd_eks.ray_service import RAY_SERVICE_NAME
+    from llm_pd_eks_tools.preview.render import named
 
     run = programs("dev")
     (ray_service,) = [r for r in resource_records(run) if r["type"] == RAY_SERVICE]

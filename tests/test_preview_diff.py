@@ -10,11 +10,11 @@ import pytest
 import yaml
 from helpers import copy_checkout
 
-from components.catalog import GPU_INSTANCE_TYPES
-from components.prices import load_prices
-from tools.cli import ToolError
-from tools.preview.diff import Side, changed_paths, compare, cost_delta, preview_diff, render
-from tools.preview.report import CostFigure, CostLine, Figures, KvTransferFigure, PackInfo, Report, VerdictRecord
+from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+from llm_pd_eks.prices import load_prices
+from llm_pd_eks_tools.cli import ToolError
+from llm_pd_eks_tools.preview.diff import Side, changed_paths, compare, cost_delta, preview_diff, render
+from llm_pd_eks_tools.preview.report import CostFigure, CostLine, Figures, KvTransferFigure, PackInfo, Report, VerdictRecord
 
 
 # -- comparing -----------------------------------------------------------------------------------
@@ -172,7 +172,7 @@ def test_unknown_base_is_refused(repo):
     assert error.value.exit_code == 2 and "no-such-rev" in str(error.value)
 
 
-@pytest.mark.parametrize("module", ["tools.preview.diff", "tools.preview_diff"])
+@pytest.mark.parametrize("module", ["llm_pd_eks_tools.preview.diff", "llm_pd_eks_tools.preview_diff"])
 def test_both_entry_points_refuse_an_unknown_base_in_one_line(module):
     import sys
 

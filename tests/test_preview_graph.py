@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from tools.preview import fmt
-from tools.preview.graph import _ordered, component_graphs, component_mermaid, top_level
-from tools.preview.mockrun import ProgramRun, Registration
+from llm_pd_eks_tools.preview import fmt
+from llm_pd_eks_tools.preview.graph import _ordered, component_graphs, component_mermaid, top_level
+from llm_pd_eks_tools.preview.mockrun import ProgramRun, Registration
 
 STACK_URN = "urn:pulumi:t::p::pulumi:pulumi:Stack::p-t"
 

@@ -1,4 +1,4 @@
-"""The promotion gate (tools/promote_check.py) on synthetic stack files, and the workflows that use it."""
+"""The promotion gate (llm_pd_eks_tools/promote_check.py) on synthetic stack files, and the workflows that use it."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 import yaml
 from helpers import ROOT
 
-from tools import cli, promote_check
-from tools.promote_check import MUST_PROMOTE_KIND, PER_ENVIRONMENT_KIND, SECRET_KIND, compare_stacks, main
+from llm_pd_eks_tools import cli, promote_check
+from llm_pd_eks_tools.promote_check import MUST_PROMOTE_KIND, PER_ENVIRONMENT_KIND, SECRET_KIND, compare_stacks, main
 
 WORKFLOWS = ROOT / ".github" / "workflows"
 P = "llm-pd-eks"
@@ -339,7 +339,7 @@ def test_an_image_moved_off_ecr_fails(tmp_path, capsys):
 def test_a_malformed_stack_file_is_one_line_with_the_usage_code(tmp_path, text, message):
     write_stacks(tmp_path, BASE, BASE)
     (tmp_path / "Pulumi.prod.yaml").write_text(text)
-    proc = subprocess.run([sys.executable, "-m", "tools.promote_check", "--from", "staging", "--to", "prod",
+    proc = subprocess.run([sys.executable, "-m", "llm_pd_eks_tools.promote_check", "--from", "staging", "--to", "prod",
                            "--root", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert (proc.returncode, proc.stdout) == (2, "")
     assert proc.stderr.strip() == f"promote-check: {message}"

@@ -10,7 +10,7 @@ import pytest
 from helpers import ROOT
 
 # `pulumi.runtime`'s public surface (what pulumi/examples' testing-unit-py uses): everything else
-# under pulumi.runtime is an internal and goes through components/pulumi_sdk.py.
+# under pulumi.runtime is an internal and goes through llm_pd_eks/pulumi_sdk.py.
 PUBLIC = {"Mocks", "MockResourceArgs", "MockCallArgs", "set_mocks", "test"}
 SHIM = "pulumi_sdk.py"
 
@@ -36,7 +36,7 @@ def test_no_module_outside_the_shim_imports_sdk_internals():
 
 
 def test_the_shim_refuses_an_sdk_outside_the_tested_minor(monkeypatch):
-    import components.pulumi_sdk as shim
+    import llm_pd_eks.pulumi_sdk as shim
 
     real = importlib.metadata.version
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "3.999.0" if name == "pulumi" else real(name))

@@ -43,11 +43,11 @@ import yaml
 from helpers import RAY_SERVICE, STACKS
 from kuberay_start_params import raylet_resources, worker_ray_start
 
-from components.catalog import GPU_INSTANCE_TYPES, GpuInstanceType
-from components.config import ServingConfig
-from components.ray_resources import role_resource
-from components.ray_service import ray_service_spec
-from tools.preview.mockrun import stack_config
+from llm_pd_eks.catalog import GPU_INSTANCE_TYPES, GpuInstanceType
+from llm_pd_eks.config import ServingConfig
+from llm_pd_eks.ray_resources import role_resource
+from llm_pd_eks.ray_service import ray_service_spec
+from llm_pd_eks_tools.preview.mockrun import stack_config
 
 STANDINS = Path(__file__).resolve().parent / "ray_standins"
 ACCEL = "accelerator_type:"

@@ -15,10 +15,10 @@ import yaml
 from google.protobuf import json_format
 from helpers import DATA, NODE_GROUP, RAY_SERVICE, engine_config_with
 
-from components.catalog import GPU_INSTANCE_TYPES
-from components.models import MODELS
-from components.pulumi_sdk import rpc
-from tools.preview.mockrun import PROJECT, ProgramRun, Registration, load_stack_config, run_program, stack_config
+from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+from llm_pd_eks.models import MODELS
+from llm_pd_eks.pulumi_sdk import rpc
+from llm_pd_eks_tools.preview.mockrun import PROJECT, ProgramRun, Registration, load_stack_config, run_program, stack_config
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 SERVICE = "kubernetes:core/v1:Service"
@@ -394,8 +394,8 @@ def test_worker_pods_are_efa_ready(run: ProgramRun):
 
 
 def test_device_rdma_is_set_only_where_the_efa_has_rdma_read():
-    from components.config import ServingConfig
-    from components.ray_service import worker_group
+    from llm_pd_eks.config import ServingConfig
+    from llm_pd_eks.ray_service import worker_group
 
     serving = ServingConfig.model_validate(
         {"modelId": "Qwen/Qwen2.5-7B-Instruct", "image": "123456789012.dkr.ecr.us-west-2.amazonaws.com/r:1"}
@@ -430,7 +430,7 @@ def test_a_disruption_budget_keeps_the_last_pod_of_each_role(run: ProgramRun):
 @pytest.fixture
 def register_requests(monkeypatch):
     """The raw RegisterResource requests of a run (resource options the recording leaves out)."""
-    from components.pulumi_sdk import MockMonitor
+    from llm_pd_eks.pulumi_sdk import MockMonitor
 
     seen: dict[str, object] = {}
     original = MockMonitor.RegisterResource
@@ -473,7 +473,7 @@ def test_new_cluster_strategy_waits_for_the_upgrade_to_finish(register_requests)
 
 
 def test_upgrade_strategies_are_kuberay_1_7_values():
-    from components.ray_service import UPGRADE_STRATEGIES
+    from llm_pd_eks.ray_service import UPGRADE_STRATEGIES
 
     crd = yaml.safe_load(CRD.read_text())
     (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]

@@ -21,7 +21,7 @@ from packaging.utils import canonicalize_name
 # Run the preview as `make preview` does (in a process of its own), then list what it imported.
 _LIST_IMPORTS = """
 import json, sys
-from tools.preview.__main__ import main
+from llm_pd_eks_tools.preview.__main__ import main
 code = main(["--stack", "dev", "--quiet", "--out", sys.argv[1]])
 print(json.dumps({"code": int(code), "modules": sorted({m.split(".")[0] for m in sys.modules})}))
 """

@@ -10,9 +10,9 @@ import pytest
 import yaml
 from helpers import NODE_GROUP, RAY_SERVICE, ROOT, config_problems, copy_checkout
 
-from components.deployment import TYPE
-from tools.preview.analyzer import mandatory, run_resources
-from tools.preview.mockrun import run_program
+from llm_pd_eks.deployment import TYPE
+from llm_pd_eks_tools.preview.analyzer import mandatory, run_resources
+from llm_pd_eks_tools.preview.mockrun import run_program
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +20,7 @@ def review(tmp_path_factory):
     """A checkout copy with Pulumi.pr-7.yaml written by the tool, its stdout and GITHUB_OUTPUT."""
     root = copy_checkout(tmp_path_factory.mktemp("review") / "repo")
     out = root / "gh-output"
-    done = subprocess.run([sys.executable, "-m", "tools.review_stack", "--from", "dev", "--pr", "7",
+    done = subprocess.run([sys.executable, "-m", "llm_pd_eks_tools.review_stack", "--from", "dev", "--pr", "7",
                            "--ttl-hours", "12", "--github-output", str(out)],
                           cwd=root, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -54,7 +54,7 @@ def test_the_review_stack_passes_the_policy_pack(review):
 def test_its_cost_is_the_cpu_nodes_nat_and_control_plane(review):
     """Worked out here from the price table and dev's stack file, not from the tool."""
     root, stdout, outputs, _run = review
-    prices = json.loads((ROOT / "components" / "data" / "prices.json").read_text())["regions"]["us-west-2"]
+    prices = json.loads((ROOT / "llm_pd_eks" / "data" / "prices.json").read_text())["regions"]["us-west-2"]
     dev = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())["config"]
     system = dev["llm-pd-eks:systemNodes"]
     nat = {"single": 1}[dev["llm-pd-eks:network"]["natGateways"]]
@@ -77,7 +77,7 @@ def test_serving_without_the_serving_layer_is_refused():
 @pytest.mark.parametrize("args, complaint", [(["--pr", "0"], "--pr 0"), (["--pr", "3", "--ttl-hours", "999"],
                                                                          "--ttl-hours 999")])
 def test_bad_arguments_exit_2_with_one_line(args, complaint, tmp_path):
-    done = subprocess.run([sys.executable, "-m", "tools.review_stack", *args], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "llm_pd_eks_tools.review_stack", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and complaint in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr

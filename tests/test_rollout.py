@@ -1,4 +1,4 @@
-"""tools/rollout.py: how a RayService change rolls out, judged on the specs the program renders.
+"""llm_pd_eks_tools/rollout.py: how a RayService change rolls out, judged on the specs the program renders.
 
 Old and new specs are rendered by the program's own `ray_service_spec` from stack configs that
 differ in one setting, so each case is a change a user could make.
@@ -11,13 +11,13 @@ import copy
 import pytest
 from helpers import RAY_SERVICE
 
-from components.catalog import GPU_INSTANCE_TYPES
-from components.config import ServingConfig
-from components.ray_service import ray_service_spec, replace_on_changes
-from components.rollout_rule import differing_paths
-from tools.preview.diff import Diff, render
-from tools.preview.mockrun import stack_config
-from tools.rollout import (
+from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+from llm_pd_eks.config import ServingConfig
+from llm_pd_eks.ray_service import ray_service_spec, replace_on_changes
+from llm_pd_eks.rollout_rule import differing_paths
+from llm_pd_eks_tools.preview.diff import Diff, render
+from llm_pd_eks_tools.preview.mockrun import stack_config
+from llm_pd_eks_tools.rollout import (
     CREATE,
     DELETE,
     IN_PLACE,
@@ -136,7 +136,7 @@ CHANGES = {
 
 @pytest.mark.parametrize("change", CHANGES.values(), ids=CHANGES.keys())
 def test_pulumi_replaces_exactly_where_the_preview_says_it_will(change):
-    # One rule (components/rollout_rule.py): under Recreate, Pulumi's replaceOnChanges matches a changed
+    # One rule (llm_pd_eks/rollout_rule.py): under Recreate, Pulumi's replaceOnChanges matches a changed
     # path exactly when the preview's classifier reports a replacement; nothing else is silently dropped.
     old = staging()
     new = change(old)

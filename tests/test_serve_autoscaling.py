@@ -22,7 +22,7 @@ import pytest
 import yaml
 from helpers import RAY_SERVICE, STACKS
 
-from components.serve_autoscaling import BACKPRESSURE_HEADROOM, from_concurrency
+from llm_pd_eks.serve_autoscaling import BACKPRESSURE_HEADROOM, from_concurrency
 
 TICK_S = 1.0
 STANDINS = Path(__file__).resolve().parent / "ray_standins"
@@ -156,7 +156,7 @@ def test_settings_from_a_per_replica_concurrency():
 def test_delay_defaults_are_serves():
     from ray.serve.config import AutoscalingConfig
 
-    from components.serve_autoscaling import DOWNSCALE_DELAY_S, UPSCALE_DELAY_S
+    from llm_pd_eks.serve_autoscaling import DOWNSCALE_DELAY_S, UPSCALE_DELAY_S
 
     defaults = AutoscalingConfig()
     assert (defaults.upscale_delay_s, defaults.downscale_delay_s) == (UPSCALE_DELAY_S, DOWNSCALE_DELAY_S)
@@ -165,7 +165,7 @@ def test_delay_defaults_are_serves():
 def test_the_config_refuses_back_pressure_below_the_target():
     from helpers import config_problems
 
-    from tools.preview.mockrun import stack_config
+    from llm_pd_eks_tools.preview.mockrun import stack_config
 
     base = stack_config("dev").model_dump(by_alias=True, exclude_none=True)
     values = {k: v for k, v in base.items() if k != "region"}

@@ -1,7 +1,7 @@
 """Config validation of the serving layer: each mistake refused with a message naming its key.
 
-Numbers in the expected messages are worked by hand from the catalog (components/catalog.py) and
-the model table (components/models.py), as noted next to each case.
+Numbers in the expected messages are worked by hand from the catalog (llm_pd_eks/catalog.py) and
+the model table (llm_pd_eks/models.py), as noted next to each case.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from helpers import config_problems, merged, validate_values
 
-from tools.preview.mockrun import PROJECT
+from llm_pd_eks_tools.preview.mockrun import PROJECT
 
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/ray-llm:2.60.0-py311-cu128"
 
@@ -189,7 +189,7 @@ def test_endpoint_name_must_be_a_service_name():
 
 
 def test_every_new_serving_field_is_described():
-    from components.config import ServingConfig
+    from llm_pd_eks.config import ServingConfig
 
     for name in ("upgrade_strategy", "endpoint_name", "endpoint_annotations"):
         assert ServingConfig.model_fields[name].description

@@ -12,12 +12,12 @@ import pytest
 import yaml
 from helpers import DATA, ROOT, STACKS
 
-from components.catalog import GPU_INSTANCE_TYPES
-from components.models import MODELS, ModelSpec
-from tools import size as size_cli
-from tools.cli import Exit, ToolError, run
-from tools.preview.mockrun import stack_config
-from tools.sizing import (
+from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+from llm_pd_eks.models import MODELS, ModelSpec
+from llm_pd_eks_tools import size as size_cli
+from llm_pd_eks_tools.cli import Exit, ToolError, run
+from llm_pd_eks_tools.preview.mockrun import stack_config
+from llm_pd_eks_tools.sizing import (
     NIM_FP8,
     VLLM_BF16,
     KvBand,
@@ -202,7 +202,7 @@ def test_strict_tail_itl_favours_disaggregation():
 
 def test_cost_is_nodes_times_the_list_price():
     result = _size("prod")
-    assert result.price_hourly == pytest.approx(55.04)  # components/data/prices.json, p5.48xlarge us-east-1
+    assert result.price_hourly == pytest.approx(55.04)  # llm_pd_eks/data/prices.json, p5.48xlarge us-east-1
     assert result.disaggregated.hourly == pytest.approx(result.disaggregated.nodes * 55.04)
     tokens_s = GOOD["requestRate"] * GOOD["outputTokens"]["mean"]
     assert result.disaggregated.usd_per_mtok == pytest.approx(result.disaggregated.hourly / (tokens_s * 3600) * 1e6)
@@ -254,7 +254,7 @@ def test_calibration_point_within_tolerance(point):
 
 
 def _fit_points(engine: str) -> list:
-    from tools.calibrate.fit import Point
+    from llm_pd_eks_tools.calibrate.fit import Point
 
     return [Point(p["kind"], _calibration_model(p["model"]), GPU_INSTANCE_TYPES[p["instance"]], p["tp"],
                   p["batch"], p["input"], p["output"], p["measured_ms"], p["weight_bytes"], p["compute_scale"])
@@ -263,7 +263,7 @@ def _fit_points(engine: str) -> list:
 
 @pytest.mark.parametrize("engine,dtype", [("nim", "fp8"), ("trtllm", "bf16")])
 def test_fitted_rows_are_what_the_fit_gives_on_the_points_not_held_out(engine, dtype):
-    from tools.calibrate.fit import fit
+    from llm_pd_eks_tools.calibrate.fit import fit
 
     row, refit = engine_constants(engine, dtype), fit(_fit_points(engine), "refit")
     for name in ("prefill_mfu", "prefill_step_s", "decode_mbu", "decode_step_s", "tp_efficiency"):
@@ -279,7 +279,7 @@ def test_fit_recovers_known_constants_with_a_tp_term():
     # points made by the model itself at set constants, TP 1..8: the fit must find them again
     from dataclasses import replace
 
-    from tools.calibrate.fit import Point, fit
+    from llm_pd_eks_tools.calibrate.fit import Point, fit
 
     truth = replace(VLLM_BF16, prefill_step_s=0.012, decode_step_s=0.002, tp_efficiency=0.88)
     points = []
@@ -446,7 +446,7 @@ def test_make_size_write_json_stdout_is_pure_json(tmp_path):
 def _point(*extra: str) -> subprocess.CompletedProcess:
     args = ["--point", "--model", "meta-llama/Llama-3.3-70B-Instruct", "--instance", "p5.48xlarge", "--tp", "8",
             "--input", "6000", "--output", "400", "--concurrency", "16", *extra]
-    return subprocess.run([sys.executable, "-m", "tools.size", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "llm_pd_eks_tools.size", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
 
 
@@ -466,7 +466,7 @@ def test_point_query_answers_in_json_with_the_five_figures():
 
 
 def test_point_query_matches_the_model_and_the_kv_band():
-    from tools.sizing import point_query
+    from llm_pd_eks_tools.sizing import point_query
 
     answer = point_query(L70, P5, 8, 6000, 400, 1, "disaggregated")
     replica = Replica(L70, P5, 8)
@@ -518,7 +518,7 @@ def test_write_refuses_when_the_disaggregated_layout_cannot_meet_the_objectives(
 def test_module_entry_point_exits_with_usage_on_a_bad_file(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("requestRate: -1\n")
-    proc = subprocess.run([sys.executable, "-m", "tools.size", "--stack", "dev", "--workload", str(bad)],
+    proc = subprocess.run([sys.executable, "-m", "llm_pd_eks_tools.size", "--stack", "dev", "--workload", str(bad)],
                           cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == Exit.USAGE and "Traceback" not in proc.stderr
 
@@ -549,7 +549,7 @@ def test_readme_calibration_table_shows_what_the_model_predicts():
 
 
 def test_tp_options_are_powers_of_two_whose_shards_fit():
-    from tools.sizing import tp_options
+    from llm_pd_eks_tools.sizing import tp_options
 
     assert tp_options(L70, P5) == [2, 4, 8]  # 131.5 GiB: 65.8 GiB a GPU at TP 2 fits 72 GiB of 80; TP 1 does not
     assert tp_options(L70, GPU_INSTANCE_TYPES["p4d.24xlarge"]) == [4, 8]  # 40 GiB GPUs
@@ -575,7 +575,7 @@ def test_non_finite_numbers_are_refused():
 # -- calibration under load (closed loop, means) ------------------------------------------------------------
 def _closed_loop(point: dict):
     """The arrival rate (and the replica's load) at which `concurrency` closed-loop clients settle."""
-    from tools.sizing import aggregated_load
+    from llm_pd_eks_tools.sizing import aggregated_load
 
     replica = Replica(L70, P5, 2, weight_dtype_bytes=1, compute_scale=2, constants=NIM_FP8)  # NIM's 2 x H100 fp8 TP2
     workload = parse_workload({"requestRate": 1, "inputTokens": {"mean": point["input"]},
@@ -626,7 +626,7 @@ def test_catalog_sizing_figures_are_physical(instance):
 
 
 def test_disaggregated_ttft_counts_the_decode_replicas_first_step():
-    from tools.sizing import size_prefill
+    from llm_pd_eks_tools.sizing import size_prefill
 
     workload = parse_workload(GOOD)
     replica = Replica(L70, P5, 8)
@@ -649,7 +649,7 @@ def test_gpu_memory_is_ec2s_figure_as_moto_carries_it():
 
     import moto
 
-    from tools.sizing import EC2_GPU_MEMORY_MIB, gpu_memory_gib
+    from llm_pd_eks_tools.sizing import EC2_GPU_MEMORY_MIB, gpu_memory_gib
 
     data = json.loads(gzip.open(os.path.join(os.path.dirname(moto.__file__), "ec2", "resources",
                                              "instance_types.json.gz")).read())
@@ -662,7 +662,7 @@ def test_gpu_memory_is_ec2s_figure_as_moto_carries_it():
 def test_vllm_bf16_row_rests_on_the_h200_probe():
     import json
 
-    probe = json.loads((ROOT / "tools" / "calibrate" / "data" / "h200-probe.json").read_text())
+    probe = json.loads((ROOT / "llm_pd_eks_tools" / "calibrate" / "data" / "h200-probe.json").read_text())
     assert probe["device"]["name"] == "NVIDIA H200"
     peak, bandwidth = GPU_INSTANCE_TYPES["p5en.48xlarge"].peak_bf16_dense_tflops, 4800.0
     gemm = [r["tflops"] / peak for r in probe["gemm"] if r["tp"] == 1 and r["tokens"] >= 1024]

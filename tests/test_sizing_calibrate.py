@@ -13,16 +13,16 @@ import yaml
 from calibrate_fakes import FakeOpenAi
 from helpers import DATA, ROOT, STACKS
 
-from components.catalog import GPU_INSTANCE_TYPES
-from components.models import MODELS
-from components.system_nodes import SYSTEM_LABELS
-from tools import size as size_cli
-from tools.calibrate import cli as calibrate_cli
-from tools.calibrate.bench import SweepPoint, check_result, parse_nixlbench, sweep_plan
-from tools.calibrate.job import RESULT_BEGIN, RESULT_END, calibration_job, parse_results
-from tools.cli import Exit, ToolError, run
-from tools.preview.mockrun import stack_config
-from tools.sizing import VLLM_BF16, Replica, load_calibration, load_workload, size
+from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+from llm_pd_eks.models import MODELS
+from llm_pd_eks.system_nodes import SYSTEM_LABELS
+from llm_pd_eks_tools import size as size_cli
+from llm_pd_eks_tools.calibrate import cli as calibrate_cli
+from llm_pd_eks_tools.calibrate.bench import SweepPoint, check_result, parse_nixlbench, sweep_plan
+from llm_pd_eks_tools.calibrate.job import RESULT_BEGIN, RESULT_END, calibration_job, parse_results
+from llm_pd_eks_tools.cli import Exit, ToolError, run
+from llm_pd_eks_tools.preview.mockrun import stack_config
+from llm_pd_eks_tools.sizing import VLLM_BF16, Replica, load_calibration, load_workload, size
 
 CALIBRATION_DATA = DATA / "sizing-calibration"
 QWEN = MODELS["Qwen/Qwen2.5-7B-Instruct"]  # dev: Qwen 7B on p4d.24xlarge, TP 1

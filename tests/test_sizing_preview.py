@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 from helpers import ROOT, STACKS
 
-from components.catalog import GPU_INSTANCE_TYPES
-from components.models import MODELS
-from tools.preview.figures import key_figures, sized_throughput_figure
-from tools.preview.mockrun import stack_config
-from tools.preview.render import figure_lines
-from tools.preview.report import Figures
-from tools.sizing import band_text, load_workload, size
+from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+from llm_pd_eks.models import MODELS
+from llm_pd_eks_tools.preview.figures import key_figures, sized_throughput_figure
+from llm_pd_eks_tools.preview.mockrun import stack_config
+from llm_pd_eks_tools.preview.render import figure_lines
+from llm_pd_eks_tools.preview.report import Figures
+from llm_pd_eks_tools.sizing import band_text, load_workload, size
 
 
 def _figures(programs, stack: str) -> Figures:
@@ -68,7 +68,7 @@ def test_preview_cost_shows_dollars_per_mtok_at_the_sized_throughput(programs, s
 
 
 def test_no_workload_file_means_no_dollars_per_mtok(tmp_path, monkeypatch):
-    import tools.preview.figures as figures_module
+    import llm_pd_eks_tools.preview.figures as figures_module
 
     monkeypatch.setattr(figures_module, "_checkout_root", lambda: tmp_path)
     sized = sized_throughput_figure("dev", stack_config("dev", ROOT), 10.0)

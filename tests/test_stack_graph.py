@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 from helpers import LAUNCH_TEMPLATE, NODE_GROUP, PLACEMENT_GROUP, SUBNET
 
-from components.catalog import GPU_INSTANCE_TYPES
-from components.network import CLUSTER_TAG_VALUE
-from tools.preview.mockrun import PROJECT, ProgramRun, Registration, eks_cluster_ids, stack_config
+from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+from llm_pd_eks.network import CLUSTER_TAG_VALUE
+from llm_pd_eks_tools.preview.mockrun import PROJECT, ProgramRun, Registration, eks_cluster_ids, stack_config
 
 
 def node_group_subnets(run: ProgramRun, node_group: Registration) -> list[Registration]:
@@ -181,7 +181,7 @@ def test_cluster_settings(run: ProgramRun):
 
 def test_core_addons_are_eks_managed(run: ProgramRun):
     managed = {a.inputs["addonName"]: a for a in run.of_type("aws:eks/addon:Addon")}
-    assert set(managed) == {"vpc-cni", "coredns", "kube-proxy", "aws-ebs-csi-driver"}  # EBS CSI: components/storage.py
+    assert set(managed) == {"vpc-cni", "coredns", "kube-proxy", "aws-ebs-csi-driver"}  # EBS CSI: llm_pd_eks/storage.py
     addons = {k: v for k, v in managed.items() if k != "aws-ebs-csi-driver"}
     eks = run.one("eks:index:Cluster")
     assert eks.inputs["useDefaultVpcCni"] is True  # pulumi-eks installs no second copy
@@ -222,7 +222,7 @@ def test_components_parent_their_children(run: ProgramRun):
 
 
 def test_names_are_deterministic(run: ProgramRun):
-    from tools.preview.mockrun import run_program
+    from llm_pd_eks_tools.preview.mockrun import run_program
 
     again = run_program(run.stack)
     assert sorted(r.urn for r in again.resources) == sorted(r.urn for r in run.resources)
@@ -241,7 +241,7 @@ def test_stack_outputs(run: ProgramRun):
 
 @pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
 def test_each_environment_has_a_valid_stack_file(stack):
-    from tools.preview.mockrun import stacks
+    from llm_pd_eks_tools.preview.mockrun import stacks
 
     assert stack in stacks()
     cfg = stack_config(stack)

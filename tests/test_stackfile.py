@@ -1,4 +1,4 @@
-"""tools/stackfile.py: the one strict reader of Pulumi.<stack>.yaml (issue 12's stack-file cases)."""
+"""llm_pd_eks_tools/stackfile.py: the one strict reader of Pulumi.<stack>.yaml (issue 12's stack-file cases)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 import yaml
 from helpers import ROOT
 
-from tools import stackfile
-from tools.cli import Exit
-from tools.preview.mockrun import PROJECT, load_stack_config
+from llm_pd_eks_tools import stackfile
+from llm_pd_eks_tools.cli import Exit
+from llm_pd_eks_tools.preview.mockrun import PROJECT, load_stack_config
 
 DEV = (ROOT / "Pulumi.dev.yaml").read_text()
 
@@ -100,7 +100,7 @@ def test_booleans_are_read_as_the_pulumi_cli_reads_them():
 
 
 def test_protect_yes_is_refused_not_read_as_true(tmp_path):
-    from components.config import ConfigError, validate_engine_config
+    from llm_pd_eks.config import ConfigError, validate_engine_config
 
     config, secrets = load_stack_config("dev", write(tmp_path, DEV + f"  {PROJECT}:protect: yes\n"))
     with pytest.raises(ConfigError) as info:

@@ -14,21 +14,21 @@ import pytest
 import yaml
 from helpers import DATA, engine_config_with
 
-from components.alerts import CRITICAL_RECEIVER, KV_CAUSED_ALERTS, KV_PATH_ALERTS
-from components.kuberay import KUBERAY_CHART, KUBERAY_CRDS
-from components.observability import ALERTMANAGER_SERVICE_ACCOUNT, PROMETHEUS_STACK_CHART
-from components.storage import (
+from llm_pd_eks.alerts import CRITICAL_RECEIVER, KV_CAUSED_ALERTS, KV_PATH_ALERTS
+from llm_pd_eks.kuberay import KUBERAY_CHART, KUBERAY_CRDS
+from llm_pd_eks.observability import ALERTMANAGER_SERVICE_ACCOUNT, PROMETHEUS_STACK_CHART
+from llm_pd_eks.storage import (
     EBS_CSI_POLICY_ARN,
     EBS_TOPOLOGY_KEY,
     STORAGE_CLASS,
     duration_seconds,
     prometheus_volume,
 )
-from tools.preview.crds import crd_changes
-from tools.preview.diff import changed_paths
-from tools.preview.harness import resource_records
-from tools.preview.mockrun import ProgramRun, run_program
-from tools.preview.mockrun import stack_config as checked_in_config
+from llm_pd_eks_tools.preview.crds import crd_changes
+from llm_pd_eks_tools.preview.diff import changed_paths
+from llm_pd_eks_tools.preview.harness import resource_records
+from llm_pd_eks_tools.preview.mockrun import ProgramRun, run_program
+from llm_pd_eks_tools.preview.mockrun import stack_config as checked_in_config
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 CHART_VALUES = yaml.safe_load((DATA / "kube-prometheus-stack" / "values-88.5.3.yaml").read_text())

@@ -15,10 +15,10 @@ import sys
 import pytest
 from helpers import ROOT
 
-from tools import cli
-from tools.cli import Exit
-from tools.preview import diff as preview_diff
-from tools.preview.__main__ import main as preview_main
+from llm_pd_eks_tools import cli
+from llm_pd_eks_tools.cli import Exit
+from llm_pd_eks_tools.preview import diff as preview_diff
+from llm_pd_eks_tools.preview.__main__ import main as preview_main
 
 
 def snapshot(path) -> dict[str, bytes]:
@@ -153,8 +153,8 @@ def test_seconds_accepts_durations():
 
 
 def test_a_closed_pipe_is_not_a_traceback():
-    """`python -m tools.placeholders ... | head -0`: the reader leaves; no BrokenPipeError traceback."""
-    script = ("import sys\nfrom tools.cli import exit_with\n"
+    """`python -m llm_pd_eks_tools.placeholders ... | head -0`: the reader leaves; no BrokenPipeError traceback."""
+    script = ("import sys\nfrom llm_pd_eks_tools.cli import exit_with\n"
               "def main(argv):\n    for i in range(100000):\n        print('line', i)\n    return 0\n"
               "exit_with('demo', main)\n")
     proc = subprocess.run(f"{shlex.quote(sys.executable)} -c {shlex.quote(script)} | head -1",
@@ -183,7 +183,7 @@ V3_TABLE = [
 
 @pytest.mark.parametrize("text, expected", V3_TABLE, ids=[repr(t) for t, _ in V3_TABLE])
 def test_plain_scalars_resolve_as_yaml_v3_resolves_them(text, expected):
-    from tools.stackfile import parse
+    from llm_pd_eks_tools.stackfile import parse
 
     value = parse(f"v: {text}\n" if text else "v:\n", "x.yaml")["v"]
     assert value == expected and type(value) is type(expected), (text, value)
@@ -191,7 +191,7 @@ def test_plain_scalars_resolve_as_yaml_v3_resolves_them(text, expected):
 
 @pytest.mark.parametrize("text, expected", [(".inf", math.inf), ("-.Inf", -math.inf), ("+.INF", math.inf)])
 def test_infinities(text, expected):
-    from tools.stackfile import parse
+    from llm_pd_eks_tools.stackfile import parse
 
     assert parse(f"v: {text}\n", "x.yaml")["v"] == expected
     assert math.isnan(parse("v: .NaN\n", "x.yaml")["v"])
@@ -199,7 +199,7 @@ def test_infinities(text, expected):
 
 def test_a_top_level_value_reaches_the_program_as_its_source_text(tmp_path):
     """The CLI unmarshals a top-level config value into a string first: `0x10` stays "0x10"."""
-    from tools.stackfile import load
+    from llm_pd_eks_tools.stackfile import load
 
     (tmp_path / "Pulumi.dev.yaml").write_text(
         "config:\n  aws:region: us-west-2\n  llm-pd-eks:a: 0x10\n  llm-pd-eks:b: TRUE\n  llm-pd-eks:c: 1:0\n"
@@ -212,9 +212,9 @@ def test_a_top_level_value_reaches_the_program_as_its_source_text(tmp_path):
 
 def test_a_sexagesimal_count_is_refused_as_pulumi_would_hand_it_over(tmp_path):
     """`maxSize: 1:0` was 60 to PyYAML; to Pulumi it is the string "1:0", which the config model refuses."""
-    from components.config import ConfigError, validate_stack_config
-    from tools.preview.mockrun import load_stack_config
-    from tools.stackfile import engine_config
+    from llm_pd_eks.config import ConfigError, validate_stack_config
+    from llm_pd_eks_tools.preview.mockrun import load_stack_config
+    from llm_pd_eks_tools.stackfile import engine_config
 
     text = (ROOT / "Pulumi.dev.yaml").read_text().replace("    maxSize:", "    maxSize: 1:0\n    x-old-maxSize:", 1)
     assert "maxSize: 1:0" in text
@@ -288,7 +288,7 @@ def _real_ciphertext() -> str:
 def test_an_undecryptable_secure_value_is_a_placeholder(ciphertext, words):
     from helpers import validate_values
 
-    from tools.placeholders import find_placeholders
+    from llm_pd_eks_tools.placeholders import find_placeholders
 
     config = validate_values({**PRIVATE, "deploy": {"runnerLabel": "self-hosted-vpc"}})
     found = find_placeholders(config, secure_values={"llm-pd-eks:hfToken": ciphertext})
@@ -300,7 +300,7 @@ def test_an_undecryptable_secure_value_is_a_placeholder(ciphertext, words):
 def test_a_hosted_runner_for_a_private_only_cluster_is_a_placeholder(label):
     from helpers import validate_values
 
-    from tools.placeholders import find_placeholders
+    from llm_pd_eks_tools.placeholders import find_placeholders
 
     from_stack = find_placeholders(validate_values({**PRIVATE, "deploy": {"runnerLabel": label}}))
     assert [p.key for p in from_stack] == ["llm-pd-eks:deploy.runnerLabel"] and "GitHub-hosted" in from_stack[0].why
@@ -313,7 +313,7 @@ def test_a_hosted_runner_for_a_private_only_cluster_is_a_placeholder(label):
 @pytest.mark.parametrize("label", ["vpc-runner\nrunner=ubuntu-latest", "two words", "tab\there", "a,b", "\x1b[31m"])
 def test_a_runner_label_that_is_not_one_token_is_refused_and_never_written(label, tmp_path):
     out = tmp_path / "github_output"
-    proc = subprocess.run([sys.executable, "-m", "tools.placeholders", "--stack", "dev", "--runner", label,
+    proc = subprocess.run([sys.executable, "-m", "llm_pd_eks_tools.placeholders", "--stack", "dev", "--runner", label,
                            "--github-output", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == Exit.FAILED, proc.stderr
     assert "not a single runner label" in proc.stderr and "Traceback" not in proc.stderr
@@ -344,8 +344,8 @@ def test_no_tool_prints_a_secret_value_it_was_given(tmp_path):
     (root / "Pulumi.prod.yaml").write_text(
         (root / "Pulumi.prod.yaml").read_text().replace(SECRET_VALUE, SECRET_VALUE + "Prod"))
     outputs = []
-    for argv in (["-m", "tools.promote_check", "--from", "staging", "--to", "prod", "--root", str(root)],
-                 ["-m", "tools.preview", "--stack", "prod", "--root", str(root), "--out", str(tmp_path / "p"),
+    for argv in (["-m", "llm_pd_eks_tools.promote_check", "--from", "staging", "--to", "prod", "--root", str(root)],
+                 ["-m", "llm_pd_eks_tools.preview", "--stack", "prod", "--root", str(root), "--out", str(tmp_path / "p"),
                   "--quiet"]):
         proc = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=600)
         outputs.append((argv[1], proc.returncode, proc.stdout + proc.stderr))
@@ -363,7 +363,7 @@ def test_no_tool_prints_a_secret_value_it_was_given(tmp_path):
 
 
 def test_promote_check_calls_a_typo_a_typo(tmp_path):
-    from tools.promote_check import compare_configs
+    from llm_pd_eks_tools.promote_check import compare_configs
 
     report = compare_configs("staging", {"llm-pd-eks:servng.modelId": "a", "llm-pd-eks:serving.modelId": "m"},
                              "prod", {"llm-pd-eks:serving.modelId": "n"})
@@ -388,7 +388,7 @@ def test_preflight_refuses_a_malformed_aws_environment(name, value, words):
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env.update({name: value, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                 "AWS_EC2_METADATA_DISABLED": "true"})
-    proc = subprocess.run([sys.executable, "-m", "tools.preflight", "--stack", "dev"], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, "-m", "llm_pd_eks_tools.preflight", "--stack", "dev"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == Exit.USAGE, proc.stderr
     assert words in one_error_line(proc.stderr)
@@ -396,7 +396,7 @@ def test_preflight_refuses_a_malformed_aws_environment(name, value, words):
 
 @pytest.mark.parametrize("value", ["nan", "inf", "0", "-5"])
 def test_preflight_refuses_a_deadline_that_is_not_a_duration(value):
-    proc = subprocess.run([sys.executable, "-m", "tools.preflight", "--stack", "dev", "--deadline", value],
+    proc = subprocess.run([sys.executable, "-m", "llm_pd_eks_tools.preflight", "--stack", "dev", "--deadline", value],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == Exit.USAGE and "--deadline" in one_error_line(proc.stderr)
 
@@ -407,7 +407,7 @@ def test_preflight_refuses_a_deadline_that_is_not_a_duration(value):
 def test_each_component_has_its_own_dot_view_and_together_they_are_the_graph(programs):
     import re as re_
 
-    from tools.preview.graph import build_graph, component_dots, sections, to_dot
+    from llm_pd_eks_tools.preview.graph import build_graph, component_dots, sections, to_dot
 
     run = programs("dev")
     graph = build_graph(run)

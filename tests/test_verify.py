@@ -4,7 +4,7 @@ log API and a REAL Prometheus scraping an exporter that renders metrics with Ray
 Each failure the issue names (UCX backend, zero KV bytes, failed transfers, a node missing EFA
 devices, P and D on one node) and a slow, off-EFA transfer make verify fail with the cause named;
 the healthy cluster passes. The stack is `dev` (its GPU type from Pulumi.dev.yaml and the catalog; two
-GPU nodes in us-west-2a; the KV floor per rank from `tools.sizing.kv_rank_floor_gbps`).
+GPU nodes in us-west-2a; the KV floor per rank from `llm_pd_eks_tools.sizing.kv_rank_floor_gbps`).
 """
 
 from __future__ import annotations
@@ -29,26 +29,26 @@ from verify_fakes import (
     nixl_log_line,
 )
 
-from components import metrics as m
-from components.catalog import GPU_INSTANCE_TYPES
-from components.observability import NAMESPACE as MONITORING
-from components.observability import PROMETHEUS_PORT_NAME, PROMETHEUS_SERVICE
-from components.ray_service import NAMESPACE, SERVE_PORT
-from tools.cli import Exit, run
-from tools.preview.mockrun import stack_config
-from tools.sizing import kv_rank_floor_gbps
-from tools.verify.checks import HEAD_SERVICE, Status, quantity_mib
-from tools.verify.cli import exit_code, main
+from llm_pd_eks import metrics as m
+from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+from llm_pd_eks.observability import NAMESPACE as MONITORING
+from llm_pd_eks.observability import PROMETHEUS_PORT_NAME, PROMETHEUS_SERVICE
+from llm_pd_eks.ray_service import NAMESPACE, SERVE_PORT
+from llm_pd_eks_tools.cli import Exit, run
+from llm_pd_eks_tools.preview.mockrun import stack_config
+from llm_pd_eks_tools.sizing import kv_rank_floor_gbps
+from llm_pd_eks_tools.verify.checks import HEAD_SERVICE, Status, quantity_mib
+from llm_pd_eks_tools.verify.cli import exit_code, main
 
 ENDPOINT_SERVICE_NAME = stack_config("dev").serving.endpoint_name  # KubeRay's serve Service
 
 INSTANCE = GPU_INSTANCE_TYPES[stack_config("dev").gpu_nodes.instance_type]
-FLOOR = kv_rank_floor_gbps(INSTANCE, 0.5)  # per rank: tools/sizing.py's KV model
+FLOOR = kv_rank_floor_gbps(INSTANCE, 0.5)  # per rank: llm_pd_eks_tools/sizing.py's KV model
 KV_BYTES = 448 * 2**20  # one 8k-token Qwen2.5-7B request's KV cache (the preview's figure)
 EFA_SECONDS = KV_BYTES * 8 / (INSTANCE.network_gbps * 1e9)  # at the node's EFA line rate
 # NIXL off EFA: UCX's software path over TCP, measured at 0.324 GB/s on 2 x H100 (ai-dynamo/nixl issue
 # #1021). One ideal 10 Gbit/s TCP flow would NOT fall under the per-rank floor on p4d (half an EFA
-# interface per GPU at the measured NIXL efficiency is ~9.6 Gbit/s: tools/sizing.py kv_band).
+# interface per GPU at the measured NIXL efficiency is ~9.6 Gbit/s: llm_pd_eks_tools/sizing.py kv_band).
 TCP_SECONDS = KV_BYTES * 8 / (0.324 * 8e9)
 
 needs_prometheus = requires_binary("prometheus")
@@ -205,9 +205,9 @@ def by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 @pytest.fixture(autouse=True)
 def verify_writes_under_tmp(tmp_path, monkeypatch):
     """verify.json goes to a temporary directory: tests never write into the checkout."""
-    import tools.verify.cli
+    import llm_pd_eks_tools.verify.cli
 
-    monkeypatch.setattr(tools.verify.cli, "OUT_DIR", tmp_path / "build-verify")
+    monkeypatch.setattr(llm_pd_eks_tools.verify.cli, "OUT_DIR", tmp_path / "build-verify")
 
 
 # --- end to end ------------------------------------------------------------------------------------
@@ -301,7 +301,7 @@ def test_no_nixl_log_line_is_unverified_not_pass(tmp_path, capsys):
 
 def test_hugepages_are_checked_once_the_catalog_has_a_figure():
     """Issue 11 adds `efa_hugepages_2mi_mib` to the catalog; the check reads it and bites on a short node."""
-    from tools.verify.checks import Context, Expected, check_nodes
+    from llm_pd_eks_tools.verify.checks import Context, Expected, check_nodes
 
     class Nodes:
         def get_items(self, path, **query):
@@ -387,7 +387,7 @@ def test_not_a_kubeconfig_is_a_usage_error(tmp_path, capsys):
 
 
 def test_exit_code_table():
-    from tools.verify.checks import Check
+    from llm_pd_eks_tools.verify.checks import Check
 
     passed, failed, unknown = (Check("a", Status.PASS, ""), Check("b", Status.FAIL, ""),
                                Check("c", Status.UNVERIFIED, ""))
@@ -402,7 +402,7 @@ def test_quantities(value, mib):
 
 
 def test_nixl_line_is_recognised_only_as_nixl_writes_it():
-    from tools.verify.checks import NIXL_BACKEND_LINE
+    from llm_pd_eks_tools.verify.checks import NIXL_BACKEND_LINE
 
     assert NIXL_BACKEND_LINE.findall(nixl_log_line("LIBFABRIC")) == ["LIBFABRIC"]
     assert NIXL_BACKEND_LINE.findall("Backend UCX was requested") == []
@@ -426,7 +426,7 @@ def _exec_kubeconfig(script: str) -> str:
 
 def test_exec_credentials_are_run_like_kubectl_does():
     """pulumi-eks kubeconfigs authenticate with `aws eks get-token`: an ExecCredential on stdout."""
-    from tools.verify.kube import load_kubeconfig
+    from llm_pd_eks_tools.verify.kube import load_kubeconfig
 
     script = ("import json, os; print(json.dumps({'kind': 'ExecCredential', 'status': "
               "{'token': 'k8s-aws-v1.' + os.environ['AWS_PROFILE']}}))")
@@ -434,8 +434,8 @@ def test_exec_credentials_are_run_like_kubectl_does():
 
 
 def test_a_failing_credential_command_is_unverified_not_a_crash():
-    from tools.cli import ToolError
-    from tools.verify.kube import load_kubeconfig
+    from llm_pd_eks_tools.cli import ToolError
+    from llm_pd_eks_tools.verify.kube import load_kubeconfig
 
     with pytest.raises(ToolError) as info:
         load_kubeconfig(_exec_kubeconfig("import sys; sys.exit('ExpiredToken: the security token has expired')"))
@@ -584,9 +584,9 @@ def test_garbage_from_the_api_server_is_unverified_not_a_crash(path, body, check
 
 
 def test_a_reply_larger_than_the_cap_is_refused_unread(tmp_path, capsys, monkeypatch):
-    import tools.verify.kube
+    import llm_pd_eks_tools.verify.kube
 
-    monkeypatch.setattr(tools.verify.kube, "MAX_RESPONSE_BYTES", 4096)
+    monkeypatch.setattr(llm_pd_eks_tools.verify.kube, "MAX_RESPONSE_BYTES", 4096)
     env_iter = _start(Scenario(), tmp_path, with_prometheus=False)
     env = next(env_iter)
     try:

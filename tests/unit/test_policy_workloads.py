@@ -19,9 +19,9 @@ from pulumi_policy import (
     StackValidationArgs,
 )
 
-from policies.rules.ray_serving import gpu_pods_efa, nixl_libfabric
-from policies.rules.visibility import helm_release_visible
-from policies.rules.workloads import UNSET, command_line
+from llm_pd_eks_policy.ray_serving import gpu_pods_efa, nixl_libfabric
+from llm_pd_eks_policy.visibility import helm_release_visible
+from llm_pd_eks_policy.workloads import UNSET, command_line
 
 KV = {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_connector_extra_config": {"backends": ["LIBFABRIC"]}}
 

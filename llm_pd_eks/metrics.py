@@ -1,0 +1,83 @@
+"""The metric names and label names the alerts, dashboards and `make verify` query: one place.
+
+How a vLLM metric reaches Prometheus under Ray Serve LLM (Ray 2.60.0, vLLM 0.29.0, the version
+`ray[llm]==2.60.0` requires):
+- `LLMConfig.log_engine_metrics` defaults to True (ray/llm/_internal/serve/core/configs/llm_config.py),
+  so the engine is built with vLLM's `RayPrometheusStatLogger`
+  (ray/llm/_internal/serve/engines/vllm/vllm_engine.py).
+- That logger (vllm/v1/metrics/ray_wrappers.py) registers each `vllm:` metric as a Ray metric with
+  every character outside [a-zA-Z0-9_] replaced by `_` and adds a `ReplicaId` tag.
+- Ray's metrics agent exports Ray metrics with the `ray_` namespace through OpenTelemetry's
+  Prometheus reader (ray/_private/telemetry/open_telemetry_metric_recorder.py, on by default via
+  RAY_enable_open_telemetry), which appends `_total` to counters.
+So `vllm:nixl_num_failed_transfers` (a counter) is scraped as `ray_vllm_nixl_num_failed_transfers_total`
+and the histogram `vllm:nixl_bytes_transferred` as `ray_vllm_nixl_bytes_transferred_{bucket,sum,count}`.
+tests/test_observability_exposition.py renders these names through Ray's own recorder to keep this
+table honest. Caveat from that recorder's docstring: a histogram's `_sum` is rebuilt from bucket
+midpoints, so sums (and throughputs derived from them) are approximations; counts are exact.
+
+Sources of the vLLM names (vllm-project/vllm as indexed by the session's code search; the v0.29.0
+tag itself could not be checked out offline): vllm/v1/metrics/loggers.py (scheduler gauges, TTFT and inter-token
+histograms) and the NIXL connector's stats module
+(vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py, `NixlPromMetrics`): NIXL transfer
+metrics are recorded by the worker that pulls the KV blocks, i.e. on the decode side; expired KV
+leases are counted on the prefill side.
+"""
+
+from __future__ import annotations
+
+RAY_PREFIX = "ray_"
+
+
+def ray_vllm(vllm_name: str) -> str:
+    """The Prometheus name of a `vllm:` metric exported through Ray (see the module docstring)."""
+    assert vllm_name.startswith("vllm:"), vllm_name
+    return RAY_PREFIX + "vllm_" + vllm_name.removeprefix("vllm:")
+
+
+# vLLM engine metrics (labels: model_name, engine, ReplicaId).
+TTFT = ray_vllm("vllm:time_to_first_token_seconds")  # histogram
+ITL = ray_vllm("vllm:inter_token_latency_seconds")  # histogram
+RUNNING = ray_vllm("vllm:num_requests_running")  # gauge
+WAITING = ray_vllm("vllm:num_requests_waiting")  # gauge
+KV_CACHE_USAGE = ray_vllm("vllm:kv_cache_usage_perc")  # gauge, 1 = full
+GENERATION_TOKENS = ray_vllm("vllm:generation_tokens") + "_total"  # counter
+
+# NIXL KV connector metrics (NixlPromMetrics).
+NIXL_XFER_TIME = ray_vllm("vllm:nixl_xfer_time_seconds")  # histogram, seconds per transfer
+NIXL_BYTES = ray_vllm("vllm:nixl_bytes_transferred")  # histogram, bytes per transfer
+NIXL_FAILED_TRANSFERS = ray_vllm("vllm:nixl_num_failed_transfers") + "_total"  # counter
+NIXL_FAILED_NOTIFICATIONS = ray_vllm("vllm:nixl_num_failed_notifications") + "_total"  # counter
+NIXL_KV_EXPIRED = ray_vllm("vllm:nixl_num_kv_expired_reqs") + "_total"  # counter (prefill side)
+
+# Ray Serve metrics (ray/serve/_private/replica.py, autoscaling_state.py, deployment_state.py).
+SERVE_TARGET_REPLICAS = RAY_PREFIX + "serve_autoscaling_target_replicas"  # gauge, labels: deployment, application
+SERVE_REPLICA_HEALTHY = RAY_PREFIX + "serve_deployment_replica_healthy"  # gauge, healthy replicas
+
+# NVIDIA DCGM exporter default counters (NVIDIA/dcgm-exporter etc/default-counters.csv, chart 4.8.2).
+GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent
+GPU_FB_USED = "DCGM_FI_DEV_FB_USED"  # MiB
+
+# kube-state-metrics (shipped by kube-prometheus-stack).
+KSM_POD_PHASE = "kube_pod_status_phase"
+KSM_NODE_LABELS = "kube_node_labels"  # carries the labels allowed by metricLabelsAllowlist
+
+# vLLM's bucket bounds (vllm/v1/metrics/loggers.py): an SLO threshold must be one of them, or
+# `le="<threshold>"` selects no series and the burn-rate alert can never fire.
+TTFT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)
+ITL_BUCKETS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+)
+
+# Labels the scrape config adds from the pod (llm_pd_eks/observability.py): which side a sample is from.
+PHASE_LABEL = "phase"  # = the pod's ray.io/group: prefill | decode | headgroup
+NODE_LABEL = "node"  # = the pod's node name
+PHASES = ("prefill", "decode")
+
+
+def le(bound: float) -> str:
+    """A bucket bound as Prometheus exposes it (OpenTelemetry / prometheus_client: `2.5`, `1.0`)."""
+    return repr(float(bound))

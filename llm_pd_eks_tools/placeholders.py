@@ -1,0 +1,189 @@
+"""Values a stack file ships as examples, not as anything a real `pulumi up` can use.
+
+Every offline check passes on them, so nothing else flags them: documentation address ranges
+(RFC 5737 IPv4 192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24; RFC 3849 IPv6 2001:db8::/32), the
+example account id `123456789012` AWS's own documentation uses, and a private-only API endpoint with
+no stated runner (the Kubernetes half of `pulumi up` goes through that endpoint, so a hosted runner
+outside the VPC cannot apply it).
+
+Pure functions over the validated `StackConfig`; the preview prints them as a WARNING (and a callout
+in summary.md), and the deploy workflow refuses `up` on a stack that has any:
+
+    python -m llm_pd_eks_tools.placeholders --stack prod [--runner LABEL] [--github-output FILE]
+
+Exit: 0 none, 1 some (each printed on stderr), 2 the stack cannot be read.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import ipaddress
+import re
+import sys
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+from llm_pd_eks.config import PROJECT, StackConfig
+from llm_pd_eks_tools.cli import ArgumentParser, Exit, ToolError, exit_with, one_line
+
+DOCUMENTATION_NETWORKS = tuple(
+    ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32")
+)
+EXAMPLE_ACCOUNT = "123456789012"
+DEFAULT_RUNNER = "ubuntu-24.04"  # the GitHub-hosted runner the deploy workflow uses when none is stated
+# GitHub-hosted runner labels (GitHub Docs, "GitHub-hosted runners reference": ubuntu-latest,
+# ubuntu-24.04, ubuntu-22.04, ubuntu-24.04-arm, windows-*, macos-*): they run outside any VPC.
+_HOSTED_RUNNER = re.compile(r"^(ubuntu|windows|macos)-[a-z0-9.-]+$")
+# A runner label is one token: no whitespace or control character (a newline in it would add lines
+# to $GITHUB_OUTPUT, i.e. forge other step outputs).
+_RUNNER_LABEL = re.compile(r"^[^\s\x00-\x1f\x7f,]{1,100}$")
+_ACCOUNT_IN = re.compile(r"(?<!\d)(\d{12})(?!\d)")
+
+
+@dataclass(frozen=True)
+class Placeholder:
+    key: str  # the config key, `project:section.field`
+    value: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.key} = {one_line(self.value, 120)}: {self.why}"
+
+
+def documentation_range(cidr: str) -> Optional[str]:
+    """The RFC documentation range `cidr` overlaps, or None."""
+    net = ipaddress.ip_network(cidr, strict=False)
+    for doc in DOCUMENTATION_NETWORKS:
+        if net.version == doc.version and net.overlaps(doc):
+            return str(doc)
+    return None
+
+
+def _cidrs(config: StackConfig) -> Iterator[tuple[str, str]]:
+    yield "network.vpcCidr", config.network.vpc_cidr
+    for cidr in config.network.private_cidrs():
+        yield "network.privateSubnetCidrs", cidr
+    for cidr in config.network.public_cidrs():
+        yield "network.publicSubnetCidrs", cidr
+    for cidr in config.cluster.public_access_cidrs:
+        yield "cluster.publicAccessCidrs", cidr
+
+
+def _accounts(config: StackConfig) -> Iterator[tuple[str, str]]:
+    if config.serving is not None:
+        yield "serving.image", config.serving.image
+    for arn in config.cluster.admin_principal_arns:
+        yield "cluster.adminPrincipalArns", arn
+
+
+def undecryptable(ciphertext: str) -> Optional[str]:
+    """Why a `{secure: ...}` value cannot be a real ciphertext, or None.
+
+    The passphrase secrets provider writes `v1:<base64 nonce>:<base64 ciphertext>` and decrypts only
+    that shape (pulumi/pulumi sdk/go/common/resource/config/crypt.go, symmetricCrypter.EncryptValue /
+    DecryptValue: three `:`-separated parts, `v1`, standard base64; AES-256-GCM, a 12-byte nonce and at
+    least the 16-byte tag). Cloud providers' ciphertexts are opaque base64 and are only checked for
+    the example words.
+    """
+    if re.search(r"placeholder|replace|example|changeme", ciphertext, re.IGNORECASE):
+        return "an example ciphertext (it names itself a placeholder); no secrets provider can decrypt it"
+    if ciphertext.startswith("v1:"):
+        parts = ciphertext.split(":")
+        try:
+            nonce, sealed = (base64.b64decode(p, validate=True) for p in parts[1:]) if len(parts) == 3 else (b"", b"")
+        except binascii.Error:
+            nonce, sealed = b"", b""
+        if len(nonce) != 12 or len(sealed) < 16:
+            return ("not a passphrase-provider ciphertext (v1:<base64 12-byte nonce>:<base64 ciphertext>); "
+                    "it cannot be decrypted")
+    return None
+
+
+def runner_problem(label: str, private_only: bool) -> Optional[str]:
+    """Why `label` cannot run `pulumi up` for this stack, or None."""
+    if not _RUNNER_LABEL.match(label):
+        return "not a single runner label (whitespace, a newline or a control character in it)"
+    if private_only and _HOSTED_RUNNER.match(label):
+        return ("a GitHub-hosted runner, outside the VPC, but the API endpoint is private-only "
+                "(cluster.publicAccessCidrs is empty): it cannot apply the Kubernetes resources")
+    return None
+
+
+def find_placeholders(config: StackConfig, runner: Optional[str] = None,
+                      secure_values: Optional[dict[str, str]] = None) -> list[Placeholder]:
+    """Every example value in `config`; `runner` is a runner label stated outside the stack (workflow input);
+    `secure_values` are the stack file's `{secure: ...}` ciphertexts by key (llm_pd_eks_tools.stackfile.secure_values)."""
+    found = []
+    for key, ciphertext in sorted((secure_values or {}).items()):
+        why = undecryptable(ciphertext)
+        if why:
+            found.append(Placeholder(key, "secure: " + ciphertext[:40], why))
+    private_only = not config.cluster.public_access_cidrs
+    for where, label in (("--runner", runner), (f"{PROJECT}:deploy.runnerLabel", config.deploy.runner_label)):
+        problem = runner_problem(label, private_only) if label else None
+        if problem:
+            found.append(Placeholder(where, repr(label), problem))
+    for key, cidr in _cidrs(config):
+        doc = documentation_range(cidr)
+        if doc:
+            rfc = "RFC 3849" if ":" in doc else "RFC 5737"
+            found.append(Placeholder(f"{PROJECT}:{key}", cidr, f"inside the documentation range {doc} ({rfc}); "
+                                                               "no real client or network has these addresses"))
+    for key, value in _accounts(config):
+        if EXAMPLE_ACCOUNT in _ACCOUNT_IN.findall(value):
+            found.append(Placeholder(f"{PROJECT}:{key}", value, f"uses the example AWS account {EXAMPLE_ACCOUNT}"))
+    if not config.cluster.public_access_cidrs and not (runner or config.deploy.runner_label):
+        found.append(Placeholder(
+            f"{PROJECT}:deploy.runnerLabel", "(not set)",
+            "the API endpoint is private-only (cluster.publicAccessCidrs is empty) and no runner inside the VPC "
+            "is stated; a hosted runner cannot reach the endpoint to apply the Kubernetes resources"))
+    return found
+
+
+def runner_label(config: StackConfig, runner: Optional[str] = None) -> str:
+    """The runner `pulumi up` should run on: the workflow's input, the stack's, or the hosted default."""
+    return runner or config.deploy.runner_label or DEFAULT_RUNNER
+
+
+def warning_lines(config: StackConfig, secure_values: Optional[dict[str, str]] = None) -> list[str]:
+    """The preview's WARNING block (empty when the stack has no placeholders)."""
+    found = find_placeholders(config, secure_values=secure_values)
+    if not found:
+        return []
+    return [f"WARNING: {len(found)} placeholder value(s): fine for an offline preview, refused by the deploy "
+            "workflow"] + [f"  - {p}" for p in found]
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = ArgumentParser(prog="python -m llm_pd_eks_tools.placeholders", description=__doc__.splitlines()[0])
+    parser.add_argument("--stack", required=True)
+    parser.add_argument("--runner", default="", help="runner label given to the deploy workflow, if any")
+    parser.add_argument("--github-output", help="append `runner=<label>` to this file (GITHUB_OUTPUT)")
+    args = parser.parse_args(argv)
+    from llm_pd_eks.config import ConfigError
+    from llm_pd_eks_tools.cli import ROOT
+    from llm_pd_eks_tools.preview.mockrun import stack_config
+    from llm_pd_eks_tools.stackfile import secure_values
+
+    try:
+        config = stack_config(args.stack)
+    except (FileNotFoundError, ConfigError) as error:
+        raise ToolError(Exit.USAGE, f"cannot read stack {args.stack!r}: {one_line(str(error))}") from None
+    found = find_placeholders(config, args.runner or None, secure_values(args.stack, ROOT))
+    label = runner_label(config, args.runner or None)
+    if args.github_output and not any(p.key in ("--runner", f"{PROJECT}:deploy.runnerLabel") for p in found):
+        with open(args.github_output, "a") as out:
+            out.write(f"runner={label}\n")
+    for p in found:
+        print(f"placeholder: {p}", file=sys.stderr)
+    if found:
+        print(f"stack {args.stack}: {len(found)} placeholder value(s); replace them before `pulumi up`",
+              file=sys.stderr)
+        return Exit.FAILED
+    print(f"stack {args.stack}: no placeholder values; pulumi up runs on {label}")
+    return Exit.OK
+
+
+if __name__ == "__main__":
+    exit_with("placeholders", main)

@@ -1,0 +1,94 @@
+"""Offline preview of a stack: the plan, policy verdicts, figures and artifacts, without credentials.
+
+`python -m llm_pd_eks_tools.preview --stack dev` (what `make preview` runs) prints the component tree, the
+verdicts and key figures, and writes `build/preview/<stack>/`: resources.json, report.json,
+manifests/, graph.dot, summary.md (see llm_pd_eks_tools/preview/harness.py for the steps).
+
+Exit status (llm_pd_eks_tools/cli.py `Exit`): 0 OK, 1 a mandatory policy violation, 2 a bad stack or policy
+config, 3 the program failed, 4 the policy pack failed to run, 70 a bug in the preview.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import NoReturn, Optional
+
+from llm_pd_eks_tools.cli import ROOT, ArgumentParser, Exit, ToolError, one_line, run
+
+PROG = "preview"
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = ArgumentParser(prog="python -m llm_pd_eks_tools.preview", description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--stack", default="dev")
+    parser.add_argument("--root", type=Path, default=ROOT, help="checkout to preview (default: this one)")
+    parser.add_argument("--out", type=Path, help="artifact directory (default: <root>/build/preview/<stack>)")
+    parser.add_argument(
+        "--policy-config", type=Path, help="JSON policy config, as `pulumi preview --policy-pack-config`"
+    )
+    parser.add_argument("--mermaid", action="store_true", help="print only the component diagram (README)")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    args = parser.parse_args(argv)
+
+    from llm_pd_eks_tools.preview import harness
+
+    progress = (lambda _m: None) if args.quiet else harness.stderr_progress
+    # Every name and path is checked before anything is cleared or written (a stack name is never a path).
+    root, out = harness.checked_paths(args.stack, args.root, args.out)
+    policy_config = read_policy_config(args.policy_config) if args.policy_config else None
+    if args.mermaid:
+        from llm_pd_eks_tools.preview.graph import component_mermaid
+        from llm_pd_eks_tools.preview.mockrun import run_program
+
+        harness.use_root(root)
+        engine_config, secret_keys, _ = harness.read_config(args.stack, root)
+        print(component_mermaid(run_program(args.stack, engine_config, secret_keys, root=root)), end="")
+        return Exit.OK
+    from llm_pd_eks_tools.preview.render import render_text, write_failure_summary
+
+    try:
+        result = harness.preview(args.stack, root, out, policy_config, progress=progress)
+    except ToolError as error:  # the PR comment posts summary.md: it must say this run failed
+        if harness.holds_only_artifacts(out):  # never into a directory the preview refused to clear
+            write_failure_summary(out, args.stack, error)
+        raise
+
+    print(render_text(result), end="")
+    progress("done in " + ", ".join(f"{k} {v:.2f}s" for k, v in result.timings.items()))
+    return result.exit_code
+
+
+def read_policy_config(path: Path) -> dict:
+    """A `--policy-pack-config` file: a JSON object of policy name -> settings (the CLI's shape)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as error:
+        raise ToolError(Exit.USAGE, f"policy config {path}: cannot be read ({one_line(str(error), 120)})") from None
+    except ValueError as error:
+        raise ToolError(Exit.USAGE, f"policy config {path}: not JSON ({one_line(str(error), 120)})") from None
+    if not isinstance(data, dict):
+        raise ToolError(Exit.USAGE, f"policy config {path}: a JSON {type(data).__name__} where an object of "
+                                    '`"policy-name": {...}` entries belongs')
+    return data
+
+
+def run_and_exit(argv: Optional[list[str]] = None) -> NoReturn:
+    """`main` as a process of its own: `python -m llm_pd_eks_tools.preview`, and each side of `llm_pd_eks_tools.preview.diff`."""
+    import gc
+
+    # The preview allocates hundreds of thousands of objects importing the provider SDKs and never
+    # frees much; the cyclic collector only costs time here (~20% of a run), so it is switched off.
+    gc.disable()
+    code = run(PROG, main, argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown (tens of thousands of SDK objects, and asyncio loop finalisers that
+    # complain once gc is off): everything is written and the policy process is already closed.
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    run_and_exit()

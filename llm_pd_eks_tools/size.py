@@ -1,0 +1,299 @@
+"""`make size STACK=… WORKLOAD=file.yaml [WRITE=1]`: size a stack for a workload before `pulumi up`.
+
+Prints, for the stack's model, GPU type and tensor-parallel layout: prefill and decode replicas and
+nodes, the P:D ratio, GPUs, cost per hour and per million output tokens, the same workload served
+aggregated, a verdict on whether disaggregation pays, and the KV-transfer band. The model is
+`llm_pd_eks_tools/sizing.py`. `--write` puts the sized replica bounds and GPU node-group sizes into
+`Pulumi.<stack>.yaml` with ruamel.yaml's round-trip mode, so comments and layout survive; the new
+file is validated as the program would read it before it replaces the old one.
+
+Exit codes (llm_pd_eks_tools/cli.py): 0 the workload can be served on the stack's GPU type (disaggregated,
+aggregated or both; the verdict says which pays); 1 neither layout meets the objectives, or `--write`
+was asked for a layout that cannot meet them (nothing is written); 2 a bad workload file, stack or argument.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any, NoReturn, Optional
+
+from llm_pd_eks_tools.cli import ROOT, Exit, ToolError, exit_with, one_line
+from llm_pd_eks_tools.sizing import COST_BASIS, Plan, Sizing, band_text, load_workload, size
+
+PROG = "size"
+
+
+def _ms(value: Optional[float]) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value / 1000:.2f} s" if value >= 1000 else f"{value:.1f} ms"
+
+
+def _money(value: Optional[float]) -> str:
+    return "n/a (no price)" if value is None else f"${value:,.2f}"
+
+
+def band_lines(band: Any) -> list[str]:
+    """The KV band as text; `band` is a `KvBand` or its `as_dict()`."""
+    b = band if isinstance(band, dict) else band.as_dict()
+    return [f"{b['tokens']:,} tokens = {b['bytes'] / 2**20:,.1f} MiB of KV cache per request", band_text(b)]
+
+
+def _plan_lines(plan: Plan) -> list[str]:
+    if not plan.feasible:
+        return [f"  cannot meet the objectives: {plan.reason}"]
+    lines = []
+    for s in plan.sides:
+        latency = []
+        if s.ttft_ms is not None:
+            latency.append(f"TTFT {_ms(s.ttft_ms)}")
+        if s.itl_ms is not None:
+            latency.append(f"ITL {_ms(s.itl_ms)}")
+        if s.batch is not None:
+            latency.append(f"~{s.batch:.0f} sequences a replica")
+        lines.append(
+            f"  {s.role:<10} {s.replicas} replica(s) at TP {s.tp} = {s.gpus} GPU(s) on {s.nodes} node(s); "
+            + ", ".join(latency)
+        )
+    lines.append(f"  total      {plan.nodes} node(s), {plan.gpus} GPU(s) busy; GPU nodes {_money(plan.hourly)}/hour, "
+                 f"{_money(plan.usd_per_mtok)} per million output tokens")
+    return lines
+
+
+def placement_lines(result: Sizing) -> list[str]:
+    """Advice: the tensor-parallel size per side that needs the fewest nodes, when it beats the stack's."""
+    found = result.placement
+    if found is None:
+        return []
+    lines = []
+    dis = result.disaggregated
+    if found.disaggregated_nodes is not None and found.prefill and found.decode and (
+        not dis.feasible or found.disaggregated_nodes < dis.nodes
+    ):
+        lines.append(
+            f"placement search: prefill TP {found.prefill.tp} x {found.prefill.replicas} + decode TP "
+            f"{found.decode.tp} x {found.decode.replicas} needs {found.disaggregated_nodes} node(s)"
+            + (f" (the stack's TP: {dis.nodes})" if dis.feasible else "")
+        )
+    agg = result.aggregated
+    if found.aggregated is not None and (not agg.feasible or found.aggregated.nodes < agg.nodes):
+        lines.append(
+            f"placement search: aggregated TP {found.aggregated.tp} x {found.aggregated.replicas} needs "
+            f"{found.aggregated.nodes} node(s)" + (f" (at the decode TP: {agg.nodes})" if agg.feasible else "")
+        )
+    return lines
+
+
+def constants_line(result: Sizing) -> str:
+    """Which efficiency constants the answer rests on: the calibration file, or the default row."""
+    c = result.constants
+    if c is None:
+        return ""
+    where = f"{result.calibration} (make calibrate)" if result.calibration else c.source
+    return (f"constants: prefill MFU {c.prefill_mfu:.3f} + {c.prefill_step_s * 1e3:.1f} ms a forward, decode MBU "
+            f"{c.decode_mbu:.3f} + {c.decode_step_s * 1e3:.1f} ms a step, TP efficiency {c.tp_efficiency:.2f} "
+            f"a doubling, from {where}")
+
+
+def render_text(result: Sizing) -> str:
+    w = result.workload
+    lines = [
+        f"Sizing {result.stack}: {result.model_id} on {result.instance_type} ({result.region})",
+        f"workload: {w.request_rate:g} req/s, input mean {w.input_tokens.mean:g} (cv {w.input_tokens.cv:g}), "
+        f"output mean {w.output_tokens.mean:g} (cv {w.output_tokens.cv:g}) tokens; "
+        f"p{w.slo.percentile:g} TTFT ≤ {w.slo.ttft_ms:g} ms, ITL ≤ {w.slo.itl_ms:g} ms",
+        f"output: {result.output_tokens_s:,.0f} tokens/s",
+        "",
+        f"disaggregated (P:D {result.pd_ratio or 'n/a'})",
+        *_plan_lines(result.disaggregated),
+        "aggregated (no disaggregation, same TP as decode)",
+        *_plan_lines(result.aggregated),
+        "",
+        f"verdict: {result.verdict()}",
+        *placement_lines(result),
+        f"cost: {COST_BASIS}; per million input + output tokens: disaggregated "
+        f"{_money(result.disaggregated.usd_per_mtok_total)}, aggregated {_money(result.aggregated.usd_per_mtok_total)}",
+        constants_line(result),
+        "",
+        f"KV transfer at the p{w.slo.percentile:g} prompt (sizing plans on {result.band.planning_basis}):",
+        *(f"  {line}" for line in band_lines(result.band)),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# -- --write ----------------------------------------------------------------------------------------
+# Ray Serve's advanced-autoscaling guide: set max_ongoing_requests about 20-50 % above
+# target_ongoing_requests (headroom for bursts without letting a replica's queue grow unbounded).
+MAX_ONGOING_HEADROOM = 1.25
+
+
+def autoscaling_values(concurrency: Optional[float]) -> dict[str, Any]:
+    """targetOngoingRequests from the sized per-replica concurrency, maxOngoingRequests above it."""
+    target = max(1, math.ceil(concurrency or 1.0))
+    return {"targetOngoingRequests": target,
+            "maxOngoingRequests": max(target + 1, math.ceil(target * MAX_ONGOING_HEADROOM))}
+
+
+def sized_values(result: Sizing, current: Any) -> dict[str, dict[str, Any]]:
+    """New replica bounds, Serve autoscaling targets and GPU node-group sizes.
+
+    The sized counts become the maxima; minReplicas stays as set (clipped to the new maximum); the
+    node group's minSize/desiredSize are the nodes the minimum replicas need (at least 2: prefill and
+    decode never share a node) and its maxSize the nodes the sized replicas need. Each side's
+    targetOngoingRequests is the requests a replica holds at the sized load (Little's law), and
+    upscaleDelayS/downscaleDelayS are written as configured (the model has no view on them).
+    """
+    from llm_pd_eks.catalog import gpu_instance_type
+
+    serving = current.serving
+    instance_gpus = gpu_instance_type(current.gpu_nodes.instance_type).gpus
+    plan = result.disaggregated
+    out: dict[str, dict[str, Any]] = {}
+    min_nodes = max_nodes = 0
+    for role, group in serving.groups().items():
+        sized = plan.side(role).replicas
+        low = min(group.min_replicas, sized)
+        out[role] = {"minReplicas": low, "maxReplicas": sized,
+                     **autoscaling_values(plan.side(role).concurrency),
+                     "upscaleDelayS": group.upscale_delay_s, "downscaleDelayS": group.downscale_delay_s}
+        min_nodes += group.nodes(low, instance_gpus)
+        max_nodes += group.nodes(sized, instance_gpus)
+    floor = max(2, min_nodes)
+    out["gpuNodes"] = {"minSize": floor, "desiredSize": floor, "maxSize": max(floor, max_nodes)}
+    return out
+
+
+def write_stack(stack: str, result: Sizing, current: Any, root: Path = ROOT) -> tuple[str, dict[str, dict[str, Any]]]:
+    """Rewrite Pulumi.<stack>.yaml in place (comments kept); returns (new text, values written)."""
+    import yaml
+    from ruamel.yaml import YAML
+
+    from llm_pd_eks.config import PROJECT, ConfigError, validate_engine_config
+    from llm_pd_eks_tools.preview.mockrun import engine_config, stack_file
+
+    if not result.disaggregated.feasible:
+        raise ToolError(Exit.FAILED, f"nothing written: the disaggregated layout cannot meet the objectives "
+                                     f"({one_line(result.disaggregated.reason)})")
+    values = sized_values(result, current)
+    path = stack_file(stack, root)
+    rt = YAML()  # round-trip: comments, key order and flow style survive
+    rt.preserve_quotes = True
+    rt.width = 4096
+    doc = rt.load(path.read_text())
+    config = doc["config"]
+    for role in ("prefill", "decode"):
+        for key, value in values[role].items():
+            config[f"{PROJECT}:serving"][role][key] = value
+    for key, value in values["gpuNodes"].items():
+        config[f"{PROJECT}:gpuNodes"][key] = value
+    buffer = io.StringIO()
+    rt.dump(doc, buffer)
+    text = buffer.getvalue()
+    try:
+        validate_engine_config(*engine_config(yaml.safe_load(text)))
+    except ConfigError as error:
+        raise ToolError(Exit.FAILED, one_line(f"nothing written: the sized config would not validate: "
+                                              f"{'; '.join(error.problems)}")) from None
+    path.write_text(text)
+    return text, values
+
+
+# -- main ---------------------------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (ToolError USAGE), not the usage block plus a line."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ToolError(Exit.USAGE, one_line(f"{message} (see --help)"))
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def point_main(args: argparse.Namespace) -> int:
+    """`--point`: one question to the model, one answer (JSON with --json)."""
+    from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+    from llm_pd_eks.models import MODELS
+    from llm_pd_eks_tools.sizing import point_query, tp_options
+
+    missing = [f"--{n}" for n in ("model", "instance", "tp", "input", "output", "concurrency")
+               if getattr(args, n) is None]
+    if missing:
+        raise ToolError(Exit.USAGE, f"--point needs {', '.join(missing)}")
+    if args.model not in MODELS:
+        raise ToolError(Exit.USAGE,
+                        f"--model {args.model!r}: not a model this project knows; one of {', '.join(MODELS)}")
+    if args.instance not in GPU_INSTANCE_TYPES:
+        raise ToolError(Exit.USAGE,
+                        f"--instance {args.instance!r}: choose one of {', '.join(sorted(GPU_INSTANCE_TYPES))}")
+    model, instance = MODELS[args.model], GPU_INSTANCE_TYPES[args.instance]
+    options = tp_options(model, instance)
+    if args.tp not in options:
+        raise ToolError(Exit.USAGE, f"--tp {args.tp}: {model.model_id} on {instance.name} runs at TP "
+                                    f"{', '.join(map(str, options)) or '(none: the weights do not fit)'}")
+    answer = point_query(model, instance, args.tp, args.input, args.output, args.concurrency, args.mode)
+    if args.json:
+        print(json.dumps(answer.as_dict(), indent=2))
+    else:
+        print(", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in answer.as_dict().items()))
+    return Exit.OK
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--stack", help="the stack to size (Pulumi.<stack>.yaml)")
+    parser.add_argument("--workload", type=Path, help="a workload file (see workloads/)")
+    parser.add_argument("--write", action="store_true", help="write the sized bounds into Pulumi.<stack>.yaml")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
+    point = parser.add_argument_group("the point query (--point): one layout at one load")
+    point.add_argument("--point", action="store_true", help="ask the model one question instead of sizing a stack")
+    point.add_argument("--model", help="Hugging Face model id (llm_pd_eks/models.py)")
+    point.add_argument("--instance", help="GPU instance type (llm_pd_eks/catalog.py)")
+    point.add_argument("--tp", type=_positive_int, help="tensor-parallel size of a replica")
+    point.add_argument("--input", type=_positive_int, help="prompt tokens per request")
+    point.add_argument("--output", type=_positive_int, help="output tokens per request")
+    point.add_argument("--concurrency", type=_positive_int, help="closed-loop clients")
+    point.add_argument("--mode", choices=("aggregated", "disaggregated"), default="aggregated",
+                       help="one replica doing both phases, or one prefill plus one decode replica")
+    args = parser.parse_args(argv)
+    if args.point:
+        return point_main(args)
+    if args.stack is None or args.workload is None:
+        raise ToolError(Exit.USAGE, "--stack and --workload are required (or --point with its arguments)")
+
+    from llm_pd_eks.config import ConfigError
+    from llm_pd_eks_tools.preview.mockrun import stack_config
+
+    workload = load_workload(args.workload)
+    try:
+        config = stack_config(args.stack, args.root)
+    except FileNotFoundError as error:
+        raise ToolError(Exit.USAGE, str(error)) from None
+    except ConfigError as error:
+        raise ToolError(Exit.USAGE, one_line(f"Pulumi.{args.stack}.yaml: {'; '.join(error.problems)}")) from None
+    result = size(args.stack, config, workload, args.root)
+    # write first, print once: with --json stdout is one JSON document and nothing else
+    values = write_stack(args.stack, result, config, args.root)[1] if args.write else None
+    if args.json:
+        print(json.dumps({**result.as_dict(), "written": values}, indent=2, default=str))
+    else:
+        print(render_text(result), end="")
+        if values is not None:
+            print(f"wrote Pulumi.{args.stack}.yaml: " + "; ".join(
+                f"{section} " + ", ".join(f"{k}={v}" for k, v in kv.items()) for section, kv in values.items()))
+    return Exit.OK if result.disaggregated.feasible or result.aggregated.feasible else Exit.FAILED
+
+
+if __name__ == "__main__":
+    exit_with(PROG, main)

@@ -1,4 +1,0 @@
-from tools.cli import exit_with
-from tools.verify.cli import main
-
-exit_with("verify", main)
