@@ -1,21 +1,23 @@
-# Two commands on a fresh machine: `make preview` and `make test`. Each builds the virtualenv
-# on first use (and again when its requirements change): `make preview` installs only the runtime
-# set (requirements.txt: what `pulumi up` imports), `make test`/`lint`/`preflight` add the
-# test and tooling set (requirements-dev.txt: Ray, pyarrow, moto, boto3, mypy, ...).
+# Two commands on a fresh machine: `make preview` and `make test`. Each builds the virtualenv on
+# first use (and again when its lock changes). The locks are compiled from pyproject.toml (`make lock`),
+# every version and hash pinned: `make preview` installs requirements-preview.txt (the runtime set
+# `pulumi up` installs, requirements.txt, plus the policy pack's host), `make test`/`lint`/`preflight`
+# requirements-dev.txt (plus the tools' AWS client, Ray, moto, pytest, ruff, mypy, ...). The project
+# itself is installed editable (`llm-pd-eks` console script, importable packages).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-runtime-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-preview-$(shell cat requirements-preview.txt | cksum | cut -d' ' -f1)
 # `STAMP=` on the command line skips the virtualenv step for both sets (tests run make that way).
-DEV_STAMP := $(if $(STAMP),$(VENV)/.installed-dev-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1))
+DEV_STAMP := $(if $(STAMP),$(VENV)/.installed-dev-$(shell cat requirements-preview.txt requirements-dev.txt | cksum | cut -d' ' -f1))
 STACK ?= dev
 # A make variable as one shell word: single-quoted, embedded quotes escaped. Tool arguments are passed
 # as `--opt=$(call q,VALUE)`, so a value starting with `-` stays a value and nothing reaches the shell.
 q = '$(subst ','\'',$(1))'
 # Installs go through uv (pinned here; bootstrapped into the venv with pip): on a fresh clone it
-# installs the runtime set ~8x faster than pip (README, "Fresh-clone timings"). INSTALLER=pip
-# uses plain pip instead, e.g. where no uv wheel exists for the platform.
+# installs the preview set several times faster than pip (README, "Fresh-clone timings").
+# INSTALLER=pip uses plain pip instead, e.g. where no uv wheel exists for the platform.
 INSTALLER ?= uv
 UV_VERSION := 0.13.9
 ifeq ($(INSTALLER),pip)
@@ -26,15 +28,16 @@ INSTALL := $(VENV)/bin/uv pip install -q --python $(PY)
 BOOTSTRAP := test -x $(VENV)/bin/uv || $(PY) -m pip install -q uv==$(UV_VERSION)
 endif
 
-.PHONY: help venv venv-dev test preview preview-diff preflight lint promote-check placeholders calibrate
+.PHONY: help venv venv-dev test test-binaries lock preview preview-diff preflight lint promote-check placeholders calibrate
 
 help:
 	@echo "make preview [STACK=dev]   offline preview of a stack: plan, policy verdicts, figures"
 	@echo "make preview-diff BASE=<git rev> [STACK=dev]   the preview of BASE vs this working tree, as a diff"
-	@echo "make test                  the test suite (offline)"
+	@echo "make test                  the test suite (offline; installs promtool/Prometheus/Alertmanager if missing)"
 	@echo "make venv | venv-dev       just the runtime set | plus the test/tooling set (INSTALLER=pip: no uv)"
 	@echo "make preflight [STACK=dev] can the stack deploy in its AWS account/region? (JSON=1, STRICT=1)"
-	@echo "make lint                  ruff, mypy, actionlint (with shellcheck) on the workflows"
+	@echo "make lint                  ruff (lint and format), mypy, actionlint (with shellcheck) on the workflows"
+	@echo "make lock                  recompile requirements*.txt from pyproject.toml (hash-pinned)"
 	@echo "make promote-check FROM=staging TO=prod   may the commit move on? (chart/image/model/engine must match)"
 	@echo "make config-doc            regenerate the README config table from llm_pd_eks/config.py"
 	@echo "make placeholders [STACK=dev] [RUNNER=label]   does the stack still carry example values? (deploy refuses it)"
@@ -44,15 +47,16 @@ help:
 	@echo "make facts                 regenerate the GPU instance-type table (llm_pd_eks/data, policies/data) from EC2 data"
 	@echo "make calibrate STACK=dev [ENDPOINT=http://host:port] [NIXLBENCH=file] [TIMEOUT=1800]   after up: measure, fit, write calibration/<stack>.yaml"
 
-$(STAMP): requirements.txt
+$(STAMP): requirements-preview.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@echo "installing the runtime requirements into $(VENV) with $(INSTALLER)" >&2
+	@echo "installing the preview set (requirements-preview.txt) into $(VENV) with $(INSTALLER)" >&2
 	@$(BOOTSTRAP)
-	@$(INSTALL) -r requirements.txt
+	@$(INSTALL) -r requirements-preview.txt
+	@$(INSTALL) --no-deps -e .
 	@rm -f $(VENV)/.installed-* && touch $@
 
 $(DEV_STAMP): $(STAMP) requirements-dev.txt
-	@echo "installing the test and tooling requirements into $(VENV) with $(INSTALLER)" >&2
+	@echo "installing the test and tooling set (requirements-dev.txt) into $(VENV) with $(INSTALLER)" >&2
 	@$(BOOTSTRAP)
 	@$(INSTALL) -r requirements-dev.txt
 	@rm -f $(VENV)/.installed-dev-* && touch $@
@@ -61,8 +65,21 @@ venv: $(STAMP)
 
 venv-dev: $(DEV_STAMP)
 
-test: $(DEV_STAMP)
+# The binaries the tests run for real (promtool, Prometheus, Alertmanager): installed from Debian's
+# packages where this machine can, else one line says what to install and `make test` fails.
+test-binaries:
+	@bash scripts/test-binaries.sh
+
+test: $(DEV_STAMP) test-binaries
 	$(PY) -m pytest
+
+# Recompiles the three locks from pyproject.toml (needs the package index; commit the result).
+LOCK := $(VENV)/bin/uv pip compile pyproject.toml --universal --python-version 3.11 --generate-hashes --no-header --quiet
+lock: $(STAMP)
+	@$(BOOTSTRAP)
+	@$(LOCK) -o requirements.txt
+	@$(LOCK) --extra preview -o requirements-preview.txt
+	@$(LOCK) --all-extras --group test --group lint -o requirements-dev.txt
 
 preview: $(STAMP)
 	@$(PY) -m llm_pd_eks_tools.preview --stack=$(call q,$(STACK))
@@ -80,6 +97,7 @@ preflight: $(DEV_STAMP)
 # (its shellcheck pass uses the pinned shellcheck in the venv, so every machine checks the same).
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(PY) -m mypy
 	$(VENV)/bin/actionlint -shellcheck=$(VENV)/bin/shellcheck
 

@@ -1,0 +1,56 @@
+"""`llm-pd-eks <command> [args]`: one entry point for every offline tool.
+
+Each command is the module `python -m llm_pd_eks_tools.<module>` runs, started the same way (its
+own argument parser, exit codes from `llm_pd_eks_tools.cli.Exit`), so the console script and the
+make targets behave identically.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import runpy
+import sys
+from typing import Optional
+
+COMMANDS = {
+    "preview": ("llm_pd_eks_tools.preview", "offline preview of a stack: plan, policy verdicts, figures"),
+    "preview-diff": ("llm_pd_eks_tools.preview.diff", "another revision's preview against this working tree"),
+    "preflight": ("llm_pd_eks_tools.preflight", "can the stack deploy in its AWS account and region?"),
+    "verify": ("llm_pd_eks_tools.verify", "after `pulumi up`: does the stack serve over EFA?"),
+    "size": ("llm_pd_eks_tools.size", "workload -> replicas, nodes, P:D and $/Mtok"),
+    "calibrate": ("llm_pd_eks_tools.calibrate", "measure the deployed stack and fit the sizing constants"),
+    "cost-audit": ("llm_pd_eks_tools.cost_audit", "spend and use against what was sized"),
+    "promote-check": ("llm_pd_eks_tools.promote_check", "may the commit move on to the next stack?"),
+    "placeholders": ("llm_pd_eks_tools.placeholders", "example values a stack still carries"),
+    "config-doc": ("llm_pd_eks_tools.config_doc", "the README's configuration reference from the config model"),
+}
+
+
+def available() -> dict[str, tuple[str, str]]:
+    """The commands whose module exists in this checkout."""
+    return {name: spec for name, spec in COMMANDS.items() if importlib.util.find_spec(spec[0]) is not None}
+
+
+def usage() -> str:
+    commands = available()
+    width = max(map(len, commands))
+    lines = [f"  {name:<{width}}  {about}" for name, (_, about) in commands.items()]
+    return "usage: llm-pd-eks <command> [args]   (llm-pd-eks <command> --help for its arguments)\n" + "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(usage())
+        sys.exit(0 if args else 2)
+    commands = available()
+    if args[0] not in commands:
+        print(f"llm-pd-eks: unknown command {args[0]!r}: one of {', '.join(commands)}", file=sys.stderr)
+        sys.exit(2)
+    module = commands[args[0]][0]
+    sys.argv = [f"llm-pd-eks {args[0]}", *args[1:]]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()
