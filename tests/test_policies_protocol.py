@@ -85,7 +85,7 @@ def test_pack_pins_the_same_pulumi_policy_as_the_project():
         text = path.read_text()
         return re.search(r"^pulumi-policy==(\S+)", text, re.M).group(1)
 
-    assert pin(ROOT / "policies" / "requirements.txt") == pin(ROOT / "requirements.txt") == "1.21.0"
+    assert pin(ROOT / "policies" / "requirements.txt") == pin(ROOT / "requirements-preview.txt") == "1.21.0"
 
 
 def test_configure_fills_schema_defaults_and_keeps_levels():

@@ -238,7 +238,7 @@ def test_classification_is_data():
 
 def _actionlint() -> str:
     found = shutil.which("actionlint", path=str(Path(sys.executable).parent)) or shutil.which("actionlint")
-    assert found, "actionlint is not installed: `make venv-dev` installs it from requirements-dev.txt"
+    assert found, "actionlint is not installed: `make venv-dev` installs it (requirements-dev.txt)"
     return found
 
 
