@@ -28,12 +28,13 @@ INSTALL := $(VENV)/bin/uv pip install -q --python $(PY)
 BOOTSTRAP := test -x $(VENV)/bin/uv || $(PY) -m pip install -q uv==$(UV_VERSION)
 endif
 
-.PHONY: help venv venv-dev test test-binaries lock preview preview-diff preflight lint promote-check placeholders calibrate
+.PHONY: help venv venv-dev test test-unit test-binaries lock preview preview-diff preflight lint promote-check placeholders calibrate
 
 help:
 	@echo "make preview [STACK=dev]   offline preview of a stack: plan, policy verdicts, figures"
 	@echo "make preview-diff BASE=<git rev> [STACK=dev]   the preview of BASE vs this working tree, as a diff"
 	@echo "make test                  the test suite (offline; installs promtool/Prometheus/Alertmanager if missing)"
+	@echo "make test-unit             the fast tier only: components with Pulumi's public mocks"
 	@echo "make venv | venv-dev       just the runtime set | plus the test/tooling set (INSTALLER=pip: no uv)"
 	@echo "make preflight [STACK=dev] can the stack deploy in its AWS account/region? (JSON=1, STRICT=1)"
 	@echo "make lint                  ruff (lint and format), mypy, actionlint (with shellcheck) on the workflows"
@@ -72,6 +73,10 @@ test-binaries:
 
 test: $(DEV_STAMP) test-binaries
 	$(PY) -m pytest
+
+# The fast tier alone: components and policies in-process with Pulumi's public mocks (seconds).
+test-unit: $(DEV_STAMP)
+	$(PY) -m pytest tests/unit
 
 # Recompiles the three locks from pyproject.toml (needs the package index; commit the result).
 LOCK := $(VENV)/bin/uv pip compile pyproject.toml --universal --python-version 3.11 --generate-hashes --no-header --quiet
