@@ -78,7 +78,7 @@ class GpuInstanceType:
     # 2 MiB huge pages a worker pod requests for libfabric's EFA provider (its bounce and packet
     # buffers); the EKS EFA guide's example pod requests 5120Mi.
     efa_hugepages_2mi_mib: int
-    # --- sizing (issue 15): per-GPU roofline figures and the KV-transfer band; sources at each constant ---
+    # --- sizing: per-GPU roofline figures and the KV-transfer band; sources at each constant ---
     peak_bf16_dense_tflops: float  # per GPU, dense (no 2:4 sparsity), BF16 tensor cores, FP32 accumulate
     memory_bandwidth_gbytes_s: float  # per GPU, HBM/GDDR bandwidth in gigabytes (10^9 B) per second
     # KV transfer NIXL actually achieved over EFA between two nodes of this type, gigabits/s per node
@@ -93,7 +93,7 @@ class GpuInstanceType:
         return "L-417A185B" if self.name.startswith("p") else "L-DB2E81BA"
 
 
-# Sources of the sizing figures (issue 15). Peak dense BF16 TFLOPS and memory bandwidth are NVIDIA
+# Sources of the sizing figures. Peak dense BF16 TFLOPS and memory bandwidth are NVIDIA
 # datasheet figures per GPU (the "with sparsity" numbers halved): L40S datasheet (362.05 TF, 864 GB/s);
 # A100 SXM datasheet (312 TF; 1,555 GB/s for 40 GB, 2,039 GB/s for 80 GB); H100 SXM5 datasheet
 # (989 TF, 3.35 TB/s); H200 SXM datasheet (989 TF, 4.8 TB/s). The A10G is an AWS-only variant of
@@ -112,7 +112,7 @@ _H200_TFLOPS, _H200_GBYTES_S = 989.0, 4800.0
 SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS = 10.0
 
 # The only public measurement of NIXL over EFA we know of: about 9.6 GB/s (76.8 Gbit/s) between two
-# p5.48xlarge nodes, ai-dynamo/dynamo PR #7764 (as cited by issue 15; the PR text itself could not be
+# p5.48xlarge nodes, ai-dynamo/dynamo PR #7764 (the PR text itself could not be
 # read offline). Some 40x below the node's 3,200 Gbit/s line rate.
 _P5_NIXL_EFA_GBPS = 9.6 * 8
 _P5_NIXL_EFA_SOURCE = "ai-dynamo/dynamo PR #7764 (~9.6 GB/s NIXL over EFA, p5.48xlarge pair)"
@@ -286,7 +286,7 @@ def gpu_instance_type(name: str) -> GpuInstanceType:
         raise KeyError(unsupported_type(name)) from None
 
 
-# --- Cluster Autoscaler image per Kubernetes minor (issue 10) -------------------------------------
+# --- Cluster Autoscaler image per Kubernetes minor -------------------------------------
 # Cluster Autoscaler is released per Kubernetes minor and supports only that minor
 # (https://github.com/kubernetes/autoscaler/tree/master/cluster-autoscaler#releases). Latest
 # patch tags of github.com/kubernetes/autoscaler (`cluster-autoscaler-<version>`) as of 2026-08-22;
@@ -298,7 +298,7 @@ CLUSTER_AUTOSCALER_TAGS: dict[str, str] = {
     "1.35": "v1.35.2",
     "1.36": "v1.36.1",
 }
-# --- observability (issue 14): the KV-throughput floor below which NIXL is taken to be off EFA ---------
+# --- observability: the KV-throughput floor below which NIXL is taken to be off EFA ---------
 
 # Half the reference: vLLM's NIXL throughput is bytes over transfer time per transfer (see
 # llm_pd_eks/alerts.py), and Ray reconstructs histogram sums from bucket midpoints, so the measured

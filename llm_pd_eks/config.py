@@ -41,7 +41,7 @@ PROJECT = "llm-pd-eks"
 _AZ_SUFFIX = re.compile(r"^[a-z]$")
 
 
-# --- limits of the real services (issue 12): absurd values are refused before anything registers ----
+# --- limits of the real services: absurd values are refused before anything registers ----
 
 # EKS service quota L-BD136A63 "Nodes per managed node group", default 450 (adjustable: raise this
 # with the quota). Without a bound, `maxSize: 1000000000` priced at millions of dollars an hour.
@@ -313,7 +313,7 @@ class ClusterConfig(Strict):
         return values
 
 
-# --- real AWS, part 1 (issue 10): GPU capacity, root volumes, autoscaler, deploy runner ----------
+# --- real AWS, part 1: GPU capacity, root volumes, autoscaler, deploy runner ----------
 
 # EC2 capacity reservation ids: `cr-` and 17 hex digits (8 for older ids).
 _RESERVATION_ID = re.compile(r"^cr-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
@@ -605,7 +605,7 @@ class GpuNodesConfig(NodeScaling):
         return value
 
 
-# --- serving layer (issue 3): device plugins, KubeRay, the prefill/decode RayService -------------
+# --- serving layer: device plugins, KubeRay, the prefill/decode RayService -------------
 
 # vLLM's default gpu_memory_utilization: the engine budgets 90% of each GPU, and the weights must
 # fit inside that budget with room left for the KV cache.
@@ -850,7 +850,7 @@ class DevicePluginsConfig(Strict):
         return exact_chart_version(value, "0.20.0")
 
 
-# --- observability (issue 14): Prometheus, Grafana, DCGM exporter, alert thresholds -------------------
+# --- observability: Prometheus, Grafana, DCGM exporter, alert thresholds -------------------
 
 
 class SnsSubscriptionConfig(Strict):

@@ -16,7 +16,7 @@ tests/test_observability_exposition.py renders these names through Ray's own rec
 table honest. Caveat from that recorder's docstring: a histogram's `_sum` is rebuilt from bucket
 midpoints, so sums (and throughputs derived from them) are approximations; counts are exact.
 
-Sources of the vLLM names (vllm-project/vllm as indexed by the session's code search; the v0.29.0
+Sources of the vLLM names (vllm-project/vllm as indexed by code search; the v0.29.0
 tag itself could not be checked out offline): vllm/v1/metrics/loggers.py (scheduler gauges, TTFT and inter-token
 histograms) and the NIXL connector's stats module
 (vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py, `NixlPromMetrics`): NIXL transfer

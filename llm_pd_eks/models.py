@@ -29,7 +29,7 @@ class ModelSpec:
         layer and KV head, `head_dim` elements each, `dtype_bytes` per element."""
         return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
 
-    # --- sizing (issue 15) ---
+    # --- sizing ---
     def forward_flops(self, tokens: int, context: float) -> float:
         """Forward FLOPs for `tokens` new tokens that each attend to `context` earlier positions on average.
 

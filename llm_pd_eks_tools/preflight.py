@@ -310,7 +310,7 @@ def run_checks(config: StackConfig, ec2, quotas, catalog=GPU_INSTANCE_TYPES, eks
     return results
 
 
-# --- capacity reservations and the EKS version (issue 10) -------------------------------------
+# --- capacity reservations and the EKS version -------------------------------------
 
 
 # EC2 begins terminating a Capacity Block's instances 30 minutes before it ends
@@ -545,7 +545,7 @@ def main(argv: Optional[list[str]] = None, clients=None) -> int:
     return exit_code(results, args.strict)
 
 
-# --- bounded time and exit codes (issue 12) ---------------------------------------------------
+# --- bounded time and exit codes ---------------------------------------------------
 
 
 def _client_errors() -> tuple[type[Exception], ...]:

@@ -268,7 +268,7 @@ def compare_configs(
             continue
         if a is _SECRET or b is _SECRET:
             # Secret on one side and plain text on the other cannot be compared; for a key that must
-            # be promoted that is a failure, not a pass (issue 12). A secret only one stack sets
+            # be promoted that is a failure, not a pass. A secret only one stack sets
             # (a token) is per-environment.
             one_sided = a is MISSING or b is MISSING
             kind = SECRET_KIND if one_sided else classify(key, patterns)

@@ -1,4 +1,4 @@
-"""Issue 12's red-team cases against the stack config: each refused with one exact line.
+"""Red-team cases against the stack config: each refused with one exact line.
 
 Good input passes (the checked-in stacks, `GOOD` below); each test changes one thing and checks the
 message names the key, says what is wrong and how to fix it, and repeats the user's value at most

@@ -1,4 +1,4 @@
-"""The README's exit-code table is `llm_pd_eks_tools.cli.Exit`, and it is what `make` shows (issue 12)."""
+"""The README's exit-code table is `llm_pd_eks_tools.cli.Exit`, and it is what `make` shows."""
 
 from __future__ import annotations
 

@@ -396,7 +396,7 @@ def test_a_secret_hf_token_is_read_like_the_program_reads_it(tmp_path):
         preflight.load_config("dev", tmp_path)
 
 
-# --- endpoints that misbehave (issue 12): one line, a documented exit code, bounded time ------------
+# --- endpoints that misbehave: one line, a documented exit code, bounded time ------------
 
 
 class _BadEndpoint(socketserver.BaseRequestHandler):

@@ -328,7 +328,7 @@ def test_a_previous_preview_is_cleared_first_but_foreign_files_are_not(tmp_path)
     assert (mine / "thesis.tex").read_text() == "precious" and (mine / "summary.md").exists()
 
 
-# --- issue 12: honest artifacts -------------------------------------------------------------------------
+# --- honest artifacts -------------------------------------------------------------------------
 
 
 def test_a_failed_preview_replaces_the_previous_success_summary(tmp_path):

@@ -286,7 +286,7 @@ def test_deploy_moves_one_commit_dev_staging_prod_with_the_gate():
     assert pulumi["with"]["command"] == "up" and pulumi["with"]["policyPacks"] == "policies"
 
 
-# --- issue 12: secrets on one side, another account's image, malformed files ------------------------
+# --- secrets on one side, another account's image, malformed files ------------------------
 
 
 def test_a_must_promote_key_secret_on_one_side_fails(tmp_path, capsys):

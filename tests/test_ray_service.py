@@ -376,7 +376,7 @@ def test_public_endpoint_is_an_internet_facing_load_balancer():
     assert extra.items() <= annotations.items()
 
 
-# --- EFA inside the pod, disruption, roll-outs (issue 11) -----------------------------------------
+# --- EFA inside the pod, disruption, roll-outs -----------------------------------------
 
 
 def test_worker_pods_are_efa_ready(run: ProgramRun):

@@ -143,7 +143,7 @@ def test_hf_token_as_a_secret_is_accepted_and_kept_out_of_the_model():
     assert "hf_secret" not in cfg.model_dump_json()
 
 
-# --- issue 11: the fabric, gated models, roll-outs, the endpoint -----------------------------------
+# --- the fabric, gated models, roll-outs, the endpoint -----------------------------------
 
 
 @pytest.mark.parametrize("instance_type", ["g6e.12xlarge", "g5.48xlarge"])

@@ -1,4 +1,4 @@
-"""The preview shows the KV band and $/Mtok at the stack's sized throughput (issue 15)."""
+"""The preview shows the KV band and $/Mtok at the stack's sized throughput."""
 
 from __future__ import annotations
 

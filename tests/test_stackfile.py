@@ -1,4 +1,4 @@
-"""llm_pd_eks_tools/stackfile.py: the one strict reader of Pulumi.<stack>.yaml (issue 12's stack-file cases)."""
+"""llm_pd_eks_tools/stackfile.py: the one strict reader of Pulumi.<stack>.yaml (stack-file cases)."""
 
 from __future__ import annotations
 

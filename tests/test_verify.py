@@ -300,7 +300,7 @@ def test_no_nixl_log_line_is_unverified_not_pass(tmp_path, capsys):
 
 
 def test_hugepages_are_checked_once_the_catalog_has_a_figure():
-    """Issue 11 adds `efa_hugepages_2mi_mib` to the catalog; the check reads it and bites on a short node."""
+    """The catalog's `efa_hugepages_2mi_mib`: the check reads it and bites on a short node."""
     from llm_pd_eks_tools.verify.checks import Context, Expected, check_nodes
 
     class Nodes:

@@ -121,7 +121,7 @@ class Expected:
 
 
 def catalog_hugepages_mib(instance: GpuInstanceType) -> Optional[int]:
-    """2 MiB hugepages the catalog says an EFA GPU node reserves (issue 11's `efa_hugepages_2mi_mib`).
+    """2 MiB hugepages the catalog says an EFA GPU node reserves (`efa_hugepages_2mi_mib`).
 
     Read by name so this check starts biting the moment the catalog carries the figure.
     """
