@@ -19,7 +19,7 @@ def mocks():
 
 def _network(nat: str = "single") -> Network:
     config = NetworkConfig.model_validate({"availabilityZones": AZS, "natGateways": nat})
-    return Network("net", NetworkArgs(config=config, cluster_name="llm"))
+    return Network("net", NetworkArgs(config=config, cluster_name="llm", region="us-west-2"))
 
 
 @pulumi.runtime.test
