@@ -22,7 +22,7 @@ inferred from that convention, not read from a release record. At the commit rea
 has `release: false`, and the published page https://aws.github.io/deep-learning-containers/ray-llm/
 (newer than that commit) lists only the floating `serve-llm-cuda` and says it carries Ray 2.58.0 and
 vLLM 0.26.0: which versioned tag carries the Ray 2.57.0 / vLLM 0.25.1 build, and its digest, could not
-be checked offline (`make verify` reads the Ray version in the running pod).
+be checked offline.
 """
 
 from __future__ import annotations

@@ -237,6 +237,23 @@ def test_image_is_pinned_everywhere(run: ProgramRun):
     assert not cfg.serving.image.endswith(":latest")
 
 
+def test_the_stacks_run_the_dlc_and_its_ray_is_the_one_the_tests_use(run: ProgramRun):
+    """One Ray: the DLC's (components/serving_image.py) is the RayService's rayVersion, the stack's
+    image, the requirements-dev.txt pin, and the Ray the schema tests here import."""
+    import re
+
+    import ray
+
+    from components.serving_image import DLC_IMAGE, DLC_RAY_VERSION
+
+    spec = ray_service(run).inputs["spec"]["rayClusterConfig"]
+    assert stack_config(run.stack).serving.image == DLC_IMAGE
+    assert spec["rayVersion"] == DLC_RAY_VERSION
+    dev = (DATA.parent.parent / "requirements-dev.txt").read_text()
+    assert re.findall(r"^ray\[serve\]==(\S+)", dev, re.MULTILINE) == [DLC_RAY_VERSION]
+    assert ray.__version__ == DLC_RAY_VERSION
+
+
 # --- the graph ----------------------------------------------------------------------------------
 
 
