@@ -108,6 +108,20 @@ def test_kv_cache_moves_over_nixl_libfabric(run: ProgramRun):
     assert ray_service(run).inputs["spec"]["serveConfigV2"].count("LIBFABRIC") == 2
 
 
+def test_engine_kwargs_are_ones_the_images_vllm_accepts(run: ProgramRun):
+    """Judged by vLLM 0.25.1 itself (the DLC's engine): tests/data/vllm/engine-args-0.25.1.json."""
+    vllm = json.loads((DATA / "vllm" / "engine-args-0.25.1.json").read_text())
+    for role in ("prefill", "decode"):
+        kwargs = pd_args(run)[f"{role}_config"]["engine_kwargs"]
+        assert set(kwargs) <= set(vllm["engine_args_fields"])
+        assert kwargs["kv_cache_dtype"] in vllm["cache_dtypes"]
+        kv = kwargs["kv_transfer_config"]
+        assert set(kv) <= set(vllm["kv_transfer_config_fields"])
+        assert kv["kv_connector"] in vllm["kv_connectors"] and kv["kv_role"] in vllm["kv_roles"]
+        # Under any other key NIXL's worker silently falls back to its default backend, UCX.
+        assert set(kv["kv_connector_extra_config"]) == {vllm["nixl_backends_extra_config_key"]}
+
+
 # --- the pods -----------------------------------------------------------------------------------
 
 
