@@ -1,7 +1,7 @@
 """The metric names and label names the alerts, dashboards and `make verify` query: one place.
 
-How a vLLM metric reaches Prometheus under Ray Serve LLM (Ray 2.60.0, vLLM 0.29.0, the version
-`ray[llm]==2.60.0` requires):
+How a vLLM metric reaches Prometheus under Ray Serve LLM (Ray 2.57.0 and vLLM 0.25.1, what the AWS
+Ray LLM DLC carries: llm_pd_eks/serving_image.py):
 - `LLMConfig.log_engine_metrics` defaults to True (ray/llm/_internal/serve/core/configs/llm_config.py),
   so the engine is built with vLLM's `RayPrometheusStatLogger`
   (ray/llm/_internal/serve/engines/vllm/vllm_engine.py).
@@ -16,10 +16,10 @@ tests/test_observability_exposition.py renders these names through Ray's own rec
 table honest. Caveat from that recorder's docstring: a histogram's `_sum` is rebuilt from bucket
 midpoints, so sums (and throughputs derived from them) are approximations; counts are exact.
 
-Sources of the vLLM names (vllm-project/vllm as indexed by code search; the v0.29.0
-tag itself could not be checked out offline): vllm/v1/metrics/loggers.py (scheduler gauges, TTFT and inter-token
-histograms) and the NIXL connector's stats module
-(vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py, `NixlPromMetrics`): NIXL transfer
+Sources of the vLLM names, read in the vllm==0.25.1 wheel from PyPI (commit g752a3a504):
+vllm/v1/metrics/loggers.py (scheduler gauges, TTFT and inter-token histograms and their bucket
+bounds), vllm/v1/metrics/ray_wrappers.py (the `_`-substitution and the `ReplicaId` tag) and the NIXL
+connector's stats module (vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py, `NixlPromMetrics`): NIXL transfer
 metrics are recorded by the worker that pulls the KV blocks, i.e. on the decode side; expired KV
 leases are counted on the prefill side.
 """

@@ -11,10 +11,18 @@ Read from aws/deep-learning-containers at commit e0ecedea6a1c56d6b5914f9cfb2fec5
   nixl 1.3.0 (nixl-cu13 1.3.0; nixl-cu12 overridden out), huggingface-hub 1.27.0, hf-xet 1.6.0.
 - test/ray-llm/eks-multi-node/rayservice.yml: the DLC's own KubeRay test (settings mirrored in
   llm_pd_eks/ray_service.py: FI_EFA_FORK_SAFE, VLLM_HOST_IP, no privileged securityContext).
-The image lives on public ECR as `public.ecr.aws/deep-learning-containers/ray:<tag>`; the Ray Serve
-DLC family tags each release `<variant>-v<major>.<minor>` (docs/ray/changelog: `serve-ml-cuda-v1.4`),
-so this image's first release is `serve-llm-cuda-v1.0`. At the commit read, ec2-gpu.yml still has
-`release: false`: that the tag is published, and its digest, could not be checked offline.
+The image lives on public ECR as `public.ecr.aws/deep-learning-containers/ray:<tag>`. The tag is
+not written in the repository: .github/actions/generate-release-spec/generate_release_spec.sh hands
+the release system `prod_image` (the floating `serve-llm-cuda`) and the metadata, and the versioned tag
+is applied outside the repository. Every AL2023 DLC release the repository records is tagged
+`<prefix>-v<dlc_major>.<dlc_minor>` (docs/ray/changelog/index.md: `serve-ml-cuda-v1.4` for the Ray
+Serve DLC with dlc_major/minor 1/4 in .github/config/image/ray/ec2-gpu.yml; README.md release
+highlights: `server-cuda-v2.3`, `omni-cuda-v1.5`), so this image's 1/0 is `serve-llm-cuda-v1.0`:
+inferred from that convention, not read from a release record. At the commit read, ec2-gpu.yml still
+has `release: false`, and the published page https://aws.github.io/deep-learning-containers/ray-llm/
+(newer than that commit) lists only the floating `serve-llm-cuda` and says it carries Ray 2.58.0 and
+vLLM 0.26.0: which versioned tag carries the Ray 2.57.0 / vLLM 0.25.1 build, and its digest, could not
+be checked offline.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 Run as `python tests/ray_exporter.py [PORT]`; it prints `ready <port>`. A subprocess, because Ray's
 OpenTelemetry meter provider is process-global. Metrics go through
-ray._private.telemetry.open_telemetry_metric_recorder (the recorder Ray 2.60's dashboard agent
-exports with) and prometheus_client renders the exposition: names, `_total` suffixes, label sets
-and the histogram reconstruction are Ray's, not ours.
+ray._private.telemetry.open_telemetry_metric_recorder (the recorder the dashboard agent of the
+installed Ray, the DLC's 2.57.0, exports with) and prometheus_client renders the exposition: names,
+`_total` suffixes, label sets and the histogram reconstruction are Ray's, not ours.
 
 Endpoints: GET /metrics; POST /record with a JSON body {"transfers": [[bytes, seconds], ...],
 "failed": n, "tokens": n}: what one request did on this node, as vLLM's NixlPromMetrics.observe and

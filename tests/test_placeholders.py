@@ -75,7 +75,9 @@ def test_checked_in_stacks_are_refused_for_deploy(stack, tmp_path):
     proc = cli("--stack", stack, "--github-output", str(out))
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
-    assert "203.0.113.0/24" in proc.stderr and "123456789012" in proc.stderr
+    assert "203.0.113.0/24" in proc.stderr
+    # The image is the AWS Ray LLM DLC on ECR Public (llm_pd_eks/serving_image.py): no example account.
+    assert "serving.image" not in proc.stderr and "123456789012" not in proc.stderr
     assert out.read_text() == f"runner={DEFAULT_RUNNER}\n"
 
 
@@ -91,7 +93,7 @@ def test_preview_prints_the_warning_and_summary_has_a_callout(tmp_path, programs
 
     result = preview("dev", out=tmp_path / "dev", run=programs("dev"), progress=lambda _m: None)
     text = render_text(result)
-    assert "WARNING: 2 placeholder value(s)" in text
+    assert "WARNING: 1 placeholder value(s)" in text  # the CIDR; the DLC image is no placeholder
     assert text.index("WARNING:") < text.index("RESULT: OK")
     summary = (tmp_path / "dev" / "summary.md").read_text()
     assert "> [!WARNING]" in summary and "203.0.113.0/24" in summary

@@ -108,6 +108,20 @@ def test_kv_cache_moves_over_nixl_libfabric(run: ProgramRun):
     assert ray_service(run).inputs["spec"]["serveConfigV2"].count("LIBFABRIC") == 2
 
 
+def test_engine_kwargs_are_ones_the_images_vllm_accepts(run: ProgramRun):
+    """Judged by vLLM 0.25.1 itself (the DLC's engine): tests/data/vllm/engine-args-0.25.1.json."""
+    vllm = json.loads((DATA / "vllm" / "engine-args-0.25.1.json").read_text())
+    for role in ("prefill", "decode"):
+        kwargs = pd_args(run)[f"{role}_config"]["engine_kwargs"]
+        assert set(kwargs) <= set(vllm["engine_args_fields"])
+        assert kwargs["kv_cache_dtype"] in vllm["cache_dtypes"]
+        kv = kwargs["kv_transfer_config"]
+        assert set(kv) <= set(vllm["kv_transfer_config_fields"])
+        assert kv["kv_connector"] in vllm["kv_connectors"] and kv["kv_role"] in vllm["kv_roles"]
+        # Under any other key NIXL's worker silently falls back to its default backend, UCX.
+        assert set(kv["kv_connector_extra_config"]) == {vllm["nixl_backends_extra_config_key"]}
+
+
 # --- the pods -----------------------------------------------------------------------------------
 
 
@@ -235,6 +249,23 @@ def test_image_is_pinned_everywhere(run: ProgramRun):
     images = {container(spec["headGroupSpec"])["image"]} | {container(g)["image"] for g in workers(run).values()}
     assert images == {cfg.serving.image}
     assert not cfg.serving.image.endswith(":latest")
+
+
+def test_the_stacks_run_the_dlc_and_its_ray_is_the_one_the_tests_use(run: ProgramRun):
+    """One Ray: the DLC's (llm_pd_eks/serving_image.py) is the RayService's rayVersion, the stack's
+    image, the requirements-dev.txt pin, and the Ray the schema tests here import."""
+    import re
+
+    import ray
+
+    from llm_pd_eks.serving_image import DLC_IMAGE, DLC_RAY_VERSION
+
+    spec = ray_service(run).inputs["spec"]["rayClusterConfig"]
+    assert stack_config(run.stack).serving.image == DLC_IMAGE
+    assert spec["rayVersion"] == DLC_RAY_VERSION
+    dev = (DATA.parent.parent / "requirements-dev.txt").read_text()
+    assert re.findall(r"^ray\[serve\]==(\S+)", dev, re.MULTILINE) == [DLC_RAY_VERSION]
+    assert ray.__version__ == DLC_RAY_VERSION
 
 
 # --- the graph ----------------------------------------------------------------------------------

@@ -95,6 +95,9 @@ def walk(options: dict[str, Any], load: Callable[[float], float], seconds: float
             last_scale_down_time=None,
             current_time=clock.now,
             config=config,
+            # what the controller passes without an async-inference queue monitor
+            # (ray/serve/_private/autoscaling_state.py, Ray 2.57.0: initialised to 0)
+            total_pending_async_requests=0,
         )
         decision, state = policy(ctx)
         replicas = max(config.min_replicas, min(config.max_replicas, math.ceil(decision)))  # apply_bounds

@@ -1,0 +1,56 @@
+"""llm_pd_eks/metrics.py's vLLM names are ones vLLM 0.25.1 (the DLC's engine) really defines.
+
+The judge is tests/data/vllm/metrics-0.25.1.json, extracted from the vLLM 0.25.1 wheel (its SOURCE):
+each `vllm:` name, its type, and the TTFT / inter-token latency bucket bounds the SLO thresholds
+must sit on. A counter is scraped with `_total` (the OpenTelemetry Prometheus reader), a histogram
+and a gauge under their own name.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import DATA
+
+from llm_pd_eks import metrics
+
+VLLM = json.loads((DATA / "vllm" / "metrics-0.25.1.json").read_text())
+PREFIX = metrics.RAY_PREFIX + "vllm_"
+
+
+def ours() -> dict[str, str]:
+    """Every vLLM metric name llm_pd_eks/metrics.py exports, by constant name."""
+    return {k: v for k, v in vars(metrics).items() if k.isupper() and isinstance(v, str) and v.startswith(PREFIX)}
+
+
+def test_the_module_names_vllm_metrics_at_all():
+    assert {"TTFT", "ITL", "NIXL_BYTES", "NIXL_FAILED_TRANSFERS"} <= set(ours())
+
+
+@pytest.mark.parametrize("constant", sorted(ours()))
+def test_each_name_is_a_vllm_0_25_1_metric_with_its_type_suffix(constant):
+    scraped = ours()[constant]
+    candidates = {
+        metrics.ray_vllm(name) + ("_total" if spec["type"] == "counter" else ""): name
+        for name, spec in VLLM["metrics"].items()
+    }
+    assert scraped in candidates, f"{constant} = {scraped}: no vLLM 0.25.1 metric is scraped under that name"
+
+
+@pytest.mark.parametrize(
+    ("ours_", "vllm_name"),
+    [
+        (metrics.TTFT_BUCKETS, "vllm:time_to_first_token_seconds"),
+        (metrics.ITL_BUCKETS, "vllm:inter_token_latency_seconds"),
+    ],
+)
+def test_bucket_bounds_are_vllms(ours_, vllm_name):
+    assert list(ours_) == VLLM["buckets"][vllm_name]
+
+
+def test_the_judge_knows_a_wrong_name():
+    """The check above can fail: a name vLLM does not define, or a counter without `_total`."""
+    known = {metrics.ray_vllm(n) + ("_total" if s["type"] == "counter" else "") for n, s in VLLM["metrics"].items()}
+    assert metrics.ray_vllm("vllm:nixl_num_failed_transfers") not in known
+    assert metrics.ray_vllm("vllm:gpu_cache_usage_perc") not in known
