@@ -52,7 +52,7 @@ def kv_throughput_gbps_expr(window: str = KV_WINDOW, by: str = m.PHASE_LABEL) ->
 def slo_error_ratio_expr(histogram: str, threshold: float, window: str, by: str = m.PHASE_LABEL) -> str:
     """Fraction of requests slower than `threshold` over `window`, per `by` (from the histogram)."""
     return (
-        f"(1 - sum by ({by}) (rate({histogram}_bucket{{le=\"{m.le(threshold)}\"}}[{window}]))"
+        f'(1 - sum by ({by}) (rate({histogram}_bucket{{le="{m.le(threshold)}"}}[{window}]))'
         f" / sum by ({by}) (rate({histogram}_count[{window}])))"
     )
 
@@ -78,8 +78,9 @@ def runbook_url(config: ObservabilityConfig, alert: str) -> str:
     return f"{config.alerting.runbook_base_url}#{runbook_anchor(alert)}"
 
 
-def _alert(config: ObservabilityConfig, name: str, expr: str, for_: str, severity: str, summary: str,
-           description: str) -> dict[str, Any]:
+def _alert(
+    config: ObservabilityConfig, name: str, expr: str, for_: str, severity: str, summary: str, description: str
+) -> dict[str, Any]:
     return {
         "alert": name,
         "expr": expr,
@@ -207,8 +208,12 @@ AlertTarget = Union[SnsTarget, WebhookTarget]
 def _receiver(name: str, target: AlertTarget) -> dict[str, Any]:
     if isinstance(target, SnsTarget):
         # Alertmanager `sns_config` (prometheus.io/docs/alerting/latest/configuration/#sns_config)
-        sns = {"topic_arn": target.topic_arn, "sigv4": {"region": target.region}, "send_resolved": True,
-               "subject": '[{{ .Status | toUpper }}] {{ .CommonLabels.alertname }} ({{ .CommonLabels.severity }})'}
+        sns = {
+            "topic_arn": target.topic_arn,
+            "sigv4": {"region": target.region},
+            "send_resolved": True,
+            "subject": "[{{ .Status | toUpper }}] {{ .CommonLabels.alertname }} ({{ .CommonLabels.severity }})",
+        }
         return {"name": name, "sns_configs": [sns]}
     # Alertmanager `webhook_config`: `url` inline (`url_file` needs Alertmanager 0.26+; CI runs Debian's 0.25)
     return {"name": name, "webhook_configs": [{"url": target.url, "send_resolved": True}]}
@@ -249,14 +254,19 @@ def alertmanager_config(alerting: AlertingConfig, target: AlertTarget) -> dict[s
                 # kube-prometheus-stack's always-firing Watchdog and its InfoInhibitor page nobody
                 {"receiver": NULL_RECEIVER, "matchers": ['alertname = "Watchdog"']},
                 {"receiver": NULL_RECEIVER, "matchers": ['alertname = "InfoInhibitor"']},
-                {"receiver": CRITICAL_RECEIVER, "matchers": ['severity = "critical"'],
-                 "repeat_interval": alerting.critical_repeat_interval},
+                {
+                    "receiver": CRITICAL_RECEIVER,
+                    "matchers": ['severity = "critical"'],
+                    "repeat_interval": alerting.critical_repeat_interval,
+                },
                 {"receiver": WARNING_RECEIVER, "matchers": ['severity = "warning"']},
             ],
         },
         "inhibit_rules": inhibit_rules(),
         "receivers": [
-            {"name": NULL_RECEIVER}, _receiver(CRITICAL_RECEIVER, target), _receiver(WARNING_RECEIVER, target)
+            {"name": NULL_RECEIVER},
+            _receiver(CRITICAL_RECEIVER, target),
+            _receiver(WARNING_RECEIVER, target),
         ],
         "templates": ["/etc/alertmanager/config/*.tmpl"],
     }

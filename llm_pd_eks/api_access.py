@@ -42,8 +42,9 @@ def private_route_cidrs(config: StackConfig) -> list[str]:
     """The source CIDRs that reach the private endpoint (private-only endpoint, RFC 1918 sources)."""
     if config.cluster.public_access_cidrs:
         return []
-    return [c for c in config.deploy.api_source_cidrs
-            if any(ipaddress.IPv4Network(c).subnet_of(b) for b in PRIVATE_BLOCKS)]
+    return [
+        c for c in config.deploy.api_source_cidrs if any(ipaddress.IPv4Network(c).subnet_of(b) for b in PRIVATE_BLOCKS)
+    ]
 
 
 def deploy_path_problems(config: StackConfig) -> list[str]:
@@ -52,26 +53,31 @@ def deploy_path_problems(config: StackConfig) -> list[str]:
     public = [ipaddress.IPv4Network(c) for c in config.cluster.public_access_cidrs]
     vpc = ipaddress.IPv4Network(config.network.vpc_cidr)
     if not sources:
-        return [f"{_key('deploy.apiSourceCidrs')}: not set: name the CIDRs `pulumi up` runs from (inside "
-                "cluster.publicAccessCidrs, or a connected private network for a private-only endpoint); "
-                "without a route to the API the Kubernetes half of `up` fails after the nodes launch"]
+        return [
+            f"{_key('deploy.apiSourceCidrs')}: not set: name the CIDRs `pulumi up` runs from (inside "
+            "cluster.publicAccessCidrs, or a connected private network for a private-only endpoint); "
+            "without a route to the API the Kubernetes half of `up` fails after the nodes launch"
+        ]
     problems = []
     for cidr in sources:
         net = ipaddress.IPv4Network(cidr)
         if net.overlaps(vpc):
             problems.append(
                 f"{_key('deploy.apiSourceCidrs')}: {cidr} overlaps network.vpcCidr {vpc}, the VPC this `up` "
-                "creates: no runner can be inside it before it exists; run `up` from a connected network")
+                "creates: no runner can be inside it before it exists; run `up` from a connected network"
+            )
         elif public:
             if not any(net.subnet_of(p) for p in public):
                 problems.append(
                     f"{_key('deploy.apiSourceCidrs')}: {cidr} is not inside cluster.publicAccessCidrs "
                     f"({', '.join(map(str, public))}); the public endpoint would refuse `up` (add it there, or "
-                    "make the endpoint private-only and run `up` from a connected network)")
+                    "make the endpoint private-only and run `up` from a connected network)"
+                )
         elif not any(net.subnet_of(b) for b in PRIVATE_BLOCKS):
             problems.append(
                 f"{_key('deploy.apiSourceCidrs')}: {cidr} is not a private (RFC 1918) network, and the endpoint "
-                "is private-only (cluster.publicAccessCidrs is empty); only a connected private network reaches it")
+                "is private-only (cluster.publicAccessCidrs is empty); only a connected private network reaches it"
+            )
     return problems
 
 

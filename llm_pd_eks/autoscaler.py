@@ -77,37 +77,49 @@ def autoscaler_tags(cluster_name: str, template: Mapping[str, Mapping[str, str]]
 
 def trust_policy(oidc_provider_arn: str, oidc_issuer: str) -> str:
     """IRSA trust: only kube-system/cluster-autoscaler's projected token, audience STS."""
-    return json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [{
-            "Effect": "Allow",
-            "Principal": {"Federated": oidc_provider_arn},
-            "Action": "sts:AssumeRoleWithWebIdentity",
-            "Condition": {"StringEquals": {
-                f"{oidc_issuer}:sub": f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}",
-                f"{oidc_issuer}:aud": "sts.amazonaws.com",
-            }},
-        }],
-    })
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": {"Federated": oidc_provider_arn},
+                    "Action": "sts:AssumeRoleWithWebIdentity",
+                    "Condition": {
+                        "StringEquals": {
+                            f"{oidc_issuer}:sub": f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}",
+                            f"{oidc_issuer}:aud": "sts.amazonaws.com",
+                        }
+                    },
+                }
+            ],
+        }
+    )
 
 
 def permissions_policy(cluster_name: str, node_group_arns: Sequence[str]) -> str:
-    return json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [
-            {"Sid": "Discover", "Effect": "Allow", "Action": list(DESCRIBE_ACTIONS), "Resource": "*"},
-            {
-                "Sid": "ScaleThisClustersGroups",
-                "Effect": "Allow",
-                "Action": list(MUTATING_ACTIONS),
-                "Resource": "*",
-                "Condition": {"StringEquals": {f"aws:ResourceTag/{TAG_PREFIX}/{cluster_name}": "owned"}},
-            },
-            # Labels and taints of a managed group at zero nodes come from DescribeNodegroup.
-            {"Sid": "ReadThisClustersNodeGroups", "Effect": "Allow", "Action": "eks:DescribeNodegroup",
-             "Resource": list(node_group_arns)},
-        ],
-    })
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Sid": "Discover", "Effect": "Allow", "Action": list(DESCRIBE_ACTIONS), "Resource": "*"},
+                {
+                    "Sid": "ScaleThisClustersGroups",
+                    "Effect": "Allow",
+                    "Action": list(MUTATING_ACTIONS),
+                    "Resource": "*",
+                    "Condition": {"StringEquals": {f"aws:ResourceTag/{TAG_PREFIX}/{cluster_name}": "owned"}},
+                },
+                # Labels and taints of a managed group at zero nodes come from DescribeNodegroup.
+                {
+                    "Sid": "ReadThisClustersNodeGroups",
+                    "Effect": "Allow",
+                    "Action": "eks:DescribeNodegroup",
+                    "Resource": list(node_group_arns),
+                },
+            ],
+        }
+    )
 
 
 def chart_values(cluster_name: str, region: str, image_tag: str, role_arn: pulumi.Input[str]) -> dict:
@@ -117,8 +129,7 @@ def chart_values(cluster_name: str, region: str, image_tag: str, role_arn: pulum
         "awsRegion": region,
         "autoDiscovery": {"clusterName": cluster_name},
         "image": {"repository": CLUSTER_AUTOSCALER_IMAGE, "tag": image_tag},
-        "rbac": {"serviceAccount": {"name": SERVICE_ACCOUNT,
-                                    "annotations": {"eks.amazonaws.com/role-arn": role_arn}}},
+        "rbac": {"serviceAccount": {"name": SERVICE_ACCOUNT, "annotations": {"eks.amazonaws.com/role-arn": role_arn}}},
         "nodeSelector": dict(SYSTEM_LABELS),
         "extraArgs": {
             # fewest idle GPUs after a scale-up
@@ -161,6 +172,7 @@ def _slug(tag_key: str) -> str:
 
 def asg_name(node_group: aws.eks.NodeGroup) -> pulumi.Output[str]:
     """The Auto Scaling group EKS created for a managed node group."""
+
     def first_asg(resources) -> str:
         return str(resources[0].autoscaling_groups[0].name)
 

@@ -36,18 +36,24 @@ def control_plane_log_group(cluster_name: str) -> str:
 
 def irsa_trust_policy(oidc_provider_arn: str, oidc_issuer: str, namespace: str, service_account: str) -> str:
     """IRSA trust: only `namespace/service_account`'s projected token, audience STS."""
-    return json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [{
-            "Effect": "Allow",
-            "Principal": {"Federated": oidc_provider_arn},
-            "Action": "sts:AssumeRoleWithWebIdentity",
-            "Condition": {"StringEquals": {
-                f"{oidc_issuer}:sub": f"system:serviceaccount:{namespace}:{service_account}",
-                f"{oidc_issuer}:aud": "sts.amazonaws.com",
-            }},
-        }],
-    })
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": {"Federated": oidc_provider_arn},
+                    "Action": "sts:AssumeRoleWithWebIdentity",
+                    "Condition": {
+                        "StringEquals": {
+                            f"{oidc_issuer}:sub": f"system:serviceaccount:{namespace}:{service_account}",
+                            f"{oidc_issuer}:aud": "sts.amazonaws.com",
+                        }
+                    },
+                }
+            ],
+        }
+    )
 
 
 @dataclass(frozen=True)

@@ -102,8 +102,12 @@ EC2_INSTANCE_TYPES = _ec2_instance_types()
 
 def _special_purpose(net: ipaddress.IPv4Network) -> Optional[str]:
     """Why a block can be neither a VPC nor a subnet nor an API allow-list entry, if it cannot."""
-    for label, flag in (("loopback", net.is_loopback), ("multicast", net.is_multicast),
-                        ("link-local", net.is_link_local), ("reserved (240.0.0.0/4)", net.is_reserved)):
+    for label, flag in (
+        ("loopback", net.is_loopback),
+        ("multicast", net.is_multicast),
+        ("link-local", net.is_link_local),
+        ("reserved (240.0.0.0/4)", net.is_reserved),
+    ):
         if flag:
             return label
     if net.prefixlen and net.subnet_of(ipaddress.IPv4Network("0.0.0.0/8")):
@@ -195,8 +199,10 @@ class NetworkConfig(Strict):
         problems = self._carving_problems(vpc)
         if problems:
             raise ValueError("\n".join(problems))
-        for label, cidrs in (("privateSubnetCidrs", self.private_subnet_cidrs),
-                             ("publicSubnetCidrs", self.public_subnet_cidrs)):
+        for label, cidrs in (
+            ("privateSubnetCidrs", self.private_subnet_cidrs),
+            ("publicSubnetCidrs", self.public_subnet_cidrs),
+        ):
             if cidrs is not None and len(cidrs) != len(self.availability_zones):
                 problems.append(
                     f"{label} has {len(cidrs)} entries for {len(self.availability_zones)} availability zones"
@@ -206,7 +212,7 @@ class NetworkConfig(Strict):
             if not ipaddress.IPv4Network(cidr).subnet_of(vpc):
                 problems.append(f"{kind} subnet {cidr} does not fit in vpcCidr {self.vpc_cidr}")
         for i, (kind_a, a) in enumerate(subnets):
-            for kind_b, b in subnets[i + 1:]:
+            for kind_b, b in subnets[i + 1 :]:
                 if ipaddress.ip_network(a).overlaps(ipaddress.ip_network(b)):
                     problems.append(f"{kind_a} subnet {a} overlaps {kind_b} subnet {b}")
         if problems:
@@ -217,22 +223,29 @@ class NetworkConfig(Strict):
         """Subnets AWS would refuse (smaller than /28) and AZs the carved layout has no room for."""
         problems = []
         azs = len(self.availability_zones)
-        for label, given, extra_bits, room in (("privateSubnetCidrs", self.private_subnet_cidrs, 3, 7),
-                                               ("publicSubnetCidrs", self.public_subnet_cidrs, 6, 8)):
+        for label, given, extra_bits, room in (
+            ("privateSubnetCidrs", self.private_subnet_cidrs, 3, 7),
+            ("publicSubnetCidrs", self.public_subnet_cidrs, 6, 8),
+        ):
             if given is not None:
                 small = [c for c in given if ipaddress.IPv4Network(c).prefixlen > SMALLEST_SUBNET_PREFIX]
                 if small:
-                    problems.append(f"{label}: {clip(', '.join(small))} smaller than /{SMALLEST_SUBNET_PREFIX}, "
-                                    "the smallest subnet AWS allows")
+                    problems.append(
+                        f"{label}: {clip(', '.join(small))} smaller than /{SMALLEST_SUBNET_PREFIX}, "
+                        "the smallest subnet AWS allows"
+                    )
                 continue
             if vpc.prefixlen + extra_bits > SMALLEST_SUBNET_PREFIX:
                 problems.append(
                     f"{label}: vpcCidr {self.vpc_cidr} carves /{vpc.prefixlen + extra_bits} subnets, smaller than "
                     f"/{SMALLEST_SUBNET_PREFIX} (the smallest AWS allows); use a vpcCidr of "
-                    f"/{SMALLEST_SUBNET_PREFIX - extra_bits} or larger, or set {label}")
+                    f"/{SMALLEST_SUBNET_PREFIX - extra_bits} or larger, or set {label}"
+                )
             elif azs > room:
-                problems.append(f"{label}: the layout carved from vpcCidr has room for {room} subnets, not one for "
-                                f"each of {azs} availability zones; list at most {room} or set {label}")
+                problems.append(
+                    f"{label}: the layout carved from vpcCidr has room for {room} subnets, not one for "
+                    f"each of {azs} availability zones; list at most {room} or set {label}"
+                )
         return problems
 
     def private_cidrs(self) -> list[str]:
@@ -253,8 +266,9 @@ class NetworkConfig(Strict):
 LogType = Literal["api", "audit", "authenticator", "controllerManager", "scheduler"]
 # The retentions CloudWatch Logs accepts (PutRetentionPolicy, retentionInDays):
 # https://docs.aws.amazon.com/AmazonCloudWatchLogs/latest/APIReference/API_PutRetentionPolicy.html
-LogRetentionDays = Literal[1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192,
-                           2557, 2922, 3288, 3653]
+LogRetentionDays = Literal[
+    1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653
+]
 
 
 class ClusterConfig(Strict):
@@ -262,7 +276,7 @@ class ClusterConfig(Strict):
 
     kubernetes_version: str = Field(
         default="1.35",
-        description="EKS Kubernetes minor version, quoted (`\"1.35\"`); 1.35 is in standard support until 2027-03-27.",
+        description='EKS Kubernetes minor version, quoted (`"1.35"`); 1.35 is in standard support until 2027-03-27.',
     )
     public_access_cidrs: list[str] = Field(
         default_factory=list,
@@ -300,8 +314,10 @@ class ClusterConfig(Strict):
         if not re.fullmatch(r"1\.\d{2}", value):
             raise ValueError(f"{shown(value)} is not a Kubernetes minor version such as '1.33'")
         if value not in EKS_KUBERNETES_VERSIONS:
-            raise ValueError(f"{value} is not a Kubernetes version Amazon EKS has released; choose one of "
-                             f"{', '.join(EKS_KUBERNETES_VERSIONS)}")
+            raise ValueError(
+                f"{value} is not a Kubernetes version Amazon EKS has released; choose one of "
+                f"{', '.join(EKS_KUBERNETES_VERSIONS)}"
+            )
         return value
 
     @field_validator("admin_principal_arns")
@@ -420,11 +436,15 @@ GP3_IOPS_PER_GIB = 500
 def gp3_problem(iops: int, throughput: int, size_gib: Optional[int] = None) -> Optional[str]:
     """Why an IOPS/throughput pair (on a volume of `size_gib`) is not a valid gp3 volume, or None."""
     if size_gib is not None and iops > size_gib * GP3_IOPS_PER_GIB:
-        return (f"rootVolumeIops {iops} exceeds gp3's {GP3_IOPS_PER_GIB} IOPS per GiB on a {size_gib} GiB volume "
-                f"(at most {size_gib * GP3_IOPS_PER_GIB}; raise diskSizeGib or lower rootVolumeIops)")
+        return (
+            f"rootVolumeIops {iops} exceeds gp3's {GP3_IOPS_PER_GIB} IOPS per GiB on a {size_gib} GiB volume "
+            f"(at most {size_gib * GP3_IOPS_PER_GIB}; raise diskSizeGib or lower rootVolumeIops)"
+        )
     if throughput > iops * GP3_MIBPS_PER_IOPS:
-        return (f"rootVolumeThroughputMibps {throughput} exceeds {GP3_MIBPS_PER_IOPS} MiB/s per IOPS at "
-                f"rootVolumeIops {iops} (gp3 allows at most {int(iops * GP3_MIBPS_PER_IOPS)})")
+        return (
+            f"rootVolumeThroughputMibps {throughput} exceeds {GP3_MIBPS_PER_IOPS} MiB/s per IOPS at "
+            f"rootVolumeIops {iops} (gp3 allows at most {int(iops * GP3_MIBPS_PER_IOPS)})"
+        )
     return None
 
 
@@ -488,10 +508,12 @@ class SystemNodesConfig(NodeScaling):
     min_size: int = Field(default=2, ge=1, description="Fewest system nodes.")
     desired_size: int = Field(default=2, ge=1, description="System nodes to start with.")
     max_size: int = Field(default=4, ge=1, le=MAX_NODES_PER_NODE_GROUP, description="Most system nodes.")
-    root_volume_iops: int = Field(default=GP3_BASELINE_IOPS, ge=3000, le=80000,
-                                  description="provisioned IOPS of the gp3 root volume")
-    root_volume_throughput_mibps: int = Field(default=GP3_BASELINE_MIBPS, ge=125, le=2000,
-                                              description="provisioned throughput (MiB/s) of the gp3 root volume")
+    root_volume_iops: int = Field(
+        default=GP3_BASELINE_IOPS, ge=3000, le=80000, description="provisioned IOPS of the gp3 root volume"
+    )
+    root_volume_throughput_mibps: int = Field(
+        default=GP3_BASELINE_MIBPS, ge=125, le=2000, description="provisioned throughput (MiB/s) of the gp3 root volume"
+    )
 
     @field_validator("instance_type")
     @classmethod
@@ -499,8 +521,10 @@ class SystemNodesConfig(NodeScaling):
         # A misspelt type would fail `up` 15 minutes in (and drops out of the preview's cost).
         if value not in EC2_INSTANCE_TYPES:
             hint = difflib.get_close_matches(value[:64], sorted(EC2_INSTANCE_TYPES), n=1)
-            raise ValueError(f"{shown(value)} is not an EC2 instance type"
-                             + (f" (did you mean {hint[0]!r}?)" if hint else " such as 'm7i.2xlarge'"))
+            raise ValueError(
+                f"{shown(value)} is not an EC2 instance type"
+                + (f" (did you mean {hint[0]!r}?)" if hint else " such as 'm7i.2xlarge'")
+            )
         return value
 
     @model_validator(mode="after")
@@ -519,13 +543,16 @@ class GpuNodesConfig(NodeScaling):
         description="The one AZ of every GPU node (one cluster placement group); one of network.availabilityZones.",
     )
     min_size: int = Field(
-        default=2, ge=0,
+        default=2,
+        ge=0,
         description="Fewest GPU nodes; at least 2 (prefill and decode run on separate nodes); "
         "0 allowed (with desiredSize 0) on a Capacity Block, which launches nothing before it starts.",
     )
     desired_size: int = Field(default=2, ge=0, description="GPU nodes to start with.")
     max_size: int = Field(
-        default=2, ge=1, le=MAX_NODES_PER_NODE_GROUP,
+        default=2,
+        ge=1,
+        le=MAX_NODES_PER_NODE_GROUP,
         description="Most GPU nodes; prefill plus decode nodes at maxReplicas must fit.",
     )
     # Every catalog GPU type has instance-store NVMe, which nodeadm RAID0s and bind-mounts over
@@ -535,7 +562,9 @@ class GpuNodesConfig(NodeScaling):
     # volume is 20 GiB (same tag, templates/al2023/template.json `ami_block_device_mappings`), and
     # system logs; 100 GiB is that with ample headroom, not the 500 GiB images and weights would need.
     disk_size_gib: int = Field(
-        default=100, ge=100, le=EBS_GP3_MAX_GIB,
+        default=100,
+        ge=100,
+        le=EBS_GP3_MAX_GIB,
         description="Root volume, GiB: the OS and system logs; images, weights and pod logs live on the "
         "instance-store NVMe RAID0.",
     )
@@ -556,10 +585,12 @@ class GpuNodesConfig(NodeScaling):
     )
     # The image and weights land on the instance-store RAID0 where the type has one; the root volume
     # still holds the OS and anything else, so its throughput is raised over gp3's 125 MiB/s baseline.
-    root_volume_iops: int = Field(default=6000, ge=3000, le=80000,
-                                  description="provisioned IOPS of the gp3 root volume")
-    root_volume_throughput_mibps: int = Field(default=500, ge=125, le=2000,
-                                              description="provisioned throughput (MiB/s) of the gp3 root volume")
+    root_volume_iops: int = Field(
+        default=6000, ge=3000, le=80000, description="provisioned IOPS of the gp3 root volume"
+    )
+    root_volume_throughput_mibps: int = Field(
+        default=500, ge=125, le=2000, description="provisioned throughput (MiB/s) of the gp3 root volume"
+    )
 
     @model_validator(mode="after")
     def _gp3(self) -> "GpuNodesConfig":
@@ -582,8 +613,10 @@ class GpuNodesConfig(NodeScaling):
         # EKS asks for node groups on a Capacity Block to scale to 0 around its window
         # (https://docs.aws.amazon.com/eks/latest/userguide/capacity-blocks-mng.html, "Considerations").
         if self.min_size == 0 and not isinstance(self.capacity, CapacityBlock):
-            raise ValueError("minSize is 0: prefill and decode need separate GPU nodes, so at least 2 "
-                             "(only a Capacity Block may scale to 0)")
+            raise ValueError(
+                "minSize is 0: prefill and decode need separate GPU nodes, so at least 2 "
+                "(only a Capacity Block may scale to 0)"
+            )
         return self
 
     def roll(self) -> Literal["blueGreen", "recreate"]:
@@ -628,7 +661,8 @@ class ReplicaGroupConfig(Strict):
     """One side of the prefill/decode split: vLLM tensor parallelism and Serve autoscaling bounds."""
 
     tensor_parallel_size: int = Field(
-        default=1, ge=1,
+        default=1,
+        ge=1,
         description="GPUs per vLLM replica (a power of two dividing the node's GPUs).",
     )
     min_replicas: int = Field(default=1, ge=1, description="Fewest Serve replicas.")
@@ -638,21 +672,29 @@ class ReplicaGroupConfig(Strict):
     # desired replicas never exceed the current count. `make size WRITE=1` writes them from the sizing
     # model's per-replica concurrency (llm_pd_eks/serve_autoscaling.py).
     target_ongoing_requests: float = Field(
-        default=16, gt=0, le=4096,
+        default=16,
+        gt=0,
+        le=4096,
         description="Serve autoscaling target: ongoing (running + queued) requests per replica; replicas are "
         "added while the average is above it. The per-replica concurrency the sizing model sustains.",
     )
     max_ongoing_requests: int = Field(
-        default=32, ge=1, le=65536,
+        default=32,
+        ge=1,
+        le=65536,
         description="Most requests one replica takes at a time (Serve back-pressure: the rest wait in the "
         "proxy/handle queue); at least targetOngoingRequests.",
     )
     upscale_delay_s: float = Field(
-        default=30, ge=0, le=3600,
+        default=30,
+        ge=0,
+        le=3600,
         description="Seconds the load must stay above target before Serve adds replicas (Serve's default: 30).",
     )
     downscale_delay_s: float = Field(
-        default=600, ge=0, le=86400,
+        default=600,
+        ge=0,
+        le=86400,
         description="Seconds the load must stay below target before Serve removes replicas (Serve's default: 600).",
     )
 
@@ -694,7 +736,9 @@ class ServingConfig(Strict):
         "llm_pd_eks/serving_image.py), pinned by a tag other than `latest`.",
     )
     max_model_len: int = Field(
-        default=8192, ge=256, le=MAX_MODEL_LEN,
+        default=8192,
+        ge=256,
+        le=MAX_MODEL_LEN,
         description="vLLM max_model_len: longest prompt plus output, tokens.",
     )
     kv_cache_dtype: Literal["auto", "fp8"] = Field(
@@ -719,7 +763,9 @@ class ServingConfig(Strict):
         "publicEndpoint (the endpoint has no authentication; without them the NLB admits 0.0.0.0/0).",
     )
     ready_timeout_minutes: int = Field(
-        default=60, ge=5, le=360,
+        default=60,
+        ge=5,
+        le=360,
         description="How long `up` waits for the RayService: image pull, weights download, warm-up.",
     )
     upgrade_strategy: Literal["Recreate", "NewCluster"] = Field(
@@ -749,8 +795,9 @@ class ServingConfig(Strict):
     def _source_ranges(cls, values: list[str]) -> list[str]:
         for value in values:
             if _network(value).prefixlen == 0:
-                raise ValueError(f"{value} admits every address; the endpoint has no authentication, so list "
-                                 "the clients' CIDRs")
+                raise ValueError(
+                    f"{value} admits every address; the endpoint has no authentication, so list the clients' CIDRs"
+                )
         return values
 
     @model_validator(mode="after")
@@ -758,12 +805,16 @@ class ServingConfig(Strict):
         # The cloud provider opens an NLB to 0.0.0.0/0 when a Service names no source ranges
         # (kubernetes/cloud-provider service/helpers GetLoadBalancerSourceRanges).
         if self.public_endpoint and not self.endpoint_source_ranges:
-            raise ValueError("endpointSourceRanges: publicEndpoint is true but no source ranges are set; the "
-                             "OpenAI endpoint has no authentication, and an NLB without ranges admits 0.0.0.0/0; "
-                             "list the clients' CIDRs or set publicEndpoint: false")
+            raise ValueError(
+                "endpointSourceRanges: publicEndpoint is true but no source ranges are set; the "
+                "OpenAI endpoint has no authentication, and an NLB without ranges admits 0.0.0.0/0; "
+                "list the clients' CIDRs or set publicEndpoint: false"
+            )
         if self.endpoint_source_ranges and not self.public_endpoint:
-            raise ValueError("endpointSourceRanges: set, but publicEndpoint is false (a ClusterIP Service has no "
-                             "load balancer to restrict); remove them or set publicEndpoint: true")
+            raise ValueError(
+                "endpointSourceRanges: set, but publicEndpoint is false (a ClusterIP Service has no "
+                "load balancer to restrict); remove them or set publicEndpoint: true"
+            )
         return self
 
     @field_validator("endpoint_name")
@@ -789,7 +840,8 @@ class ServingConfig(Strict):
         if native is not None and self.max_model_len > native:
             raise ValueError(
                 f"maxModelLen {self.max_model_len} is above {self.model_id}'s native context of {native} tokens "
-                "(max_position_embeddings in its config.json, no rope scaling added); vLLM refuses it")
+                "(max_position_embeddings in its config.json, no rope scaling added); vLLM refuses it"
+            )
         return self
 
     @field_validator("image")
@@ -879,14 +931,22 @@ class AlertingConfig(Strict):
         description="Where the README can be read (e.g. https://github.com/<org>/<repo>/blob/main/README.md); "
         "every alert's runbook_url is this plus its runbook anchor.",
     )
-    group_wait: str = Field(default="30s", pattern=r"^\d+[smh]$",
-                            description="How long a new alert group waits for more alerts before notifying.")
-    group_interval: str = Field(default="5m", pattern=r"^\d+[smh]$",
-                                description="How long before notifying about new alerts in a notified group.")
-    critical_repeat_interval: str = Field(default="1h", pattern=r"^\d+[smh]$",
-                                          description="How often a still-firing critical alert is sent again.")
-    warning_repeat_interval: str = Field(default="12h", pattern=r"^\d+[smh]$",
-                                         description="How often a still-firing warning is sent again.")
+    group_wait: str = Field(
+        default="30s",
+        pattern=r"^\d+[smh]$",
+        description="How long a new alert group waits for more alerts before notifying.",
+    )
+    group_interval: str = Field(
+        default="5m",
+        pattern=r"^\d+[smh]$",
+        description="How long before notifying about new alerts in a notified group.",
+    )
+    critical_repeat_interval: str = Field(
+        default="1h", pattern=r"^\d+[smh]$", description="How often a still-firing critical alert is sent again."
+    )
+    warning_repeat_interval: str = Field(
+        default="12h", pattern=r"^\d+[smh]$", description="How often a still-firing warning is sent again."
+    )
 
 
 class ObservabilityConfig(Strict):
@@ -931,7 +991,9 @@ class ObservabilityConfig(Strict):
         default_factory=AlertingConfig, description="Alert delivery: receiver, subscriptions, grouping intervals."
     )
     prometheus_active_series: int = Field(
-        default=300_000, ge=10_000, le=20_000_000,
+        default=300_000,
+        ge=10_000,
+        le=20_000_000,
         description="Expected active series (check `prometheus_tsdb_head_series`); sizes Prometheus's volume "
         "with the retention and the scrape interval.",
     )
@@ -974,7 +1036,8 @@ class StackConfig(Strict):
         description="CPU nodes (label role=system) for system pods, the operators and the Ray head.",
     )
     gpu_nodes: GpuNodesConfig = Field(
-        description="The EFA GPU node group: one AZ; placement as its capacity needs (gpuNodes.capacity).")
+        description="The EFA GPU node group: one AZ; placement as its capacity needs (gpuNodes.capacity)."
+    )
     protect: bool = Field(
         default=False,
         description="protect=True on the VPC and the cluster, so `pulumi destroy` must be a deliberate act.",
@@ -1041,9 +1104,7 @@ class StackConfig(Strict):
             key = f"serving.{role}.tensorParallelSize"
             tp = group.tensor_parallel_size
             if instance.gpus % tp:
-                problems.append(
-                    f"{key}: {tp} does not divide the {instance.gpus} GPU(s) of a {instance.name} node"
-                )
+                problems.append(f"{key}: {tp} does not divide the {instance.gpus} GPU(s) of a {instance.name} node")
                 continue
             per_gpu = model.weights_gib_bf16 / tp
             budget = instance.gpu_memory_gib * GPU_MEMORY_BUDGET
@@ -1141,7 +1202,7 @@ def placement_problems(data: dict[str, Any]) -> list[str]:
     problems = [
         f"{PROJECT}:network.availabilityZones: {shown(az)} is not an AZ of region {region}"
         for az in azs
-        if region and not (az.startswith(region) and _AZ_SUFFIX.match(az[len(region):]))
+        if region and not (az.startswith(region) and _AZ_SUFFIX.match(az[len(region) :]))
     ]
     gpu_az = gpu.get("availabilityZone") if isinstance(gpu, dict) else None
     if isinstance(gpu_az, str) and gpu_az not in azs:
@@ -1161,8 +1222,9 @@ def _network(value: str) -> ipaddress.IPv4Network:
         raise ValueError(f"{shown(value)} is not an IPv4 CIDR block")
     special = _special_purpose(net)
     if special:
-        raise ValueError(f"{value} is a {special} block, which AWS does not route; use a private block "
-                         "such as 10.0.0.0/16")
+        raise ValueError(
+            f"{value} is a {special} block, which AWS does not route; use a private block such as 10.0.0.0/16"
+        )
     return net
 
 
@@ -1171,9 +1233,7 @@ class ConfigError(Exception):
 
     def __init__(self, problems: list[str]):
         self.problems = problems
-        super().__init__(
-            f"{len(problems)} problem(s) in the stack config:\n" + "\n".join(f"  - {p}" for p in problems)
-        )
+        super().__init__(f"{len(problems)} problem(s) in the stack config:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
 def _known_keys() -> list[str]:
@@ -1181,8 +1241,11 @@ def _known_keys() -> list[str]:
 
 
 def _location(error: Mapping[str, Any]) -> str:
-    parts = [shown(p, 60) if not isinstance(p, (str, int)) else str(p)[:60]
-             for p in error["loc"] if not str(p).startswith("function-after")]
+    parts = [
+        shown(p, 60) if not isinstance(p, (str, int)) else str(p)[:60]
+        for p in error["loc"]
+        if not str(p).startswith("function-after")
+    ]
     if not parts:
         return PROJECT
     if parts == ["region"]:  # the model's `region` is the AWS provider's key
@@ -1210,7 +1273,7 @@ def _at(where: str, part: str) -> str:
     if where == PROJECT:
         return f"{PROJECT}:{part}"
     field = re.match(r"([a-z][A-Za-z]*): ", part)
-    return f"{where}.{field[1]}: {part[field.end():]}" if field else f"{where}: {part}"
+    return f"{where}.{field[1]}: {part[field.end() :]}" if field else f"{where}: {part}"
 
 
 def _parse_value(raw: Any) -> Any:
@@ -1273,8 +1336,9 @@ def validate_stack_config(
                 )
     if "region" in data:  # would be silently replaced by aws:region below
         data.pop("region")
-        problems.append(f"{PROJECT}:region: unknown key; the region is the AWS provider's "
-                        "(pulumi config set aws:region us-west-2)")
+        problems.append(
+            f"{PROJECT}:region: unknown key; the region is the AWS provider's (pulumi config set aws:region us-west-2)"
+        )
     if not region:
         problems.append("aws:region: not set (pulumi config set aws:region us-west-2)")
     data["region"] = region or "us-east-1"  # stand-in so the rest still validates
@@ -1287,8 +1351,10 @@ def validate_stack_config(
     if config is not None:
         problems.extend(gated_model_problems(config, has_hf_token))
         if config.observability.alerting.receiver == "webhook" and not has_webhook_url:
-            problems.append(f"{PROJECT}:{ALERT_WEBHOOK_KEY}: not set, but observability.alerting.receiver is "
-                            f"webhook; set it with `pulumi config set --secret {ALERT_WEBHOOK_KEY} https://...`")
+            problems.append(
+                f"{PROJECT}:{ALERT_WEBHOOK_KEY}: not set, but observability.alerting.receiver is "
+                f"webhook; set it with `pulumi config set --secret {ALERT_WEBHOOK_KEY} https://...`"
+            )
     if problems or config is None:
         raise ConfigError(problems)
     return config
@@ -1306,7 +1372,7 @@ def validate_engine_config(
     """
     problems = engine_problems(config, secret_keys, stack)
     prefix = f"{PROJECT}:"
-    values = {k[len(prefix):]: v for k, v in config.items() if k.startswith(prefix)}
+    values = {k[len(prefix) :]: v for k, v in config.items() if k.startswith(prefix)}
     region = config.get("aws:region")
     try:
         validated = validate_stack_config(values, str(region) if region else None, secret_keys)
@@ -1326,8 +1392,9 @@ def aws_provider_keys() -> frozenset[str]:
     """
     from pulumi_aws.config import vars as aws_vars
 
-    return frozenset(to_camel(name) for name, member in vars(aws_vars._ExportableConfig).items()
-                     if isinstance(member, property))
+    return frozenset(
+        to_camel(name) for name, member in vars(aws_vars._ExportableConfig).items() if isinstance(member, property)
+    )
 
 
 def engine_problems(
@@ -1345,19 +1412,23 @@ def engine_problems(
                 + (f" (did you mean {hint[0]!r}?)" if hint else "")
                 + f"; this program reads only {' and '.join(n + ':' for n in KNOWN_NAMESPACES)} keys"
             )
-    aws_keys = [str(k)[len("aws:"):] for k in config if str(k).startswith("aws:") and k != "aws:region"]
+    aws_keys = [str(k)[len("aws:") :] for k in config if str(k).startswith("aws:") and k != "aws:region"]
     if aws_keys:
         known = aws_provider_keys()
         for key in aws_keys:
             if key not in known:
                 hint = difflib.get_close_matches(key[:64], sorted(known), n=1)
-                problems.append(f"aws:{clip(key, 60)}: not a setting of the AWS provider"
-                                + (f" (did you mean 'aws:{hint[0]}'?)" if hint else "")
-                                + "; it would be ignored")
+                problems.append(
+                    f"aws:{clip(key, 60)}: not a setting of the AWS provider"
+                    + (f" (did you mean 'aws:{hint[0]}'?)" if hint else "")
+                    + "; it would be ignored"
+                )
     for key in AWS_SECRET_ONLY_KEYS:
         if key in config and key not in secret:
-            problems.append(f"{key}: a credential set in plain text; store it encrypted with "
-                            f"`pulumi config set --secret {key} <value>` (or use an AWS profile)")
+            problems.append(
+                f"{key}: a credential set in plain text; store it encrypted with "
+                f"`pulumi config set --secret {key} <value>` (or use an AWS profile)"
+            )
     if stack is not None and not EKS_CLUSTER_NAME.match(stack_cluster_name(stack)):
         problems.append(
             f"stack name {shown(stack, 60)} makes the EKS cluster name {shown(stack_cluster_name(stack), 60)}, "

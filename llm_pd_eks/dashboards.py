@@ -65,58 +65,87 @@ def dashboard(kv_floor_gbps: float, hourly_prices: Mapping[str, float]) -> dict[
     panels = [
         _panel("Time to first token by phase", _quantiles(m.TTFT), "s", 0, 0),
         _panel("Inter-token latency by phase", _quantiles(m.ITL), "s", 12, 0),
-        _panel("Queue depth (waiting requests)", [_target(f"sum by ({_PHASE}) ({m.WAITING})", by_phase)], "short",
-               0, 8),
+        _panel(
+            "Queue depth (waiting requests)", [_target(f"sum by ({_PHASE}) ({m.WAITING})", by_phase)], "short", 0, 8
+        ),
         _panel("Running requests", [_target(f"sum by ({_PHASE}) ({m.RUNNING})", by_phase)], "short", 12, 8),
         _panel(
             "KV-cache usage per replica",
             [_target(f"max by ({_PHASE}, pod) ({m.KV_CACHE_USAGE})", f"{by_phase} {{{{pod}}}}")],
-            "percentunit", 0, 16, min=0, max=1,
+            "percentunit",
+            0,
+            16,
+            min=0,
+            max=1,
         ),
         _panel(
             "Engine replicas by phase",
             [_target(f"count by ({_PHASE}) ({m.RUNNING})", by_phase)],
-            "short", 12, 16,
+            "short",
+            12,
+            16,
         ),
         _panel(
             "Serve replicas: target vs healthy",
-            [_target(f"sum by (deployment) ({m.SERVE_TARGET_REPLICAS})", "target {{deployment}}"),
-             _target(f"sum by (deployment) ({m.SERVE_REPLICA_HEALTHY})", "healthy {{deployment}}", "B")],
-            "short", 12, 48,
+            [
+                _target(f"sum by (deployment) ({m.SERVE_TARGET_REPLICAS})", "target {{deployment}}"),
+                _target(f"sum by (deployment) ({m.SERVE_REPLICA_HEALTHY})", "healthy {{deployment}}", "B"),
+            ],
+            "short",
+            12,
+            48,
         ),
         _panel(
             "KV bytes moved (NIXL)",
             [_target(f"sum by ({_PHASE}) (rate({m.NIXL_BYTES}_sum[5m]))", by_phase)],
-            "Bps", 0, 24,
+            "Bps",
+            0,
+            24,
         ),
         _panel("KV transfer time (NIXL)", _quantiles(m.NIXL_XFER_TIME), "s", 12, 24),
         _panel(
             "KV transfer throughput vs floor",
             [_target(kv_throughput_gbps_expr("5m"), by_phase), _target(f"vector({kv_floor_gbps})", "floor", "B")],
-            "Gbits", 0, 32,
+            "Gbits",
+            0,
+            32,
         ),
         _panel(
             "KV transfer failures",
             [
                 _target(f"sum by ({_PHASE}) (increase({m.NIXL_FAILED_TRANSFERS}[5m]))", f"transfers {by_phase}"),
-                _target(f"sum by ({_PHASE}) (increase({m.NIXL_FAILED_NOTIFICATIONS}[5m]))", f"notifications {by_phase}",
-                        "B"),
+                _target(
+                    f"sum by ({_PHASE}) (increase({m.NIXL_FAILED_NOTIFICATIONS}[5m]))", f"notifications {by_phase}", "B"
+                ),
                 _target(f"sum by ({_PHASE}) (increase({m.NIXL_KV_EXPIRED}[5m]))", f"expired leases {by_phase}", "C"),
             ],
-            "short", 12, 32,
+            "short",
+            12,
+            32,
         ),
         _panel(
             "GPU utilisation per node",
             [_target(f"avg by ({m.NODE_LABEL}) ({m.GPU_UTIL})", f"{{{{{m.NODE_LABEL}}}}}")],
-            "percent", 0, 40, min=0, max=100,
+            "percent",
+            0,
+            40,
+            min=0,
+            max=100,
         ),
         _panel(
             "GPU memory used per node",
             [_target(f"sum by ({m.NODE_LABEL}) ({m.GPU_FB_USED}) * 1024 * 1024", f"{{{{{m.NODE_LABEL}}}}}")],
-            "bytes", 12, 40,
+            "bytes",
+            12,
+            40,
         ),
-        _panel("Cost of running nodes (list price)", [_target(hourly_cost_expr(hourly_prices), "USD/h")],
-               "currencyUSD", 0, 48),
+        _panel(
+            "Cost of running nodes (list price)",
+            [_target(hourly_cost_expr(hourly_prices), "USD/h")],
+            "currencyUSD",
+            0,
+            48,
+        ),
     ]
     for number, panel in enumerate(panels, start=1):
         panel["id"] = number

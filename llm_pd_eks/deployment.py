@@ -137,17 +137,20 @@ def engine_values() -> dict[str, Any]:
     return merged
 
 
-def stack_args(config_values: dict[str, Any], hf_token: Optional[pulumi.Input[str]] = None,
-               grafana_admin_password: Optional[pulumi.Input[str]] = None,
-               alert_webhook_url: Optional[pulumi.Input[str]] = None) -> LlmPdEksArgs:
+def stack_args(
+    config_values: dict[str, Any],
+    hf_token: Optional[pulumi.Input[str]] = None,
+    grafana_admin_password: Optional[pulumi.Input[str]] = None,
+    alert_webhook_url: Optional[pulumi.Input[str]] = None,
+) -> LlmPdEksArgs:
     """A stack's config in the engine's form (`project:key` -> JSON text) as `LlmPdEks` inputs."""
     prefix = f"{PROJECT}:"
     by_camel = {_camel(k): k for k in LlmPdEksArgs.__annotations__}
     args: dict[str, Any] = {"region": config_values.get("aws:region")}
     for key, raw in config_values.items():
-        if not key.startswith(prefix) or key[len(prefix):] not in by_camel:
+        if not key.startswith(prefix) or key[len(prefix) :] not in by_camel:
             continue
-        name = by_camel[key[len(prefix):]]
+        name = by_camel[key[len(prefix) :]]
         if name in SECRET_ARGS:
             continue
         try:
@@ -212,7 +215,10 @@ class LlmPdEks(pulumi.ComponentResource):
         network = Network(
             "network",
             NetworkArgs(
-                config=config.network, cluster_name=cluster_name, region=config.region, protect=config.protect,
+                config=config.network,
+                cluster_name=cluster_name,
+                region=config.region,
+                protect=config.protect,
                 tags=tags,
             ),
             opts=child,
@@ -278,8 +284,9 @@ class LlmPdEks(pulumi.ComponentResource):
             opts=child,
         )
         if not config.serving_layer:  # a review stack: the CPU layers only
-            self._outputs(config, network, cluster, cluster_name, {"system": system_nodes.node_group.node_group_name},
-                          None)
+            self._outputs(
+                config, network, cluster, cluster_name, {"system": system_nodes.node_group.node_group_name}, None
+            )
             return
 
         gpu_nodes = EfaGpuNodeGroup(
@@ -402,13 +409,23 @@ class LlmPdEks(pulumi.ComponentResource):
             )
 
         self._outputs(
-            config, network, cluster, cluster_name,
+            config,
+            network,
+            cluster,
+            cluster_name,
             {"system": system_nodes.node_group.node_group_name, "gpu": gpu_nodes.node_group.node_group_name},
             endpoint,
         )
 
-    def _outputs(self, config: StackConfig, network: Network, cluster: Cluster, cluster_name: str,
-                 node_group_names: dict[str, pulumi.Output[str]], endpoint: Optional[pulumi.Output[Any]]) -> None:
+    def _outputs(
+        self,
+        config: StackConfig,
+        network: Network,
+        cluster: Cluster,
+        cluster_name: str,
+        node_group_names: dict[str, pulumi.Output[str]],
+        endpoint: Optional[pulumi.Output[Any]],
+    ) -> None:
         self.vpc_id = network.vpc.id
         self.private_subnet_ids = pulumi.Output.all(*network.private_subnet_ids)
         self.cluster_name = pulumi.Output.from_input(cluster_name)
@@ -418,13 +435,15 @@ class LlmPdEks(pulumi.ComponentResource):
         self.node_group_names = pulumi.Output.all(**node_group_names)
         self.endpoint = endpoint  # type: ignore[assignment]
         self.model_id = pulumi.Output.from_input(config.serving.model_id) if config.serving else None  # type: ignore[assignment]
-        self.register_outputs({
-            "vpcId": self.vpc_id,
-            "privateSubnetIds": self.private_subnet_ids,
-            "clusterName": self.cluster_name,
-            "kubeconfig": self.kubeconfig,
-            "gpuAvailabilityZone": self.gpu_availability_zone,
-            "gpuInstanceType": self.gpu_instance_type,
-            "nodeGroupNames": self.node_group_names,
-            **({"endpoint": self.endpoint, "modelId": self.model_id} if config.serving else {}),
-        })
+        self.register_outputs(
+            {
+                "vpcId": self.vpc_id,
+                "privateSubnetIds": self.private_subnet_ids,
+                "clusterName": self.cluster_name,
+                "kubeconfig": self.kubeconfig,
+                "gpuAvailabilityZone": self.gpu_availability_zone,
+                "gpuInstanceType": self.gpu_instance_type,
+                "nodeGroupNames": self.node_group_names,
+                **({"endpoint": self.endpoint, "modelId": self.model_id} if config.serving else {}),
+            }
+        )

@@ -250,7 +250,10 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
                     protocol="-1", from_port=0, to_port=0, self=True, description="EFA to group members"
                 ),
                 aws.ec2.SecurityGroupEgressArgs(
-                    protocol="-1", from_port=0, to_port=0, cidr_blocks=["0.0.0.0/0"],
+                    protocol="-1",
+                    from_port=0,
+                    to_port=0,
+                    cidr_blocks=["0.0.0.0/0"],
                     description="Images, model weights, AWS APIs (through NAT)",
                 ),
             ],

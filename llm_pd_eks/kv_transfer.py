@@ -115,8 +115,14 @@ class KvBand:
         }
 
 
-def kv_band(model: ModelSpec, tokens: int, kv_dtype_bytes: int, instance: GpuInstanceType, tp: int = 1,
-            efficiency: Optional[float] = None) -> KvBand:
+def kv_band(
+    model: ModelSpec,
+    tokens: int,
+    kv_dtype_bytes: int,
+    instance: GpuInstanceType,
+    tp: int = 1,
+    efficiency: Optional[float] = None,
+) -> KvBand:
     """The one KV-transfer model (`make size`, the preview's band and `make verify`'s floor use it).
 
     `tp`: the prefill replica's tensor-parallel size; `efficiency`: a calibrated per-interface

@@ -121,9 +121,11 @@ class Network(pulumi.ComponentResource):
                 tags={**tags, "Name": f"{name}-private-rt-{az}"},
                 opts=child,
             )
-            associations.append(aws.ec2.RouteTableAssociation(
-                f"{name}-private-rta-{az}", subnet_id=subnet.id, route_table_id=rt.id, opts=child
-            ))
+            associations.append(
+                aws.ec2.RouteTableAssociation(
+                    f"{name}-private-rta-{az}", subnet_id=subnet.id, route_table_id=rt.id, opts=child
+                )
+            )
             private_rts.append(rt)
 
         # S3 through a gateway endpoint, not the NAT gateway: ECR serves image layers from S3

@@ -22,8 +22,9 @@ IMDSV2 = aws.ec2.LaunchTemplateMetadataOptionsArgs(
 )
 
 
-def root_volume(size_gib: int, iops: Optional[int] = None, throughput_mibps: Optional[int] = None
-                ) -> aws.ec2.LaunchTemplateBlockDeviceMappingArgs:
+def root_volume(
+    size_gib: int, iops: Optional[int] = None, throughput_mibps: Optional[int] = None
+) -> aws.ec2.LaunchTemplateBlockDeviceMappingArgs:
     """An encrypted gp3 root volume (AL2023 EKS AMIs boot from /dev/xvda).
 
     gp3 gives 3,000 IOPS and 125 MiB/s unless more is provisioned; config validation keeps the
@@ -32,8 +33,12 @@ def root_volume(size_gib: int, iops: Optional[int] = None, throughput_mibps: Opt
     return aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
         device_name="/dev/xvda",
         ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
-            volume_size=size_gib, volume_type="gp3", encrypted="true", delete_on_termination="true",
-            iops=iops, throughput=throughput_mibps,
+            volume_size=size_gib,
+            volume_type="gp3",
+            encrypted="true",
+            delete_on_termination="true",
+            iops=iops,
+            throughput=throughput_mibps,
         ),
     )
 

@@ -89,10 +89,15 @@ def ray_pod_monitor_spec() -> dict[str, Any]:
 
 def _pvc(gib: int) -> dict[str, Any]:
     """A prometheus-operator `storage(Spec).volumeClaimTemplate` on the gp3 class."""
-    return {"volumeClaimTemplate": {"spec": {
-        "storageClassName": STORAGE_CLASS, "accessModes": ["ReadWriteOnce"],
-        "resources": {"requests": {"storage": f"{gib}Gi"}},
-    }}}
+    return {
+        "volumeClaimTemplate": {
+            "spec": {
+                "storageClassName": STORAGE_CLASS,
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": f"{gib}Gi"}},
+            }
+        }
+    }
 
 
 def prometheus_stack_values(
@@ -108,8 +113,13 @@ def prometheus_stack_values(
     grafana: dict[str, Any] = {
         "nodeSelector": system,
         "sidecar": {"dashboards": {"enabled": True}},
-        "persistence": {"enabled": True, "type": "pvc", "storageClassName": STORAGE_CLASS,
-                        "accessModes": ["ReadWriteOnce"], "size": f"{config.grafana_volume_gib}Gi"},
+        "persistence": {
+            "enabled": True,
+            "type": "pvc",
+            "storageClassName": STORAGE_CLASS,
+            "accessModes": ["ReadWriteOnce"],
+            "size": f"{config.grafana_volume_gib}Gi",
+        },
         # a ReadWriteOnce volume follows one pod: the chart's default RollingUpdate would start the new pod
         # while the old one still holds it (Grafana chart values: persistence, deploymentStrategy)
         "deploymentStrategy": {"type": "Recreate"},
@@ -149,9 +159,9 @@ def prometheus_stack_values(
 
 
 def sns_publish_policy(topic_arn: str) -> str:
-    return json.dumps({"Version": "2012-10-17", "Statement": [
-        {"Effect": "Allow", "Action": "sns:Publish", "Resource": topic_arn}
-    ]})
+    return json.dumps(
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sns:Publish", "Resource": topic_arn}]}
+    )
 
 
 def dcgm_values() -> dict[str, Any]:
@@ -290,8 +300,9 @@ class Observability(pulumi.ComponentResource):
         self.alert_topic, self.alertmanager_role = None, None
         if alerting.receiver == "webhook":
             return WebhookTarget(args.alert_webhook_url) if args.alert_webhook_url is not None else None
-        self.alert_topic = aws.sns.Topic(f"{name}-alerts", tags=dict(args.tags),
-                                         opts=pulumi.ResourceOptions(parent=self))
+        self.alert_topic = aws.sns.Topic(
+            f"{name}-alerts", tags=dict(args.tags), opts=pulumi.ResourceOptions(parent=self)
+        )
         for number, sub in enumerate(alerting.sns_subscriptions):
             aws.sns.TopicSubscription(
                 f"{name}-alerts-{number}",

@@ -38,8 +38,10 @@ def custom_resource_problem(name: str) -> Optional[str]:
     """Why `name` cannot be a custom Ray resource of a KubeRay worker group, or None."""
     flag = operator_reinterpretation(name)
     if flag is not None:
-        return (f"custom Ray resource {name!r} would become KubeRay's `ray start {flag}` (a name that is cpu/memory, "
-                "ends in 'gpu' or is a MIG profile, any case) and never reach the raylet; choose another name")
+        return (
+            f"custom Ray resource {name!r} would become KubeRay's `ray start {flag}` (a name that is cpu/memory, "
+            "ends in 'gpu' or is a MIG profile, any case) and never reach the raylet; choose another name"
+        )
     if name in RAY_PREDEFINED:
         return f"custom Ray resource {name!r} is one of Ray's predefined resources; choose another name"
     return None

@@ -71,18 +71,24 @@ def prometheus_volume(active_series: int, scrape_interval: str, retention: str) 
 
 def irsa_trust_policy(oidc_provider_arn: str, oidc_issuer: str, namespace: str, service_account: str) -> str:
     """Only `namespace/service_account`'s projected token (audience STS) may assume the role."""
-    return json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [{
-            "Effect": "Allow",
-            "Principal": {"Federated": oidc_provider_arn},
-            "Action": "sts:AssumeRoleWithWebIdentity",
-            "Condition": {"StringEquals": {
-                f"{oidc_issuer}:sub": f"system:serviceaccount:{namespace}:{service_account}",
-                f"{oidc_issuer}:aud": "sts.amazonaws.com",
-            }},
-        }],
-    })
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": {"Federated": oidc_provider_arn},
+                    "Action": "sts:AssumeRoleWithWebIdentity",
+                    "Condition": {
+                        "StringEquals": {
+                            f"{oidc_issuer}:sub": f"system:serviceaccount:{namespace}:{service_account}",
+                            f"{oidc_issuer}:aud": "sts.amazonaws.com",
+                        }
+                    },
+                }
+            ],
+        }
+    )
 
 
 def storage_class_spec(zones: Sequence[str]) -> dict[str, Any]:

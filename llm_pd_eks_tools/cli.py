@@ -64,8 +64,11 @@ def run(prog: str, main: Callable[[Optional[list[str]]], int], argv: Optional[li
         return exit_.code if isinstance(exit_.code, int) else Exit.USAGE
     except Exception as error:
         where = _innermost_frame(error)
-        print(f"{prog}: internal error: {type(error).__name__}: {one_line(str(error))} ({where}); "
-              "please report it with the command you ran", file=sys.stderr)
+        print(
+            f"{prog}: internal error: {type(error).__name__}: {one_line(str(error))} ({where}); "
+            "please report it with the command you ran",
+            file=sys.stderr,
+        )
         return Exit.INTERNAL
 
 
@@ -146,12 +149,16 @@ def fresh_out_dir(out: Path, owned: Iterable[str], flag: str = "--out") -> Path:
         try:
             entries = sorted(p.name for p in out.iterdir())
         except OSError as error:
-            raise ToolError(Exit.USAGE, f"{flag} {out} cannot be read ({error.strerror}); choose another directory") \
-                from None
+            raise ToolError(
+                Exit.USAGE, f"{flag} {out} cannot be read ({error.strerror}); choose another directory"
+            ) from None
         foreign = [name for name in entries if name not in owned]
         if foreign:
-            raise ToolError(Exit.USAGE, f"{flag} {out} holds files this tool did not write "
-                                        f"({', '.join(foreign[:3])}); choose an empty directory")
+            raise ToolError(
+                Exit.USAGE,
+                f"{flag} {out} holds files this tool did not write "
+                f"({', '.join(foreign[:3])}); choose an empty directory",
+            )
         if not os.access(out, os.W_OK | os.X_OK):
             raise ToolError(Exit.USAGE, f"{flag} {out} is not writable; choose a directory you can write")
         for name in entries:
@@ -164,8 +171,9 @@ def fresh_out_dir(out: Path, owned: Iterable[str], flag: str = "--out") -> Path:
     try:
         out.mkdir(parents=True)
     except OSError as error:
-        raise ToolError(Exit.USAGE, f"{flag} {out} cannot be created ({error.strerror}); "
-                                    "choose a directory you can write") from None
+        raise ToolError(
+            Exit.USAGE, f"{flag} {out} cannot be created ({error.strerror}); choose a directory you can write"
+        ) from None
     return out
 
 

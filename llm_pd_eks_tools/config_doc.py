@@ -63,8 +63,11 @@ def _type(prop: dict[str, Any]) -> str:
         else:
             parts.append(str(option.get("type", "any")))
     text = " or ".join(parts)
-    bounds = [f"≥ {prop['minimum']}" if "minimum" in prop else "", f"≤ {prop['maximum']}" if "maximum" in prop else "",
-              f"≥ {prop['minItems']} items" if "minItems" in prop else ""]
+    bounds = [
+        f"≥ {prop['minimum']}" if "minimum" in prop else "",
+        f"≤ {prop['maximum']}" if "maximum" in prop else "",
+        f"≥ {prop['minItems']} items" if "minItems" in prop else "",
+    ]
     bounds = [b for b in bounds if b]
     return f"{text} ({', '.join(bounds)})" if bounds else text
 
@@ -119,8 +122,10 @@ def rows() -> Iterator[tuple[str, str, str, str]]:
 def render() -> str:
     """The table, markers included."""
     lines = [BEGIN, "| key | type | default | meaning |", "|---|---|---|---|"]
-    lines += [f"| {key} | {type_} | {default} | {description.replace('|', chr(92) + '|')} |"
-              for key, type_, default, description in rows()]
+    lines += [
+        f"| {key} | {type_} | {default} | {description.replace('|', chr(92) + '|')} |"
+        for key, type_, default, description in rows()
+    ]
     lines.append(END)
     return "\n".join(lines)
 
@@ -129,9 +134,12 @@ def updated(readme: str) -> str:
     """`readme` with the text between the markers replaced by `render()`."""
     start, end = readme.find(BEGIN), readme.find(END)
     if start < 0 or end < start:
-        raise ToolError(Exit.USAGE, f"README.md has no {BEGIN!r} ... {END!r} markers; add them inside "
-                                    "the config section, then run `python -m llm_pd_eks_tools.config_doc`")
-    return readme[:start] + render() + readme[end + len(END):]
+        raise ToolError(
+            Exit.USAGE,
+            f"README.md has no {BEGIN!r} ... {END!r} markers; add them inside "
+            "the config section, then run `python -m llm_pd_eks_tools.config_doc`",
+        )
+    return readme[:start] + render() + readme[end + len(END) :]
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -147,8 +155,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     fresh = updated(current)
     if args.check:
         if fresh != current:
-            raise ToolError(Exit.FAILED, f"{args.readme.name}: the config table is stale; "
-                                         "run `python -m llm_pd_eks_tools.config_doc` and commit README.md")
+            raise ToolError(
+                Exit.FAILED,
+                f"{args.readme.name}: the config table is stale; "
+                "run `python -m llm_pd_eks_tools.config_doc` and commit README.md",
+            )
         return Exit.OK
     if fresh != current:
         args.readme.write_text(fresh, encoding="utf-8")

@@ -107,18 +107,24 @@ def progress(source: str, text: str) -> None:
 
 
 def tag_filter(project: str, stack: str, *more: dict[str, Any]) -> dict[str, Any]:
-    tags = [{"Tags": {"Key": k, "Values": [v], "MatchOptions": ["EQUALS"]}}
-            for k, v in ((PROJECT_TAG, project), (STACK_TAG, stack))]
+    tags = [
+        {"Tags": {"Key": k, "Values": [v], "MatchOptions": ["EQUALS"]}}
+        for k, v in ((PROJECT_TAG, project), (STACK_TAG, stack))
+    ]
     return {"And": [*tags, *more]}
 
 
-def _grouped(ce: Any, start: date, end: date, group: str, metrics: list[str],
-             filter_: dict[str, Any]) -> dict[str, dict[str, float]]:
+def _grouped(
+    ce: Any, start: date, end: date, group: str, metrics: list[str], filter_: dict[str, Any]
+) -> dict[str, dict[str, float]]:
     """Sum of each metric per group key over the window (all pages, at most MAX_PAGES)."""
     totals: dict[str, dict[str, float]] = {}
     kwargs: dict[str, Any] = {
-        "TimePeriod": {"Start": start.isoformat(), "End": end.isoformat()}, "Granularity": "DAILY",
-        "Metrics": metrics, "Filter": filter_, "GroupBy": [{"Type": "DIMENSION", "Key": group}],
+        "TimePeriod": {"Start": start.isoformat(), "End": end.isoformat()},
+        "Granularity": "DAILY",
+        "Metrics": metrics,
+        "Filter": filter_,
+        "GroupBy": [{"Type": "DIMENSION", "Key": group}],
     }
     for _ in range(MAX_PAGES):
         page = ce.get_cost_and_usage(**kwargs)
@@ -140,11 +146,18 @@ def cost_explorer(audit: Audit, config: StackConfig, ce: Any, start: date, end: 
     project, gpu_type = config.name, config.gpu_nodes.instance_type
     by_service = _grouped(ce, start, end, "SERVICE", ["UnblendedCost"], tag_filter(project, audit.stack))
     compute = {"Dimensions": {"Key": "SERVICE", "Values": [EC2_COMPUTE], "MatchOptions": ["EQUALS"]}}
-    by_type = _grouped(ce, start, end, "INSTANCE_TYPE", ["UnblendedCost", "UsageQuantity"],
-                       tag_filter(project, audit.stack, compute))
+    by_type = _grouped(
+        ce, start, end, "INSTANCE_TYPE", ["UnblendedCost", "UsageQuantity"], tag_filter(project, audit.stack, compute)
+    )
     gpu_only = {"Dimensions": {"Key": "INSTANCE_TYPE", "Values": [gpu_type], "MatchOptions": ["EQUALS"]}}
-    by_purchase = _grouped(ce, start, end, "PURCHASE_TYPE", ["UnblendedCost", "UsageQuantity"],
-                           tag_filter(project, audit.stack, compute, gpu_only))
+    by_purchase = _grouped(
+        ce,
+        start,
+        end,
+        "PURCHASE_TYPE",
+        ["UnblendedCost", "UsageQuantity"],
+        tag_filter(project, audit.stack, compute, gpu_only),
+    )
     spend: dict[str, float] = {}
     for service, metrics in by_service.items():
         if service == EC2_COMPUTE:
@@ -152,8 +165,11 @@ def cost_explorer(audit: Audit, config: StackConfig, ce: Any, start: date, end: 
         name = SERVICE_COMPONENT.get(service, service)
         spend[name] = spend.get(name, 0.0) + metrics["UnblendedCost"]
     for instance_type, metrics in by_type.items():
-        name = "gpu-nodes" if instance_type == gpu_type else (
-            "system-nodes" if instance_type == config.system_nodes.instance_type else f"ec2 {instance_type}")
+        name = (
+            "gpu-nodes"
+            if instance_type == gpu_type
+            else ("system-nodes" if instance_type == config.system_nodes.instance_type else f"ec2 {instance_type}")
+        )
         spend[name] = spend.get(name, 0.0) + metrics["UnblendedCost"]
     audit.spend_by_component = {k: round(v, 2) for k, v in sorted(spend.items(), key=lambda kv: -kv[1])}
     if gpu_type in by_type:
@@ -198,7 +214,7 @@ def prometheus_queries(window: str) -> dict[str, str]:
         "gpu_hours": f"sum(count_over_time({util}[{window}:1m])) / 60",
         "idle_gpu_hours": f"sum(count_over_time(({util} < {IDLE_UTIL_PERCENT:g})[{window}:1m])) / 60",
         "util_by_phase": f"avg by ({m.PHASE_LABEL}) (avg_over_time(({util} * on ({m.NODE_LABEL}) "
-                         f"group_left ({m.PHASE_LABEL}) {phase_nodes()})[{window}:1m]))",
+        f"group_left ({m.PHASE_LABEL}) {phase_nodes()})[{window}:1m]))",
         "tokens_by_phase": f"sum by ({m.PHASE_LABEL}) (increase({tokens}[{window}]))",
         "replicas_avg": f"avg_over_time((count by ({m.PHASE_LABEL}) ({running}))[{window}:1m])",
         "replicas_max": f"max_over_time((count by ({m.PHASE_LABEL}) ({running}))[{window}:1m])",
@@ -249,8 +265,14 @@ def gpu_quota(audit: Audit, config: StackConfig, quotas: Any) -> None:
     nodes = config.gpu_nodes.max_size + surge
     value, label = quota_value(quotas, instance.family_quota_code)
     need = nodes * instance.vcpus
-    audit.quota = {"quota": label, "vcpus": value, "max_size": config.gpu_nodes.max_size, "surge": surge,
-                   "needed_vcpus": need, "headroom_vcpus": value - need}
+    audit.quota = {
+        "quota": label,
+        "vcpus": value,
+        "max_size": config.gpu_nodes.max_size,
+        "surge": surge,
+        "needed_vcpus": need,
+        "headroom_vcpus": value - need,
+    }
 
 
 # --- prediction and recommendations --------------------------------------------------------------------
@@ -264,10 +286,14 @@ def predicted(stack: str, config: StackConfig, workload_file: Path) -> dict[str,
     dis, agg = result.get("disaggregated") or {}, result.get("aggregated") or {}
     return {
         "workload": str(workload_file.relative_to(ROOT) if workload_file.is_relative_to(ROOT) else workload_file),
-        "disaggregated_usd_per_mtok": dis.get("usd_per_mtok"), "aggregated_usd_per_mtok": agg.get("usd_per_mtok"),
-        "disaggregated_nodes": dis.get("nodes"), "aggregated_nodes": agg.get("nodes"),
-        "pd_ratio": result.get("pd_ratio"), "output_tokens_s": result.get("output_tokens_s"),
-        "price_hourly": result.get("price_hourly"), "verdict": result.get("verdict"),
+        "disaggregated_usd_per_mtok": dis.get("usd_per_mtok"),
+        "aggregated_usd_per_mtok": agg.get("usd_per_mtok"),
+        "disaggregated_nodes": dis.get("nodes"),
+        "aggregated_nodes": agg.get("nodes"),
+        "pd_ratio": result.get("pd_ratio"),
+        "output_tokens_s": result.get("output_tokens_s"),
+        "price_hourly": result.get("price_hourly"),
+        "verdict": result.get("verdict"),
     }
 
 
@@ -295,19 +321,24 @@ def recommendations(audit: Audit, config: StackConfig, window_h: float) -> list[
             f"Idle GPUs: {gpu['idle_gpu_hours']:.0f} of {gpu['gpu_hours']:.0f} GPU-hours ({gpu['idle_fraction']:.0%}) "
             f"under {IDLE_UTIL_PERCENT:g}% utilisation, ${audit.idle_spend:,.2f} of ${audit.gpu_spend:,.2f}; the group "
             f"never went below {floor:.0f} node(s) (gpuNodes.minSize {config.gpu_nodes.min_size}): lower "
-            f"serving.*.minReplicas / gpuNodes.minSize so scale-in can release them.")
+            f"serving.*.minReplicas / gpuNodes.minSize so scale-in can release them."
+        )
     if serving is not None and audit.replicas.get("max"):
         for role, group in serving.groups().items():
             peak = audit.replicas["max"].get(role)
             if peak is None:
                 continue
             if peak >= group.max_replicas:
-                out.append(f"{role}: peaked at maxReplicas ({peak:.0f} of {group.max_replicas}) in the window: "
-                           f"raise serving.{role}.maxReplicas (and gpuNodes.maxSize) or expect queueing at peaks.")
+                out.append(
+                    f"{role}: peaked at maxReplicas ({peak:.0f} of {group.max_replicas}) in the window: "
+                    f"raise serving.{role}.maxReplicas (and gpuNodes.maxSize) or expect queueing at peaks."
+                )
             elif group.max_replicas > 1 and peak <= group.max_replicas / 2:
-                out.append(f"{role}: never above {peak:.0f} of maxReplicas {group.max_replicas}: "
-                           f"serving.{role}.maxReplicas {max(group.min_replicas, int(peak) + 1)} keeps one of headroom "
-                           f"and lowers the quota the stack must hold.")
+                out.append(
+                    f"{role}: never above {peak:.0f} of maxReplicas {group.max_replicas}: "
+                    f"serving.{role}.maxReplicas {max(group.min_replicas, int(peak) + 1)} keeps one of headroom "
+                    f"and lowers the quota the stack must hold."
+                )
     by_phase = gpu.get("util_by_phase_percent", {}) if gpu else {}
     if {"prefill", "decode"} <= set(by_phase) and min(by_phase.values()) > 0:
         p, d = by_phase["prefill"], by_phase["decode"]
@@ -315,31 +346,41 @@ def recommendations(audit: Audit, config: StackConfig, window_h: float) -> list[
         sized = audit.predicted.get("pd_ratio")
         if ratio >= 1.5 or ratio <= 1 / 1.5:
             hot = "prefill" if ratio > 1 else "decode"
-            out.append(f"P:D ratio: {hot} GPUs run at {max(p, d):.0f}% against {min(p, d):.0f}% on the other side "
-                       f"(sized ratio {sized or 'n/a'}): shift replicas toward {hot}.")
+            out.append(
+                f"P:D ratio: {hot} GPUs run at {max(p, d):.0f}% against {min(p, d):.0f}% on the other side "
+                f"(sized ratio {sized or 'n/a'}): shift replicas toward {hot}."
+            )
     dis, agg = audit.predicted.get("disaggregated_usd_per_mtok"), audit.predicted.get("aggregated_usd_per_mtok")
     if dis is not None and agg is not None and agg < dis:
-        out.append(f"Aggregated vs disaggregated: `make size` prices aggregated serving at ${agg:.4f}/Mtok against "
-                   f"${dis:.4f}/Mtok disaggregated for this workload; unless TTFT isolation is needed, "
-                   "serve aggregated.")
+        out.append(
+            f"Aggregated vs disaggregated: `make size` prices aggregated serving at ${agg:.4f}/Mtok against "
+            f"${dis:.4f}/Mtok disaggregated for this workload; unless TTFT isolation is needed, "
+            "serve aggregated."
+        )
     actual = audit.actual_usd_per_mtok
     if actual is not None and dis:
         factor = actual / dis
         if factor >= 1.5:
             tokens_s = audit.tokens_by_phase.get("decode", 0) / (window_h * 3600)
-            out.append(f"Cost per token: ${actual:.4f}/Mtok actual against ${dis:.4f}/Mtok sized ({factor:.1f}x): "
-                       f"{tokens_s:,.0f} output tok/s served against "
-                       f"{audit.predicted.get('output_tokens_s') or 0:,.0f} "
-                       f"sized; resize for the real load (`make size` with a workload at the observed rate).")
+            out.append(
+                f"Cost per token: ${actual:.4f}/Mtok actual against ${dis:.4f}/Mtok sized ({factor:.1f}x): "
+                f"{tokens_s:,.0f} output tok/s served against "
+                f"{audit.predicted.get('output_tokens_s') or 0:,.0f} "
+                f"sized; resize for the real load (`make size` with a workload at the observed rate)."
+            )
     if audit.reservation_coverage is not None and audit.reservation_coverage < 0.5 and gpu and gpu["nodes_min"]:
         floor = int(gpu["nodes_min"])
         cost = f" (${floor * window_h * price:,.2f} at list price in the window)" if price else ""
-        out.append(f"Reservations: {audit.reservation_coverage:.0%} of GPU instance hours were covered; {floor} "
-                   f"node(s) ran the whole window{cost}: cover that floor with a Savings Plan or capacity reservation.")
+        out.append(
+            f"Reservations: {audit.reservation_coverage:.0%} of GPU instance hours were covered; {floor} "
+            f"node(s) ran the whole window{cost}: cover that floor with a Savings Plan or capacity reservation."
+        )
     if audit.quota and audit.quota["headroom_vcpus"] < 0:
         q = audit.quota
-        out.append(f"Quota: {q['quota']} is {q['vcpus']:.0f} vCPUs, {q['needed_vcpus']} needed for maxSize "
-                   f"{q['max_size']} + {q['surge']} update surge: request {-q['headroom_vcpus']:.0f} more vCPUs.")
+        out.append(
+            f"Quota: {q['quota']} is {q['vcpus']:.0f} vCPUs, {q['needed_vcpus']} needed for maxSize "
+            f"{q['max_size']} + {q['surge']} update surge: request {-q['headroom_vcpus']:.0f} more vCPUs."
+        )
     return out
 
 
@@ -366,17 +407,25 @@ def efficiency_rows(audit: Audit) -> list[tuple[str, str]]:
         ("idle spend", _money(audit.idle_spend)),
         ("tokens generated by phase", tokens),
         ("engine replicas avg (max)", replicas),
-        ("GPU nodes avg (min-max)",
-         f"{gpu['nodes_avg']} ({gpu['nodes_min']:g}-{gpu['nodes_max']:g})" if gpu else "n/a"),
+        (
+            "GPU nodes avg (min-max)",
+            f"{gpu['nodes_avg']} ({gpu['nodes_min']:g}-{gpu['nodes_max']:g})" if gpu else "n/a",
+        ),
         ("$/Mtok actual (GPU spend / decode tokens)", _money(audit.actual_usd_per_mtok, 4)),
-        ("$/Mtok sized, disaggregated / aggregated",
-         f"{_money(pred.get('disaggregated_usd_per_mtok'), 4)} / {_money(pred.get('aggregated_usd_per_mtok'), 4)}"),
+        (
+            "$/Mtok sized, disaggregated / aggregated",
+            f"{_money(pred.get('disaggregated_usd_per_mtok'), 4)} / {_money(pred.get('aggregated_usd_per_mtok'), 4)}",
+        ),
         ("reservation coverage (GPU instance hours)", _pct(audit.reservation_coverage)),
     ]
     if audit.quota:
         q = audit.quota
-        rows.append((f"GPU quota headroom (maxSize {q['max_size']} + surge {q['surge']})",
-                     f"{q['headroom_vcpus']:.0f} of {q['vcpus']:.0f} vCPUs"))
+        rows.append(
+            (
+                f"GPU quota headroom (maxSize {q['max_size']} + surge {q['surge']})",
+                f"{q['headroom_vcpus']:.0f} of {q['vcpus']:.0f} vCPUs",
+            )
+        )
     return rows
 
 
@@ -388,8 +437,15 @@ def render_markdown(audit: Audit) -> str:
     lines += spend or ["| (no Cost Explorer data) | |"]
     if audit.total_spend is not None:
         lines.append(f"| **total** | **{_money(audit.total_spend)}** |")
-    lines += ["", "![spend by component](spend.png)", "", "## Serving efficiency", "",
-              "| figure | value |", "|---|---:|"]
+    lines += [
+        "",
+        "![spend by component](spend.png)",
+        "",
+        "## Serving efficiency",
+        "",
+        "| figure | value |",
+        "|---|---:|",
+    ]
     lines += [f"| {name} | {value} |" for name, value in efficiency_rows(audit)]
     lines += ["", "## Recommendations", ""]
     advice = [f"{i}. {r}" for i, r in enumerate(audit.recommendations, 1)]
@@ -433,14 +489,18 @@ def load_config(stack: str) -> StackConfig:
         raise ToolError(Exit.USAGE, one_line(f"Pulumi.{stack}.yaml: {'; '.join(error.problems)}")) from None
 
 
-def main(argv: Optional[list[str]] = None, clients: Optional[tuple[Any, Any]] = None,
-         now: Optional[datetime] = None) -> int:
+def main(
+    argv: Optional[list[str]] = None, clients: Optional[tuple[Any, Any]] = None, now: Optional[datetime] = None
+) -> int:
     """CLI entry. `clients` = (cost explorer, service quotas) to inject; built from boto3 otherwise."""
     parser = argparse.ArgumentParser(prog="python -m llm_pd_eks_tools.cost_audit", description=__doc__.split("\n")[0])
     parser.add_argument("--stack", required=True, help="the stack (Pulumi.<stack>.yaml)")
     parser.add_argument("--since", default="7d", help="the window, e.g. 7d or 36h (default 7d)")
-    parser.add_argument("--prometheus", default=os.environ.get("PROMETHEUS_URL"),
-                        help="the cluster Prometheus URL (default $PROMETHEUS_URL; omitted: that source is skipped)")
+    parser.add_argument(
+        "--prometheus",
+        default=os.environ.get("PROMETHEUS_URL"),
+        help="the cluster Prometheus URL (default $PROMETHEUS_URL; omitted: that source is skipped)",
+    )
     parser.add_argument("--workload", type=Path, help="the workload `make size` sized (default workloads/<stack>.yaml)")
     parser.add_argument("--out", type=Path, help="output folder (default build/cost-audit/<stack>)")
     parser.add_argument("--json", action="store_true", help="print report.json to stdout")
@@ -513,7 +573,8 @@ def _make_clients(region: str) -> tuple[Any, Any]:
     session = boto3.session.Session()
     cfg = client_config()
     return session.client("ce", region_name="us-east-1", config=cfg), session.client(
-        "service-quotas", region_name=region, config=cfg)
+        "service-quotas", region_name=region, config=cfg
+    )
 
 
 if __name__ == "__main__":

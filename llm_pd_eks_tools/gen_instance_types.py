@@ -34,8 +34,9 @@ def moto_source() -> tuple[Path, str]:
     try:
         version = metadata.version(MOTO_DATA[0])
     except metadata.PackageNotFoundError:
-        raise ToolError(Exit.USAGE, "moto is not installed: run `make venv-dev` (requirements-dev.txt pins it)") \
-            from None
+        raise ToolError(
+            Exit.USAGE, "moto is not installed: run `make venv-dev` (requirements-dev.txt pins it)"
+        ) from None
     import moto  # the package's files, not its mocks
 
     return Path(moto.__file__).parent / MOTO_DATA[1], version
@@ -48,12 +49,14 @@ def _gpu_type(info: dict[str, Any]) -> Optional[dict[str, Any]]:
     if not gpus or network.get("EfaSupported") is not True:
         return None
     if len(gpus) != 1:  # every EC2 GPU type has one GPU model; a second would need a table change
-        raise ToolError(Exit.USAGE, f"{info['InstanceType']}: {len(gpus)} GPU models in GpuInfo.Gpus; the table "
-                        f"holds one per type")
+        raise ToolError(
+            Exit.USAGE, f"{info['InstanceType']}: {len(gpus)} GPU models in GpuInfo.Gpus; the table holds one per type"
+        )
     gpu = gpus[0]
     disks = (info.get("InstanceStorageInfo") or {}).get("Disks") or []
     cards = sorted(
-        int(card["NetworkCardIndex"]) for card in network.get("NetworkCards") or []
+        int(card["NetworkCardIndex"])
+        for card in network.get("NetworkCards") or []
         if "efa" in (card.get("InterfaceTypes") or [])
     )
     return {

@@ -56,14 +56,20 @@ class GpuRoll:
         if self.kind == IN_PLACE:
             return f"GPU node group updated in place by EKS, no new nodes{what}."
         if self.kind == BLUE_GREEN:
-            return (f"GPU node group replaced blue/green{what}: a new group of {self.extra_nodes} × "
-                    f"{self.instance_type} runs next to the old one until the end of `up`: {self.extra_nodes} extra "
-                    f"GPU node(s){price}; the serving pods move onto the new nodes when the old group is deleted.")
+            return (
+                f"GPU node group replaced blue/green{what}: a new group of {self.extra_nodes} × "
+                f"{self.instance_type} runs next to the old one until the end of `up`: {self.extra_nodes} extra "
+                f"GPU node(s){price}; the serving pods move onto the new nodes when the old group is deleted."
+            )
         if self.kind == RECREATE:
-            return (f"GPU node group recreated{what}: the old group is deleted first, no extra nodes; the endpoint "
-                    f"is DOWN until {self.extra_nodes or 'the new'} node(s) have joined and loaded the model.")
-        return (f"GPU node group rolled in place by EKS{what}: it adds {self.extra_nodes} node(s){price}, then "
-                f"fails on the one-pod PodDisruptionBudgets (PodEvictionFailure after 15 minutes).")
+            return (
+                f"GPU node group recreated{what}: the old group is deleted first, no extra nodes; the endpoint "
+                f"is DOWN until {self.extra_nodes or 'the new'} node(s) have joined and loaded the model."
+            )
+        return (
+            f"GPU node group rolled in place by EKS{what}: it adds {self.extra_nodes} node(s){price}, then "
+            f"fails on the one-pod PodDisruptionBudgets (PodEvictionFailure after 15 minutes)."
+        )
 
 
 def _is_gpu(record: dict[str, Any], gpu_urns: set[str]) -> bool:
@@ -85,8 +91,9 @@ def _pick(resources: dict[str, dict[str, Any]], type_: str) -> Optional[dict[str
     return found[0] if len(found) == 1 else None
 
 
-def classify_gpu_roll(old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]],
-                      hourly_price: Optional[float] = None) -> GpuRoll:
+def classify_gpu_roll(
+    old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]], hourly_price: Optional[float] = None
+) -> GpuRoll:
     """The GPU node group's roll between two previews' resources (urn -> record).
 
     `hourly_price`: on-demand list price of one GPU node, for the extra nodes' cost.

@@ -95,8 +95,10 @@ def undecryptable(ciphertext: str) -> Optional[str]:
         except binascii.Error:
             nonce, sealed = b"", b""
         if len(nonce) != 12 or len(sealed) < 16:
-            return ("not a passphrase-provider ciphertext (v1:<base64 12-byte nonce>:<base64 ciphertext>); "
-                    "it cannot be decrypted")
+            return (
+                "not a passphrase-provider ciphertext (v1:<base64 12-byte nonce>:<base64 ciphertext>); "
+                "it cannot be decrypted"
+            )
     return None
 
 
@@ -105,13 +107,16 @@ def runner_problem(label: str, private_only: bool) -> Optional[str]:
     if not _RUNNER_LABEL.match(label):
         return "not a single runner label (whitespace, a newline or a control character in it)"
     if private_only and _HOSTED_RUNNER.match(label):
-        return ("a GitHub-hosted runner, outside the VPC, but the API endpoint is private-only "
-                "(cluster.publicAccessCidrs is empty): it cannot apply the Kubernetes resources")
+        return (
+            "a GitHub-hosted runner, outside the VPC, but the API endpoint is private-only "
+            "(cluster.publicAccessCidrs is empty): it cannot apply the Kubernetes resources"
+        )
     return None
 
 
-def find_placeholders(config: StackConfig, runner: Optional[str] = None,
-                      secure_values: Optional[dict[str, str]] = None) -> list[Placeholder]:
+def find_placeholders(
+    config: StackConfig, runner: Optional[str] = None, secure_values: Optional[dict[str, str]] = None
+) -> list[Placeholder]:
     """Every example value in `config`; `runner` is a runner label stated outside the stack (workflow input);
     `secure_values` are the stack file's `{secure: ...}` ciphertexts by key (llm_pd_eks_tools.stackfile.secure_values)."""
     found = []
@@ -128,16 +133,25 @@ def find_placeholders(config: StackConfig, runner: Optional[str] = None,
         doc = documentation_range(cidr)
         if doc:
             rfc = "RFC 3849" if ":" in doc else "RFC 5737"
-            found.append(Placeholder(f"{PROJECT}:{key}", cidr, f"inside the documentation range {doc} ({rfc}); "
-                                                               "no real client or network has these addresses"))
+            found.append(
+                Placeholder(
+                    f"{PROJECT}:{key}",
+                    cidr,
+                    f"inside the documentation range {doc} ({rfc}); no real client or network has these addresses",
+                )
+            )
     for key, value in _accounts(config):
         if EXAMPLE_ACCOUNT in _ACCOUNT_IN.findall(value):
             found.append(Placeholder(f"{PROJECT}:{key}", value, f"uses the example AWS account {EXAMPLE_ACCOUNT}"))
     if not config.cluster.public_access_cidrs and not (runner or config.deploy.runner_label):
-        found.append(Placeholder(
-            f"{PROJECT}:deploy.runnerLabel", "(not set)",
-            "the API endpoint is private-only (cluster.publicAccessCidrs is empty) and no runner inside the VPC "
-            "is stated; a hosted runner cannot reach the endpoint to apply the Kubernetes resources"))
+        found.append(
+            Placeholder(
+                f"{PROJECT}:deploy.runnerLabel",
+                "(not set)",
+                "the API endpoint is private-only (cluster.publicAccessCidrs is empty) and no runner inside the VPC "
+                "is stated; a hosted runner cannot reach the endpoint to apply the Kubernetes resources",
+            )
+        )
     return found
 
 
@@ -151,8 +165,9 @@ def warning_lines(config: StackConfig, secure_values: Optional[dict[str, str]] =
     found = find_placeholders(config, secure_values=secure_values)
     if not found:
         return []
-    return [f"WARNING: {len(found)} placeholder value(s): fine for an offline preview, refused by the deploy "
-            "workflow"] + [f"  - {p}" for p in found]
+    return [
+        f"WARNING: {len(found)} placeholder value(s): fine for an offline preview, refused by the deploy workflow"
+    ] + [f"  - {p}" for p in found]
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -178,8 +193,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     for p in found:
         print(f"placeholder: {p}", file=sys.stderr)
     if found:
-        print(f"stack {args.stack}: {len(found)} placeholder value(s); replace them before `pulumi up`",
-              file=sys.stderr)
+        print(
+            f"stack {args.stack}: {len(found)} placeholder value(s); replace them before `pulumi up`", file=sys.stderr
+        )
         return Exit.FAILED
     print(f"stack {args.stack}: no placeholder values; pulumi up runs on {label}")
     return Exit.OK

@@ -16,8 +16,16 @@ from typing import Sequence
 Color = tuple[int, int, int]
 WHITE: Color = (255, 255, 255)
 INK: Color = (40, 40, 40)
-PALETTE: tuple[Color, ...] = ((31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189),
-                              (140, 86, 75), (227, 119, 194), (127, 127, 127))
+PALETTE: tuple[Color, ...] = (
+    (31, 119, 180),
+    (255, 127, 14),
+    (44, 160, 44),
+    (214, 39, 40),
+    (148, 103, 189),
+    (140, 86, 75),
+    (227, 119, 194),
+    (127, 127, 127),
+)
 
 # 5x7 glyphs, one string of 5 characters per row ('#' = ink).
 _FONT = {
@@ -80,7 +88,7 @@ class Canvas:
         for y in range(max(0, y0), min(self.height, y1)):
             row = self.pixels[y]
             for x in range(max(0, x0), min(self.width, x1)):
-                row[3 * x:3 * x + 3] = bytes(color)
+                row[3 * x : 3 * x + 3] = bytes(color)
 
     def text(self, x: int, y: int, text: str, color: Color = INK) -> None:
         for i, char in enumerate(text.upper()):

@@ -44,8 +44,17 @@ EIP_QUOTA_CODE = "L-0263D0A3"  # EC2-VPC Elastic IPs
 STANDARD_VCPU_QUOTA_CODE = "L-1216C47A"  # Running On-Demand Standard (A, C, D, H, I, M, R, T, Z)
 STANDARD_FAMILIES = "acdhimrtz"
 # The items `run_checks` reports, in order.
-CHECK_NAMES = ("availability-zones", "gpu-offering", "gpu-efa", "system-offering",
-               "gpu-vcpu-quota", "system-vcpu-quota", "eip-quota", "gpu-capacity", "eks-version")
+CHECK_NAMES = (
+    "availability-zones",
+    "gpu-offering",
+    "gpu-efa",
+    "system-offering",
+    "gpu-vcpu-quota",
+    "system-vcpu-quota",
+    "eip-quota",
+    "gpu-capacity",
+    "eks-version",
+)
 
 
 @dataclass(frozen=True)
@@ -138,8 +147,9 @@ def offering_azs(ec2, instance_type: str) -> set[str]:
         LocationType="availability-zone",
         Filters=[{"Name": "instance-type", "Values": [instance_type]}],
     )
-    return {o["Location"] for page in pages for o in page["InstanceTypeOfferings"]
-            if o["InstanceType"] == instance_type}
+    return {
+        o["Location"] for page in pages for o in page["InstanceTypeOfferings"] if o["InstanceType"] == instance_type
+    }
 
 
 def instance_type_info(ec2, instance_type: str) -> Optional[dict[str, Any]]:
@@ -175,8 +185,9 @@ def check_availability_zones(ec2, region: str, azs: Iterable[str]) -> Result:
             parts.append(f"{', '.join(missing)} not in {region}")
         if unavailable:
             parts.append(", ".join(f"{az} is {known[az]}" for az in unavailable))
-        return Result("availability-zones", FAIL,
-                      f"{'; '.join(parts)} (the region has {', '.join(sorted(known)) or 'no AZs'})")
+        return Result(
+            "availability-zones", FAIL, f"{'; '.join(parts)} (the region has {', '.join(sorted(known)) or 'no AZs'})"
+        )
     return Result("availability-zones", OK, f"{', '.join(azs)} exist in {region}")
 
 
@@ -186,8 +197,9 @@ def check_offered(ec2, check: str, instance_type: str, azs: list[str]) -> Result
     missing = [az for az in azs if az not in offered]
     if missing:
         where = ", ".join(sorted(offered)) if offered else "none in this region"
-        return Result(check, FAIL,
-                      f"{instance_type} is not offered in {', '.join(missing)}; AZs that offer it: {where}")
+        return Result(
+            check, FAIL, f"{instance_type} is not offered in {', '.join(missing)}; AZs that offer it: {where}"
+        )
     return Result(check, OK, f"{instance_type} is offered in {', '.join(azs)}")
 
 
@@ -200,9 +212,12 @@ def check_efa(ec2, instance_type: str, expected_interfaces: int) -> Result:
     if actual is None:
         return Result("gpu-efa", FAIL, f"{instance_type} does not support EFA")
     if actual != expected_interfaces:
-        return Result("gpu-efa", FAIL,
-                      f"{instance_type} has {actual} EFA interfaces, llm_pd_eks/catalog.py says "
-                      f"{expected_interfaces}: fix the catalog")
+        return Result(
+            "gpu-efa",
+            FAIL,
+            f"{instance_type} has {actual} EFA interfaces, llm_pd_eks/catalog.py says "
+            f"{expected_interfaces}: fix the catalog",
+        )
     return Result("gpu-efa", OK, f"{instance_type} supports EFA with {actual} interface(s), as catalogued")
 
 
@@ -227,8 +242,7 @@ def quota_value(quotas, quota_code: str) -> tuple[float, str]:
     return float(quota["Value"]), f"{name} ({quota_code}, {source})"
 
 
-def check_vcpu_quota(quotas, check: str, quota_code: str, nodes: int, vcpus_per_node: int, surge: int = 0
-                     ) -> Result:
+def check_vcpu_quota(quotas, check: str, quota_code: str, nodes: int, vcpus_per_node: int, surge: int = 0) -> Result:
     """The on-demand vCPU quota covers `nodes` (+ `surge` while a template change runs both node
     groups) x `vcpus_per_node` (usage by other instances not counted)."""
     total = nodes + surge
@@ -239,11 +253,18 @@ def check_vcpu_quota(quotas, check: str, quota_code: str, nodes: int, vcpus_per_
     except _QuotaUnavailable as exc:
         return Result(check, UNKNOWN, str(exc))
     if value < needed:
-        return Result(check, FAIL,
-                      f"{label} is {value:g} vCPUs; {counted} x {vcpus_per_node} vCPUs need {needed}: "
-                      f"request an increase in Service Quotas")
-    return Result(check, OK, f"{label} is {value:g} vCPUs >= {counted} x {vcpus_per_node} = {needed} needed "
-                             f"(if nothing else in the region uses it)")
+        return Result(
+            check,
+            FAIL,
+            f"{label} is {value:g} vCPUs; {counted} x {vcpus_per_node} vCPUs need {needed}: "
+            f"request an increase in Service Quotas",
+        )
+    return Result(
+        check,
+        OK,
+        f"{label} is {value:g} vCPUs >= {counted} x {vcpus_per_node} = {needed} needed "
+        f"(if nothing else in the region uses it)",
+    )
 
 
 def check_eip_quota(ec2, quotas, nat_gateways: int) -> Result:
@@ -254,11 +275,13 @@ def check_eip_quota(ec2, quotas, nat_gateways: int) -> Result:
         return Result("eip-quota", UNKNOWN, str(exc))
     in_use = len(ec2.describe_addresses()["Addresses"])
     if in_use + nat_gateways > value:
-        return Result("eip-quota", FAIL,
-                      f"{label} is {value:g}; {in_use} already allocated + {nat_gateways} for NAT gateways "
-                      f"= {in_use + nat_gateways}")
-    return Result("eip-quota", OK,
-                  f"{label} is {value:g} >= {in_use} allocated + {nat_gateways} for NAT gateways")
+        return Result(
+            "eip-quota",
+            FAIL,
+            f"{label} is {value:g}; {in_use} already allocated + {nat_gateways} for NAT gateways "
+            f"= {in_use + nat_gateways}",
+        )
+    return Result("eip-quota", OK, f"{label} is {value:g} >= {in_use} allocated + {nat_gateways} for NAT gateways")
 
 
 def nat_gateway_count(config: StackConfig) -> int:
@@ -277,13 +300,22 @@ def run_checks(config: StackConfig, ec2, quotas, catalog=GPU_INSTANCE_TYPES, eks
     system = config.system_nodes
     results = [
         guarded("availability-zones", lambda: check_availability_zones(ec2, config.region, azs)),
-        guarded("gpu-offering", lambda: check_offered(
-            ec2, "gpu-offering", gpu.name, [config.gpu_nodes.availability_zone])),
+        guarded(
+            "gpu-offering", lambda: check_offered(ec2, "gpu-offering", gpu.name, [config.gpu_nodes.availability_zone])
+        ),
         guarded("gpu-efa", lambda: check_efa(ec2, gpu.name, gpu.efa_interfaces)),
         guarded("system-offering", lambda: check_offered(ec2, "system-offering", system.instance_type, azs)),
-        guarded("gpu-vcpu-quota", lambda: check_vcpu_quota(
-            quotas, "gpu-vcpu-quota", gpu.family_quota_code, config.gpu_nodes.max_size, gpu.vcpus,
-            config.gpu_nodes.roll_surge())),
+        guarded(
+            "gpu-vcpu-quota",
+            lambda: check_vcpu_quota(
+                quotas,
+                "gpu-vcpu-quota",
+                gpu.family_quota_code,
+                config.gpu_nodes.max_size,
+                gpu.vcpus,
+                config.gpu_nodes.roll_surge(),
+            ),
+        ),
     ]
     system_code = standard_quota_code(system.instance_type)
 
@@ -299,8 +331,9 @@ def run_checks(config: StackConfig, ec2, quotas, catalog=GPU_INSTANCE_TYPES, eks
     if system_code:
         results.append(guarded("system-vcpu-quota", system_quota))
     else:
-        results.append(Result("system-vcpu-quota", UNKNOWN,
-                              f"no on-demand quota code known for the {system.instance_type} family"))
+        results.append(
+            Result("system-vcpu-quota", UNKNOWN, f"no on-demand quota code known for the {system.instance_type} family")
+        )
     results.append(guarded("eip-quota", lambda: check_eip_quota(ec2, quotas, nat_gateway_count(config))))
     results.append(guarded("gpu-capacity", lambda: check_capacity(ec2, config)))
     if eks is None:
@@ -349,16 +382,21 @@ def check_capacity(ec2, config: StackConfig, now: Optional[datetime] = None) -> 
     gpu = config.gpu_nodes
     reservation_id = capacity_reservation_id(gpu)
     if reservation_id is None:
-        return Result("gpu-capacity", OK, f"on demand: no reservation configured (a {gpu.instance_type} "
-                                          f"cluster placement group may still find no capacity)")
+        return Result(
+            "gpu-capacity",
+            OK,
+            f"on demand: no reservation configured (a {gpu.instance_type} "
+            f"cluster placement group may still find no capacity)",
+        )
     block = isinstance(gpu.capacity, CapacityBlock)
     kind = "Capacity Block" if block else "capacity reservation"
     try:
         found = ec2.describe_capacity_reservations(CapacityReservationIds=[reservation_id])["CapacityReservations"]
     except _aws_errors() as exc:
         if _error_code(exc) in ("InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"):
-            return Result("gpu-capacity", FAIL, f"{kind} {reservation_id} does not exist in {config.region} "
-                                                f"({_error_code(exc)})")
+            return Result(
+                "gpu-capacity", FAIL, f"{kind} {reservation_id} does not exist in {config.region} ({_error_code(exc)})"
+            )
         raise
     if not found:
         return Result("gpu-capacity", FAIL, f"{kind} {reservation_id} does not exist in {config.region}")
@@ -370,8 +408,10 @@ def check_capacity(ec2, config: StackConfig, now: Optional[datetime] = None) -> 
         problems.append(f"state is {state} (needs active or scheduled)")
     reservation_type = cr.get("ReservationType", "default")
     if block and reservation_type != "capacity-block":
-        problems.append(f"it is not a Capacity Block (ReservationType {reservation_type}): configure it as "
-                        f"{{reservationId: {reservation_id}}}")
+        problems.append(
+            f"it is not a Capacity Block (ReservationType {reservation_type}): configure it as "
+            f"{{reservationId: {reservation_id}}}"
+        )
     if not block and reservation_type == "capacity-block":
         problems.append(f"it is a Capacity Block: configure it as {{capacityBlockId: {reservation_id}}}")
     if cr.get("InstanceType") != gpu.instance_type:
@@ -384,21 +424,28 @@ def check_capacity(ec2, config: StackConfig, now: Optional[datetime] = None) -> 
         if actual != wanted:
             problems.append(
                 f"it was created in cluster placement group {actual!r} and serves only instances launched there: "
-                f"set gpuNodes.capacity.placementGroup to {actual!r}" if actual and not wanted else
-                f"it is in no placement group: remove gpuNodes.capacity.placementGroup ({wanted!r})" if not actual else
-                f"it is in placement group {actual!r}, gpuNodes.capacity.placementGroup is {wanted!r}")
+                f"set gpuNodes.capacity.placementGroup to {actual!r}"
+                if actual and not wanted
+                else f"it is in no placement group: remove gpuNodes.capacity.placementGroup ({wanted!r})"
+                if not actual
+                else f"it is in placement group {actual!r}, gpuNodes.capacity.placementGroup is {wanted!r}"
+            )
     total = int(cr.get("TotalInstanceCount", 0))
     if total < gpu.min_size:
         problems.append(f"it holds {total} instance(s), gpuNodes.minSize is {gpu.min_size}")
     surge = gpu.roll_surge()
     if total >= gpu.min_size and total < gpu.max_size + surge:
         extra = f" plus {surge} for a blue/green template change (templateChange blueGreen)" if surge else ""
-        cautions.append(f"it holds {total} instance(s), fewer than maxSize {gpu.max_size}{extra}: launches past "
-                        f"{total} fail (raise the reservation, lower maxSize"
-                        f"{', or set templateChange: recreate' if surge else ''})")
+        cautions.append(
+            f"it holds {total} instance(s), fewer than maxSize {gpu.max_size}{extra}: launches past "
+            f"{total} fail (raise the reservation, lower maxSize"
+            f"{', or set templateChange: recreate' if surge else ''})"
+        )
     if cr.get("InstanceMatchCriteria") == "open":
-        cautions.append("it is open: any matching instance in the account may take its slots (targeted keeps it "
-                        "for this launch template)")
+        cautions.append(
+            "it is open: any matching instance in the account may take its slots (targeted keeps it "
+            "for this launch template)"
+        )
     window = ""
     if block:
         # `up` waits serving.readyTimeoutMinutes for the RayService, which needs GPU nodes; without
@@ -408,21 +455,27 @@ def check_capacity(ec2, config: StackConfig, now: Optional[datetime] = None) -> 
         wait = f"serving.readyTimeoutMinutes {minutes}" if config.serving else "no RayService to wait for"
         start, end = cr.get("StartDate"), cr.get("EndDate")
         if config.serving and isinstance(start, datetime) and start > now + timeout:
-            problems.append(f"it starts {_when(start)}, after `up`'s wait for the RayService ({wait}) from now "
-                            f"{_when(now)}: no GPU node launches before the start; run `up` from "
-                            f"{_when(start - timeout)}")
+            problems.append(
+                f"it starts {_when(start)}, after `up`'s wait for the RayService ({wait}) from now "
+                f"{_when(now)}: no GPU node launches before the start; run `up` from "
+                f"{_when(start - timeout)}"
+            )
         if isinstance(end, datetime) and end - CAPACITY_BLOCK_END_NOTICE < now + timeout:
-            problems.append(f"it ends {_when(end)} and EC2 terminates its instances from 30 minutes before: too "
-                            f"soon to serve ({wait})")
+            problems.append(
+                f"it ends {_when(end)} and EC2 terminates its instances from 30 minutes before: too "
+                f"soon to serve ({wait})"
+            )
         window = f", window {_when(start)} to {_when(end)}"
     if problems:
         return Result("gpu-capacity", FAIL, f"{kind} {reservation_id}: " + "; ".join(problems))
     when = ""
     if state == "scheduled":
         when = f", starts {_when(cr.get('StartDate'))}: nodes launch only then"
-    summary = (f"{kind} {reservation_id} is {state}{when}: {total} x {gpu.instance_type} in "
-               f"{gpu.availability_zone} ({cr.get('AvailableInstanceCount', '?')} available, "
-               f"{cr.get('InstanceMatchCriteria', '?')}{window}) >= minSize {gpu.min_size}")
+    summary = (
+        f"{kind} {reservation_id} is {state}{when}: {total} x {gpu.instance_type} in "
+        f"{gpu.availability_zone} ({cr.get('AvailableInstanceCount', '?')} available, "
+        f"{cr.get('InstanceMatchCriteria', '?')}{window}) >= minSize {gpu.min_size}"
+    )
     if cautions:
         return Result("gpu-capacity", WARN, summary + "; but " + "; ".join(cautions))
     return Result("gpu-capacity", OK, summary)
@@ -444,9 +497,12 @@ def check_eks_version(eks, version: str) -> Result:
     if status == "STANDARD_SUPPORT":
         return Result("eks-version", OK, f"Kubernetes {version} is in standard support until {day(end_std)}")
     if status == "EXTENDED_SUPPORT":
-        return Result("eks-version", WARN,
-                      f"Kubernetes {version} is in EXTENDED support (extra cost per cluster hour) since "
-                      f"{day(end_std)}, ends {day(end_ext)}: raise cluster.kubernetesVersion")
+        return Result(
+            "eks-version",
+            WARN,
+            f"Kubernetes {version} is in EXTENDED support (extra cost per cluster hour) since "
+            f"{day(end_std)}, ends {day(end_ext)}: raise cluster.kubernetesVersion",
+        )
     return Result("eks-version", FAIL, f"Kubernetes {version} has EKS status {status}")
 
 
@@ -466,8 +522,9 @@ def make_clients(region: str):
 
     cfg = client_config()
     session = boto3.session.Session()
-    return tuple(session.client(name, region_name=region, config=cfg)
-                 for name in ("sts", "ec2", "service-quotas", "eks"))
+    return tuple(
+        session.client(name, region_name=region, config=cfg) for name in ("sts", "ec2", "service-quotas", "eks")
+    )
 
 
 def caller_account(sts) -> str:
@@ -496,8 +553,10 @@ def render_text(stack: str, region: str, account: Optional[str], results: list[R
         lines.append(f"FAIL: {failed} check(s) failed" + (f", {unknown} could not be checked" if unknown else ""))
     elif v == "warning":
         rest = "the rest passed" if unknown < len(results) else "nothing was verified"
-        lines.append(f"WARNING: {unknown} of {len(results)} check(s) could not be run ({rest}); "
-                     f"this stack is NOT confirmed deployable (--strict exits 5 on this)")
+        lines.append(
+            f"WARNING: {unknown} of {len(results)} check(s) could not be run ({rest}); "
+            f"this stack is NOT confirmed deployable (--strict exits 5 on this)"
+        )
     else:
         warned = sum(r.status == WARN for r in results)
         lines.append(f"ok: all {len(results)} checks passed" + (f", {warned} with a warning" if warned else ""))
@@ -510,8 +569,12 @@ def main(argv: Optional[list[str]] = None, clients=None) -> int:
     parser.add_argument("--stack", default="dev", help="stack name (reads Pulumi.<stack>.yaml)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON (and nothing else on stdout)")
     parser.add_argument("--strict", action="store_true", help="exit 5 when any item could not be checked")
-    parser.add_argument("--deadline", type=float, default=DEADLINE_SECONDS,
-                        help=f"seconds the whole run may take (default {DEADLINE_SECONDS:g})")
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=DEADLINE_SECONDS,
+        help=f"seconds the whole run may take (default {DEADLINE_SECONDS:g})",
+    )
     args = parser.parse_args(argv)
     if not 0 < args.deadline <= 3600:
         raise ToolError(Exit.USAGE, f"--deadline {args.deadline:g}: give a number of seconds between 1 and 3600")
@@ -538,8 +601,18 @@ def main(argv: Optional[list[str]] = None, clients=None) -> int:
         print(f"preflight: {reason}", file=sys.stderr)
 
     if args.json:
-        print(json.dumps({"stack": args.stack, "region": config.region, "account": account,
-                          "verdict": verdict(results), "checks": [asdict(r) for r in results]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "stack": args.stack,
+                    "region": config.region,
+                    "account": account,
+                    "verdict": verdict(results),
+                    "checks": [asdict(r) for r in results],
+                },
+                indent=2,
+            )
+        )
     else:
         print(render_text(args.stack, config.region, account, results))
     return exit_code(results, args.strict)
@@ -551,6 +624,7 @@ def main(argv: Optional[list[str]] = None, clients=None) -> int:
 def _client_errors() -> tuple[type[Exception], ...]:
     """What creating clients can raise: botocore's errors, and ValueError for a bad endpoint or setting."""
     return (ValueError, *_aws_errors())
+
 
 # The whole run's budget: 7 checks of a few calls each answer in seconds against real AWS.
 DEADLINE_SECONDS = 60.0
@@ -582,17 +656,25 @@ def check_endpoint_env(environ) -> None:
         except ValueError:
             usable = False
         if not usable:
-            raise ToolError(Exit.USAGE, f"{name}={one_line(repr(value), 100)} is not a URL such as "
-                                        "http://127.0.0.1:5000 or https://ec2.us-west-2.amazonaws.com; "
-                                        "fix or unset it")
+            raise ToolError(
+                Exit.USAGE,
+                f"{name}={one_line(repr(value), 100)} is not a URL such as "
+                "http://127.0.0.1:5000 or https://ec2.us-west-2.amazonaws.com; "
+                "fix or unset it",
+            )
     bundle = environ.get("AWS_CA_BUNDLE")
     if bundle and not os.path.isfile(bundle):
-        raise ToolError(Exit.USAGE, f"AWS_CA_BUNDLE={one_line(repr(bundle), 100)} is not a file; point it at a "
-                                    "PEM certificate bundle or unset it")
+        raise ToolError(
+            Exit.USAGE,
+            f"AWS_CA_BUNDLE={one_line(repr(bundle), 100)} is not a file; point it at a "
+            "PEM certificate bundle or unset it",
+        )
 
 
-def run_with_deadline(work: Callable[[], tuple[str, list[Result]]], deadline: float,
-                      ) -> tuple[Optional[str], list[Result], Optional[str]]:
+def run_with_deadline(
+    work: Callable[[], tuple[str, list[Result]]],
+    deadline: float,
+) -> tuple[Optional[str], list[Result], Optional[str]]:
     """(account, results, reason) of `work` run on a daemon thread for at most `deadline` seconds.
 
     When AWS fails as a whole (credentials, endpoint) or the deadline passes, every item is
@@ -612,9 +694,11 @@ def run_with_deadline(work: Callable[[], tuple[str, list[Result]]], deadline: fl
     thread.start()
     thread.join(deadline)
     if thread.is_alive():
-        reason = (f"AWS did not answer within the {deadline:g} s deadline"
-                  + (f" (endpoint {os.environ['AWS_ENDPOINT_URL']})" if os.environ.get("AWS_ENDPOINT_URL") else "")
-                  + "; nothing was verified")
+        reason = (
+            f"AWS did not answer within the {deadline:g} s deadline"
+            + (f" (endpoint {os.environ['AWS_ENDPOINT_URL']})" if os.environ.get("AWS_ENDPOINT_URL") else "")
+            + "; nothing was verified"
+        )
         return None, [Result(name, UNKNOWN, reason) for name in CHECK_NAMES], reason
     if "error" in outcome:
         error = outcome["error"]

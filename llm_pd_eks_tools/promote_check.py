@@ -70,7 +70,7 @@ def image_without_region(value: Any) -> Any:
     match = _ECR_HOST.match(value)
     if not match:
         return value
-    return f"{match['account']}.dkr.ecr.*{match['cn'] or ''}/{value[match.end():]}"
+    return f"{match['account']}.dkr.ecr.*{match['cn'] or ''}/{value[match.end() :]}"
 
 
 # Values compared in a normal form: an ECR image lives in each region's own registry, so the
@@ -184,11 +184,15 @@ class Report:
             known = [d.key for d in self.unpromoted if not unknown_key(d.key)]
             parts = []
             if known:
-                parts.append(f"{', '.join(known)}. Make both stacks set the same value (or move the key to "
-                             "PER_ENVIRONMENT in llm_pd_eks_tools/promote_check.py if it truly is per-environment)")
+                parts.append(
+                    f"{', '.join(known)}. Make both stacks set the same value (or move the key to "
+                    "PER_ENVIRONMENT in llm_pd_eks_tools/promote_check.py if it truly is per-environment)"
+                )
             if unknown:
-                parts.append(f"{', '.join(unknown)}: not a config key of this project (a typo?); remove or "
-                             "correct it (`make preview` names the valid keys)")
+                parts.append(
+                    f"{', '.join(unknown)}: not a config key of this project (a typo?); remove or "
+                    "correct it (`make preview` names the valid keys)"
+                )
             lines.append(f"FAIL: {len(self.unpromoted)} unpromoted difference(s): " + "; ".join(parts) + ".")
         return "\n".join(lines)
 

@@ -50,8 +50,10 @@ def write_review_stack(base_stack: str, pr: int, root: Path) -> Path:
     data = stackfile.parse(base_path.read_text(encoding="utf-8"), base_path.name) or {}
     data["config"] = review_config(data.get("config") or {})
     path = stackfile.stack_file(review_stack_name(pr), root)
-    header = (f"# Review stack of pull request #{pr}: {base_stack}'s network, cluster and system nodes, the\n"
-              f"# serving layer off. Written by `python -m llm_pd_eks_tools.review_stack --from {base_stack} --pr {pr}`.\n")
+    header = (
+        f"# Review stack of pull request #{pr}: {base_stack}'s network, cluster and system nodes, the\n"
+        f"# serving layer off. Written by `python -m llm_pd_eks_tools.review_stack --from {base_stack} --pr {pr}`.\n"
+    )
     path.write_text(header + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return path
 
@@ -63,16 +65,22 @@ def review_cost(stack: str, root: Path) -> dict[str, Any]:
 
     config = stack_config(stack, root)
     cost = key_figures(run_program(stack, root=root), config, config.region).cost
-    return {"hourly": round(cost.hourly, 4), "lines": [(line.item, line.quantity, line.hourly) for line in cost.lines],
-            "missing": cost.missing}
+    return {
+        "hourly": round(cost.hourly, 4),
+        "lines": [(line.item, line.quantity, line.hourly) for line in cost.lines],
+        "missing": cost.missing,
+    }
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m llm_pd_eks_tools.review_stack", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m llm_pd_eks_tools.review_stack", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--from", dest="base", default="dev", help="the stack whose layout the review stack copies")
     parser.add_argument("--pr", type=int, required=True, help="the pull request's number")
-    parser.add_argument("--ttl-hours", type=int, default=DEFAULT_TTL_HOURS,
-                        help=f"time-to-live from now (1..{MAX_TTL_HOURS})")
+    parser.add_argument(
+        "--ttl-hours", type=int, default=DEFAULT_TTL_HOURS, help=f"time-to-live from now (1..{MAX_TTL_HOURS})"
+    )
     parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
     parser.add_argument("--github-output", help="append stack=, expires-at=, hourly= to this file (GITHUB_OUTPUT)")
     args = parser.parse_args(argv)
@@ -91,8 +99,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         raise ToolError(Exit.USAGE, f"review stack from {args.base}: {one_line(str(error), 400)}") from None
     if cost["missing"]:
         path.unlink()
-        raise ToolError(Exit.USAGE, f"review stack from {args.base}: no price for {', '.join(cost['missing'])} "
-                        "in llm_pd_eks/data/prices.json")
+        raise ToolError(
+            Exit.USAGE,
+            f"review stack from {args.base}: no price for {', '.join(cost['missing'])} in llm_pd_eks/data/prices.json",
+        )
     expires = (datetime.now(UTC) + timedelta(hours=args.ttl_hours)).strftime("%Y-%m-%dT%H:%M:%SZ")
     items = ", ".join(f"{item} ×{n} ${hourly:.3f}/h" for item, n, hourly in cost["lines"])
     print(f"{path.name}: serving layer off; ${cost['hourly']:.2f}/h on demand ({items}); expires {expires}")

@@ -127,9 +127,7 @@ def under_any(path: str, patterns: list[str]) -> bool:
     return False
 
 
-def classify_resources(
-    old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]]
-) -> list[tuple[str, Rollout]]:
+def classify_resources(old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]]) -> list[tuple[str, Rollout]]:
     """(name, roll-out) for every RayService in either preview's resources (urn -> record)."""
     out = []
     for urn in sorted(set(old) | set(new)):

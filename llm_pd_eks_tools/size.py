@@ -59,8 +59,10 @@ def _plan_lines(plan: Plan) -> list[str]:
             f"  {s.role:<10} {s.replicas} replica(s) at TP {s.tp} = {s.gpus} GPU(s) on {s.nodes} node(s); "
             + ", ".join(latency)
         )
-    lines.append(f"  total      {plan.nodes} node(s), {plan.gpus} GPU(s) busy; GPU nodes {_money(plan.hourly)}/hour, "
-                 f"{_money(plan.usd_per_mtok)} per million output tokens")
+    lines.append(
+        f"  total      {plan.nodes} node(s), {plan.gpus} GPU(s) busy; GPU nodes {_money(plan.hourly)}/hour, "
+        f"{_money(plan.usd_per_mtok)} per million output tokens"
+    )
     return lines
 
 
@@ -71,8 +73,11 @@ def placement_lines(result: Sizing) -> list[str]:
         return []
     lines = []
     dis = result.disaggregated
-    if found.disaggregated_nodes is not None and found.prefill and found.decode and (
-        not dis.feasible or found.disaggregated_nodes < dis.nodes
+    if (
+        found.disaggregated_nodes is not None
+        and found.prefill
+        and found.decode
+        and (not dis.feasible or found.disaggregated_nodes < dis.nodes)
     ):
         lines.append(
             f"placement search: prefill TP {found.prefill.tp} x {found.prefill.replicas} + decode TP "
@@ -94,9 +99,11 @@ def constants_line(result: Sizing) -> str:
     if c is None:
         return ""
     where = f"{result.calibration} (make calibrate)" if result.calibration else c.source
-    return (f"constants: prefill MFU {c.prefill_mfu:.3f} + {c.prefill_step_s * 1e3:.1f} ms a forward, decode MBU "
-            f"{c.decode_mbu:.3f} + {c.decode_step_s * 1e3:.1f} ms a step, TP efficiency {c.tp_efficiency:.2f} "
-            f"a doubling, from {where}")
+    return (
+        f"constants: prefill MFU {c.prefill_mfu:.3f} + {c.prefill_step_s * 1e3:.1f} ms a forward, decode MBU "
+        f"{c.decode_mbu:.3f} + {c.decode_step_s * 1e3:.1f} ms a step, TP efficiency {c.tp_efficiency:.2f} "
+        f"a doubling, from {where}"
+    )
 
 
 def render_text(result: Sizing) -> str:
@@ -134,8 +141,10 @@ MAX_ONGOING_HEADROOM = 1.25
 def autoscaling_values(concurrency: Optional[float]) -> dict[str, Any]:
     """targetOngoingRequests from the sized per-replica concurrency, maxOngoingRequests above it."""
     target = max(1, math.ceil(concurrency or 1.0))
-    return {"targetOngoingRequests": target,
-            "maxOngoingRequests": max(target + 1, math.ceil(target * MAX_ONGOING_HEADROOM))}
+    return {
+        "targetOngoingRequests": target,
+        "maxOngoingRequests": max(target + 1, math.ceil(target * MAX_ONGOING_HEADROOM)),
+    }
 
 
 def sized_values(result: Sizing, current: Any) -> dict[str, dict[str, Any]]:
@@ -157,9 +166,13 @@ def sized_values(result: Sizing, current: Any) -> dict[str, dict[str, Any]]:
     for role, group in serving.groups().items():
         sized = plan.side(role).replicas
         low = min(group.min_replicas, sized)
-        out[role] = {"minReplicas": low, "maxReplicas": sized,
-                     **autoscaling_values(plan.side(role).concurrency),
-                     "upscaleDelayS": group.upscale_delay_s, "downscaleDelayS": group.downscale_delay_s}
+        out[role] = {
+            "minReplicas": low,
+            "maxReplicas": sized,
+            **autoscaling_values(plan.side(role).concurrency),
+            "upscaleDelayS": group.upscale_delay_s,
+            "downscaleDelayS": group.downscale_delay_s,
+        }
         min_nodes += group.nodes(low, instance_gpus)
         max_nodes += group.nodes(sized, instance_gpus)
     floor = max(2, min_nodes)
@@ -176,8 +189,11 @@ def write_stack(stack: str, result: Sizing, current: Any, root: Path = ROOT) -> 
     from llm_pd_eks_tools.preview.mockrun import engine_config, stack_file
 
     if not result.disaggregated.feasible:
-        raise ToolError(Exit.FAILED, f"nothing written: the disaggregated layout cannot meet the objectives "
-                                     f"({one_line(result.disaggregated.reason)})")
+        raise ToolError(
+            Exit.FAILED,
+            f"nothing written: the disaggregated layout cannot meet the objectives "
+            f"({one_line(result.disaggregated.reason)})",
+        )
     values = sized_values(result, current)
     path = stack_file(stack, root)
     rt = YAML()  # round-trip: comments, key order and flow style survive
@@ -196,8 +212,9 @@ def write_stack(stack: str, result: Sizing, current: Any, root: Path = ROOT) -> 
     try:
         validate_engine_config(*engine_config(yaml.safe_load(text)))
     except ConfigError as error:
-        raise ToolError(Exit.FAILED, one_line(f"nothing written: the sized config would not validate: "
-                                              f"{'; '.join(error.problems)}")) from None
+        raise ToolError(
+            Exit.FAILED, one_line(f"nothing written: the sized config would not validate: {'; '.join(error.problems)}")
+        ) from None
     path.write_text(text)
     return text, values
 
@@ -226,21 +243,27 @@ def point_main(args: argparse.Namespace) -> int:
     from llm_pd_eks.models import MODELS
     from llm_pd_eks_tools.sizing import point_query, tp_options
 
-    missing = [f"--{n}" for n in ("model", "instance", "tp", "input", "output", "concurrency")
-               if getattr(args, n) is None]
+    missing = [
+        f"--{n}" for n in ("model", "instance", "tp", "input", "output", "concurrency") if getattr(args, n) is None
+    ]
     if missing:
         raise ToolError(Exit.USAGE, f"--point needs {', '.join(missing)}")
     if args.model not in MODELS:
-        raise ToolError(Exit.USAGE,
-                        f"--model {args.model!r}: not a model this project knows; one of {', '.join(MODELS)}")
+        raise ToolError(
+            Exit.USAGE, f"--model {args.model!r}: not a model this project knows; one of {', '.join(MODELS)}"
+        )
     if args.instance not in GPU_INSTANCE_TYPES:
-        raise ToolError(Exit.USAGE,
-                        f"--instance {args.instance!r}: choose one of {', '.join(sorted(GPU_INSTANCE_TYPES))}")
+        raise ToolError(
+            Exit.USAGE, f"--instance {args.instance!r}: choose one of {', '.join(sorted(GPU_INSTANCE_TYPES))}"
+        )
     model, instance = MODELS[args.model], GPU_INSTANCE_TYPES[args.instance]
     options = tp_options(model, instance)
     if args.tp not in options:
-        raise ToolError(Exit.USAGE, f"--tp {args.tp}: {model.model_id} on {instance.name} runs at TP "
-                                    f"{', '.join(map(str, options)) or '(none: the weights do not fit)'}")
+        raise ToolError(
+            Exit.USAGE,
+            f"--tp {args.tp}: {model.model_id} on {instance.name} runs at TP "
+            f"{', '.join(map(str, options)) or '(none: the weights do not fit)'}",
+        )
     answer = point_query(model, instance, args.tp, args.input, args.output, args.concurrency, args.mode)
     if args.json:
         print(json.dumps(answer.as_dict(), indent=2))
@@ -264,8 +287,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     point.add_argument("--input", type=_positive_int, help="prompt tokens per request")
     point.add_argument("--output", type=_positive_int, help="output tokens per request")
     point.add_argument("--concurrency", type=_positive_int, help="closed-loop clients")
-    point.add_argument("--mode", choices=("aggregated", "disaggregated"), default="aggregated",
-                       help="one replica doing both phases, or one prefill plus one decode replica")
+    point.add_argument(
+        "--mode",
+        choices=("aggregated", "disaggregated"),
+        default="aggregated",
+        help="one replica doing both phases, or one prefill plus one decode replica",
+    )
     args = parser.parse_args(argv)
     if args.point:
         return point_main(args)
@@ -290,8 +317,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     else:
         print(render_text(result), end="")
         if values is not None:
-            print(f"wrote Pulumi.{args.stack}.yaml: " + "; ".join(
-                f"{section} " + ", ".join(f"{k}={v}" for k, v in kv.items()) for section, kv in values.items()))
+            print(
+                f"wrote Pulumi.{args.stack}.yaml: "
+                + "; ".join(
+                    f"{section} " + ", ".join(f"{k}={v}" for k, v in kv.items()) for section, kv in values.items()
+                )
+            )
     return Exit.OK if result.disaggregated.feasible or result.aggregated.feasible else Exit.FAILED
 
 

@@ -93,17 +93,29 @@ class EngineConstants:
 # The published vLLM bf16 points in tests/data/sizing-calibration/points.yaml are not fitted on: they
 # are held out and judge this row.
 VLLM_BF16 = EngineConstants(
-    prefill_mfu=0.70, prefill_step_s=0.0, decode_mbu=0.72, decode_step_s=0.0, tp_efficiency=0.90,
+    prefill_mfu=0.70,
+    prefill_step_s=0.0,
+    decode_mbu=0.72,
+    decode_step_s=0.0,
+    tp_efficiency=0.90,
     source="H200 kernel probe 2026-12-01 (llm_pd_eks_tools/calibrate/data/h200-probe.json)",
 )
 # Rows fitted (llm_pd_eks_tools/calibrate/fit.py, on the points not marked held_out) to the engines the published
 # points ran; kept to check the fit method, not used for the stacks (they run vLLM bf16).
 TRTLLM_BF16 = EngineConstants(
-    prefill_mfu=0.4283, prefill_step_s=0.0002, decode_mbu=0.6759, decode_step_s=0.00201, tp_efficiency=1.0,
+    prefill_mfu=0.4283,
+    prefill_step_s=0.0002,
+    decode_mbu=0.6759,
+    decode_step_s=0.00201,
+    tp_efficiency=1.0,
     source="fit on NVIDIA NeMo Llama-2-7B TP1 latency points (tests/data/sizing-calibration, source 2)",
 )
 NIM_FP8 = EngineConstants(
-    prefill_mfu=0.446, prefill_step_s=0.0, decode_mbu=0.5628, decode_step_s=0.0, tp_efficiency=1.0,
+    prefill_mfu=0.446,
+    prefill_step_s=0.0,
+    decode_mbu=0.5628,
+    decode_step_s=0.0,
+    tp_efficiency=1.0,
     source="fit on NVIDIA NIM Llama-3.3-70B fp8 TP2 points (tests/data/sizing-calibration, source 1)",
 )
 ENGINE_CONSTANTS: dict[tuple[str, str], EngineConstants] = {
@@ -155,6 +167,8 @@ def decode_weight_bytes(model: ModelSpec, dtype_bytes: float) -> float:
     """Weight bytes one decode step streams: everything but the input embedding (one row of it is read)."""
     embed, _ = embedding_params(model)
     return model.weight_bytes(dtype_bytes) - embed * dtype_bytes
+
+
 # vLLM's default scheduler budgets for an OpenAI-API server (vllm/engine/arg_utils.py, EngineArgs
 # batch defaults): GPUs with >= 70 GiB that are not A100s get 8192 batched tokens and 1024 sequences a
 # step, every other GPU 2048 and 256. The token budget is the chunk size of chunked prefill.
@@ -173,9 +187,16 @@ def vllm_step_budget(instance: GpuInstanceType) -> tuple[int, int]:
 # compares it with the installed moto). An L40S is 45,776 MiB = 44.7 GiB there, not the 48 GB of its
 # datasheet; an A10G 22,888 MiB.
 EC2_GPU_MEMORY_MIB: dict[str, int] = {
-    "g6e.8xlarge": 45776, "g6e.12xlarge": 45776, "g6e.24xlarge": 45776, "g6e.48xlarge": 45776,
-    "g5.48xlarge": 22888, "p4d.24xlarge": 40960, "p4de.24xlarge": 81920, "p5.48xlarge": 81920,
-    "p5e.48xlarge": 144384, "p5en.48xlarge": 144384,
+    "g6e.8xlarge": 45776,
+    "g6e.12xlarge": 45776,
+    "g6e.24xlarge": 45776,
+    "g6e.48xlarge": 45776,
+    "g5.48xlarge": 22888,
+    "p4d.24xlarge": 40960,
+    "p4de.24xlarge": 81920,
+    "p5.48xlarge": 81920,
+    "p5e.48xlarge": 144384,
+    "p5en.48xlarge": 144384,
 }
 
 
@@ -191,8 +212,13 @@ class _Strict(BaseModel):
     is not a number), every unknown key an error."""
 
     model_config = ConfigDict(
-        extra="forbid", alias_generator=to_camel, validate_by_alias=True, validate_by_name=False,
-        frozen=True, allow_inf_nan=False, strict=True,
+        extra="forbid",
+        alias_generator=to_camel,
+        validate_by_alias=True,
+        validate_by_name=False,
+        frozen=True,
+        allow_inf_nan=False,
+        strict=True,
     )
 
 
@@ -201,7 +227,9 @@ class TokenLengths(_Strict):
 
     mean: float = Field(gt=0, description="Mean tokens per request.")
     cv: float = Field(
-        default=0.0, ge=0, le=4,
+        default=0.0,
+        ge=0,
+        le=4,
         description="Coefficient of variation (standard deviation / mean); 0 means every request has `mean`.",
     )
 
@@ -343,8 +371,14 @@ class Replica:
 
 
 __all__ = [
-    "NIXL_EFA_EFFICIENCY", "NIXL_EFA_INTERFACE_GBPS", "NIXL_EFA_MEASURED_GBPS", "NIXL_EFA_MEASURED_INTERFACES",
-    "NIXL_EFA_SOURCE", "KvBand", "kv_band", "kv_rank_floor_gbps",
+    "NIXL_EFA_EFFICIENCY",
+    "NIXL_EFA_INTERFACE_GBPS",
+    "NIXL_EFA_MEASURED_GBPS",
+    "NIXL_EFA_MEASURED_INTERFACES",
+    "NIXL_EFA_SOURCE",
+    "KvBand",
+    "kv_band",
+    "kv_rank_floor_gbps",
 ]
 
 
@@ -354,12 +388,16 @@ def _duration(seconds: float) -> str:
 
 def band_text(band: dict[str, Any]) -> str:
     """One line for a `KvBand.as_dict()`: per rank, line rate · measured (or the TCP failure case) · TCP."""
-    head = (f"per rank (TP {band['tp']}, {band['interfaces_per_rank']:g} EFA interface(s) of "
-            f"{band['interface_gbps']:g} Gbit/s each): ")
+    head = (
+        f"per rank (TP {band['tp']}, {band['interfaces_per_rank']:g} EFA interface(s) of "
+        f"{band['interface_gbps']:g} Gbit/s each): "
+    )
     line = f"line-rate bound {band['line_rate_gbps']:g} Gbit/s: {_duration(band['line_rate_seconds'])}"
     if band["measured_gbps"] is not None:
-        measured = (f"NIXL/EFA at {band['efficiency']:.3f} of line rate {band['measured_gbps']:.1f} Gbit/s: "
-                    f"{_duration(band['measured_seconds'])} ({band['measured_source']})")
+        measured = (
+            f"NIXL/EFA at {band['efficiency']:.3f} of line rate {band['measured_gbps']:.1f} Gbit/s: "
+            f"{_duration(band['measured_seconds'])} ({band['measured_source']})"
+        )
     else:
         measured = "NIXL/EFA: impossible on this type (no GPUDirect RDMA)"
     tcp = f"one TCP flow {band['tcp_gbps']:g} Gbit/s: {_duration(band['tcp_seconds'])}"
@@ -446,8 +484,13 @@ class Plan:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "mode": self.mode, "feasible": self.feasible, "reason": self.reason, "nodes": self.nodes,
-            "gpus": self.gpus, "hourly": self.hourly, "usd_per_mtok": self.usd_per_mtok,
+            "mode": self.mode,
+            "feasible": self.feasible,
+            "reason": self.reason,
+            "nodes": self.nodes,
+            "gpus": self.gpus,
+            "hourly": self.hourly,
+            "usd_per_mtok": self.usd_per_mtok,
             "usd_per_mtok_total": self.usd_per_mtok_total,
             "sides": [{**asdict(s), "nodes": s.nodes, "gpus": s.gpus} for s in self.sides],
         }
@@ -488,8 +531,10 @@ def size_decode(replica: Replica, workload: Workload) -> Side:
             f"TP {replica.tp} x {replica.instance.gpu_model}, above the {workload.slo.itl_ms:g} ms ITL objective"
         )
     if cap < 1:
-        raise _Infeasible(f"decode: a {workload.input_tokens.mean + workload.output_tokens.mean:.0f}-token sequence's "
-                          f"KV cache does not fit beside the weights on TP {replica.tp}")
+        raise _Infeasible(
+            f"decode: a {workload.input_tokens.mean + workload.output_tokens.mean:.0f}-token sequence's "
+            f"KV cache does not fit beside the weights on TP {replica.tp}"
+        )
     for replicas in range(1, MAX_REPLICAS + 1):
         batch = _decode_fixed_point(replica, tokens_s / replicas, context)
         if batch <= cap and replica.decode_step_seconds(batch, context) <= slo:
@@ -524,8 +569,14 @@ def size_prefill(replica: Replica, workload: Workload, transfer_s_per_token: flo
         wait = mg1_wait_quantile(rate, mean_s, second_s, p)
         if wait + own <= slo:
             mean_wait = rate * second_s / (2 * (1 - rate * mean_s))  # Pollaczek-Khinchine
-            return Side("prefill", replica.tp, replicas, per_node, ttft_ms=(wait + own) * 1e3,
-                        concurrency=rate * (mean_wait + mean_s))
+            return Side(
+                "prefill",
+                replica.tp,
+                replicas,
+                per_node,
+                ttft_ms=(wait + own) * 1e3,
+                concurrency=rate * (mean_wait + mean_s),
+            )
     raise _Infeasible(f"prefill: more than {MAX_REPLICAS} replicas needed")
 
 
@@ -580,7 +631,8 @@ def aggregated_load(replica: Replica, workload: Workload, rate: float) -> Option
         itl_tail_s=step + chunk_s if chunk_fraction > 1 - p else step,
         ttft_mean_s=mean_wait + mean_s,
         ttft_tail_s=mg1_wait_quantile(rate, mean_s, second_s, p)
-        + replica.prefill_seconds(tail_len) + math.ceil(tail_len / chunk) * step,
+        + replica.prefill_seconds(tail_len)
+        + math.ceil(tail_len / chunk) * step,
     )
 
 
@@ -592,8 +644,16 @@ def size_aggregated(replica: Replica, workload: Workload) -> Side:
         if load is None:
             continue
         if load.itl_tail_s * 1e3 <= workload.slo.itl_ms and load.ttft_tail_s * 1e3 <= workload.slo.ttft_ms:
-            return Side("aggregated", replica.tp, replicas, per_node, ttft_ms=load.ttft_tail_s * 1e3,
-                        itl_ms=load.itl_tail_s * 1e3, batch=load.batch, concurrency=load.batch)
+            return Side(
+                "aggregated",
+                replica.tp,
+                replicas,
+                per_node,
+                ttft_ms=load.ttft_tail_s * 1e3,
+                itl_ms=load.itl_tail_s * 1e3,
+                batch=load.batch,
+                concurrency=load.batch,
+            )
     chunk = vllm_step_budget(replica.instance)[0]
     chunk_s = replica.prefill_seconds(min(chunk, workload.input_tokens.quantile(workload.slo.percentile / 100)))
     raise _Infeasible(
@@ -624,8 +684,10 @@ def usd_per_million_total_tokens(hourly: float, total_tokens_s: float) -> float:
     return hourly / (total_tokens_s * 3600) * 1e6
 
 
-COST_BASIS = ("whole GPU nodes at the on-demand list price, as many as the workload's demand needs; "
-              "$/Mtok counts output tokens unless it says input + output")
+COST_BASIS = (
+    "whole GPU nodes at the on-demand list price, as many as the workload's demand needs; "
+    "$/Mtok counts output tokens unless it says input + output"
+)
 
 
 # -- the whole answer -----------------------------------------------------------------------------------
@@ -668,31 +730,46 @@ class Sizing:
     def verdict(self) -> str:
         dis, agg = self.disaggregated, self.aggregated
         if not dis.feasible and not agg.feasible:
-            return ("neither layout meets the objectives on this GPU type: "
-                    "change the SLOs, the model or the instance type")
+            return (
+                "neither layout meets the objectives on this GPU type: change the SLOs, the model or the instance type"
+            )
         if not dis.feasible:
             return f"disaggregation does not pay here: it cannot meet the objectives ({dis.reason}); serve aggregated"
         if not agg.feasible:
-            return ("disaggregation pays here: aggregated serving cannot meet the objectives "
-                    f"({agg.reason}); prefill/decode on separate nodes can")
+            return (
+                "disaggregation pays here: aggregated serving cannot meet the objectives "
+                f"({agg.reason}); prefill/decode on separate nodes can"
+            )
         if dis.nodes < agg.nodes:
             return f"disaggregation pays here: {dis.nodes} node(s) against {agg.nodes} aggregated for the same SLOs"
         if dis.nodes == agg.nodes:
-            return (f"a draw on nodes ({dis.nodes} each): disaggregation buys latency isolation, not throughput "
-                    "(vLLM's own note), at the cost of the KV handoff")
-        return (f"disaggregation does not pay here: {dis.nodes} node(s) against {agg.nodes} aggregated; "
-                "it trades GPUs for latency control this workload does not need")
+            return (
+                f"a draw on nodes ({dis.nodes} each): disaggregation buys latency isolation, not throughput "
+                "(vLLM's own note), at the cost of the KV handoff"
+            )
+        return (
+            f"disaggregation does not pay here: {dis.nodes} node(s) against {agg.nodes} aggregated; "
+            "it trades GPUs for latency control this workload does not need"
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "stack": self.stack, "model_id": self.model_id, "instance_type": self.instance_type,
-            "region": self.region, "workload": self.workload.model_dump(by_alias=True),
-            "kv_band": self.band.as_dict(), "disaggregated": self.disaggregated.as_dict(),
-            "aggregated": self.aggregated.as_dict(), "pd_ratio": self.pd_ratio,
-            "output_tokens_s": self.output_tokens_s, "total_tokens_s": self.total_tokens_s,
-            "price_hourly": self.price_hourly, "verdict": self.verdict(),
+            "stack": self.stack,
+            "model_id": self.model_id,
+            "instance_type": self.instance_type,
+            "region": self.region,
+            "workload": self.workload.model_dump(by_alias=True),
+            "kv_band": self.band.as_dict(),
+            "disaggregated": self.disaggregated.as_dict(),
+            "aggregated": self.aggregated.as_dict(),
+            "pd_ratio": self.pd_ratio,
+            "output_tokens_s": self.output_tokens_s,
+            "total_tokens_s": self.total_tokens_s,
+            "price_hourly": self.price_hourly,
+            "verdict": self.verdict(),
             "recommended": None if self.recommended() is None else self.recommended().mode,  # type: ignore[union-attr]
-            "cost_basis": COST_BASIS, "constants": asdict(self.constants) if self.constants else None,
+            "cost_basis": COST_BASIS,
+            "constants": asdict(self.constants) if self.constants else None,
             "calibration": self.calibration,
             "placement": None if self.placement is None else asdict(self.placement),
         }
@@ -730,8 +807,14 @@ class Placement:
         return None if self.prefill is None or self.decode is None else self.prefill.nodes + self.decode.nodes
 
 
-def search_placement(model: ModelSpec, instance: GpuInstanceType, kv_dtype_bytes: int, workload: Workload,
-                     transfer_s_per_token: float, constants: EngineConstants = VLLM_BF16) -> Placement:
+def search_placement(
+    model: ModelSpec,
+    instance: GpuInstanceType,
+    kv_dtype_bytes: int,
+    workload: Workload,
+    transfer_s_per_token: float,
+    constants: EngineConstants = VLLM_BF16,
+) -> Placement:
     """For each side (and aggregated), the TP that needs the fewest nodes, then the fewest GPUs.
 
     Decode first: its step time is part of every TTFT (the first token comes from the decode replica).
@@ -777,7 +860,9 @@ class Calibration(_Strict):
     tensor_parallel_size: int = Field(ge=1, description="TP of the replicas benchmarked.")
     constants: CalibratedConstants = Field(description="The fitted efficiency row.")
     kv_efficiency: Optional[float] = Field(
-        default=None, gt=0, le=1,
+        default=None,
+        gt=0,
+        le=1,
         description="nixlbench over LIBFABRIC, per EFA interface, as a fraction of line rate; None if not measured.",
     )
     points: int = Field(ge=1, description="Benchmark points the fit used.")
@@ -785,8 +870,14 @@ class Calibration(_Strict):
 
     def engine_constants(self) -> EngineConstants:
         c = self.constants
-        return EngineConstants(c.prefill_mfu, c.prefill_step_s, c.decode_mbu, c.decode_step_s, c.tp_efficiency,
-                               f"calibration/{self.stack}.yaml ({self.measured_at}, {self.points} points)")
+        return EngineConstants(
+            c.prefill_mfu,
+            c.prefill_step_s,
+            c.decode_mbu,
+            c.decode_step_s,
+            c.tp_efficiency,
+            f"calibration/{self.stack}.yaml ({self.measured_at}, {self.points} points)",
+        )
 
 
 def calibration_path(stack: str, root: Path) -> Path:
@@ -811,11 +902,15 @@ def load_calibration(stack: str, root: Path, config: StackConfig) -> Optional[Ca
         problems = "; ".join(f"{_location(e['loc'])}: {e['msg']}" for e in exc.errors())
         raise ToolError(Exit.USAGE, one_line(f"{path}: {problems}; re-run make calibrate STACK={stack}", 600)) from None
     serving = config.serving
-    if serving is not None and (found.model_id != serving.model_id
-                                or found.instance_type != config.gpu_nodes.instance_type):
-        raise ToolError(Exit.USAGE, f"{path}: measured {found.model_id} on {found.instance_type}, the stack now runs "
-                                    f"{serving.model_id} on {config.gpu_nodes.instance_type}; re-run make calibrate "
-                                    f"STACK={stack} or delete the file")
+    if serving is not None and (
+        found.model_id != serving.model_id or found.instance_type != config.gpu_nodes.instance_type
+    ):
+        raise ToolError(
+            Exit.USAGE,
+            f"{path}: measured {found.model_id} on {found.instance_type}, the stack now runs "
+            f"{serving.model_id} on {config.gpu_nodes.instance_type}; re-run make calibrate "
+            f"STACK={stack} or delete the file",
+        )
     return found
 
 
@@ -850,8 +945,14 @@ def size(stack: str, config: StackConfig, workload: Workload, root: Optional[Pat
     dtype = serving.kv_cache_dtype_bytes
     prefill = Replica(model, instance, serving.prefill.tensor_parallel_size, dtype, constants=constants)
     decode = Replica(model, instance, serving.decode.tensor_parallel_size, dtype, constants=constants)
-    band = kv_band(model, round(workload.input_tokens.quantile(workload.slo.percentile / 100)), dtype, instance,
-                   serving.prefill.tensor_parallel_size, kv_efficiency)
+    band = kv_band(
+        model,
+        round(workload.input_tokens.quantile(workload.slo.percentile / 100)),
+        dtype,
+        instance,
+        serving.prefill.tensor_parallel_size,
+        kv_efficiency,
+    )
     per_token = band.seconds_per_token()
     dis = Plan("disaggregated")
     try:
@@ -870,9 +971,20 @@ def size(stack: str, config: StackConfig, workload: Workload, root: Optional[Pat
     tp1_per_token = kv_band(model, band.tokens, dtype, instance, 1, kv_efficiency).seconds_per_token()
     placement = search_placement(model, instance, dtype, workload, tp1_per_token, constants)
     total = workload.request_rate * (workload.input_tokens.mean + workload.output_tokens.mean)
-    return Sizing(stack, model.model_id, instance.name, config.region, workload, band,
-                  _priced(dis, price, out, total), _priced(agg, price, out, total), price, placement,
-                  constants, calibration)
+    return Sizing(
+        stack,
+        model.model_id,
+        instance.name,
+        config.region,
+        workload,
+        band,
+        _priced(dis, price, out, total),
+        _priced(agg, price, out, total),
+        price,
+        placement,
+        constants,
+        calibration,
+    )
 
 
 # -- the point query: one question to the model ---------------------------------------------------------
@@ -894,8 +1006,9 @@ class PointAnswer:
         return asdict(self)
 
 
-def _settle(cycle: Callable[[float], Optional[tuple[float, float, float]]], concurrency: float,
-            output: int) -> tuple[float, tuple[float, float, float]]:
+def _settle(
+    cycle: Callable[[float], Optional[tuple[float, float, float]]], concurrency: float, output: int
+) -> tuple[float, tuple[float, float, float]]:
     """The arrival rate where rate x (TTFT + (output - 1) x ITL) = concurrency (bisection, bounded)."""
     lo, hi = 1e-9, 1e4
     for _ in range(200):
@@ -911,17 +1024,31 @@ def _settle(cycle: Callable[[float], Optional[tuple[float, float, float]]], conc
     return lo, got
 
 
-def point_query(model: ModelSpec, instance: GpuInstanceType, tp: int, input_tokens: int, output_tokens: int,
-                concurrency: int, mode: str = "aggregated", kv_dtype_bytes: int = 2,
-                constants: Optional[EngineConstants] = None,
-                kv_efficiency: Optional[float] = None) -> PointAnswer:
+def point_query(
+    model: ModelSpec,
+    instance: GpuInstanceType,
+    tp: int,
+    input_tokens: int,
+    output_tokens: int,
+    concurrency: int,
+    mode: str = "aggregated",
+    kv_dtype_bytes: int = 2,
+    constants: Optional[EngineConstants] = None,
+    kv_efficiency: Optional[float] = None,
+) -> PointAnswer:
     """What the model says one layout does at one load (the point query of `python -m llm_pd_eks_tools.size --point`)."""
     replica = Replica(model, instance, tp, kv_dtype_bytes, constants=constants or VLLM_BF16)
-    workload = parse_workload({"requestRate": 1.0, "inputTokens": {"mean": float(input_tokens)},
-                               "outputTokens": {"mean": float(output_tokens)},
-                               "slo": {"ttftMs": 1.0, "itlMs": 1.0, "percentile": 90.0}})
+    workload = parse_workload(
+        {
+            "requestRate": 1.0,
+            "inputTokens": {"mean": float(input_tokens)},
+            "outputTokens": {"mean": float(output_tokens)},
+            "slo": {"ttftMs": 1.0, "itlMs": 1.0, "percentile": 90.0},
+        }
+    )
     context = input_tokens + output_tokens / 2
     if mode == "aggregated":
+
         def cycle(rate: float) -> Optional[tuple[float, float, float]]:
             load = aggregated_load(replica, workload, rate)
             return None if load is None else (load.ttft_mean_s, load.itl_mean_s, 0.0)
@@ -942,5 +1069,6 @@ def point_query(model: ModelSpec, instance: GpuInstanceType, tp: int, input_toke
     else:
         raise ToolError(Exit.USAGE, f"--mode {mode!r}: expected aggregated or disaggregated")
     rate, (ttft, itl, kv) = _settle(cycle, concurrency, output_tokens)
-    return PointAnswer(mode, ttft * 1e3, itl * 1e3, (ttft + (output_tokens - 1) * itl) * 1e3,
-                       rate * output_tokens, kv * 1e3, rate)
+    return PointAnswer(
+        mode, ttft * 1e3, itl * 1e3, (ttft + (output_tokens - 1) * itl) * 1e3, rate * output_tokens, kv * 1e3, rate
+    )

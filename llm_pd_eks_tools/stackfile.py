@@ -60,9 +60,11 @@ def echo(value: Any, limit: int = ECHO_LIMIT) -> str:
 #   file has no use for them, and the engine hands the program text either way.
 _V3_BOOL = {**dict.fromkeys(("true", "True", "TRUE"), True), **dict.fromkeys(("false", "False", "FALSE"), False)}
 _V3_NULL = ("", "~", "null", "Null", "NULL")
-_V3_SPECIAL_FLOAT = {**dict.fromkeys((".nan", ".NaN", ".NAN"), float("nan")),
-                     **dict.fromkeys((".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"), float("inf")),
-                     **dict.fromkeys(("-.inf", "-.Inf", "-.INF"), float("-inf"))}
+_V3_SPECIAL_FLOAT = {
+    **dict.fromkeys((".nan", ".NaN", ".NAN"), float("nan")),
+    **dict.fromkeys((".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"), float("inf")),
+    **dict.fromkeys(("-.inf", "-.Inf", "-.INF"), float("-inf")),
+}
 _V3_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
 # The forms Go's strconv.ParseInt(s, 0, 64) accepts once `_` is gone: a sign, then 0x/0o/0b digits,
 # a leading-0 octal, or decimal.
@@ -114,7 +116,7 @@ def v3_resolve(text: str) -> tuple[str, Any]:
         for prefix, base in (("0b", 2), ("-0b", 2), ("0o", 8), ("-0o", 8)):
             if plain.startswith(prefix) and len(plain) > len(prefix):
                 try:
-                    return "!!int", int(("-" if prefix[0] == "-" else "") + plain[len(prefix):], base)
+                    return "!!int", int(("-" if prefix[0] == "-" else "") + plain[len(prefix) :], base)
                 except ValueError:
                     pass
     return "!!str", text
@@ -139,8 +141,11 @@ class _StrictLoader(yaml.SafeLoader):
         tag, value = v3_resolve(str(self.construct_scalar(node)))
         if _LONG + tag[2:] != node.tag:  # an explicit tag yaml.v3 would refuse (`!!int "x"`)
             raise yaml.constructor.ConstructorError(
-                None, None, f"{one_line(repr(node.value), 40)} is not a valid {node.tag.removeprefix(_LONG)}",
-                node.start_mark)
+                None,
+                None,
+                f"{one_line(repr(node.value), 40)} is not a valid {node.tag.removeprefix(_LONG)}",
+                node.start_mark,
+            )
         return value
 
     def compose_node(self, parent: Any, index: Any) -> Any:
@@ -222,14 +227,15 @@ STACK_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 def stack_file(stack: str, root: Path) -> Path:
     """`Pulumi.<stack>.yaml` under `root`; a name the Pulumi CLI would refuse (`../x`) is refused here."""
     if not STACK_NAME.match(stack) or stack in (".", ".."):
-        raise StackFileError(f"{echo(stack, 60)} is not a Pulumi stack name (letters, digits, '-', '_' and '.', "
-                             "at most 100 characters)")
+        raise StackFileError(
+            f"{echo(stack, 60)} is not a Pulumi stack name (letters, digits, '-', '_' and '.', at most 100 characters)"
+        )
     return root / f"Pulumi.{stack}.yaml"
 
 
 def stacks(root: Path) -> list[str]:
     """The stacks a checkout defines, from its Pulumi.<stack>.yaml files."""
-    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
 
 
 def read(stack: str, root: Path) -> dict[str, Any]:
@@ -241,8 +247,9 @@ def read(stack: str, root: Path) -> dict[str, Any]:
         raise StackFileError(f"no stack file {name}; stacks here: {known} (or create it: `pulumi stack init {stack}`)")
     size = path.stat().st_size
     if size > MAX_BYTES:
-        raise StackFileError(f"{name}: {size} bytes is larger than a stack file can be ({MAX_BYTES}); "
-                             "is it the right file?")
+        raise StackFileError(
+            f"{name}: {size} bytes is larger than a stack file can be ({MAX_BYTES}); is it the right file?"
+        )
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
@@ -251,21 +258,26 @@ def read(stack: str, root: Path) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise StackFileError(f"{name}: the file is a YAML {_kind(data)}, but a stack file is a mapping "
-                             "with a `config:` key (`config:` then `namespace:key: value` lines)")
+        raise StackFileError(
+            f"{name}: the file is a YAML {_kind(data)}, but a stack file is a mapping "
+            "with a `config:` key (`config:` then `namespace:key: value` lines)"
+        )
     config = data.get("config")
     if config is None:
         return {}
     if not isinstance(config, dict):
-        raise StackFileError(f"{name}: `config:` is a YAML {_kind(config)}; it must be a mapping of "
-                             "`namespace:key: value` lines")
+        raise StackFileError(
+            f"{name}: `config:` is a YAML {_kind(config)}; it must be a mapping of `namespace:key: value` lines"
+        )
     for key in config:
         if not isinstance(key, str):
-            raise StackFileError(f"{name}: config key {echo(key, 60)} is not a string; keys look like "
-                                 f"`{PROJECT}:gpuNodes`")
+            raise StackFileError(
+                f"{name}: config key {echo(key, 60)} is not a string; keys look like `{PROJECT}:gpuNodes`"
+            )
     # A top-level scalar is what the engine hands the program: its source text (see `_parse`).
-    return {key: raw[key] if key in raw and not isinstance(value, (dict, list)) else value
-            for key, value in config.items()}
+    return {
+        key: raw[key] if key in raw and not isinstance(value, (dict, list)) else value for key, value in config.items()
+    }
 
 
 def _kind(value: Any) -> str:
@@ -280,8 +292,11 @@ def is_secure(value: Any) -> bool:
 
 def secure_values(stack: str, root: Path) -> dict[str, str]:
     """`ns:key` -> ciphertext of each `{secure: ...}` value in `Pulumi.<stack>.yaml` (the text, never decrypted)."""
-    return {(key if ":" in key else f"{PROJECT}:{key}"): str(value["secure"])
-            for key, value in read(stack, root).items() if is_secure(value)}
+    return {
+        (key if ":" in key else f"{PROJECT}:{key}"): str(value["secure"])
+        for key, value in read(stack, root).items()
+        if is_secure(value)
+    }
 
 
 def engine_config(config: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
@@ -339,8 +354,10 @@ def imported_environments(stack: str, root: Path) -> list[str]:
     if envs is None:
         return []
     if not isinstance(envs, list) or not all(isinstance(e, str) and e for e in envs):
-        raise StackFileError(f"{path.name}: `environment:` must be a list of ESC environment names "
-                             f"(`- {PROJECT}/{stack}`), got {echo(envs, 60)}")
+        raise StackFileError(
+            f"{path.name}: `environment:` must be a list of ESC environment names "
+            f"(`- {PROJECT}/{stack}`), got {echo(envs, 60)}"
+        )
     return list(envs)
 
 
@@ -350,7 +367,7 @@ def environment_keys(envs: list[str], root: Path) -> list[str]:
     for env in envs:
         definition = root / ESC_DIR / f"{env}.yaml"
         if definition.is_file():
-            values = (parse(definition.read_text(encoding="utf-8"), str(definition.relative_to(root))) or {})
+            values = parse(definition.read_text(encoding="utf-8"), str(definition.relative_to(root))) or {}
             keys.update(str(k) for k in ((values.get("values") or {}).get("pulumiConfig") or {}))
     return sorted(k if ":" in k else f"{PROJECT}:{k}" for k in keys)
 
@@ -375,30 +392,42 @@ def resolve_environments(
     what = f"Pulumi.{stack}.yaml imports ESC environment(s) {', '.join(envs)}"
     cli = shutil.which("pulumi")
     if cli is None:
-        raise EnvironmentImportError(f"{what}, whose keys ({unseen}) only the Pulumi CLI can open; install it "
-                                     "and `pulumi login`, or copy the keys into `config:`")
+        raise EnvironmentImportError(
+            f"{what}, whose keys ({unseen}) only the Pulumi CLI can open; install it "
+            "and `pulumi login`, or copy the keys into `config:`"
+        )
     try:
-        done = subprocess.run([cli, "config", "--json", "--stack", stack, "--cwd", str(root)],
-                              capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+        done = subprocess.run(
+            [cli, "config", "--json", "--stack", stack, "--cwd", str(root)],
+            capture_output=True,
+            text=True,
+            timeout=CLI_TIMEOUT_S,
+        )
     except subprocess.TimeoutExpired:
-        raise EnvironmentImportError(f"{what}; `pulumi config --json` gave no answer in {CLI_TIMEOUT_S} s, "
-                                     f"so its keys ({unseen}) are unseen") from None
+        raise EnvironmentImportError(
+            f"{what}; `pulumi config --json` gave no answer in {CLI_TIMEOUT_S} s, so its keys ({unseen}) are unseen"
+        ) from None
     if done.returncode != 0:
         reason = one_line(done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}", 160)
-        raise EnvironmentImportError(f"{what}; `pulumi config --json` failed ({reason}), so its keys ({unseen}) "
-                                     "are unseen; `pulumi login` and retry")
+        raise EnvironmentImportError(
+            f"{what}; `pulumi config --json` failed ({reason}), so its keys ({unseen}) "
+            "are unseen; `pulumi login` and retry"
+        )
     try:
         listed = json.loads(done.stdout)
     except ValueError:
         listed = None
     if not isinstance(listed, dict):
-        raise EnvironmentImportError(f"{what}; `pulumi config --json` printed no JSON object, so its keys "
-                                     f"({unseen}) are unseen")
+        raise EnvironmentImportError(
+            f"{what}; `pulumi config --json` printed no JSON object, so its keys ({unseen}) are unseen"
+        )
     resolved, secrets = _cli_config(listed)
     missing = [k for k in keys if k not in resolved]
     if missing:
-        raise EnvironmentImportError(f"{what}, but the CLI's config lacks {', '.join(missing)}, which "
-                                     f"{ESC_DIR}/ says it sets; is the environment up to date (`esc env get`)?")
+        raise EnvironmentImportError(
+            f"{what}, but the CLI's config lacks {', '.join(missing)}, which "
+            f"{ESC_DIR}/ says it sets; is the environment up to date (`esc env get`)?"
+        )
     return resolved, secrets
 
 

@@ -19,11 +19,22 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA_TYPES: dict[str, type | tuple[type, ...]] = {
-    "string": str, "boolean": bool, "integer": int, "number": (int, float), "array": list, "object": dict,
+    "string": str,
+    "boolean": bool,
+    "integer": int,
+    "number": (int, float),
+    "array": list,
+    "object": dict,
 }
 # YAML config types (the YAML reference's `config:` `type`) and the schema type each satisfies.
-CONFIG_TYPES = {"string": "string", "integer": "integer", "boolean": "boolean", "number": "number",
-                "List<String>": "array", "List<Integer>": "array"}
+CONFIG_TYPES = {
+    "string": "string",
+    "integer": "integer",
+    "boolean": "boolean",
+    "number": "number",
+    "List<String>": "array",
+    "List<Integer>": "array",
+}
 _WHOLE_REF = re.compile(r"^\$\{([A-Za-z_][\w-]*)((?:\.[A-Za-z_]\w*|\[\d+\])*)\}$")
 _REFS = re.compile(r"\$\{([A-Za-z_][\w-]*)((?:\.[A-Za-z_]\w*|\[\d+\])*)\}")
 
@@ -79,8 +90,11 @@ def check(program: dict[str, Any], schema: dict[str, Any], program_dir: Path, pa
         problems.append(f"packages: no entry for {package!r} (`pulumi package add <path>` writes one)")
     elif (program_dir / str(source)).resolve() != package_dir.resolve():
         problems.append(f"packages.{package}: {source!r} is not the package's folder ({package_dir.name}/)")
-    config_types = {str(k): CONFIG_TYPES.get((v or {}).get("type", "string"), "string")
-                    for k, v in (program.get("config") or {}).items() if isinstance(v, dict)}
+    config_types = {
+        str(k): CONFIG_TYPES.get((v or {}).get("type", "string"), "string")
+        for k, v in (program.get("config") or {}).items()
+        if isinstance(v, dict)
+    }
     ours: dict[str, dict[str, Any]] = {}
     for name, resource in (program.get("resources") or {}).items():
         token = str((resource or {}).get("type", ""))

@@ -16,8 +16,13 @@ from typing import Any, Callable, Optional
 
 
 class FakeOpenAi:
-    def __init__(self, ttft: Callable[[int], float], itl: Callable[[int, float], float],
-                 fail_after: Optional[int] = None, stall_s: float = 0.0):
+    def __init__(
+        self,
+        ttft: Callable[[int], float],
+        itl: Callable[[int, float], float],
+        fail_after: Optional[int] = None,
+        stall_s: float = 0.0,
+    ):
         self.ttft, self.itl, self.fail_after, self.stall_s = ttft, itl, fail_after, stall_s
         self.active = 0
         self.served = 0

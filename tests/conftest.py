@@ -39,7 +39,6 @@ def _policy_pack_lifetime() -> Iterator[None]:
     policy_fixtures.close_pack()
 
 
-
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """A test marked `requires_binary(name)` fails, never skips, when `name` is not on PATH."""
     import shutil

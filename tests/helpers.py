@@ -31,6 +31,7 @@ PLACEMENT_GROUP = "aws:ec2/placementGroup:PlacementGroup"
 SUBNET = "aws:ec2/subnet:Subnet"
 RAY_SERVICE = "kubernetes:ray.io/v1:RayService"
 
+
 # -- stack config variants -------------------------------------------------------------------------
 def merged(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     """`base` with `overrides` merged in, nested objects key by key (lists and scalars replace)."""

@@ -43,8 +43,18 @@ DEFAULT_METRICS_PORT = 8080  # utils.DefaultMetricsPort (utils/constant.go line 
 DEFAULT_DASHBOARD_AGENT_LISTEN_PORT = 52365  # utils.DefaultDashboardAgentListenPort (constant.go line 109)
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1), "k": Decimal(10**3),
-            "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12), "P": Decimal(10**15), "E": Decimal(10**18)}
+_DECIMAL = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal(10**3),
+    "M": Decimal(10**6),
+    "G": Decimal(10**9),
+    "T": Decimal(10**12),
+    "P": Decimal(10**15),
+    "E": Decimal(10**18),
+}
 _QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?)$")
 
 
@@ -195,8 +205,10 @@ def worker_ray_start(group: Mapping[str, Any], head_address: str = HEAD_ADDRESS)
     update_ray_start_params_resources(params, {str(k): str(v) for k, v in (group.get("resources") or {}).items()})
     set_missing_ray_start_params(params, "worker", head_address)
     container = group["template"]["spec"]["containers"][0]  # utils.RayContainerIndex
-    resources = {part: {str(k): str(v) for k, v in (container.get("resources") or {}).get(part, {}).items()}
-                 for part in ("requests", "limits")}
+    resources = {
+        part: {str(k): str(v) for k, v in (container.get("resources") or {}).get(part, {}).items()}
+        for part in ("requests", "limits")
+    }
     return generate_ray_start_command("worker", params, resources)
 
 

@@ -104,12 +104,27 @@ def efa_interfaces(cards: "int | tuple[int, ...]", security_group: Any = "sg-efa
     'efa' (with ENA) on card 0, 'efa-only' on the rest; a type whose card 0 has no EFA (p6-b300)
     gets a plain ENA interface there."""
     indexes = tuple(range(cards)) if isinstance(cards, int) else tuple(cards)
-    primary = [] if 0 in indexes else [
-        {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface", "deleteOnTermination": "true",
-         "securityGroups": [security_group]}]
+    primary = (
+        []
+        if 0 in indexes
+        else [
+            {
+                "networkCardIndex": 0,
+                "deviceIndex": 0,
+                "interfaceType": "interface",
+                "deleteOnTermination": "true",
+                "securityGroups": [security_group],
+            }
+        ]
+    )
     return primary + [
-        {"networkCardIndex": i, "deviceIndex": 0 if i == 0 else 1, "interfaceType": "efa" if i == 0 else "efa-only",
-         "deleteOnTermination": "true", "securityGroups": [security_group]}
+        {
+            "networkCardIndex": i,
+            "deviceIndex": 0 if i == 0 else 1,
+            "interfaceType": "efa" if i == 0 else "efa-only",
+            "deleteOnTermination": "true",
+            "securityGroups": [security_group],
+        }
         for i in indexes
     ]
 
@@ -128,23 +143,35 @@ def gpu_stack(
     the resources."""
     comp = Res(COMPONENT, "gpu-nodes", {})
     subnets = {
-        f"subnet-{az}": Res(SUBNET, f"network-private-{az}",
-                            {"availabilityZone": az, "mapPublicIpOnLaunch": False, "vpcId": "vpc-1",
-                             "cidrBlock": f"10.0.{i * 32}.0/19"})
+        f"subnet-{az}": Res(
+            SUBNET,
+            f"network-private-{az}",
+            {
+                "availabilityZone": az,
+                "mapPublicIpOnLaunch": False,
+                "vpcId": "vpc-1",
+                "cidrBlock": f"10.0.{i * 32}.0/19",
+            },
+        )
         for i, az in enumerate(azs)
     }
     pg = Res(PLACEMENT_GROUP, "gpu-nodes-pg", {"strategy": "cluster"}, parent=comp)
-    sg = Res(SECURITY_GROUP, "gpu-nodes-efa-sg",
-             {"vpcId": "vpc-1", "ingress": [SELF_ALL],
-              "egress": [SELF_ALL, {"protocol": "-1", "fromPort": 0, "toPort": 0, "cidrBlocks": ["0.0.0.0/0"]}]},
-             parent=comp)
+    sg = Res(
+        SECURITY_GROUP,
+        "gpu-nodes-efa-sg",
+        {
+            "vpcId": "vpc-1",
+            "ingress": [SELF_ALL],
+            "egress": [SELF_ALL, {"protocol": "-1", "fromPort": 0, "toPort": 0, "cidrBlocks": ["0.0.0.0/0"]}],
+        },
+        parent=comp,
+    )
     lt = Res(
         LAUNCH_TEMPLATE,
         "gpu-nodes-lt",
         {
             "instanceType": instance_type,
-            "networkInterfaces": efa_interfaces(EFA_NETWORK_CARDS[instance_type],
-                                                UNKNOWN if unknown_ids else "sg-efa"),
+            "networkInterfaces": efa_interfaces(EFA_NETWORK_CARDS[instance_type], UNKNOWN if unknown_ids else "sg-efa"),
             "metadataOptions": {"httpTokens": "required", "httpEndpoint": "enabled", "httpPutResponseHopLimit": 1},
             "placement": {"groupName": UNKNOWN if unknown_ids else "gpu-nodes-pg-1a2b3c"},
         },
@@ -183,6 +210,7 @@ def without_deps(stack: dict[str, Res]) -> dict[str, Res]:
 
 # -- Kubernetes: the RayService --------------------------------------------------------------------
 
+
 def kv_transfer(backends: Optional[list[str]] = ("LIBFABRIC",)) -> dict[str, Any]:
     extra = {} if backends is None else {"kv_connector_extra_config": {"backends": list(backends)}}
     return {"kv_connector": "NixlConnector", "kv_role": "kv_both", **extra}
@@ -192,24 +220,37 @@ def serve_config(prefill_kv: dict[str, Any], decode_kv: Optional[dict[str, Any]]
     """A Ray Serve LLM prefill/decode application as `build_pd_openai_app` takes it."""
 
     def llm(kv: dict[str, Any]) -> dict[str, Any]:
-        return {"model_loading_config": {"model_id": "qwen", "model_source": "Qwen/Qwen2.5-7B-Instruct"},
-                "engine_kwargs": {"tensor_parallel_size": 1, "kv_transfer_config": kv},
-                "runtime_env": {"env_vars": {"VLLM_USE_V1": "1"}}}
+        return {
+            "model_loading_config": {"model_id": "qwen", "model_source": "Qwen/Qwen2.5-7B-Instruct"},
+            "engine_kwargs": {"tensor_parallel_size": 1, "kv_transfer_config": kv},
+            "runtime_env": {"env_vars": {"VLLM_USE_V1": "1"}},
+        }
 
-    return {"applications": [{
-        "name": "llm", "route_prefix": "/", "import_path": "ray.serve.llm:build_pd_openai_app",
-        "args": {"prefill_config": llm(prefill_kv), "decode_config": llm(decode_kv or prefill_kv)},
-    }]}
+    return {
+        "applications": [
+            {
+                "name": "llm",
+                "route_prefix": "/",
+                "import_path": "ray.serve.llm:build_pd_openai_app",
+                "args": {"prefill_config": llm(prefill_kv), "decode_config": llm(decode_kv or prefill_kv)},
+            }
+        ]
+    }
 
 
-def gpu_container(gpus: int = 8, efa: Optional[int] = 32, fi_provider: Optional[str] = "efa",
-                  env: tuple = ()) -> dict[str, Any]:
+def gpu_container(
+    gpus: int = 8, efa: Optional[int] = 32, fi_provider: Optional[str] = "efa", env: tuple = ()
+) -> dict[str, Any]:
     limits: dict[str, Any] = {"nvidia.com/gpu": gpus, "cpu": "32", "memory": "256Gi"}
     if efa is not None:
         limits["vpc.amazonaws.com/efa"] = efa
     env_list = [{"name": "FI_PROVIDER", "value": fi_provider}] if fi_provider is not None else []
-    return {"name": "ray-worker", "image": "rayproject/ray-llm:2.60.0-py311-cu128",
-            "resources": {"limits": limits, "requests": dict(limits)}, "env": env_list + list(env)}
+    return {
+        "name": "ray-worker",
+        "image": "rayproject/ray-llm:2.60.0-py311-cu128",
+        "resources": {"limits": limits, "requests": dict(limits)},
+        "env": env_list + list(env),
+    }
 
 
 def ray_service(
@@ -224,17 +265,44 @@ def ray_service(
         "serveConfigV2": yaml.safe_dump(config) if isinstance(config, dict) else config,
         "rayClusterConfig": {
             "rayVersion": "2.60.0",
-            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
-                {"name": "ray-head", "image": "rayproject/ray-llm:2.60.0-py311-cu128",
-                 "env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}},
-                         *head_env]}]}}},
-            "workerGroupSpecs": [{
-                "groupName": "gpu", "replicas": 2, "minReplicas": 2, "maxReplicas": 2, "rayStartParams": {},
-                "template": {"spec": {"containers": [worker or gpu_container()]}},
-            }],
+            "headGroupSpec": {
+                "rayStartParams": {},
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "ray-head",
+                                "image": "rayproject/ray-llm:2.60.0-py311-cu128",
+                                "env": [
+                                    {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}},
+                                    *head_env,
+                                ],
+                            }
+                        ]
+                    }
+                },
+            },
+            "workerGroupSpecs": [
+                {
+                    "groupName": "gpu",
+                    "replicas": 2,
+                    "minReplicas": 2,
+                    "maxReplicas": 2,
+                    "rayStartParams": {},
+                    "template": {"spec": {"containers": [worker or gpu_container()]}},
+                }
+            ],
         },
     }
     if serve_service is not None:
         spec["serveService"] = serve_service
-    return Res(RAY_SERVICE, "llm", {"apiVersion": "ray.io/v1", "kind": "RayService",
-                                    "metadata": {"name": "llm", "namespace": "llm"}, "spec": spec})
+    return Res(
+        RAY_SERVICE,
+        "llm",
+        {
+            "apiVersion": "ray.io/v1",
+            "kind": "RayService",
+            "metadata": {"name": "llm", "namespace": "llm"},
+            "spec": spec,
+        },
+    )

@@ -78,8 +78,12 @@ def backfill(tmp: Path, series: Series, minutes: int, end: Optional[float] = Non
     data = tmp / "tsdb"
     om = tmp / "series.om"
     om.write_text(openmetrics(time.time() - 5 if end is None else end, minutes, series))
-    made = subprocess.run([binary(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)],
-                          capture_output=True, text=True, timeout=300)
+    made = subprocess.run(
+        [binary(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert made.returncode == 0, made.stdout + made.stderr
     return data
 
@@ -104,8 +108,14 @@ def prometheus(tmp: Path, data: Path, config: dict[str, Any], *flags: str) -> It
     """Prometheus on a free loopback port over `data` (extra command-line `flags`); yields its URL once ready."""
     port = free_port()
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
-    args = [binary(PROMETHEUS), f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={data}",
-            f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=30d", *flags]
+    args = [
+        binary(PROMETHEUS),
+        f"--config.file={tmp / 'prometheus.yml'}",
+        f"--storage.tsdb.path={data}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--storage.tsdb.retention.time=30d",
+        *flags,
+    ]
     with process(args, tmp / "prometheus.log"):
         url = f"http://127.0.0.1:{port}"
         wait_for("Prometheus ready", lambda: urllib.request.urlopen(f"{url}/-/ready", timeout=5).status == 200)

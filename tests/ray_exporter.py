@@ -25,10 +25,51 @@ from ray._private.telemetry.open_telemetry_metric_recorder import OpenTelemetryM
 # vLLM's bucket bounds: NixlPromMetrics (vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py).
 XFER_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0]
 BYTES_BUCKETS = [float(2 ** (10 + i)) for i in range(1, 25, 2)]
-TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
-ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-               40.0, 80.0]
+TTFT_BUCKETS = [
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+]
+ITL_BUCKETS = [
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+]
 TAGS = {"model_name": "Qwen/Qwen2.5-7B-Instruct", "engine": "0", "ReplicaId": "r1"}
 
 recorder = OpenTelemetryMetricRecorder()
@@ -36,15 +77,21 @@ lock = threading.Lock()
 totals = {"failed": 0.0, "tokens": 0.0}
 
 # Ray metric names are vLLM's with ':' -> '_' (vllm/v1/metrics/ray_wrappers.py); Ray adds `ray_`.
-for name, buckets in (("vllm_nixl_xfer_time_seconds", XFER_BUCKETS), ("vllm_nixl_bytes_transferred", BYTES_BUCKETS),
-                      ("vllm_time_to_first_token_seconds", TTFT_BUCKETS),
-                      ("vllm_inter_token_latency_seconds", ITL_BUCKETS)):
+for name, buckets in (
+    ("vllm_nixl_xfer_time_seconds", XFER_BUCKETS),
+    ("vllm_nixl_bytes_transferred", BYTES_BUCKETS),
+    ("vllm_time_to_first_token_seconds", TTFT_BUCKETS),
+    ("vllm_inter_token_latency_seconds", ITL_BUCKETS),
+):
     recorder.register_histogram_metric(name, name, buckets)
 for name in ("vllm_nixl_num_failed_transfers", "vllm_generation_tokens", "vllm_nixl_num_failed_notifications"):
     recorder.register_counter_metric(name, name)
     recorder.set_metric_value(name, TAGS, 0.0)
-for name, value in (("vllm_num_requests_running", 1.0), ("vllm_num_requests_waiting", 0.0),
-                    ("vllm_kv_cache_usage_perc", 0.3)):
+for name, value in (
+    ("vllm_num_requests_running", 1.0),
+    ("vllm_num_requests_waiting", 0.0),
+    ("vllm_kv_cache_usage_perc", 0.3),
+):
     recorder.register_gauge_metric(name, name)
     recorder.set_metric_value(name, TAGS, value)
 

@@ -66,6 +66,7 @@ class Endpoint:
 
 # --- groups created outside the plan, as documented ----------------------------------------------
 
+
 def eks_created_group(group_id: str) -> SecurityGroup:
     """The cluster security group EKS creates: all traffic from itself in, everything out.
 
@@ -107,23 +108,33 @@ def pulumi_eks_groups(cluster_group: str, node_group: str) -> list[SecurityGroup
 
 # --- groups and endpoints of a plan ----------------------------------------------------------------
 
+
 def _rule(raw: dict, own_id: str) -> Rule:
     groups = set(raw.get("securityGroups") or [])
     if raw.get("self"):
         groups.add(own_id)
     if raw.get("sourceSecurityGroupId"):
         groups.add(raw["sourceSecurityGroupId"])
-    return Rule(str(raw["protocol"]), int(raw.get("fromPort", 0)), int(raw.get("toPort", 0)),
-                frozenset(groups), tuple(raw.get("cidrBlocks") or ()))
+    return Rule(
+        str(raw["protocol"]),
+        int(raw.get("fromPort", 0)),
+        int(raw.get("toPort", 0)),
+        frozenset(groups),
+        tuple(raw.get("cidrBlocks") or ()),
+    )
 
 
 def plan_groups(run: ProgramRun) -> dict[str, SecurityGroup]:
     """Every security group of the plan with its rules, plus the ones EKS and pulumi-eks create."""
     eks = run.one("eks:index:Cluster")
     ids = eks_cluster_ids(eks.name)
-    groups = {g.id: g for g in [eks_created_group(ids["eksClusterSecurityGroupId"]),
-                                *pulumi_eks_groups(eks.outputs["clusterSecurityGroupId"],
-                                                   eks.outputs["nodeSecurityGroupId"])]}
+    groups = {
+        g.id: g
+        for g in [
+            eks_created_group(ids["eksClusterSecurityGroupId"]),
+            *pulumi_eks_groups(eks.outputs["clusterSecurityGroupId"], eks.outputs["nodeSecurityGroupId"]),
+        ]
+    }
     for sg in run.of_type("aws:ec2/securityGroup:SecurityGroup"):
         groups[sg.id] = SecurityGroup(
             sg.id,
@@ -132,8 +143,7 @@ def plan_groups(run: ProgramRun) -> dict[str, SecurityGroup]:
         )
     for rule in run.of_type("aws:ec2/securityGroupRule:SecurityGroupRule"):
         target = groups.setdefault(rule.inputs["securityGroupId"], SecurityGroup(rule.inputs["securityGroupId"]))
-        (target.ingress if rule.inputs["type"] == "ingress" else target.egress).append(
-            _rule(rule.inputs, target.id))
+        (target.ingress if rule.inputs["type"] == "ingress" else target.egress).append(_rule(rule.inputs, target.id))
     return groups
 
 
@@ -145,8 +155,11 @@ def _subnet_cidrs(run: ProgramRun, subnet_ids: list[str]) -> tuple[str, ...]:
 def control_plane(run: ProgramRun) -> Endpoint:
     eks = run.one("eks:index:Cluster")
     ids = eks_cluster_ids(eks.name)
-    return Endpoint("control plane", (ids["eksClusterSecurityGroupId"], eks.outputs["clusterSecurityGroupId"]),
-                    _subnet_cidrs(run, eks.inputs["privateSubnetIds"]))
+    return Endpoint(
+        "control plane",
+        (ids["eksClusterSecurityGroupId"], eks.outputs["clusterSecurityGroupId"]),
+        _subnet_cidrs(run, eks.inputs["privateSubnetIds"]),
+    )
 
 
 def node_endpoint(run: ProgramRun, node_group: Registration) -> Endpoint:
@@ -166,10 +179,12 @@ def node_endpoint(run: ProgramRun, node_group: Registration) -> Endpoint:
 
 def allowed(groups: dict[str, SecurityGroup], src: Endpoint, dst: Endpoint, protocol: str, port: int = 0) -> bool:
     """Does a `protocol`/`port` flow from `src` to `dst` pass both sides' groups? (Unknown groups allow nothing.)"""
-    out_ok = any(r.covers(protocol, port) and r.admits(dst)
-                 for g in src.groups if g in groups for r in groups[g].egress)
-    in_ok = any(r.covers(protocol, port) and r.admits(src)
-                for g in dst.groups if g in groups for r in groups[g].ingress)
+    out_ok = any(
+        r.covers(protocol, port) and r.admits(dst) for g in src.groups if g in groups for r in groups[g].egress
+    )
+    in_ok = any(
+        r.covers(protocol, port) and r.admits(src) for g in dst.groups if g in groups for r in groups[g].ingress
+    )
     return out_ok and in_ok
 
 
@@ -189,14 +204,25 @@ def missing_flows(run: ProgramRun) -> list[str]:
     gpu = next(e for n, e in nodes.items() if "gpu" in n)
     needs = []
     for node in nodes.values():
-        needs += [(node, cp, "tcp", 443), (cp, node, "tcp", 10250), (node, system, "udp", 53),
-                  (node, system, "tcp", 53)]
+        needs += [
+            (node, cp, "tcp", 443),
+            (cp, node, "tcp", 10250),
+            (node, system, "udp", 53),
+            (node, system, "tcp", 53),
+        ]
     needs += [(system, gpu, ALL, 0), (gpu, system, ALL, 0), (gpu, gpu, ALL, 0), (system, system, ALL, 0)]
-    problems = [f"{a.name} -> {b.name}: {'all traffic' if p == ALL else f'{port}/{p}'} blocked"
-                for a, b, p, port in needs if not allowed(groups, a, b, p, port)]
-    efa_self = [g for g in gpu.groups if g in groups
-                and any(r.protocol == ALL and g in r.groups for r in groups[g].ingress)
-                and any(r.protocol == ALL and g in r.groups for r in groups[g].egress)]
+    problems = [
+        f"{a.name} -> {b.name}: {'all traffic' if p == ALL else f'{port}/{p}'} blocked"
+        for a, b, p, port in needs
+        if not allowed(groups, a, b, p, port)
+    ]
+    efa_self = [
+        g
+        for g in gpu.groups
+        if g in groups
+        and any(r.protocol == ALL and g in r.groups for r in groups[g].ingress)
+        and any(r.protocol == ALL and g in r.groups for r in groups[g].egress)
+    ]
     if not efa_self:
         problems.append(f"{gpu.name}: no security group admits all traffic from and to itself (EFA)")
     return problems

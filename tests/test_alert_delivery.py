@@ -135,11 +135,17 @@ def stack(tmp: Path, series: Series) -> Iterator[tuple[Webhook, str, str]]:
     with Webhook() as hook:
         am_port, am_cluster = free_port(), free_port()
         am_file = am_config(tmp / "alertmanager.yml", hook.url)
-        checked = subprocess.run([binary(AMTOOL), "check-config", str(am_file)], capture_output=True, text=True,
-                                 timeout=60)
+        checked = subprocess.run(
+            [binary(AMTOOL), "check-config", str(am_file)], capture_output=True, text=True, timeout=60
+        )
         assert checked.returncode == 0, checked.stdout + checked.stderr
-        am_args = [binary(ALERTMANAGER), f"--config.file={am_file}", f"--storage.path={tmp / 'am'}",
-                   f"--web.listen-address=127.0.0.1:{am_port}", f"--cluster.listen-address=127.0.0.1:{am_cluster}"]
+        am_args = [
+            binary(ALERTMANAGER),
+            f"--config.file={am_file}",
+            f"--storage.path={tmp / 'am'}",
+            f"--web.listen-address=127.0.0.1:{am_port}",
+            f"--cluster.listen-address=127.0.0.1:{am_cluster}",
+        ]
         am = f"http://127.0.0.1:{am_port}"
         prom_config = {
             "global": {"evaluation_interval": "1s"},
@@ -178,9 +184,13 @@ def test_a_kv_failure_pages_once_and_holds_back_the_ttft_burn_it_causes(tmp_path
     with stack(tmp_path, failing_kv_and_slow_ttft()) as (hook, am, prom):
         # both rules fire on Prometheus: the inhibition, not the data, keeps TTFT quiet
         wait_for("both alerts firing in Prometheus", lambda: {"KVTransferFailures", "TTFTBudgetBurn"} <= firing(prom))
-        wait_for("Alertmanager to hold both alerts",
-                 lambda: {a["labels"]["alertname"] for a in get_json(f"{am}/api/v2/alerts")}
-                 >= {"KVTransferFailures", "TTFTBudgetBurn"})
+        wait_for(
+            "Alertmanager to hold both alerts",
+            lambda: (
+                {a["labels"]["alertname"] for a in get_json(f"{am}/api/v2/alerts")}
+                >= {"KVTransferFailures", "TTFTBudgetBurn"}
+            ),
+        )
         (note,) = wait_for("a notification", lambda: list(hook.received))[:1]
         alerts = get_json(f"{am}/api/v2/alerts")
         states = {a["labels"]["alertname"]: a["status"] for a in alerts}
@@ -190,10 +200,15 @@ def test_a_kv_failure_pages_once_and_holds_back_the_ttft_burn_it_causes(tmp_path
     assert note["receiver"] == CRITICAL_RECEIVER and note["status"] == "firing"
     assert note["groupLabels"] == {"alertname": "KVTransferFailures", "phase": "decode"}
     (alert,) = note["alerts"]
-    assert alert["labels"] == {"alertname": "KVTransferFailures", "component": COMPONENT, "phase": "decode",
-                               "severity": "critical"}
+    assert alert["labels"] == {
+        "alertname": "KVTransferFailures",
+        "component": COMPONENT,
+        "phase": "decode",
+        "severity": "critical",
+    }
     assert alert["annotations"]["runbook_url"] == (
-        f"https://example.invalid/README.md#{runbook_anchor('KVTransferFailures')}")
+        f"https://example.invalid/README.md#{runbook_anchor('KVTransferFailures')}"
+    )
     assert "NIXL KV-cache transfers are failing (decode)" == alert["annotations"]["summary"]
     # nothing else reached the receiver: no TTFT page, no warning
     names = {a["labels"]["alertname"] for n in hook.received for a in n["alerts"]}
@@ -218,8 +233,11 @@ def test_warnings_go_to_the_warning_receiver() -> None:
 
 
 def test_every_alert_links_a_runbook_section_of_the_readme() -> None:
-    headings = {line.removeprefix("### ").strip() for line in (ROOT / "README.md").read_text().splitlines()
-                if line.startswith("### Runbook: ")}
+    headings = {
+        line.removeprefix("### ").strip()
+        for line in (ROOT / "README.md").read_text().splitlines()
+        if line.startswith("### Runbook: ")
+    }
     for group in rule_groups(CONFIG, INSTANCE):
         for rule in group["rules"]:
             if "alert" in rule:
@@ -232,16 +250,18 @@ def test_the_sns_receiver_config_is_valid_for_alertmanager(tmp_path: Path) -> No
     config = alertmanager_config(CONFIG.alerting, SnsTarget(arn, "us-west-2"))
     config["templates"] = []
     (tmp_path / "am.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-    checked = subprocess.run([binary(AMTOOL), "check-config", str(tmp_path / "am.yml")], capture_output=True,
-                             text=True, timeout=60)
+    checked = subprocess.run(
+        [binary(AMTOOL), "check-config", str(tmp_path / "am.yml")], capture_output=True, text=True, timeout=60
+    )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     (sns,) = next(r for r in config["receivers"] if r["name"] == CRITICAL_RECEIVER)["sns_configs"]
     assert sns["topic_arn"] == arn and sns["sigv4"] == {"region": "us-west-2"}
     broken = copy.deepcopy(config)
     broken["route"]["routes"][2]["receiver"] = "nobody"  # a route to an undefined receiver
     (tmp_path / "bad.yml").write_text(yaml.safe_dump(broken, sort_keys=False))
-    refused = subprocess.run([binary(AMTOOL), "check-config", str(tmp_path / "bad.yml")], capture_output=True,
-                             text=True, timeout=60)
+    refused = subprocess.run(
+        [binary(AMTOOL), "check-config", str(tmp_path / "bad.yml")], capture_output=True, text=True, timeout=60
+    )
     assert refused.returncode != 0 and "nobody" in refused.stdout + refused.stderr
 
 
@@ -262,8 +282,10 @@ def test_a_webhook_receiver_needs_its_url_as_a_secret() -> None:
     assert "alertWebhookUrl" in problem and "--secret" in problem and "receiver is webhook" in problem
     (plain,) = config_problems({**merged(GOOD, WEBHOOK), "alertWebhookUrl": "https://hooks.example.invalid/x"})
     assert "set in plain text" in plain
-    ok = validate_values({**merged(GOOD, WEBHOOK), "alertWebhookUrl": "https://hooks.example.invalid/x"},
-                         secret_keys=["llm-pd-eks:alertWebhookUrl"])
+    ok = validate_values(
+        {**merged(GOOD, WEBHOOK), "alertWebhookUrl": "https://hooks.example.invalid/x"},
+        secret_keys=["llm-pd-eks:alertWebhookUrl"],
+    )
     assert ok.observability.alerting.receiver == "webhook"
 
 
@@ -280,8 +302,7 @@ def test_the_webhook_url_stays_secret_in_the_plan() -> None:
     run = run_program("dev", config, [*secret_keys, "llm-pd-eks:alertWebhookUrl"])
     assert not run.of_type("aws:sns/topic:Topic")  # no topic, no publish role
     assert not [r for r in run.of_type("aws:iam/role:Role") if "alertmanager" in r.name]
-    (stack,) = [r for r in run.of_type("kubernetes:helm.sh/v3:Release")
-                if r.inputs["chart"] == "kube-prometheus-stack"]
+    (stack,) = [r for r in run.of_type("kubernetes:helm.sh/v3:Release") if r.inputs["chart"] == "kube-prometheus-stack"]
     values = stack.inputs["values"]
     # one secret inside makes the whole `values` input secret (encrypted in state, hidden in diffs)
     assert SECRET_SIG in values and SECRET_SIG in json.dumps(json_format.MessageToDict(stack.inputs_struct))

@@ -93,30 +93,52 @@ CASES: list[dict[str, Any]] = [
     alert("KVThroughputBelowFloor", "40m", gbps_series(FLOOR * 2), []),
     alert("TTFTBudgetBurn", "90m", burn_series(m.TTFT, CONFIG.ttft_slo_seconds, 0.5, PRE), [crit(phase="prefill")]),
     alert("TTFTBudgetBurn", "90m", burn_series(m.TTFT, CONFIG.ttft_slo_seconds, 0.999, PRE), []),
-    alert("InterTokenLatencyBudgetBurn", "90m", burn_series(m.ITL, CONFIG.itl_slo_seconds, 0.5, DEC),
-          [crit(phase="decode")]),
+    alert(
+        "InterTokenLatencyBudgetBurn",
+        "90m",
+        burn_series(m.ITL, CONFIG.itl_slo_seconds, 0.5, DEC),
+        [crit(phase="decode")],
+    ),
     alert("InterTokenLatencyBudgetBurn", "90m", burn_series(m.ITL, CONFIG.itl_slo_seconds, 0.999, DEC), []),
-    alert("DecodeKVCacheNearlyFull", "10m", [series(m.KV_CACHE_USAGE, DEC, "0.97x20")],
-          [warn(phase="decode", pod="llm-pd-decode-worker-a")]),
+    alert(
+        "DecodeKVCacheNearlyFull",
+        "10m",
+        [series(m.KV_CACHE_USAGE, DEC, "0.97x20")],
+        [warn(phase="decode", pod="llm-pd-decode-worker-a")],
+    ),
     # a full prefill cache is normal (it holds prompts until decode pulls them): decode only
-    alert("DecodeKVCacheNearlyFull", "10m", [series(m.KV_CACHE_USAGE, DEC, "0.5x20"),
-                                             series(m.KV_CACHE_USAGE, PRE, "0.97x20")], []),
-    alert("RayPodsPending", f"{CONFIG.pending_minutes + 5}m",
-          [series(m.KSM_POD_PHASE, f'namespace="{NAMESPACE}",pod="llm-pd-decode-worker-b",phase="Pending"', "1x40")],
-          [warn(namespace=NAMESPACE, pod="llm-pd-decode-worker-b")]),
-    alert("RayPodsPending", f"{CONFIG.pending_minutes + 5}m",
-          [series(m.KSM_POD_PHASE, f'namespace="{NAMESPACE}",pod="llm-pd-decode-worker-b",phase="Pending"', "0x40"),
-           series(m.KSM_POD_PHASE, f'namespace="{NAMESPACE}",pod="llm-pd-decode-worker-b",phase="Running"', "1x40")],
-          []),
+    alert(
+        "DecodeKVCacheNearlyFull",
+        "10m",
+        [series(m.KV_CACHE_USAGE, DEC, "0.5x20"), series(m.KV_CACHE_USAGE, PRE, "0.97x20")],
+        [],
+    ),
+    alert(
+        "RayPodsPending",
+        f"{CONFIG.pending_minutes + 5}m",
+        [series(m.KSM_POD_PHASE, f'namespace="{NAMESPACE}",pod="llm-pd-decode-worker-b",phase="Pending"', "1x40")],
+        [warn(namespace=NAMESPACE, pod="llm-pd-decode-worker-b")],
+    ),
+    alert(
+        "RayPodsPending",
+        f"{CONFIG.pending_minutes + 5}m",
+        [
+            series(m.KSM_POD_PHASE, f'namespace="{NAMESPACE}",pod="llm-pd-decode-worker-b",phase="Pending"', "0x40"),
+            series(m.KSM_POD_PHASE, f'namespace="{NAMESPACE}",pod="llm-pd-decode-worker-b",phase="Running"', "1x40"),
+        ],
+        [],
+    ),
 ]
 
 RECORDING_CASE = {
     "interval": "1m",
     "input_series": gbps_series(40.0),
     "promql_expr_test": [
-        {"expr": f"round({KV_THROUGHPUT_RECORD}, 0.001)", "eval_time": "30m", "exp_samples": [
-            {"labels": '{phase="decode"}', "value": 40}
-        ]}
+        {
+            "expr": f"round({KV_THROUGHPUT_RECORD}, 0.001)",
+            "eval_time": "30m",
+            "exp_samples": [{"labels": '{phase="decode"}', "value": 40}],
+        }
     ],
 }
 

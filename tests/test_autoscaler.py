@@ -75,8 +75,9 @@ def test_policy_is_least_privilege(run: ProgramRun):
     assert scale["Condition"] == {"StringEquals": {f"aws:ResourceTag/{TAG_PREFIX}/{cluster}": "owned"}}
     node_group_arns = {ng.outputs["arn"] for ng in run.of_type(NODE_GROUP)}
     assert set(by_sid["ReadThisClustersNodeGroups"]["Resource"]) == node_group_arns
-    everything = {a for s in policy["Statement"]
-                  for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+    everything = {
+        a for s in policy["Statement"] for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+    }
     assert not any(a.endswith("*") for a in everything)
 
 
@@ -104,11 +105,14 @@ def test_gpu_group_template_lets_a_ray_worker_fit(run: ProgramRun):
     tags = asg_tags(run, "gpu")
     ng = run.one(NODE_GROUP, "gpu")
     prefix = f"{TAG_PREFIX}/node-template/"
-    labels = {k[len(prefix + "label/"):]: v for k, v in tags.items() if k.startswith(prefix + "label/")}
+    labels = {k[len(prefix + "label/") :]: v for k, v in tags.items() if k.startswith(prefix + "label/")}
     assert labels == ng.inputs["labels"]
-    resources = {k[len(prefix + "resources/"):]: v for k, v in tags.items() if k.startswith(prefix + "resources/")}
-    assert resources == {"nvidia.com/gpu": str(instance.gpus), "vpc.amazonaws.com/efa": str(instance.efa_interfaces),
-                         "hugepages-2Mi": f"{instance.efa_hugepages_2mi_mib}Mi"}
+    resources = {k[len(prefix + "resources/") :]: v for k, v in tags.items() if k.startswith(prefix + "resources/")}
+    assert resources == {
+        "nvidia.com/gpu": str(instance.gpus),
+        "vpc.amazonaws.com/efa": str(instance.efa_interfaces),
+        "hugepages-2Mi": f"{instance.efa_hugepages_2mi_mib}Mi",
+    }
     (taint,) = ng.inputs["taints"]
     assert tags[f"{prefix}taint/{taint['key']}"] == f"{taint['value']}:NoSchedule"
     # what the RayService's GPU workers request fits that template

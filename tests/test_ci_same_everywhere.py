@@ -34,7 +34,9 @@ def test_ci_installs_nothing_itself():
     """What the tests need is installed by the make targets, so CI and a developer's `make test` agree."""
     ci = (ROOT / ".ci" / "run").read_text()
     assert not re.search(r"(?m)^[^#]*\b(apt-get|pip|uv)\s+install", ci)
-    assert not re.search(r"(?m)^[^#]*\b(apt-get|pip install|uv pip)\b", _workflow_runs().replace("policies/.venv/bin/pip", ""))
+    assert not re.search(
+        r"(?m)^[^#]*\b(apt-get|pip install|uv pip)\b", _workflow_runs().replace("policies/.venv/bin/pip", "")
+    )
 
 
 def test_workflow_caches_are_uv_caches_keyed_by_the_locks():

@@ -100,10 +100,15 @@ def test_s3_traffic_of_the_private_subnets_skips_the_nat_gateway(programs, stack
     run = programs(stack)
     endpoint = run.one("aws:ec2/vpcEndpoint:VpcEndpoint", "s3")
     region = stack_config(stack).region
-    assert (endpoint.inputs["serviceName"], endpoint.inputs["vpcEndpointType"]) == (f"com.amazonaws.{region}.s3",
-                                                                                   "Gateway")
-    private_rts = {r.urn for r in run.of_type("aws:ec2/routeTable:RouteTable")
-                   if any("natGatewayId" in route for route in r.inputs["routes"])}
+    assert (endpoint.inputs["serviceName"], endpoint.inputs["vpcEndpointType"]) == (
+        f"com.amazonaws.{region}.s3",
+        "Gateway",
+    )
+    private_rts = {
+        r.urn
+        for r in run.of_type("aws:ec2/routeTable:RouteTable")
+        if any("natGatewayId" in route for route in r.inputs["routes"])
+    }
     assert len(private_rts) == len(stack_config(stack).network.availability_zones)
     assert set(endpoint.property_dependencies["routeTableIds"]) == private_rts
     assert run.of_type("aws:ec2/vpcEndpoint:VpcEndpoint") == [endpoint]  # no interface endpoints (reason in network.py)
@@ -117,8 +122,11 @@ def upstream_source_ranges(service: dict) -> list[str]:
     specs = (service.get("spec") or {}).get("loadBalancerSourceRanges") or []
     if specs:
         return list(specs)
-    val = ((service.get("metadata") or {}).get("annotations") or {}).get(
-        "service.beta.kubernetes.io/load-balancer-source-ranges", "").strip()
+    val = (
+        ((service.get("metadata") or {}).get("annotations") or {})
+        .get("service.beta.kubernetes.io/load-balancer-source-ranges", "")
+        .strip()
+    )
     return (val or "0.0.0.0/0").split(",")
 
 
@@ -140,10 +148,13 @@ def test_a_public_endpoint_admits_only_its_source_ranges():
     assert upstream_source_ranges(service) == ["198.51.100.0/24", "192.0.2.8/32"]
 
 
-@pytest.mark.parametrize("ranges, expected", [
-    ([], "serving.endpointSourceRanges: publicEndpoint is true but no source ranges are set"),
-    (["0.0.0.0/0"], "0.0.0.0/0 admits every address"),
-])
+@pytest.mark.parametrize(
+    "ranges, expected",
+    [
+        ([], "serving.endpointSourceRanges: publicEndpoint is true but no source ranges are set"),
+        (["0.0.0.0/0"], "0.0.0.0/0 admits every address"),
+    ],
+)
 def test_a_public_endpoint_open_to_the_internet_is_refused(ranges, expected):
     from llm_pd_eks.config import ConfigError, validate_engine_config
 

@@ -37,8 +37,13 @@ def schema() -> Iterator[dict[str, Any]]:
     from llm_pd_eks.pulumi_sdk import provider_pb2, provider_pb2_grpc
 
     # The engine address is only dialled by Construct; GetSchema never reaches it.
-    proc = subprocess.Popen([sys.executable, str(PROVIDER), "127.0.0.1:9"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, str(PROVIDER), "127.0.0.1:9"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     port: list[str] = []
     reader = threading.Thread(target=lambda: port.append(proc.stdout.readline().strip()), daemon=True)  # type: ignore[union-attr]
     reader.start()

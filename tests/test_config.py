@@ -113,8 +113,14 @@ def test_every_problem_is_reported_at_once():
         }
     )
     joined = "\n".join(found)
-    for fragment in ("netwrok: unknown key", "'eu-west-1b' is not an AZ", "'m5.large' is not an EFA-capable",
-                     "gpuNodes.minSize", "minSize (3) is greater than maxSize (2)", "'us-west-2c' is not one of"):
+    for fragment in (
+        "netwrok: unknown key",
+        "'eu-west-1b' is not an AZ",
+        "'m5.large' is not an EFA-capable",
+        "gpuNodes.minSize",
+        "minSize (3) is greater than maxSize (2)",
+        "'us-west-2c' is not one of",
+    ):
         assert fragment in joined
     assert len(found) == 6
 

@@ -38,12 +38,19 @@ def test_check_fails_on_a_stale_table_and_the_generator_fixes_it(tmp_path):
     readme.write_text(edited, encoding="utf-8")
 
     def tool(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "llm_pd_eks_tools.config_doc", "--readme", str(readme), *args],
-                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "llm_pd_eks_tools.config_doc", "--readme", str(readme), *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     stale = tool("--check")
     assert (stale.returncode, stale.stderr.strip()) == (
-        1, "config_doc: README.md: the config table is stale; run `python -m llm_pd_eks_tools.config_doc` and commit README.md")
+        1,
+        "config_doc: README.md: the config table is stale; run `python -m llm_pd_eks_tools.config_doc` and commit README.md",
+    )
     assert tool().returncode == 0
     assert readme.read_text(encoding="utf-8") == current
     assert tool("--check").returncode == 0
@@ -52,7 +59,12 @@ def test_check_fails_on_a_stale_table_and_the_generator_fixes_it(tmp_path):
 def test_missing_markers_are_a_usage_error(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("# no table here\n", encoding="utf-8")
-    proc = subprocess.run([sys.executable, "-m", "llm_pd_eks_tools.config_doc", "--readme", str(readme), "--check"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "llm_pd_eks_tools.config_doc", "--readme", str(readme), "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.startswith("config_doc: README.md has no '<!-- config-table:begin")

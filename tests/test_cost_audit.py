@@ -46,32 +46,65 @@ GPU_HOURS_BILLED = 2 * HOURS * 7.0  # two GPU nodes over the billed days (any fi
 def series() -> Series:
     gpus = range(GPU.gpus)
     util = [({"node": "ip-10-10-1-11", "gpu": str(g), "modelName": GPU.nvml_gpu_name}, lambda i: 80.0) for g in gpus]
-    util += [({"node": "ip-10-10-1-12", "gpu": str(g), "modelName": GPU.nvml_gpu_name},
-              lambda i: 20.0 if i < BUSY_DECODE_MIN else 2.0) for g in gpus]
-    running = [({"phase": "prefill", "node": "ip-10-10-1-11", "pod": f"llm-pd-prefill-{n}"}, lambda i: 3.0)
-               for n in range(PREFILL_ENGINES)]
+    util += [
+        (
+            {"node": "ip-10-10-1-12", "gpu": str(g), "modelName": GPU.nvml_gpu_name},
+            lambda i: 20.0 if i < BUSY_DECODE_MIN else 2.0,
+        )
+        for g in gpus
+    ]
+    running = [
+        ({"phase": "prefill", "node": "ip-10-10-1-11", "pod": f"llm-pd-prefill-{n}"}, lambda i: 3.0)
+        for n in range(PREFILL_ENGINES)
+    ]
     running += [({"phase": "decode", "node": "ip-10-10-1-12", "pod": "llm-pd-decode-0"}, lambda i: 40.0)]
-    tokens = [({"phase": "decode", "pod": "llm-pd-decode-0"}, lambda i: DECODE_TOKENS_PER_MIN * i),
-              ({"phase": "prefill", "pod": "llm-pd-prefill-0"}, lambda i: 200.0 * i)]
+    tokens = [
+        ({"phase": "decode", "pod": "llm-pd-decode-0"}, lambda i: DECODE_TOKENS_PER_MIN * i),
+        ({"phase": "prefill", "pod": "llm-pd-prefill-0"}, lambda i: 200.0 * i),
+    ]
     return {m.GPU_UTIL: util, m.RUNNING: running, m.GENERATION_TOKENS: tokens}
 
 
 def ce_results() -> list[dict[str, Any]]:
     """Queued in the order the audit asks: by SERVICE, by INSTANCE_TYPE, by PURCHASE_TYPE."""
+
     def day(groups: list[tuple[str, dict[str, float]]]) -> dict[str, Any]:
-        return {"ResultsByTime": [{
-            "TimePeriod": {"Start": "2026-11-30", "End": "2026-12-01"}, "Total": {}, "Estimated": False,
-            "Groups": [{"Keys": [k], "Metrics": {n: {"Amount": f"{v:.4f}", "Unit": "USD" if n.endswith("Cost") else
-                                                    "Hrs"} for n, v in metrics.items()}} for k, metrics in groups],
-        }], "DimensionValueAttributes": []}
+        return {
+            "ResultsByTime": [
+                {
+                    "TimePeriod": {"Start": "2026-11-30", "End": "2026-12-01"},
+                    "Total": {},
+                    "Estimated": False,
+                    "Groups": [
+                        {
+                            "Keys": [k],
+                            "Metrics": {
+                                n: {"Amount": f"{v:.4f}", "Unit": "USD" if n.endswith("Cost") else "Hrs"}
+                                for n, v in metrics.items()
+                            },
+                        }
+                        for k, metrics in groups
+                    ],
+                }
+            ],
+            "DimensionValueAttributes": [],
+        }
 
     return [
-        day([(cost_audit.EC2_COMPUTE, {"UnblendedCost": GPU_COST + SYSTEM_COST}),
-             ("Amazon Elastic Container Service for Kubernetes", {"UnblendedCost": EKS_COST}),
-             ("EC2 - Other", {"UnblendedCost": OTHER_COST}),
-             ("Amazon Virtual Private Cloud", {"UnblendedCost": VPC_COST})]),
-        day([(GPU.name, {"UnblendedCost": GPU_COST, "UsageQuantity": GPU_HOURS_BILLED}),
-             (CONFIG.system_nodes.instance_type, {"UnblendedCost": SYSTEM_COST, "UsageQuantity": 2 * HOURS * 7.0})]),
+        day(
+            [
+                (cost_audit.EC2_COMPUTE, {"UnblendedCost": GPU_COST + SYSTEM_COST}),
+                ("Amazon Elastic Container Service for Kubernetes", {"UnblendedCost": EKS_COST}),
+                ("EC2 - Other", {"UnblendedCost": OTHER_COST}),
+                ("Amazon Virtual Private Cloud", {"UnblendedCost": VPC_COST}),
+            ]
+        ),
+        day(
+            [
+                (GPU.name, {"UnblendedCost": GPU_COST, "UsageQuantity": GPU_HOURS_BILLED}),
+                (CONFIG.system_nodes.instance_type, {"UnblendedCost": SYSTEM_COST, "UsageQuantity": 2 * HOURS * 7.0}),
+            ]
+        ),
         day([(cost_audit.ON_DEMAND, {"UnblendedCost": GPU_COST, "UsageQuantity": GPU_HOURS_BILLED})]),
     ]
 
@@ -88,37 +121,51 @@ def moto_url(tmp_path: Path) -> Iterator[str]:
 
 
 def queue(url: str, results: list[dict[str, Any]]) -> None:
-    request = urllib.request.Request(f"{url}/moto-api/static/ce/cost-and-usage-results",
-                                     data=json.dumps({"results": results}).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{url}/moto-api/static/ce/cost-and-usage-results",
+        data=json.dumps({"results": results}).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=10) as response:
         assert response.status == 201
 
 
 def quotas(vcpus: float) -> tuple[Any, Stubber]:
-    client = boto3.client("service-quotas", region_name=CONFIG.region, aws_access_key_id="testing",
-                          aws_secret_access_key="testing")
+    client = boto3.client(
+        "service-quotas", region_name=CONFIG.region, aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
     stub = Stubber(client)
     code = GPU.family_quota_code
-    stub.add_response("get_service_quota", {"Quota": {"ServiceCode": "ec2", "QuotaCode": code, "Value": vcpus,
-                                                      "QuotaName": "Running On-Demand P instances"}},
-                      {"ServiceCode": "ec2", "QuotaCode": code})
+    stub.add_response(
+        "get_service_quota",
+        {
+            "Quota": {
+                "ServiceCode": "ec2",
+                "QuotaCode": code,
+                "Value": vcpus,
+                "QuotaName": "Running On-Demand P instances",
+            }
+        },
+        {"ServiceCode": "ec2", "QuotaCode": code},
+    )
     stub.activate()
     return client, stub
 
 
 def ce_client(url: str) -> Any:
-    return boto3.client("ce", region_name="us-east-1", endpoint_url=url, aws_access_key_id="testing",
-                        aws_secret_access_key="testing")
+    return boto3.client(
+        "ce", region_name="us-east-1", endpoint_url=url, aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
 
 
 def png_size_and_pixels(data: bytes) -> tuple[int, int, bytes]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     pos, chunks = 8, {}
     while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos:pos + 4])
-        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
-        (crc,) = struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        (crc,) = struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])
         assert crc == zlib.crc32(kind + body), kind
         chunks.setdefault(kind, b"")
         chunks[kind] += body
@@ -137,8 +184,11 @@ def test_audit_from_all_sources(tmp_path: Path, moto_url: str, capsys: pytest.Ca
     data = backfill(tmp_path, series(), MINUTES)
     out = tmp_path / "out"
     with prometheus(tmp_path, data, {"global": {"scrape_interval": "15s"}}) as prom:
-        code = cost_audit.main(["--stack", STACK, "--since", "1d", "--prometheus", prom, "--out", str(out)],
-                               clients=(ce_client(moto_url), sq), now=datetime.now(UTC))
+        code = cost_audit.main(
+            ["--stack", STACK, "--since", "1d", "--prometheus", prom, "--out", str(out)],
+            clients=(ce_client(moto_url), sq),
+            now=datetime.now(UTC),
+        )
     stub.assert_no_pending_responses()
     err = capsys.readouterr().err
     assert code == Exit.OK, err
@@ -147,8 +197,12 @@ def test_audit_from_all_sources(tmp_path: Path, moto_url: str, capsys: pytest.Ca
 
     report = json.loads((out / "report.json").read_text())
     assert report["spend_by_component"] == {
-        "gpu-nodes": GPU_COST, "system-nodes": SYSTEM_COST, "ebs-nat-transfer": OTHER_COST, "network": VPC_COST,
-        "eks-control-plane": EKS_COST}
+        "gpu-nodes": GPU_COST,
+        "system-nodes": SYSTEM_COST,
+        "ebs-nat-transfer": OTHER_COST,
+        "network": VPC_COST,
+        "eks-control-plane": EKS_COST,
+    }
     assert report["total_spend"] == pytest.approx(GPU_COST + SYSTEM_COST + EKS_COST + OTHER_COST + VPC_COST)
     gpu = report["gpu"]
     gpus = 2 * GPU.gpus
@@ -194,14 +248,27 @@ def test_every_source_missing_is_named_not_fatal(tmp_path: Path, capsys: pytest.
     from botocore.config import Config
 
     cfg = Config(connect_timeout=2, read_timeout=2, retries={"mode": "standard", "total_max_attempts": 1})
-    ce = boto3.client("ce", region_name="us-east-1", endpoint_url=closed, aws_access_key_id="testing",
-                      aws_secret_access_key="testing", config=cfg)
-    sq = boto3.client("service-quotas", region_name="us-west-2", endpoint_url=closed, aws_access_key_id="testing",
-                      aws_secret_access_key="testing", config=cfg)
+    ce = boto3.client(
+        "ce",
+        region_name="us-east-1",
+        endpoint_url=closed,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=cfg,
+    )
+    sq = boto3.client(
+        "service-quotas",
+        region_name="us-west-2",
+        endpoint_url=closed,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=cfg,
+    )
     out = tmp_path / "out"
     started = time.monotonic()
-    code = cost_audit.main(["--stack", STACK, "--out", str(out), "--workload", str(tmp_path / "none.yaml")],
-                           clients=(ce, sq))
+    code = cost_audit.main(
+        ["--stack", STACK, "--out", str(out), "--workload", str(tmp_path / "none.yaml")], clients=(ce, sq)
+    )
     err = capsys.readouterr().err
     assert code == Exit.UNVERIFIED
     assert time.monotonic() - started < 120  # bounded: short timeouts, no retry storm
@@ -212,12 +279,15 @@ def test_every_source_missing_is_named_not_fatal(tmp_path: Path, capsys: pytest.
     assert (out / "spend.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["--stack", STACK, "--since", "7 days"], "give a window such as 7d"),
-    (["--stack", STACK, "--since", "120d"], "at most 90d"),
-    (["--stack", STACK, "--prometheus", "localhost:9090"], "is not a URL"),
-    (["--stack", "nosuch"], "nosuch"),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--stack", STACK, "--since", "7 days"], "give a window such as 7d"),
+        (["--stack", STACK, "--since", "120d"], "at most 90d"),
+        (["--stack", STACK, "--prometheus", "localhost:9090"], "is not a URL"),
+        (["--stack", "nosuch"], "nosuch"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(argv: list[str], words: str, capsys: pytest.CaptureFixture[str]) -> None:
     code = run("cost-audit", lambda a: cost_audit.main(a, clients=(None, None)), argv)
     err = capsys.readouterr().err.strip()
@@ -225,6 +295,11 @@ def test_bad_input_is_one_line_and_exit_2(argv: list[str], words: str, capsys: p
 
 
 def test_the_cli_runs_as_a_module(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "llm_pd_eks_tools.cost_audit", "--stack", STACK, "--since", "0d"],
-                            cwd=cost_audit.ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "llm_pd_eks_tools.cost_audit", "--stack", STACK, "--since", "0d"],
+        cwd=cost_audit.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == Exit.USAGE and "Traceback" not in result.stderr

@@ -20,8 +20,8 @@ def test_up_waits_for_the_placeholder_gate_and_uses_its_runner():
     assert up["needs"] == "gate"
     assert up["runs-on"] == "${{ needs.gate.outputs.runner }}"
     (check,) = [s for s in gate["steps"] if s.get("id") == "check"]
-    assert "python -m llm_pd_eks_tools.placeholders --stack \"$STACK\" --runner \"$RUNNER\"" in check["run"]
-    assert "--github-output \"$GITHUB_OUTPUT\"" in check["run"]
+    assert 'python -m llm_pd_eks_tools.placeholders --stack "$STACK" --runner "$RUNNER"' in check["run"]
+    assert '--github-output "$GITHUB_OUTPUT"' in check["run"]
     assert check["env"] == {"STACK": "${{ inputs.stack }}", "RUNNER": "${{ inputs.runner }}"}
     assert gate["outputs"]["runner"] == "${{ steps.check.outputs.runner }}"
     # the gate has no cloud access: it judges the checked-out stack file only
@@ -38,8 +38,13 @@ def test_per_environment_keys_of_this_issue_do_not_block_promotion():
     from llm_pd_eks_tools.promote_check import classify
 
     p = "llm-pd-eks"
-    for key in (f"{p}:gpuNodes.capacity.reservationId", f"{p}:gpuNodes.capacity", f"{p}:deploy.runnerLabel",
-                f"{p}:gpuNodes.rootVolumeIops", f"{p}:systemNodes.rootVolumeThroughputMibps"):
+    for key in (
+        f"{p}:gpuNodes.capacity.reservationId",
+        f"{p}:gpuNodes.capacity",
+        f"{p}:deploy.runnerLabel",
+        f"{p}:gpuNodes.rootVolumeIops",
+        f"{p}:systemNodes.rootVolumeThroughputMibps",
+    ):
         assert classify(key) != classify(f"{p}:nodeAutoscaler.chartVersion"), key
     # chart and image pins still must be promoted unchanged
     assert classify(f"{p}:nodeAutoscaler.chartVersion") == classify(f"{p}:devicePlugins.efaChartVersion")

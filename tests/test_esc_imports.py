@@ -146,8 +146,14 @@ def test_environment_must_be_a_list(checkout):
 def test_a_tool_exits_unverified_with_one_line(checkout, no_cli):
     """Through a real command line: promote-check reads both stacks with the one reader."""
     env = {**os.environ, "PATH": os.environ["PATH"]}
-    done = subprocess.run([sys.executable, "-m", "llm_pd_eks_tools.promote_check", "--from", "dev", "--to", "staging"],
-                          cwd=checkout, capture_output=True, text=True, timeout=300, env=env)
+    done = subprocess.run(
+        [sys.executable, "-m", "llm_pd_eks_tools.promote_check", "--from", "dev", "--to", "staging"],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert done.returncode == Exit.UNVERIFIED, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "hfToken" in lines[0] and "Traceback" not in done.stderr

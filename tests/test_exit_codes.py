@@ -16,7 +16,7 @@ from llm_pd_eks_tools.cli import Exit
 
 def readme_table() -> dict[int, str]:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("<!-- section:exit-codes -->"):text.index("<!-- /section:exit-codes -->")]
+    section = text[text.index("<!-- section:exit-codes -->") : text.index("<!-- /section:exit-codes -->")]
     return {int(m[1]): m[2] for m in re.finditer(r"^\| (\d+) \| ([A-Z]+) \|", section, re.MULTILINE)}
 
 
@@ -27,8 +27,14 @@ def test_readme_table_is_the_exit_enum():
 def make(tmp_path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """`make` in this checkout with this interpreter and without the virtualenv step (STAMP=)."""
     clean = {k: v for k, v in (env or os.environ).items() if not k.startswith(("MAKE", "MFLAGS"))}
-    return subprocess.run(["make", "--no-print-directory", f"PY={sys.executable}", "STAMP=", *args], cwd=ROOT,
-                          env=clean, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        ["make", "--no-print-directory", f"PY={sys.executable}", "STAMP=", *args],
+        cwd=ROOT,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def make_error_code(stderr: str, target: str) -> int:
@@ -49,8 +55,10 @@ def test_make_shows_the_tools_failed_code(tmp_path):
 
 def test_make_shows_a_usage_error_code(tmp_path):
     proc = make(tmp_path, "promote-check", "FROM=dev", "TO=nosuchstack")
-    assert proc.stderr.splitlines()[0] == ("promote-check: no stack file Pulumi.nosuchstack.yaml; stacks here: "
-                                           "dev, prod, staging (or create it: `pulumi stack init nosuchstack`)")
+    assert proc.stderr.splitlines()[0] == (
+        "promote-check: no stack file Pulumi.nosuchstack.yaml; stacks here: "
+        "dev, prod, staging (or create it: `pulumi stack init nosuchstack`)"
+    )
     assert make_error_code(proc.stderr, "promote-check") == Exit.USAGE
     assert proc.stdout == ""
 
@@ -60,9 +68,14 @@ def test_make_preflight_json_is_pure_json_and_unverified_is_5(tmp_path):
         s.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{s.getsockname()[1]}"  # nothing listens once the socket is closed
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(AWS_ENDPOINT_URL=closed, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
-               AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
-               AWS_EC2_METADATA_DISABLED="true")
+    env.update(
+        AWS_ENDPOINT_URL=closed,
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_CONFIG_FILE=str(tmp_path / "none"),
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
+        AWS_EC2_METADATA_DISABLED="true",
+    )
     proc = make(tmp_path, "preflight", "STACK=dev", "JSON=1", env=env)
     report = json.loads(proc.stdout)  # the whole of stdout parses: nothing but JSON
     assert report["verdict"] == "warning" and report["account"] is None

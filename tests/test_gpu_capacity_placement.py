@@ -35,8 +35,10 @@ from llm_pd_eks_tools.preview.mockrun import ProgramRun, run_program, stack_conf
 RID = "cr-0123456789abcdef0"
 RESERVATION_PG = "odcr-p5-us-east-1c"
 ASG_TAG = "aws:autoscaling/tag:Tag"
-BASE = {"network": {"availabilityZones": ["us-west-2a", "us-west-2b"]},
-        "gpuNodes": {"instanceType": "p5.48xlarge", "availabilityZone": "us-west-2a"}}
+BASE = {
+    "network": {"availabilityZones": ["us-west-2a", "us-west-2b"]},
+    "gpuNodes": {"instanceType": "p5.48xlarge", "availabilityZone": "us-west-2a"},
+}
 
 
 def prod_with(**gpu_changes) -> ProgramRun:
@@ -48,6 +50,7 @@ def gpu_pgs(run: ProgramRun):
 
 
 # --- item: placement groups follow the capacity ----------------------------------------------------
+
 
 @pytest.mark.parametrize("capacity", ["onDemand", {"reservationId": RID}], ids=["on-demand", "odcr-without-group"])
 def test_own_cluster_placement_group(capacity):
@@ -63,8 +66,7 @@ def test_odcr_in_a_placement_group_launches_into_that_group():
     lt = run.one(LAUNCH_TEMPLATE, "gpu")
     assert gpu_pgs(run) == []  # a second group would never match the reservation
     assert lt.inputs["placement"] == {"groupName": RESERVATION_PG}
-    assert lt.inputs["capacityReservationSpecification"]["capacityReservationTarget"] == {
-        "capacityReservationId": RID}
+    assert lt.inputs["capacityReservationSpecification"]["capacityReservationTarget"] == {"capacityReservationId": RID}
 
 
 def test_capacity_block_has_no_placement_group():
@@ -75,38 +77,59 @@ def test_capacity_block_has_no_placement_group():
     assert lt.inputs["instanceMarketOptions"] == {"marketType": "capacity-block"}
 
 
-@pytest.mark.parametrize("pg, expected", [
-    ("", "is not an EC2 placement group name"),
-    ("has space", "is not an EC2 placement group name"),
-])
+@pytest.mark.parametrize(
+    "pg, expected",
+    [
+        ("", "is not an EC2 placement group name"),
+        ("has space", "is not an EC2 placement group name"),
+    ],
+)
 def test_reservation_placement_group_name_checked(pg, expected):
-    (problem,) = config_problems({**BASE, "gpuNodes": {**BASE["gpuNodes"],
-                                                      "capacity": {"reservationId": RID, "placementGroup": pg}}})
+    (problem,) = config_problems(
+        {**BASE, "gpuNodes": {**BASE["gpuNodes"], "capacity": {"reservationId": RID, "placementGroup": pg}}}
+    )
     assert "gpuNodes.capacity" in problem and expected in problem
 
 
 def test_capacity_block_takes_no_placement_group():
-    (problem,) = config_problems({**BASE, "gpuNodes": {**BASE["gpuNodes"], "capacity": {
-        "capacityBlockId": RID, "placementGroup": RESERVATION_PG}}})
+    (problem,) = config_problems(
+        {
+            **BASE,
+            "gpuNodes": {**BASE["gpuNodes"], "capacity": {"capacityBlockId": RID, "placementGroup": RESERVATION_PG}},
+        }
+    )
     assert "gpuNodes.capacity" in problem and "placementGroup" in problem
 
 
 # --- item: minSize 0 on a Capacity Block only --------------------------------------------------------
 
+
 def test_capacity_block_may_scale_to_zero():
-    cfg = validate_values({**BASE, "gpuNodes": {**BASE["gpuNodes"], "capacity": {"capacityBlockId": RID},
-                                               "minSize": 0, "desiredSize": 0, "maxSize": 2}})
+    cfg = validate_values(
+        {
+            **BASE,
+            "gpuNodes": {
+                **BASE["gpuNodes"],
+                "capacity": {"capacityBlockId": RID},
+                "minSize": 0,
+                "desiredSize": 0,
+                "maxSize": 2,
+            },
+        }
+    )
     assert (cfg.gpu_nodes.min_size, cfg.gpu_nodes.desired_size) == (0, 0)
 
 
 @pytest.mark.parametrize("capacity", ["onDemand", {"reservationId": RID}])
 def test_other_capacity_keeps_two_nodes(capacity):
-    (problem,) = config_problems({**BASE, "gpuNodes": {**BASE["gpuNodes"], "capacity": capacity,
-                                                      "minSize": 0, "desiredSize": 0}})
+    (problem,) = config_problems(
+        {**BASE, "gpuNodes": {**BASE["gpuNodes"], "capacity": capacity, "minSize": 0, "desiredSize": 0}}
+    )
     assert "minSize is 0" in problem and "at least 2" in problem
 
 
 # --- item: the GPU roll ---------------------------------------------------------------------------
+
 
 def test_template_change_replaces_the_node_group_instead_of_rolling_it():
     """The EKS name is what forces a replacement: it must change with the template and only then."""
@@ -121,13 +144,16 @@ def test_template_change_replaces_the_node_group_instead_of_rolling_it():
     assert run_program("prod").one(NODE_GROUP, "gpu").inputs["nodeGroupName"] == name  # deterministic
 
 
-@pytest.mark.parametrize("capacity, change, delete_first", [
-    ("onDemand", None, False),
-    ({"reservationId": RID}, None, True),
-    ({"capacityBlockId": RID}, None, True),
-    ({"reservationId": RID}, "blueGreen", False),
-    ("onDemand", "recreate", True),
-])
+@pytest.mark.parametrize(
+    "capacity, change, delete_first",
+    [
+        ("onDemand", None, False),
+        ({"reservationId": RID}, None, True),
+        ({"capacityBlockId": RID}, None, True),
+        ({"reservationId": RID}, "blueGreen", False),
+        ("onDemand", "recreate", True),
+    ],
+)
 def test_roll_strategy_per_capacity(capacity, change, delete_first):
     extra = {} if change is None else {"templateChange": change}
     ng = prod_with(capacity=capacity, **extra).one(NODE_GROUP, "gpu")

@@ -27,8 +27,10 @@ from llm_pd_eks.node_common import NODEADM_CONTENT_TYPE, node_config
 from llm_pd_eks_tools.preview.mockrun import ProgramRun, run_program, stack_config
 
 RESERVATION = "cr-0123456789abcdef0"
-BASE = {"network": {"availabilityZones": ["us-west-2a", "us-west-2b"]},
-        "gpuNodes": {"instanceType": "p5.48xlarge", "availabilityZone": "us-west-2a"}}
+BASE = {
+    "network": {"availabilityZones": ["us-west-2a", "us-west-2b"]},
+    "gpuNodes": {"instanceType": "p5.48xlarge", "availabilityZone": "us-west-2a"},
+}
 
 
 def with_gpu(**changes) -> dict:
@@ -40,6 +42,7 @@ def run_with_capacity(capacity) -> ProgramRun:
 
 
 # --- capacity ------------------------------------------------------------------------------------
+
 
 def test_on_demand_by_default(run: ProgramRun):
     ng, lt = run.one(NODE_GROUP, "gpu"), run.one(LAUNCH_TEMPLATE, "gpu")
@@ -63,7 +66,8 @@ def test_capacity_block_as_eks_documents():
     lt, ng = run.one(LAUNCH_TEMPLATE, "gpu"), run.one(NODE_GROUP, "gpu")
     assert lt.inputs["instanceMarketOptions"] == {"marketType": "capacity-block"}
     assert lt.inputs["capacityReservationSpecification"]["capacityReservationTarget"] == {
-        "capacityReservationId": RESERVATION}
+        "capacityReservationId": RESERVATION
+    }
     assert ng.inputs["capacityType"] == "CAPACITY_BLOCK"
     # the system nodes are untouched
     assert run.one(NODE_GROUP, "system").inputs["capacityType"] == "ON_DEMAND"
@@ -74,18 +78,22 @@ def test_capacity_shapes_accepted(capacity):
     assert validate_values(with_gpu(capacity=capacity)).gpu_nodes.capacity is not None
 
 
-@pytest.mark.parametrize("capacity, expected", [
-    ("spot", "must be 'onDemand'"),
-    ({"reservationId": "r-0123"}, "is not an EC2 capacity reservation id"),
-    ({"capacityBlockId": "cr-XYZ"}, "is not an EC2 capacity reservation id"),
-    ({"reservationId": RESERVATION, "capacityBlockId": RESERVATION}, "must be 'onDemand'"),
-])
+@pytest.mark.parametrize(
+    "capacity, expected",
+    [
+        ("spot", "must be 'onDemand'"),
+        ({"reservationId": "r-0123"}, "is not an EC2 capacity reservation id"),
+        ({"capacityBlockId": "cr-XYZ"}, "is not an EC2 capacity reservation id"),
+        ({"reservationId": RESERVATION, "capacityBlockId": RESERVATION}, "must be 'onDemand'"),
+    ],
+)
 def test_capacity_shapes_refused(capacity, expected):
     (problem,) = config_problems(with_gpu(capacity=capacity))
     assert problem.startswith("llm-pd-eks:gpuNodes.capacity") and expected in problem
 
 
 # --- node groups leave desiredSize to the autoscaler -----------------------------------------------
+
 
 def test_node_groups_ignore_desired_size(run: ProgramRun):
     for ng in run.of_type(NODE_GROUP):
@@ -94,13 +102,16 @@ def test_node_groups_ignore_desired_size(run: ProgramRun):
 
 # --- root volumes ----------------------------------------------------------------------------------
 
+
 def test_root_volumes_carry_configured_gp3_performance(run: ProgramRun):
     cfg = stack_config(run.stack)
     for name, nodes in (("gpu", cfg.gpu_nodes), ("system", cfg.system_nodes)):
         (bdm,) = run.one(LAUNCH_TEMPLATE, name).inputs["blockDeviceMappings"]
         assert bdm["ebs"]["volumeType"] == "gp3"
-        assert (bdm["ebs"]["iops"], bdm["ebs"]["throughput"]) == (nodes.root_volume_iops,
-                                                                 nodes.root_volume_throughput_mibps)
+        assert (bdm["ebs"]["iops"], bdm["ebs"]["throughput"]) == (
+            nodes.root_volume_iops,
+            nodes.root_volume_throughput_mibps,
+        )
 
 
 def test_gp3_throughput_bounded_by_iops():
@@ -118,10 +129,12 @@ def test_gp3_bounds_are_the_ec2_api_models():
     from llm_pd_eks.config import GpuNodesConfig
 
     shape = boto3.client("ec2", region_name="us-east-1").meta.service_model.shape_for(
-        "LaunchTemplateEbsBlockDeviceRequest")
+        "LaunchTemplateEbsBlockDeviceRequest"
+    )
     text = {k: re.sub(r"<[^>]+>", " ", shape.members[k].documentation) for k in ("Iops", "Throughput")}
-    low, high = (int(x.replace(",", "")) for x in re.search(r"gp3\s*:\s*([\d,]+)\s*-\s*([\d,]+)\s*IOPS",
-                                                            text["Iops"]).groups())
+    low, high = (
+        int(x.replace(",", "")) for x in re.search(r"gp3\s*:\s*([\d,]+)\s*-\s*([\d,]+)\s*IOPS", text["Iops"]).groups()
+    )
     mib = int(re.search(r"Maximum value of ([\d,]+)", text["Throughput"]).group(1).replace(",", ""))
     fields = GpuNodesConfig.model_fields
 
@@ -134,6 +147,7 @@ def test_gp3_bounds_are_the_ec2_api_models():
 
 
 # --- nodeadm NodeConfig in MIME user data ------------------------------------------------------------
+
 
 def nodeadm_parts(lt) -> list[dict]:
     message = email.message_from_bytes(base64.b64decode(lt.inputs["userData"]))
@@ -179,6 +193,7 @@ def test_catalog_instance_store_matches_ec2_data():
 
 # --- the EFA device plugin chart must know the GPU type -----------------------------------------------
 
+
 def efa_chart_types() -> set[str]:
     values = yaml.safe_load((DATA / "eks-charts" / "aws-efa-k8s-device-plugin-values-v0.5.30.yaml").read_text())
     return set(values["supportedInstanceLabels"]["values"])
@@ -191,8 +206,9 @@ def test_pinned_efa_chart_schedules_on_every_catalog_type():
 
 def test_efa_chart_older_than_the_type_needs_is_refused():
     assert validate_values({**with_gpu(instanceType="p5en.48xlarge"), "devicePlugins": {"efaChartVersion": "v0.5.6"}})
-    (problem,) = config_problems({**with_gpu(instanceType="p5en.48xlarge"),
-                                  "devicePlugins": {"efaChartVersion": "v0.5.5"}})
+    (problem,) = config_problems(
+        {**with_gpu(instanceType="p5en.48xlarge"), "devicePlugins": {"efaChartVersion": "v0.5.5"}}
+    )
     assert problem.startswith("llm-pd-eks:devicePlugins.efaChartVersion: v0.5.5 does not list p5en.48xlarge")
 
 

@@ -61,8 +61,10 @@ def test_template_change_keeping_the_group_name_is_the_failing_eks_roll(prod):
     """Today's plan shape: the template changes under a group whose name stays (EKS rolls it in place)."""
     changed = records(diskSizeGib=600)
     (ng_urn,) = [u for u, r in prod.items() if r["type"] == "aws:eks/nodeGroup:NodeGroup" and "gpu" in r["name"]]
-    changed[ng_urn] = {**changed[ng_urn], "inputs": {**changed[ng_urn]["inputs"],
-                                                     "nodeGroupName": prod[ng_urn]["inputs"]["nodeGroupName"]}}
+    changed[ng_urn] = {
+        **changed[ng_urn],
+        "inputs": {**changed[ng_urn]["inputs"], "nodeGroupName": prod[ng_urn]["inputs"]["nodeGroupName"]},
+    }
     roll = classify_gpu_roll(prod, changed, P5_HOURLY)
     assert roll.kind == EKS_ROLL and roll.extra_nodes == 2  # max(2 x 1 AZ, maxUnavailable 1)
     assert "PodEvictionFailure" in roll.describe()

@@ -48,8 +48,14 @@ def fake_nixl(tmp_path: Path, plugins: list[str]) -> Path:
 @pytest.mark.parametrize("plugins, rc", [(["UCX", "LIBFABRIC", "POSIX"], 0), (["UCX", "POSIX", "GDS"], 1)])
 def test_the_build_gate_needs_libfabric(tmp_path, plugins, rc):
     path = fake_nixl(tmp_path, plugins)
-    done = subprocess.run([sys.executable, str(RECIPE / "check_nixl_libfabric.py")], capture_output=True, text=True,
-                          env={"PYTHONPATH": str(path), "PATH": "/usr/bin:/bin"}, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, str(RECIPE / "check_nixl_libfabric.py")],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(path), "PATH": "/usr/bin:/bin"},
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == rc, done.stderr
     if rc:
         assert "no LIBFABRIC" in done.stderr and len(done.stderr.strip().splitlines()) == 1

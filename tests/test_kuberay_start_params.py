@@ -42,16 +42,36 @@ def test_generate_ray_start_command_matches_kuberay(case):
 
 def test_the_tables_are_the_vendored_ones():
     # every case of the three Go tests, none dropped (counts as in pod_test.go / resources_test.go v1.7.0)
-    assert [len(TABLES[t]) for t in ("TestIsGPUResourceKey", "TestUpdateRayStartParamsResources",
-                                     "TestGenerateRayStartCommand")] == [6, 5, 13]
+    assert [
+        len(TABLES[t])
+        for t in ("TestIsGPUResourceKey", "TestUpdateRayStartParamsResources", "TestGenerateRayStartCommand")
+    ] == [6, 5, 13]
 
 
 # --- the program's rule, judged by the transcription ------------------------------------------------
 
 CANDIDATES = [
-    "prefill_gpu", "decode_gpu", "PREFILL_GPU", "decode_GPU", "gpu", "GPU", "xgpu", "nvidia.com/gpu",
-    "nvidia.com/MIG-2g.32gb", "nvidia.com/mig-1g.10gb", "CPU", "cpu", "Memory", "memory",
-    "prefill_slot", "decode_slot", "prefill_gpus", "gpu_prefill", "accelerator_type:A100", "TPU", "neuron_cores",
+    "prefill_gpu",
+    "decode_gpu",
+    "PREFILL_GPU",
+    "decode_GPU",
+    "gpu",
+    "GPU",
+    "xgpu",
+    "nvidia.com/gpu",
+    "nvidia.com/MIG-2g.32gb",
+    "nvidia.com/mig-1g.10gb",
+    "CPU",
+    "cpu",
+    "Memory",
+    "memory",
+    "prefill_slot",
+    "decode_slot",
+    "prefill_gpus",
+    "gpu_prefill",
+    "accelerator_type:A100",
+    "TPU",
+    "neuron_cores",
 ]
 
 
@@ -71,20 +91,38 @@ def test_a_rendered_worker_group_reaches_the_raylet_whole():
     group = {
         "rayStartParams": {},
         "resources": {"prefill_slot": "8", "accelerator_type:H100": "1"},
-        "template": {"spec": {"containers": [{"resources": {
-            "requests": {"cpu": "190", "memory": "1741Gi", "hugepages-2Mi": "5128Mi"},
-            "limits": {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32", "memory": "1741Gi",
-                       "hugepages-2Mi": "5128Mi"},
-        }}]}},
+        "template": {
+            "spec": {
+                "containers": [
+                    {
+                        "resources": {
+                            "requests": {"cpu": "190", "memory": "1741Gi", "hugepages-2Mi": "5128Mi"},
+                            "limits": {
+                                "nvidia.com/gpu": "8",
+                                "vpc.amazonaws.com/efa": "32",
+                                "memory": "1741Gi",
+                                "hugepages-2Mi": "5128Mi",
+                            },
+                        }
+                    }
+                ]
+            }
+        },
     }
     command = ko.worker_ray_start(group)
     assert ko.raylet_resources(command) == {
-        "CPU": 190, "GPU": 8, "memory": 1741 * 2**30, "prefill_slot": 8, "accelerator_type:H100": 1,
+        "CPU": 190,
+        "GPU": 8,
+        "memory": 1741 * 2**30,
+        "prefill_slot": 8,
+        "accelerator_type:H100": 1,
     }
     assert " --block " in command and " --address=" in command
 
 
 def test_a_gpu_suffixed_role_resource_is_swallowed():
-    group = {"resources": {"prefill_gpu": "8"},
-             "template": {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}
+    group = {
+        "resources": {"prefill_gpu": "8"},
+        "template": {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "8"}}}]}},
+    }
     assert "prefill_gpu" not in ko.raylet_resources(ko.worker_ray_start(group))

@@ -25,8 +25,10 @@ def test_mock_outputs_are_distinct_and_shaped_like_aws(run: ProgramRun):
     out = eks.outputs
     groups = {out["clusterSecurityGroupId"], out["nodeSecurityGroupId"], ids["eksClusterSecurityGroupId"]}
     assert len(groups) == 3 and all(SG_ID.match(g) for g in groups)
-    assert re.fullmatch(r"arn:aws:iam::\d{12}:oidc-provider/oidc\.eks\.[a-z0-9-]+\.amazonaws\.com/id/[0-9A-F]{32}",
-                        out["oidcProviderArn"])
+    assert re.fullmatch(
+        r"arn:aws:iam::\d{12}:oidc-provider/oidc\.eks\.[a-z0-9-]+\.amazonaws\.com/id/[0-9A-F]{32}",
+        out["oidcProviderArn"],
+    )
     assert out["oidcProviderUrl"] == f"https://{out['oidcIssuer']}"
     assert all(SG_ID.match(sg.id) for sg in run.of_type("aws:ec2/securityGroup:SecurityGroup"))
 

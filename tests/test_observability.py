@@ -99,7 +99,8 @@ def test_pinned_official_charts(run: ProgramRun):
     assert stack["repositoryOpts"]["repo"] == "https://prometheus-community.github.io/helm-charts"
     dcgm = releases[DCGM_CHART.name]
     assert (dcgm["version"], dcgm["repositoryOpts"]["repo"]) == (
-        cfg.dcgm_exporter_chart_version, "https://nvidia.github.io/dcgm-exporter/helm-charts"
+        cfg.dcgm_exporter_chart_version,
+        "https://nvidia.github.io/dcgm-exporter/helm-charts",
     )
     # Prometheus must pick up monitors and rules without the chart's `release` label
     spec = stack["values"]["prometheus"]["prometheusSpec"]
@@ -148,8 +149,19 @@ def test_dashboard_is_provisioned_by_the_sidecar(run: ProgramRun):
     model = json.loads(body)
     assert model["uid"] == DASHBOARD_UID
     exprs = " ".join(expressions(model))
-    for name in (m.TTFT, m.ITL, m.WAITING, m.RUNNING, m.KV_CACHE_USAGE, m.NIXL_BYTES, m.NIXL_XFER_TIME,
-                 m.NIXL_FAILED_TRANSFERS, m.GPU_UTIL, m.GPU_FB_USED, m.KSM_NODE_LABELS):
+    for name in (
+        m.TTFT,
+        m.ITL,
+        m.WAITING,
+        m.RUNNING,
+        m.KV_CACHE_USAGE,
+        m.NIXL_BYTES,
+        m.NIXL_XFER_TIME,
+        m.NIXL_FAILED_TRANSFERS,
+        m.GPU_UTIL,
+        m.GPU_FB_USED,
+        m.KSM_NODE_LABELS,
+    ):
         assert name in exprs, name
     config = checked_in_config(run.stack)
     assert f'"{config.gpu_nodes.instance_type}"' in exprs  # the cost panel prices the GPU nodes

@@ -42,8 +42,10 @@ def prometheus(tmp_path_factory):
         exporters["prefill"].record(tokens=1)
         for _ in range(3):
             exporters["decode"].record(transfers=[[448 * 2**20, 0.0376]], tokens=16)
-        targets = [(e.target, {m.PHASE_LABEL: phase, "pod": f"llm-pd-{phase}-a", m.NODE_LABEL: f"node-{phase}"})
-                   for phase, e in exporters.items()]
+        targets = [
+            (e.target, {m.PHASE_LABEL: phase, "pod": f"llm-pd-{phase}-a", m.NODE_LABEL: f"node-{phase}"})
+            for phase, e in exporters.items()
+        ]
         server = Prometheus(workdir, targets, rules).wait_ready()
         server.wait_for(f"{m.NIXL_BYTES}_count")
         # rate() needs growth between scrapes: traffic after the first scrape, as a live service has
@@ -59,8 +61,17 @@ def prometheus(tmp_path_factory):
 
 @pytest.mark.parametrize(
     "name",
-    [m.TTFT + "_count", m.ITL + "_count", m.RUNNING, m.WAITING, m.KV_CACHE_USAGE, m.GENERATION_TOKENS,
-     m.NIXL_BYTES + "_sum", m.NIXL_XFER_TIME + "_sum", m.NIXL_FAILED_TRANSFERS],
+    [
+        m.TTFT + "_count",
+        m.ITL + "_count",
+        m.RUNNING,
+        m.WAITING,
+        m.KV_CACHE_USAGE,
+        m.GENERATION_TOKENS,
+        m.NIXL_BYTES + "_sum",
+        m.NIXL_XFER_TIME + "_sum",
+        m.NIXL_FAILED_TRANSFERS,
+    ],
 )
 def test_metric_names_match_what_ray_exports(prometheus, name):
     phases = {s["metric"][m.PHASE_LABEL] for s in prometheus.wait_for(name)}

@@ -14,8 +14,10 @@ CLEAN = {
     "network": {"vpcCidr": "10.40.0.0/16", "availabilityZones": ["us-west-2a", "us-west-2b"]},
     "cluster": {"publicAccessCidrs": ["198.18.0.0/15"], "adminPrincipalArns": ["arn:aws:iam::210987654321:role/admin"]},
     "gpuNodes": {"instanceType": "p4d.24xlarge", "availabilityZone": "us-west-2a"},
-    "serving": {"modelId": "Qwen/Qwen2.5-7B-Instruct",
-                "image": "210987654321.dkr.ecr.us-west-2.amazonaws.com/ray-llm:2.60.0-py311-cu128"},
+    "serving": {
+        "modelId": "Qwen/Qwen2.5-7B-Instruct",
+        "image": "210987654321.dkr.ecr.us-west-2.amazonaws.com/ray-llm:2.60.0-py311-cu128",
+    },
 }
 
 
@@ -39,9 +41,12 @@ def test_ipv6_documentation_range_known():
 
 
 def test_vpc_in_a_documentation_range_flagged():
-    network = {**CLEAN["network"], "vpcCidr": "198.51.100.0/24",  # a /24 VPC needs its subnets stated
-               "privateSubnetCidrs": ["198.51.100.0/26", "198.51.100.64/26"],
-               "publicSubnetCidrs": ["198.51.100.128/26", "198.51.100.192/26"]}
+    network = {
+        **CLEAN["network"],
+        "vpcCidr": "198.51.100.0/24",  # a /24 VPC needs its subnets stated
+        "privateSubnetCidrs": ["198.51.100.0/26", "198.51.100.64/26"],
+        "publicSubnetCidrs": ["198.51.100.128/26", "198.51.100.192/26"],
+    }
     found = keys({**CLEAN, "network": network})
     assert {"network.vpcCidr", "network.privateSubnetCidrs", "network.publicSubnetCidrs"} <= set(found)
 
@@ -51,7 +56,8 @@ def test_example_account_flagged_in_image_and_admin_arns():
     assert keys({**CLEAN, "serving": {**CLEAN["serving"], "image": image}}) == ["serving.image"]
     arn = "arn:aws:iam::123456789012:role/admin"
     assert keys({**CLEAN, "cluster": {**CLEAN["cluster"], "adminPrincipalArns": [arn]}}) == [
-        "cluster.adminPrincipalArns"]
+        "cluster.adminPrincipalArns"
+    ]
 
 
 def test_private_endpoint_needs_a_stated_runner():
@@ -65,8 +71,13 @@ def test_private_endpoint_needs_a_stated_runner():
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "llm_pd_eks_tools.placeholders", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "llm_pd_eks_tools.placeholders", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize("stack", ["dev", "staging", "prod"])

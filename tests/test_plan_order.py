@@ -135,8 +135,14 @@ def test_the_gpu_nodes_launch_only_after_a_kubernetes_object_applied(programs, s
     run = programs(stack)
     gpu = run.one(GPU_NODE_GROUP, "gpu")
     before_gpu = ancestors(run, gpu.urn)
-    applied = [r for r in run.resources if r.urn in before_gpu and r.custom and r.type.startswith("kubernetes:")
-               and not r.type.startswith("pulumi:providers:")]
+    applied = [
+        r
+        for r in run.resources
+        if r.urn in before_gpu
+        and r.custom
+        and r.type.startswith("kubernetes:")
+        and not r.type.startswith("pulumi:providers:")
+    ]
     assert [(r.type, r.inputs["metadata"]["namespace"]) for r in applied] == [
         ("kubernetes:core/v1:ConfigMap", "kube-system")
     ]
@@ -177,7 +183,10 @@ def test_a_connected_network_gets_443_on_the_cluster_security_group():
     rule = run.one(INGRESS_RULE, "api-access")
     eks_sg = eks_cluster_ids(run.one("eks:index:Cluster", "cluster").name)["eksClusterSecurityGroupId"]
     assert (rule.inputs["securityGroupId"], rule.inputs["cidrIpv4"], rule.inputs["ipProtocol"]) == (
-        eks_sg, "172.20.0.0/16", "tcp")
+        eks_sg,
+        "172.20.0.0/16",
+        "tcp",
+    )
     assert (rule.inputs["fromPort"], rule.inputs["toPort"]) == (443, 443)
     probe = run.one("kubernetes:core/v1:ConfigMap", "api-access")
     assert rule.urn in ancestors(run, probe.urn)
@@ -189,9 +198,13 @@ def test_a_public_route_adds_no_rule(programs):
 
 
 # -- destroy: nothing the cluster made is left to block the VPC's deletion --------------------------
-EGRESS = ("aws:ec2/internetGateway:InternetGateway", "aws:ec2/natGateway:NatGateway",
-          "aws:ec2/routeTableAssociation:RouteTableAssociation", "aws:ec2/vpcEndpoint:VpcEndpoint",
-          "aws:ec2/subnet:Subnet")
+EGRESS = (
+    "aws:ec2/internetGateway:InternetGateway",
+    "aws:ec2/natGateway:NatGateway",
+    "aws:ec2/routeTableAssociation:RouteTableAssociation",
+    "aws:ec2/vpcEndpoint:VpcEndpoint",
+    "aws:ec2/subnet:Subnet",
+)
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -202,8 +215,9 @@ def test_destroy_removes_what_runs_on_the_cluster_before_the_routes_out(programs
     public addresses keep the IGW from detaching, a node's ENIs keep its subnet."""
     run = programs(stack)
     egress = {r.urn for r in run.resources if r.type in EGRESS}
-    on_cluster = [r for r in run.resources
-                  if r.custom and (r.type.startswith("kubernetes:") or r.type == GPU_NODE_GROUP)]
+    on_cluster = [
+        r for r in run.resources if r.custom and (r.type.startswith("kubernetes:") or r.type == GPU_NODE_GROUP)
+    ]
     assert len(on_cluster) > 10
     late = [r.name for r in on_cluster if not egress <= ancestors(run, r.urn)]
     assert late == []

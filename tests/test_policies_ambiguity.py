@@ -25,8 +25,10 @@ def _subnets_from(feeder: Res | None) -> list[Res]:
     "feeder, named",
     [
         (Res("awsx:ec2:Vpc", "vpc", {}), "awsx:ec2:Vpc 'vpc'"),  # a remote component's output
-        (Res("pulumi:pulumi:StackReference", "network", {"name": "org/network/prod"}),
-         "pulumi:pulumi:StackReference 'network'"),
+        (
+            Res("pulumi:pulumi:StackReference", "network", {"name": "org/network/prod"}),
+            "pulumi:pulumi:StackReference 'network'",
+        ),
         (None, "invoke"),  # unknown with nothing recorded as its source
     ],
     ids=["remote-component", "stack-reference", "invoke"],
@@ -85,8 +87,18 @@ def test_known_references_are_not_affected():
         ("$Default", {"latestVersion": 1}, False),
         ("latest", {"latestVersion": 3}, True),
     ],
-    ids=["latest", "output", "same-number", "older-number", "number-while-changing", "default",
-         "default-updated", "default-pinned", "default-single", "not-a-version"],
+    ids=[
+        "latest",
+        "output",
+        "same-number",
+        "older-number",
+        "number-while-changing",
+        "default",
+        "default-updated",
+        "default-pinned",
+        "default-single",
+        "not-a-version",
+    ],
 )
 def test_launch_template_version_is_the_one_judged(version, template, violation):
     stack = gpu_stack()
@@ -108,18 +120,39 @@ def _mixed(unknown_ids: bool) -> list[Res]:
     # The second template names no type of its own: the override gives it (so only the override
     # tells the pack that this template launches p5 instances).
     props = {k: v for k, v in stack["lt"].props.items() if k != "instanceType"}
-    second = Res(LAUNCH_TEMPLATE, "second-lt", {**props, "id": UNKNOWN if unknown_ids else "lt-0456"},
-                 deps=dict(stack["lt"].deps), parent=stack["component"])
-    asg = Res("aws:autoscaling/group:Group", "gpu-asg", {
-        "vpcZoneIdentifiers": [UNKNOWN if unknown_ids else "subnet-us-west-2a-id"],
-        "mixedInstancesPolicy": {"launchTemplate": {
-            "launchTemplateSpecification": {"launchTemplateId": UNKNOWN if unknown_ids else "lt-0123",
-                                            "version": "$Latest"},
-            "overrides": [{"instanceType": "p5.48xlarge"},
-                          {"instanceType": "p5.48xlarge", "launchTemplateSpecification": {
-                              "launchTemplateId": UNKNOWN if unknown_ids else "lt-0456", "version": "$Latest"}}]}},
-    }, deps={"vpcZoneIdentifiers": [stack["subnet-us-west-2a"]],
-             "mixedInstancesPolicy": [stack["lt"], second]})
+    second = Res(
+        LAUNCH_TEMPLATE,
+        "second-lt",
+        {**props, "id": UNKNOWN if unknown_ids else "lt-0456"},
+        deps=dict(stack["lt"].deps),
+        parent=stack["component"],
+    )
+    asg = Res(
+        "aws:autoscaling/group:Group",
+        "gpu-asg",
+        {
+            "vpcZoneIdentifiers": [UNKNOWN if unknown_ids else "subnet-us-west-2a-id"],
+            "mixedInstancesPolicy": {
+                "launchTemplate": {
+                    "launchTemplateSpecification": {
+                        "launchTemplateId": UNKNOWN if unknown_ids else "lt-0123",
+                        "version": "$Latest",
+                    },
+                    "overrides": [
+                        {"instanceType": "p5.48xlarge"},
+                        {
+                            "instanceType": "p5.48xlarge",
+                            "launchTemplateSpecification": {
+                                "launchTemplateId": UNKNOWN if unknown_ids else "lt-0456",
+                                "version": "$Latest",
+                            },
+                        },
+                    ],
+                }
+            },
+        },
+        deps={"vpcZoneIdentifiers": [stack["subnet-us-west-2a"]], "mixedInstancesPolicy": [stack["lt"], second]},
+    )
     if not unknown_ids:
         stack["lt"].props["id"] = "lt-0123"
     del stack["ng"]

@@ -154,8 +154,11 @@ def test_fi_provider_through_env_from(extra, violation):
 
 
 def test_env_overrides_env_from():
-    cases = _env_case(({"name": "FI_PROVIDER", "value": "efa"},), (_configmap("fabric-env", {"FI_PROVIDER": "tcp"}),),
-                      env_from=[{"configMapRef": {"name": "fabric-env"}}])
+    cases = _env_case(
+        ({"name": "FI_PROVIDER", "value": "efa"},),
+        (_configmap("fabric-env", {"FI_PROVIDER": "tcp"}),),
+        env_from=[{"configMapRef": {"name": "fabric-env"}}],
+    )
     assert of(judge(cases), "ray-gpu-pods-efa") == []
 
 
@@ -185,8 +188,15 @@ def test_type_names_are_normalised(spelling):
 
 def _ng_of(instance_type: str) -> list[Res]:
     subnet = Res("aws:ec2/subnet:Subnet", "private-a", {"availabilityZone": "us-west-2a", "vpcId": "vpc-1"})
-    return [subnet, Res(NODE_GROUP, "new-gpus", {"instanceTypes": [instance_type], "subnetIds": [UNKNOWN]},
-                        deps={"subnetIds": [subnet]})]
+    return [
+        subnet,
+        Res(
+            NODE_GROUP,
+            "new-gpus",
+            {"instanceTypes": [instance_type], "subnetIds": [UNKNOWN]},
+            deps={"subnetIds": [subnet]},
+        ),
+    ]
 
 
 def test_gpu_type_missing_from_the_table_fails_closed():
@@ -196,10 +206,21 @@ def test_gpu_type_missing_from_the_table_fails_closed():
 
 
 def test_table_extension_and_decisions_come_from_policy_config():
-    extended = judge(_ng_of("p6e-gb200.36xlarge"), {
-        name: {"extraEfaGpuTypes": {"p6e-gb200.36xlarge": 8}}
-        for name in ("gpu-node-group-single-az", "efa-on-gpu-nodes", "efa-interface-count",
-                     "gpu-cluster-placement-group", "gpu-nodes-private", "efa-security-group", REFS)})
+    extended = judge(
+        _ng_of("p6e-gb200.36xlarge"),
+        {
+            name: {"extraEfaGpuTypes": {"p6e-gb200.36xlarge": 8}}
+            for name in (
+                "gpu-node-group-single-az",
+                "efa-on-gpu-nodes",
+                "efa-interface-count",
+                "gpu-cluster-placement-group",
+                "gpu-nodes-private",
+                "efa-security-group",
+                REFS,
+            )
+        },
+    )
     assert of(extended, REFS) == []
     assert of(extended, "efa-on-gpu-nodes")  # now judged as an EFA type: it has no launch template
     assert of(judge(_ng_of("g5.xlarge"), {REFS: {"nonEfaGpuTypes": ["G5.xlarge"]}}), REFS) == []
@@ -214,20 +235,30 @@ def _path(kind: str, props: dict, deps: dict | None = None) -> Res:
 
 def test_ec2_instance_is_judged_like_a_node_group():
     base = gpu_stack()
-    bare = _path("aws:ec2/instance:Instance", {"instanceType": "p5.48xlarge", "subnetId": UNKNOWN},
-                 {"subnetId": [base["subnet-us-west-2a"]]})
+    bare = _path(
+        "aws:ec2/instance:Instance",
+        {"instanceType": "p5.48xlarge", "subnetId": UNKNOWN},
+        {"subnetId": [base["subnet-us-west-2a"]]},
+    )
     assert {"efa-on-gpu-nodes", "gpu-cluster-placement-group"} <= _policies(judge([base["subnet-us-west-2a"], bare]))
-    good = _path("aws:ec2/instance:Instance", {"subnetId": UNKNOWN, "launchTemplate": {"id": UNKNOWN},
-                                               "metadataOptions": base["lt"].props["metadataOptions"]},
-                 {"subnetId": [base["subnet-us-west-2a"]], "launchTemplate": [base["lt"]]})
+    good = _path(
+        "aws:ec2/instance:Instance",
+        {
+            "subnetId": UNKNOWN,
+            "launchTemplate": {"id": UNKNOWN},
+            "metadataOptions": base["lt"].props["metadataOptions"],
+        },
+        {"subnetId": [base["subnet-us-west-2a"]], "launchTemplate": [base["lt"]]},
+    )
     del base["ng"]
     assert mandatory(judge([*base.values(), good])) == []
 
 
 def test_launch_configuration_cannot_carry_efa():
-    lc = _path("aws:ec2/launchConfiguration:LaunchConfiguration",
-               {"instanceType": "p5.48xlarge", "metadataOptions": {"httpTokens": "required",
-                                                                   "httpPutResponseHopLimit": 1}})
+    lc = _path(
+        "aws:ec2/launchConfiguration:LaunchConfiguration",
+        {"instanceType": "p5.48xlarge", "metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 1}},
+    )
     found = of(judge([lc]), "efa-on-gpu-nodes")
     assert [v.urn for v in found] == [lc.urn] and "launch configuration" in found[0].message
     lc.props["instanceType"] = "m7i.large"
@@ -242,12 +273,19 @@ def test_auto_scaling_group_with_instance_overrides(unknown_ids):
     cpu_lt.props.pop("instanceType")
     cpu_lt.props["networkInterfaces"] = [{"networkCardIndex": 0, "deviceIndex": 0}]
     subnets = [stack["subnet-us-west-2a"]]
-    asg = _path("aws:autoscaling/group:Group", {
-        "vpcZoneIdentifiers": [UNKNOWN],
-        "mixedInstancesPolicy": {"launchTemplate": {
-            "launchTemplateSpecification": {"launchTemplateId": UNKNOWN if unknown_ids else "lt-0123"},
-            "overrides": [{"instanceType": "m7i.large"}, {"instanceType": "p5.48xlarge"}]}},
-    }, {"vpcZoneIdentifiers": subnets, "mixedInstancesPolicy": [cpu_lt]})
+    asg = _path(
+        "aws:autoscaling/group:Group",
+        {
+            "vpcZoneIdentifiers": [UNKNOWN],
+            "mixedInstancesPolicy": {
+                "launchTemplate": {
+                    "launchTemplateSpecification": {"launchTemplateId": UNKNOWN if unknown_ids else "lt-0123"},
+                    "overrides": [{"instanceType": "m7i.large"}, {"instanceType": "p5.48xlarge"}],
+                }
+            },
+        },
+        {"vpcZoneIdentifiers": subnets, "mixedInstancesPolicy": [cpu_lt]},
+    )
     found = of(judge([*stack.values(), asg]), "efa-on-gpu-nodes")
     assert [v.urn for v in found] == [cpu_lt.urn] and "Auto Scaling group 'other-path'" in found[0].message
     cpu_lt.props["networkInterfaces"] = efa_interfaces(32, UNKNOWN if unknown_ids else "sg-efa")
@@ -260,8 +298,11 @@ def test_pulumi_eks_managed_node_group_with_efa_support():
     """pulumi-eks ManagedNodeGroup `enableEfaSupport` builds the EFA launch template and a cluster
     placement group in `placementGroupAvailabilityZone` (pulumi/pulumi-eks#1593)."""
     subnet = gpu_stack()["subnet-us-west-2a"]
-    group = _path("eks:index:ManagedNodeGroup", {"instanceTypes": ["p5.48xlarge"], "subnetIds": [UNKNOWN]},
-                  {"subnetIds": [subnet]})
+    group = _path(
+        "eks:index:ManagedNodeGroup",
+        {"instanceTypes": ["p5.48xlarge"], "subnetIds": [UNKNOWN]},
+        {"subnetIds": [subnet]},
+    )
     assert {"efa-on-gpu-nodes", "gpu-cluster-placement-group"} <= _policies(judge([subnet, group]))
     group.props.update(enableEfaSupport=True, placementGroupAvailabilityZone="us-west-2a")
     assert mandatory(judge([subnet, group])) == []
@@ -272,8 +313,11 @@ def test_pulumi_eks_managed_node_group_with_efa_support():
 @pytest.mark.parametrize("kind", ["eks:index:NodeGroupV2", "eks:index:NodeGroup"])
 def test_pulumi_eks_self_managed_node_groups_cannot_carry_efa(kind):
     subnet = gpu_stack()["subnet-us-west-2a"]
-    group = _path(kind, {"instanceType": "p5.48xlarge", "nodeSubnetIds": [UNKNOWN],
-                         "enableEfaSupport": True}, {"nodeSubnetIds": [subnet]})
+    group = _path(
+        kind,
+        {"instanceType": "p5.48xlarge", "nodeSubnetIds": [UNKNOWN], "enableEfaSupport": True},
+        {"nodeSubnetIds": [subnet]},
+    )
     (found,) = of(judge([subnet, group]), "efa-on-gpu-nodes")
     assert "no EFA option" in found.message
     group.props["instanceType"] = "m7i.2xlarge"
@@ -297,9 +341,20 @@ def test_pulumi_eks_self_managed_node_groups_cannot_carry_efa(kind):
     ],
 )
 def test_karpenter_node_pool_cannot_launch_efa_gpu_types(requirement, violation):
-    pool = Res("kubernetes:karpenter.sh/v1:NodePool", "gpu", {"spec": {"template": {"spec": {
-        "requirements": [requirement], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass",
-                                                        "name": "default"}}}}})
+    pool = Res(
+        "kubernetes:karpenter.sh/v1:NodePool",
+        "gpu",
+        {
+            "spec": {
+                "template": {
+                    "spec": {
+                        "requirements": [requirement],
+                        "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                    }
+                }
+            }
+        },
+    )
     found = of(judge([pool]), REFS)
     assert bool(found) == violation
     if violation:
@@ -316,8 +371,9 @@ def _bad_worker_service(api: str = "ray.io/v1") -> dict:
     [
         Res("kubernetes:ray.io/v1alpha1:RayService", "old", _bad_worker_service("ray.io/v1alpha1")),
         Res("kubernetes:apiextensions.k8s.io:CustomResource", "generic", _bad_worker_service()),
-        Res("kubernetes:helm.sh/v3:Release", "chart",
-            {"chart": "llm", "values": {"services": [_bad_worker_service()]}}),
+        Res(
+            "kubernetes:helm.sh/v3:Release", "chart", {"chart": "llm", "values": {"services": [_bad_worker_service()]}}
+        ),
         Res("kubernetes:helm.sh/v4:Chart", "chart4", {"values": {"manifest": yaml.safe_dump(_bad_worker_service())}}),
     ],
     ids=["v1alpha1", "custom-resource", "helm-values", "yaml-in-values"],
@@ -333,8 +389,9 @@ def test_ray_service_declared_anywhere_is_judged(resource):
 
 @pytest.mark.parametrize("kind, path", [("RayCluster", ("spec",)), ("RayJob", ("spec", "rayClusterSpec"))])
 def test_ray_cluster_and_ray_job_workers_are_judged(kind, path):
-    cluster = {"workerGroupSpecs": [{"groupName": "gpu", "template": {"spec": {"containers": [
-        gpu_container(efa=None)]}}}]}
+    cluster = {
+        "workerGroupSpecs": [{"groupName": "gpu", "template": {"spec": {"containers": [gpu_container(efa=None)]}}}]
+    }
     props: dict = {"metadata": {"name": "x"}}
     node = props
     for step in path[:-1]:
@@ -362,9 +419,15 @@ def test_efa_self_rule_as_separate_rule_resources_passes():
     stack["sg"].props["ingress"] = []
     stack["sg"].props["egress"] = []
     assert of(judge(stack), "efa-security-group")
-    rules = [Res("aws:ec2/securityGroupRule:SecurityGroupRule", f"efa-{d}",
-                 {"type": d, **SELF_ALL, "securityGroupId": UNKNOWN}, deps={"securityGroupId": [stack["sg"]]})
-             for d in ("ingress", "egress")]
+    rules = [
+        Res(
+            "aws:ec2/securityGroupRule:SecurityGroupRule",
+            f"efa-{d}",
+            {"type": d, **SELF_ALL, "securityGroupId": UNKNOWN},
+            deps={"securityGroupId": [stack["sg"]]},
+        )
+        for d in ("ingress", "egress")
+    ]
     assert of(judge([*stack.values(), *rules]), "efa-security-group") == []
 
 
@@ -375,12 +438,23 @@ def test_private_subnet_means_no_route_to_an_internet_gateway(unknown_ids, gatew
     subnet = stack["subnet-us-west-2a"]
     igw = Res("aws:ec2/internetGateway:InternetGateway", "igw", {"vpcId": "vpc-1"})
     nat = Res("aws:ec2/natGateway:NatGateway", "nat", {"subnetId": "subnet-public"})
-    route = ({"cidrBlock": "0.0.0.0/0", "gatewayId": UNKNOWN if unknown_ids else "igw-0abc"} if gateway == "igw"
-             else {"cidrBlock": "0.0.0.0/0", "natGatewayId": UNKNOWN if unknown_ids else "nat-0abc"})
-    table = Res("aws:ec2/routeTable:RouteTable", "rt", {"vpcId": "vpc-1", "routes": [route]},
-                deps={"routes": [igw if gateway == "igw" else nat]})
-    assoc = Res("aws:ec2/routeTableAssociation:RouteTableAssociation", "rta",
-                {"subnetId": UNKNOWN, "routeTableId": UNKNOWN}, deps={"subnetId": [subnet], "routeTableId": [table]})
+    route = (
+        {"cidrBlock": "0.0.0.0/0", "gatewayId": UNKNOWN if unknown_ids else "igw-0abc"}
+        if gateway == "igw"
+        else {"cidrBlock": "0.0.0.0/0", "natGatewayId": UNKNOWN if unknown_ids else "nat-0abc"}
+    )
+    table = Res(
+        "aws:ec2/routeTable:RouteTable",
+        "rt",
+        {"vpcId": "vpc-1", "routes": [route]},
+        deps={"routes": [igw if gateway == "igw" else nat]},
+    )
+    assoc = Res(
+        "aws:ec2/routeTableAssociation:RouteTableAssociation",
+        "rta",
+        {"subnetId": UNKNOWN, "routeTableId": UNKNOWN},
+        deps={"subnetId": [subnet], "routeTableId": [table]},
+    )
     found = of(judge([*stack.values(), igw, nat, table, assoc]), "gpu-nodes-private")
     assert bool(found) == violation
     if violation:
@@ -410,14 +484,33 @@ def test_public_api_cidrs_are_judged_together(cidrs, violation):
 @pytest.mark.parametrize(
     "resource, fixed",
     [
-        (Res("kubernetes:elbv2.k8s.aws/v1beta1:IngressClassParams", "alb", {"spec": {"scheme": "internet-facing"}}),
-         {"spec": {"scheme": "internal"}}),
-        (Res("kubernetes:gateway.networking.k8s.io/v1:Gateway", "gw", {"spec": {
-            "gatewayClassName": "x", "infrastructure": {"annotations": {
-                "service.beta.kubernetes.io/aws-load-balancer-scheme": "internet-facing"}}}}),
-         {"spec": {"gatewayClassName": "x"}}),
-        (Res("kubernetes:gateway.k8s.aws/v1beta1:LoadBalancerConfiguration", "lbc",
-             {"spec": {"scheme": "internet-facing"}}), {"spec": {}}),  # the controller's default: internal
+        (
+            Res("kubernetes:elbv2.k8s.aws/v1beta1:IngressClassParams", "alb", {"spec": {"scheme": "internet-facing"}}),
+            {"spec": {"scheme": "internal"}},
+        ),
+        (
+            Res(
+                "kubernetes:gateway.networking.k8s.io/v1:Gateway",
+                "gw",
+                {
+                    "spec": {
+                        "gatewayClassName": "x",
+                        "infrastructure": {
+                            "annotations": {"service.beta.kubernetes.io/aws-load-balancer-scheme": "internet-facing"}
+                        },
+                    }
+                },
+            ),
+            {"spec": {"gatewayClassName": "x"}},
+        ),
+        (
+            Res(
+                "kubernetes:gateway.k8s.aws/v1beta1:LoadBalancerConfiguration",
+                "lbc",
+                {"spec": {"scheme": "internet-facing"}},
+            ),
+            {"spec": {}},
+        ),  # the controller's default: internal
     ],
     ids=["ingress-class-params", "gateway", "lb-configuration"],
 )
@@ -452,8 +545,10 @@ def test_literal_tokens_outside_env(where):
     assert len(found) == 1 and TOKEN not in found[0].message  # never echoes the value
     if where != "helm-values":  # by name: any literal value counts there
         assert of(judge([build("not-a-token-shape")]), "no-literal-secrets-in-pods")
-    assert of(judge([build("${HF_TOKEN}" if where != "helm-values" else "placeholder")]),
-              "no-literal-secrets-in-pods") == []
+    assert (
+        of(judge([build("${HF_TOKEN}" if where != "helm-values" else "placeholder")]), "no-literal-secrets-in-pods")
+        == []
+    )
 
 
 def test_ordinary_args_and_configmaps_are_not_secrets():
@@ -482,8 +577,9 @@ def test_network_card_index_that_is_not_a_number_is_refused():
 def test_a_rule_that_cannot_judge_reports_instead_of_crashing():
     """A broken regex in the policy config would raise inside the rule: the gRPC call still answers."""
     svc = ray_service()
-    (found,) = of(judge([svc], {"no-literal-secrets-in-pods": {"secretNamePattern": "("}}),
-                  "no-literal-secrets-in-pods")
+    (found,) = of(
+        judge([svc], {"no-literal-secrets-in-pods": {"secretNamePattern": "("}}), "no-literal-secrets-in-pods"
+    )
     assert "could not judge resource 'llm'" in found.message and "error" in found.message
 
 
@@ -509,7 +605,6 @@ def test_odd_shapes_never_crash_the_pack(bend):
     assert [v for v in verdicts if "could not judge" in v.message] == []
 
 
-
 def test_compliant_variants_pass_every_rule():
     """Shapes a real deployment uses that must not be refused: an image pinned by digest, FI_PROVIDER
     through envFrom of a ConfigMap in the stack, the EFA self rule as separate rule resources."""
@@ -518,9 +613,12 @@ def test_compliant_variants_pass_every_rule():
     worker["envFrom"] = [{"configMapRef": {"name": "fabric-env"}}]
     stack = gpu_stack()
     stack["sg"].props["ingress"] = []
-    rule = Res("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule", "efa-self",
-               {"ipProtocol": "-1", "securityGroupId": UNKNOWN, "referencedSecurityGroupId": UNKNOWN},
-               deps={"securityGroupId": [stack["sg"]], "referencedSecurityGroupId": [stack["sg"]]})
+    rule = Res(
+        "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
+        "efa-self",
+        {"ipProtocol": "-1", "securityGroupId": UNKNOWN, "referencedSecurityGroupId": UNKNOWN},
+        deps={"securityGroupId": [stack["sg"]], "referencedSecurityGroupId": [stack["sg"]]},
+    )
     resources = [*stack.values(), rule, ray_service(worker=worker), _configmap("fabric-env", {"FI_PROVIDER": "efa"})]
     assert judge(resources) == []
     del resources[resources.index(rule)]
@@ -529,8 +627,11 @@ def test_compliant_variants_pass_every_rule():
 
 def test_a_kubernetes_secret_may_hold_the_token():
     """The engine hands analyzers secret values in plaintext; a Secret is where the token belongs."""
-    secret = Res("kubernetes:core/v1:Secret", "hf", {"metadata": {"name": "hf", "namespace": "llm"},
-                                                     "type": "Opaque", "stringData": {"token": TOKEN}})
+    secret = Res(
+        "kubernetes:core/v1:Secret",
+        "hf",
+        {"metadata": {"name": "hf", "namespace": "llm"}, "type": "Opaque", "stringData": {"token": TOKEN}},
+    )
     assert judge([secret]) == []
     leaked = _configmap("hf", {"token": TOKEN})
     assert of(judge([leaked]), "no-literal-secrets-in-pods")
@@ -546,8 +647,25 @@ def test_launch_template_availability_zone_counts_for_the_single_az_rule():
 
 
 def test_karpenter_node_pool_naming_an_unlisted_gpu_type():
-    pool = Res("kubernetes:karpenter.sh/v1:NodePool", "new", {"spec": {"template": {"spec": {"requirements": [
-        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["P6E-GB200.36xlarge"]}]}}}})
+    pool = Res(
+        "kubernetes:karpenter.sh/v1:NodePool",
+        "new",
+        {
+            "spec": {
+                "template": {
+                    "spec": {
+                        "requirements": [
+                            {
+                                "key": "node.kubernetes.io/instance-type",
+                                "operator": "In",
+                                "values": ["P6E-GB200.36xlarge"],
+                            }
+                        ]
+                    }
+                }
+            }
+        },
+    )
     (found,) = of(judge([pool]), REFS)
     assert "p6e-gb200.36xlarge" in found.message and "table does not list" in found.message
     assert of(judge([pool], {REFS: {"nonEfaGpuTypes": ["p6e-gb200.36xlarge"]}}), REFS) == []
@@ -573,14 +691,26 @@ def test_subnet_without_association_uses_the_vpcs_main_route_table(how):
     subnet.deps = {"vpcId": [vpc]}
     routes = [{"cidrBlock": "0.0.0.0/0", "gatewayId": UNKNOWN}]
     if how == "main-association":
-        table = Res("aws:ec2/routeTable:RouteTable", "main", {"vpcId": UNKNOWN, "routes": routes},
-                    deps={"vpcId": [vpc], "routes": [igw]})
-        main = Res("aws:ec2/mainRouteTableAssociation:MainRouteTableAssociation", "main-assoc",
-                   {"vpcId": UNKNOWN, "routeTableId": UNKNOWN}, deps={"vpcId": [vpc], "routeTableId": [table]})
+        table = Res(
+            "aws:ec2/routeTable:RouteTable",
+            "main",
+            {"vpcId": UNKNOWN, "routes": routes},
+            deps={"vpcId": [vpc], "routes": [igw]},
+        )
+        main = Res(
+            "aws:ec2/mainRouteTableAssociation:MainRouteTableAssociation",
+            "main-assoc",
+            {"vpcId": UNKNOWN, "routeTableId": UNKNOWN},
+            deps={"vpcId": [vpc], "routeTableId": [table]},
+        )
         extra = [table, main]
     else:
-        table = Res("aws:ec2/defaultRouteTable:DefaultRouteTable", "main", {
-            "defaultRouteTableId": UNKNOWN, "routes": routes}, deps={"defaultRouteTableId": [vpc], "routes": [igw]})
+        table = Res(
+            "aws:ec2/defaultRouteTable:DefaultRouteTable",
+            "main",
+            {"defaultRouteTableId": UNKNOWN, "routes": routes},
+            deps={"defaultRouteTableId": [vpc], "routes": [igw]},
+        )
         extra = [table]
     resources = [*stack.values(), vpc, igw, *extra]
     (found,) = of(judge(resources), "gpu-nodes-private")
@@ -594,14 +724,26 @@ def test_subnet_without_association_uses_the_vpcs_main_route_table(how):
 def test_ec2_instance_built_from_existing_enis(kind, cards, violation):
     """aws.ec2.Instance may attach pre-created ENIs instead of a launch template: their types count."""
     base = gpu_stack("p4d.24xlarge", unknown_ids=True)
-    enis = [Res("aws:ec2/networkInterface:NetworkInterface", f"eni-{i}",
-                {"subnetId": UNKNOWN, "interfaceType": kind if i == 0 or kind != "efa" else "efa-only"})
-            for i in range(cards)]
-    inst = _path("aws:ec2/instance:Instance", {
-        "instanceType": "p4d.24xlarge", "placementGroup": UNKNOWN,
-        "metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 1},
-        "networkInterfaces": [{"networkInterfaceId": UNKNOWN, "deviceIndex": 0 if i == 0 else 1,
-                               "networkCardIndex": i} for i in range(cards)]},
-        {"networkInterfaces": enis, "placementGroup": [base["pg"]]})
+    enis = [
+        Res(
+            "aws:ec2/networkInterface:NetworkInterface",
+            f"eni-{i}",
+            {"subnetId": UNKNOWN, "interfaceType": kind if i == 0 or kind != "efa" else "efa-only"},
+        )
+        for i in range(cards)
+    ]
+    inst = _path(
+        "aws:ec2/instance:Instance",
+        {
+            "instanceType": "p4d.24xlarge",
+            "placementGroup": UNKNOWN,
+            "metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 1},
+            "networkInterfaces": [
+                {"networkInterfaceId": UNKNOWN, "deviceIndex": 0 if i == 0 else 1, "networkCardIndex": i}
+                for i in range(cards)
+            ],
+        },
+        {"networkInterfaces": enis, "placementGroup": [base["pg"]]},
+    )
     found = _policies(judge([base["pg"], *enis, inst]))
     assert bool(found & {"efa-on-gpu-nodes", "efa-interface-count"}) == violation, found

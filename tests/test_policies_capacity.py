@@ -18,8 +18,16 @@ def with_reservation(az: str, managed: bool = True, unknown_id: bool = False) ->
     target = {"capacityReservationTarget": {"capacityReservationId": UNKNOWN if unknown_id else RID}}
     stack["lt"].props["capacityReservationSpecification"] = target
     if managed:
-        cr = Res(CAPACITY_RESERVATION, "gpu-odcr", {"availabilityZone": az, "instanceType": "p5.48xlarge",
-                                                    "instanceCount": 2, **({} if unknown_id else {"id": RID})})
+        cr = Res(
+            CAPACITY_RESERVATION,
+            "gpu-odcr",
+            {
+                "availabilityZone": az,
+                "instanceType": "p5.48xlarge",
+                "instanceCount": 2,
+                **({} if unknown_id else {"id": RID}),
+            },
+        )
         stack["cr"] = cr
         stack["lt"].deps["capacityReservationSpecification"] = [cr]
     return stack
@@ -61,8 +69,9 @@ def test_program_with_a_reservation_passes_with_its_az_and_fails_with_another():
     key = "llm-pd-eks:gpuNodes"
     config[key] = json.dumps({**json.loads(config[key]), "capacity": {"reservationId": RID}})
     run = run_program("prod", config, secret_keys)
-    assert [v for v in analyze_run(run, {POLICY: {"reservationAzs": {RID: "us-east-1c"}}})
-            if v.enforcement == "mandatory"] == []
+    assert [
+        v for v in analyze_run(run, {POLICY: {"reservationAzs": {RID: "us-east-1c"}}}) if v.enforcement == "mandatory"
+    ] == []
     wrong = [v for v in analyze_run(run, {POLICY: {"reservationAzs": {RID: "us-east-1a"}}}) if v.policy == POLICY]
     assert len(wrong) == 1 and "us-east-1a" in wrong[0].message
 
@@ -130,11 +139,17 @@ def test_external_placement_group_without_reservation_is_still_a_blind_spot():
     assert [v.policy for v in judge(stack) if v.policy == REFS] == [REFS]
 
 
-@pytest.mark.parametrize("capacity, policy_config", [
-    ({"capacityBlockId": RID}, {}),
-    ({"reservationId": RID, "placementGroup": "odcr-p5-us-east-1c"},
-     {"reservationPlacementGroups": {RID: "odcr-p5-us-east-1c"}}),
-], ids=["capacity-block", "odcr-in-group"])
+@pytest.mark.parametrize(
+    "capacity, policy_config",
+    [
+        ({"capacityBlockId": RID}, {}),
+        (
+            {"reservationId": RID, "placementGroup": "odcr-p5-us-east-1c"},
+            {"reservationPlacementGroups": {RID: "odcr-p5-us-east-1c"}},
+        ),
+    ],
+    ids=["capacity-block", "odcr-in-group"],
+)
 def test_program_plans_per_capacity_pass_the_pack(capacity, policy_config):
     import json
 

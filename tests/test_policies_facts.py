@@ -30,12 +30,23 @@ def test_check_mode_reports_a_stale_copy(tmp_path, monkeypatch, capsys):
 def test_table_holds_every_efa_gpu_type_ec2_lists():
     path, _ = gen_instance_types.moto_source()
     raw = json.loads(gzip.decompress(path.read_bytes()))
-    expected = {n for n, v in raw.items()
-                if (v.get("GpuInfo") or {}).get("Gpus") and v["NetworkInfo"].get("EfaSupported") is True}
+    expected = {
+        n
+        for n, v in raw.items()
+        if (v.get("GpuInfo") or {}).get("Gpus") and v["NetworkInfo"].get("EfaSupported") is True
+    }
     assert set(EFA_GPU_TYPES) == expected
     # the types the task names, p6-b200 among them
-    assert {"p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge",
-            "p6-b200.48xlarge", "g6e.48xlarge", "gr6.8xlarge"} <= expected
+    assert {
+        "p4d.24xlarge",
+        "p4de.24xlarge",
+        "p5.48xlarge",
+        "p5e.48xlarge",
+        "p5en.48xlarge",
+        "p6-b200.48xlarge",
+        "g6e.48xlarge",
+        "gr6.8xlarge",
+    } <= expected
     assert not {n for n, v in raw.items() if not (v.get("GpuInfo") or {}).get("Gpus")} & set(EFA_GPU_TYPES)
 
 

@@ -274,6 +274,7 @@ def test_gpu_launch_template_asking_for_public_ip_is_refused():
 
 def test_cpu_nodes_in_public_subnet_are_not_this_rules_business():
     subnet = Res(SUBNET, "public-a", {"availabilityZone": "us-west-2a", "mapPublicIpOnLaunch": True})
-    ng = Res(NODE_GROUP, "bastion", {"instanceTypes": ["t3.small"], "subnetIds": [UNKNOWN]},
-             deps={"subnetIds": [subnet]})
+    ng = Res(
+        NODE_GROUP, "bastion", {"instanceTypes": ["t3.small"], "subnetIds": [UNKNOWN]}, deps={"subnetIds": [subnet]}
+    )
     assert of(judge([subnet, ng]), "gpu-nodes-private") == []

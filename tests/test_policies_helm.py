@@ -16,27 +16,45 @@ INTERNAL = {"service.beta.kubernetes.io/aws-load-balancer-scheme": "internal"}
 
 
 def release(chart: str, values: Any, name: str = "ingress", **props: Any) -> Res:
-    return Res(RELEASE, name, {"chart": chart, "version": "4.11.3", "namespace": "ingress", "values": values,
-                               **props})
+    return Res(RELEASE, name, {"chart": chart, "version": "4.11.3", "namespace": "ingress", "values": values, **props})
 
 
 @pytest.mark.parametrize(
     "chart, good, bad",
     [
         ("ingress-nginx", {"controller": {"service": {"annotations": INTERNAL}}}, {"controller": {}}),
-        ("ingress-nginx", {"controller": {"service": {"type": "ClusterIP"}}},
-         {"controller": {"service": {"type": "LoadBalancer", "annotations": {}}}}),
-        ("ingress-nginx", {"controller": {"service": {"external": {"enabled": False}}}},
-         {"controller": {"service": {"internal": {"enabled": True}}}}),
+        (
+            "ingress-nginx",
+            {"controller": {"service": {"type": "ClusterIP"}}},
+            {"controller": {"service": {"type": "LoadBalancer", "annotations": {}}}},
+        ),
+        (
+            "ingress-nginx",
+            {"controller": {"service": {"external": {"enabled": False}}}},
+            {"controller": {"service": {"internal": {"enabled": True}}}},
+        ),
         ("traefik", {"service": {"annotations": INTERNAL}}, {}),
-        ("traefik", {"service": {"enabled": False}},
-         {"service": {"annotations": {"service.beta.kubernetes.io/aws-load-balancer-scheme": "internet-facing"}}}),
+        (
+            "traefik",
+            {"service": {"enabled": False}},
+            {"service": {"annotations": {"service.beta.kubernetes.io/aws-load-balancer-scheme": "internet-facing"}}},
+        ),
         ("kuberay-operator", {"service": {"type": "ClusterIP"}}, {"service": {"type": "LoadBalancer"}}),
-        ("aws-load-balancer-controller", {"ingressClassParams": {"spec": {"scheme": "internal"}}},
-         {"ingressClassParams": {"spec": {"scheme": "internet-facing"}}}),
+        (
+            "aws-load-balancer-controller",
+            {"ingressClassParams": {"spec": {"scheme": "internal"}}},
+            {"ingressClassParams": {"spec": {"scheme": "internet-facing"}}},
+        ),
     ],
-    ids=["nginx-default", "nginx-type", "nginx-internal-extra", "traefik-default", "traefik-annotation",
-         "kuberay-operator", "lbc-class-params"],
+    ids=[
+        "nginx-default",
+        "nginx-type",
+        "nginx-internal-extra",
+        "traefik-default",
+        "traefik-annotation",
+        "kuberay-operator",
+        "lbc-class-params",
+    ],
 )
 def test_chart_values_that_expose_a_public_load_balancer(chart, good, bad):
     assert mandatory(judge([release(chart, good)])) == []
@@ -44,22 +62,41 @@ def test_chart_values_that_expose_a_public_load_balancer(chart, good, bad):
     assert len(found) == 1 and f"chart {chart!r}" in found[0].message
 
 
-@pytest.mark.parametrize("chart", ["ingress-nginx/ingress-nginx", "oci://ghcr.io/traefik/helm/traefik",
-                                   "./vendor/ingress-nginx-4.11.3.tgz"])
+@pytest.mark.parametrize(
+    "chart", ["ingress-nginx/ingress-nginx", "oci://ghcr.io/traefik/helm/traefik", "./vendor/ingress-nginx-4.11.3.tgz"]
+)
 def test_chart_names_in_every_spelling(chart):
     assert of(judge([release(chart, {})]), EXPOSED)
 
 
 def test_unknown_values_are_not_judged_and_value_files_fail_closed():
     assert of(judge([release("ingress-nginx", UNKNOWN)]), EXPOSED) == []
-    found = of(judge([release("ingress-nginx", {"controller": {"service": {"annotations": INTERNAL}}},
-                              valueYamlFiles=[{"4dabf18193072939515e22adb298388d": "c44067f5952c0a294b673a41bacd8c17",
-                                               "path": "values/ingress.yaml"}])]), EXPOSED)
+    found = of(
+        judge(
+            [
+                release(
+                    "ingress-nginx",
+                    {"controller": {"service": {"annotations": INTERNAL}}},
+                    valueYamlFiles=[
+                        {
+                            "4dabf18193072939515e22adb298388d": "c44067f5952c0a294b673a41bacd8c17",
+                            "path": "values/ingress.yaml",
+                        }
+                    ],
+                )
+            ]
+        ),
+        EXPOSED,
+    )
     assert len(found) == 1 and "valueYamlFiles" in found[0].message
 
 
-SERVICE = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "llm-lb", "namespace": "llm"},
-           "spec": {"type": "LoadBalancer", "ports": [{"port": 8000}]}}
+SERVICE = {
+    "apiVersion": "v1",
+    "kind": "Service",
+    "metadata": {"name": "llm-lb", "namespace": "llm"},
+    "spec": {"type": "LoadBalancer", "ports": [{"port": 8000}]},
+}
 
 
 @pytest.mark.parametrize("carrier", ["objs", "yaml", "helm"])
@@ -80,8 +117,11 @@ def test_services_carried_in_other_resources(carrier):
 # -- releases whose rendered pods are not in the plan ----------------------------------------------
 def _gpu_values() -> dict[str, Any]:
     container = gpu_container()
-    return {"image": {"repository": "vllm/vllm-openai", "tag": "v0.11.0"},
-            "resources": container["resources"], "env": container["env"]}
+    return {
+        "image": {"repository": "vllm/vllm-openai", "tag": "v0.11.0"},
+        "resources": container["resources"],
+        "env": container["env"],
+    }
 
 
 def test_release_running_gpu_pods_from_values_fails_closed():

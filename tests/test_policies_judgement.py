@@ -58,11 +58,18 @@ def test_unpinned_gpu_pod_takes_the_largest_efa_share_of_the_stacks_types():
 
 # -- security groups: address sets, admitting itself by ID ----------------------------------------
 def _rules(stack, **source) -> list[Res]:
-    return [Res(SG_RULE, f"efa-{d}", {"type": d, "protocol": "-1", "fromPort": 0, "toPort": 0,
-                                      "securityGroupId": UNKNOWN, **source},
-                deps={"securityGroupId": [stack["sg"]], **({"sourceSecurityGroupId": [stack["sg"]]}
-                                                           if source.get("sourceSecurityGroupId") else {})})
-            for d in ("ingress", "egress")]
+    return [
+        Res(
+            SG_RULE,
+            f"efa-{d}",
+            {"type": d, "protocol": "-1", "fromPort": 0, "toPort": 0, "securityGroupId": UNKNOWN, **source},
+            deps={
+                "securityGroupId": [stack["sg"]],
+                **({"sourceSecurityGroupId": [stack["sg"]]} if source.get("sourceSecurityGroupId") else {}),
+            },
+        )
+        for d in ("ingress", "egress")
+    ]
 
 
 @pytest.mark.parametrize("source", [UNKNOWN, "sg-efa"], ids=["first-preview", "known-id"])
@@ -87,8 +94,10 @@ def test_ingress_ranges_that_together_cover_the_internet_are_the_internet():
 
 def test_a_private_range_is_not_the_internet():
     stack = gpu_stack()
-    stack["sg"].props["ingress"] = [*stack["sg"].props["ingress"],
-                                    {"protocol": "tcp", "fromPort": 22, "toPort": 22, "cidrBlocks": ["10.0.0.0/8"]}]
+    stack["sg"].props["ingress"] = [
+        *stack["sg"].props["ingress"],
+        {"protocol": "tcp", "fromPort": 22, "toPort": 22, "cidrBlocks": ["10.0.0.0/8"]},
+    ]
     assert of(judge(stack), "efa-security-group") == []
 
 
@@ -98,44 +107,84 @@ def _config_map(**fields) -> Res:
 
 
 def test_secret_in_config_map_binary_data():
-    assert of(judge([_config_map(binaryData={"model": base64.b64encode(b"qwen").decode()})]),
-              "no-literal-secrets-in-pods") == []
-    (found,) = of(judge([_config_map(binaryData={"hub": base64.b64encode(HF_TOKEN.encode()).decode()})]),
-                  "no-literal-secrets-in-pods")
+    assert (
+        of(judge([_config_map(binaryData={"model": base64.b64encode(b"qwen").decode()})]), "no-literal-secrets-in-pods")
+        == []
+    )
+    (found,) = of(
+        judge([_config_map(binaryData={"hub": base64.b64encode(HF_TOKEN.encode()).decode()})]),
+        "no-literal-secrets-in-pods",
+    )
     assert "binaryData hub" in found.message and HF_TOKEN not in found.message
 
 
-@pytest.mark.parametrize("value, violation", [
-    ("$(HF_TOKEN_FROM_SECRET)", False),  # a Kubernetes variable reference, expanded from a Secret
-    ("$" + HF_TOKEN, True),  # a literal that merely starts with "$"
-    ("$(X)" + HF_TOKEN, True),
-])
+@pytest.mark.parametrize(
+    "value, violation",
+    [
+        ("$(HF_TOKEN_FROM_SECRET)", False),  # a Kubernetes variable reference, expanded from a Secret
+        ("$" + HF_TOKEN, True),  # a literal that merely starts with "$"
+        ("$(X)" + HF_TOKEN, True),
+    ],
+)
 def test_dollar_prefixed_values_are_literals_unless_a_whole_reference(value, violation):
-    stack_pod = Res("kubernetes:core/v1:Pod", "p", {"metadata": {"name": "p", "namespace": "llm"}, "spec": {
-        "containers": [{"name": "c", "image": "busybox", "env": [{"name": "HF_TOKEN", "value": value}]}]}})
+    stack_pod = Res(
+        "kubernetes:core/v1:Pod",
+        "p",
+        {
+            "metadata": {"name": "p", "namespace": "llm"},
+            "spec": {"containers": [{"name": "c", "image": "busybox", "env": [{"name": "HF_TOKEN", "value": value}]}]},
+        },
+    )
     assert bool(of(judge([stack_pod]), "no-literal-secrets-in-pods")) == violation
 
 
 # -- Karpenter requirements as sets ------------------------------------------------------------------
 def _pool(*requirements: dict) -> Res:
-    return Res("kubernetes:karpenter.sh/v1:NodePool", "general", {"spec": {"template": {"spec": {
-        "requirements": list(requirements),
-        "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}}}})
+    return Res(
+        "kubernetes:karpenter.sh/v1:NodePool",
+        "general",
+        {
+            "spec": {
+                "template": {
+                    "spec": {
+                        "requirements": list(requirements),
+                        "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                    }
+                }
+            }
+        },
+    )
 
 
-@pytest.mark.parametrize("requirements, violation", [
-    # every EFA GPU type EC2 lists is x86_64 (the generated table): an arm64-only pool launches none
-    ([{"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}], False),
-    ([{"key": "karpenter.k8s.aws/instance-size", "operator": "In", "values": ["large", "xlarge", "2xlarge"]}], False),
-    ([{"key": "karpenter.k8s.aws/instance-cpu", "operator": "Lt", "values": ["16"]}], False),
-    # a GPU category minus one family still launches the others
-    ([{"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["p"]},
-      {"key": "karpenter.k8s.aws/instance-family", "operator": "NotIn", "values": ["p5", "p5e"]}], True),
-    ([{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}], True),
-    ([{"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "In", "values": ["b200"]}], True),
-    ([{"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "Gt", "values": ["0"]},
-      {"key": "karpenter.k8s.aws/instance-size", "operator": "NotIn", "values": ["48xlarge"]}], True),
-])
+@pytest.mark.parametrize(
+    "requirements, violation",
+    [
+        # every EFA GPU type EC2 lists is x86_64 (the generated table): an arm64-only pool launches none
+        ([{"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}], False),
+        (
+            [{"key": "karpenter.k8s.aws/instance-size", "operator": "In", "values": ["large", "xlarge", "2xlarge"]}],
+            False,
+        ),
+        ([{"key": "karpenter.k8s.aws/instance-cpu", "operator": "Lt", "values": ["16"]}], False),
+        # a GPU category minus one family still launches the others
+        (
+            [
+                {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["p"]},
+                {"key": "karpenter.k8s.aws/instance-family", "operator": "NotIn", "values": ["p5", "p5e"]},
+            ],
+            True,
+        ),
+        ([{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}], True),
+        ([{"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "In", "values": ["b200"]}], True),
+        (
+            [
+                {"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "Gt", "values": ["0"]},
+                {"key": "karpenter.k8s.aws/instance-size", "operator": "NotIn", "values": ["48xlarge"]},
+            ],
+            True,
+        ),
+    ],
+)
 def test_karpenter_requirements_are_evaluated_as_sets(requirements, violation):
     found = of(judge([_pool(*requirements)]), "gpu-references-in-stack")
     assert bool(found) == violation
@@ -146,9 +195,12 @@ def test_karpenter_requirements_are_evaluated_as_sets(requirements, violation):
 # -- IMDS inherited from the launch template --------------------------------------------------------
 def test_instance_inheriting_imds_settings_from_a_compliant_template_passes():
     stack = gpu_stack()
-    instance = Res("aws:ec2/instance:Instance", "debug-node", {
-        "launchTemplate": {"id": "lt-0123", "version": "1"}, "subnetId": "subnet-us-west-2a-id"},
-        deps={"launchTemplate": [stack["lt"]], "subnetId": [stack["subnet-us-west-2a"]]})
+    instance = Res(
+        "aws:ec2/instance:Instance",
+        "debug-node",
+        {"launchTemplate": {"id": "lt-0123", "version": "1"}, "subnetId": "subnet-us-west-2a-id"},
+        deps={"launchTemplate": [stack["lt"]], "subnetId": [stack["subnet-us-west-2a"]]},
+    )
     assert of(judge([*stack.values(), instance]), "launch-template-imdsv2") == []
     # its own options, when it sets them, are judged
     instance.props["metadataOptions"] = {"httpTokens": "optional", "httpPutResponseHopLimit": 1}
@@ -162,33 +214,61 @@ def test_instance_inheriting_imds_settings_from_a_compliant_template_passes():
 
 
 # -- resources that launch instances the joined view does not model: GPU-capable means refused ------
-@pytest.mark.parametrize("type_, props", [
-    ("aws:ec2/fleet:Fleet", {"launchTemplateConfig": {"overrides": [{"instanceType": "p5.48xlarge"}]}}),
-    ("aws:ec2/spotFleetRequest:SpotFleetRequest", {"launchSpecifications": [{"instanceType": "g6e.48xlarge"}]}),
-    ("aws:ec2/spotInstanceRequest:SpotInstanceRequest", {"instanceType": "p4d.24xlarge"}),
-    ("aws:ec2/fleet:Fleet", {"launchTemplateConfig": {"overrides": [{"instanceRequirements": {
-        "vcpuCount": {"min": 96}, "memoryMib": {"min": 1048576}}}]}}),
-    ("aws-native:ec2:Instance", {"instanceType": "p6-b200.48xlarge"}),
-])
+@pytest.mark.parametrize(
+    "type_, props",
+    [
+        ("aws:ec2/fleet:Fleet", {"launchTemplateConfig": {"overrides": [{"instanceType": "p5.48xlarge"}]}}),
+        ("aws:ec2/spotFleetRequest:SpotFleetRequest", {"launchSpecifications": [{"instanceType": "g6e.48xlarge"}]}),
+        ("aws:ec2/spotInstanceRequest:SpotInstanceRequest", {"instanceType": "p4d.24xlarge"}),
+        (
+            "aws:ec2/fleet:Fleet",
+            {
+                "launchTemplateConfig": {
+                    "overrides": [{"instanceRequirements": {"vcpuCount": {"min": 96}, "memoryMib": {"min": 1048576}}}]
+                }
+            },
+        ),
+        ("aws-native:ec2:Instance", {"instanceType": "p6-b200.48xlarge"}),
+    ],
+)
 def test_unmodelled_launchers_of_gpu_types_are_refused(type_, props):
     (found,) = of(judge([Res(type_, "side-door", props)]), "gpu-references-in-stack")
     assert "side-door" in found.message and "cannot judge" in found.message
 
 
-@pytest.mark.parametrize("type_, props", [
-    ("aws:ec2/spotInstanceRequest:SpotInstanceRequest", {"instanceType": "m7i.large"}),
-    ("aws:ec2/fleet:Fleet", {"launchTemplateConfig": {"overrides": [{"instanceRequirements": {
-        "vcpuCount": {"min": 2}, "acceleratorCount": {"max": 0}}}]}}),
-])
+@pytest.mark.parametrize(
+    "type_, props",
+    [
+        ("aws:ec2/spotInstanceRequest:SpotInstanceRequest", {"instanceType": "m7i.large"}),
+        (
+            "aws:ec2/fleet:Fleet",
+            {
+                "launchTemplateConfig": {
+                    "overrides": [{"instanceRequirements": {"vcpuCount": {"min": 2}, "acceleratorCount": {"max": 0}}}]
+                }
+            },
+        ),
+    ],
+)
 def test_unmodelled_launchers_that_cannot_launch_gpus_pass(type_, props):
     assert of(judge([Res(type_, "cpu-fleet", props)]), "gpu-references-in-stack") == []
 
 
 def test_asg_choosing_types_by_attributes_is_refused_unless_accelerators_are_excluded():
     requirements = {"vcpuCount": {"min": 8}, "memoryMib": {"min": 16384}}
-    asg = Res("aws:autoscaling/group:Group", "by-attributes", {"mixedInstancesPolicy": {"launchTemplate": {
-        "launchTemplateSpecification": {"launchTemplateId": "lt-cpu"},
-        "overrides": [{"instanceRequirements": requirements}]}}, "vpcZoneIdentifiers": ["subnet-x"]})
+    asg = Res(
+        "aws:autoscaling/group:Group",
+        "by-attributes",
+        {
+            "mixedInstancesPolicy": {
+                "launchTemplate": {
+                    "launchTemplateSpecification": {"launchTemplateId": "lt-cpu"},
+                    "overrides": [{"instanceRequirements": requirements}],
+                }
+            },
+            "vpcZoneIdentifiers": ["subnet-x"],
+        },
+    )
     assert of(judge([asg]), "gpu-references-in-stack")
     requirements["acceleratorCount"] = {"max": 0}
     assert of(judge([asg]), "gpu-references-in-stack") == []

@@ -18,8 +18,14 @@ from llm_pd_eks_tools.preview.analyzer import ROOT, PolicyPackServer
 # program supports (the pack judges any of them).
 CATALOG_EFA = {name: row["maximumEfaInterfaces"] for name, row in EC2_GPU_TYPES.items()}
 POLICIES_NEEDING_EFA_TABLE = [
-    "gpu-node-group-single-az", "efa-on-gpu-nodes", "efa-interface-count", "gpu-cluster-placement-group",
-    "gpu-nodes-private", "efa-security-group", "gpu-references-in-stack", "ray-gpu-pods-efa",
+    "gpu-node-group-single-az",
+    "efa-on-gpu-nodes",
+    "efa-interface-count",
+    "gpu-cluster-placement-group",
+    "gpu-nodes-private",
+    "efa-security-group",
+    "gpu-references-in-stack",
+    "ray-gpu-pods-efa",
 ]
 
 
@@ -31,13 +37,27 @@ def test_info_announces_every_rule_with_its_level_and_kind():
     info = pack().info()
     assert info.name == "llm-pd-eks-policies" and info.supportsConfig
     policies = _policies()
-    stack_rules = {"gpu-node-group-single-az", "efa-on-gpu-nodes", "efa-interface-count",
-                   "gpu-cluster-placement-group", "gpu-nodes-private", "efa-security-group",
-                   "gpu-references-in-stack", "ray-gpu-pods-efa", "capacity-reservation-in-gpu-az"}
-    resource_rules = {"launch-template-imdsv2", "nixl-libfabric-backend",
-                      "no-literal-secrets-in-pods", "serve-endpoint-not-internet-facing",
-                      "eks-public-endpoint-restricted", "ray-custom-resources-reach-raylet",
-                      "resource-decodable", "serving-workloads-visible"}
+    stack_rules = {
+        "gpu-node-group-single-az",
+        "efa-on-gpu-nodes",
+        "efa-interface-count",
+        "gpu-cluster-placement-group",
+        "gpu-nodes-private",
+        "efa-security-group",
+        "gpu-references-in-stack",
+        "ray-gpu-pods-efa",
+        "capacity-reservation-in-gpu-az",
+    }
+    resource_rules = {
+        "launch-template-imdsv2",
+        "nixl-libfabric-backend",
+        "no-literal-secrets-in-pods",
+        "serve-endpoint-not-internet-facing",
+        "eks-public-endpoint-restricted",
+        "ray-custom-resources-reach-raylet",
+        "resource-decodable",
+        "serving-workloads-visible",
+    }
     assert set(policies) == stack_rules | resource_rules
     for name, p in policies.items():
         kind = analyzer_pb2.POLICY_TYPE_STACK if name in stack_rules else analyzer_pb2.POLICY_TYPE_RESOURCE
@@ -72,7 +92,7 @@ def test_readme_policy_config_example_is_accepted_and_covers_every_policy():
     import json
 
     text = (ROOT / "README.md").read_text()
-    section = text[text.index("<!-- section:policies -->"):text.index("<!-- /section:policies -->")]
+    section = text[text.index("<!-- section:policies -->") : text.index("<!-- /section:policies -->")]
     example = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
     sent = pack().configure(example)
     assert sent["gpu-references-in-stack"]["enforcementLevel"] == "advisory"
@@ -92,10 +112,16 @@ def test_configure_fills_schema_defaults_and_keeps_levels():
     sent = pack().configure({"efa-interface-count": {"efaGpuTypes": {"p5.48xlarge": 32}}})
     assert sent["efa-interface-count"]["enforcementLevel"] == "mandatory"
     assert sent["efa-interface-count"]["properties"] == {
-        "efaGpuTypes": {"p5.48xlarge": 32}, "extraEfaGpuTypes": {}, "gpuFamilyPattern": r"^(p|g|gr|trn)\d",
-        "nonEfaGpuTypes": [], "unlistedGpuTypes": "deny"}
-    assert sent["serve-endpoint-not-internet-facing"] == {"enforcementLevel": "mandatory",
-                                                          "properties": {"allowInternetFacing": False}}
+        "efaGpuTypes": {"p5.48xlarge": 32},
+        "extraEfaGpuTypes": {},
+        "gpuFamilyPattern": r"^(p|g|gr|trn)\d",
+        "nonEfaGpuTypes": [],
+        "unlistedGpuTypes": "deny",
+    }
+    assert sent["serve-endpoint-not-internet-facing"] == {
+        "enforcementLevel": "mandatory",
+        "properties": {"allowInternetFacing": False},
+    }
 
 
 @pytest.mark.parametrize(
@@ -117,8 +143,9 @@ def test_bad_policy_config_is_refused_by_name(config, complaint):
 def test_enforcement_level_overrides_reach_the_pack():
     stack = gpu_stack(azs=("us-west-2a", "us-west-2b"))
     assert of(judge(stack, {"gpu-node-group-single-az": "advisory"}), "gpu-node-group-single-az", "advisory")
-    assert [v for v in judge(stack, {"gpu-node-group-single-az": "disabled"})
-            if v.policy == "gpu-node-group-single-az"] == []
+    assert [
+        v for v in judge(stack, {"gpu-node-group-single-az": "disabled"}) if v.policy == "gpu-node-group-single-az"
+    ] == []
     assert of(judge(stack), "gpu-node-group-single-az")  # back to mandatory with the default config
 
 

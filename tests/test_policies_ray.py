@@ -44,9 +44,11 @@ def test_only_the_decode_side_wrong_is_named():
 
 
 def test_nixl_inside_a_multi_connector_is_checked():
-    multi = {"kv_connector": "MultiConnector", "kv_role": "kv_both",
-             "kv_connector_extra_config": {
-                 "connectors": [kv_transfer(["UCX"]), {"kv_connector": "LMCacheConnectorV1"}]}}
+    multi = {
+        "kv_connector": "MultiConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {"connectors": [kv_transfer(["UCX"]), {"kv_connector": "LMCacheConnectorV1"}]},
+    }
     found = of(judge([ray_service(serve_config(multi))]), "nixl-libfabric-backend")
     # Per side: the UCX NixlConnector and the LMCache connector, each named by its place.
     assert len(found) == 4
@@ -124,17 +126,29 @@ def test_unknown_quantities_and_env_from_elsewhere_are_no_violation():
     unknown_efa = gpu_container()
     unknown_efa["resources"]["limits"]["vpc.amazonaws.com/efa"] = UNKNOWN
     unknown_efa["resources"]["requests"]["vpc.amazonaws.com/efa"] = UNKNOWN
-    from_configmap = gpu_container(fi_provider=None, env=(
-        {"name": "FI_PROVIDER", "valueFrom": {"configMapKeyRef": {"name": "efa", "key": "provider"}}},))
+    from_configmap = gpu_container(
+        fi_provider=None,
+        env=({"name": "FI_PROVIDER", "valueFrom": {"configMapKeyRef": {"name": "efa", "key": "provider"}}},),
+    )
     # The ConfigMap is in the stack but its data is not known yet (first preview).
-    pending = Res("kubernetes:core/v1:ConfigMap", "efa", {"metadata": {"name": "efa", "namespace": "llm"},
-                                                          "data": UNKNOWN})
+    pending = Res(
+        "kubernetes:core/v1:ConfigMap", "efa", {"metadata": {"name": "efa", "namespace": "llm"}, "data": UNKNOWN}
+    )
     for container in (unknown_gpus, unknown_efa):
         assert of(judge([ray_service(worker=container)]), "ray-gpu-pods-efa") == []
     assert of(judge([ray_service(worker=from_configmap), pending]), "ray-gpu-pods-efa") == []
 
 
 def test_ray_cluster_worker_groups_are_checked_too():
-    cluster = Res("kubernetes:ray.io/v1:RayCluster", "raw", {"spec": {"workerGroupSpecs": [
-        {"groupName": "gpu", "template": {"spec": {"containers": [gpu_container(efa=None)]}}}]}})
+    cluster = Res(
+        "kubernetes:ray.io/v1:RayCluster",
+        "raw",
+        {
+            "spec": {
+                "workerGroupSpecs": [
+                    {"groupName": "gpu", "template": {"spec": {"containers": [gpu_container(efa=None)]}}}
+                ]
+            }
+        },
+    )
     assert len(of(judge([cluster]), "ray-gpu-pods-efa")) == 1

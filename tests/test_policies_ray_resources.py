@@ -36,11 +36,14 @@ def test_any_case_is_refused(name):
     assert len(of(judge([with_group_resources({name: "8"})]), POLICY)) == 1
 
 
-@pytest.mark.parametrize("resources", [
-    {"prefill_slot": "8", "accelerator_type:H100": "1"},
-    {"CPU": "2", "GPU": "4"},  # KubeRay's own table test: canonical names, meant as such
-    {"nvidia.com/gpu": "1", "TPU": "4"},
-])
+@pytest.mark.parametrize(
+    "resources",
+    [
+        {"prefill_slot": "8", "accelerator_type:H100": "1"},
+        {"CPU": "2", "GPU": "4"},  # KubeRay's own table test: canonical names, meant as such
+        {"nvidia.com/gpu": "1", "TPU": "4"},
+    ],
+)
 def test_names_that_reach_the_raylet_or_are_meant_as_standard_pass(resources):
     assert of(judge([with_group_resources(resources)]), POLICY) == []
 
@@ -49,8 +52,12 @@ def test_the_program_rendered_stacks_pass(programs):
     for stack in ("dev", "staging", "prod"):
         rs = programs(stack).one(RAY_SERVICE)
         res = ray_service()
-        props = {"apiVersion": "ray.io/v1", "kind": "RayService", "metadata": {"name": rs.name},
-                 "spec": json.loads(json.dumps(rs.inputs["spec"]))}
+        props = {
+            "apiVersion": "ray.io/v1",
+            "kind": "RayService",
+            "metadata": {"name": rs.name},
+            "spec": json.loads(json.dumps(rs.inputs["spec"])),
+        }
         assert mandatory(of(judge([type(res)(RAY_SERVICE, rs.name, props)]), POLICY)) == []
 
 

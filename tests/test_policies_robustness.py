@@ -9,10 +9,10 @@ import math
 
 import pytest
 from helpers import NODE_GROUP
+from policies.rules import intake
 from policy_fixtures import Res, gpu_stack, judge, mandatory, of, pack
 
 from llm_pd_eks.pulumi_sdk import analyzer_pb2
-from policies.rules import intake
 
 DECODE = intake.POLICY_NAME
 
@@ -47,8 +47,9 @@ def raw_resource(name: str, properties: bytes, type_: str = "aws:ec2/launchTempl
 def _call(method: str, payload: bytes) -> analyzer_pb2.AnalyzeResponse:
     server = pack()
     assert server._channel is not None
-    rpc = server._channel.unary_unary(f"/pulumirpc.Analyzer/{method}",
-                                      response_deserializer=analyzer_pb2.AnalyzeResponse.FromString)
+    rpc = server._channel.unary_unary(
+        f"/pulumirpc.Analyzer/{method}", response_deserializer=analyzer_pb2.AnalyzeResponse.FromString
+    )
     return rpc(payload, timeout=120)
 
 

@@ -11,9 +11,20 @@ HF_TOKEN = "hf_" + "a1B2c3D4" * 5  # shape of a Hugging Face token (40 chars), n
 
 
 def deployment(env: list[dict]) -> Res:
-    return Res(DEPLOYMENT, "gateway", {"spec": {"template": {"spec": {
-        "initContainers": [{"name": "init", "image": "busybox:1.37"}],
-        "containers": [{"name": "app", "image": "nginx:1.29", "env": env}]}}}})
+    return Res(
+        DEPLOYMENT,
+        "gateway",
+        {
+            "spec": {
+                "template": {
+                    "spec": {
+                        "initContainers": [{"name": "init", "image": "busybox:1.37"}],
+                        "containers": [{"name": "app", "image": "nginx:1.29", "env": env}],
+                    }
+                }
+            }
+        },
+    )
 
 
 # -- literal secrets ---------------------------------------------------------------------------
@@ -59,8 +70,14 @@ def test_allowed_env_names_from_config():
 
 # -- internet-facing serve endpoint ------------------------------------------------------------
 def service(kind: str = "LoadBalancer", annotations=None) -> Res:
-    return Res(SERVICE, "llm-serve", {"metadata": {"name": "llm-serve", "annotations": annotations or {}},
-                                      "spec": {"type": kind, "ports": [{"port": 8000}]}})
+    return Res(
+        SERVICE,
+        "llm-serve",
+        {
+            "metadata": {"name": "llm-serve", "annotations": annotations or {}},
+            "spec": {"type": kind, "ports": [{"port": 8000}]},
+        },
+    )
 
 
 SCHEME = "service.beta.kubernetes.io/aws-load-balancer-scheme"
@@ -96,8 +113,11 @@ def test_ray_serve_service_and_alb_ingress():
     assert len(found) == 1 and "spec.serveService" in found[0].message
     internal = {"metadata": {"annotations": {SCHEME: "internal"}}, "spec": {"type": "LoadBalancer"}}
     assert of(judge([ray_service(serve_service=internal)]), "serve-endpoint-not-internet-facing") == []
-    ingress = Res("kubernetes:networking.k8s.io/v1:Ingress", "llm",
-                  {"metadata": {"annotations": {"alb.ingress.kubernetes.io/scheme": "internet-facing"}}})
+    ingress = Res(
+        "kubernetes:networking.k8s.io/v1:Ingress",
+        "llm",
+        {"metadata": {"annotations": {"alb.ingress.kubernetes.io/scheme": "internet-facing"}}},
+    )
     assert len(of(judge([ingress]), "serve-endpoint-not-internet-facing")) == 1
 
 

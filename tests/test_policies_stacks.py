@@ -76,8 +76,11 @@ def test_gpu_node_group_of_the_stack_is_really_judged(stack, preview, programs):
     gpu_ng = by_name["gpu-nodes-ng"]
     own = list(gpu_ng.propertyDependencies["subnetIds"].urns)
     own_az = run.by_urn(own[0]).inputs["availabilityZone"]
-    other = next(r for r in run.of_type("aws:ec2/subnet:Subnet")
-                 if r.inputs["availabilityZone"] != own_az and "private" in r.name)
+    other = next(
+        r
+        for r in run.of_type("aws:ec2/subnet:Subnet")
+        if r.inputs["availabilityZone"] != own_az and "private" in r.name
+    )
     gpu_ng.propertyDependencies["subnetIds"].urns.append(other.urn)
     found = of(_judge(resources), "gpu-node-group-single-az")
     assert [v.urn for v in found] == [gpu_ng.urn]
@@ -128,9 +131,14 @@ def test_stack_ray_gpu_workers_are_really_judged(stack, programs):
     svc = _ray_service(stack, resources)
     props = _props(svc)
     groups = props["spec"]["rayClusterConfig"]["workerGroupSpecs"]
-    gpu_groups = [g for g in groups
-                  if any("nvidia.com/gpu" in (c.get("resources", {}).get("limits") or {})
-                         for c in g["template"]["spec"]["containers"])]
+    gpu_groups = [
+        g
+        for g in groups
+        if any(
+            "nvidia.com/gpu" in (c.get("resources", {}).get("limits") or {})
+            for c in g["template"]["spec"]["containers"]
+        )
+    ]
     assert gpu_groups, "the RayService has no GPU worker group"
     for group in gpu_groups:
         for c in group["template"]["spec"]["containers"]:
@@ -178,8 +186,12 @@ def test_stack_gpu_subnet_route_to_internet_gateway_is_really_judged(stack, prev
     resources = run_resources(run) if preview == "mock-ids" else first_preview(run)
     gpu_ng = next(r for r in resources if r.name == "gpu-nodes-ng")
     subnet_urn = gpu_ng.propertyDependencies["subnetIds"].urns[0]
-    assoc = next(r for r in resources if r.type == "aws:ec2/routeTableAssociation:RouteTableAssociation"
-                 and list(r.propertyDependencies["subnetId"].urns) == [subnet_urn])
+    assoc = next(
+        r
+        for r in resources
+        if r.type == "aws:ec2/routeTableAssociation:RouteTableAssociation"
+        and list(r.propertyDependencies["subnetId"].urns) == [subnet_urn]
+    )
     table = next(r for r in resources if r.urn == assoc.propertyDependencies["routeTableId"].urns[0])
     igw = next(r for r in resources if r.type == "aws:ec2/internetGateway:InternetGateway")
     props = _props(table)

@@ -13,8 +13,11 @@ import yaml
 from policy_fixtures import UNKNOWN, Res, gpu_container, gpu_stack, judge, mandatory, of
 
 NIXL, EFA = "nixl-libfabric-backend", "ray-gpu-pods-efa"
-GOOD_KV = {"kv_connector": "NixlConnector", "kv_role": "kv_both",
-           "kv_connector_extra_config": {"backends": ["LIBFABRIC"]}}
+GOOD_KV = {
+    "kv_connector": "NixlConnector",
+    "kv_role": "kv_both",
+    "kv_connector_extra_config": {"backends": ["LIBFABRIC"]},
+}
 SERVE = ["vllm", "serve", "Qwen/Qwen2.5-7B-Instruct", "--tensor-parallel-size", "8"]
 POD_PATHS = {
     "Pod": ("spec",),
@@ -35,16 +38,22 @@ def engine(kv: Any = GOOD_KV, command: Optional[list] = None, **kw) -> dict[str,
     container = gpu_container(**kw)
     container["name"] = "vllm"
     container["image"] = "vllm/vllm-openai:v0.11.0"
-    container["command"] = command if command is not None else [
-        *SERVE, "--kv-transfer-config", kv if isinstance(kv, str) else json.dumps(kv)]
+    container["command"] = (
+        command
+        if command is not None
+        else [*SERVE, "--kv-transfer-config", kv if isinstance(kv, str) else json.dumps(kv)]
+    )
     return container
 
 
 def manifest(kind: str = "Deployment", container: Optional[dict] = None, **pod: Any) -> dict[str, Any]:
     """The object as `kubectl apply` takes it."""
     spec: dict[str, Any] = {"containers": [container or engine()], **pod}
-    obj: dict[str, Any] = {"apiVersion": API.get(kind, "apps/v1"), "kind": kind,
-                           "metadata": {"name": "vllm", "namespace": "llm"}}
+    obj: dict[str, Any] = {
+        "apiVersion": API.get(kind, "apps/v1"),
+        "kind": kind,
+        "metadata": {"name": "vllm", "namespace": "llm"},
+    }
     node = obj
     path = POD_PATHS[kind]
     for step in path[:-1]:
@@ -82,8 +91,7 @@ def test_kv_connector_on_the_command_line_of_any_kind(kind):
 
 
 def test_a_patch_resource_is_judged_like_the_object():
-    patch = Res("kubernetes:apps/v1:DeploymentPatch", "vllm-patch",
-                manifest(container=engine(fi_provider="tcp")))
+    patch = Res("kubernetes:apps/v1:DeploymentPatch", "vllm-patch", manifest(container=engine(fi_provider="tcp")))
     found = of(judge(stack(patch)), EFA)
     assert len(found) == 1 and "FI_PROVIDER=efa (is 'tcp'" in found[0].message
 
@@ -94,25 +102,35 @@ def _carriers(obj: dict[str, Any]) -> list[Res]:
         Res("kubernetes:yaml:ConfigGroup", "cg1", {"objs": [obj]}),
         Res("kubernetes:yaml/v2:ConfigGroup", "cg2", {"yaml": [yaml.safe_dump(obj)]}),
         Res("kubernetes:yaml/v2:ConfigGroup", "cg2json", {"yaml": json.dumps(obj)}),
-        Res("kubernetes:yaml:ConfigGroup", "cg1multi",
-            {"yaml": yaml.safe_dump_all([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "llm"}},
-                                         obj])}),
+        Res(
+            "kubernetes:yaml:ConfigGroup",
+            "cg1multi",
+            {"yaml": yaml.safe_dump_all([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "llm"}}, obj])},
+        ),
         Res("kubernetes:helm.sh/v3:Release", "rel", {"chart": "./charts/vllm", "values": {"extraObjects": [obj]}}),
-        Res("kubernetes:helm.sh/v4:Chart", "chart", {"chart": "./charts/vllm",
-                                                      "values": {"manifest": json.dumps(obj)}}),
+        Res(
+            "kubernetes:helm.sh/v4:Chart", "chart", {"chart": "./charts/vllm", "values": {"manifest": json.dumps(obj)}}
+        ),
     ]
 
 
-CARRIER_IDS = ["configgroup-objs", "configgroup-v2-yaml", "configgroup-v2-json", "configgroup-multidoc",
-               "helm-release-values", "helm-chart-json-text"]
+CARRIER_IDS = [
+    "configgroup-objs",
+    "configgroup-v2-yaml",
+    "configgroup-v2-json",
+    "configgroup-multidoc",
+    "helm-release-values",
+    "helm-chart-json-text",
+]
 
 
 @pytest.mark.parametrize("index", range(6), ids=CARRIER_IDS)
 def test_workloads_inside_configgroups_and_helm_values(index):
     good = _carriers(manifest())[index]
     assert mandatory(judge(stack(good))) == []
-    bad = _carriers(manifest(container=engine(efa=None, kv={"kv_connector": "P2pNcclConnector",
-                                                            "kv_role": "kv_both"})))[index]
+    bad = _carriers(
+        manifest(container=engine(efa=None, kv={"kv_connector": "P2pNcclConnector", "kv_role": "kv_both"}))
+    )[index]
     verdicts = judge(stack(bad))
     assert of(verdicts, EFA) and "Deployment 'vllm' (in" in of(verdicts, EFA)[0].message
     assert of(verdicts, NIXL) and "'P2pNcclConnector'" in of(verdicts, NIXL)[0].message
@@ -136,8 +154,18 @@ KV = json.dumps(GOOD_KV)
         (["bash", "-c", f"export FI_PROVIDER=$FABRIC; vllm serve m --kv-transfer-config '{KV}'"], True),
         (["bash", "-c", f"export FI_PROVIDER=${{FI_PROVIDER}}; vllm serve m --kv-transfer-config '{KV}'"], False),
     ],
-    ids=["export-efa", "export-tcp", "assignment-line", "prefix", "env", "env-u", "env-i", "unset", "expansion",
-         "self"],
+    ids=[
+        "export-efa",
+        "export-tcp",
+        "assignment-line",
+        "prefix",
+        "env",
+        "env-u",
+        "env-i",
+        "unset",
+        "expansion",
+        "self",
+    ],
 )
 def test_command_lines_that_set_fi_provider(command, violation):
     found = of(judge(stack(workload(container=engine(command=command)))), EFA)
@@ -150,11 +178,15 @@ def test_command_lines_that_set_fi_provider(command, violation):
     "flag, problem",
     [
         (["--kv-transfer-config", json.dumps({**GOOD_KV, "kv_connector_extra_config": {}})], "unset"),
-        (["--kv_transfer_config=" + json.dumps({**GOOD_KV, "kv_connector": "MooncakeConnector"})],
-         "'MooncakeConnector'"),
+        (
+            ["--kv_transfer_config=" + json.dumps({**GOOD_KV, "kv_connector": "MooncakeConnector"})],
+            "'MooncakeConnector'",
+        ),
         (["--kv-transfer-config", "{kv_connector: NixlConnector"], "not JSON"),
-        (["--kv-transfer-config.kv_connector", "LMCacheConnectorV1", "--kv-transfer-config.kv_role", "kv_both"],
-         "'LMCacheConnectorV1'"),
+        (
+            ["--kv-transfer-config.kv_connector", "LMCacheConnectorV1", "--kv-transfer-config.kv_role", "kv_both"],
+            "'LMCacheConnectorV1'",
+        ),
     ],
     ids=["no-backends", "underscores", "not-json", "dotted"],
 )
@@ -172,8 +204,11 @@ def test_kv_transfer_flag_inside_a_shell_script():
 
 # -- envFrom in the order Kubernetes applies it ----------------------------------------------------
 def _cm(name: str, provider: str) -> Res:
-    return Res("kubernetes:core/v1:ConfigMap", name, {"metadata": {"name": name, "namespace": "llm"},
-                                                       "data": {"FI_PROVIDER": provider}})
+    return Res(
+        "kubernetes:core/v1:ConfigMap",
+        name,
+        {"metadata": {"name": name, "namespace": "llm"}, "data": {"FI_PROVIDER": provider}},
+    )
 
 
 @pytest.mark.parametrize("order, violation", [(("a", "b"), True), (("b", "a"), False)])
@@ -191,16 +226,31 @@ def ray_job(entrypoint: str = "python -m serve_pd", runtime_env: Optional[dict] 
     worker = gpu_container()
     spec: dict[str, Any] = {
         "entrypoint": entrypoint,
-        "rayClusterSpec": {"rayVersion": "2.60.0", "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
-            "containers": [{"name": "ray-head", "image": "rayproject/ray-llm:2.60.0-py311-cu128"}]}}},
-            "workerGroupSpecs": [{"groupName": "gpu", "replicas": 1, "rayStartParams": {},
-                                  "template": {"spec": {"containers": [worker]}}}]},
+        "rayClusterSpec": {
+            "rayVersion": "2.60.0",
+            "headGroupSpec": {
+                "rayStartParams": {},
+                "template": {
+                    "spec": {"containers": [{"name": "ray-head", "image": "rayproject/ray-llm:2.60.0-py311-cu128"}]}
+                },
+            },
+            "workerGroupSpecs": [
+                {
+                    "groupName": "gpu",
+                    "replicas": 1,
+                    "rayStartParams": {},
+                    "template": {"spec": {"containers": [worker]}},
+                }
+            ],
+        },
     }
     if runtime_env is not None:
         spec["runtimeEnvYAML"] = yaml.safe_dump(runtime_env)
-    return Res("kubernetes:ray.io/v1:RayJob", "bench", {"apiVersion": "ray.io/v1", "kind": "RayJob",
-                                                        "metadata": {"name": "bench", "namespace": "llm"},
-                                                        "spec": spec})
+    return Res(
+        "kubernetes:ray.io/v1:RayJob",
+        "bench",
+        {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "bench", "namespace": "llm"}, "spec": spec},
+    )
 
 
 def test_known_good_ray_job_passes():
@@ -232,8 +282,7 @@ def test_serve_config_runtime_env_interpreter():
     from policy_fixtures import kv_transfer, ray_service, serve_config
 
     config = serve_config(kv_transfer())
-    config["applications"][0]["args"]["prefill_config"]["runtime_env"]["py_executable"] = (
-        "env FI_PROVIDER=tcp python")
+    config["applications"][0]["args"]["prefill_config"]["runtime_env"]["py_executable"] = "env FI_PROVIDER=tcp python"
     found = of(judge(stack(ray_service(config))), EFA)
     assert len(found) == 1 and "prefill_config" in found[0].message and "py_executable" in found[0].message
 
@@ -247,9 +296,16 @@ def _claim_template(device_class: Any = "gpu.nvidia.com", count: Any = 8, v1: bo
     else:
         request.update(exact)
     api = "resource.k8s.io/v1" if v1 else "resource.k8s.io/v1beta1"
-    return Res(f"kubernetes:{api}:ResourceClaimTemplate", "gpus",
-               {"apiVersion": api, "kind": "ResourceClaimTemplate", "metadata": {"name": "gpus", "namespace": "llm"},
-                "spec": {"spec": {"devices": {"requests": [request]}}}})
+    return Res(
+        f"kubernetes:{api}:ResourceClaimTemplate",
+        "gpus",
+        {
+            "apiVersion": api,
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "gpus", "namespace": "llm"},
+            "spec": {"spec": {"devices": {"requests": [request]}}},
+        },
+    )
 
 
 def _dra_workload(efa: Optional[int]) -> Res:

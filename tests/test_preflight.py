@@ -47,8 +47,11 @@ def moto_url(tmp_path_factory):
     port = _free_port()
     log = tmp_path_factory.mktemp("moto") / "server.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -75,8 +78,11 @@ def moto_url(tmp_path_factory):
 def _aws_env(tmp: Path, endpoint: str | None, credentials: bool = True) -> dict[str, str]:
     """A clean AWS environment: nothing from the host's profiles, metadata service off."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(AWS_CONFIG_FILE=str(tmp / "no-config"), AWS_SHARED_CREDENTIALS_FILE=str(tmp / "no-credentials"),
-               AWS_EC2_METADATA_DISABLED="true")
+    env.update(
+        AWS_CONFIG_FILE=str(tmp / "no-config"),
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp / "no-credentials"),
+        AWS_EC2_METADATA_DISABLED="true",
+    )
     if credentials:
         env.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
     if endpoint:
@@ -104,10 +110,11 @@ def stubbed_quotas(region: str, answers: list[tuple[str, float]]) -> tuple[objec
     client = boto3.client("service-quotas", region_name=region)
     stub = Stubber(client)
     for code, value in answers:
-        stub.add_response("get_service_quota",
-                          {"Quota": {"ServiceCode": "ec2", "QuotaCode": code, "QuotaName": f"quota {code}",
-                                     "Value": value}},
-                          {"ServiceCode": "ec2", "QuotaCode": code})
+        stub.add_response(
+            "get_service_quota",
+            {"Quota": {"ServiceCode": "ec2", "QuotaCode": code, "QuotaName": f"quota {code}", "Value": value}},
+            {"ServiceCode": "ec2", "QuotaCode": code},
+        )
     stub.activate()
     return client, stub
 
@@ -118,11 +125,22 @@ def stubbed_eks_versions(region: str, version: str, status: str):
 
     client = boto3.client("eks", region_name=region)
     stub = Stubber(client)
-    stub.add_response("describe_cluster_versions", {"clusterVersions": [{
-        "clusterVersion": version, "clusterType": "eks", "versionStatus": status, "status": status,
-        "endOfStandardSupportDate": datetime(2027, 3, 27, tzinfo=UTC),
-        "endOfExtendedSupportDate": datetime(2028, 3, 27, tzinfo=UTC),
-    }]}, {"clusterVersions": [version]})
+    stub.add_response(
+        "describe_cluster_versions",
+        {
+            "clusterVersions": [
+                {
+                    "clusterVersion": version,
+                    "clusterType": "eks",
+                    "versionStatus": status,
+                    "status": status,
+                    "endOfStandardSupportDate": datetime(2027, 3, 27, tzinfo=UTC),
+                    "endOfExtendedSupportDate": datetime(2028, 3, 27, tzinfo=UTC),
+                }
+            ]
+        },
+        {"clusterVersions": [version]},
+    )
     stub.activate()
     return client, stub
 
@@ -185,12 +203,14 @@ def test_checked_in_stacks_pass_with_just_enough_quota(aws, stack):
     config = preflight.load_config(stack)
     ec2 = ec2_client(config.region)
     gpu = GPU_INSTANCE_TYPES[config.gpu_nodes.instance_type]
-    system_vcpus = ec2.describe_instance_types(InstanceTypes=[config.system_nodes.instance_type])[
-        "InstanceTypes"][0]["VCpuInfo"]["DefaultVCpus"]
+    system_vcpus = ec2.describe_instance_types(InstanceTypes=[config.system_nodes.instance_type])["InstanceTypes"][0][
+        "VCpuInfo"
+    ]["DefaultVCpus"]
     nat = 1 if config.network.nat_gateways == "single" else len(config.network.availability_zones)
     gpu_nodes = config.gpu_nodes.max_size + config.gpu_nodes.roll_surge()
-    answers = quota_answers(config, ec2, gpu=gpu_nodes * gpu.vcpus,
-                            system=config.system_nodes.max_size * system_vcpus, eip=nat)
+    answers = quota_answers(
+        config, ec2, gpu=gpu_nodes * gpu.vcpus, system=config.system_nodes.max_size * system_vcpus, eip=nat
+    )
     quotas, stub = stubbed_quotas(config.region, answers)
     eks, eks_stub = stubbed_eks_versions(config.region, config.cluster.kubernetes_version, "STANDARD_SUPPORT")
     results = preflight.run_checks(config, ec2, quotas, eks=eks)
@@ -221,8 +241,9 @@ def test_gpu_type_not_offered_in_az_lists_the_azs_that_offer_it(aws):
     ec2 = ec2_client("us-west-2")
     # The expected list by a different route: every offering of the region, filtered here.
     pages = ec2.get_paginator("describe_instance_type_offerings").paginate(LocationType="availability-zone")
-    offering = sorted({o["Location"] for p in pages for o in p["InstanceTypeOfferings"]
-                       if o["InstanceType"] == "p5e.48xlarge"})
+    offering = sorted(
+        {o["Location"] for p in pages for o in p["InstanceTypeOfferings"] if o["InstanceType"] == "p5e.48xlarge"}
+    )
     assert offering and "us-west-2a" not in offering
     result = preflight.check_offered(ec2, "gpu-offering", "p5e.48xlarge", [config.gpu_nodes.availability_zone])
     assert result.status == "FAIL"
@@ -232,17 +253,21 @@ def test_gpu_type_not_offered_in_az_lists_the_azs_that_offer_it(aws):
 # --- quotas ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("stack, code, needed", [
-    ("dev", "L-417A185B", 192),   # P family: maxSize 2 x p4d.24xlarge 96 vCPUs
-    ("prod", "L-417A185B", 768),  # P family: maxSize 4 x p5.48xlarge 192 vCPUs
-])
+@pytest.mark.parametrize(
+    "stack, code, needed",
+    [
+        ("dev", "L-417A185B", 192),  # P family: maxSize 2 x p4d.24xlarge 96 vCPUs
+        ("prod", "L-417A185B", 768),  # P family: maxSize 4 x p5.48xlarge 192 vCPUs
+    ],
+)
 def test_gpu_vcpu_quota_boundary(aws, stack, code, needed):
     config = preflight.load_config(stack)
     gpu = GPU_INSTANCE_TYPES[config.gpu_nodes.instance_type]
     for value, status in ((needed - 1, "FAIL"), (needed, "ok")):
         quotas, stub = stubbed_quotas(config.region, [(code, value)])
-        result = preflight.check_vcpu_quota(quotas, "gpu-vcpu-quota", gpu.family_quota_code,
-                                            config.gpu_nodes.max_size, gpu.vcpus)
+        result = preflight.check_vcpu_quota(
+            quotas, "gpu-vcpu-quota", gpu.family_quota_code, config.gpu_nodes.max_size, gpu.vcpus
+        )
         stub.assert_no_pending_responses()  # and the Stubber checked that `code` was asked for
         assert result.status == status
         assert f"{value} vCPUs" in result.detail and str(needed) in result.detail
@@ -278,11 +303,17 @@ def test_eip_quota_counts_allocated_addresses(aws):
 def test_unapplied_quota_falls_back_to_the_aws_default(aws):
     quotas = boto3.client("service-quotas", region_name="us-west-2")
     with Stubber(quotas) as stub:
-        stub.add_client_error("get_service_quota", "NoSuchResourceException", "no applied value",
-                              expected_params={"ServiceCode": "ec2", "QuotaCode": "L-417A185B"})
-        stub.add_response("get_aws_default_service_quota",
-                          {"Quota": {"QuotaCode": "L-417A185B", "QuotaName": "P vCPUs", "Value": 0.0}},
-                          {"ServiceCode": "ec2", "QuotaCode": "L-417A185B"})
+        stub.add_client_error(
+            "get_service_quota",
+            "NoSuchResourceException",
+            "no applied value",
+            expected_params={"ServiceCode": "ec2", "QuotaCode": "L-417A185B"},
+        )
+        stub.add_response(
+            "get_aws_default_service_quota",
+            {"Quota": {"QuotaCode": "L-417A185B", "QuotaName": "P vCPUs", "Value": 0.0}},
+            {"ServiceCode": "ec2", "QuotaCode": "L-417A185B"},
+        )
         result = preflight.check_vcpu_quota(quotas, "gpu-vcpu-quota", "L-417A185B", 2, 96)
     assert result.status == "FAIL"
     assert "AWS default" in result.detail and "need 192" in result.detail  # 2 x 96
@@ -291,9 +322,15 @@ def test_unapplied_quota_falls_back_to_the_aws_default(aws):
 def test_quota_without_value_cannot_be_checked(aws):
     quotas = boto3.client("service-quotas", region_name="us-west-2")
     with Stubber(quotas) as stub:
-        stub.add_response("get_service_quota", {"Quota": {
-            "QuotaCode": "L-0263D0A3",
-            "ErrorReason": {"ErrorCode": "DEPENDENCY_ACCESS_DENIED_ERROR", "ErrorMessage": "access denied"}}})
+        stub.add_response(
+            "get_service_quota",
+            {
+                "Quota": {
+                    "QuotaCode": "L-0263D0A3",
+                    "ErrorReason": {"ErrorCode": "DEPENDENCY_ACCESS_DENIED_ERROR", "ErrorMessage": "access denied"},
+                }
+            },
+        )
         result = preflight.check_eip_quota(ec2_client("us-west-2"), quotas, 1)
     assert result.status == "could-not-check"
     assert "access denied" in result.detail
@@ -303,8 +340,14 @@ def test_quota_without_value_cannot_be_checked(aws):
 
 
 def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "llm_pd_eks_tools.preflight", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "llm_pd_eks_tools.preflight", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_cli_against_moto_json_and_warning_exit(moto_url, tmp_path):
@@ -336,7 +379,8 @@ def test_cli_unreachable_endpoint_is_one_clear_line(tmp_path):
     proc = run_cli(_aws_env(tmp_path, closed), "--stack", "dev")
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        f'preflight: cannot reach AWS: Could not connect to the endpoint URL: "{closed}/"']
+        f'preflight: cannot reach AWS: Could not connect to the endpoint URL: "{closed}/"'
+    ]
     assert proc.returncode == 5  # Exit.UNVERIFIED: it verified nothing
     assert "nothing was verified" in proc.stdout
     assert proc.stdout.count("could-not-check") == len(preflight.CHECK_NAMES)
@@ -415,10 +459,13 @@ class _BadEndpoint(socketserver.BaseRequestHandler):
                     self.request.sendall(b"<")
                     time.sleep(0.5)
                 return
-            body, kind = {"html": (b"<html><body>Welcome to nginx</body></html>", b"text/html"),
-                          "json": (b'{"ok": true, "items": [1, 2, 3]}', b"application/json")}[mode]
-            self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: " + kind
-                                 + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            body, kind = {
+                "html": (b"<html><body>Welcome to nginx</body></html>", b"text/html"),
+                "json": (b'{"ok": true, "items": [1, 2, 3]}', b"application/json"),
+            }[mode]
+            self.request.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: " + kind + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+            )
         except OSError:  # the client gave up (the deadline passed): nothing to do
             pass
 
@@ -442,13 +489,19 @@ def bad_endpoint():
         server.server_close()
 
 
-@pytest.mark.parametrize("mode, line", [
-    ("close", "preflight: cannot reach AWS: the endpoint closed the connection without answering ({url}/)"),
-    ("html", "preflight: the endpoint's answer is not an AWS response (no 'GetCallerIdentityResult' in it)"),
-    ("json", "preflight: the endpoint's answer is not an AWS response (Unable to parse response (not well-formed "
-             "(invalid token): line 1, column 0), invalid XML received. Further retries may…)"),
-    ("drip", "preflight: AWS did not answer within the 3 s deadline (endpoint {url}); nothing was verified"),
-])
+@pytest.mark.parametrize(
+    "mode, line",
+    [
+        ("close", "preflight: cannot reach AWS: the endpoint closed the connection without answering ({url}/)"),
+        ("html", "preflight: the endpoint's answer is not an AWS response (no 'GetCallerIdentityResult' in it)"),
+        (
+            "json",
+            "preflight: the endpoint's answer is not an AWS response (Unable to parse response (not well-formed "
+            "(invalid token): line 1, column 0), invalid XML received. Further retries may…)",
+        ),
+        ("drip", "preflight: AWS did not answer within the 3 s deadline (endpoint {url}); nothing was verified"),
+    ],
+)
 def test_a_misbehaving_endpoint_is_one_line_and_unverified(bad_endpoint, tmp_path, mode, line):
     url = bad_endpoint(mode)
     proc = run_cli(_aws_env(tmp_path, url), "--stack", "dev", "--json", "--deadline", "3")
@@ -465,7 +518,8 @@ def test_an_endpoint_url_that_is_not_a_url_is_a_usage_error(tmp_path, value):
     proc = run_cli(env, "--stack", "dev")
     assert proc.stderr.strip() == (
         f"preflight: AWS_ENDPOINT_URL={value!r} is not a URL such as http://127.0.0.1:5000 or "
-        "https://ec2.us-west-2.amazonaws.com; fix or unset it")
+        "https://ec2.us-west-2.amazonaws.com; fix or unset it"
+    )
     assert (proc.returncode, proc.stdout) == (2, "")
 
 
@@ -486,11 +540,18 @@ def test_a_bad_stack_file_is_one_line_with_the_usage_code(tmp_path):
     text = stack.read_text()
     stack.write_text(text + "  llm-pd-eks:gpuNodes:\n    maxSize: 9\n")
     line = len(text.splitlines()) + 1
-    proc = subprocess.run([sys.executable, "-m", "llm_pd_eks_tools.preflight", "--stack", "dev"], cwd=checkout,
-                          env=_aws_env(tmp_path, None), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "llm_pd_eks_tools.preflight", "--stack", "dev"],
+        cwd=checkout,
+        env=_aws_env(tmp_path, None),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().startswith(
-        f"preflight: Pulumi.dev.yaml line {line}: key 'llm-pd-eks:gpuNodes' is defined twice")
+        f"preflight: Pulumi.dev.yaml line {line}: key 'llm-pd-eks:gpuNodes' is defined twice"
+    )
 
 
 def test_clients_have_short_timeouts_and_one_retry():

@@ -24,12 +24,21 @@ NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
 def config(capacity, min_size=2, max_size=4, desired=None, **gpu):
-    return validate_values({
-        "network": {"availabilityZones": ["us-east-1a", "us-east-1c"]},
-        "gpuNodes": {"instanceType": "p5.48xlarge", "availabilityZone": "us-east-1c", "capacity": capacity,
-                     "minSize": min_size, "desiredSize": min_size if desired is None else desired,
-                     "maxSize": max_size, **gpu},
-    }, region="us-east-1")
+    return validate_values(
+        {
+            "network": {"availabilityZones": ["us-east-1a", "us-east-1c"]},
+            "gpuNodes": {
+                "instanceType": "p5.48xlarge",
+                "availabilityZone": "us-east-1c",
+                "capacity": capacity,
+                "minSize": min_size,
+                "desiredSize": min_size if desired is None else desired,
+                "maxSize": max_size,
+                **gpu,
+            },
+        },
+        region="us-east-1",
+    )
 
 
 def ec2_answering(reservation: dict | None = None, error: str | None = None):
@@ -46,15 +55,29 @@ def ec2_answering(reservation: dict | None = None, error: str | None = None):
 
 def reservation(**changes) -> dict:
     """An active targeted ODCR of 4 x p5.48xlarge in us-east-1c, in no placement group."""
-    return {"CapacityReservationId": RID, "InstanceType": "p5.48xlarge", "AvailabilityZone": "us-east-1c",
-            "State": "active", "TotalInstanceCount": 4, "AvailableInstanceCount": 4, "ReservationType": "default",
-            "InstanceMatchCriteria": "targeted", **changes}
+    return {
+        "CapacityReservationId": RID,
+        "InstanceType": "p5.48xlarge",
+        "AvailabilityZone": "us-east-1c",
+        "State": "active",
+        "TotalInstanceCount": 4,
+        "AvailableInstanceCount": 4,
+        "ReservationType": "default",
+        "InstanceMatchCriteria": "targeted",
+        **changes,
+    }
 
 
 def block(**changes) -> dict:
     """An active Capacity Block of 4 x p5.48xlarge, two days long, started an hour before NOW."""
-    return reservation(**{"ReservationType": "capacity-block", "StartDate": NOW - timedelta(hours=1),
-                          "EndDate": NOW + timedelta(days=2), **changes})
+    return reservation(
+        **{
+            "ReservationType": "capacity-block",
+            "StartDate": NOW - timedelta(hours=1),
+            "EndDate": NOW + timedelta(days=2),
+            **changes,
+        }
+    )
 
 
 def check(cr: dict, capacity) -> preflight.Result:
@@ -86,13 +109,20 @@ def served(capacity) -> StackConfig:
     return validate_engine_config(*engine_config_with("prod", "gpuNodes", capacity=capacity))
 
 
-@pytest.mark.parametrize("changes, expected", [
-    ({"StartDate": NOW + timedelta(hours=3), "State": "scheduled"},
-     "it starts 2026-12-01T15:00:00+00:00, after `up`'s wait for the RayService (serving.readyTimeoutMinutes {t})"),
-    ({"EndDate": None},  # set below: 30 minutes' notice + the ready timeout - 1 minute from NOW
-     "and EC2 terminates its instances from 30 minutes before"),
-    ({"ReservationType": "default"}, "it is not a Capacity Block (ReservationType default)"),
-])
+@pytest.mark.parametrize(
+    "changes, expected",
+    [
+        (
+            {"StartDate": NOW + timedelta(hours=3), "State": "scheduled"},
+            "it starts 2026-12-01T15:00:00+00:00, after `up`'s wait for the RayService (serving.readyTimeoutMinutes {t})",
+        ),
+        (
+            {"EndDate": None},  # set below: 30 minutes' notice + the ready timeout - 1 minute from NOW
+            "and EC2 terminates its instances from 30 minutes before",
+        ),
+        ({"ReservationType": "default"}, "it is not a Capacity Block (ReservationType default)"),
+    ],
+)
 def test_capacity_block_window_and_kind(changes, expected):
     cfg = served({"capacityBlockId": RID})
     t = cfg.serving.ready_timeout_minutes
@@ -126,25 +156,38 @@ def test_capacity_block_configured_as_odcr_fails():
     assert result.status == "FAIL" and f"configure it as {{capacityBlockId: {RID}}}" in result.detail
 
 
-@pytest.mark.parametrize("changes, expected", [
-    ({"State": "expired"}, "state is expired"),
-    ({"InstanceType": "p5e.48xlarge"}, "it reserves p5e.48xlarge, gpuNodes.instanceType is p5.48xlarge"),
-    ({"AvailabilityZone": "us-east-1a"}, "it is in us-east-1a, gpuNodes.availabilityZone is us-east-1c"),
-    ({"TotalInstanceCount": 1}, "it holds 1 instance(s), gpuNodes.minSize is 2"),
-    ({"PlacementGroupArn": PG_ARN}, f"it was created in cluster placement group '{PG}' and serves only instances "
-                                    f"launched there: set gpuNodes.capacity.placementGroup to '{PG}'"),
-])
+@pytest.mark.parametrize(
+    "changes, expected",
+    [
+        ({"State": "expired"}, "state is expired"),
+        ({"InstanceType": "p5e.48xlarge"}, "it reserves p5e.48xlarge, gpuNodes.instanceType is p5.48xlarge"),
+        ({"AvailabilityZone": "us-east-1a"}, "it is in us-east-1a, gpuNodes.availabilityZone is us-east-1c"),
+        ({"TotalInstanceCount": 1}, "it holds 1 instance(s), gpuNodes.minSize is 2"),
+        (
+            {"PlacementGroupArn": PG_ARN},
+            f"it was created in cluster placement group '{PG}' and serves only instances "
+            f"launched there: set gpuNodes.capacity.placementGroup to '{PG}'",
+        ),
+    ],
+)
 def test_one_wrong_field_fails(changes, expected):
     result = check(reservation(**changes), {"reservationId": RID})
     assert result.status == "FAIL" and expected in result.detail, result
 
 
-@pytest.mark.parametrize("arn, configured, status, expected", [
-    (PG_ARN, PG, "ok", ""),
-    (PG_ARN, "other-group", "FAIL",
-     f"it is in placement group '{PG}', gpuNodes.capacity.placementGroup is 'other-group'"),
-    (None, PG, "FAIL", f"it is in no placement group: remove gpuNodes.capacity.placementGroup ('{PG}')"),
-])
+@pytest.mark.parametrize(
+    "arn, configured, status, expected",
+    [
+        (PG_ARN, PG, "ok", ""),
+        (
+            PG_ARN,
+            "other-group",
+            "FAIL",
+            f"it is in placement group '{PG}', gpuNodes.capacity.placementGroup is 'other-group'",
+        ),
+        (None, PG, "FAIL", f"it is in no placement group: remove gpuNodes.capacity.placementGroup ('{PG}')"),
+    ],
+)
 def test_reservation_placement_group(arn, configured, status, expected):
     cr = reservation(**({"PlacementGroupArn": arn} if arn else {}))
     result = check(cr, {"reservationId": RID, "placementGroup": configured})
@@ -156,17 +199,21 @@ def test_open_reservation_is_a_warning():
     assert result.status == "warning" and "it is open: any matching instance in the account" in result.detail
 
 
-@pytest.mark.parametrize("total, change, status", [
-    (4, None, "ok"),           # recreate (the reservation default): maxSize 4, no surge
-    (3, None, "warning"),      # Cluster Autoscaler cannot reach maxSize
-    (5, "blueGreen", "warning"),  # maxSize 4 + desiredSize 2 during a blue/green roll = 6
-    (6, "blueGreen", "ok"),
-])
+@pytest.mark.parametrize(
+    "total, change, status",
+    [
+        (4, None, "ok"),  # recreate (the reservation default): maxSize 4, no surge
+        (3, None, "warning"),  # Cluster Autoscaler cannot reach maxSize
+        (5, "blueGreen", "warning"),  # maxSize 4 + desiredSize 2 during a blue/green roll = 6
+        (6, "blueGreen", "ok"),
+    ],
+)
 def test_reservation_size_against_max_size_and_the_roll_surge(total, change, status):
     capacity = {"reservationId": RID}
     gpu = {} if change is None else {"templateChange": change}
-    result = preflight.check_capacity(ec2_answering(reservation(TotalInstanceCount=total)),
-                                      config(capacity, **gpu), now=NOW)
+    result = preflight.check_capacity(
+        ec2_answering(reservation(TotalInstanceCount=total)), config(capacity, **gpu), now=NOW
+    )
     assert result.status == status, result
     if status == "warning":
         assert f"holds {total} instance(s), fewer than maxSize 4" in result.detail
@@ -182,10 +229,13 @@ def test_vcpu_quota_counts_the_blue_green_surge():
     stub.add_response("get_service_quota", answer, {"ServiceCode": "ec2", "QuotaCode": ANY})
     stub.activate()
     cfg = config("onDemand")  # blueGreen: maxSize 4 + desiredSize 2 nodes of 192 vCPUs = 1152
-    result = preflight.check_vcpu_quota(quotas, "gpu-vcpu-quota", "L-417A185B", cfg.gpu_nodes.max_size, 192,
-                                        cfg.gpu_nodes.roll_surge())
-    assert result.status == "FAIL" and "6 nodes (maxSize 4 + 2 for a blue/green roll) x 192 vCPUs need 1152" in \
-        result.detail
+    result = preflight.check_vcpu_quota(
+        quotas, "gpu-vcpu-quota", "L-417A185B", cfg.gpu_nodes.max_size, 192, cfg.gpu_nodes.roll_surge()
+    )
+    assert (
+        result.status == "FAIL"
+        and "6 nodes (maxSize 4 + 2 for a blue/green roll) x 192 vCPUs need 1152" in result.detail
+    )
 
 
 def test_missing_reservation_fails():
@@ -205,11 +255,21 @@ def test_on_demand_needs_no_call():
 def eks_answering(status: str):
     client = boto3.client("eks", region_name="us-east-1")
     stub = Stubber(client)
-    stub.add_response("describe_cluster_versions", {"clusterVersions": [{
-        "clusterVersion": "1.33", "versionStatus": status, "status": status,
-        "endOfStandardSupportDate": datetime(2026, 7, 29, tzinfo=UTC),
-        "endOfExtendedSupportDate": datetime(2027, 7, 29, tzinfo=UTC)}]},
-        {"clusterVersions": ["1.33"]})
+    stub.add_response(
+        "describe_cluster_versions",
+        {
+            "clusterVersions": [
+                {
+                    "clusterVersion": "1.33",
+                    "versionStatus": status,
+                    "status": status,
+                    "endOfStandardSupportDate": datetime(2026, 7, 29, tzinfo=UTC),
+                    "endOfExtendedSupportDate": datetime(2027, 7, 29, tzinfo=UTC),
+                }
+            ]
+        },
+        {"clusterVersions": ["1.33"]},
+    )
     stub.activate()
     return client
 

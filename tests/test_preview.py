@@ -30,9 +30,7 @@ from llm_pd_eks_tools.preview.report import Report
 def previews(tmp_path_factory, programs) -> dict[str, PreviewResult]:
     """One in-process preview per stack (the policy pack is started once per stack)."""
     out = tmp_path_factory.mktemp("preview")
-    return {
-        stack: preview(stack, out=out / stack, run=programs(stack), progress=lambda _m: None) for stack in STACKS
-    }
+    return {stack: preview(stack, out=out / stack, run=programs(stack), progress=lambda _m: None) for stack in STACKS}
 
 
 def containers(run) -> set[str]:

@@ -14,7 +14,15 @@ from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.prices import load_prices
 from llm_pd_eks_tools.cli import ToolError
 from llm_pd_eks_tools.preview.diff import Side, changed_paths, compare, cost_delta, preview_diff, render
-from llm_pd_eks_tools.preview.report import CostFigure, CostLine, Figures, KvTransferFigure, PackInfo, Report, VerdictRecord
+from llm_pd_eks_tools.preview.report import (
+    CostFigure,
+    CostLine,
+    Figures,
+    KvTransferFigure,
+    PackInfo,
+    Report,
+    VerdictRecord,
+)
 
 
 # -- comparing -----------------------------------------------------------------------------------

@@ -116,8 +116,10 @@ def test_same_image_in_each_regions_registry_is_per_environment(tmp_path, capsys
     [
         ({"serving": {"modelId": "meta-llama/Llama-3.3-70B-Instruct"}}, f"{P}:serving.modelId"),
         ({"serving": {"maxModelLen": 32768}}, f"{P}:serving.maxModelLen"),
-        ({"serving": {"prefill": {"tensorParallelSize": 8, "minReplicas": 1, "maxReplicas": 4}}},
-         f"{P}:serving.prefill.tensorParallelSize"),
+        (
+            {"serving": {"prefill": {"tensorParallelSize": 8, "minReplicas": 1, "maxReplicas": 4}}},
+            f"{P}:serving.prefill.tensorParallelSize",
+        ),
     ],
 )
 def test_model_and_engine_settings_must_be_promoted(tmp_path, capsys, change, key):
@@ -132,8 +134,11 @@ def test_per_environment_differences_are_reported_but_pass(tmp_path, capsys):
     prod = variant(
         **{
             "aws:region": "us-east-1",
-            "network": {"vpcCidr": "10.30.0.0/16", "availabilityZones": ["us-east-1a", "us-east-1c"],
-                        "natGateways": "single"},
+            "network": {
+                "vpcCidr": "10.30.0.0/16",
+                "availabilityZones": ["us-east-1a", "us-east-1c"],
+                "natGateways": "single",
+            },
             "gpuNodes": {"instanceType": "p5.48xlarge", "availabilityZone": "us-east-1c", "maxSize": 2},
             "serving": {"decode": {"tensorParallelSize": 2, "minReplicas": 2, "maxReplicas": 2}},
             "protect": True,
@@ -297,8 +302,10 @@ def test_a_must_promote_key_secret_on_one_side_fails(tmp_path, capsys):
     code, out = run_cli(tmp_path, capsys)
     assert code == 1
     assert kinds(tmp_path) == {f"{P}:kuberay.chartVersion": MUST_PROMOTE_KIND}
-    assert (f"    {P}:kuberay.chartVersion: staging=1.7.0  prod=(secret)  [secret on one side: cannot be "
-            "compared; set it the same way in both]") in out
+    assert (
+        f"    {P}:kuberay.chartVersion: staging=1.7.0  prod=(secret)  [secret on one side: cannot be "
+        "compared; set it the same way in both]"
+    ) in out
     assert "AAABA" not in out
 
 
@@ -326,21 +333,46 @@ def test_an_image_moved_off_ecr_fails(tmp_path, capsys):
     assert code == 1
 
 
-@pytest.mark.parametrize("text, message", [
-    ("- config\n", "Pulumi.prod.yaml: the file is a YAML list, but a stack file is a mapping with a `config:` key "
-                   "(`config:` then `namespace:key: value` lines)"),
-    ("config:\n  aws:region: us-east-1\n  aws:region: us-west-2\n",
-     "Pulumi.prod.yaml line 3: key 'aws:region' is defined twice (first at line 2); keep one (the Pulumi CLI "
-     "refuses duplicate keys too)"),
-    ("config: [unclosed\n", "Pulumi.prod.yaml line 2: expected ',' or ']', but got '<stream end>'"),
-    ("config: &a {x: 1}\nother: *a\n",
-     "Pulumi.prod.yaml line 2: YAML alias *a is not allowed in a stack file; write the value out in full"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "- config\n",
+            "Pulumi.prod.yaml: the file is a YAML list, but a stack file is a mapping with a `config:` key "
+            "(`config:` then `namespace:key: value` lines)",
+        ),
+        (
+            "config:\n  aws:region: us-east-1\n  aws:region: us-west-2\n",
+            "Pulumi.prod.yaml line 3: key 'aws:region' is defined twice (first at line 2); keep one (the Pulumi CLI "
+            "refuses duplicate keys too)",
+        ),
+        ("config: [unclosed\n", "Pulumi.prod.yaml line 2: expected ',' or ']', but got '<stream end>'"),
+        (
+            "config: &a {x: 1}\nother: *a\n",
+            "Pulumi.prod.yaml line 2: YAML alias *a is not allowed in a stack file; write the value out in full",
+        ),
+    ],
+)
 def test_a_malformed_stack_file_is_one_line_with_the_usage_code(tmp_path, text, message):
     write_stacks(tmp_path, BASE, BASE)
     (tmp_path / "Pulumi.prod.yaml").write_text(text)
-    proc = subprocess.run([sys.executable, "-m", "llm_pd_eks_tools.promote_check", "--from", "staging", "--to", "prod",
-                           "--root", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llm_pd_eks_tools.promote_check",
+            "--from",
+            "staging",
+            "--to",
+            "prod",
+            "--root",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert (proc.returncode, proc.stdout) == (2, "")
     assert proc.stderr.strip() == f"promote-check: {message}"
 

@@ -29,8 +29,9 @@ def _internal_imports(path):
 
 def test_no_module_outside_the_shim_imports_sdk_internals():
     # The policy pack is left out: it is self-contained (policies/requirements.txt pins its own SDK).
-    sources = [p for p in ROOT.rglob("*.py")
-               if not {".venv", "venv", "build", "policies"} & set(p.relative_to(ROOT).parts)]
+    sources = [
+        p for p in ROOT.rglob("*.py") if not {".venv", "venv", "build", "policies"} & set(p.relative_to(ROOT).parts)
+    ]
     offenders = [hit for p in sources if p.name != SHIM for hit in _internal_imports(p)]
     assert sources and not offenders, offenders
 

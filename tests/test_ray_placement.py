@@ -144,10 +144,12 @@ def ray_cluster(ray_env) -> Iterator[Any]:
     from ray.cluster_utils import Cluster
 
     # Like the rendered head group: no CPUs and no GPUs for Ray (rayStartParams num-cpus/num-gpus "0").
-    cluster = started(lambda: Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 0, "num_gpus": 0, "include_dashboard": False, "object_store_memory": 80 << 20},
-    ))
+    cluster = started(
+        lambda: Cluster(
+            initialize_head=True,
+            head_node_args={"num_cpus": 0, "num_gpus": 0, "include_dashboard": False, "object_store_memory": 80 << 20},
+        )
+    )
     ray.init(address=cluster.address, log_to_driver=False)
     try:
         yield cluster
@@ -255,14 +257,16 @@ def placement_problems(
         assert raylet["CPU"] >= per_node + 1, "the real node has CPU for its replicas and the ingress"
         custom = {k: v for k, v in raylet.items() if k not in ("CPU", "GPU", "memory")}
         for _ in range(types[role][f"{bound}_workers"]):
-            node = started(functools.partial(
-                cluster.add_node,
-                num_cpus=min(raylet["CPU"], per_node + 1),  # its replicas' first bundles, and the ingress
-                num_gpus=raylet.get("GPU", 0),
-                resources=custom,
-                object_store_memory=80 << 20,
-                wait=False,
-            ))
+            node = started(
+                functools.partial(
+                    cluster.add_node,
+                    num_cpus=min(raylet["CPU"], per_node + 1),  # its replicas' first bundles, and the ingress
+                    num_gpus=raylet.get("GPU", 0),
+                    resources=custom,
+                    object_store_memory=80 << 20,
+                    wait=False,
+                )
+            )
             nodes.append(node)
             node_role[node.node_id] = role
         for _ in range(options["autoscaling_config"][f"{bound}_replicas"]):
@@ -288,9 +292,7 @@ def placement_problems(
         if not problems:
             ingress = ReplicaConfig.create(object).resource_dict
             where = ray.get(
-                ray.remote(lambda: ray.get_runtime_context().get_node_id())
-                .options(num_cpus=ingress["CPU"])
-                .remote(),
+                ray.remote(lambda: ray.get_runtime_context().get_node_id()).options(num_cpus=ingress["CPU"]).remote(),
                 timeout=PLACE_WAIT_S,
             )
             if where not in node_role:

@@ -18,7 +18,14 @@ from helpers import DATA, NODE_GROUP, RAY_SERVICE, engine_config_with
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.models import MODELS
 from llm_pd_eks.pulumi_sdk import rpc
-from llm_pd_eks_tools.preview.mockrun import PROJECT, ProgramRun, Registration, load_stack_config, run_program, stack_config
+from llm_pd_eks_tools.preview.mockrun import (
+    PROJECT,
+    ProgramRun,
+    Registration,
+    load_stack_config,
+    run_program,
+    stack_config,
+)
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 SERVICE = "kubernetes:core/v1:Service"
@@ -253,7 +260,7 @@ def test_image_is_pinned_everywhere(run: ProgramRun):
 
 def test_the_stacks_run_the_dlc_and_its_ray_is_the_one_the_tests_use(run: ProgramRun):
     """One Ray: the DLC's (llm_pd_eks/serving_image.py) is the RayService's rayVersion, the stack's
-    image, the requirements-dev.txt pin, and the Ray the schema tests here import."""
+    image, pyproject's test pin and its lock (requirements-dev.txt), and the Ray the schema tests here import."""
     import re
 
     import ray
@@ -263,8 +270,10 @@ def test_the_stacks_run_the_dlc_and_its_ray_is_the_one_the_tests_use(run: Progra
     spec = ray_service(run).inputs["spec"]["rayClusterConfig"]
     assert stack_config(run.stack).serving.image == DLC_IMAGE
     assert spec["rayVersion"] == DLC_RAY_VERSION
-    dev = (DATA.parent.parent / "requirements-dev.txt").read_text()
-    assert re.findall(r"^ray\[serve\]==(\S+)", dev, re.MULTILINE) == [DLC_RAY_VERSION]
+    root = DATA.parent.parent
+    declared = (root / "pyproject.toml").read_text()
+    assert re.findall(r'"ray\[serve\]==([^"]+)"', declared) == [DLC_RAY_VERSION]
+    assert re.findall(r"^ray==(\S+) ", (root / "requirements-dev.txt").read_text(), re.MULTILINE) == [DLC_RAY_VERSION]
     assert ray.__version__ == DLC_RAY_VERSION
 
 
@@ -396,8 +405,9 @@ def test_public_endpoint_is_an_internet_facing_load_balancer():
     extra = {"service.beta.kubernetes.io/aws-load-balancer-source-ranges": "203.0.113.0/24"}
     run = run_program(
         "dev",
-        config=dev_config(publicEndpoint=True, endpointName="chat", endpointAnnotations=extra,
-                          endpointSourceRanges=["203.0.113.0/24"]),
+        config=dev_config(
+            publicEndpoint=True, endpointName="chat", endpointAnnotations=extra, endpointSourceRanges=["203.0.113.0/24"]
+        ),
         secret_keys=[],
     )
     svc = ray_service(run).inputs["spec"]["serveService"]

@@ -115,8 +115,13 @@ def test_preview_imports_nothing_outside_the_preview_set(tmp_path):
 
     (That requirements-preview.txt alone is *enough* is shown by a fresh clone's `make preview`.)
     """
-    done = subprocess.run([sys.executable, "-c", _LIST_IMPORTS, str(tmp_path / "out")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", _LIST_IMPORTS, str(tmp_path / "out")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["code"] == 0

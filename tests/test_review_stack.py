@@ -20,9 +20,25 @@ def review(tmp_path_factory):
     """A checkout copy with Pulumi.pr-7.yaml written by the tool, its stdout and GITHUB_OUTPUT."""
     root = copy_checkout(tmp_path_factory.mktemp("review") / "repo")
     out = root / "gh-output"
-    done = subprocess.run([sys.executable, "-m", "llm_pd_eks_tools.review_stack", "--from", "dev", "--pr", "7",
-                           "--ttl-hours", "12", "--github-output", str(out)],
-                          cwd=root, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llm_pd_eks_tools.review_stack",
+            "--from",
+            "dev",
+            "--pr",
+            "7",
+            "--ttl-hours",
+            "12",
+            "--github-output",
+            str(out),
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     outputs = dict(line.split("=", 1) for line in out.read_text().splitlines())
     return root, done.stdout, outputs, run_program("pr-7", root=root)
@@ -58,8 +74,11 @@ def test_its_cost_is_the_cpu_nodes_nat_and_control_plane(review):
     dev = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())["config"]
     system = dev["llm-pd-eks:systemNodes"]
     nat = {"single": 1}[dev["llm-pd-eks:network"]["natGateways"]]
-    hourly = (system["desiredSize"] * prices["instances"][system["instanceType"]]
-              + nat * prices["nat_gateway_hour"] + prices["eks_cluster_hour"])
+    hourly = (
+        system["desiredSize"] * prices["instances"][system["instanceType"]]
+        + nat * prices["nat_gateway_hour"]
+        + prices["eks_cluster_hour"]
+    )
     assert outputs["hourly"] == f"{hourly:.2f}"
     assert outputs["stack"] == "pr-7" and outputs["expires-at"].endswith("Z")
     assert f"${hourly:.2f}/h" in stdout and "EKS control plane" in stdout and "NAT gateway" in stdout
@@ -68,17 +87,26 @@ def test_its_cost_is_the_cpu_nodes_nat_and_control_plane(review):
 
 
 def test_serving_without_the_serving_layer_is_refused():
-    dev = {k.split(":", 1)[1]: v for k, v in
-           yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())["config"].items() if k.startswith("llm-pd-eks:")}
+    dev = {
+        k.split(":", 1)[1]: v
+        for k, v in yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())["config"].items()
+        if k.startswith("llm-pd-eks:")
+    }
     problems = config_problems({**dev, "servingLayer": False})
     assert any("servingLayer: false, but `serving` is set" in p for p in problems), problems
 
 
-@pytest.mark.parametrize("args, complaint", [(["--pr", "0"], "--pr 0"), (["--pr", "3", "--ttl-hours", "999"],
-                                                                         "--ttl-hours 999")])
+@pytest.mark.parametrize(
+    "args, complaint", [(["--pr", "0"], "--pr 0"), (["--pr", "3", "--ttl-hours", "999"], "--ttl-hours 999")]
+)
 def test_bad_arguments_exit_2_with_one_line(args, complaint, tmp_path):
-    done = subprocess.run([sys.executable, "-m", "llm_pd_eks_tools.review_stack", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "llm_pd_eks_tools.review_stack", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and complaint in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
     assert not list(ROOT.glob("Pulumi.pr-*.yaml"))

@@ -54,16 +54,18 @@ def run_step(script: str, tmp_path: Path, env: dict[str, str]) -> tuple[subproce
     log = tmp_path / "calls.log"
     log.write_text("")
     full_env = {**os.environ, **env, "FAKE_LOG": str(log), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    done = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, env=full_env, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        ["bash", "-e", "-c", script], cwd=tmp_path, env=full_env, capture_output=True, text=True, timeout=120
+    )
     return done, log.read_text().splitlines()
 
 
 def test_reaper_destroys_only_expired_review_stacks(tmp_path):
     script = step("reap", "Destroy every review stack past its time-to-live")["run"]
     tags = {"acme/pr-1": "2020-01-01T00:00:00Z", "acme/pr-2": "2099-01-01T00:00:00Z"}  # pr-3: no tag
-    done, calls = run_step(script, tmp_path, {"PULUMI_ORG": "acme", "FAKE_STACKS": "pr-1 pr-2 pr-3 dev",
-                                              "FAKE_TAGS": json.dumps(tags)})
+    done, calls = run_step(
+        script, tmp_path, {"PULUMI_ORG": "acme", "FAKE_STACKS": "pr-1 pr-2 pr-3 dev", "FAKE_TAGS": json.dumps(tags)}
+    )
     assert done.returncode == 0, done.stderr
     destroys = [c for c in calls if c.startswith("destroy")]
     assert destroys == ["destroy --yes --skip-preview --remove --stack acme/pr-1"]
@@ -74,8 +76,15 @@ def test_reaper_destroys_only_expired_review_stacks(tmp_path):
 
 def test_up_sets_the_ttl_once_and_runs_the_pack(tmp_path):
     script = step("up", "pulumi up (serving layer off)")["run"]
-    env = {"FULL_STACK": "acme/pr-7", "EXPIRES": "2030-01-01T00:00:00Z", "PR": "7", "BASE_STACK": "dev",
-           "GITHUB_SHA": "abc123", "FAKE_STACKS": "", "FAKE_TAGS": json.dumps({"acme/pr-7": "2029-06-01T00:00:00Z"})}
+    env = {
+        "FULL_STACK": "acme/pr-7",
+        "EXPIRES": "2030-01-01T00:00:00Z",
+        "PR": "7",
+        "BASE_STACK": "dev",
+        "GITHUB_SHA": "abc123",
+        "FAKE_STACKS": "",
+        "FAKE_TAGS": json.dumps({"acme/pr-7": "2029-06-01T00:00:00Z"}),
+    }
     done, calls = run_step(script, tmp_path, env)
     assert done.returncode == 0, done.stderr
     # the tag already exists (a later push): the time-to-live is not extended

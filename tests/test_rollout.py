@@ -127,10 +127,17 @@ CHANGES = {
     "decode max replicas": lambda spec: staging(decode={"tensorParallelSize": 8, "minReplicas": 1, "maxReplicas": 2}),
     "a toleration": with_toleration,
     "an appended worker group": with_extra_group,
-    "a removed worker group": lambda spec: {**spec, "rayClusterConfig": {
-        **spec["rayClusterConfig"], "workerGroupSpecs": spec["rayClusterConfig"]["workerGroupSpecs"][:1]}},
-    "autoscaler options": lambda spec: {**spec, "rayClusterConfig": {
-        **spec["rayClusterConfig"], "enableInTreeAutoscaling": False}},
+    "a removed worker group": lambda spec: {
+        **spec,
+        "rayClusterConfig": {
+            **spec["rayClusterConfig"],
+            "workerGroupSpecs": spec["rayClusterConfig"]["workerGroupSpecs"][:1],
+        },
+    },
+    "autoscaler options": lambda spec: {
+        **spec,
+        "rayClusterConfig": {**spec["rayClusterConfig"], "enableInTreeAutoscaling": False},
+    },
 }
 
 

@@ -117,6 +117,7 @@ def test_sized_load_scales_each_role_to_max_and_idle_falls_back(stack, programs,
         busy_s = auto["upscale_delay_s"] + 60
         idle_s = auto["downscale_delay_s"] + 60
         sized = hi * target
+
         def load(t: float, sized: float = sized, busy_s: float = busy_s) -> float:
             return sized if t < busy_s else 0.0
 
@@ -126,7 +127,7 @@ def test_sized_load_scales_each_role_to_max_and_idle_falls_back(stack, programs,
         # not before the upscale delay (Serve waits it out), and back to min only after the downscale delay
         assert all(c == lo for c in up[: int(auto["upscale_delay_s"] / TICK_S) - 1])
         assert counts[-1] == lo
-        assert all(c == hi for c in counts[len(up): len(up) + int(auto["downscale_delay_s"] / TICK_S) - 1])
+        assert all(c == hi for c in counts[len(up) : len(up) + int(auto["downscale_delay_s"] / TICK_S) - 1])
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -149,7 +150,10 @@ def test_settings_from_a_per_replica_concurrency():
     assert settings.target_ongoing_requests == 24
     assert settings.max_ongoing_requests == BACKPRESSURE_HEADROOM * 24
     assert settings.config_values() == {
-        "targetOngoingRequests": 24.0, "maxOngoingRequests": 48, "upscaleDelayS": 30.0, "downscaleDelayS": 600.0,
+        "targetOngoingRequests": 24.0,
+        "maxOngoingRequests": 48,
+        "upscaleDelayS": 30.0,
+        "downscaleDelayS": 600.0,
     }
     assert from_concurrency(0.4).target_ongoing_requests == 1
     with pytest.raises(ValueError):
@@ -172,8 +176,10 @@ def test_the_config_refuses_back_pressure_below_the_target():
 
     base = stack_config("dev").model_dump(by_alias=True, exclude_none=True)
     values = {k: v for k, v in base.items() if k != "region"}
-    values["serving"] = {**base["serving"], "decode": {**base["serving"]["decode"], "targetOngoingRequests": 40,
-                                                       "maxOngoingRequests": 8}}
+    values["serving"] = {
+        **base["serving"],
+        "decode": {**base["serving"]["decode"], "targetOngoingRequests": 40, "maxOngoingRequests": 8},
+    }
     (problem,) = config_problems(values)
     assert "serving.decode" in problem and "maxOngoingRequests (8) is below targetOngoingRequests (40)" in problem
     assert "\n" not in problem

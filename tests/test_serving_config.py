@@ -197,10 +197,15 @@ def test_every_new_serving_field_is_described():
 
 def test_cross_section_problems_are_reported_together():
     """A serving layout problem does not hide a fabric or version problem found by another check."""
-    found = problems({
-        "gpuNodes": {"instanceType": "g5.48xlarge"},  # no GPUDirect RDMA (the fabric check)
-        "serving": {"prefill": {"tensorParallelSize": 16}},  # TP beyond the node's 8 GPUs (the layout check)
-        "devicePlugins": {"efaChartVersion": "v0.4.0"},  # older than g5's first chart (the version check)
-    })
+    found = problems(
+        {
+            "gpuNodes": {"instanceType": "g5.48xlarge"},  # no GPUDirect RDMA (the fabric check)
+            "serving": {"prefill": {"tensorParallelSize": 16}},  # TP beyond the node's 8 GPUs (the layout check)
+            "devicePlugins": {"efaChartVersion": "v0.4.0"},  # older than g5's first chart (the version check)
+        }
+    )
     assert [p.split(":")[1].split(" ")[0] for p in found] == [
-        "serving.prefill.tensorParallelSize", "devicePlugins.efaChartVersion", "gpuNodes.instanceType"]
+        "serving.prefill.tensorParallelSize",
+        "devicePlugins.efaChartVersion",
+        "gpuNodes.instanceType",
+    ]

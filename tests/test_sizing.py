@@ -65,7 +65,7 @@ def test_prefill_multiplies_non_embedding_parameters_only():
 def test_prefill_is_intercept_plus_compute_over_peak_mfu_and_tp_efficiency():
     constants = VLLM_BF16
     replica = Replica(L70, P5, 8)
-    tp_factor = constants.tp_efficiency ** 3  # three doublings from TP 1 to TP 8
+    tp_factor = constants.tp_efficiency**3  # three doublings from TP 1 to TP 8
     expected = constants.prefill_step_s + prefill_flops(L70, 4000) / (8 * 989e12 * constants.prefill_mfu * tp_factor)
     assert replica.prefill_seconds(4000) == pytest.approx(expected)
     c, a, b = replica.prefill_coefficients()
@@ -84,13 +84,15 @@ def test_decode_step_is_intercept_plus_bytes_over_bandwidth_until_the_compute_ro
     weights = 131.5 * 2**30 - 128256 * 8192 * 2  # the input embedding is a lookup, not streamed
     assert decode_weight_bytes(L70, 2) == pytest.approx(weights)
     kv = 32 * 3000 * 327_680  # 32 sequences of 3000 tokens at 320 KiB a token (bf16)
-    tp_factor = constants.tp_efficiency ** 3
+    tp_factor = constants.tp_efficiency**3
     assert replica.decode_step_seconds(32, 3000) == pytest.approx(
-        constants.decode_step_s + (weights + kv) / (8 * 3350e9 * constants.decode_mbu * tp_factor))
+        constants.decode_step_s + (weights + kv) / (8 * 3350e9 * constants.decode_mbu * tp_factor)
+    )
     # a huge batch of short sequences crosses the roofline into compute
     huge = replica.decode_step_seconds(20000, 10)
-    assert huge == pytest.approx(constants.decode_step_s + L70.forward_flops(1, 10) * 20000
-                                 / (8 * 989e12 * constants.prefill_mfu * tp_factor))
+    assert huge == pytest.approx(
+        constants.decode_step_s + L70.forward_flops(1, 10) * 20000 / (8 * 989e12 * constants.prefill_mfu * tp_factor)
+    )
 
 
 def test_unknown_engine_row_names_the_known_ones():
@@ -192,8 +194,12 @@ def test_an_itl_below_the_weight_streaming_floor_is_infeasible_both_ways():
 
 def test_strict_tail_itl_favours_disaggregation():
     # p99 ITL of 30 ms: a prefill chunk riding a decode step stalls it far beyond; separate decode nodes do not
-    workload = {"requestRate": 10, "inputTokens": {"mean": 4000}, "outputTokens": {"mean": 300},
-                "slo": {"ttftMs": 2000, "itlMs": 30, "percentile": 99}}
+    workload = {
+        "requestRate": 10,
+        "inputTokens": {"mean": 4000},
+        "outputTokens": {"mean": 300},
+        "slo": {"ttftMs": 2000, "itlMs": 30, "percentile": 99},
+    }
     result = _size("prod", **workload)
     assert result.disaggregated.feasible
     assert not result.aggregated.feasible or result.aggregated.nodes > result.disaggregated.nodes
@@ -222,21 +228,35 @@ def _calibration_model(name: str) -> ModelSpec:
     if name in MODELS:
         return MODELS[name]
     shape = CALIBRATION["models"][name]
-    return ModelSpec(name, shape["params_billion"], shape["layers"], shape["kv_heads"], shape["head_dim"],
-                     shape["params_billion"] * 1e9 * 2 / 2**30, attention_heads=shape["attention_heads"])
+    return ModelSpec(
+        name,
+        shape["params_billion"],
+        shape["layers"],
+        shape["kv_heads"],
+        shape["head_dim"],
+        shape["params_billion"] * 1e9 * 2 / 2**30,
+        attention_heads=shape["attention_heads"],
+    )
 
 
 def predict(point: dict) -> float:
-    replica = Replica(_calibration_model(point["model"]), GPU_INSTANCE_TYPES[point["instance"]], point["tp"],
-                      weight_dtype_bytes=point["weight_bytes"], compute_scale=point["compute_scale"],
-                      constants=engine_constants(point["engine"], point["dtype"]))
+    replica = Replica(
+        _calibration_model(point["model"]),
+        GPU_INSTANCE_TYPES[point["instance"]],
+        point["tp"],
+        weight_dtype_bytes=point["weight_bytes"],
+        compute_scale=point["compute_scale"],
+        constants=engine_constants(point["engine"], point["dtype"]),
+    )
     batch, context = point["batch"], point["input"] + point["output"] / 2
     if point["kind"] == "ttft":
         return replica.prefill_seconds(point["input"]) * 1e3
     if point["kind"] == "itl":
         return replica.decode_step_seconds(batch, context) * 1e3
-    return (batch * replica.prefill_seconds(point["input"])
-            + (point["output"] - 1) * replica.decode_step_seconds(batch, context)) * 1e3
+    return (
+        batch * replica.prefill_seconds(point["input"])
+        + (point["output"] - 1) * replica.decode_step_seconds(batch, context)
+    ) * 1e3
 
 
 def test_calibration_has_at_least_three_points_from_two_sources():
@@ -256,9 +276,22 @@ def test_calibration_point_within_tolerance(point):
 def _fit_points(engine: str) -> list:
     from llm_pd_eks_tools.calibrate.fit import Point
 
-    return [Point(p["kind"], _calibration_model(p["model"]), GPU_INSTANCE_TYPES[p["instance"]], p["tp"],
-                  p["batch"], p["input"], p["output"], p["measured_ms"], p["weight_bytes"], p["compute_scale"])
-            for p in CALIBRATION["points"] if p["engine"] == engine and not p.get("held_out")]
+    return [
+        Point(
+            p["kind"],
+            _calibration_model(p["model"]),
+            GPU_INSTANCE_TYPES[p["instance"]],
+            p["tp"],
+            p["batch"],
+            p["input"],
+            p["output"],
+            p["measured_ms"],
+            p["weight_bytes"],
+            p["compute_scale"],
+        )
+        for p in CALIBRATION["points"]
+        if p["engine"] == engine and not p.get("held_out")
+    ]
 
 
 @pytest.mark.parametrize("engine,dtype", [("nim", "fp8"), ("trtllm", "bf16")])
@@ -299,8 +332,13 @@ def test_fit_recovers_known_constants_with_a_tp_term():
 def test_calibration_would_catch_a_wrong_formula():
     # the same points with decode at full bandwidth (MBU 1) miss: the tolerance is not vacuous
     point = next(p for p in CALIBRATION["points"] if p["kind"] == "itl")
-    replica = Replica(MODELS[point["model"]], GPU_INSTANCE_TYPES[point["instance"]], point["tp"],
-                      weight_dtype_bytes=point["weight_bytes"], decode_mbu=1.0)
+    replica = Replica(
+        MODELS[point["model"]],
+        GPU_INSTANCE_TYPES[point["instance"]],
+        point["tp"],
+        weight_dtype_bytes=point["weight_bytes"],
+        decode_mbu=1.0,
+    )
     predicted = replica.decode_step_seconds(1, point["input"] + point["output"] / 2) * 1e3
     assert abs(predicted / point["measured_ms"] - 1) > CALIBRATION["tolerance"]
 
@@ -314,32 +352,63 @@ def test_every_stack_has_an_example_workload_that_sizes(stack):
 
 
 BAD = [
-    ("requestRate: 0\ninputTokens: {mean: 10}\noutputTokens: {mean: 10}\nslo: {ttftMs: 1, itlMs: 1, percentile: 90}",
-     "requestRate"),
-    ("requestRate: 1\ninputTokens: {mean: 10}\noutputTokens: {mean: 10}\nslo: {ttftMs: 1, itlMs: 1, percentile: 100}",
-     "slo.percentile"),
-    ("requestRate: 1\ninputTokens: {mean: 10, sd: 3}\noutputTokens: {mean: 10}\n"
-     "slo: {ttftMs: 1, itlMs: 1, percentile: 90}", "inputTokens.sd"),
+    (
+        "requestRate: 0\ninputTokens: {mean: 10}\noutputTokens: {mean: 10}\nslo: {ttftMs: 1, itlMs: 1, percentile: 90}",
+        "requestRate",
+    ),
+    (
+        "requestRate: 1\ninputTokens: {mean: 10}\noutputTokens: {mean: 10}\nslo: {ttftMs: 1, itlMs: 1, percentile: 100}",
+        "slo.percentile",
+    ),
+    (
+        "requestRate: 1\ninputTokens: {mean: 10, sd: 3}\noutputTokens: {mean: 10}\n"
+        "slo: {ttftMs: 1, itlMs: 1, percentile: 90}",
+        "inputTokens.sd",
+    ),
     ("requestRate: 1\ninputTokens: {mean: 10}\nslo: {ttftMs: 1, itlMs: 1, percentile: 90}", "outputTokens"),
     ("requestRate: [1\n", "line 2"),
     ("- just\n- a list\n", "expected a mapping"),
-    ("requestRate: lots\ninputTokens: {mean: 10}\noutputTokens: {mean: 10}\n"
-     "slo: {ttftMs: 1, itlMs: 1, percentile: 90}", "requestRate"),
+    (
+        "requestRate: lots\ninputTokens: {mean: 10}\noutputTokens: {mean: 10}\n"
+        "slo: {ttftMs: 1, itlMs: 1, percentile: 90}",
+        "requestRate",
+    ),
     # one strict model, like the stack config: no duplicate keys, no coercion, camelCase only
-    ("requestRate: 1\nrequestRate: 9\ninputTokens: {mean: 10}\noutputTokens: {mean: 10}\n"
-     "slo: {ttftMs: 1, itlMs: 1, percentile: 90}", "'requestRate' is defined twice"),
-    ("requestRate: 1\ninputTokens: {mean: 10, mean: 20}\noutputTokens: {mean: 10}\n"
-     "slo: {ttftMs: 1, itlMs: 1, percentile: 90}", "'mean' is defined twice"),
-    ("requestRate: true\ninputTokens: {mean: 10}\noutputTokens: {mean: 10}\n"
-     "slo: {ttftMs: 1, itlMs: 1, percentile: 90}", "requestRate: Input should be a valid number"),
-    ("requestRate: '2'\ninputTokens: {mean: 10}\noutputTokens: {mean: 10}\n"
-     "slo: {ttftMs: 1, itlMs: 1, percentile: 90}", "requestRate"),
-    ("request_rate: 1\ninputTokens: {mean: 10}\noutputTokens: {mean: 10}\n"
-     "slo: {ttftMs: 1, itlMs: 1, percentile: 90}", "request_rate: Extra inputs are not permitted"),
-    ("requestRate: 1\ninputTokens: {mean: 10}\noutputTokens: {mean: 10}\n"
-     "slo: {ttft_ms: 1, itlMs: 1, percentile: 90}", "slo.ttft_ms"),
-    ("base: &b {mean: 10}\nrequestRate: 1\ninputTokens: *b\noutputTokens: {mean: 10}\n"
-     "slo: {ttftMs: 1, itlMs: 1, percentile: 90}", "alias"),
+    (
+        "requestRate: 1\nrequestRate: 9\ninputTokens: {mean: 10}\noutputTokens: {mean: 10}\n"
+        "slo: {ttftMs: 1, itlMs: 1, percentile: 90}",
+        "'requestRate' is defined twice",
+    ),
+    (
+        "requestRate: 1\ninputTokens: {mean: 10, mean: 20}\noutputTokens: {mean: 10}\n"
+        "slo: {ttftMs: 1, itlMs: 1, percentile: 90}",
+        "'mean' is defined twice",
+    ),
+    (
+        "requestRate: true\ninputTokens: {mean: 10}\noutputTokens: {mean: 10}\n"
+        "slo: {ttftMs: 1, itlMs: 1, percentile: 90}",
+        "requestRate: Input should be a valid number",
+    ),
+    (
+        "requestRate: '2'\ninputTokens: {mean: 10}\noutputTokens: {mean: 10}\n"
+        "slo: {ttftMs: 1, itlMs: 1, percentile: 90}",
+        "requestRate",
+    ),
+    (
+        "request_rate: 1\ninputTokens: {mean: 10}\noutputTokens: {mean: 10}\n"
+        "slo: {ttftMs: 1, itlMs: 1, percentile: 90}",
+        "request_rate: Extra inputs are not permitted",
+    ),
+    (
+        "requestRate: 1\ninputTokens: {mean: 10}\noutputTokens: {mean: 10}\n"
+        "slo: {ttft_ms: 1, itlMs: 1, percentile: 90}",
+        "slo.ttft_ms",
+    ),
+    (
+        "base: &b {mean: 10}\nrequestRate: 1\ninputTokens: *b\noutputTokens: {mean: 10}\n"
+        "slo: {ttftMs: 1, itlMs: 1, percentile: 90}",
+        "alias",
+    ),
     ("requestRate: 1\ninputTokens: " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
 ]
 
@@ -379,9 +448,16 @@ def test_cli_prints_both_layouts_the_verdict_and_the_band(capsys):
     code = run("size", size_cli.main, ["--stack", "prod", "--workload", str(WORKLOADS / "prod.yaml")])
     out = capsys.readouterr().out
     assert code == Exit.OK
-    for needle in ("disaggregated (P:D", "aggregated (no disaggregation", "verdict:", "per million output tokens",
-                   "per rank (TP 8, 4 EFA interface(s) of 100 Gbit/s each)", "line-rate bound 400 Gbit/s",
-                   "NIXL/EFA at 0.192 of line rate 76.8 Gbit/s", "one TCP flow 10 Gbit/s"):
+    for needle in (
+        "disaggregated (P:D",
+        "aggregated (no disaggregation",
+        "verdict:",
+        "per million output tokens",
+        "per rank (TP 8, 4 EFA interface(s) of 100 Gbit/s each)",
+        "line-rate bound 400 Gbit/s",
+        "NIXL/EFA at 0.192 of line rate 76.8 Gbit/s",
+        "one TCP flow 10 Gbit/s",
+    ):
         assert needle in out
 
 
@@ -394,8 +470,11 @@ def _checkout(tmp_path: Path) -> Path:
 def test_write_updates_bounds_keeps_comments_and_validates(tmp_path, capsys):
     root = _checkout(tmp_path)
     before = (root / "Pulumi.prod.yaml").read_text()
-    code = run("size", size_cli.main, ["--stack", "prod", "--workload", str(WORKLOADS / "prod.yaml"),
-                                       "--write", "--root", str(root)])
+    code = run(
+        "size",
+        size_cli.main,
+        ["--stack", "prod", "--workload", str(WORKLOADS / "prod.yaml"), "--write", "--root", str(root)],
+    )
     assert code == Exit.OK, capsys.readouterr().err
     after = (root / "Pulumi.prod.yaml").read_text()
     comments = [line.strip() for line in before.splitlines() if line.strip().startswith("#") or " # " in line]
@@ -418,8 +497,11 @@ def test_write_with_json_prints_one_json_document_and_nothing_else(tmp_path, cap
     import json
 
     root = _checkout(tmp_path)
-    code = run("size", size_cli.main, ["--stack", "prod", "--workload", str(WORKLOADS / "prod.yaml"),
-                                       "--write", "--json", "--root", str(root)])
+    code = run(
+        "size",
+        size_cli.main,
+        ["--stack", "prod", "--workload", str(WORKLOADS / "prod.yaml"), "--write", "--json", "--root", str(root)],
+    )
     out = capsys.readouterr().out
     assert code == Exit.OK
     document = json.loads(out)  # the whole of stdout parses
@@ -435,19 +517,48 @@ def test_make_size_write_json_stdout_is_pure_json(tmp_path):
         shutil.copy(ROOT / name, root / name)
     for name in ("tools", "components"):
         shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-    proc = subprocess.run(["make", "-s", "size", "STAMP=", f"PY={sys.executable}", "STACK=prod",
-                           f"WORKLOAD={WORKLOADS / 'prod.yaml'}", "WRITE=1", "JSON=1"],
-                          cwd=root, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            "make",
+            "-s",
+            "size",
+            "STAMP=",
+            f"PY={sys.executable}",
+            "STACK=prod",
+            f"WORKLOAD={WORKLOADS / 'prod.yaml'}",
+            "WRITE=1",
+            "JSON=1",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["written"]["gpuNodes"]["maxSize"] >= 2
 
 
 # -- the point query ----------------------------------------------------------------------------------
 def _point(*extra: str) -> subprocess.CompletedProcess:
-    args = ["--point", "--model", "meta-llama/Llama-3.3-70B-Instruct", "--instance", "p5.48xlarge", "--tp", "8",
-            "--input", "6000", "--output", "400", "--concurrency", "16", *extra]
-    return subprocess.run([sys.executable, "-m", "llm_pd_eks_tools.size", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    args = [
+        "--point",
+        "--model",
+        "meta-llama/Llama-3.3-70B-Instruct",
+        "--instance",
+        "p5.48xlarge",
+        "--tp",
+        "8",
+        "--input",
+        "6000",
+        "--output",
+        "400",
+        "--concurrency",
+        "16",
+        *extra,
+    ]
+    return subprocess.run(
+        [sys.executable, "-m", "llm_pd_eks_tools.size", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_point_query_answers_in_json_with_the_five_figures():
@@ -483,12 +594,60 @@ def test_point_query_matches_the_model_and_the_kv_band():
 
 POINT_BAD = [
     (["--point"], "--point needs --model"),
-    (["--point", "--model", "nope/x", "--instance", "p5.48xlarge", "--tp", "8", "--input", "1", "--output", "1",
-      "--concurrency", "1"], "not a model this project knows"),
-    (["--point", "--model", "meta-llama/Llama-3.3-70B-Instruct", "--instance", "m7i.xlarge", "--tp", "8",
-      "--input", "1", "--output", "1", "--concurrency", "1"], "choose one of"),
-    (["--point", "--model", "meta-llama/Llama-3.3-70B-Instruct", "--instance", "p5.48xlarge", "--tp", "1",
-      "--input", "1", "--output", "1", "--concurrency", "1"], "runs at TP 2, 4, 8"),
+    (
+        [
+            "--point",
+            "--model",
+            "nope/x",
+            "--instance",
+            "p5.48xlarge",
+            "--tp",
+            "8",
+            "--input",
+            "1",
+            "--output",
+            "1",
+            "--concurrency",
+            "1",
+        ],
+        "not a model this project knows",
+    ),
+    (
+        [
+            "--point",
+            "--model",
+            "meta-llama/Llama-3.3-70B-Instruct",
+            "--instance",
+            "m7i.xlarge",
+            "--tp",
+            "8",
+            "--input",
+            "1",
+            "--output",
+            "1",
+            "--concurrency",
+            "1",
+        ],
+        "choose one of",
+    ),
+    (
+        [
+            "--point",
+            "--model",
+            "meta-llama/Llama-3.3-70B-Instruct",
+            "--instance",
+            "p5.48xlarge",
+            "--tp",
+            "1",
+            "--input",
+            "1",
+            "--output",
+            "1",
+            "--concurrency",
+            "1",
+        ],
+        "runs at TP 2, 4, 8",
+    ),
     (["--point", "--tp", "three"], "not a whole number"),
     (["--point", "--tp", "0"], "must be at least 1"),
     (["--point", "--mode", "sideways"], "invalid choice"),
@@ -518,16 +677,30 @@ def test_write_refuses_when_the_disaggregated_layout_cannot_meet_the_objectives(
 def test_module_entry_point_exits_with_usage_on_a_bad_file(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("requestRate: -1\n")
-    proc = subprocess.run([sys.executable, "-m", "llm_pd_eks_tools.size", "--stack", "dev", "--workload", str(bad)],
-                          cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "llm_pd_eks_tools.size", "--stack", "dev", "--workload", str(bad)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == Exit.USAGE and "Traceback" not in proc.stderr
 
 
 def test_kvband_as_dict_round_trips_for_the_preview():
     band = kv_band(L70, 1000, 2, P5, tp=8)
     d = band.as_dict()
-    fields = ("tokens", "bytes", "tp", "interfaces_per_rank", "interface_gbps", "rdma", "efficiency",
-              "measured_source", "tcp_gbps", "calibrated")
+    fields = (
+        "tokens",
+        "bytes",
+        "tp",
+        "interfaces_per_rank",
+        "interface_gbps",
+        "rdma",
+        "efficiency",
+        "measured_source",
+        "tcp_gbps",
+        "calibrated",
+    )
     assert KvBand(**{k: d[k] for k in fields}) == band
     assert d["planning_seconds"] == band.planning_seconds
 
@@ -578,9 +751,14 @@ def _closed_loop(point: dict):
     from llm_pd_eks_tools.sizing import aggregated_load
 
     replica = Replica(L70, P5, 2, weight_dtype_bytes=1, compute_scale=2, constants=NIM_FP8)  # NIM's 2 x H100 fp8 TP2
-    workload = parse_workload({"requestRate": 1, "inputTokens": {"mean": point["input"]},
-                               "outputTokens": {"mean": point["output"]},
-                               "slo": {"ttftMs": 1, "itlMs": 1, "percentile": 90}})
+    workload = parse_workload(
+        {
+            "requestRate": 1,
+            "inputTokens": {"mean": point["input"]},
+            "outputTokens": {"mean": point["output"]},
+            "slo": {"ttftMs": 1, "itlMs": 1, "percentile": 90},
+        }
+    )
     lo, hi = 1e-6, 100.0
     for _ in range(100):  # rate x cycle time grows with rate: bisect for rate x cycle = concurrency
         mid = (lo + hi) / 2
@@ -651,8 +829,9 @@ def test_gpu_memory_is_ec2s_figure_as_moto_carries_it():
 
     from llm_pd_eks_tools.sizing import EC2_GPU_MEMORY_MIB, gpu_memory_gib
 
-    data = json.loads(gzip.open(os.path.join(os.path.dirname(moto.__file__), "ec2", "resources",
-                                             "instance_types.json.gz")).read())
+    data = json.loads(
+        gzip.open(os.path.join(os.path.dirname(moto.__file__), "ec2", "resources", "instance_types.json.gz")).read()
+    )
     for name, mib in EC2_GPU_MEMORY_MIB.items():
         assert data[name]["GpuInfo"]["Gpus"][0]["MemoryInfo"]["SizeInMiB"] == mib, name
     assert set(EC2_GPU_MEMORY_MIB) == set(GPU_INSTANCE_TYPES)

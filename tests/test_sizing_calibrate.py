@@ -29,8 +29,12 @@ QWEN = MODELS["Qwen/Qwen2.5-7B-Instruct"]  # dev: Qwen 7B on p4d.24xlarge, TP 1
 P4D = GPU_INSTANCE_TYPES["p4d.24xlarge"]
 # a slow decode (MBU 0.15: ~80 ms a token) keeps sleep overshoot on a loaded machine small beside it
 TRUTH = replace(VLLM_BF16, prefill_mfu=0.5, prefill_step_s=0.02, decode_mbu=0.15, decode_step_s=0.004)
-WORKLOAD = {"requestRate": 1, "inputTokens": {"mean": 1200}, "outputTokens": {"mean": 10},
-            "slo": {"ttftMs": 2000, "itlMs": 100, "percentile": 90}}
+WORKLOAD = {
+    "requestRate": 1,
+    "inputTokens": {"mean": 1200},
+    "outputTokens": {"mean": 10},
+    "slo": {"ttftMs": 2000, "itlMs": 100, "percentile": 90},
+}
 
 
 def _checkout(tmp_path: Path) -> Path:
@@ -43,14 +47,18 @@ def _checkout(tmp_path: Path) -> Path:
 
 def _fake(**kwargs) -> FakeOpenAi:
     replica = Replica(QWEN, P4D, 1, constants=TRUTH)
-    return FakeOpenAi(ttft=replica.prefill_seconds,
-                      itl=lambda streams, ctx: replica.decode_step_seconds(streams, ctx), **kwargs)
+    return FakeOpenAi(
+        ttft=replica.prefill_seconds, itl=lambda streams, ctx: replica.decode_step_seconds(streams, ctx), **kwargs
+    )
 
 
 def _calibrate(root: Path, endpoint: str, *extra: str) -> int:
     nixl = str(CALIBRATION_DATA / "nixlbench-libfabric.txt")
-    return run("calibrate", calibrate_cli.main, ["--stack", "dev", "--endpoint", endpoint, "--root", str(root),
-                                                 "--nixlbench-output", nixl, *extra])
+    return run(
+        "calibrate",
+        calibrate_cli.main,
+        ["--stack", "dev", "--endpoint", endpoint, "--root", str(root), "--nixlbench-output", nixl, *extra],
+    )
 
 
 def test_calibrate_against_the_fake_fits_its_constants_and_make_size_uses_them(tmp_path, capsys):
@@ -76,8 +84,11 @@ def test_calibrate_against_the_fake_fits_its_constants_and_make_size_uses_them(t
     result = size("dev", stack_config("dev", root), load_workload(root / "workloads" / "dev.yaml"), root)
     assert result.calibration == "calibration/dev.yaml" and result.band.calibrated
     assert result.band.efficiency == pytest.approx(found.kv_efficiency)
-    code = run("size", size_cli.main, ["--stack", "dev", "--workload", str(root / "workloads" / "dev.yaml"),
-                                       "--root", str(root)])
+    code = run(
+        "size",
+        size_cli.main,
+        ["--stack", "dev", "--workload", str(root / "workloads" / "dev.yaml"), "--root", str(root)],
+    )
     assert code == Exit.OK and "from calibration/dev.yaml (make calibrate)" in capsys.readouterr().out
 
 
@@ -104,14 +115,19 @@ def test_a_run_past_its_timeout_stops_and_writes_nothing(tmp_path, capsys):
     assert not (root / "calibration").exists()
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--stack", "dev", "--timeout", "nan"], "expected seconds"),
-    (["--stack", "dev", "--timeout", "0"], "expected seconds"),
-    (["--stack", "nostack", "--endpoint", "http://127.0.0.1:9"], "no stack file"),
-    (["--stack", "dev", "--endpoint", "ftp://x"], "expected http://host:port"),
-    (["--stack", "dev", "--endpoint", "http://127.0.0.1:9", "--nixlbench-output", "/nonexistent/nixl.txt"],
-     "--nixlbench-output"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--stack", "dev", "--timeout", "nan"], "expected seconds"),
+        (["--stack", "dev", "--timeout", "0"], "expected seconds"),
+        (["--stack", "nostack", "--endpoint", "http://127.0.0.1:9"], "no stack file"),
+        (["--stack", "dev", "--endpoint", "ftp://x"], "expected http://host:port"),
+        (
+            ["--stack", "dev", "--endpoint", "http://127.0.0.1:9", "--nixlbench-output", "/nonexistent/nixl.txt"],
+            "--nixlbench-output",
+        ),
+    ],
+)
 def test_bad_arguments_are_one_line_exit_2(tmp_path, capsys, argv, needle):
     root = _checkout(tmp_path)
     code = run("calibrate", calibrate_cli.main, [*argv, "--root", str(root)])
@@ -125,8 +141,11 @@ def test_a_nixlbench_output_without_its_table_is_refused_before_any_run(tmp_path
     root = _checkout(tmp_path)
     bad = tmp_path / "nixl.txt"
     bad.write_text("Backend: LIBFABRIC\nerror: no EFA device\n")
-    code = run("calibrate", calibrate_cli.main, ["--stack", "dev", "--endpoint", "http://127.0.0.1:9",
-                                                 "--nixlbench-output", str(bad), "--root", str(root)])
+    code = run(
+        "calibrate",
+        calibrate_cli.main,
+        ["--stack", "dev", "--endpoint", "http://127.0.0.1:9", "--nixlbench-output", str(bad), "--root", str(root)],
+    )
     assert code == Exit.USAGE and "no result rows" in capsys.readouterr().err
 
 
@@ -148,15 +167,24 @@ def test_a_recorded_vllm_bench_result_is_read_and_a_partial_one_refused():
 def test_the_job_runs_vllm_bench_serve_on_the_system_nodes_and_its_log_is_read():
     config = stack_config("prod", ROOT)
     plan = sweep_plan(load_workload(ROOT / "workloads" / "prod.yaml"))
-    job = calibration_job("prod", config.serving.image, config.serving.model_id, config.serving.endpoint_name,
-                          plan, 1800)
+    job = calibration_job(
+        "prod", config.serving.image, config.serving.model_id, config.serving.endpoint_name, plan, 1800
+    )
     spec = job["spec"]
     assert job["apiVersion"] == "batch/v1" and spec["backoffLimit"] == 0 and spec["activeDeadlineSeconds"] == 1800
     pod = spec["template"]["spec"]
     assert pod["nodeSelector"] == SYSTEM_LABELS and pod["restartPolicy"] == "Never"
     script = pod["containers"][0]["command"][-1]
-    for flag in ("vllm bench serve", "--dataset-name random", "--random-input-len 6000", "--ignore-eos",
-                 "--max-concurrency 16", "--request-rate inf", "--save-result", "--result-filename"):
+    for flag in (
+        "vllm bench serve",
+        "--dataset-name random",
+        "--random-input-len 6000",
+        "--ignore-eos",
+        "--max-concurrency 16",
+        "--request-rate inf",
+        "--save-result",
+        "--result-filename",
+    ):
         assert flag in script, flag
     assert f"http://{config.serving.endpoint_name}.llm-serving.svc:8000" in script
     recorded = (CALIBRATION_DATA / "vllm-bench-result.json").read_text()
@@ -169,15 +197,33 @@ def test_the_job_runs_vllm_bench_serve_on_the_system_nodes_and_its_log_is_read()
 def test_a_calibration_for_another_model_or_type_is_refused(tmp_path, capsys):
     root = _checkout(tmp_path)
     (root / "calibration").mkdir()
-    good = {"stack": "dev", "measuredAt": "2026-12-01T00:00:00Z", "modelId": "meta-llama/Llama-3.3-70B-Instruct",
-            "instanceType": "p5.48xlarge", "tensorParallelSize": 8, "points": 5, "source": "x",
-            "constants": {"prefillMfu": 0.6, "prefillStepS": 0.01, "decodeMbu": 0.7, "decodeStepS": 0.001,
-                          "tpEfficiency": 0.9}}
+    good = {
+        "stack": "dev",
+        "measuredAt": "2026-12-01T00:00:00Z",
+        "modelId": "meta-llama/Llama-3.3-70B-Instruct",
+        "instanceType": "p5.48xlarge",
+        "tensorParallelSize": 8,
+        "points": 5,
+        "source": "x",
+        "constants": {
+            "prefillMfu": 0.6,
+            "prefillStepS": 0.01,
+            "decodeMbu": 0.7,
+            "decodeStepS": 0.001,
+            "tpEfficiency": 0.9,
+        },
+    }
     (root / "calibration" / "dev.yaml").write_text(yaml.safe_dump(good))
-    code = run("size", size_cli.main, ["--stack", "dev", "--workload", str(root / "workloads" / "dev.yaml"),
-                                       "--root", str(root)])
+    code = run(
+        "size",
+        size_cli.main,
+        ["--stack", "dev", "--workload", str(root / "workloads" / "dev.yaml"), "--root", str(root)],
+    )
     assert code == Exit.USAGE and "re-run make calibrate STACK=dev" in capsys.readouterr().err
     (root / "calibration" / "dev.yaml").write_text(yaml.safe_dump({**good, "constants": {"prefillMfu": 2}}))
-    code = run("size", size_cli.main, ["--stack", "dev", "--workload", str(root / "workloads" / "dev.yaml"),
-                                       "--root", str(root)])
+    code = run(
+        "size",
+        size_cli.main,
+        ["--stack", "dev", "--workload", str(root / "workloads" / "dev.yaml"), "--root", str(root)],
+    )
     assert code == Exit.USAGE and "calibration/dev.yaml" in capsys.readouterr().err

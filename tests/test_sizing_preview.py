@@ -63,8 +63,9 @@ def test_preview_cost_shows_dollars_per_mtok_at_the_sized_throughput(programs, s
     assert sized["recommended"]["hourly"] == pytest.approx(recommended.hourly)
     total_s = workload.request_rate * (workload.input_tokens.mean + workload.output_tokens.mean)
     assert sized["usd_per_mtok_total"] == pytest.approx(figures.cost.hourly / (total_s * 3600) * 1e6)
-    assert any(f"make size recommends {recommended.mode}" in v and "input + output" in v
-               for _, v in figure_lines(figures))
+    assert any(
+        f"make size recommends {recommended.mode}" in v and "input + output" in v for _, v in figure_lines(figures)
+    )
 
 
 def test_no_workload_file_means_no_dollars_per_mtok(tmp_path, monkeypatch):

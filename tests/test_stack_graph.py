@@ -107,7 +107,9 @@ def test_gpu_node_group_shape(run: ProgramRun):
     assert ng.inputs["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
     assert ng.inputs["scalingConfig"]["minSize"] >= 2
     assert ng.inputs["scalingConfig"] == {
-        "minSize": cfg.gpu_nodes.min_size, "desiredSize": cfg.gpu_nodes.desired_size, "maxSize": cfg.gpu_nodes.max_size
+        "minSize": cfg.gpu_nodes.min_size,
+        "desiredSize": cfg.gpu_nodes.desired_size,
+        "maxSize": cfg.gpu_nodes.max_size,
     }
     assert "instanceTypes" not in ng.inputs  # the type lives in the launch template (EKS allows one place only)
 
@@ -195,8 +197,11 @@ def test_core_addons_are_eks_managed(run: ProgramRun):
 def test_node_groups_wait_for_cluster_and_role(run: ProgramRun):
     eks = run.one("eks:index:Cluster")
     # the node role's attachments (the Cluster component's); IRSA roles of add-ons are not the nodes'
-    attachments = {a.urn for a in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
-                   if "::llm-pd-eks:index:Cluster$" in a.urn}
+    attachments = {
+        a.urn
+        for a in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+        if "::llm-pd-eks:index:Cluster$" in a.urn
+    }
     assert len(attachments) >= 3
     for ng in run.of_type(NODE_GROUP):
         assert eks.urn in ng.dependencies
@@ -213,7 +218,11 @@ def test_kubernetes_provider_from_cluster_kubeconfig(run: ProgramRun):
 def test_components_parent_their_children(run: ProgramRun):
     components = {r.urn: r for r in run.resources if r.type.startswith(f"{PROJECT}:index:")}
     assert {c.type.split(":")[-1] for c in components.values()} >= {
-        "Network", "Cluster", "SystemNodeGroup", "EfaGpuNodeGroup", "CoreAddons"
+        "Network",
+        "Cluster",
+        "SystemNodeGroup",
+        "EfaGpuNodeGroup",
+        "CoreAddons",
     }
     for r in run.resources:
         if r.type.startswith(f"{PROJECT}:index:"):

@@ -31,8 +31,10 @@ def test_the_checked_in_stack_reads_as_the_engine_hands_it_over(tmp_path):
     config, secrets = load_stack_config("dev", write(tmp_path, DEV))
     assert (config, secrets) == load_stack_config("dev")
     assert config["aws:region"] == "us-west-2"
-    assert json.loads(config[f"{PROJECT}:gpuNodes"])["instanceType"] == yaml.safe_load(DEV)["config"][
-        f"{PROJECT}:gpuNodes"]["instanceType"]
+    assert (
+        json.loads(config[f"{PROJECT}:gpuNodes"])["instanceType"]
+        == yaml.safe_load(DEV)["config"][f"{PROJECT}:gpuNodes"]["instanceType"]
+    )
 
 
 def test_a_duplicate_key_is_refused_with_both_lines(tmp_path):
@@ -42,49 +44,57 @@ def test_a_duplicate_key_is_refused_with_both_lines(tmp_path):
     second = len(DEV.splitlines()) + 1
     assert refused(tmp_path, text) == (
         f"Pulumi.dev.yaml line {second}: key '{PROJECT}:gpuNodes' is defined twice (first at line {first}); "
-        "keep one (the Pulumi CLI refuses duplicate keys too)")
+        "keep one (the Pulumi CLI refuses duplicate keys too)"
+    )
 
 
 def test_a_duplicate_nested_key_is_refused(tmp_path):
     text = "config:\n  llm-pd-eks:gpuNodes:\n    maxSize: 2\n    maxSize: 9\n"
     assert refused(tmp_path, text) == (
         "Pulumi.dev.yaml line 4: key 'maxSize' is defined twice (first at line 3); keep one (the Pulumi CLI refuses "
-        "duplicate keys too)")
+        "duplicate keys too)"
+    )
 
 
 def test_an_alias_bomb_is_refused_before_any_expansion(tmp_path):
     lines = ["config:", "  a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
     lines += [f"  a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 10)]
     assert refused(tmp_path, "\n".join(lines) + "\n") == (
-        "Pulumi.dev.yaml line 3: YAML alias *a0 is not allowed in a stack file; write the value out in full")
+        "Pulumi.dev.yaml line 3: YAML alias *a0 is not allowed in a stack file; write the value out in full"
+    )
 
 
 def test_a_list_shaped_file_is_refused_clearly(tmp_path):
     assert refused(tmp_path, "- aws:region: us-west-2\n") == (
         "Pulumi.dev.yaml: the file is a YAML list, but a stack file is a mapping with a `config:` key "
-        "(`config:` then `namespace:key: value` lines)")
+        "(`config:` then `namespace:key: value` lines)"
+    )
     assert refused(tmp_path, "config:\n  - aws:region: us-west-2\n") == (
-        "Pulumi.dev.yaml: `config:` is a YAML list; it must be a mapping of `namespace:key: value` lines")
+        "Pulumi.dev.yaml: `config:` is a YAML list; it must be a mapping of `namespace:key: value` lines"
+    )
 
 
 def test_broken_yaml_names_the_line(tmp_path):
     assert refused(tmp_path, "config:\n  aws:region: [us-west-2\n") == (
-        "Pulumi.dev.yaml line 3: expected ',' or ']', but got '<stream end>'")
+        "Pulumi.dev.yaml line 3: expected ',' or ']', but got '<stream end>'"
+    )
 
 
 def test_an_oversized_file_is_refused_unread(tmp_path):
     size = stackfile.MAX_BYTES + 1
     assert refused(tmp_path, "#" * size) == (
         f"Pulumi.dev.yaml: {size} bytes is larger than a stack file can be ({stackfile.MAX_BYTES}); "
-        "is it the right file?")
+        "is it the right file?"
+    )
 
 
 def test_a_missing_stack_names_the_stacks_there(tmp_path):
     write(tmp_path, DEV, "staging")
     with pytest.raises(stackfile.StackFileError) as info:
         load_stack_config("dev", tmp_path)
-    assert str(info.value) == ("no stack file Pulumi.dev.yaml; stacks here: staging "
-                               "(or create it: `pulumi stack init dev`)")
+    assert str(info.value) == (
+        "no stack file Pulumi.dev.yaml; stacks here: staging (or create it: `pulumi stack init dev`)"
+    )
 
 
 def test_secure_values_become_secret_keys(tmp_path):
@@ -124,8 +134,9 @@ def test_python_tags_are_refused_with_the_line(tmp_path):
 def test_a_stack_name_the_pulumi_cli_refuses_is_refused(tmp_path, name):
     with pytest.raises(stackfile.StackFileError) as info:
         load_stack_config(name, tmp_path)
-    assert str(info.value).endswith(" is not a Pulumi stack name (letters, digits, '-', '_' and '.', "
-                                    "at most 100 characters)")
+    assert str(info.value).endswith(
+        " is not a Pulumi stack name (letters, digits, '-', '_' and '.', at most 100 characters)"
+    )
 
 
 def test_an_inline_merge_key_still_reads():

@@ -41,8 +41,9 @@ def release(run: ProgramRun, chart: str) -> dict[str, Any]:
 
 def paths(values: Any, prefix: str = "") -> list[str]:
     """Dotted paths of `values`, stopping at free-form maps (selectors, labels, annotations, config)."""
-    if not isinstance(values, dict) or prefix.endswith(("nodeSelector", "annotations", ".config", "storageSpec",
-                                                        ".storage", "persistence", "sidecar", "admin")):
+    if not isinstance(values, dict) or prefix.endswith(
+        ("nodeSelector", "annotations", ".config", "storageSpec", ".storage", "persistence", "sidecar", "admin")
+    ):
         return [prefix]
     return [p for k, v in values.items() for p in paths(v, f"{prefix}.{k}" if prefix else k)]
 
@@ -77,8 +78,7 @@ def test_ebs_csi_add_on_with_its_own_irsa_role(run: ProgramRun) -> None:
     (statement,) = trust["Statement"]
     (sub,) = [v for k, v in statement["Condition"]["StringEquals"].items() if k.endswith(":sub")]
     assert sub == "system:serviceaccount:kube-system:ebs-csi-controller-sa"
-    (attachment,) = [r for r in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
-                     if "ebs-csi" in r.name]
+    (attachment,) = [r for r in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment") if "ebs-csi" in r.name]
     assert attachment.inputs["policyArn"] == EBS_CSI_POLICY_ARN
 
 
@@ -143,8 +143,10 @@ def test_kuberay_crds_are_applied_before_the_operator(run: ProgramRun) -> None:
     assert sorted(files) == sorted(f"kuberay-crd-{crd}" for crd in KUBERAY_CRDS)
     for name, record in files.items():
         crd = name.removeprefix("kuberay-crd-")
-        assert record.inputs["file"] == (f"https://raw.githubusercontent.com/ray-project/kuberay/v{version}/"
-                                         f"helm-chart/kuberay-operator/crds/ray.io_{crd}.yaml")
+        assert record.inputs["file"] == (
+            f"https://raw.githubusercontent.com/ray-project/kuberay/v{version}/"
+            f"helm-chart/kuberay-operator/crds/ray.io_{crd}.yaml"
+        )
     (operator,) = [r for r in run.of_type(RELEASE) if r.inputs["chart"] == KUBERAY_CHART.name]
     assert operator.inputs["skipCrds"] is True
     assert {r.urn for r in files.values()} <= set(operator.dependencies)

@@ -108,8 +108,9 @@ def test_a_policy_config_that_is_not_an_object_exits_2(tmp_path, capsys, text, k
     config = tmp_path / "policy-config.json"
     config.write_text(text)
     out = tmp_path / "out"
-    code = cli.run("preview", preview_main, ["--stack", "dev", "--policy-config", str(config), "--out", str(out),
-                                             "--quiet"])
+    code = cli.run(
+        "preview", preview_main, ["--stack", "dev", "--policy-config", str(config), "--out", str(out), "--quiet"]
+    )
     line = one_error_line(capsys.readouterr().err)
     assert code == Exit.USAGE and f"a JSON {kind} where an object" in line, line
 
@@ -154,11 +155,19 @@ def test_seconds_accepts_durations():
 
 def test_a_closed_pipe_is_not_a_traceback():
     """`python -m llm_pd_eks_tools.placeholders ... | head -0`: the reader leaves; no BrokenPipeError traceback."""
-    script = ("import sys\nfrom llm_pd_eks_tools.cli import exit_with\n"
-              "def main(argv):\n    for i in range(100000):\n        print('line', i)\n    return 0\n"
-              "exit_with('demo', main)\n")
-    proc = subprocess.run(f"{shlex.quote(sys.executable)} -c {shlex.quote(script)} | head -1",
-                          shell=True, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    script = (
+        "import sys\nfrom llm_pd_eks_tools.cli import exit_with\n"
+        "def main(argv):\n    for i in range(100000):\n        print('line', i)\n    return 0\n"
+        "exit_with('demo', main)\n"
+    )
+    proc = subprocess.run(
+        f"{shlex.quote(sys.executable)} -c {shlex.quote(script)} | head -1",
+        shell=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.stdout == "line 0\n"
     assert "BrokenPipeError" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
@@ -169,15 +178,56 @@ def test_a_closed_pipe_is_not_a_traceback():
 # read case by case (the map of special values, the 'D'/'S' hint branch: timestamps aside,
 # `_` dropped, strconv.ParseInt(s, 0, 64), ParseUint, the float pattern, 0b/-0b, 0o/-0o).
 V3_TABLE = [
-    ("1:0", "1:0"), ("1:30:00", "1:30:00"), ("190:20:30", "190:20:30"),  # no base 60 in YAML 1.2
-    ("yes", "yes"), ("Yes", "Yes"), ("no", "no"), ("on", "on"), ("off", "off"), ("y", "y"), ("n", "n"),
-    ("true", True), ("True", True), ("TRUE", True), ("tRUE", "tRUE"), ("false", False), ("FALSE", False),
-    ("", None), ("~", None), ("null", None), ("Null", None), ("NULL", None), ("nULL", "nULL"),
-    ("0o17", 15), ("-0o17", -15), ("017", 15), ("0x1F", 31), ("-0x10", -16), ("0b101", 5), ("-0b101", -5),
-    ("1_000", 1000), ("1__0", 10), ("+5", 5), ("-0", 0), ("08", 8.0), ("09.5", 9.5),
-    ("1.5", 1.5), ("1e3", 1000.0), ("-1.5E-2", -0.015), (".5", 0.5), ("1.", 1.0),
-    ("9223372036854775807", 2**63 - 1), ("9223372036854775808", 2**63), ("18446744073709551616", 2.0**64),
-    ("0x", "0x"), ("0b2", "0b2"), ("1.2.3", "1.2.3"), ("+", "+"), ("-x", "-x"), ("1e", "1e"), ("12abc", "12abc"),
+    ("1:0", "1:0"),
+    ("1:30:00", "1:30:00"),
+    ("190:20:30", "190:20:30"),  # no base 60 in YAML 1.2
+    ("yes", "yes"),
+    ("Yes", "Yes"),
+    ("no", "no"),
+    ("on", "on"),
+    ("off", "off"),
+    ("y", "y"),
+    ("n", "n"),
+    ("true", True),
+    ("True", True),
+    ("TRUE", True),
+    ("tRUE", "tRUE"),
+    ("false", False),
+    ("FALSE", False),
+    ("", None),
+    ("~", None),
+    ("null", None),
+    ("Null", None),
+    ("NULL", None),
+    ("nULL", "nULL"),
+    ("0o17", 15),
+    ("-0o17", -15),
+    ("017", 15),
+    ("0x1F", 31),
+    ("-0x10", -16),
+    ("0b101", 5),
+    ("-0b101", -5),
+    ("1_000", 1000),
+    ("1__0", 10),
+    ("+5", 5),
+    ("-0", 0),
+    ("08", 8.0),
+    ("09.5", 9.5),
+    ("1.5", 1.5),
+    ("1e3", 1000.0),
+    ("-1.5E-2", -0.015),
+    (".5", 0.5),
+    ("1.", 1.0),
+    ("9223372036854775807", 2**63 - 1),
+    ("9223372036854775808", 2**63),
+    ("18446744073709551616", 2.0**64),
+    ("0x", "0x"),
+    ("0b2", "0b2"),
+    ("1.2.3", "1.2.3"),
+    ("+", "+"),
+    ("-x", "-x"),
+    ("1e", "1e"),
+    ("12abc", "12abc"),
 ]
 
 
@@ -203,7 +253,8 @@ def test_a_top_level_value_reaches_the_program_as_its_source_text(tmp_path):
 
     (tmp_path / "Pulumi.dev.yaml").write_text(
         "config:\n  aws:region: us-west-2\n  llm-pd-eks:a: 0x10\n  llm-pd-eks:b: TRUE\n  llm-pd-eks:c: 1:0\n"
-        "  llm-pd-eks:d: ~\n  llm-pd-eks:e: '017'\n  llm-pd-eks:f:\n    n: 0o17\n    m: 1:0\n    o: on\n")
+        "  llm-pd-eks:d: ~\n  llm-pd-eks:e: '017'\n  llm-pd-eks:f:\n    n: 0o17\n    m: 1:0\n    o: on\n"
+    )
     values, _ = load("dev", tmp_path)
     assert values["llm-pd-eks:a"] == "0x10" and values["llm-pd-eks:b"] == "TRUE" and values["llm-pd-eks:c"] == "1:0"
     assert values["llm-pd-eks:d"] == "" and values["llm-pd-eks:e"] == "017"
@@ -233,27 +284,44 @@ def test_a_sexagesimal_count_is_refused_as_pulumi_would_hand_it_over(tmp_path):
 def test_gp3_iops_above_500_per_gib_is_refused():
     from helpers import config_problems, validate_values
 
-    base = {"network": {"availabilityZones": ["us-west-2a", "us-west-2b"]},
-            "gpuNodes": {"instanceType": "p5.48xlarge", "availabilityZone": "us-west-2a"}}
+    base = {
+        "network": {"availabilityZones": ["us-west-2a", "us-west-2b"]},
+        "gpuNodes": {"instanceType": "p5.48xlarge", "availabilityZone": "us-west-2a"},
+    }
     ok = {**base, "systemNodes": {"diskSizeGib": 20, "rootVolumeIops": 10000}}
     assert validate_values(ok).system_nodes.root_volume_iops == 10000  # exactly 500 per GiB
     (problem,) = config_problems({**base, "systemNodes": {"diskSizeGib": 20, "rootVolumeIops": 10001}})
     assert "rootVolumeIops 10001 exceeds gp3's 500 IOPS per GiB on a 20 GiB volume (at most 10000" in problem
-    (problem,) = config_problems({**base, "gpuNodes": {**base["gpuNodes"], "diskSizeGib": 100,
-                                                       "rootVolumeIops": 60000, "rootVolumeThroughputMibps": 500}})
+    (problem,) = config_problems(
+        {
+            **base,
+            "gpuNodes": {
+                **base["gpuNodes"],
+                "diskSizeGib": 100,
+                "rootVolumeIops": 60000,
+                "rootVolumeThroughputMibps": 500,
+            },
+        }
+    )
     assert "on a 100 GiB volume (at most 50000" in problem
 
 
-@pytest.mark.parametrize("model, native", [("Qwen/Qwen2.5-7B-Instruct", 32768),
-                                           ("meta-llama/Llama-3.1-8B-Instruct", 131072)])
+@pytest.mark.parametrize(
+    "model, native", [("Qwen/Qwen2.5-7B-Instruct", 32768), ("meta-llama/Llama-3.1-8B-Instruct", 131072)]
+)
 def test_max_model_len_above_the_native_context_is_refused(model, native):
     from helpers import config_problems, validate_values
 
     def values(length):
-        return {"network": {"availabilityZones": ["us-west-2a", "us-west-2b"]},
-                "gpuNodes": {"instanceType": "p5.48xlarge", "availabilityZone": "us-west-2a"},
-                "serving": {"modelId": model, "maxModelLen": length,
-                            "image": "123456789012.dkr.ecr.us-west-2.amazonaws.com/ray-llm:2.60.0-py311-cu128"}}
+        return {
+            "network": {"availabilityZones": ["us-west-2a", "us-west-2b"]},
+            "gpuNodes": {"instanceType": "p5.48xlarge", "availabilityZone": "us-west-2a"},
+            "serving": {
+                "modelId": model,
+                "maxModelLen": length,
+                "image": "123456789012.dkr.ecr.us-west-2.amazonaws.com/ray-llm:2.60.0-py311-cu128",
+            },
+        }
 
     secret = ["llm-pd-eks:hfToken"] if "llama" in model else []
     extra = {"hfToken": "[secret-placeholder]"} if secret else {}
@@ -278,13 +346,16 @@ def _real_ciphertext() -> str:
     return f"v1:{base64.b64encode(bytes(range(12))).decode()}:{base64.b64encode(bytes(range(40))).decode()}"
 
 
-@pytest.mark.parametrize("ciphertext, words", [
-    ("v1:placeholder:replace-with-pulumi-config-set-secret", "names itself a placeholder"),
-    ("v1:AAAA:BBBB", "not a passphrase-provider ciphertext"),  # base64, but a 3-byte nonce
-    ("v1:not base64!:x", "not a passphrase-provider ciphertext"),
-    ("v1:onlytwo", "not a passphrase-provider ciphertext"),
-    ("AQICAHhEXAMPLEkmsblob==", "names itself a placeholder"),
-])
+@pytest.mark.parametrize(
+    "ciphertext, words",
+    [
+        ("v1:placeholder:replace-with-pulumi-config-set-secret", "names itself a placeholder"),
+        ("v1:AAAA:BBBB", "not a passphrase-provider ciphertext"),  # base64, but a 3-byte nonce
+        ("v1:not base64!:x", "not a passphrase-provider ciphertext"),
+        ("v1:onlytwo", "not a passphrase-provider ciphertext"),
+        ("AQICAHhEXAMPLEkmsblob==", "names itself a placeholder"),
+    ],
+)
 def test_an_undecryptable_secure_value_is_a_placeholder(ciphertext, words):
     from helpers import validate_values
 
@@ -313,8 +384,23 @@ def test_a_hosted_runner_for_a_private_only_cluster_is_a_placeholder(label):
 @pytest.mark.parametrize("label", ["vpc-runner\nrunner=ubuntu-latest", "two words", "tab\there", "a,b", "\x1b[31m"])
 def test_a_runner_label_that_is_not_one_token_is_refused_and_never_written(label, tmp_path):
     out = tmp_path / "github_output"
-    proc = subprocess.run([sys.executable, "-m", "llm_pd_eks_tools.placeholders", "--stack", "dev", "--runner", label,
-                           "--github-output", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llm_pd_eks_tools.placeholders",
+            "--stack",
+            "dev",
+            "--runner",
+            label,
+            "--github-output",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == Exit.FAILED, proc.stderr
     assert "not a single runner label" in proc.stderr and "Traceback" not in proc.stderr
     assert not out.exists()  # nothing forged into $GITHUB_OUTPUT
@@ -342,11 +428,23 @@ def test_no_tool_prints_a_secret_value_it_was_given(tmp_path):
     for name in ("staging", "prod"):
         (root / f"Pulumi.{name}.yaml").write_text(stack_with_plain_secrets(tmp_path, name))
     (root / "Pulumi.prod.yaml").write_text(
-        (root / "Pulumi.prod.yaml").read_text().replace(SECRET_VALUE, SECRET_VALUE + "Prod"))
+        (root / "Pulumi.prod.yaml").read_text().replace(SECRET_VALUE, SECRET_VALUE + "Prod")
+    )
     outputs = []
-    for argv in (["-m", "llm_pd_eks_tools.promote_check", "--from", "staging", "--to", "prod", "--root", str(root)],
-                 ["-m", "llm_pd_eks_tools.preview", "--stack", "prod", "--root", str(root), "--out", str(tmp_path / "p"),
-                  "--quiet"]):
+    for argv in (
+        ["-m", "llm_pd_eks_tools.promote_check", "--from", "staging", "--to", "prod", "--root", str(root)],
+        [
+            "-m",
+            "llm_pd_eks_tools.preview",
+            "--stack",
+            "prod",
+            "--root",
+            str(root),
+            "--out",
+            str(tmp_path / "p"),
+            "--quiet",
+        ],
+    ):
         proc = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=600)
         outputs.append((argv[1], proc.returncode, proc.stdout + proc.stderr))
     for tool, _code, text in outputs:
@@ -365,39 +463,63 @@ def test_no_tool_prints_a_secret_value_it_was_given(tmp_path):
 def test_promote_check_calls_a_typo_a_typo(tmp_path):
     from llm_pd_eks_tools.promote_check import compare_configs
 
-    report = compare_configs("staging", {"llm-pd-eks:servng.modelId": "a", "llm-pd-eks:serving.modelId": "m"},
-                             "prod", {"llm-pd-eks:serving.modelId": "n"})
+    report = compare_configs(
+        "staging",
+        {"llm-pd-eks:servng.modelId": "a", "llm-pd-eks:serving.modelId": "m"},
+        "prod",
+        {"llm-pd-eks:serving.modelId": "n"},
+    )
     text = report.render()
     assert "llm-pd-eks:servng.modelId: not a config key of this project (a typo?)" in text
     last = text.splitlines()[-1]
     assert last.count("PER_ENVIRONMENT") == 1 and last.index("serving.modelId") < last.index("PER_ENVIRONMENT")
-    assert "servng" not in last[:last.index("PER_ENVIRONMENT")]
+    assert "servng" not in last[: last.index("PER_ENVIRONMENT")]
 
 
 # -- class 2 and 9: AWS environment handed to preflight ---------------------------------------------------
 
 
-@pytest.mark.parametrize("name, value, words", [
-    ("AWS_ENDPOINT_URL", "http://[::1", "is not a URL"),
-    ("AWS_ENDPOINT_URL", "http://127.0.0.1:99999", "is not a URL"),
-    ("AWS_ENDPOINT_URL_EC2", "http://127.0.0.1:port", "is not a URL"),
-    ("AWS_ENDPOINT_URL", "127.0.0.1:5000", "is not a URL"),
-    ("AWS_CA_BUNDLE", "/nonexistent/ca-bundle.pem", "AWS_CA_BUNDLE='/nonexistent/ca-bundle.pem' is not a file"),
-])
+@pytest.mark.parametrize(
+    "name, value, words",
+    [
+        ("AWS_ENDPOINT_URL", "http://[::1", "is not a URL"),
+        ("AWS_ENDPOINT_URL", "http://127.0.0.1:99999", "is not a URL"),
+        ("AWS_ENDPOINT_URL_EC2", "http://127.0.0.1:port", "is not a URL"),
+        ("AWS_ENDPOINT_URL", "127.0.0.1:5000", "is not a URL"),
+        ("AWS_CA_BUNDLE", "/nonexistent/ca-bundle.pem", "AWS_CA_BUNDLE='/nonexistent/ca-bundle.pem' is not a file"),
+    ],
+)
 def test_preflight_refuses_a_malformed_aws_environment(name, value, words):
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update({name: value, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                "AWS_EC2_METADATA_DISABLED": "true"})
-    proc = subprocess.run([sys.executable, "-m", "llm_pd_eks_tools.preflight", "--stack", "dev"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    env.update(
+        {
+            name: value,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "llm_pd_eks_tools.preflight", "--stack", "dev"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == Exit.USAGE, proc.stderr
     assert words in one_error_line(proc.stderr)
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "0", "-5"])
 def test_preflight_refuses_a_deadline_that_is_not_a_duration(value):
-    proc = subprocess.run([sys.executable, "-m", "llm_pd_eks_tools.preflight", "--stack", "dev", "--deadline", value],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "llm_pd_eks_tools.preflight", "--stack", "dev", "--deadline", value],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == Exit.USAGE and "--deadline" in one_error_line(proc.stderr)
 
 
@@ -414,7 +536,7 @@ def test_each_component_has_its_own_dot_view_and_together_they_are_the_graph(pro
     views = component_dots(run)
     assert len(views) > 5 and sorted(views) == sorted(f"{r.name}.dot" for r in sections(run))
     whole = to_dot(run)
-    node_lines = re_.compile(r'^\s+n\d+ \[label=', re_.MULTILINE)
+    node_lines = re_.compile(r"^\s+n\d+ \[label=", re_.MULTILINE)
     assert sum(len(node_lines.findall(v)) for v in views.values()) == len(node_lines.findall(whole)) == len(graph.nodes)
     arrows = sum(v.count(" -> ") for v in views.values())
     assert arrows == whole.count(" -> ") == len(graph.edges)  # every edge drawn once, in its target's view
@@ -428,16 +550,23 @@ def test_each_component_has_its_own_dot_view_and_together_they_are_the_graph(pro
 
 def _make(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
-    return subprocess.run(["make", "--no-print-directory", f"PY={sys.executable}", "STAMP=", *args], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        ["make", "--no-print-directory", f"PY={sys.executable}", "STAMP=", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.parametrize("target", ["placeholders", "verify"])  # neither writes for an unknown stack
 def test_a_stack_name_starting_with_a_dash_reaches_the_tool(target):
     proc = _make(target, "STACK=-canary")
     first = next(line for line in proc.stderr.splitlines() if not line.startswith("[preview]"))  # progress
-    assert first.endswith("no stack file Pulumi.-canary.yaml; stacks here: dev, prod, staging "
-                          "(or create it: `pulumi stack init -canary`)"), proc.stderr
+    assert first.endswith(
+        "no stack file Pulumi.-canary.yaml; stacks here: dev, prod, staging (or create it: `pulumi stack init -canary`)"
+    ), proc.stderr
     assert "expected one argument" not in proc.stderr
 
 

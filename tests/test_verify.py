@@ -57,46 +57,96 @@ needs_prometheus = requires_binary("prometheus")
 # --- Kubernetes objects in the API's shapes --------------------------------------------------------
 
 
-def node(name: str, zone: str = "us-west-2a", efa: str = str(INSTANCE.efa_interfaces), gpus: str = str(INSTANCE.gpus)
-         ) -> dict[str, Any]:
+def node(
+    name: str, zone: str = "us-west-2a", efa: str = str(INSTANCE.efa_interfaces), gpus: str = str(INSTANCE.gpus)
+) -> dict[str, Any]:
     return {
-        "kind": "Node", "apiVersion": "v1",
-        "metadata": {"name": name, "labels": {
-            "role": "gpu", "vpc.amazonaws.com/efa.present": "true", "kubernetes.io/hostname": name,
-            "topology.kubernetes.io/zone": zone, "node.kubernetes.io/instance-type": INSTANCE.name,
-        }},
+        "kind": "Node",
+        "apiVersion": "v1",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "role": "gpu",
+                "vpc.amazonaws.com/efa.present": "true",
+                "kubernetes.io/hostname": name,
+                "topology.kubernetes.io/zone": zone,
+                "node.kubernetes.io/instance-type": INSTANCE.name,
+            },
+        },
         "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]},
         "status": {
-            "capacity": {"cpu": "48", "memory": "392470468Ki", "pods": "234", "nvidia.com/gpu": gpus,
-                         "vpc.amazonaws.com/efa": efa, "hugepages-2Mi": "5Gi"},
-            "allocatable": {"cpu": "47810m", "memory": "383452612Ki", "pods": "234", "nvidia.com/gpu": gpus,
-                            "vpc.amazonaws.com/efa": efa, "hugepages-2Mi": "5Gi"},
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                            "message": "kubelet is posting ready status"}],
+            "capacity": {
+                "cpu": "48",
+                "memory": "392470468Ki",
+                "pods": "234",
+                "nvidia.com/gpu": gpus,
+                "vpc.amazonaws.com/efa": efa,
+                "hugepages-2Mi": "5Gi",
+            },
+            "allocatable": {
+                "cpu": "47810m",
+                "memory": "383452612Ki",
+                "pods": "234",
+                "nvidia.com/gpu": gpus,
+                "vpc.amazonaws.com/efa": efa,
+                "hugepages-2Mi": "5Gi",
+            },
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "kubelet is posting ready status",
+                }
+            ],
         },
     }
 
 
 def daemonset(name: str, ready: int = 2) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": "kube-system"},
-            "status": {"desiredNumberScheduled": 2, "currentNumberScheduled": 2, "numberReady": ready,
-                       "numberAvailable": ready, "numberMisscheduled": 0}}
+    return {
+        "metadata": {"name": name, "namespace": "kube-system"},
+        "status": {
+            "desiredNumberScheduled": 2,
+            "currentNumberScheduled": 2,
+            "numberReady": ready,
+            "numberAvailable": ready,
+            "numberMisscheduled": 0,
+        },
+    }
 
 
 def ray_service(ready: bool = True) -> dict[str, Any]:
-    condition = {"type": "Ready", "status": "True" if ready else "False",
-                 "reason": "NonZeroServeEndpoints" if ready else "ZeroServeEndpoints",
-                 "message": "" if ready else "Number of serve endpoints dropped to 0"}
-    return {"apiVersion": "ray.io/v1", "kind": "RayService", "metadata": {"name": "llm-pd", "namespace": NAMESPACE},
-            "spec": {}, "status": {"conditions": [condition]}}
+    condition = {
+        "type": "Ready",
+        "status": "True" if ready else "False",
+        "reason": "NonZeroServeEndpoints" if ready else "ZeroServeEndpoints",
+        "message": "" if ready else "Number of serve endpoints dropped to 0",
+    }
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayService",
+        "metadata": {"name": "llm-pd", "namespace": NAMESPACE},
+        "spec": {},
+        "status": {"conditions": [condition]},
+    }
 
 
 def pod(name: str, group: str, node_name: str, ip: str) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": NAMESPACE, "labels": {
-                "ray.io/node-type": "worker", "ray.io/group": group, "ray.io/is-ray-node": "yes",
-                "llm-pd-eks/role": group}},
-            "spec": {"nodeName": node_name, "containers": [{"name": "ray-worker"}]},
-            "status": {"phase": "Running", "podIP": ip}}
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "labels": {
+                "ray.io/node-type": "worker",
+                "ray.io/group": group,
+                "ray.io/is-ray-node": "yes",
+                "llm-pd-eks/role": group,
+            },
+        },
+        "spec": {"nodeName": node_name, "containers": [{"name": "ray-worker"}]},
+        "status": {"phase": "Running", "podIP": ip},
+    }
 
 
 # --- scenarios -------------------------------------------------------------------------------------
@@ -120,8 +170,11 @@ class Scenario:
 
 
 NIXL_PLUGIN_PATH = "/opt/nvidia/nvda_nixl/lib/x86_64-linux-gnu/plugins/libplugin_LIBFABRIC.so"
-WORKER_LIBRARIES = ["/usr/lib/x86_64-linux-gnu/libc.so.6", "/opt/amazon/efa/lib/libfabric.so.1",
-                    "/opt/nvidia/nvda_nixl/lib/x86_64-linux-gnu/libnixl.so"]
+WORKER_LIBRARIES = [
+    "/usr/lib/x86_64-linux-gnu/libc.so.6",
+    "/opt/amazon/efa/lib/libfabric.so.1",
+    "/opt/nvidia/nvda_nixl/lib/x86_64-linux-gnu/libnixl.so",
+]
 
 
 def pod_tree(root: Path, scenario: Scenario) -> PodTree:
@@ -165,17 +218,28 @@ def _start(scenario: Scenario, tmp_path: Path, with_prometheus: bool) -> Iterato
     openai, dashboard = FakeOpenAi(on_request, scenario.endpoint_status), FakeRayDashboard(logs)
     prometheus = None
     if exporter is not None:
-        prometheus = Prometheus(tmp_path, [(exporter.target, {m.PHASE_LABEL: "decode", "pod": "llm-pd-decode-a",
-                                                              m.NODE_LABEL: scenario.decode_node})]).wait_ready()
+        prometheus = Prometheus(
+            tmp_path,
+            [
+                (
+                    exporter.target,
+                    {m.PHASE_LABEL: "decode", "pod": "llm-pd-decode-a", m.NODE_LABEL: scenario.decode_node},
+                )
+            ],
+        ).wait_ready()
     cluster = Cluster(
         nodes=scenario.nodes,
         daemonsets=[daemonset("nvidia-device-plugin"), daemonset("aws-efa-k8s-device-plugin", scenario.plugins_ready)],
         ray_service=None if scenario.ray_service is None else ray_service(scenario.ray_service),
-        pods=[pod("llm-pd-prefill-a", "prefill", "ip-10-10-1-10", "10.10.1.20"),
-              pod("llm-pd-decode-a", "decode", scenario.decode_node, "10.10.1.21")],
+        pods=[
+            pod("llm-pd-prefill-a", "prefill", "ip-10-10-1-10", "10.10.1.20"),
+            pod("llm-pd-decode-a", "decode", scenario.decode_node, "10.10.1.21"),
+        ],
         services=[ENDPOINT_SERVICE_NAME, HEAD_SERVICE],
-        upstreams={(NAMESPACE, ENDPOINT_SERVICE_NAME, str(SERVE_PORT)): openai.url,
-                   (NAMESPACE, HEAD_SERVICE, "dashboard"): dashboard.url},
+        upstreams={
+            (NAMESPACE, ENDPOINT_SERVICE_NAME, str(SERVE_PORT)): openai.url,
+            (NAMESPACE, HEAD_SERVICE, "dashboard"): dashboard.url,
+        },
         pod_roots={name: tree.root for name, tree in trees.items()},
     )
     if prometheus is not None:
@@ -192,8 +256,22 @@ def _start(scenario: Scenario, tmp_path: Path, with_prometheus: bool) -> Iterato
 
 
 def verify(env: Env, capsys, *extra: str) -> tuple[int, dict[str, Any], str]:
-    code = run("verify", main, ["--stack", "dev", "--kubeconfig", str(env.kubeconfig), "--json",
-                                "--timeout", "120", "--kv-wait", "20", *extra])
+    code = run(
+        "verify",
+        main,
+        [
+            "--stack",
+            "dev",
+            "--kubeconfig",
+            str(env.kubeconfig),
+            "--json",
+            "--timeout",
+            "120",
+            "--kv-wait",
+            "20",
+            *extra,
+        ],
+    )
     out, err = capsys.readouterr()
     return code, json.loads(out) if out.strip().startswith("{") else {}, err
 
@@ -257,21 +335,40 @@ def test_kv_failures_fail_verify_naming_the_cause(scenario, check, words, tmp_pa
     "scenario, check, words",
     [
         (Scenario(backend="UCX"), "nixl-backend", "NIXL backend UCX, not LIBFABRIC"),
-        (Scenario(nodes=[node("ip-10-10-1-10"), node("ip-10-10-1-11", efa="0")]), "gpu-nodes",
-         f"ip-10-10-1-11 offers 0 EFA device(s), the catalog says {INSTANCE.efa_interfaces}"),
+        (
+            Scenario(nodes=[node("ip-10-10-1-10"), node("ip-10-10-1-11", efa="0")]),
+            "gpu-nodes",
+            f"ip-10-10-1-11 offers 0 EFA device(s), the catalog says {INSTANCE.efa_interfaces}",
+        ),
         (Scenario(decode_node="ip-10-10-1-10"), "pd-separate-nodes", "share node(s) ip-10-10-1-10"),
-        (Scenario(nodes=[node("ip-10-10-1-10"), node("ip-10-10-1-11", zone="us-west-2b")]), "gpu-nodes",
-         "is in us-west-2b, not the GPU AZ us-west-2a"),
+        (
+            Scenario(nodes=[node("ip-10-10-1-10"), node("ip-10-10-1-11", zone="us-west-2b")]),
+            "gpu-nodes",
+            "is in us-west-2b, not the GPU AZ us-west-2a",
+        ),
         (Scenario(nodes=[node("ip-10-10-1-10")]), "gpu-nodes", "1 GPU node(s) Ready, the stack expects 2"),
-        (Scenario(nodes=[node("ip-10-10-1-10"), node("ip-10-10-1-11", gpus="0")]), "gpu-nodes",
-         f"ip-10-10-1-11 offers 0 GPU(s), the catalog says {INSTANCE.gpus}"),
+        (
+            Scenario(nodes=[node("ip-10-10-1-10"), node("ip-10-10-1-11", gpus="0")]),
+            "gpu-nodes",
+            f"ip-10-10-1-11 offers 0 GPU(s), the catalog says {INSTANCE.gpus}",
+        ),
         (Scenario(plugins_ready=1), "device-plugins", "aws-efa-k8s-device-plugin ready on 1 of 2 node(s)"),
         (Scenario(ray_service=False), "rayservice-ready", "not Ready: Number of serve endpoints dropped to 0"),
         (Scenario(ray_service=None), "rayservice-ready", "no RayService llm-serving/llm-pd"),
         (Scenario(endpoint_status=500), "chat-completion", "HTTP 500"),
     ],
-    ids=["ucx-backend", "node-missing-efa", "p-and-d-on-one-node", "node-in-another-az", "node-missing",
-         "node-without-gpus", "efa-plugin-not-ready", "rayservice-not-ready", "rayservice-missing", "endpoint-500"],
+    ids=[
+        "ucx-backend",
+        "node-missing-efa",
+        "p-and-d-on-one-node",
+        "node-in-another-az",
+        "node-missing",
+        "node-without-gpus",
+        "efa-plugin-not-ready",
+        "rayservice-not-ready",
+        "rayservice-missing",
+        "endpoint-500",
+    ],
 )
 def test_cluster_failures_fail_verify_naming_the_cause(scenario, check, words, tmp_path, capsys):
     env_iter = _start(scenario, tmp_path, with_prometheus=False)
@@ -308,8 +405,15 @@ def test_hugepages_are_checked_once_the_catalog_has_a_figure():
             return [node("a"), node("b")]  # 5Gi each
 
     def expected(hugepages):
-        return Expected(gpu_nodes=2, availability_zone="us-west-2a", instance=INSTANCE, hugepages_mib=hugepages,
-                        model_id=None, endpoint_service=None, floor_gbps=FLOOR)
+        return Expected(
+            gpu_nodes=2,
+            availability_zone="us-west-2a",
+            instance=INSTANCE,
+            hugepages_mib=hugepages,
+            model_id=None,
+            endpoint_service=None,
+            floor_gbps=FLOOR,
+        )
 
     assert check_nodes(Nodes(), expected(5120), Context()).status == Status.PASS
     short = check_nodes(Nodes(), expected(8192), Context())
@@ -363,8 +467,10 @@ def test_wrong_token_is_not_a_pass(tmp_path, capsys):
     [
         (["--stack", "nope", "--kubeconfig", "x"], "no stack file Pulumi.nope.yaml"),
         (["--stack", "dev", "--kubeconfig", "/nonexistent/kubeconfig"], "cannot read kubeconfig"),
-        (["--stack", "dev", "--timeout", "0", "--kubeconfig", "x"],
-         "--timeout: '0' must be a finite number of seconds above 0"),
+        (
+            ["--stack", "dev", "--timeout", "0", "--kubeconfig", "x"],
+            "--timeout: '0' must be a finite number of seconds above 0",
+        ),
         (["--stack", "dev", "--timeout", "nan", "--kubeconfig", "x"], "'nan' must be a finite number"),
         (["--stack", "dev", "--kv-wait", "inf", "--kubeconfig", "x"], "--kv-wait: 'inf' must be a finite number"),
         (["--stack", "/tmp", "--kubeconfig", "x"], "is not a Pulumi stack name"),
@@ -389,8 +495,11 @@ def test_not_a_kubeconfig_is_a_usage_error(tmp_path, capsys):
 def test_exit_code_table():
     from llm_pd_eks_tools.verify.checks import Check
 
-    passed, failed, unknown = (Check("a", Status.PASS, ""), Check("b", Status.FAIL, ""),
-                               Check("c", Status.UNVERIFIED, ""))
+    passed, failed, unknown = (
+        Check("a", Status.PASS, ""),
+        Check("b", Status.FAIL, ""),
+        Check("c", Status.UNVERIFIED, ""),
+    )
     assert exit_code([passed]) == Exit.OK
     assert exit_code([passed, unknown]) == Exit.UNVERIFIED
     assert exit_code([passed, unknown, failed]) == Exit.FAILED
@@ -413,23 +522,38 @@ def _exec_kubeconfig(script: str) -> str:
 
     import yaml
 
-    return yaml.safe_dump({
-        "current-context": "eks",
-        "clusters": [{"name": "eks",
-                      "cluster": {"server": "https://example.invalid", "insecure-skip-tls-verify": True}}],
-        "contexts": [{"name": "eks", "context": {"cluster": "eks", "user": "aws"}}],
-        "users": [{"name": "aws", "user": {"exec": {
-            "apiVersion": "client.authentication.k8s.io/v1beta1", "command": sys.executable, "args": ["-c", script],
-            "env": [{"name": "AWS_PROFILE", "value": "deploy"}]}}}],
-    })
+    return yaml.safe_dump(
+        {
+            "current-context": "eks",
+            "clusters": [
+                {"name": "eks", "cluster": {"server": "https://example.invalid", "insecure-skip-tls-verify": True}}
+            ],
+            "contexts": [{"name": "eks", "context": {"cluster": "eks", "user": "aws"}}],
+            "users": [
+                {
+                    "name": "aws",
+                    "user": {
+                        "exec": {
+                            "apiVersion": "client.authentication.k8s.io/v1beta1",
+                            "command": sys.executable,
+                            "args": ["-c", script],
+                            "env": [{"name": "AWS_PROFILE", "value": "deploy"}],
+                        }
+                    },
+                }
+            ],
+        }
+    )
 
 
 def test_exec_credentials_are_run_like_kubectl_does():
     """pulumi-eks kubeconfigs authenticate with `aws eks get-token`: an ExecCredential on stdout."""
     from llm_pd_eks_tools.verify.kube import load_kubeconfig
 
-    script = ("import json, os; print(json.dumps({'kind': 'ExecCredential', 'status': "
-              "{'token': 'k8s-aws-v1.' + os.environ['AWS_PROFILE']}}))")
+    script = (
+        "import json, os; print(json.dumps({'kind': 'ExecCredential', 'status': "
+        "{'token': 'k8s-aws-v1.' + os.environ['AWS_PROFILE']}}))"
+    )
     assert load_kubeconfig(_exec_kubeconfig(script)).token == "k8s-aws-v1.deploy"
 
 
@@ -454,8 +578,11 @@ def test_tls_api_server_is_trusted_only_through_the_kubeconfig_ca(tmp_path, caps
         other.mkdir()
         wrong.write_text(api.kubeconfig(ca=self_signed(other)[2]))  # someone else's certificate
         for path, status in ((good, "PASS"), (wrong, "UNVERIFIED")):
-            run("verify", main, ["--stack", "dev", "--kubeconfig", str(path), "--json", "--kv-wait", "0",
-                                 "--timeout", "30"])
+            run(
+                "verify",
+                main,
+                ["--stack", "dev", "--kubeconfig", str(path), "--json", "--kv-wait", "0", "--timeout", "30"],
+            )
             report = json.loads(capsys.readouterr().out)
             assert by_name(report)["api-server"]["status"] == status, report
             if status == "PASS":
@@ -506,8 +633,12 @@ def test_the_fabric_is_proved_from_the_running_worker(tmp_path, capsys):
 @pytest.mark.parametrize(
     "scenario, check, status, words",
     [
-        (Scenario(fi_provider="tcp"), "fi-provider", "FAIL", "pid 4242 (ray::ServeReplica:llm:LLMServer:decode) "
-                                                              "runs with FI_PROVIDER=tcp"),
+        (
+            Scenario(fi_provider="tcp"),
+            "fi-provider",
+            "FAIL",
+            "pid 4242 (ray::ServeReplica:llm:LLMServer:decode) runs with FI_PROVIDER=tcp",
+        ),
         (Scenario(fi_provider=None), "fi-provider", "FAIL", "runs with no FI_PROVIDER"),
         (Scenario(plugin_loaded=False), "nixl-plugin", "FAIL", "has NIXL's libplugin_LIBFABRIC.so loaded"),
         (Scenario(efa_moves=False), "efa-bytes", "FAIL", "no bytes crossed the EFA devices of prefill pod"),
@@ -562,14 +693,29 @@ def test_a_check_over_zero_pods_is_not_a_pass(tmp_path, capsys):
         ("/api/v1/nodes", b"[]", "gpu-nodes"),
         ("/api/v1/nodes", json.dumps({"kind": "NodeList", "items": {"a": 1}}).encode(), "gpu-nodes"),
         ("/api/v1/nodes", json.dumps({"kind": "NodeList", "items": [1, "two"]}).encode(), "gpu-nodes"),
-        ("/api/v1/nodes", json.dumps({"kind": "NodeList", "items": [{"metadata": [], "status": 3}]}).encode(),
-         "gpu-nodes"),
-        (f"/api/v1/namespaces/{NAMESPACE}/pods", json.dumps({"items": [{"metadata": {"labels": []}}]}).encode(),
-         "pd-separate-nodes"),
+        (
+            "/api/v1/nodes",
+            json.dumps({"kind": "NodeList", "items": [{"metadata": [], "status": 3}]}).encode(),
+            "gpu-nodes",
+        ),
+        (
+            f"/api/v1/namespaces/{NAMESPACE}/pods",
+            json.dumps({"items": [{"metadata": {"labels": []}}]}).encode(),
+            "pd-separate-nodes",
+        ),
         ("/apis/apps/v1/namespaces/kube-system/daemonsets", b"\x00\xff" * 50, "device-plugins"),
     ],
-    ids=["version-html", "version-list", "nodes-not-json", "nodes-list", "items-mapping", "items-scalars",
-         "node-wrong-types", "pod-labels-list", "daemonsets-binary"],
+    ids=[
+        "version-html",
+        "version-list",
+        "nodes-not-json",
+        "nodes-list",
+        "items-mapping",
+        "items-scalars",
+        "node-wrong-types",
+        "pod-labels-list",
+        "daemonsets-binary",
+    ],
 )
 def test_garbage_from_the_api_server_is_unverified_not_a_crash(path, body, check, tmp_path, capsys):
     env_iter = _start(Scenario(), tmp_path, with_prometheus=False)
@@ -591,7 +737,8 @@ def test_a_reply_larger_than_the_cap_is_refused_unread(tmp_path, capsys, monkeyp
     env = next(env_iter)
     try:
         env.api.cluster.garbage["/api/v1/nodes"] = json.dumps(
-            {"kind": "NodeList", "items": [node(f"ip-10-10-{i // 250}-{i % 250}") for i in range(40)]}).encode()
+            {"kind": "NodeList", "items": [node(f"ip-10-10-{i // 250}-{i % 250}") for i in range(40)]}
+        ).encode()
         _, report, _ = verify(env, capsys, "--kv-wait", "0")
     finally:
         env_iter.close()
@@ -608,8 +755,11 @@ def test_a_body_that_trickles_in_ends_at_the_deadline(tmp_path, capsys):
     try:
         env.api.cluster.drip = ("/api/v1/nodes", 0.2)
         started = time.monotonic()
-        code = run("verify", main, ["--stack", "dev", "--kubeconfig", str(env.kubeconfig), "--json",
-                                    "--timeout", "4", "--kv-wait", "0"])
+        code = run(
+            "verify",
+            main,
+            ["--stack", "dev", "--kubeconfig", str(env.kubeconfig), "--json", "--timeout", "4", "--kv-wait", "0"],
+        )
         elapsed = time.monotonic() - started
     finally:
         env_iter.close()
@@ -625,33 +775,57 @@ def test_a_body_that_trickles_in_ends_at_the_deadline(tmp_path, capsys):
 def kubeconfig_with(cluster: dict[str, Any], user: Optional[dict[str, Any]] = None) -> str:
     import yaml
 
-    return yaml.safe_dump({
-        "current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-        "clusters": [{"name": "c", "cluster": cluster}], "users": [{"name": "u", "user": user or {"token": "t"}}],
-    })
+    return yaml.safe_dump(
+        {
+            "current-context": "c",
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+            "clusters": [{"name": "c", "cluster": cluster}],
+            "users": [{"name": "u", "user": user or {"token": "t"}}],
+        }
+    )
 
 
 @pytest.mark.parametrize(
     "content, words",
     [
         (b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)), "is not UTF-8 text"),
-        (kubeconfig_with({"server": "https://10.0.0.1", "certificate-authority-data": "%%%not-base64%%%"}).encode(),
-         "certificate-authority-data is not base64"),
-        (kubeconfig_with({"server": "https://10.0.0.1", "certificate-authority-data": "aGVsbG8="}).encode(),
-         "not a usable certificate"),
-        (kubeconfig_with({"server": "https://10.0.0.1", "certificate-authority": "/nonexistent/ca.crt"}).encode(),
-         "certificate-authority file /nonexistent/ca.crt does not exist"),
+        (
+            kubeconfig_with({"server": "https://10.0.0.1", "certificate-authority-data": "%%%not-base64%%%"}).encode(),
+            "certificate-authority-data is not base64",
+        ),
+        (
+            kubeconfig_with({"server": "https://10.0.0.1", "certificate-authority-data": "aGVsbG8="}).encode(),
+            "not a usable certificate",
+        ),
+        (
+            kubeconfig_with({"server": "https://10.0.0.1", "certificate-authority": "/nonexistent/ca.crt"}).encode(),
+            "certificate-authority file /nonexistent/ca.crt does not exist",
+        ),
         (kubeconfig_with({"server": "10.0.0.1:443"}).encode(), "is not an https:// URL"),
         (kubeconfig_with({"server": "https://10.0.0.1:port"}).encode(), "Port could not be cast"),
         (kubeconfig_with({"server": "https://[::1"}).encode(), "Invalid IPv6 URL"),
-        (kubeconfig_with({"server": "https://10.0.0.1", "insecure-skip-tls-verify": True},
-                         {"exec": {"command": "aws", "env": [{"name": "AWS_PROFILE"}]}}).encode(),
-         "exec env entry {'name': 'AWS_PROFILE'} needs `name` and `value`"),
+        (
+            kubeconfig_with(
+                {"server": "https://10.0.0.1", "insecure-skip-tls-verify": True},
+                {"exec": {"command": "aws", "env": [{"name": "AWS_PROFILE"}]}},
+            ).encode(),
+            "exec env entry {'name': 'AWS_PROFILE'} needs `name` and `value`",
+        ),
         (kubeconfig_with({"server": "https://10.0.0.1"}, {"exec": {"args": ["x"]}}).encode(), "needs a `command`"),
         (kubeconfig_with({"server": "https://10.0.0.1"}, {"token": 12345}).encode(), "token is not a string"),
     ],
-    ids=["binary", "ca-data-not-base64", "ca-data-not-pem", "ca-file-missing", "server-no-scheme", "server-bad-port",
-         "server-bad-ipv6", "exec-env-no-value", "exec-no-command", "token-number"],
+    ids=[
+        "binary",
+        "ca-data-not-base64",
+        "ca-data-not-pem",
+        "ca-file-missing",
+        "server-no-scheme",
+        "server-bad-port",
+        "server-bad-ipv6",
+        "exec-env-no-value",
+        "exec-no-command",
+        "token-number",
+    ],
 )
 def test_broken_kubeconfigs_are_usage_errors(content, words, tmp_path, capsys):
     path = tmp_path / "kubeconfig"
@@ -672,6 +846,8 @@ def test_verify_json_goes_where_out_says(tmp_path, capsys):
     capsys.readouterr()
     assert json.loads((out / "verify.json").read_text())["result"] == "UNVERIFIED"
     (tmp_path / "afile").write_text("x")
-    assert run("verify", main, ["--stack", "dev", "--kubeconfig", str(kubeconfig), "--out",
-                                str(tmp_path / "afile")]) == Exit.USAGE
+    assert (
+        run("verify", main, ["--stack", "dev", "--kubeconfig", str(kubeconfig), "--out", str(tmp_path / "afile")])
+        == Exit.USAGE
+    )
     assert "is not a directory" in capsys.readouterr().err

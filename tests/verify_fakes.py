@@ -43,14 +43,22 @@ START_SECONDS = 60.0  # bound on any fake or real server's start-up
 
 def nixl_log_line(backend: str) -> str:
     """The line NIXL's agent logs on creating a backend (nixl _api.py `create_backend`), NIXL's format."""
-    record = logging.LogRecord("nixl._api", logging.INFO, "_api.py", 405, "Backend %s was instantiated",
-                               (backend,), None)
+    record = logging.LogRecord(
+        "nixl._api", logging.INFO, "_api.py", 405, "Backend %s was instantiated", (backend,), None
+    )
     return logging.Formatter(NIXL_LOG_FORMAT).format(record)
 
 
 def status_object(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
-            "reason": reason, "code": code}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
 
 
 def a_list(kind: str, items: list[dict[str, Any]], api_version: str = "v1") -> dict[str, Any]:
@@ -199,7 +207,7 @@ class KubeHandler(_Handler):
         self.end_headers()
         try:
             for i in range(len(data)):
-                self.wfile.write(data[i:i + 1])
+                self.wfile.write(data[i : i + 1])
                 self.wfile.flush()
                 time.sleep(every)
         except OSError:
@@ -217,8 +225,9 @@ class KubeHandler(_Handler):
             self.reply(404, status_object(404, "NotFound", f'pods "{pod}" not found'))
             return
         key = self.headers.get("Sec-WebSocket-Key", "")
-        if self.headers.get("Upgrade", "").lower() != "websocket" or \
-                "v4.channel.k8s.io" not in self.headers.get("Sec-WebSocket-Protocol", ""):
+        if self.headers.get("Upgrade", "").lower() != "websocket" or "v4.channel.k8s.io" not in self.headers.get(
+            "Sec-WebSocket-Protocol", ""
+        ):
             self.reply(400, status_object(400, "BadRequest", "Upgrade request required"))
             return
         accept = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest())
@@ -239,9 +248,13 @@ class KubeHandler(_Handler):
         if done.returncode == 0:
             status: dict[str, Any] = {"metadata": {}, "status": "Success"}
         else:
-            status = {"metadata": {}, "status": "Failure", "reason": "NonZeroExitCode",
-                      "message": f"command terminated with non-zero exit code: exit status {done.returncode}",
-                      "details": {"causes": [{"reason": "ExitCode", "message": str(done.returncode)}]}}
+            status = {
+                "metadata": {},
+                "status": "Failure",
+                "reason": "NonZeroExitCode",
+                "message": f"command terminated with non-zero exit code: exit status {done.returncode}",
+                "details": {"causes": [{"reason": "ExitCode", "message": str(done.returncode)}]},
+            }
         self._frame(2, bytes([3]) + json.dumps(status).encode())
         self._frame(8, b"\x03\xe8")  # close, 1000 normal
         self.close_connection = True
@@ -265,11 +278,12 @@ class KubeHandler(_Handler):
         if base is None:
             self.reply(503, status_object(503, "ServiceUnavailable", f'no endpoints available for service "{service}"'))
             return
-        rest = "/".join(parts[parts.index("proxy") + 1:])
+        rest = "/".join(parts[parts.index("proxy") + 1 :])
         target = f"{base}/{rest}" + (f"?{query}" if query else "")
         data = self.body() if method == "POST" else None
-        request = urllib.request.Request(target, data=data, method=method,
-                                         headers={"Content-Type": self.headers.get("Content-Type", "")})
+        request = urllib.request.Request(
+            target, data=data, method=method, headers={"Content-Type": self.headers.get("Content-Type", "")}
+        )
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
                 self.reply(response.status, response.read(), response.headers.get("Content-Type", "text/plain"))
@@ -307,8 +321,9 @@ class PodTree:
         proc.mkdir(parents=True)
         (proc / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
         (proc / "environ").write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items()))
-        lines = [f"7f00{i:08x}000-7f00{i:08x}fff r-xp 00000000 103:01 {4000 + i} {lib}" for i, lib in
-                 enumerate(libraries)]
+        lines = [
+            f"7f00{i:08x}000-7f00{i:08x}fff r-xp 00000000 103:01 {4000 + i} {lib}" for i, lib in enumerate(libraries)
+        ]
         (proc / "maps").write_text("\n".join(lines) + "\n")
 
     def counters(self, values: dict[str, int]) -> None:
@@ -325,12 +340,16 @@ class PodTree:
 
 
 def kubeconfig_text(server: str, token: str = TOKEN) -> str:
-    return yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "test",
-        "clusters": [{"name": "test", "cluster": {"server": server}}],
-        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
-        "users": [{"name": "test", "user": {"token": token}}],
-    })
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "test",
+            "clusters": [{"name": "test", "cluster": {"server": server}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
+            "users": [{"name": "test", "user": {"token": token}}],
+        }
+    )
 
 
 # --- the OpenAI endpoint and the Ray dashboard -----------------------------------------------------
@@ -343,18 +362,33 @@ class OpenAiHandler(_Handler):
             self.reply(404, {"error": {"message": "not found"}})
             return
         if self.owner.fail_status:
-            error = {"object": "error", "message": "engine dead", "type": "InternalServerError",
-                     "code": self.owner.fail_status}
+            error = {
+                "object": "error",
+                "message": "engine dead",
+                "type": "InternalServerError",
+                "code": self.owner.fail_status,
+            }
             self.reply(self.owner.fail_status, error)
             return
         prompt_tokens = len(request["messages"][-1]["content"].split())
         self.owner.on_request(prompt_tokens)
-        self.reply(200, {
-            "id": "chatcmpl-1", "object": "chat.completion", "created": int(time.time()), "model": request["model"],
-            "choices": [{"index": 0, "finish_reason": "length",
-                         "message": {"role": "assistant", "content": "The text describes prefill and decode."}}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 16, "total_tokens": prompt_tokens + 16},
-        })
+        self.reply(
+            200,
+            {
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": request["model"],
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "length",
+                        "message": {"role": "assistant", "content": "The text describes prefill and decode."},
+                    }
+                ],
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 16, "total_tokens": prompt_tokens + 16},
+            },
+        )
 
 
 class FakeOpenAi(_Server):
@@ -401,8 +435,9 @@ class RayExporter:
     """tests/ray_exporter.py in a subprocess: one Ray node's /metrics, rendered by Ray's own code."""
 
     def __init__(self) -> None:
-        self.process = subprocess.Popen([PYTHON, str(HERE / "ray_exporter.py")], stdout=subprocess.PIPE,
-                                        stderr=subprocess.DEVNULL, text=True)
+        self.process = subprocess.Popen(
+            [PYTHON, str(HERE / "ray_exporter.py")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
 
     def wait(self) -> "RayExporter":
         assert self.process.stdout is not None
@@ -440,18 +475,26 @@ class Prometheus:
         self.port = free_port()
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "scrape_configs": [{"job_name": "ray", "static_configs": [
-                {"targets": [target], "labels": labels} for target, labels in targets
-            ]}],
+            "scrape_configs": [
+                {
+                    "job_name": "ray",
+                    "static_configs": [{"targets": [target], "labels": labels} for target, labels in targets],
+                }
+            ],
         }
         if rule_file is not None:
             config["rule_files"] = [str(rule_file)]
         (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
         self.log = open(workdir / "prometheus.log", "w")
         self.process = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={workdir / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{self.port}"],
-            stdout=self.log, stderr=subprocess.STDOUT,
+            [
+                PROMETHEUS,
+                f"--config.file={workdir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={workdir / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
         )
 
     @property
@@ -513,8 +556,12 @@ def self_signed(workdir: Path, host: str = "127.0.0.1") -> tuple[Path, Path, byt
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")])
     now = datetime.datetime.now(datetime.UTC)
     cert = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(hours=1))
         .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]), critical=False)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
@@ -523,8 +570,9 @@ def self_signed(workdir: Path, host: str = "127.0.0.1") -> tuple[Path, Path, byt
     pem = cert.public_bytes(serialization.Encoding.PEM)
     cert_path, key_path = workdir / "apiserver.crt", workdir / "apiserver.key"
     cert_path.write_bytes(pem)
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return cert_path, key_path, pem
 
 

@@ -29,8 +29,13 @@ def main() -> int:
         return 1
     root = pathlib.Path(api.__file__).resolve().parent.parent
     for so in root.rglob("libplugin_LIBFABRIC.so"):
-        missing = [line.strip() for line in subprocess.run(["ldd", str(so)], capture_output=True, text=True,
-                                                            check=False).stdout.splitlines() if "not found" in line]
+        missing = [
+            line.strip()
+            for line in subprocess.run(
+                ["ldd", str(so)], capture_output=True, text=True, check=False
+            ).stdout.splitlines()
+            if "not found" in line
+        ]
         if missing:
             print(f"check_nixl_libfabric: {so} cannot load: {'; '.join(missing)}", file=sys.stderr)
             return 1

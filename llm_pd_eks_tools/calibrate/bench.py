@@ -28,8 +28,16 @@ from typing import Any, Callable, Optional
 from llm_pd_eks_tools.cli import Exit, ToolError, one_line
 from llm_pd_eks_tools.sizing import Workload
 
-RESULT_KEYS = ("completed", "num_prompts", "total_input_tokens", "total_output_tokens",
-               "mean_ttft_ms", "mean_itl_ms", "mean_tpot_ms", "output_throughput")
+RESULT_KEYS = (
+    "completed",
+    "num_prompts",
+    "total_input_tokens",
+    "total_output_tokens",
+    "mean_ttft_ms",
+    "mean_itl_ms",
+    "mean_tpot_ms",
+    "output_throughput",
+)
 CONCURRENCY_SWEEP = (1, 4, 16)
 PROMPTS_PER_CLIENT = 4  # each concurrency level sends C x this many prompts
 
@@ -50,8 +58,9 @@ class SweepPoint:
         return f"in{self.input_tokens}-out{self.output_tokens}-c{self.concurrency}"
 
 
-def sweep_plan(workload: Workload, concurrency: tuple[int, ...] = CONCURRENCY_SWEEP,
-               output_cap: Optional[int] = None) -> list[SweepPoint]:
+def sweep_plan(
+    workload: Workload, concurrency: tuple[int, ...] = CONCURRENCY_SWEEP, output_cap: Optional[int] = None
+) -> list[SweepPoint]:
     """The workload's mean lengths at each concurrency, plus a quarter-length prompt alone (two prompt
     sizes at concurrency 1 separate the per-forward intercept from the compute term)."""
     inp = max(1, round(workload.input_tokens.mean))
@@ -63,17 +72,53 @@ def sweep_plan(workload: Workload, concurrency: tuple[int, ...] = CONCURRENCY_SW
 
 def vllm_bench_args(model_id: str, base_url: str, point: SweepPoint, result_dir: str) -> list[str]:
     """The `vllm bench serve` command line for one sweep point."""
-    return ["vllm", "bench", "serve", "--backend", "vllm", "--model", model_id, "--base-url", base_url,
-            "--endpoint", "/v1/completions", "--dataset-name", "random",
-            "--random-input-len", str(point.input_tokens), "--random-output-len", str(point.output_tokens),
-            "--ignore-eos", "--max-concurrency", str(point.concurrency), "--num-prompts", str(point.num_prompts),
-            "--request-rate", "inf", "--save-result", "--result-dir", result_dir,
-            "--result-filename", f"{point.name}.json"]
+    return [
+        "vllm",
+        "bench",
+        "serve",
+        "--backend",
+        "vllm",
+        "--model",
+        model_id,
+        "--base-url",
+        base_url,
+        "--endpoint",
+        "/v1/completions",
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(point.input_tokens),
+        "--random-output-len",
+        str(point.output_tokens),
+        "--ignore-eos",
+        "--max-concurrency",
+        str(point.concurrency),
+        "--num-prompts",
+        str(point.num_prompts),
+        "--request-rate",
+        "inf",
+        "--save-result",
+        "--result-dir",
+        result_dir,
+        "--result-filename",
+        f"{point.name}.json",
+    ]
 
 
 def nixlbench_args(etcd_endpoints: str, max_block_size: int = 64 * 2**20) -> list[str]:
-    return ["nixlbench", "--etcd_endpoints", etcd_endpoints, "--backend", "LIBFABRIC",
-            "--initiator_seg_type", "VRAM", "--target_seg_type", "VRAM", "--max_block_size", str(max_block_size)]
+    return [
+        "nixlbench",
+        "--etcd_endpoints",
+        etcd_endpoints,
+        "--backend",
+        "LIBFABRIC",
+        "--initiator_seg_type",
+        "VRAM",
+        "--target_seg_type",
+        "VRAM",
+        "--max_block_size",
+        str(max_block_size),
+    ]
 
 
 def check_result(point: SweepPoint, result: Any) -> dict[str, float]:
@@ -84,11 +129,17 @@ def check_result(point: SweepPoint, result: Any) -> dict[str, float]:
     if missing:
         raise ToolError(Exit.FAILED, f"{point.name}: the benchmark result lacks {', '.join(missing)}")
     if result["num_prompts"] != point.num_prompts:
-        raise ToolError(Exit.FAILED, f"{point.name}: the result is for {result['num_prompts']} prompts, the sweep "
-                                     f"point sends {point.num_prompts}; not this run's result")
+        raise ToolError(
+            Exit.FAILED,
+            f"{point.name}: the result is for {result['num_prompts']} prompts, the sweep "
+            f"point sends {point.num_prompts}; not this run's result",
+        )
     if result["completed"] < point.num_prompts:
-        raise ToolError(Exit.FAILED, f"{point.name}: only {result['completed']} of {point.num_prompts} requests "
-                                     "completed; a partial run is not fitted (nothing written)")
+        raise ToolError(
+            Exit.FAILED,
+            f"{point.name}: only {result['completed']} of {point.num_prompts} requests "
+            "completed; a partial run is not fitted (nothing written)",
+        )
     values = {k: float(result[k]) for k in RESULT_KEYS}
     if not all(math.isfinite(v) and v >= 0 for v in values.values()):
         raise ToolError(Exit.FAILED, f"{point.name}: the benchmark result has non-finite or negative figures")
@@ -129,10 +180,18 @@ class _Stats:
         self.errors: list[str] = []
 
 
-def _one_request(url: urllib.parse.SplitResult, model_id: str, point: SweepPoint, stats: _Stats,
-                 deadline: float) -> None:
-    body = json.dumps({"model": model_id, "prompt": " ".join(["hi"] * point.input_tokens),
-                       "max_tokens": point.output_tokens, "ignore_eos": True, "stream": True}).encode()
+def _one_request(
+    url: urllib.parse.SplitResult, model_id: str, point: SweepPoint, stats: _Stats, deadline: float
+) -> None:
+    body = json.dumps(
+        {
+            "model": model_id,
+            "prompt": " ".join(["hi"] * point.input_tokens),
+            "max_tokens": point.output_tokens,
+            "ignore_eos": True,
+            "stream": True,
+        }
+    ).encode()
     left = deadline - time.monotonic()
     if left <= 0:
         raise TimeoutError("deadline passed")
@@ -195,17 +254,28 @@ def measure(endpoint: str, model_id: str, point: SweepPoint, deadline: float) ->
         t.join(max(0.0, deadline - time.monotonic()) + 5.0)
     duration = time.monotonic() - start
     if stats.errors or any(t.is_alive() for t in threads):
-        raise ToolError(Exit.FAILED, f"{point.name}: {stats.completed} of {point.num_prompts} requests completed"
-                                     f" ({stats.errors[0] if stats.errors else 'deadline passed'}); nothing written")
+        raise ToolError(
+            Exit.FAILED,
+            f"{point.name}: {stats.completed} of {point.num_prompts} requests completed"
+            f" ({stats.errors[0] if stats.errors else 'deadline passed'}); nothing written",
+        )
 
     def mean(xs: list[float]) -> float:
         return 1e3 * sum(xs) / len(xs) if xs else 0.0
 
-    return {"completed": stats.completed, "num_prompts": point.num_prompts, "max_concurrency": point.concurrency,
-            "backend": "llm_pd_eks_tools.calibrate (a measuring client with vllm bench serve's result keys)",
-            "total_input_tokens": stats.input_tokens, "total_output_tokens": stats.output_tokens,
-            "mean_ttft_ms": mean(stats.ttft), "mean_itl_ms": mean(stats.itl), "mean_tpot_ms": mean(stats.tpot),
-            "output_throughput": stats.output_tokens / duration, "duration": duration}
+    return {
+        "completed": stats.completed,
+        "num_prompts": point.num_prompts,
+        "max_concurrency": point.concurrency,
+        "backend": "llm_pd_eks_tools.calibrate (a measuring client with vllm bench serve's result keys)",
+        "total_input_tokens": stats.input_tokens,
+        "total_output_tokens": stats.output_tokens,
+        "mean_ttft_ms": mean(stats.ttft),
+        "mean_itl_ms": mean(stats.itl),
+        "mean_tpot_ms": mean(stats.tpot),
+        "output_throughput": stats.output_tokens / duration,
+        "duration": duration,
+    }
 
 
 Progress = Callable[[str], None]

@@ -24,7 +24,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn, Optional
 
-from llm_pd_eks_tools.calibrate.bench import SweepPoint, check_result, measure, nixlbench_args, parse_nixlbench, sweep_plan
+from llm_pd_eks_tools.calibrate.bench import (
+    SweepPoint,
+    check_result,
+    measure,
+    nixlbench_args,
+    parse_nixlbench,
+    sweep_plan,
+)
 from llm_pd_eks_tools.cli import ROOT, Exit, ToolError, exit_with, one_line
 
 PROG = "calibrate"
@@ -50,8 +57,9 @@ def progress(message: str) -> None:
     print(f"[calibrate] {message}", file=sys.stderr, flush=True)
 
 
-def points_for_fit(results: dict[str, dict[str, float]], plan: list[SweepPoint], model: Any, instance: Any,
-                   tp: int) -> list[Any]:
+def points_for_fit(
+    results: dict[str, dict[str, float]], plan: list[SweepPoint], model: Any, instance: Any, tp: int
+) -> list[Any]:
     """Benchmark results as fit points: TTFT alone (concurrency 1) and the ITL at each concurrency."""
     from llm_pd_eks_tools.calibrate.fit import Point
 
@@ -113,8 +121,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         except ToolError as exc:
             raise ToolError(Exit.USAGE, f"--nixlbench-output {args.nixlbench_output}: {exc}") from None
     plan = sweep_plan(workload, output_cap=args.max_output)
-    progress(f"{args.stack}: {serving.model_id} on {instance.name}, TP {tp}; sweep "
-             + ", ".join(p.name for p in plan))
+    progress(f"{args.stack}: {serving.model_id} on {instance.name}, TP {tp}; sweep " + ", ".join(p.name for p in plan))
 
     raw: dict[str, Any] = {}
     if args.endpoint:
@@ -123,14 +130,21 @@ def main(argv: Optional[list[str]] = None) -> int:
             raw[point.name] = measure(args.endpoint, serving.model_id, point, deadline)
     else:
         from llm_pd_eks_tools.calibrate.job import calibration_job, run_in_cluster
-        from llm_pd_eks_tools.verify.kube import Deadline, KubeClient, Unreachable, kubeconfig_from_stack, load_kubeconfig
+        from llm_pd_eks_tools.verify.kube import (
+            Deadline,
+            KubeClient,
+            Unreachable,
+            kubeconfig_from_stack,
+            load_kubeconfig,
+        )
 
         left = Deadline(args.timeout)
         path = args.kubeconfig or os.environ.get("KUBECONFIG")
         text = Path(path).read_text() if path else kubeconfig_from_stack(args.stack, left.request_timeout())
         client = KubeClient(load_kubeconfig(text, left.request_timeout()), left)
-        job = calibration_job(args.stack, serving.image, serving.model_id, serving.endpoint_name, plan,
-                              int(args.timeout))
+        job = calibration_job(
+            args.stack, serving.image, serving.model_id, serving.endpoint_name, plan, int(args.timeout)
+        )
         try:
             raw = run_in_cluster(client, job, plan, deadline, progress)
         except Unreachable as exc:
@@ -143,35 +157,49 @@ def main(argv: Optional[list[str]] = None) -> int:
         kv_efficiency = min(1.0, kv_gbytes * 8 / line)
         progress(f"nixlbench: {kv_gbytes:g} GB/s per worker = {kv_efficiency:.3f} of one rank's {line:g} Gbit/s")
     else:
-        progress("no --nixlbench-output: the KV efficiency stays the published one; measure it with "
-                 + " ".join(nixlbench_args("http://<etcd>:2379"))
-                 + " (initiator on a prefill node, target on a decode)")
+        progress(
+            "no --nixlbench-output: the KV efficiency stays the published one; measure it with "
+            + " ".join(nixlbench_args("http://<etcd>:2379"))
+            + " (initiator on a prefill node, target on a decode)"
+        )
 
     points = points_for_fit(results, plan, model, instance, tp)
     # one TP measured: the TP term cannot be fitted, it stays the default row's
     found = fit(points, "make calibrate", tp_grid=(VLLM_BF16.tp_efficiency,))
-    calibration = Calibration.model_validate({
-        "stack": args.stack,
-        "measuredAt": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "modelId": serving.model_id, "instanceType": instance.name, "tensorParallelSize": tp,
-        "constants": {"prefillMfu": min(1.0, found.prefill_mfu), "prefillStepS": found.prefill_step_s,
-                      "decodeMbu": min(1.0, found.decode_mbu), "decodeStepS": found.decode_step_s,
-                      "tpEfficiency": found.tp_efficiency},
-        "kvEfficiency": kv_efficiency, "points": len(points),
-        "source": ("vllm bench serve sweep " + ", ".join(p.name for p in plan)
-                   + (" (measured from this machine)" if args.endpoint else " (in-cluster Job)")
-                   + ("; nixlbench LIBFABRIC" if kv_gbytes is not None else "")),
-    })
+    calibration = Calibration.model_validate(
+        {
+            "stack": args.stack,
+            "measuredAt": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "modelId": serving.model_id,
+            "instanceType": instance.name,
+            "tensorParallelSize": tp,
+            "constants": {
+                "prefillMfu": min(1.0, found.prefill_mfu),
+                "prefillStepS": found.prefill_step_s,
+                "decodeMbu": min(1.0, found.decode_mbu),
+                "decodeStepS": found.decode_step_s,
+                "tpEfficiency": found.tp_efficiency,
+            },
+            "kvEfficiency": kv_efficiency,
+            "points": len(points),
+            "source": (
+                "vllm bench serve sweep "
+                + ", ".join(p.name for p in plan)
+                + (" (measured from this machine)" if args.endpoint else " (in-cluster Job)")
+                + ("; nixlbench LIBFABRIC" if kv_gbytes is not None else "")
+            ),
+        }
+    )
     import yaml
 
     path = calibration_path(args.stack, args.root)
-    header = (f"# Written by make calibrate STACK={args.stack}; make size and the preview use it. "
-              "Delete it to stop.\n")
+    header = f"# Written by make calibrate STACK={args.stack}; make size and the preview use it. Delete it to stop.\n"
     write_atomically(path, header + yaml.safe_dump(calibration.model_dump(by_alias=True), sort_keys=False))
-    progress(f"wrote {path.relative_to(args.root) if path.is_relative_to(args.root) else path}: prefill MFU "
-             f"{found.prefill_mfu:.3f} + {found.prefill_step_s * 1e3:.1f} ms, decode MBU {found.decode_mbu:.3f} + "
-             f"{found.decode_step_s * 1e3:.1f} ms"
-             + (f", KV {kv_efficiency:.3f} of line rate" if kv_efficiency else ""))
+    progress(
+        f"wrote {path.relative_to(args.root) if path.is_relative_to(args.root) else path}: prefill MFU "
+        f"{found.prefill_mfu:.3f} + {found.prefill_step_s * 1e3:.1f} ms, decode MBU {found.decode_mbu:.3f} + "
+        f"{found.decode_step_s * 1e3:.1f} ms" + (f", KV {kv_efficiency:.3f} of line rate" if kv_efficiency else "")
+    )
     return Exit.OK
 
 

@@ -45,8 +45,9 @@ def _row(p: Point, tp_eff: float) -> list[float]:
     bandwidth = p.tp * p.instance.memory_bandwidth_gbytes_s * 1e9 * factor
     context = p.input + p.output / 2
     flops = prefill_flops(p.model, p.input) / peak
-    nbytes = (decode_weight_bytes(p.model, p.weight_bytes)
-              + p.batch * context * p.model.kv_bytes_per_token(p.kv_dtype_bytes)) / bandwidth
+    nbytes = (
+        decode_weight_bytes(p.model, p.weight_bytes) + p.batch * context * p.model.kv_bytes_per_token(p.kv_dtype_bytes)
+    ) / bandwidth
     if p.kind == "ttft":
         return [1.0, flops, 0.0, 0.0]
     if p.kind == "itl":
@@ -70,8 +71,7 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float]:
     return [m[i][n] / m[i][i] for i in range(n)]
 
 
-def _least_squares(rows: Sequence[Sequence[float]], targets: Sequence[float],
-                   fixed: dict[int, float]) -> list[float]:
+def _least_squares(rows: Sequence[Sequence[float]], targets: Sequence[float], fixed: dict[int, float]) -> list[float]:
     free = [j for j in range(4) if j not in fixed]
     # scale each unknown by its prior so the ridge is relative
     scale = [max(abs(PRIOR[j]), 1e-3) for j in range(4)]
@@ -123,7 +123,10 @@ def fit(points: Iterable[Point], source: str, tp_grid: Optional[Sequence[float]]
     best = min(((_fit_at(pts, e), e) for e in grid), key=lambda item: item[0][1])
     (theta, _), tp_eff = best
     return EngineConstants(
-        prefill_mfu=round(1 / theta[1], 4), prefill_step_s=round(theta[0], 5),
-        decode_mbu=round(1 / theta[3], 4), decode_step_s=round(theta[2], 5),
-        tp_efficiency=tp_eff, source=source,
+        prefill_mfu=round(1 / theta[1], 4),
+        prefill_step_s=round(theta[0], 5),
+        decode_mbu=round(1 / theta[3], 4),
+        decode_step_s=round(theta[2], 5),
+        tp_efficiency=tp_eff,
+        source=source,
     )

@@ -88,8 +88,16 @@ def probe_gemm() -> list[dict[str, Any]]:
 
             secs = timed(layer)
             flops = sum(2 * tokens * i * o for _, i, o in shapes)
-            rows.append({"model": model, "tp": tp, "tokens": tokens, "layer_s": secs,
-                         "flops": flops, "tflops": flops / secs / 1e12})
+            rows.append(
+                {
+                    "model": model,
+                    "tp": tp,
+                    "tokens": tokens,
+                    "layer_s": secs,
+                    "flops": flops,
+                    "tflops": flops / secs / 1e12,
+                }
+            )
         del weights
     return rows
 
@@ -103,14 +111,16 @@ def probe_attention() -> list[dict[str, Any]]:
             q = torch.randn(1, heads, seq, hd, device="cuda", dtype=DTYPE)
             k = torch.randn(1, heads, seq, hd, device="cuda", dtype=DTYPE)
             v = torch.randn(1, heads, seq, hd, device="cuda", dtype=DTYPE)
+
             def causal(q: Any = q, k: Any = k, v: Any = v) -> Any:
                 return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
             secs = timed(causal)
             # Causal: QK^T and PV each 2*s*s*d per head, halved by the mask.
             flops = 2 * 2 * seq * seq * hd * heads / 2
-            rows.append({"model": model, "tp": tp, "seq": seq, "layer_s": secs,
-                         "flops": flops, "tflops": flops / secs / 1e12})
+            rows.append(
+                {"model": model, "tp": tp, "seq": seq, "layer_s": secs, "flops": flops, "tflops": flops / secs / 1e12}
+            )
     return rows
 
 
@@ -119,8 +129,7 @@ def probe_decode_weights() -> list[dict[str, Any]]:
     for model, tp in LAYOUTS:
         layers = MODELS[model][5]
         shapes = shard_shapes(model, tp)
-        weights = [[torch.randn(o, i, device="cuda", dtype=DTYPE) for _, i, o in shapes]
-                   for _ in range(layers)]
+        weights = [[torch.randn(o, i, device="cuda", dtype=DTYPE) for _, i, o in shapes] for _ in range(layers)]
         nbytes = sum(w.numel() * w.element_size() for lw in weights for w in lw)
         for batch in [1, 8, 32, 64]:
             xs = {i: torch.randn(batch, i, device="cuda", dtype=DTYPE) for _, i, _ in shapes}
@@ -131,8 +140,16 @@ def probe_decode_weights() -> list[dict[str, Any]]:
                         F.linear(xs[i], w)
 
             secs = timed(step, reps=8)
-            rows.append({"model": model, "tp": tp, "batch": batch, "weight_bytes": nbytes,
-                         "step_s": secs, "gb_per_s": nbytes / secs / 1e9})
+            rows.append(
+                {
+                    "model": model,
+                    "tp": tp,
+                    "batch": batch,
+                    "weight_bytes": nbytes,
+                    "step_s": secs,
+                    "gb_per_s": nbytes / secs / 1e9,
+                }
+            )
         del weights
         torch.cuda.empty_cache()
     return rows
@@ -149,14 +166,24 @@ def probe_decode_attention() -> list[dict[str, Any]]:
             v = torch.randn(batch, kv_heads, ctx, hd, device="cuda", dtype=DTYPE)
             rep = heads // kv_heads
             kk, vv = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+
             # GQA expanded up front; the bytes counted are those the kernel reads (expanded).
             def one_token(q: Any = q, kk: Any = kk, vv: Any = vv) -> Any:
                 return F.scaled_dot_product_attention(q, kk, vv)
 
             secs = timed(one_token)
             nbytes = 2 * kk.numel() * kk.element_size()
-            rows.append({"model": model, "tp": tp, "batch": batch, "context": ctx,
-                         "kv_bytes": nbytes, "layer_s": secs, "gb_per_s": nbytes / secs / 1e9})
+            rows.append(
+                {
+                    "model": model,
+                    "tp": tp,
+                    "batch": batch,
+                    "context": ctx,
+                    "kv_bytes": nbytes,
+                    "layer_s": secs,
+                    "gb_per_s": nbytes / secs / 1e9,
+                }
+            )
     return rows
 
 
@@ -174,18 +201,34 @@ def main() -> None:
     args = parser.parse_args()
     t0 = time.time()
     props = torch.cuda.get_device_properties(0)
-    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm,"
-                          "clocks.max.mem,power.limit", "--format=csv,noheader"],
-                         capture_output=True, text=True, check=False).stdout.strip()
+    smi = subprocess.run(
+        [
+            "nvidia-smi",
+            "--query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit",
+            "--format=csv,noheader",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
     result: dict[str, Any] = {
-        "device": {"name": props.name, "total_memory_bytes": props.total_memory,
-                   "sm_count": props.multi_processor_count, "nvidia_smi": smi,
-                   "torch": torch.__version__, "cuda": torch.version.cuda},
+        "device": {
+            "name": props.name,
+            "total_memory_bytes": props.total_memory,
+            "sm_count": props.multi_processor_count,
+            "nvidia_smi": smi,
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+        },
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    for name, fn in [("gemm", probe_gemm), ("attention", probe_attention),
-                     ("decode_weights", probe_decode_weights),
-                     ("decode_attention", probe_decode_attention), ("copy", probe_copy)]:
+    for name, fn in [
+        ("gemm", probe_gemm),
+        ("attention", probe_attention),
+        ("decode_weights", probe_decode_weights),
+        ("decode_attention", probe_decode_attention),
+        ("copy", probe_copy),
+    ]:
         result[name] = fn()
         print(f"{name}: done at {time.time() - t0:.0f}s", flush=True)
         with open(args.out, "w") as fh:

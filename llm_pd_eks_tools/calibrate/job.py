@@ -32,15 +32,19 @@ def bench_script(model_id: str, base_url: str, plan: list[SweepPoint]) -> str:
     return "\n".join(lines)
 
 
-def calibration_job(stack: str, image: str, model_id: str, service: str, plan: list[SweepPoint],
-                    deadline_s: int) -> dict[str, Any]:
+def calibration_job(
+    stack: str, image: str, model_id: str, service: str, plan: list[SweepPoint], deadline_s: int
+) -> dict[str, Any]:
     """batch/v1 Job: one pod on a system node (role=system), no retries, bounded by activeDeadlineSeconds."""
     base_url = f"http://{service}.{NAMESPACE}.svc:{SERVE_PORT}"
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": f"{JOB_NAME}-{stack}", "namespace": NAMESPACE,
-                     "labels": {"app.kubernetes.io/name": JOB_NAME, "llm-pd-eks/stack": stack}},
+        "metadata": {
+            "name": f"{JOB_NAME}-{stack}",
+            "namespace": NAMESPACE,
+            "labels": {"app.kubernetes.io/name": JOB_NAME, "llm-pd-eks/stack": stack},
+        },
         "spec": {
             "backoffLimit": 0,
             "activeDeadlineSeconds": deadline_s,
@@ -50,12 +54,14 @@ def calibration_job(stack: str, image: str, model_id: str, service: str, plan: l
                 "spec": {
                     "restartPolicy": "Never",
                     "nodeSelector": dict(SYSTEM_LABELS),
-                    "containers": [{
-                        "name": "vllm-bench",
-                        "image": image,
-                        "command": ["/bin/sh", "-c", bench_script(model_id, base_url, plan)],
-                        "resources": {"requests": {"cpu": "2", "memory": "4Gi"}},
-                    }],
+                    "containers": [
+                        {
+                            "name": "vllm-bench",
+                            "image": image,
+                            "command": ["/bin/sh", "-c", bench_script(model_id, base_url, plan)],
+                            "resources": {"requests": {"cpu": "2", "memory": "4Gi"}},
+                        }
+                    ],
                 },
             },
         },
@@ -69,7 +75,7 @@ def parse_results(log: str, plan: list[SweepPoint]) -> dict[str, Any]:
     buffer: list[str] = []
     for line in log.splitlines():
         if line.startswith(RESULT_BEGIN):
-            current, buffer = line[len(RESULT_BEGIN):].strip(), []
+            current, buffer = line[len(RESULT_BEGIN) :].strip(), []
         elif line.startswith(RESULT_END) and current is not None:
             try:
                 found[current] = json.loads("\n".join(buffer))
@@ -84,8 +90,9 @@ def parse_results(log: str, plan: list[SweepPoint]) -> dict[str, Any]:
     return found
 
 
-def run_in_cluster(client: Any, job: dict[str, Any], plan: list[SweepPoint], deadline: float,
-                   progress: Progress) -> dict[str, Any]:
+def run_in_cluster(
+    client: Any, job: dict[str, Any], plan: list[SweepPoint], deadline: float, progress: Progress
+) -> dict[str, Any]:
     """Create the Job, wait for it (bounded), read its pod's log. `client`: llm_pd_eks_tools/verify/kube.py KubeClient."""
     ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
     client.post_json(f"/apis/batch/v1/namespaces/{ns}/jobs", job)

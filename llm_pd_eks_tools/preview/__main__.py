@@ -70,8 +70,11 @@ def read_policy_config(path: Path) -> dict:
     except ValueError as error:
         raise ToolError(Exit.USAGE, f"policy config {path}: not JSON ({one_line(str(error), 120)})") from None
     if not isinstance(data, dict):
-        raise ToolError(Exit.USAGE, f"policy config {path}: a JSON {type(data).__name__} where an object of "
-                                    '`"policy-name": {...}` entries belongs')
+        raise ToolError(
+            Exit.USAGE,
+            f"policy config {path}: a JSON {type(data).__name__} where an object of "
+            '`"policy-name": {...}` entries belongs',
+        )
     return data
 
 

@@ -83,9 +83,7 @@ def _strip_resource_refs(value: Any, ids: dict[str, str]) -> Any:
     return value
 
 
-def _provider_resource(
-    ref: str, by_urn: dict[str, "Registration"]
-) -> Optional[analyzer_pb2.AnalyzerProviderResource]:
+def _provider_resource(ref: str, by_urn: dict[str, "Registration"]) -> Optional[analyzer_pb2.AnalyzerProviderResource]:
     """`urn::id` provider reference -> the provider as the engine describes it."""
     if not ref:
         return None
@@ -129,7 +127,10 @@ def to_analyzer_resource(
 def analyze_request(resource: analyzer_pb2.AnalyzerResource) -> analyzer_pb2.AnalyzeRequest:
     """The per-resource request: the same view minus parent/dependencies (the proto has none)."""
     request = analyzer_pb2.AnalyzeRequest(
-        type=resource.type, properties=resource.properties, urn=resource.urn, name=resource.name,
+        type=resource.type,
+        properties=resource.properties,
+        urn=resource.urn,
+        name=resource.name,
         options=resource.options,
     )
     if resource.HasField("provider"):

@@ -56,7 +56,9 @@ def _time(cmd: list[str], ok_codes: tuple[int, ...] = (0,)) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m llm_pd_eks_tools.preview.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m llm_pd_eks_tools.preview.bench", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--stack", default="dev")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--make", action="store_true", help="time `make preview` instead of the python entry point")

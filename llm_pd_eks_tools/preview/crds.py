@@ -26,8 +26,11 @@ def _upgrades_crds(record: dict[str, Any]) -> bool:
     return record.get("type") == RELEASE_TYPE and job.get("enabled") is True
 
 
-def crd_changes(added: list[dict[str, Any]], removed: list[dict[str, Any]],
-                changed: list[tuple[dict[str, Any], list[tuple[str, Any, Any]]]]) -> list[str]:
+def crd_changes(
+    added: list[dict[str, Any]],
+    removed: list[dict[str, Any]],
+    changed: list[tuple[dict[str, Any], list[tuple[str, Any, Any]]]],
+) -> list[str]:
     """One line per CRD change, in the order the diff lists resources."""
     lines = [f"`{r['name']}` adds CRDs from {r['inputs']['file']}" for r in added if _is_crd_file(r)]
     lines += [f"`{r['name']}` stops managing CRDs from {r['inputs']['file']}" for r in removed if _is_crd_file(r)]
@@ -37,6 +40,7 @@ def crd_changes(added: list[dict[str, Any]], removed: list[dict[str, Any]],
                 lines.append(f"`{record['name']}` CRDs {old} → {new} (server-side apply, before the operator)")
             elif path == "inputs.version" and _upgrades_crds(record):
                 chart = record["inputs"].get("chart", record["name"])
-                lines.append(f"`{chart}` {old} → {new}: its CRD upgrade job re-applies the chart's CRDs "
-                             "before the operator")
+                lines.append(
+                    f"`{chart}` {old} → {new}: its CRD upgrade job re-applies the chart's CRDs before the operator"
+                )
     return lines

@@ -197,8 +197,17 @@ def _figure_rows(base: Optional[Report], head: Optional[Report]) -> list[tuple[s
     def pick(report: Optional[Report]) -> dict[str, str]:
         if report is None:
             return dict.fromkeys(
-                ("GPU nodes", "GPU availability zone", "EFA interfaces per GPU node", "NAT gateways",
-                 "Cost per hour", "Cost per month", "KV transfer per request", "Resources", "Policy verdicts"),
+                (
+                    "GPU nodes",
+                    "GPU availability zone",
+                    "EFA interfaces per GPU node",
+                    "NAT gateways",
+                    "Cost per hour",
+                    "Cost per month",
+                    "KV transfer per request",
+                    "Resources",
+                    "Policy verdicts",
+                ),
                 "n/a",
             )
         fig = report.figures

@@ -148,7 +148,11 @@ def _serving_kv(config: Any, gpu: Optional[NodeGroupFigure]) -> KvTransferFigure
         return KvTransferFigure(status="n/a", reason=f"model {serving.model_id} is not in llm_pd_eks/models.py")
     instance = GPU_INSTANCE_TYPES[gpu.instance_type]
     return kv_transfer(
-        model, serving.max_model_len, serving.kv_cache_dtype, serving.kv_cache_dtype_bytes, instance.network_gbps,
+        model,
+        serving.max_model_len,
+        serving.kv_cache_dtype,
+        serving.kv_cache_dtype_bytes,
+        instance.network_gbps,
         getattr(instance, "single_flow_tcp_gbps", 10.0),  # an older checkout's catalog (preview-diff's base)
     )
 
@@ -202,9 +206,14 @@ def kv_band_figure(config: Any, gpu: Optional[NodeGroupFigure], stack: Optional[
         from llm_pd_eks.models import MODELS
         from llm_pd_eks_tools.sizing import kv_band
 
-        band = kv_band(MODELS[serving.model_id], serving.max_model_len, serving.kv_cache_dtype_bytes,
-                       GPU_INSTANCE_TYPES[gpu.instance_type], serving.prefill.tensor_parallel_size,
-                       _calibrated_kv_efficiency(stack, config))
+        band = kv_band(
+            MODELS[serving.model_id],
+            serving.max_model_len,
+            serving.kv_cache_dtype_bytes,
+            GPU_INSTANCE_TYPES[gpu.instance_type],
+            serving.prefill.tensor_parallel_size,
+            _calibrated_kv_efficiency(stack, config),
+        )
     except (ImportError, AttributeError, KeyError) as error:  # an older checkout (preview-diff's base)
         return {"status": "n/a", "reason": f"this checkout has no KV band figures ({type(error).__name__})"}
     return {"status": "ok", **band.as_dict()}
@@ -251,9 +260,14 @@ def sized_throughput_figure(stack: str, config: Any, hourly: float) -> dict[str,
         "sized_nodes": result.disaggregated.nodes if result.disaggregated.feasible else None,
         "verdict": result.verdict(),
         # the layout make size recommends, priced beside the configured one
-        "recommended": None if recommended is None else {
-            "mode": recommended.mode, "nodes": recommended.nodes, "hourly": recommended.hourly,
-            "usd_per_mtok": recommended.usd_per_mtok, "usd_per_mtok_total": recommended.usd_per_mtok_total,
+        "recommended": None
+        if recommended is None
+        else {
+            "mode": recommended.mode,
+            "nodes": recommended.nodes,
+            "hourly": recommended.hourly,
+            "usd_per_mtok": recommended.usd_per_mtok,
+            "usd_per_mtok_total": recommended.usd_per_mtok_total,
         },
         "cost_basis": COST_BASIS,
         "calibration": result.calibration,

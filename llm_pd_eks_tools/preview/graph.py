@@ -269,6 +269,7 @@ def component_graphs(run: "ProgramRun") -> list[tuple["Registration", str]]:
     by_urn = {r.urn: r for r in run.resources}
     ids = {r.urn: f"n{i}" for i, r in enumerate(graph.nodes)}
     charts = []
+
     def emit(lines: list[str], r: "Registration", depth: int) -> None:
         pad = "  " * depth
         if r.urn in containers:

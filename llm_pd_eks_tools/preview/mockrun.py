@@ -259,9 +259,7 @@ class _Mocks(Mocks):
         pass
 
 
-def _make_monitor(
-    mocks: _Mocks, recorded: list[Registration], stack_outputs: dict[str, Any], secret_outputs: set[str]
-):
+def _make_monitor(mocks: _Mocks, recorded: list[Registration], stack_outputs: dict[str, Any], secret_outputs: set[str]):
     from google.protobuf import struct_pb2
 
     from llm_pd_eks.pulumi_sdk import MockMonitor, rpc
@@ -297,8 +295,11 @@ def _make_monitor(
             if request.urn.split("::")[2] == "pulumi:pulumi:Stack":
                 stack_outputs.update(rpc.deserialize_properties(request.outputs, keep_unknowns=True))
                 for key, value in request.outputs.fields.items():
-                    if value.HasField("struct_value") and value.struct_value.fields.get(rpc._special_sig_key) \
-                            and value.struct_value.fields[rpc._special_sig_key].string_value == rpc._special_secret_sig:
+                    if (
+                        value.HasField("struct_value")
+                        and value.struct_value.fields.get(rpc._special_sig_key)
+                        and value.struct_value.fields[rpc._special_sig_key].string_value == rpc._special_secret_sig
+                    ):
                         secret_outputs.add(key)
             return super().RegisterResourceOutputs(request)
 
@@ -338,6 +339,7 @@ def run_program(
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
     try:
+
         def program() -> None:
             runpy.run_path(str(root / "__main__.py"), run_name="__main__")
 
@@ -352,5 +354,10 @@ def run_program(
     outputs_by_urn = {urn: reg.state for urn, reg in monitor.resources.items()}
     for r in recorded:
         r.outputs = outputs_by_urn.get(r.urn, {})
-    return ProgramRun(stack=stack, resources=recorded, stack_outputs=stack_outputs, secret_outputs=secret_outputs,
-                      mock_values=set(mocks.made_up))
+    return ProgramRun(
+        stack=stack,
+        resources=recorded,
+        stack_outputs=stack_outputs,
+        secret_outputs=secret_outputs,
+        mock_values=set(mocks.made_up),
+    )

@@ -62,8 +62,16 @@ COMPLETION_SECONDS = 180.0  # one request may queue behind a cold engine; still 
 EXPECTED_FI_PROVIDER = EFA_ENV["FI_PROVIDER"]  # what the worker pods are given (llm_pd_eks/ray_service.py)
 NIXL_LIBFABRIC_PLUGIN = "libplugin_LIBFABRIC.so"  # NIXL's plugin file name for the LIBFABRIC backend
 # EFA port counters that count bytes (EFA_DEFINE_PORT_STATS; rdma_write_* on devices with RDMA write).
-EFA_BYTE_COUNTERS = ("tx_bytes", "rx_bytes", "send_bytes", "recv_bytes", "rdma_read_bytes",
-                     "rdma_read_resp_bytes", "rdma_write_bytes", "rdma_write_recv_bytes")
+EFA_BYTE_COUNTERS = (
+    "tx_bytes",
+    "rx_bytes",
+    "send_bytes",
+    "recv_bytes",
+    "rdma_read_bytes",
+    "rdma_read_resp_bytes",
+    "rdma_write_bytes",
+    "rdma_write_recv_bytes",
+)
 # Run in the worker's Ray container (`sh -c`): one line per fact, nothing else. Only FI_* variables are
 # printed from a process's environment (never its secrets).
 FABRIC_PROBE = f"""\
@@ -165,9 +173,14 @@ def check_nodes(client: KubeClient, exp: Expected, ctx: Context) -> Check:
         alloc = node.get("status", {}).get("allocatable", {})
         conditions = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions", [])}
         ready += conditions.get("Ready") == "True"
-        row = {"node": name, "zone": labels.get(ZONE_LABEL), "type": labels.get(INSTANCE_TYPE_LABEL),
-               "gpus": alloc.get(GPU_RESOURCE), "efa": alloc.get(EFA_RESOURCE),
-               "hugepages": alloc.get(HUGEPAGES_RESOURCE)}
+        row = {
+            "node": name,
+            "zone": labels.get(ZONE_LABEL),
+            "type": labels.get(INSTANCE_TYPE_LABEL),
+            "gpus": alloc.get(GPU_RESOURCE),
+            "efa": alloc.get(EFA_RESOURCE),
+            "hugepages": alloc.get(HUGEPAGES_RESOURCE),
+        }
         rows.append(row)
         if conditions.get("Ready") != "True":
             problems.append(f"{name} is not Ready")
@@ -187,8 +200,10 @@ def check_nodes(client: KubeClient, exp: Expected, ctx: Context) -> Check:
         problems.insert(0, f"{ready} GPU node(s) Ready, the stack expects {exp.gpu_nodes}")
     if problems:
         return Check("gpu-nodes", Status.FAIL, "; ".join(problems), {"nodes": rows})
-    detail = (f"{ready} × {exp.instance.name} in {exp.availability_zone}: {exp.instance.gpus} GPU(s), "
-              f"{exp.instance.efa_interfaces} EFA device(s) each")
+    detail = (
+        f"{ready} × {exp.instance.name} in {exp.availability_zone}: {exp.instance.gpus} GPU(s), "
+        f"{exp.instance.efa_interfaces} EFA device(s) each"
+    )
     if exp.hugepages_mib is None:
         detail += " (hugepages: no catalog figure to check)"
     return Check("gpu-nodes", Status.PASS, detail, {"nodes": rows})
@@ -231,7 +246,8 @@ def check_pd_placement(client: KubeClient, exp: Expected, ctx: Context) -> Check
     pods = client.get_items(f"/api/v1/namespaces/{NAMESPACE}/pods", labelSelector=f"{RAY_NODE_TYPE_LABEL}=worker")
     for role in ROLES:
         ctx.pods[role] = [
-            p for p in pods
+            p
+            for p in pods
             if p["metadata"].get("labels", {}).get(RAY_GROUP_LABEL) == role
             and p.get("status", {}).get("phase") == "Running"
         ]
@@ -242,19 +258,28 @@ def check_pd_placement(client: KubeClient, exp: Expected, ctx: Context) -> Check
     shared = nodes["prefill"] & nodes["decode"]
     data = {role: sorted(n for n in names if n) for role, names in nodes.items()}
     if shared:
-        return Check("pd-separate-nodes", Status.FAIL,
-                     f"prefill and decode share node(s) {', '.join(sorted(shared))}: their KV never crosses EFA",
-                     data)
-    return Check("pd-separate-nodes", Status.PASS,
-                 f"prefill on {', '.join(data['prefill'])}; decode on {', '.join(data['decode'])}", data)
+        return Check(
+            "pd-separate-nodes",
+            Status.FAIL,
+            f"prefill and decode share node(s) {', '.join(sorted(shared))}: their KV never crosses EFA",
+            data,
+        )
+    return Check(
+        "pd-separate-nodes",
+        Status.PASS,
+        f"prefill on {', '.join(data['prefill'])}; decode on {', '.join(data['decode'])}",
+        data,
+    )
 
 
 # --- the endpoint ------------------------------------------------------------------------------
 
 
 def long_prompt() -> str:
-    words = ("The prefill phase reads every token of this prompt once; the decode phase then receives the KV "
-             "cache over the network and continues. ").split()
+    words = (
+        "The prefill phase reads every token of this prompt once; the decode phase then receives the KV "
+        "cache over the network and continues. "
+    ).split()
     return " ".join(words[i % len(words)] for i in range(LONG_PROMPT_WORDS)) + "\nSummarise the text in one sentence."
 
 
@@ -262,8 +287,10 @@ def endpoint_service(client: KubeClient, name: str) -> str:
     """The endpoint: the serve Service KubeRay creates from `spec.serveService` under the stack's name."""
     names = {s["metadata"]["name"] for s in client.get_items(f"/api/v1/namespaces/{NAMESPACE}/services")}
     if name not in names:
-        raise LookupError(f"the endpoint Service {name} (serving.endpointName) does not exist in {NAMESPACE}; "
-                          "KubeRay creates it once the RayService's serve application is ready")
+        raise LookupError(
+            f"the endpoint Service {name} (serving.endpointName) does not exist in {NAMESPACE}; "
+            "KubeRay creates it once the RayService's serve application is ready"
+        )
     return name
 
 
@@ -275,8 +302,12 @@ def check_chat_completion(client: KubeClient, exp: Expected, ctx: Context) -> Ch
     except LookupError as exc:
         return Check("chat-completion", Status.FAIL, str(exc))
     path = KubeClient.service_proxy(NAMESPACE, service, str(SERVE_PORT), "/v1/chat/completions")
-    payload = {"model": exp.model_id, "max_tokens": 16, "temperature": 0,
-               "messages": [{"role": "user", "content": long_prompt()}]}
+    payload = {
+        "model": exp.model_id,
+        "max_tokens": 16,
+        "temperature": 0,
+        "messages": [{"role": "user", "content": long_prompt()}],
+    }
     started = time.monotonic()
     try:
         reply = client.post_json(path, payload, cap=COMPLETION_SECONDS)
@@ -290,9 +321,12 @@ def check_chat_completion(client: KubeClient, exp: Expected, ctx: Context) -> Ch
     if not content:
         return Check("chat-completion", Status.FAIL, "the reply's message is empty")
     usage = reply.get("usage") or {}
-    return Check("chat-completion", Status.PASS,
-                 f"{usage.get('prompt_tokens', '?')} prompt tokens answered in {ctx.completion_seconds}s via {service}",
-                 {"seconds": ctx.completion_seconds, "usage": usage, "service": service})
+    return Check(
+        "chat-completion",
+        Status.PASS,
+        f"{usage.get('prompt_tokens', '?')} prompt tokens answered in {ctx.completion_seconds}s via {service}",
+        {"seconds": ctx.completion_seconds, "usage": usage, "service": service},
+    )
 
 
 # --- NIXL backend (logs) -------------------------------------------------------------------------
@@ -331,8 +365,12 @@ def check_nixl_backend(client: KubeClient, exp: Expected, ctx: Context) -> Check
     if not per_pod:  # a check over nothing is not a pass
         return Check("nixl-backend", Status.UNVERIFIED, "no Running prefill/decode pod to read NIXL's logs from")
     if unknown:
-        return Check("nixl-backend", Status.UNVERIFIED,
-                     f"no 'Backend ... was instantiated' line in the Ray worker logs of {', '.join(unknown)}", per_pod)
+        return Check(
+            "nixl-backend",
+            Status.UNVERIFIED,
+            f"no 'Backend ... was instantiated' line in the Ray worker logs of {', '.join(unknown)}",
+            per_pod,
+        )
     return Check("nixl-backend", Status.PASS, f"{EXPECTED_BACKEND} on {len(per_pod)} pod(s)", per_pod)
 
 
@@ -367,8 +405,9 @@ class FabricProbe:
 
     def bytes_moved_since(self, before: "FabricProbe") -> int:
         """Bytes the pod's EFA devices counted since `before` (a counter that went down: reset, not counted)."""
-        return sum(max(0, value - before.counters[path]) for path, value in self.counters.items()
-                   if path in before.counters)
+        return sum(
+            max(0, value - before.counters[path]) for path, value in self.counters.items() if path in before.counters
+        )
 
 
 def ray_container(pod: dict[str, Any]) -> str:
@@ -401,15 +440,26 @@ def check_nixl_plugin(client: KubeClient, exp: Expected, ctx: Context) -> Check:
         if not probe.processes:
             missing.append(name)
     if missing:
-        return Check("nixl-plugin", Status.FAIL,
-                     f"no process in {', '.join(missing)} has NIXL's {NIXL_LIBFABRIC_PLUGIN} loaded: the KV "
-                     "connector is not on LIBFABRIC (plugin missing from the image, or it failed to load)", data)
+        return Check(
+            "nixl-plugin",
+            Status.FAIL,
+            f"no process in {', '.join(missing)} has NIXL's {NIXL_LIBFABRIC_PLUGIN} loaded: the KV "
+            "connector is not on LIBFABRIC (plugin missing from the image, or it failed to load)",
+            data,
+        )
     if ctx.probe_errors:
-        return Check("nixl-plugin", Status.UNVERIFIED, "could not exec into "
-                     + "; ".join(f"{k}: {v}" for k, v in ctx.probe_errors.items()), data)
-    return Check("nixl-plugin", Status.PASS,
-                 f"{NIXL_LIBFABRIC_PLUGIN} loaded in {sum(len(v) for v in data.values())} process(es) "
-                 f"on {len(data)} pod(s)", data)
+        return Check(
+            "nixl-plugin",
+            Status.UNVERIFIED,
+            "could not exec into " + "; ".join(f"{k}: {v}" for k, v in ctx.probe_errors.items()),
+            data,
+        )
+    return Check(
+        "nixl-plugin",
+        Status.PASS,
+        f"{NIXL_LIBFABRIC_PLUGIN} loaded in {sum(len(v) for v in data.values())} process(es) on {len(data)} pod(s)",
+        data,
+    )
 
 
 def check_fi_provider(client: KubeClient, exp: Expected, ctx: Context) -> Check:
@@ -423,16 +473,23 @@ def check_fi_provider(client: KubeClient, exp: Expected, ctx: Context) -> Check:
             value = probe.env.get(pid, {}).get("FI_PROVIDER")
             seen[f"{name}/{pid}"] = value
             if value != EXPECTED_FI_PROVIDER:
-                wrong.append(f"{name} pid {pid} ({one_line(probe.processes[pid], 60)}) runs with "
-                             + (f"FI_PROVIDER={value}" if value is not None else "no FI_PROVIDER"))
+                wrong.append(
+                    f"{name} pid {pid} ({one_line(probe.processes[pid], 60)}) runs with "
+                    + (f"FI_PROVIDER={value}" if value is not None else "no FI_PROVIDER")
+                )
     if wrong:
-        return Check("fi-provider", Status.FAIL,
-                     f"{'; '.join(wrong)}; libfabric must use {EXPECTED_FI_PROVIDER!r} (any other provider, or "
-                     "its own choice, can leave EFA)", seen)
+        return Check(
+            "fi-provider",
+            Status.FAIL,
+            f"{'; '.join(wrong)}; libfabric must use {EXPECTED_FI_PROVIDER!r} (any other provider, or "
+            "its own choice, can leave EFA)",
+            seen,
+        )
     if not seen:
         return Check("fi-provider", Status.UNVERIFIED, "no process loaded NIXL's LIBFABRIC plugin to read", seen)
-    return Check("fi-provider", Status.PASS,
-                 f"FI_PROVIDER={EXPECTED_FI_PROVIDER} in all {len(seen)} NIXL process(es)", seen)
+    return Check(
+        "fi-provider", Status.PASS, f"FI_PROVIDER={EXPECTED_FI_PROVIDER} in all {len(seen)} NIXL process(es)", seen
+    )
 
 
 def check_efa_bytes(client: KubeClient, exp: Expected, ctx: Context) -> Check:
@@ -459,15 +516,24 @@ def check_efa_bytes(client: KubeClient, exp: Expected, ctx: Context) -> Check:
         if moved[name] <= 0:
             still.append(f"{role} pod {name}")
     if still:
-        return Check("efa-bytes", Status.FAIL,
-                     f"no bytes crossed the EFA devices of {', '.join(still)} during the test request: "
-                     "the KV cache did not travel over EFA", {"bytes": moved})
+        return Check(
+            "efa-bytes",
+            Status.FAIL,
+            f"no bytes crossed the EFA devices of {', '.join(still)} during the test request: "
+            "the KV cache did not travel over EFA",
+            {"bytes": moved},
+        )
     if blind or errors or not moved:
         why = ([f"no EFA hw_counters visible in {', '.join(blind)}"] if blind else []) + errors
         return Check("efa-bytes", Status.UNVERIFIED, "; ".join(why) or "no pod to measure", {"bytes": moved})
-    return Check("efa-bytes", Status.PASS,
-                 "EFA devices counted " + ", ".join(f"{n} ~{b / 2**20:.1f} MiB" for n, b in moved.items())
-                 + " during the test request", {"bytes": moved})
+    return Check(
+        "efa-bytes",
+        Status.PASS,
+        "EFA devices counted "
+        + ", ".join(f"{n} ~{b / 2**20:.1f} MiB" for n, b in moved.items())
+        + " during the test request",
+        {"bytes": moved},
+    )
 
 
 # --- KV transfer (Prometheus) -------------------------------------------------------------------
@@ -492,8 +558,9 @@ KV_FAILED = f"sum({m.NIXL_FAILED_TRANSFERS})"
 KV_GBPS = f"sum({m.NIXL_BYTES}_sum) * 8 / 1e9 / sum({m.NIXL_XFER_TIME}_sum)"
 
 
-def check_kv_transfer(client: KubeClient, exp: Expected, ctx: Context, wait_seconds: float = 90.0,
-                      poll_seconds: float = 5.0) -> list[Check]:
+def check_kv_transfer(
+    client: KubeClient, exp: Expected, ctx: Context, wait_seconds: float = 90.0, poll_seconds: float = 5.0
+) -> list[Check]:
     """KV bytes > 0 (waiting for the scrape that follows our request), failures = 0, throughput ≥ floor."""
     end = time.monotonic() + min(wait_seconds, client.deadline.left())
     poll_seconds = min(poll_seconds, max(0.5, wait_seconds / 10))
@@ -504,28 +571,55 @@ def check_kv_transfer(client: KubeClient, exp: Expected, ctx: Context, wait_seco
     moved = prom_query(client, KV_BYTES) or 0.0
     checks = []
     if not count:
-        checks.append(Check("kv-bytes", Status.FAIL,
-                            "decode received no KV blocks over NIXL: prefill/decode are not disaggregating"))
+        checks.append(
+            Check(
+                "kv-bytes", Status.FAIL, "decode received no KV blocks over NIXL: prefill/decode are not disaggregating"
+            )
+        )
     else:
-        checks.append(Check("kv-bytes", Status.PASS, f"{count:.0f} transfer(s), ~{moved / 2**20:.1f} MiB",
-                            {"transfers": count, "bytes": moved}))
+        checks.append(
+            Check(
+                "kv-bytes",
+                Status.PASS,
+                f"{count:.0f} transfer(s), ~{moved / 2**20:.1f} MiB",
+                {"transfers": count, "bytes": moved},
+            )
+        )
     failed = prom_query(client, KV_FAILED) or 0.0
     checks.append(
         Check("kv-failures", Status.FAIL, f"{failed:.0f} failed NIXL KV transfer(s)", {"failed": failed})
-        if failed > 0 else Check("kv-failures", Status.PASS, "no failed NIXL KV transfers", {"failed": failed})
+        if failed > 0
+        else Check("kv-failures", Status.PASS, "no failed NIXL KV transfers", {"failed": failed})
     )
     gbps = prom_query(client, KV_GBPS) if count else None
     if gbps is None or gbps != gbps:  # empty or NaN: nothing transferred
-        checks.append(Check("kv-throughput", Status.UNVERIFIED if count else Status.FAIL,
-                            "no KV transfer to measure", {"floor_gbps": exp.floor_gbps}))
+        checks.append(
+            Check(
+                "kv-throughput",
+                Status.UNVERIFIED if count else Status.FAIL,
+                "no KV transfer to measure",
+                {"floor_gbps": exp.floor_gbps},
+            )
+        )
     elif gbps < exp.floor_gbps:
-        checks.append(Check("kv-throughput", Status.FAIL,
-                            f"{gbps:.2f} Gbit/s per transfer, below the {exp.floor_gbps} Gbit/s floor of "
-                            f"{exp.instance.name}: NIXL is not on EFA", {"gbps": gbps, "floor_gbps": exp.floor_gbps}))
+        checks.append(
+            Check(
+                "kv-throughput",
+                Status.FAIL,
+                f"{gbps:.2f} Gbit/s per transfer, below the {exp.floor_gbps} Gbit/s floor of "
+                f"{exp.instance.name}: NIXL is not on EFA",
+                {"gbps": gbps, "floor_gbps": exp.floor_gbps},
+            )
+        )
     else:
-        checks.append(Check("kv-throughput", Status.PASS,
-                            f"{gbps:.2f} Gbit/s per transfer ≥ floor {exp.floor_gbps} Gbit/s ({exp.instance.name})",
-                            {"gbps": gbps, "floor_gbps": exp.floor_gbps}))
+        checks.append(
+            Check(
+                "kv-throughput",
+                Status.PASS,
+                f"{gbps:.2f} Gbit/s per transfer ≥ floor {exp.floor_gbps} Gbit/s ({exp.instance.name})",
+                {"gbps": gbps, "floor_gbps": exp.floor_gbps},
+            )
+        )
     return checks
 
 
@@ -575,13 +669,22 @@ def run_checks(client: KubeClient, exp: Expected, kv_wait_seconds: float = 90.0)
         except (Unreachable, HttpError, ValueError, KeyError) as exc:
             results.append(Check(name, Status.UNVERIFIED, f"could not check: {type(exc).__name__}: {exc}"))
         except (TypeError, AttributeError, IndexError) as exc:  # a reply of the wrong shape, deep inside
-            results.append(Check(name, Status.UNVERIFIED, f"could not check: the API server's reply is not in the "
-                                                          f"Kubernetes API's shape ({type(exc).__name__}: {exc})"))
+            results.append(
+                Check(
+                    name,
+                    Status.UNVERIFIED,
+                    f"could not check: the API server's reply is not in the "
+                    f"Kubernetes API's shape ({type(exc).__name__}: {exc})",
+                )
+            )
     try:
         results.extend(check_kv_transfer(client, exp, ctx, wait_seconds=kv_wait_seconds))
     except TimeoutError as exc:
         return results + unverified_rest(str(exc))
     except (Unreachable, HttpError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
-        results.extend(Check(n, Status.UNVERIFIED, f"Prometheus not answering usably: {exc}")
-                       for n in KV_CHECK_NAMES if n not in {c.name for c in results})
+        results.extend(
+            Check(n, Status.UNVERIFIED, f"Prometheus not answering usably: {exc}")
+            for n in KV_CHECK_NAMES
+            if n not in {c.name for c in results}
+        )
     return results

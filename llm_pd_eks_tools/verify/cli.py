@@ -52,8 +52,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else `pulumi stack output`)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
     parser.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT, help="total seconds for the whole run")
-    parser.add_argument("--kv-wait", type=non_negative_seconds, default=90.0,
-                        help="seconds to wait for KV metrics to be scraped")
+    parser.add_argument(
+        "--kv-wait", type=non_negative_seconds, default=90.0, help="seconds to wait for KV metrics to be scraped"
+    )
     parser.add_argument("--out", type=Path, help="where verify.json goes (default: build/verify/<stack>)")
     args = parser.parse_args(argv)
 

@@ -81,13 +81,16 @@ def _exec_token(spec: dict[str, Any], timeout: float) -> str:
     env = dict(os.environ)
     for entry in spec.get("env") or []:  # client.authentication.k8s.io ExecEnvVar: name and value, both required
         if not (isinstance(entry, dict) and isinstance(entry.get("name"), str) and isinstance(entry.get("value"), str)):
-            raise ToolError(Exit.USAGE, f"not a usable kubeconfig: exec env entry {one_line(repr(entry), 80)} needs "
-                                        "`name` and `value` strings")
+            raise ToolError(
+                Exit.USAGE,
+                f"not a usable kubeconfig: exec env entry {one_line(repr(entry), 80)} needs `name` and `value` strings",
+            )
         env[entry["name"]] = entry["value"]
     args = spec.get("args") or []
     if not isinstance(spec.get("command"), str) or not spec["command"] or not isinstance(args, list):
-        raise ToolError(Exit.USAGE, "not a usable kubeconfig: the user's exec needs a `command` string and "
-                                    "`args` as a list")
+        raise ToolError(
+            Exit.USAGE, "not a usable kubeconfig: the user's exec needs a `command` string and `args` as a list"
+        )
     command = [spec["command"], *(str(a) for a in args)]
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
@@ -112,8 +115,9 @@ def read_kubeconfig(path: str) -> str:
     except OSError as exc:
         raise ToolError(Exit.USAGE, f"cannot read kubeconfig {path}: {exc.strerror}") from None
     if len(data) > MAX_KUBECONFIG_BYTES:
-        raise ToolError(Exit.USAGE, f"kubeconfig {path} is larger than {MAX_KUBECONFIG_BYTES} bytes; "
-                                    "is it the right file?")
+        raise ToolError(
+            Exit.USAGE, f"kubeconfig {path} is larger than {MAX_KUBECONFIG_BYTES} bytes; is it the right file?"
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -164,11 +168,13 @@ def load_kubeconfig(text: str, timeout: float = MAX_REQUEST_SECONDS) -> Credenti
     except (binascii.Error, UnicodeDecodeError):
         raise _bad_kubeconfig("certificate-authority-data is not base64 of a PEM certificate") from None
     except FileNotFoundError:
-        raise _bad_kubeconfig(f"certificate-authority file {cluster.get('certificate-authority')} does not exist") \
-            from None
+        raise _bad_kubeconfig(
+            f"certificate-authority file {cluster.get('certificate-authority')} does not exist"
+        ) from None
     except (ssl.SSLError, OSError, ValueError) as exc:
-        raise _bad_kubeconfig(f"the cluster's certificate authority is not a usable certificate "
-                              f"({one_line(str(exc), 120)})") from None
+        raise _bad_kubeconfig(
+            f"the cluster's certificate authority is not a usable certificate ({one_line(str(exc), 120)})"
+        ) from None
     token = user.get("token")
     if token is not None and not isinstance(token, str):
         raise _bad_kubeconfig("the user's token is not a string")
@@ -205,7 +211,11 @@ class KubeClient:
         self.max_bytes = MAX_RESPONSE_BYTES if max_bytes is None else max_bytes
 
     def _request(
-        self, method: str, path: str, body: Optional[bytes] = None, accept: str = "application/json",
+        self,
+        method: str,
+        path: str,
+        body: Optional[bytes] = None,
+        accept: str = "application/json",
         cap: float = MAX_REQUEST_SECONDS,
     ) -> bytes:
         url = self.credentials.server + path
@@ -284,8 +294,9 @@ class KubeClient:
     def post_json(self, path: str, payload: Any, cap: float = MAX_REQUEST_SECONDS) -> Any:
         return _json(self._request("POST", path, json.dumps(payload).encode(), cap=cap), path)
 
-    def exec_output(self, namespace: str, pod: str, container: str, command: list[str],
-                    cap: float = MAX_REQUEST_SECONDS) -> str:
+    def exec_output(
+        self, namespace: str, pod: str, container: str, command: list[str], cap: float = MAX_REQUEST_SECONDS
+    ) -> str:
         """`kubectl exec`'s stdout: the pod exec API over a WebSocket (subprotocol v4.channel.k8s.io).
 
         The protocol (kubernetes staging/src/k8s.io/apimachinery/pkg/util/remotecommand/constants.go,
@@ -295,8 +306,9 @@ class KubeClient:
         2 stderr, 3 error: a v1 Status, `Success` or `Failure` with the exit code in `details.causes`).
         A non-zero exit or any Failure status raises HttpError; a reply larger than the cap, BadReply.
         """
-        query = urllib.parse.urlencode([("command", c) for c in command] + [
-            ("container", container), ("stdout", "true"), ("stderr", "true")])
+        query = urllib.parse.urlencode(
+            [("command", c) for c in command] + [("container", container), ("stdout", "true"), ("stderr", "true")]
+        )
         path = f"/api/v1/namespaces/{namespace}/pods/{pod}/exec?{query}"
         timeout = self.deadline.request_timeout(cap)
         end = time.monotonic() + timeout
@@ -343,13 +355,20 @@ def _websocket_exec(credentials: Credentials, path: str, end: float, max_bytes: 
     host, port = url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
     left = max(0.01, end - time.monotonic())
     raw = socket.create_connection((host, port), timeout=left)
-    sock: socket.socket = credentials.ssl_context.wrap_socket(raw, server_hostname=host) \
-        if url.scheme == "https" else raw
+    sock: socket.socket = (
+        credentials.ssl_context.wrap_socket(raw, server_hostname=host) if url.scheme == "https" else raw
+    )
     with sock:
         key = base64.b64encode(os.urandom(16)).decode()
-        lines = [f"GET {url.path.rstrip('/')}{path} HTTP/1.1", f"Host: {url.netloc}", "Upgrade: websocket",
-                 "Connection: Upgrade", f"Sec-WebSocket-Key: {key}", "Sec-WebSocket-Version: 13",
-                 f"Sec-WebSocket-Protocol: {EXEC_PROTOCOL}"]
+        lines = [
+            f"GET {url.path.rstrip('/')}{path} HTTP/1.1",
+            f"Host: {url.netloc}",
+            "Upgrade: websocket",
+            "Connection: Upgrade",
+            f"Sec-WebSocket-Key: {key}",
+            "Sec-WebSocket-Version: 13",
+            f"Sec-WebSocket-Protocol: {EXEC_PROTOCOL}",
+        ]
         if credentials.token:
             lines.append(f"Authorization: Bearer {credentials.token}")
         sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
@@ -393,8 +412,11 @@ def _raise_exec_status(error: bytes, path: str) -> None:
         return
     causes = (status.get("details") or {}).get("causes") or []
     exit_code = next((c.get("message") for c in causes if isinstance(c, dict) and c.get("reason") == "ExitCode"), "")
-    raise HttpError(500, path, f"command failed{' with exit code ' + str(exit_code) if exit_code else ''}: "
-                               f"{status.get('message', '')}")
+    raise HttpError(
+        500,
+        path,
+        f"command failed{' with exit code ' + str(exit_code) if exit_code else ''}: {status.get('message', '')}",
+    )
 
 
 class _Reader:
@@ -456,5 +478,3 @@ class _Reader:
 
 def _with_query(path: str, query: dict[str, str]) -> str:
     return f"{path}?{urllib.parse.urlencode(query)}" if query else path
-
-

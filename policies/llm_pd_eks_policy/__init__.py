@@ -6,5 +6,12 @@ from . import capacity, gpu_nodes, intake, ray_resources, ray_serving, security,
 
 PACK_NAME = "llm-pd-eks-policies"
 
-POLICIES = [*gpu_nodes.POLICIES, *ray_serving.POLICIES, *security.POLICIES, *capacity.POLICIES,
-            *ray_resources.POLICIES, *intake.POLICIES, *visibility.POLICIES]
+POLICIES = [
+    *gpu_nodes.POLICIES,
+    *ray_serving.POLICIES,
+    *security.POLICIES,
+    *capacity.POLICIES,
+    *ray_resources.POLICIES,
+    *intake.POLICIES,
+    *visibility.POLICIES,
+]

@@ -83,10 +83,13 @@ def _placement_check(view: StackView, cap: Any, template: Any, groups: dict[str,
     named = ref.literal if ref.state == "external" else ref.resource.name if ref.state == "resolved" else ""
     if is_capacity_block_template(props):
         if ref.state != "none":
-            report(f"{cap.label} launches into a Capacity Block with launch template '{template.name}' in placement "
-                   f"group '{named or '(pending)'}'. A Capacity Block is already placed close together and needs no "
-                   f"placement group; one can only cause insufficient-capacity errors. Fix: drop placement.groupName "
-                   f"(gpuNodes.capacity capacityBlockId creates none).", template.urn)
+            report(
+                f"{cap.label} launches into a Capacity Block with launch template '{template.name}' in placement "
+                f"group '{named or '(pending)'}'. A Capacity Block is already placed close together and needs no "
+                f"placement group; one can only cause insufficient-capacity errors. Fix: drop placement.groupName "
+                f"(gpuNodes.capacity capacityBlockId creates none).",
+                template.urn,
+            )
         return
     reservation_id = dig(props, *RESERVATION_PATH)
     if not targets_reservation(props) or reservation_id not in groups:
@@ -96,12 +99,19 @@ def _placement_check(view: StackView, cap: Any, template: Any, groups: dict[str,
         return  # a reservation in no placement group also serves instances in one
     if ref.state == "external" and ref.literal == wanted:
         return
-    where = f"placement group '{named}'" if named else "no placement group" if ref.state == "none" else \
-        "a placement group not known yet"
-    report(f"{cap.label} targets capacity reservation {reservation_id}, created in cluster placement group "
-           f"'{wanted}', but launch template '{template.name}' uses {where}. Such a reservation serves only "
-           f"instances launched into its own group. Fix: set gpuNodes.capacity.placementGroup to '{wanted}'.",
-           template.urn)
+    where = (
+        f"placement group '{named}'"
+        if named
+        else "no placement group"
+        if ref.state == "none"
+        else "a placement group not known yet"
+    )
+    report(
+        f"{cap.label} targets capacity reservation {reservation_id}, created in cluster placement group "
+        f"'{wanted}', but launch template '{template.name}' uses {where}. Such a reservation serves only "
+        f"instances launched into its own group. Fix: set gpuNodes.capacity.placementGroup to '{wanted}'.",
+        template.urn,
+    )
 
 
 def _check(args: StackValidationArgs, report: ReportViolation) -> None:
@@ -118,8 +128,9 @@ def _check(args: StackValidationArgs, report: ReportViolation) -> None:
         if reservation_id is None:
             continue  # on demand
         reservation_az = _reservation_az(view, template, reservation_id, known)
-        subnet_azs = {str(az) for az in (view.subnet_az(s) for s in cap.subnets.resolved)
-                      if az is not None and not is_unknown(az)}
+        subnet_azs = {
+            str(az) for az in (view.subnet_az(s) for s in cap.subnets.resolved) if az is not None and not is_unknown(az)
+        }
         if reservation_az is None or not subnet_azs or subnet_azs == {reservation_az}:
             continue
         shown = reservation_id if isinstance(reservation_id, str) and not is_unknown(reservation_id) else "(pending)"

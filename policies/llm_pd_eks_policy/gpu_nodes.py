@@ -126,14 +126,17 @@ gpu_group_single_az = gpu_stack_policy(
 # -- 2. EFA present on every path ----------------------------------------------------------------
 def _efa_present(view: StackView, table: TypeTable, report: ReportViolation) -> None:
     for cap, gpu in gpu_capacities(view, table):
-        fix = (f"Fix: a launch template with interfaceType 'efa' on network card 0 and 'efa-only' on every "
-               f"further card ({_hint(table, gpu)}).")
+        fix = (
+            f"Fix: a launch template with interfaceType 'efa' on network card 0 and 'efa-only' on every "
+            f"further card ({_hint(table, gpu)})."
+        )
         if cap.no_efa_reason:
-            report(f"{cap.label} launches {join(gpu)} through {cap.no_efa_reason}. {fix}",
-                   cap.resource.urn)
+            report(f"{cap.label} launches {join(gpu)} through {cap.no_efa_reason}. {fix}", cap.resource.urn)
         elif cap.launch_template.state == "none" and not cap.builtin_efa and cap.attached is None:
-            report(f"{cap.label} runs {join(gpu)} without a launch template, so its nodes get no EFA "
-                   f"interface. {fix}", cap.resource.urn)
+            report(
+                f"{cap.label} runs {join(gpu)} without a launch template, so its nodes get no EFA interface. {fix}",
+                cap.resource.urn,
+            )
         elif (source := _interfaces(view, cap)) is not None:
             label, urn, efa = source
             if efa.malformed:
@@ -207,15 +210,21 @@ def _cluster_placement(view: StackView, table: TypeTable, report: ReportViolatio
         if cap.builtin_efa or cap.no_efa_reason:
             continue  # pulumi-eks builds its own cluster group; efa-on-gpu-nodes refuses the other
         if cap.launch_template.state == "resolved" and is_capacity_block_template(
-                view.props(cap.launch_template.resource)):
+            view.props(cap.launch_template.resource)
+        ):
             continue  # a Capacity Block needs no placement group (capacity-reservation-in-gpu-az judges it)
         refs = [("the resource's placementGroup", cap.placement)]
         if cap.launch_template.state == "resolved":
-            refs.append((f"launch template '{cap.launch_template.resource.name}'",
-                         view.placement_group(cap.launch_template.resource)))
+            refs.append(
+                (
+                    f"launch template '{cap.launch_template.resource.name}'",
+                    view.placement_group(cap.launch_template.resource),
+                )
+            )
         elif cap.launch_template.state == "none" and cap.placement.state == "none":
-            report(f"{cap.label} runs {join(gpu)} without a launch template or placement group. {fix}",
-                   cap.resource.urn)
+            report(
+                f"{cap.label} runs {join(gpu)} without a launch template or placement group. {fix}", cap.resource.urn
+            )
             continue
         if cap.launch_template.state in ("unresolved", "external", "unjudgeable") and cap.placement.state == "none":
             continue  # the template decides; it is unknown yet or outside the stack
@@ -228,9 +237,11 @@ def _cluster_placement(view: StackView, table: TypeTable, report: ReportViolatio
                 continue
             strategy = dig(view.props(ref.resource), "strategy")
             if strategy is not None and not is_unknown(strategy) and strategy != "cluster":
-                report(f"{cap.label} ({join(gpu)}): {where} uses placement group '{ref.resource.name}' with "
-                       f"strategy '{strategy}'; EFA needs the nodes close together. {fix}",
-                       (cap.launch_template.resource if "template" in where else cap.resource).urn)
+                report(
+                    f"{cap.label} ({join(gpu)}): {where} uses placement group '{ref.resource.name}' with "
+                    f"strategy '{strategy}'; EFA needs the nodes close together. {fix}",
+                    (cap.launch_template.resource if "template" in where else cap.resource).urn,
+                )
 
 
 cluster_placement = gpu_stack_policy(
@@ -255,8 +266,11 @@ def _imdsv2(args: ResourceValidationArgs, report: ReportViolation) -> None:
     if args.resource_type not in (LAUNCH_TEMPLATE, EC2_INSTANCE, LAUNCH_CONFIGURATION):
         return
     props = plain(args.props)
-    if (args.resource_type == EC2_INSTANCE and dig(props, "launchTemplate") is not None
-            and dig(props, "metadataOptions") is None):
+    if (
+        args.resource_type == EC2_INSTANCE
+        and dig(props, "launchTemplate") is not None
+        and dig(props, "metadataOptions") is None
+    ):
         # No metadataOptions of its own: EC2 launches it with its launch template's, and this rule
         # judges that template as a resource of its own (a template outside the stack of a GPU
         # instance is refused by gpu-references-in-stack).
@@ -270,17 +284,20 @@ def _imdsv2(args: ResourceValidationArgs, report: ReportViolation) -> None:
     problems = []
     if not is_unknown(tokens) and tokens != "required":
         shown = f"'{tokens}'" if tokens else "unset (EC2 then defaults to 'optional')"
-        problems.append(f"metadataOptions.httpTokens is {shown}, so IMDSv1 stays open to SSRF-style "
-                        f"credential theft")
+        problems.append(f"metadataOptions.httpTokens is {shown}, so IMDSv1 stays open to SSRF-style credential theft")
     limit = int(config_with_defaults(args, IMDS_CONFIG)["maxHopLimit"])
     value = as_int(hops)
     if not is_unknown(hops) and (hops is None or value is None or value > limit):
         shown = "unset (EC2 takes the AMI's or the service's default, which can be 2)" if hops is None else repr(hops)
-        problems.append(f"metadataOptions.httpPutResponseHopLimit is {shown}; above {limit} every pod on "
-                        f"the node can reach the node role's credentials through IMDS")
+        problems.append(
+            f"metadataOptions.httpPutResponseHopLimit is {shown}; above {limit} every pod on "
+            f"the node can reach the node role's credentials through IMDS"
+        )
     if problems:
-        report(f"{kind} '{args.name}': {'; '.join(problems)}. Fix: metadataOptions={{httpTokens: 'required', "
-               f"httpEndpoint: 'enabled', httpPutResponseHopLimit: 1}}.")
+        report(
+            f"{kind} '{args.name}': {'; '.join(problems)}. Fix: metadataOptions={{httpTokens: 'required', "
+            f"httpEndpoint: 'enabled', httpPutResponseHopLimit: 1}}."
+        )
 
 
 imdsv2_required = resource_policy(
@@ -301,18 +318,26 @@ def _private_gpu_nodes(view: StackView, table: TypeTable, report: ReportViolatio
             if why:
                 public.append(f"{s.name} ({', '.join(why)})")
         if public:
-            report(f"{cap.label} places {join(gpu)} nodes in public subnet(s): {'; '.join(public)}. Fix: use "
-                   f"the private subnet of the GPU AZ (no public IPs, default route through NAT).",
-                   cap.resource.urn)
+            report(
+                f"{cap.label} places {join(gpu)} nodes in public subnet(s): {'; '.join(public)}. Fix: use "
+                f"the private subnet of the GPU AZ (no public IPs, default route through NAT).",
+                cap.resource.urn,
+            )
         if cap.public_ip:
-            report(f"{cap.label} ({join(gpu)}) asks for public IP addresses. Fix: drop "
-                   f"associatePublicIpAddress (GPU nodes stay private).", cap.resource.urn)
+            report(
+                f"{cap.label} ({join(gpu)}) asks for public IP addresses. Fix: drop "
+                f"associatePublicIpAddress (GPU nodes stay private).",
+                cap.resource.urn,
+            )
         if cap.launch_template.state == "resolved":
             efa = view.efa_interfaces(cap.launch_template.resource)
             if efa.public:
-                report(f"{_template_of(cap)} sets "
-                       f"associatePublicIpAddress on interface(s) {efa.public}. Fix: drop it (GPU nodes stay "
-                       f"private).", cap.launch_template.resource.urn)
+                report(
+                    f"{_template_of(cap)} sets "
+                    f"associatePublicIpAddress on interface(s) {efa.public}. Fix: drop it (GPU nodes stay "
+                    f"private).",
+                    cap.launch_template.resource.urn,
+                )
 
 
 private_gpu_nodes = gpu_stack_policy(
@@ -378,7 +403,8 @@ def _sg_rules(view: StackView, group: Any) -> tuple[set[str], list[str]]:
         direction = str(dig(rp, "type"))
         # EC2 treats a rule whose source is the group itself exactly like `self: true`.
         if str(dig(rp, "protocol")) in _ALL_PROTOCOLS and (
-                truthy(dig(rp, "self")) or _admits_itself(view, rule, group, "sourceSecurityGroupId")):
+            truthy(dig(rp, "self")) or _admits_itself(view, rule, group, "sourceSecurityGroupId")
+        ):
             self_all.add(direction)
         cidrs = (known_list(dig(rp, "cidrBlocks")) or []) + (known_list(dig(rp, "ipv6CidrBlocks")) or [])
         if direction == "ingress":
@@ -389,7 +415,8 @@ def _sg_rules(view: StackView, group: Any) -> tuple[set[str], list[str]]:
             if group not in view.deps(rule, "securityGroupId", SECURITY_GROUP):
                 continue
             if str(dig(rp, "ipProtocol")) in _ALL_PROTOCOLS and _admits_itself(
-                    view, rule, group, "referencedSecurityGroupId"):
+                view, rule, group, "referencedSecurityGroupId"
+            ):
                 self_all.add(direction)
             if direction == "ingress":
                 ingress.append((f"rule '{rule.name}'", [dig(rp, "cidrIpv4"), dig(rp, "cidrIpv6")]))
@@ -414,18 +441,24 @@ def _efa_security_group(view: StackView, table: TypeTable, report: ReportViolati
         for group in groups:
             _, open_in = _sg_rules(view, group)
             if open_in:
-                report(f"security group '{group.name}' on the EFA interfaces of launch template '{lt.name}' "
-                       f"({join(gpu)}) admits the internet (an address block wider than /8, or /32 for IPv6, also "
-                       f"when split across rules): {', '.join(open_in)}. Fix: EFA needs only "
-                       f"all traffic from the group itself (self rule).", group.urn)
+                report(
+                    f"security group '{group.name}' on the EFA interfaces of launch template '{lt.name}' "
+                    f"({join(gpu)}) admits the internet (an address block wider than /8, or /32 for IPv6, also "
+                    f"when split across rules): {', '.join(open_in)}. Fix: EFA needs only "
+                    f"all traffic from the group itself (self rule).",
+                    group.urn,
+                )
         if unknown or external:
             continue  # not known yet / outside the stack (gpu-references-in-stack)
         if not any({"ingress", "egress"} <= _sg_rules(view, g)[0] for g in groups):
             names = join(f"'{g.name}'" for g in groups) or "none"
-            report(f"launch template '{lt.name}' ({join(gpu)}): no security group on its EFA interfaces "
-                   f"(groups: {names}) allows all traffic to and from itself; EFA's OS-bypass traffic is "
-                   f"dropped without it. Fix: a security group with ingress and egress rules protocol '-1', "
-                   f"self true, on every EFA interface.", lt.urn)
+            report(
+                f"launch template '{lt.name}' ({join(gpu)}): no security group on its EFA interfaces "
+                f"(groups: {names}) allows all traffic to and from itself; EFA's OS-bypass traffic is "
+                f"dropped without it. Fix: a security group with ingress and egress rules protocol '-1', "
+                f"self true, on every EFA interface.",
+                lt.urn,
+            )
 
 
 efa_security_group = gpu_stack_policy(
@@ -449,8 +482,12 @@ def _family(instance_type: str) -> str:
 # computeRequirements): category/generation from instanceTypeScheme, family/size from the name,
 # GPU name/manufacturer in lower kebab case, counts and MiB as decimal strings, arch as Kubernetes names.
 _KARPENTER_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
-_NUMERIC_OPS = {"Gt": lambda a, b: a > b, "Lt": lambda a, b: a < b, "Gte": lambda a, b: a >= b,
-                "Lte": lambda a, b: a <= b}
+_NUMERIC_OPS = {
+    "Gt": lambda a, b: a > b,
+    "Lt": lambda a, b: a < b,
+    "Gte": lambda a, b: a >= b,
+    "Lte": lambda a, b: a <= b,
+}
 
 
 def _karpenter_labels(instance_type: str) -> dict[str, set[str]]:
@@ -520,8 +557,11 @@ def _karpenter_types(view: StackView, pool: Any, table: TypeTable) -> tuple[set[
 # Resources that launch EC2 instances which the joined view does not model: judged only for whether
 # they can launch a GPU type, and then refused as unjudgeable (the classic provider's fleet and spot
 # resources by token; every aws-native EC2 / Auto Scaling / EKS resource by module).
-_UNMODELLED_LAUNCHERS = ("aws:ec2/fleet:Fleet", "aws:ec2/spotFleetRequest:SpotFleetRequest",
-                         "aws:ec2/spotInstanceRequest:SpotInstanceRequest")
+_UNMODELLED_LAUNCHERS = (
+    "aws:ec2/fleet:Fleet",
+    "aws:ec2/spotFleetRequest:SpotFleetRequest",
+    "aws:ec2/spotInstanceRequest:SpotInstanceRequest",
+)
 _UNMODELLED_MODULES = ("aws-native:ec2:", "aws-native:autoscaling:", "aws-native:eks:")
 _TYPE_KEYS = ("instanceType", "instanceTypes", "InstanceType", "InstanceTypes")
 _REQUIREMENTS_KEYS = ("instanceRequirements", "InstanceRequirements")
@@ -563,18 +603,24 @@ def _unmodelled_launchers(view: StackView, table: TypeTable, report: ReportViola
             continue
         paths = _gpu_paths(view.props(resource), table)
         if paths:
-            report(f"{kind.split(':')[-1]} '{resource.name}' can launch GPU instances ({'; '.join(paths[:5])}), "
-                   f"but the pack cannot judge this resource type for EFA, one AZ and cluster placement. Fix: "
-                   f"launch GPU capacity from an aws.eks.NodeGroup / aws.autoscaling.Group with a launch template "
-                   f"of this stack; or, once it is checked elsewhere, lower gpu-references-in-stack in the policy "
-                   f"config.", resource.urn)
+            report(
+                f"{kind.split(':')[-1]} '{resource.name}' can launch GPU instances ({'; '.join(paths[:5])}), "
+                f"but the pack cannot judge this resource type for EFA, one AZ and cluster placement. Fix: "
+                f"launch GPU capacity from an aws.eks.NodeGroup / aws.autoscaling.Group with a launch template "
+                f"of this stack; or, once it is checked elsewhere, lower gpu-references-in-stack in the policy "
+                f"config.",
+                resource.urn,
+            )
     for asg in view.of_type(AUTOSCALING_GROUP):  # overrides choosing by attributes, not by type name
         overrides = dig(view.props(asg), "mixedInstancesPolicy", "launchTemplate", "overrides")
         paths = [p for p in _gpu_paths({"overrides": overrides}, table) if "instanceRequirements" in p]
         if paths:
-            report(f"Auto Scaling group '{asg.name}' chooses instance types by attributes ({'; '.join(paths[:5])}), "
-                   f"which may select GPU types no rule can name. Fix: list instanceType overrides, or set "
-                   f"acceleratorCount.max 0.", asg.urn)
+            report(
+                f"Auto Scaling group '{asg.name}' chooses instance types by attributes ({'; '.join(paths[:5])}), "
+                f"which may select GPU types no rule can name. Fix: list instanceType overrides, or set "
+                f"acceleratorCount.max 0.",
+                asg.urn,
+            )
 
 
 def version_problem(version: Any, template: dict) -> Optional[str]:
@@ -601,14 +647,19 @@ def version_problem(version: Any, template: dict) -> Optional[str]:
             return None
         if latest is None or (as_int(latest) == 1) or (is_unknown(latest) and not changing):
             return None  # a single version (or one being created): $Default is the one judged
-        return (f"version {version or '$Default (the default when none is given)'}, which stays at an earlier "
-                f"version than the one judged unless updateDefaultVersion is true")
+        return (
+            f"version {version or '$Default (the default when none is given)'}, which stays at an earlier "
+            f"version than the one judged unless updateDefaultVersion is true"
+        )
     number = as_int(version)
     if number is None or str(version).strip() != str(number):
         return f"version {version!r}, which is neither $Latest, $Default nor a version number"
     if is_unknown(latest):
-        return None if number == 1 and not changing else (
-            f"version {number}, while the template's newest version is not known yet (it is changing)")
+        return (
+            None
+            if number == 1 and not changing
+            else (f"version {number}, while the template's newest version is not known yet (it is changing)")
+        )
     if as_int(latest) is not None:
         return None if number == as_int(latest) else f"version {number}, not the newest ({as_int(latest)})"
     return None if number == 1 else f"version {number}, while the plan shows no newer version than 1"
@@ -627,11 +678,14 @@ def _unjudgeable(view: StackView, cap: Any, gpu: set[str], allow: set[str], repo
     if cap.subnets.unjudgeable and cap.resource.name not in allow:
         found.append(f"subnet IDs from {cap.subnets.unjudgeable}")
     if found:
-        report(f"{cap.label} runs {join(gpu)} with {'; '.join(found)}, which the pack cannot resolve to a resource "
-               f"of this stack, so the EFA/AZ/placement rules cannot judge it. Fix: pass the output of the "
-               f"aws.ec2 Subnet / LaunchTemplate / PlacementGroup resource itself (not a component's, a stack "
-               f"reference's or another provider's output), or list {cap.resource.name!r} in this policy's "
-               f"unjudgeable.allow once it is checked elsewhere.", cap.resource.urn)
+        report(
+            f"{cap.label} runs {join(gpu)} with {'; '.join(found)}, which the pack cannot resolve to a resource "
+            f"of this stack, so the EFA/AZ/placement rules cannot judge it. Fix: pass the output of the "
+            f"aws.ec2 Subnet / LaunchTemplate / PlacementGroup resource itself (not a component's, a stack "
+            f"reference's or another provider's output), or list {cap.resource.name!r} in this policy's "
+            f"unjudgeable.allow once it is checked elsewhere.",
+            cap.resource.urn,
+        )
 
 
 def _blind_spots(view: StackView, table: TypeTable, report: ReportViolation, allow: set[str]) -> None:
@@ -639,10 +693,12 @@ def _blind_spots(view: StackView, table: TypeTable, report: ReportViolation, all
     for cap in view.capacities():
         unlisted = table.unlisted(cap.instance_types)
         if unlisted and table.deny_unlisted:
-            report(f"{cap.label} launches {join(unlisted)}, a GPU type the pack's table does not list, so no "
-                   f"EFA rule can judge it. Fix: add it with its EFA interface count to the policy config "
-                   f"extraEfaGpuTypes (or to nonEfaGpuTypes if it is deliberately used without EFA).",
-                   cap.resource.urn)
+            report(
+                f"{cap.label} launches {join(unlisted)}, a GPU type the pack's table does not list, so no "
+                f"EFA rule can judge it. Fix: add it with its EFA interface count to the policy config "
+                f"extraEfaGpuTypes (or to nonEfaGpuTypes if it is deliberately used without EFA).",
+                cap.resource.urn,
+            )
         gpu = table.efa_of(cap.instance_types)
         if not gpu and not cap.instance_types and cap.launch_template.state == "unjudgeable":
             # its types live in a template the pack cannot find: it may launch anything
@@ -660,10 +716,13 @@ def _blind_spots(view: StackView, table: TypeTable, report: ReportViolation, all
             lt = cap.launch_template.resource
             problem = version_problem(cap.version, view.props(lt))
             if problem and cap.resource.name not in allow:
-                report(f"{cap.label} runs {join(gpu)} from launch template '{lt.name}' {problem}: the rules judge "
-                       f"the template as the plan shows it, which may not be the version launched. Fix: "
-                       f"version=template.latest_version (or '$Latest'), or updateDefaultVersion=True on the "
-                       f"template; or list {cap.resource.name!r} in unjudgeable.allow.", cap.resource.urn)
+                report(
+                    f"{cap.label} runs {join(gpu)} from launch template '{lt.name}' {problem}: the rules judge "
+                    f"the template as the plan shows it, which may not be the version launched. Fix: "
+                    f"version=template.latest_version (or '$Latest'), or updateDefaultVersion=True on the "
+                    f"template; or list {cap.resource.name!r} in unjudgeable.allow.",
+                    cap.resource.urn,
+                )
             pg = view.placement_group(lt)
             # a reservation's own placement group: capacity-reservation-in-gpu-az judges it
             if pg.state == "external" and not targets_reservation(view.props(lt)):
@@ -673,20 +732,28 @@ def _blind_spots(view: StackView, table: TypeTable, report: ReportViolation, all
                 external.append(f"security group(s) {sgs} (of launch template '{lt.name}')")
         _unjudgeable(view, cap, gpu, allow, report)
         if external:
-            report(f"{cap.label} runs {join(gpu)} with {'; '.join(external)} that no resource in this stack "
-                   f"defines, so the EFA/AZ/placement rules cannot judge them. Fix: create them in this stack "
-                   f"(or lower this policy to advisory in the policy config once they are checked elsewhere).",
-                   cap.resource.urn)
+            report(
+                f"{cap.label} runs {join(gpu)} with {'; '.join(external)} that no resource in this stack "
+                f"defines, so the EFA/AZ/placement rules cannot judge them. Fix: create them in this stack "
+                f"(or lower this policy to advisory in the policy config once they are checked elsewhere).",
+                cap.resource.urn,
+            )
     for pool in view.of_type(*KARPENTER_NODE_POOLS):
         gpu, unlisted = _karpenter_types(view, pool, table)
         if unlisted and table.deny_unlisted:
-            report(f"Karpenter NodePool '{pool.name}' allows {join(unlisted)}, GPU type(s) the pack's table does "
-                   f"not list. Fix: add them to extraEfaGpuTypes or nonEfaGpuTypes.", pool.urn)
+            report(
+                f"Karpenter NodePool '{pool.name}' allows {join(unlisted)}, GPU type(s) the pack's table does "
+                f"not list. Fix: add them to extraEfaGpuTypes or nonEfaGpuTypes.",
+                pool.urn,
+            )
         if gpu:
-            report(f"Karpenter NodePool '{pool.name}' may launch {join(gpu)}, but Karpenter cannot put nodes in a "
-                   f"cluster placement group (aws/karpenter-provider-aws#3324) nor be checked for one EFA "
-                   f"interface per card here. Fix: run EFA GPU types in a managed node group with a launch "
-                   f"template; exclude them from the NodePool's requirements.", pool.urn)
+            report(
+                f"Karpenter NodePool '{pool.name}' may launch {join(gpu)}, but Karpenter cannot put nodes in a "
+                f"cluster placement group (aws/karpenter-provider-aws#3324) nor be checked for one EFA "
+                f"interface per card here. Fix: run EFA GPU types in a managed node group with a launch "
+                f"template; exclude them from the NodePool's requirements.",
+                pool.urn,
+            )
 
 
 UNJUDGEABLE_SCHEMA: dict[str, dict[str, Any]] = {
@@ -694,8 +761,7 @@ UNJUDGEABLE_SCHEMA: dict[str, dict[str, Any]] = {
         "type": "object",
         "description": "GPU capacity (by Pulumi name) whose references may come from outputs the pack cannot "
         "resolve: {allow: [names]}",
-        "properties": {"allow": {"type": "array", "items": {"type": "string"},
-                                 "description": "Pulumi resource names"}},
+        "properties": {"allow": {"type": "array", "items": {"type": "string"}, "description": "Pulumi resource names"}},
         "default": {"allow": []},
     },
 }
@@ -704,8 +770,12 @@ UNJUDGEABLE_SCHEMA: dict[str, dict[str, Any]] = {
 def _validate_blind_spots(args: StackValidationArgs, report: ReportViolation) -> None:
     cfg = config_with_defaults(args, {**EFA_CONFIG, **UNJUDGEABLE_SCHEMA})
     allow = dig(cfg, "unjudgeable", "allow")
-    _blind_spots(StackView(args.resources), TypeTable.from_config(cfg), report,
-                 {str(a) for a in allow} if isinstance(allow, list) else set())
+    _blind_spots(
+        StackView(args.resources),
+        TypeTable.from_config(cfg),
+        report,
+        {str(a) for a in allow} if isinstance(allow, list) else set(),
+    )
 
 
 gpu_blind_spots = StackValidationPolicy(

@@ -37,8 +37,13 @@ MAX_DEPTH = 64
 
 # Field numbers of google/protobuf/struct.proto: Struct.fields (map entry: key 1, value 2),
 # Value.number_value (2, double), Value.struct_value (5), Value.list_value (6), ListValue.values (1).
-_CHILDREN = {("struct", 1): "entry", ("entry", 2): "value", ("value", 5): "struct", ("value", 6): "list",
-             ("list", 1): "value"}
+_CHILDREN = {
+    ("struct", 1): "entry",
+    ("entry", 2): "value",
+    ("value", 5): "struct",
+    ("value", 6): "list",
+    ("list", 1): "value",
+}
 _NESTING = ("struct", "list")
 # pulumi/proto analyzer.proto: AnalyzeRequest / AnalyzerResource .properties = 2, .provider = 6;
 # AnalyzerProviderResource.properties = 2; AnalyzeStackRequest.resources = 1.
@@ -135,7 +140,7 @@ def _payload(raw: bytes) -> bytes:
     buf = memoryview(raw)
     _, pos = _varint(buf, 0)
     length, pos = _varint(buf, pos)
-    return bytes(buf[pos:pos + length])
+    return bytes(buf[pos : pos + length])
 
 
 def _field(number: int, payload: bytes) -> bytes:
@@ -170,8 +175,11 @@ def clean_resource(data: bytes) -> bytes:
             raw = _field(_PROPERTIES, marker_struct(problem)) if problem else raw
         elif number == _PROVIDER and wire == 2:
             try:
-                kept = b"".join(r for n, w, r in _fields(_payload(raw))
-                                if not (n == _PROPERTIES and w == 2 and struct_problem(_payload(r))))
+                kept = b"".join(
+                    r
+                    for n, w, r in _fields(_payload(raw))
+                    if not (n == _PROPERTIES and w == 2 and struct_problem(_payload(r)))
+                )
             except _Malformed:
                 kept = b""
             raw = _field(_PROVIDER, kept)
@@ -185,8 +193,10 @@ def clean_stack(data: bytes) -> bytes:
         fields = _fields(data)
     except _Malformed:
         return b""  # nothing readable: an empty stack (Analyze judges each resource on its own)
-    return b"".join(_field(_RESOURCES, clean_resource(_payload(raw))) if number == _RESOURCES and wire == 2 else raw
-                    for number, wire, raw in fields)
+    return b"".join(
+        _field(_RESOURCES, clean_resource(_payload(raw))) if number == _RESOURCES and wire == 2 else raw
+        for number, wire, raw in fields
+    )
 
 
 def problem_of(properties: struct_pb2.Struct) -> Optional[str]:
@@ -202,9 +212,11 @@ def problem_of(properties: struct_pb2.Struct) -> Optional[str]:
 
 
 def _message(name: str, urn: str, reason: str) -> str:
-    return (f"could not judge resource '{name}' ({urn}): {reason}. No rule of the pack saw it. Fix the "
-            f"property (finite numbers, shallower nesting), or lower '{POLICY_NAME}' in the policy config "
-            f"once the resource is checked elsewhere.")
+    return (
+        f"could not judge resource '{name}' ({urn}): {reason}. No rule of the pack saw it. Fix the "
+        f"property (finite numbers, shallower nesting), or lower '{POLICY_NAME}' in the policy config "
+        f"once the resource is checked elsewhere."
+    )
 
 
 def _noop(args: ResourceValidationArgs, report: ReportViolation) -> None:
@@ -227,8 +239,10 @@ def install() -> None:
     from pulumi.runtime.proto import analyzer_pb2
     from pulumi_policy import policy as host
 
-    for message, clean in ((analyzer_pb2.AnalyzeRequest, clean_resource),
-                           (analyzer_pb2.AnalyzeStackRequest, clean_stack)):
+    for message, clean in (
+        (analyzer_pb2.AnalyzeRequest, clean_resource),
+        (analyzer_pb2.AnalyzeStackRequest, clean_stack),
+    ):
         parse = message.FromString
         message.FromString = staticmethod(_lenient(parse, clean))
 
@@ -240,10 +254,14 @@ def install() -> None:
         if level is None:
             return None
         return analyzer_pb2.AnalyzeDiagnostic(
-            policyName=POLICY_NAME, policyPackName=getattr(self, "_PolicyAnalyzerServicer__policy_pack_name", ""),
+            policyName=POLICY_NAME,
+            policyPackName=getattr(self, "_PolicyAnalyzerServicer__policy_pack_name", ""),
             policyPackVersion=getattr(self, "_PolicyAnalyzerServicer__policy_pack_version", ""),
-            message=_message(name, urn, reason), urn=urn, description=resource_decodable.description,
-            enforcementLevel=self._map_enforcement_level(level))
+            message=_message(name, urn, reason),
+            urn=urn,
+            description=resource_decodable.description,
+            enforcementLevel=self._map_enforcement_level(level),
+        )
 
     def lenient_analyze(self: Any, request: Any, context: Any) -> Any:
         reason = problem_of(request.properties)
@@ -261,7 +279,8 @@ def install() -> None:
         bad = [(r, reason) for r, reason in zip(resources, reasons) if reason is not None]
         if bad:
             request = analyzer_pb2.AnalyzeStackRequest(
-                resources=[r for r, reason in zip(resources, reasons) if reason is None])
+                resources=[r for r, reason in zip(resources, reasons) if reason is None]
+            )
         response = analyze_stack(self, request, context)
         for resource, reason in bad:
             found = diagnostic(self, resource.name, resource.urn, reason)

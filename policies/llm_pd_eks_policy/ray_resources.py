@@ -63,9 +63,11 @@ def _group_resources(args: ResourceValidationArgs, report: ReportViolation) -> N
             for key in sorted(k for k in resources if isinstance(k, str)):
                 flag = swallowed_custom_resource(key)
                 if flag:
-                    report(f"{ray.label} {label}: resource {key!r} becomes KubeRay's `ray start {flag}` (a name "
-                           f"ending in 'gpu', any case) and never reaches the raylet as a custom resource, while "
-                           f"the autoscaler believes it does. Fix: rename it (e.g. '{key[:-3]}slot').")
+                    report(
+                        f"{ray.label} {label}: resource {key!r} becomes KubeRay's `ray start {flag}` (a name "
+                        f"ending in 'gpu', any case) and never reaches the raylet as a custom resource, while "
+                        f"the autoscaler believes it does. Fix: rename it (e.g. '{key[:-3]}slot')."
+                    )
 
 
 ray_custom_resources = resource_policy(

@@ -142,8 +142,10 @@ def _backend_problem(backends: Any, required: str) -> Optional[str]:
     if not isinstance(backends, list):
         return f"{backends!r}, not a list"
     if backends != [required]:
-        return (f"{backends}; NIXL creates every listed backend and picks one per transfer, so only "
-                f"[{required!r}] alone guarantees EFA")
+        return (
+            f"{backends}; NIXL creates every listed backend and picks one per transfer, so only "
+            f"[{required!r}] alone guarantees EFA"
+        )
     return None
 
 
@@ -183,16 +185,20 @@ def _connector_problem(node: dict, required: str, allowed: list[str]) -> Optiona
     if connector != "NixlConnector":
         if connector in allowed:
             return None
-        return (f"KV connector {connector!r}: only NixlConnector with backends ['{required}'] moves the KV "
-                f"cache over EFA. Fix: kv_connector: NixlConnector, kv_connector_extra_config: "
-                f"{{backends: ['{required}']}} (or list {connector!r} in allowedConnectors)")
+        return (
+            f"KV connector {connector!r}: only NixlConnector with backends ['{required}'] moves the KV "
+            f"cache over EFA. Fix: kv_connector: NixlConnector, kv_connector_extra_config: "
+            f"{{backends: ['{required}']}} (or list {connector!r} in allowedConnectors)"
+        )
     backends = dig(node, "kv_connector_extra_config", "backends")
     if is_unknown(backends):
         return None
     problem = _backend_problem(backends, required)
     if problem:
-        return (f"NixlConnector has backends {problem}; the KV cache may not travel over EFA. Fix: "
-                f"kv_connector_extra_config: {{backends: ['{required}']}}")
+        return (
+            f"NixlConnector has backends {problem}; the KV cache may not travel over EFA. Fix: "
+            f"kv_connector_extra_config: {{backends: ['{required}']}}"
+        )
     return None
 
 
@@ -203,8 +209,10 @@ def _nixl_backend(args: ResourceValidationArgs, report: ReportViolation) -> None
     for work in workloads(args.resource_type, plain(args.props)):
         for where, node in kv_configs(work):
             if isinstance(node, ServeConfigError):
-                report(f"{work.label}: {where} is {node}. KubeRay needs YAML text and vLLM JSON. Fix: build it "
-                       f"with yaml.safe_dump / json.dumps from the config dict.")
+                report(
+                    f"{work.label}: {where} is {node}. KubeRay needs YAML text and vLLM JSON. Fix: build it "
+                    f"with yaml.safe_dump / json.dumps from the config dict."
+                )
                 continue
             if not isinstance(node, dict) or "kv_connector" not in node:
                 continue
@@ -356,8 +364,9 @@ def effective_env(container: Any, namespace: Any, store: ObjectStore) -> EnvView
             elif data is None:
                 view.values[name] = External(f"{kind} {dig(ref, 'name')!r} (not in this stack)")
             else:
-                view.values[name] = data.get(dig(ref, "key"), External(f"{kind} {dig(ref, 'name')!r} has no "
-                                                                        f"key {dig(ref, 'key')!r}"))
+                view.values[name] = data.get(
+                    dig(ref, "key"), External(f"{kind} {dig(ref, 'name')!r} has no key {dig(ref, 'key')!r}")
+                )
             break
         else:
             view.values[name] = UNKNOWN if is_unknown(value_from) else External(f"valueFrom {list(value_from)}")
@@ -370,8 +379,7 @@ def _pod_instance_type(pod: Any) -> Optional[str]:
         value = norm_type(dig(pod, "nodeSelector", label))
         if value:
             return value
-    terms = dig(pod, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
-                "nodeSelectorTerms")
+    terms = dig(pod, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
     for term in known_list(terms) or []:
         for expr in known_list(dig(term, "matchExpressions")) or []:
             values = known_list(dig(expr, "values")) or []
@@ -403,8 +411,9 @@ class ClaimStore:
             props = view.props(resource)
             name, ns = dig(props, "metadata", "name"), dig(props, "metadata", "namespace")
             spec = dig(props, "spec", "spec") if kind == "ResourceClaimTemplate" else dig(props, "spec")
-            self._items[(kind, ns if isinstance(ns, str) else "*",
-                         name if isinstance(name, str) else resource.name)] = dig(spec, "devices", "requests")
+            self._items[
+                (kind, ns if isinstance(ns, str) else "*", name if isinstance(name, str) else resource.name)
+            ] = dig(spec, "devices", "requests")
 
     def requests(self, kind: str, namespace: Any, name: Any) -> Any:
         """The claim's requests, UNKNOWN, or None when no such claim is in the stack."""
@@ -489,8 +498,11 @@ def _gpu_pods_efa(args: StackValidationArgs, report: ReportViolation) -> None:
                 # Unpinned with several GPU types in the stack: the pod may land on any of them, so the
                 # largest EFA share holds.
                 candidates = {pinned} if pinned else stack_types
-                node_type = max(sorted(candidates & set(table.efa)), default=None,
-                                key=lambda t: _efa_share(table, t, requested_gpus(pod, gpu_res)))
+                node_type = max(
+                    sorted(candidates & set(table.efa)),
+                    default=None,
+                    key=lambda t: _efa_share(table, t, requested_gpus(pod, gpu_res)),
+                )
                 for container in containers(pod):
                     gpus: Any = requested(container, gpu_res)
                     via = f"{gpus} x {gpu_res}"
@@ -504,8 +516,11 @@ def _gpu_pods_efa(args: StackValidationArgs, report: ReportViolation) -> None:
                     problems = _container_problems(container, gpus, node_type, table, cfg, namespace, store)
                     if problems:
                         cname = dig(container, "name")
-                        report(f"{work.label}, {label}, container '{cname}' requests {via} but does "
-                               f"not use EFA fully. Fix: " + "; ".join(problems) + ".", resource.urn)
+                        report(
+                            f"{work.label}, {label}, container '{cname}' requests {via} but does "
+                            f"not use EFA fully. Fix: " + "; ".join(problems) + ".",
+                            resource.urn,
+                        )
             if uses_gpus and work.is_ray:
                 _ray_env_overrides(work, provider, report, resource.urn)
 
@@ -521,8 +536,15 @@ def requested_gpus(pod: Any, gpu_res: str) -> int:
     return max((requested(c, gpu_res) or 0 for c in known_list(dig(pod, "containers")) or []), default=0)
 
 
-def _container_problems(container: Any, gpus: int, node_type: Optional[str], table: TypeTable,
-                        cfg: dict[str, Any], namespace: Any, store: ObjectStore) -> list[str]:
+def _container_problems(
+    container: Any,
+    gpus: int,
+    node_type: Optional[str],
+    table: TypeTable,
+    cfg: dict[str, Any],
+    namespace: Any,
+    store: ObjectStore,
+) -> list[str]:
     efa_res, provider = cfg["efaResource"], cfg["fiProvider"]
     problems = []
     efa = requested(container, efa_res)
@@ -535,11 +557,15 @@ def _container_problems(container: Any, gpus: int, node_type: Optional[str], tab
         problems.append(f"request {expected} '{efa_res}' device(s){why}, not {efa}")
     value = effective_env(container, namespace, store).get("FI_PROVIDER")
     if isinstance(value, External):
-        problems.append(f"set env FI_PROVIDER={provider} literally (it comes from {value.source}, which the "
-                        f"pack cannot read)")
+        problems.append(
+            f"set env FI_PROVIDER={provider} literally (it comes from {value.source}, which the pack cannot read)"
+        )
     elif not is_unknown(value) and value != provider:
-        problems.append(f"set env FI_PROVIDER={provider} (is {value!r}; with duplicates the last entry wins)"
-                        if value is not None else f"set env FI_PROVIDER={provider}")
+        problems.append(
+            f"set env FI_PROVIDER={provider} (is {value!r}; with duplicates the last entry wins)"
+            if value is not None
+            else f"set env FI_PROVIDER={provider}"
+        )
     line = container_command(container)
     problem = _fi_problem(line.last("FI_PROVIDER"), provider)
     if problem:
@@ -593,8 +619,11 @@ def _ray_env_overrides(work: Workload, provider: str, report: ReportViolation, u
                 if problem:
                     found.append((f"{where} {path}.py_executable", problem))
     for where, problem in found:
-        report(f"{work.label}: {where} {problem}, which Ray applies to the workers over the container's "
-               f"FI_PROVIDER={provider}. Fix: drop it (or set {provider!r}).", urn)
+        report(
+            f"{work.label}: {where} {problem}, which Ray applies to the workers over the container's "
+            f"FI_PROVIDER={provider}. Fix: drop it (or set {provider!r}).",
+            urn,
+        )
 
 
 gpu_pods_efa = StackValidationPolicy(

@@ -116,8 +116,12 @@ def _literal_secrets(args: ResourceValidationArgs, report: ReportViolation) -> N
         # Only a whole-value variable reference is not a literal: `$(VAR)` (Kubernetes expands it in
         # env, command and args), `${VAR}` or an upper-case `$VAR` (a shell's). "$hf_..." (a token
         # with a dollar in front) or "$(X)hf_..." are literals.
-        return (isinstance(value, str) and bool(value.strip()) and not is_unknown(value)
-                and not _VARIABLE_REFERENCE.fullmatch(value.strip()))
+        return (
+            isinstance(value, str)
+            and bool(value.strip())
+            and not is_unknown(value)
+            and not _VARIABLE_REFERENCE.fullmatch(value.strip())
+        )
 
     def secret_like(name: str, value: Any) -> bool:
         if name in allowed or not literal(value):
@@ -138,9 +142,13 @@ def _literal_secrets(args: ResourceValidationArgs, report: ReportViolation) -> N
                 flag = _FLAG.match(arg.strip())
                 if flag and flag.group(2) is not None and secret_like(flag.group(1), flag.group(2)):
                     found[f"{where}.{part}[{i}] {flag.group(1)}"] = None
-                elif flag and flag.group(2) is None and i + 1 < len(items) and secret_like(
-                    flag.group(1), items[i + 1]
-                ) and bool(name_re.search(flag.group(1).replace("-", "_"))):
+                elif (
+                    flag
+                    and flag.group(2) is None
+                    and i + 1 < len(items)
+                    and secret_like(flag.group(1), items[i + 1])
+                    and bool(name_re.search(flag.group(1).replace("-", "_")))
+                ):
                     found[f"{where}.{part}[{i + 1}] (after {flag.group(1)})"] = None
     if args.resource_type == K8S_CONFIG_MAP:
         for key, value in (dig(props, "data") or {}).items() if isinstance(dig(props, "data"), dict) else ():
@@ -254,8 +262,9 @@ def _chart_exposure(props: Any) -> list[str]:
     if name in CHART_SERVICES or name == LBC_CHART:
         files = dig(props, "valueYamlFiles")
         if files and not is_unknown(files):
-            why.append(f"chart {name!r} takes values from valueYamlFiles, which the pack cannot read (pass them "
-                       f"in `values`)")
+            why.append(
+                f"chart {name!r} takes values from valueYamlFiles, which the pack cannot read (pass them in `values`)"
+            )
     if name in CHART_SERVICES:
         path, default_type = CHART_SERVICES[name]
         service = dig(values, *path)
@@ -266,8 +275,10 @@ def _chart_exposure(props: Any) -> list[str]:
             shown = {"spec": {"type": stype}, "metadata": {"annotations": service.get("annotations") or {}}}
             reason = _service_exposure(shown)
             if reason:
-                why.append(f"chart {name!r} values {'.'.join(path)}: {reason}"
-                           + (" (the chart's default type)" if "type" not in service else ""))
+                why.append(
+                    f"chart {name!r} values {'.'.join(path)}: {reason}"
+                    + (" (the chart's default type)" if "type" not in service else "")
+                )
     if name == LBC_CHART and dig(values, "ingressClassParams", "spec", "scheme") == "internet-facing":
         why.append(f"chart {name!r} values ingressClassParams.spec.scheme: internet-facing")
     return why

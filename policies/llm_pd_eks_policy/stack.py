@@ -189,8 +189,11 @@ class StackView:
         dep_subnets = self.deps(owner, key, SUBNET)
         listed = known_list(ids)
         if listed is None:  # the whole list is unknown: only the dependencies can tell
-            return SubnetRefs(dep_subnets, unknown=not dep_subnets,
-                              unjudgeable="" if dep_subnets else self.feeders(owner, key, SUBNET) or NO_SOURCE)
+            return SubnetRefs(
+                dep_subnets,
+                unknown=not dep_subnets,
+                unjudgeable="" if dep_subnets else self.feeders(owner, key, SUBNET) or NO_SOURCE,
+            )
         found = {s.urn: s for s in dep_subnets}
         matched: set[str] = set()
         unmatched: list[str] = []
@@ -219,8 +222,11 @@ class StackView:
         groups = self.of_type(NODE_GROUP)
         parents = {g.parent.urn for g in groups if g.parent is not None}
         out = [self._node_group(g, "node group") for g in groups]
-        out += [self._node_group(m, "pulumi-eks ManagedNodeGroup") for m in self.of_type(MANAGED_NODE_GROUP)
-                if m.urn not in parents]
+        out += [
+            self._node_group(m, "pulumi-eks ManagedNodeGroup")
+            for m in self.of_type(MANAGED_NODE_GROUP)
+            if m.urn not in parents
+        ]
         out += [self._eks_self_managed(g) for g in self.of_type(EKS_NODE_GROUP, EKS_NODE_GROUP_V2)]
         out += [self._instance(i) for i in self.of_type(EC2_INSTANCE)]
         out += [self._launch_configuration(c) for c in self.of_type(LAUNCH_CONFIGURATION)]
@@ -279,8 +285,7 @@ class StackView:
         ManagedNodeGroup has `enableEfaSupport`, pulumi/pulumi-eks#1593)."""
         props = self.props(group)
         kind = group.resource_type.split(":")[-1]
-        cap = Capacity(group, f"pulumi-eks {kind}",
-                       no_efa_reason=NO_EFA_PULUMI_EKS)
+        cap = Capacity(group, f"pulumi-eks {kind}", no_efa_reason=NO_EFA_PULUMI_EKS)
         self._add_types(cap, dig(props, "instanceType"))
         cap.subnets = self.subnet_refs(group, "nodeSubnetIds", dig(props, "nodeSubnetIds"))
         cap.public_ip = truthy(dig(props, "nodeAssociatePublicIpAddress")) is True
@@ -351,8 +356,11 @@ class StackView:
             cap.version = dig(props, "launchTemplate", "version")
         elif mixed is not None:
             cap.launch_template = self._lt_ref(
-                asg, "mixedInstancesPolicy", dig(mixed, "launchTemplateSpecification"),
-                id_key="launchTemplateId", name_key="launchTemplateName",
+                asg,
+                "mixedInstancesPolicy",
+                dig(mixed, "launchTemplateSpecification"),
+                id_key="launchTemplateId",
+                name_key="launchTemplateName",
             )
             for override in known_list(dig(mixed, "overrides")) or []:
                 if not isinstance(dig(override, "launchTemplateSpecification"), dict):
@@ -379,16 +387,20 @@ class StackView:
         which template is whose, so each of them is judged for every type of the group."""
         main = self._asg(asg)
         mixed = dig(self.props(asg), "mixedInstancesPolicy", "launchTemplate")
-        overrides = [o for o in known_list(dig(mixed, "overrides")) or []
-                     if isinstance(dig(o, "launchTemplateSpecification"), dict)]
+        overrides = [
+            o
+            for o in known_list(dig(mixed, "overrides")) or []
+            if isinstance(dig(o, "launchTemplateSpecification"), dict)
+        ]
         if not overrides:
             return [main]
         out = [main]
         fed = self.deps(asg, "mixedInstancesPolicy", LAUNCH_TEMPLATE)
         for i, override in enumerate(overrides):
             spec = dig(override, "launchTemplateSpecification")
-            ref = self._lt_ref(asg, "mixedInstancesPolicy", spec, id_key="launchTemplateId",
-                               name_key="launchTemplateName")
+            ref = self._lt_ref(
+                asg, "mixedInstancesPolicy", spec, id_key="launchTemplateId", name_key="launchTemplateName"
+            )
             cap = Capacity(asg, f"Auto Scaling group override {i}")
             cap.subnets, cap.literal_azs, cap.placement = main.subnets, main.literal_azs, main.placement
             cap.version = dig(spec, "version")
@@ -465,8 +477,11 @@ class StackView:
                 if ref.state == "resolved":
                     found.append(ref.resource)
         if not found:
-            found = [d for d in self.of_type(DEFAULT_ROUTE_TABLE)
-                     if self._same_vpc(subnet, "vpcId", d, "defaultRouteTableId")]
+            found = [
+                d
+                for d in self.of_type(DEFAULT_ROUTE_TABLE)
+                if self._same_vpc(subnet, "vpcId", d, "defaultRouteTableId")
+            ]
         return found
 
     def _is_igw(self, owner: Any, key: str, gateway: Any) -> bool:
@@ -528,7 +543,9 @@ class StackView:
     def placement_group(self, template: Any) -> Ref:
         props = self.props(template)
         return self.ref(
-            template, "placement", PLACEMENT_GROUP,
+            template,
+            "placement",
+            PLACEMENT_GROUP,
             [("name", dig(props, "placement", "groupName")), ("placementGroupId", dig(props, "placement", "groupId"))],
         )
 
@@ -550,8 +567,11 @@ class StackView:
             unknown = True
         else:
             ids += vpc
-        found = {g.urn: g for key in ("networkInterfaces", "vpcSecurityGroupIds")
-                 for g in self.deps(template, key, SECURITY_GROUP)}
+        found = {
+            g.urn: g
+            for key in ("networkInterfaces", "vpcSecurityGroupIds")
+            for g in self.deps(template, key, SECURITY_GROUP)
+        }
         matched: set[str] = set()
         unmatched: list[str] = []
         # The same group on every interface counts once; a non-string is no ID (EC2 would refuse it).
@@ -567,10 +587,13 @@ class StackView:
                 unmatched.append(str(sg_id))
         # IDs produced by resources of the stack (its own groups, the EKS cluster's group) are
         # accounted for by the dependencies; literal IDs beyond those point outside the stack.
-        deps = {d.urn: d for key in ("networkInterfaces", "vpcSecurityGroupIds")
-                for d in (template.property_dependencies or {}).get(key, [])}
+        deps = {
+            d.urn: d
+            for key in ("networkInterfaces", "vpcSecurityGroupIds")
+            for d in (template.property_dependencies or {}).get(key, [])
+        }
         feeders = set(deps) - matched
-        external = unmatched[len(feeders):] if len(unmatched) > len(feeders) else []
+        external = unmatched[len(feeders) :] if len(unmatched) > len(feeders) else []
         # Unknown IDs fed only by security groups of this stack are those groups: nothing is hidden.
         if unknown and found and all(d.resource_type == SECURITY_GROUP for d in deps.values()):
             unknown = False

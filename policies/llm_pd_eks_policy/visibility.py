@@ -23,8 +23,13 @@ VISIBLE_CONFIG: dict[str, dict[str, Any]] = {
     "unjudgeable": {
         "type": "object",
         "description": "resources (by Pulumi name) the pack may leave unjudged: {allow: [names]}",
-        "properties": {"allow": {"type": "array", "items": {"type": "string"},
-                                 "description": "Pulumi resource names to leave unjudged"}},
+        "properties": {
+            "allow": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Pulumi resource names to leave unjudged",
+            }
+        },
         "default": {"allow": []},
     },
 }
@@ -72,13 +77,14 @@ def _release_visible(args: ResourceValidationArgs, report: ReportViolation) -> N
     if isinstance(values, dict):
         found = list(_signals(values, str(cfg["gpuResource"])))
         if found:
-            why.append(f"values that run GPU or vLLM pods ({', '.join(found[:4])}) rendered only inside the "
-                       f"provider")
+            why.append(f"values that run GPU or vLLM pods ({', '.join(found[:4])}) rendered only inside the provider")
     if why:
-        report(f"{name_of(args)} (chart {dig(props, 'chart')!r}) cannot be judged by the serving rules: "
-               f"{'; '.join(why)}. Fix: install it with kubernetes.helm.v4.Chart (its objects are registered "
-               f"and judged), pass the values inline, or list {args.name!r} in this policy's "
-               f"unjudgeable.allow once its pods are checked another way.")
+        report(
+            f"{name_of(args)} (chart {dig(props, 'chart')!r}) cannot be judged by the serving rules: "
+            f"{'; '.join(why)}. Fix: install it with kubernetes.helm.v4.Chart (its objects are registered "
+            f"and judged), pass the values inline, or list {args.name!r} in this policy's "
+            f"unjudgeable.allow once its pods are checked another way."
+        )
 
 
 helm_release_visible = resource_policy(

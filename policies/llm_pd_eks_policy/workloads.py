@@ -104,8 +104,13 @@ def workloads(resource_type: str, props: Any) -> list[Workload]:
     found: list[Workload] = []
     for path, obj in embedded(props, _is_workload_object):
         name = dig(obj, "metadata", "name")
-        found.append(Workload(f"{obj['kind']} '{name if isinstance(name, str) else '?'}' (in {owner} at "
-                              f"{path or '(root)'})", obj["kind"], obj))
+        found.append(
+            Workload(
+                f"{obj['kind']} '{name if isinstance(name, str) else '?'}' (in {owner} at {path or '(root)'})",
+                obj["kind"],
+                obj,
+            )
+        )
     return found
 
 
@@ -227,14 +232,14 @@ def _read(words: list[str], result: CommandLine, depth: int) -> None:
                 i += 1
                 continue
             if word in ("export", "declare", "typeset", "readonly"):
-                for arg in statement[i + 1:]:
+                for arg in statement[i + 1 :]:
                     m = _ASSIGNMENT.match(arg)
                     if m:
                         result.assignments.append((m.group(1), m.group(2)))
                 i = len(statement)
                 break
             if word == "unset":
-                result.assignments += [(arg, UNSET) for arg in statement[i + 1:] if not arg.startswith("-")]
+                result.assignments += [(arg, UNSET) for arg in statement[i + 1 :] if not arg.startswith("-")]
                 i = len(statement)
                 break
             if word == "env" or word.endswith("/env"):
@@ -300,7 +305,7 @@ def kv_flags(tokens: list[str]) -> list[tuple[str, Any]]:
             except ValueError:
                 found.append((_KV_FLAG, str(value)))
         elif flag.startswith(_KV_FLAG + "."):
-            key = token.partition("=")[0][len(_KV_FLAG) + 1:]
+            key = token.partition("=")[0][len(_KV_FLAG) + 1 :]
             try:
                 parsed: Any = json.loads(value) if isinstance(value, str) else value
             except ValueError:

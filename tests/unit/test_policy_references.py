@@ -13,15 +13,27 @@ from llm_pd_eks_policy.gpu_nodes import gpu_blind_spots, version_problem
 
 def _resource(resource_type: str, name: str, props: dict, deps: dict[str, list] | None = None) -> PolicyResource:
     opts = PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0), [])
-    return PolicyResource(resource_type, props, f"urn:pulumi:test::llm-pd-eks::{resource_type}::{name}", name, opts,
-                          None, None, [d for ds in (deps or {}).values() for d in ds], deps or {})
+    return PolicyResource(
+        resource_type,
+        props,
+        f"urn:pulumi:test::llm-pd-eks::{resource_type}::{name}",
+        name,
+        opts,
+        None,
+        None,
+        [d for ds in (deps or {}).values() for d in ds],
+        deps or {},
+    )
 
 
 def _stack(subnet_feeder: Any) -> list[PolicyResource]:
     subnet = _resource("aws:ec2/subnet:Subnet", "private-a", {"availabilityZone": "us-west-2a"})
-    group = _resource("aws:eks/nodeGroup:NodeGroup", "gpu", {"instanceTypes": ["m7i.large", "p5.48xlarge"],
-                                                             "subnetIds": [UNKNOWN_STRING]},
-                      {"subnetIds": [subnet_feeder or subnet]})
+    group = _resource(
+        "aws:eks/nodeGroup:NodeGroup",
+        "gpu",
+        {"instanceTypes": ["m7i.large", "p5.48xlarge"], "subnetIds": [UNKNOWN_STRING]},
+        {"subnetIds": [subnet_feeder or subnet]},
+    )
     return [subnet, group] + ([subnet_feeder] if subnet_feeder else [])
 
 

@@ -27,8 +27,14 @@ KV = {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_connector_extra
 
 
 def _opts() -> PolicyResourceOptions:
-    return PolicyResourceOptions(protect=False, ignore_changes=[], delete_before_replace=None, aliases=[],
-                                 custom_timeouts=PolicyCustomTimeouts(0, 0, 0), additional_secret_outputs=[])
+    return PolicyResourceOptions(
+        protect=False,
+        ignore_changes=[],
+        delete_before_replace=None,
+        aliases=[],
+        custom_timeouts=PolicyCustomTimeouts(0, 0, 0),
+        additional_secret_outputs=[],
+    )
 
 
 def _urn(resource_type: str, name: str) -> str:
@@ -55,15 +61,26 @@ def deployment(command: list[str], efa: Optional[int] = 32, claims: bool = False
         limits["nvidia.com/gpu"] = 8
     if efa is not None:
         limits["vpc.amazonaws.com/efa"] = efa
-    container: dict[str, Any] = {"name": "vllm", "image": "vllm/vllm-openai:v0.11.0", "command": command,
-                                 "resources": {"limits": limits}, "env": [{"name": "FI_PROVIDER", "value": "efa"}]}
-    pod: dict[str, Any] = {"containers": [container],
-                           "nodeSelector": {"node.kubernetes.io/instance-type": "p5.48xlarge"}}
+    container: dict[str, Any] = {
+        "name": "vllm",
+        "image": "vllm/vllm-openai:v0.11.0",
+        "command": command,
+        "resources": {"limits": limits},
+        "env": [{"name": "FI_PROVIDER", "value": "efa"}],
+    }
+    pod: dict[str, Any] = {
+        "containers": [container],
+        "nodeSelector": {"node.kubernetes.io/instance-type": "p5.48xlarge"},
+    }
     if claims:
         container["resources"]["claims"] = [{"name": "gpu"}]
         pod["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "h100x8"}]
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "vllm", "namespace": "llm"},
-            "spec": {"replicas": 1, "template": {"spec": pod}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "vllm", "namespace": "llm"},
+        "spec": {"replicas": 1, "template": {"spec": pod}},
+    }
 
 
 SERVE = ["vllm", "serve", "Qwen/Qwen2.5-7B-Instruct", "--kv-transfer-config"]
@@ -82,23 +99,46 @@ def test_nixl_rule_config_allows_a_named_connector():
     lmcache = json.dumps({"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"})
     props = deployment([*SERVE, lmcache])
     assert len(collect(nixl_libfabric, resource_args("kubernetes:apps/v1:Deployment", "vllm", props))) == 1
-    allowed = resource_args("kubernetes:apps/v1:Deployment", "vllm", props,
-                            {"allowedConnectors": ["LMCacheConnectorV1"]})
+    allowed = resource_args(
+        "kubernetes:apps/v1:Deployment", "vllm", props, {"allowedConnectors": ["LMCacheConnectorV1"]}
+    )
     assert collect(nixl_libfabric, allowed) == []
 
 
 def _template(device_class: str) -> PolicyResource:
-    return policy_resource("kubernetes:resource.k8s.io/v1:ResourceClaimTemplate", "h100x8", {
-        "metadata": {"name": "h100x8", "namespace": "llm"},
-        "spec": {"spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
-            "deviceClassName": device_class, "allocationMode": "ExactCount", "count": 8}}]}}}})
+    return policy_resource(
+        "kubernetes:resource.k8s.io/v1:ResourceClaimTemplate",
+        "h100x8",
+        {
+            "metadata": {"name": "h100x8", "namespace": "llm"},
+            "spec": {
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "gpus",
+                                "exactly": {
+                                    "deviceClassName": device_class,
+                                    "allocationMode": "ExactCount",
+                                    "count": 8,
+                                },
+                            }
+                        ]
+                    }
+                }
+            },
+        },
+    )
 
 
-@pytest.mark.parametrize("efa, device_class, reports", [(32, "gpu.nvidia.com", 0), (None, "gpu.nvidia.com", 1),
-                                                        (8, "gpu.nvidia.com", 1), (None, "net.example.com", 0)])
+@pytest.mark.parametrize(
+    "efa, device_class, reports",
+    [(32, "gpu.nvidia.com", 0), (None, "gpu.nvidia.com", 1), (8, "gpu.nvidia.com", 1), (None, "net.example.com", 0)],
+)
 def test_efa_rule_on_dra_gpu_claims(efa, device_class, reports):
-    workload = policy_resource("kubernetes:apps/v1:Deployment", "vllm",
-                               deployment([*SERVE, json.dumps(KV)], efa=efa, claims=True))
+    workload = policy_resource(
+        "kubernetes:apps/v1:Deployment", "vllm", deployment([*SERVE, json.dumps(KV)], efa=efa, claims=True)
+    )
     messages = collect(gpu_pods_efa, StackValidationArgs([workload, _template(device_class)]))
     assert len(messages) == reports
     if reports:

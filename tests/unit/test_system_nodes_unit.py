@@ -57,7 +57,10 @@ def test_the_root_volume_is_encrypted_gp3_of_the_configured_size(mocks):
         (template,) = mocks.of_type("aws:ec2/launchTemplate:LaunchTemplate")
         (device,) = template.inputs["blockDeviceMappings"]
         assert (device["ebs"]["volumeType"], device["ebs"]["encrypted"], device["ebs"]["volumeSize"]) == (
-            "gp3", "true", 150)
+            "gp3",
+            "true",
+            150,
+        )
 
     return group.node_group.id.apply(check)
 
