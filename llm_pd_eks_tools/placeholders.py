@@ -118,7 +118,8 @@ def find_placeholders(
     config: StackConfig, runner: Optional[str] = None, secure_values: Optional[dict[str, str]] = None
 ) -> list[Placeholder]:
     """Every example value in `config`; `runner` is a runner label stated outside the stack (workflow input);
-    `secure_values` are the stack file's `{secure: ...}` ciphertexts by key (llm_pd_eks_tools.stackfile.secure_values)."""
+    `secure_values` are the stack file's `{secure: ...}` ciphertexts by key
+    (llm_pd_eks_tools.stackfile.secure_values)."""
     found = []
     for key, ciphertext in sorted((secure_values or {}).items()):
         why = undecryptable(ciphertext)

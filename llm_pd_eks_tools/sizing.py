@@ -1036,7 +1036,8 @@ def point_query(
     constants: Optional[EngineConstants] = None,
     kv_efficiency: Optional[float] = None,
 ) -> PointAnswer:
-    """What the model says one layout does at one load (the point query of `python -m llm_pd_eks_tools.size --point`)."""
+    """What the model says one layout does at one load (the point query of
+    `python -m llm_pd_eks_tools.size --point`)."""
     replica = Replica(model, instance, tp, kv_dtype_bytes, constants=constants or VLLM_BF16)
     workload = parse_workload(
         {

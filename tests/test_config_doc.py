@@ -49,7 +49,8 @@ def test_check_fails_on_a_stale_table_and_the_generator_fixes_it(tmp_path):
     stale = tool("--check")
     assert (stale.returncode, stale.stderr.strip()) == (
         1,
-        "config_doc: README.md: the config table is stale; run `python -m llm_pd_eks_tools.config_doc` and commit README.md",
+        "config_doc: README.md: the config table is stale; run `python -m llm_pd_eks_tools.config_doc` "
+        "and commit README.md",
     )
     assert tool().returncode == 0
     assert readme.read_text(encoding="utf-8") == current

@@ -114,7 +114,8 @@ def served(capacity) -> StackConfig:
     [
         (
             {"StartDate": NOW + timedelta(hours=3), "State": "scheduled"},
-            "it starts 2026-12-01T15:00:00+00:00, after `up`'s wait for the RayService (serving.readyTimeoutMinutes {t})",
+            "it starts 2026-12-01T15:00:00+00:00, after `up`'s wait for the RayService "
+            "(serving.readyTimeoutMinutes {t})",
         ),
         (
             {"EndDate": None},  # set below: 30 minutes' notice + the ready timeout - 1 minute from NOW

@@ -357,7 +357,8 @@ BAD = [
         "requestRate",
     ),
     (
-        "requestRate: 1\ninputTokens: {mean: 10}\noutputTokens: {mean: 10}\nslo: {ttftMs: 1, itlMs: 1, percentile: 100}",
+        "requestRate: 1\ninputTokens: {mean: 10}\noutputTokens: {mean: 10}\n"
+        "slo: {ttftMs: 1, itlMs: 1, percentile: 100}",
         "slo.percentile",
     ),
     (

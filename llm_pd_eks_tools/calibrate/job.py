@@ -93,7 +93,10 @@ def parse_results(log: str, plan: list[SweepPoint]) -> dict[str, Any]:
 def run_in_cluster(
     client: Any, job: dict[str, Any], plan: list[SweepPoint], deadline: float, progress: Progress
 ) -> dict[str, Any]:
-    """Create the Job, wait for it (bounded), read its pod's log. `client`: llm_pd_eks_tools/verify/kube.py KubeClient."""
+    """Create the Job, wait for it (bounded), read its pod's log.
+
+    `client`: a llm_pd_eks_tools/verify/kube.py KubeClient.
+    """
     ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
     client.post_json(f"/apis/batch/v1/namespaces/{ns}/jobs", job)
     progress(f"created Job {ns}/{name} on the system nodes; {len(plan)} benchmark runs")

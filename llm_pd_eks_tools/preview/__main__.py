@@ -79,7 +79,8 @@ def read_policy_config(path: Path) -> dict:
 
 
 def run_and_exit(argv: Optional[list[str]] = None) -> NoReturn:
-    """`main` as a process of its own: `python -m llm_pd_eks_tools.preview`, and each side of `llm_pd_eks_tools.preview.diff`."""
+    """`main` as a process of its own: `python -m llm_pd_eks_tools.preview`, and each side of
+    `llm_pd_eks_tools.preview.diff`."""
     import gc
 
     # The preview allocates hundreds of thousands of objects importing the provider SDKs and never

@@ -197,7 +197,8 @@ def _checkout_root() -> Path:
 
 
 def kv_band_figure(config: Any, gpu: Optional[NodeGroupFigure], stack: Optional[str] = None) -> dict[str, Any]:
-    """The KV band (llm_pd_eks_tools/sizing.py: line rate, measured NIXL/EFA, single-flow TCP) for a maxModelLen request."""
+    """The KV band (llm_pd_eks/kv_transfer.py: line rate, measured NIXL/EFA, single-flow TCP) for a
+    maxModelLen request."""
     serving = getattr(config, "serving", None) if config is not None else None
     if serving is None or gpu is None:
         return {"status": "n/a", "reason": "no serving section or no GPU node group"}

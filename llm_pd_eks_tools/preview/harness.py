@@ -5,7 +5,8 @@
 2. starts the policy pack's analyzer process (in parallel with step 3: it is the slow start-up);
 3. runs `__main__.py` under the mock runtime (`llm_pd_eks_tools.preview.mockrun`), recording every registration;
 4. serves the pack over the analyzer protocol on those resources (`llm_pd_eks_tools.preview.analyzer`);
-5. works out the figures (`llm_pd_eks_tools.preview.figures`) and writes the artifacts (`llm_pd_eks_tools.preview.render`).
+5. works out the figures (`llm_pd_eks_tools.preview.figures`) and writes the artifacts
+   (`llm_pd_eks_tools.preview.render`).
 
 Expected failures are `llm_pd_eks_tools.cli.ToolError`s carrying the shared exit codes: USAGE (stack or policy
 config), PROGRAM (the program raised under the mock runtime), POLICY (the pack failed to run);

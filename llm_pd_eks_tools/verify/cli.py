@@ -1,4 +1,7 @@
-"""`python -m llm_pd_eks_tools.verify --stack dev [--kubeconfig PATH] [--json] [--timeout 600]`: see llm_pd_eks_tools/verify/__init__.py."""
+"""`python -m llm_pd_eks_tools.verify --stack dev [--kubeconfig PATH] [--json] [--timeout 600]`.
+
+See llm_pd_eks_tools/verify/__init__.py.
+"""
 
 from __future__ import annotations
 
