@@ -9,10 +9,10 @@ import math
 
 import pytest
 from helpers import NODE_GROUP
-from policies.rules import intake
 from policy_fixtures import Res, gpu_stack, judge, mandatory, of, pack
 
 from llm_pd_eks.pulumi_sdk import analyzer_pb2
+from llm_pd_eks_policy import intake
 
 DECODE = intake.POLICY_NAME
 
