@@ -75,6 +75,22 @@ def test_non_finite_number_is_judged_not_crashed_and_the_stack_goes_on(number):
     _still_serving()
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"4dabf18193072939515e22adb298388d": "1b47061264138c4ac30d75fd1eb44270"},  # a secret without its value
+        {"4dabf18193072939515e22adb298388d": "c44067f5952c0a294b673a41bacd8c17"},  # an asset with no fields
+    ],
+    ids=["secret-without-value", "empty-asset"],
+)
+def test_a_malformed_value_signature_is_judged_not_crashed(value):
+    stack = gpu_stack()
+    stack["lt"].props["userData"] = value
+    found = of(judge(list(stack.values())), DECODE)
+    assert found and all("gpu-nodes-lt" in v.message and "signature" in v.message for v in found)
+    _still_serving()
+
+
 def test_the_same_stack_with_finite_numbers_has_no_decode_verdict():
     assert of(judge(gpu_stack()), DECODE) == []
 

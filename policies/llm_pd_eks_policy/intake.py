@@ -205,9 +205,17 @@ def problem_of(properties: struct_pb2.Struct) -> Optional[str]:
     if marked is not None:
         return marked.string_value or "its properties could not be decoded"
     try:
-        json_format.MessageToDict(properties)
+        plain = json_format.MessageToDict(properties)
     except (ValueError, RecursionError, TypeError) as error:
         return f"its properties could not be decoded ({type(error).__name__})"
+    try:
+        # The host's own next step (pulumi_policy.policy: deserialize_properties(MessageToDict(...))):
+        # a malformed signature, e.g. a secret marker without its value, fails there.
+        from pulumi_policy.deserialize import deserialize_properties
+
+        deserialize_properties(plain)
+    except Exception as error:  # whatever the host would crash on is "cannot be judged"
+        return f"its properties could not be decoded ({type(error).__name__} in a Pulumi value signature)"
     return None
 
 
