@@ -88,3 +88,23 @@ def requires_binary(name: str) -> pytest.MarkDecorator:
     (scripts/test-binaries.sh); a test whose binary is still missing fails with one line saying what
     to install (tests/conftest.py), it is never skipped."""
     return pytest.mark.requires_binary(name)
+
+
+# -- loopback fake servers -------------------------------------------------------------------------
+class QuietHTTPServer(__import__("http.server").server.ThreadingHTTPServer):
+    """A fake's ThreadingHTTPServer whose handler failures are kept on `errors`, not printed: its
+    threads outlive the test that started them, and a print would land in whichever test's captured
+    stderr is current (a client that hung up is expected, not an error)."""
+
+    daemon_threads = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.errors: list[str] = []
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import traceback
+
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)):
+            return
+        self.errors.append(f"{client_address}: {traceback.format_exc()}")

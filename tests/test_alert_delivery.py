@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import yaml
+from helpers import QuietHTTPServer
 from prom_fixtures import Series, backfill, binary, free_port, get_json, process, prometheus, wait_for
 
 from llm_pd_eks import metrics as m
@@ -96,7 +97,7 @@ class Webhook:
             def log_message(self, *args: Any) -> None:
                 return
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = QuietHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/alerts"
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
 

@@ -514,9 +514,9 @@ def test_make_size_write_json_stdout_is_pure_json(tmp_path):
     import json
 
     root = _checkout(tmp_path)  # a copy: the tool writes the stack file beside its own code
-    for name in ("Makefile", "requirements.txt", "requirements-dev.txt"):
+    for name in ("Makefile", "requirements.txt", "requirements-preview.txt", "requirements-dev.txt"):
         shutil.copy(ROOT / name, root / name)
-    for name in ("tools", "components"):
+    for name in ("llm_pd_eks_tools", "llm_pd_eks"):
         shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
     proc = subprocess.run(
         [
