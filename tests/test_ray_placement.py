@@ -65,6 +65,9 @@ RAY_ENV = {
     "RAY_health_check_period_ms": "10000",
     "RAY_health_check_timeout_ms": "60000",
     "RAY_health_check_failure_threshold": "60",
+    # How long a new head waits for the GCS to write its port file (ray/_private/services.py
+    # start_gcs_server and node.py read it); the default is too short on an overloaded 2-core machine.
+    "RAY_gcs_server_port_wait_time_s": "180",
 }
 
 
@@ -102,7 +105,8 @@ def started(make: Callable[[], Any]) -> Any:
         try:
             return make()
         except Exception as error:
-            if "timed out during startup" not in str(error) or attempt == NODE_START_ATTEMPTS - 1:
+            slow = ("timed out during startup", "Timed out waiting for file")  # the raylet's wait, the GCS port file's
+            if not any(text in str(error) for text in slow) or attempt == NODE_START_ATTEMPTS - 1:
                 raise
             tree = _children()
             for child in set(tree.get(os.getpid(), [])) - before:
