@@ -65,8 +65,8 @@ RAY_ENV = {
     "RAY_health_check_period_ms": "10000",
     "RAY_health_check_timeout_ms": "60000",
     "RAY_health_check_failure_threshold": "60",
-    # How long a new head waits for the GCS to write its port file (ray/_private/services.py
-    # start_gcs_server and node.py read it); the default is too short on an overloaded 2-core machine.
+    # How long a new head waits for the GCS to write its port file (Ray 2.57 ray/_private/node.py,
+    # default 30 s, `wait_for_persisted_port`): too short for an overloaded 2-core machine.
     "RAY_gcs_server_port_wait_time_s": "180",
 }
 
