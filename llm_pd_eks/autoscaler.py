@@ -33,6 +33,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from .catalog import CLUSTER_AUTOSCALER_IMAGE
+from .cluster import irsa_trust_policy
 from .config import NodeAutoscalerConfig
 from .helm import HelmChart, pinned_release
 from .system_nodes import SYSTEM_LABELS
@@ -77,24 +78,7 @@ def autoscaler_tags(cluster_name: str, template: Mapping[str, Mapping[str, str]]
 
 def trust_policy(oidc_provider_arn: str, oidc_issuer: str) -> str:
     """IRSA trust: only kube-system/cluster-autoscaler's projected token, audience STS."""
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Effect": "Allow",
-                    "Principal": {"Federated": oidc_provider_arn},
-                    "Action": "sts:AssumeRoleWithWebIdentity",
-                    "Condition": {
-                        "StringEquals": {
-                            f"{oidc_issuer}:sub": f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}",
-                            f"{oidc_issuer}:aud": "sts.amazonaws.com",
-                        }
-                    },
-                }
-            ],
-        }
-    )
+    return irsa_trust_policy(oidc_provider_arn, oidc_issuer, NAMESPACE, SERVICE_ACCOUNT)
 
 
 def permissions_policy(cluster_name: str, node_group_arns: Sequence[str]) -> str:

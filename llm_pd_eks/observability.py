@@ -37,13 +37,14 @@ import pulumi_kubernetes as k8s
 from . import metrics as m
 from .alerts import AlertTarget, SnsTarget, WebhookTarget, alertmanager_config, rule_groups
 from .catalog import GpuInstanceType
+from .cluster import irsa_trust_policy
 from .config import ObservabilityConfig
 from .dashboards import DASHBOARD_LABEL, dashboard_json
 from .efa_gpu_nodes import GPU_LABELS, GPU_TOLERATION
 from .helm import HelmChart, pinned_release
 from .kv_transfer import kv_rank_floor_gbps
 from .ray_service import NAMESPACE as SERVING_NAMESPACE
-from .storage import STORAGE_CLASS, irsa_trust_policy, prometheus_volume
+from .storage import STORAGE_CLASS, prometheus_volume
 from .system_nodes import SYSTEM_LABELS
 
 PROMETHEUS_STACK_CHART = HelmChart("kube-prometheus-stack", "https://prometheus-community.github.io/helm-charts")

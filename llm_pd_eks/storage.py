@@ -16,7 +16,6 @@ an encrypted gp3 StorageClass, topology-bound to the system nodes' availability 
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -25,6 +24,8 @@ from typing import Any, Optional, Sequence
 import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
+
+from .cluster import irsa_trust_policy
 
 EBS_CSI_ADDON = "aws-ebs-csi-driver"
 EBS_CSI_NAMESPACE = "kube-system"
@@ -67,28 +68,6 @@ def prometheus_volume(active_series: int, scrape_interval: str, retention: str) 
     needed = rate * BYTES_PER_SAMPLE * duration_seconds(retention)
     gib = max(10, math.ceil(needed * VOLUME_HEADROOM / 2**30))
     return PrometheusVolume(rate, gib, f"{math.floor(gib * RETENTION_SIZE_FRACTION)}GB")
-
-
-def irsa_trust_policy(oidc_provider_arn: str, oidc_issuer: str, namespace: str, service_account: str) -> str:
-    """Only `namespace/service_account`'s projected token (audience STS) may assume the role."""
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Effect": "Allow",
-                    "Principal": {"Federated": oidc_provider_arn},
-                    "Action": "sts:AssumeRoleWithWebIdentity",
-                    "Condition": {
-                        "StringEquals": {
-                            f"{oidc_issuer}:sub": f"system:serviceaccount:{namespace}:{service_account}",
-                            f"{oidc_issuer}:aud": "sts.amazonaws.com",
-                        }
-                    },
-                }
-            ],
-        }
-    )
 
 
 def storage_class_spec(zones: Sequence[str]) -> dict[str, Any]:
