@@ -15,7 +15,8 @@ Second, separate assertion: the KubeRay autoscaler's view of each group (Ray's a
 replica (Ray's own bin-packing of a pending STRICT_PACK group) and advertises what the raylet reports.
 
 Deterministic on a loaded two-core machine: one Ray head for the module (started once: Ray waits
-a fixed 30 s for a starting node to register), each case's worker raylets removed after it, so at
+a fixed 30 s for a starting node to register), each case's worker raylets drained through the GCS
+and removed after it (`removed`: the GCS forgets them at once, not after its health checks), so at
 most a handful run at once; a node start that outlives Ray's fixed 30 s registration wait is
 tried again, a bounded number of times (`started`); Ray's GCS health checks and the node-registration wait
 are generous (RayConfig names from src/ray/common/ray_config_def.h: health_check_initial_delay_ms,
@@ -304,10 +305,27 @@ def placement_problems(
     finally:
         for _, _, pg in pgs:
             remove_placement_group(pg)
-        for node in nodes:
-            cluster.remove_node(node)
-        cluster.wait_for_nodes(timeout=REGISTER_WAIT_S)  # the next case starts from the head alone
+        removed(cluster, nodes)  # the next case starts from the head alone
     return problems
+
+
+def removed(cluster: Any, nodes: list[Any]) -> None:
+    """The case's worker raylets gone, the way Ray's autoscaler stops a node: drained through the GCS
+    first (`GcsClient.drain_nodes`, as ray 2.57 autoscaler/v2/instance_manager/subscribers/
+    ray_stopper.py `_stop_ray_node` does), which marks each node dead in the GCS before it answers,
+    then their processes killed (`Cluster.remove_node`). Without the drain the GCS learns of a
+    removed raylet only from its own exit or from failed health checks (about ten minutes with
+    RAY_ENV's settings): `remove_node` gives a raylet one second after SIGTERM before SIGKILL
+    (ray/_private/node.py `_kill_process_impl`), too short on a loaded machine for it to unregister."""
+    from ray._common.utils import hex_to_binary
+    from ray._raylet import GcsClient
+
+    if nodes:
+        gcs = GcsClient(address=cluster.address)
+        gcs.drain_nodes(node_ids=[hex_to_binary(node.node_id) for node in nodes], timeout=REGISTER_WAIT_S)
+    for node in nodes:
+        cluster.remove_node(node)
+    cluster.wait_for_nodes(timeout=REGISTER_WAIT_S)
 
 
 def ints(obj: Any) -> Any:
