@@ -180,12 +180,24 @@ def sized_values(result: Sizing, current: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _section(config: Any, name: str, path: Path) -> Any:
+    """The stack file's `<project>:<name>` mapping, spelt with the project prefix or without it (the
+    Pulumi CLI reads a key without a namespace as the project's own)."""
+    from llm_pd_eks.config import PROJECT
+
+    spellings = [key for key in (f"{PROJECT}:{name}", name) if key in config]
+    if len(spellings) != 1:
+        problem = "is missing" if not spellings else f"is given twice ({' and '.join(spellings)})"
+        raise ToolError(Exit.USAGE, f"nothing written: {path.name}: config key {PROJECT}:{name} {problem}")
+    return config[spellings[0]]
+
+
 def write_stack(stack: str, result: Sizing, current: Any, root: Path = ROOT) -> tuple[str, dict[str, dict[str, Any]]]:
     """Rewrite Pulumi.<stack>.yaml in place (comments kept); returns (new text, values written)."""
     import yaml
     from ruamel.yaml import YAML
 
-    from llm_pd_eks.config import PROJECT, ConfigError, validate_engine_config
+    from llm_pd_eks.config import ConfigError, validate_engine_config
     from llm_pd_eks_tools.preview.mockrun import engine_config, stack_file
 
     if not result.disaggregated.feasible:
@@ -201,11 +213,12 @@ def write_stack(stack: str, result: Sizing, current: Any, root: Path = ROOT) -> 
     rt.width = 4096
     doc = rt.load(path.read_text())
     config = doc["config"]
+    serving, gpu_nodes = _section(config, "serving", path), _section(config, "gpuNodes", path)
     for role in ("prefill", "decode"):
         for key, value in values[role].items():
-            config[f"{PROJECT}:serving"][role][key] = value
+            serving[role][key] = value
     for key, value in values["gpuNodes"].items():
-        config[f"{PROJECT}:gpuNodes"][key] = value
+        gpu_nodes[key] = value
     buffer = io.StringIO()
     rt.dump(doc, buffer)
     text = buffer.getvalue()

@@ -358,7 +358,7 @@ def test_karpenter_node_pool_cannot_launch_efa_gpu_types(requirement, violation)
     found = of(judge([pool]), REFS)
     assert bool(found) == violation
     if violation:
-        assert "cluster placement group" in found[0].message
+        assert "EC2NodeClass is a launch path this pack does not judge" in found[0].message
 
 
 def _bad_worker_service(api: str = "ray.io/v1") -> dict:

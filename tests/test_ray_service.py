@@ -434,6 +434,69 @@ def test_worker_pods_are_efa_ready(run: ProgramRun):
         assert c["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
 
 
+def test_worker_pods_run_unprivileged(run: ProgramRun):
+    # IPC_LOCK (above) and the EFA device from the device plugin, never `privileged`: the AWS DLC's
+    # own EKS multi-node test runs its Ray pods so (ray_service.py's module docstring cites it).
+    pods = [g["template"]["spec"] for g in workers(run).values()]
+    pods.append(ints(ray_service(run).inputs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]))
+    for pod in pods:
+        for c in pod["containers"] + pod.get("initContainers", []):
+            assert not c.get("securityContext", {}).get("privileged", False), c["name"]
+
+
+def _env(c: dict) -> dict[str, str]:
+    return {e["name"]: e.get("value") for e in c["env"]}
+
+
+def test_the_weights_cache_is_a_node_directory_on_the_instance_store(run: ProgramRun):
+    # HF_HOME on a hostPath under /var/lib/kubelet, which nodeadm's RAID0 holds (test_cluster_aws.py
+    # MOVED_TO_RAID0): a restarted pod reads the weights from the node, not over NAT again.
+    from test_cluster_aws import MOVED_TO_RAID0
+
+    instance = GPU_INSTANCE_TYPES[stack_config(run.stack).gpu_nodes.instance_type]
+    model = MODELS[stack_config(run.stack).serving.model_id]
+    for group in workers(run).values():
+        c = container(group)
+        env = _env(c)
+        (mount,) = [m for m in c["volumeMounts"] if m["mountPath"] == env["HF_HOME"]]
+        (volume,) = [v for v in group["template"]["spec"]["volumes"] if v["name"] == mount["name"]]
+        assert volume["hostPath"]["path"].startswith(MOVED_TO_RAID0[0] + "/")
+        assert env["HF_XET_HIGH_PERFORMANCE"] == "1"
+        assert instance.nvme_disks * instance.nvme_disk_gb > 2 * model.weights_gib_bf16  # room for the weights
+
+
+def test_the_engine_start_timeout_is_what_ray_serve_llm_reads(run: ProgramRun, monkeypatch):
+    # Ray Serve LLM reads its engine start budget from the environment when its constants module loads
+    # (ray.llm._internal.serve.constants ENGINE_START_TIMEOUT_S); the rendered value must be that name.
+    import importlib
+
+    from ray.llm._internal.serve import constants
+
+    (value,) = {_env(container(g))["RAYLLM_ENGINE_START_TIMEOUT_S"] for g in workers(run).values()}
+    monkeypatch.setenv("RAYLLM_ENGINE_START_TIMEOUT_S", value)
+    try:
+        assert importlib.reload(constants).ENGINE_START_TIMEOUT_S == int(value)
+    finally:
+        monkeypatch.undo()
+        importlib.reload(constants)
+    # and it follows the model's size: the download at the planned rate fits inside it
+    model = MODELS[stack_config(run.stack).serving.model_id]
+    assert int(value) > model.weights_gib_bf16 / 0.1
+
+
+def test_a_larger_model_gets_a_longer_engine_start_timeout():
+    from llm_pd_eks.config import ServingConfig
+    from llm_pd_eks.ray_service import engine_start_timeout_s
+
+    from llm_pd_eks.serving_image import DLC_IMAGE as image
+    by_size = sorted(MODELS, key=lambda m: MODELS[m].weights_gib_bf16)
+    small, large = by_size[0], by_size[-1]
+    timeouts = [
+        engine_start_timeout_s(ServingConfig.model_validate({"modelId": m, "image": image})) for m in (small, large)
+    ]
+    assert MODELS[small].weights_gib_bf16 < MODELS[large].weights_gib_bf16 and timeouts[0] < timeouts[1]
+
+
 def test_device_rdma_is_set_only_where_the_efa_has_rdma_read():
     from llm_pd_eks.config import ServingConfig
     from llm_pd_eks.ray_service import worker_group

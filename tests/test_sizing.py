@@ -13,6 +13,7 @@ import yaml
 from helpers import DATA, ROOT, STACKS
 
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+from llm_pd_eks.config import PROJECT
 from llm_pd_eks.models import MODELS, ModelSpec
 from llm_pd_eks_tools import size as size_cli
 from llm_pd_eks_tools.cli import Exit, ToolError, run
@@ -492,6 +493,41 @@ def test_write_updates_bounds_keeps_comments_and_validates(tmp_path, capsys):
     assert config.serving.decode.max_ongoing_requests > config.serving.decode.target_ongoing_requests
     assert config.serving.prefill.target_ongoing_requests >= 1
     assert config.serving.prefill.upscale_delay_s == 30.0 and config.serving.decode.downscale_delay_s == 600.0
+
+
+def test_write_finds_keys_spelt_without_the_project_prefix(tmp_path, capsys):
+    # The Pulumi CLI reads `serving:` as `llm-pd-eks:serving`; so does the writer (no KeyError, exit 70).
+    root = _checkout(tmp_path)
+    stack_path = root / "Pulumi.prod.yaml"
+    stack_path.write_text(stack_path.read_text().replace(f"{PROJECT}:serving:", "serving:"))
+    assert f"{PROJECT}:serving:" not in stack_path.read_text()
+    code = run(
+        "size",
+        size_cli.main,
+        ["--stack", "prod", "--workload", str(WORKLOADS / "prod.yaml"), "--write", "--root", str(root)],
+    )
+    assert code == Exit.OK, capsys.readouterr().err
+    config = stack_config("prod", root)
+    result = size("prod", config, load_workload(WORKLOADS / "prod.yaml"))
+    assert config.serving.decode.max_replicas == result.disaggregated.side("decode").replicas
+    written = yaml.safe_load(stack_path.read_text())["config"]
+    assert f"{PROJECT}:serving" not in written  # written where it stood, under the unprefixed key
+    assert written["serving"]["decode"]["maxReplicas"] == result.disaggregated.side("decode").replicas
+
+
+def test_write_refuses_a_section_given_with_and_without_the_prefix(tmp_path, capsys):
+    root = _checkout(tmp_path)
+    stack_path = root / "Pulumi.prod.yaml"
+    text = stack_path.read_text()
+    stack_path.write_text(text.replace("config:\n", "config:\n  gpuNodes: {}\n", 1))
+    code = run(
+        "size",
+        size_cli.main,
+        ["--stack", "prod", "--workload", str(WORKLOADS / "prod.yaml"), "--write", "--root", str(root)],
+    )
+    err = capsys.readouterr().err
+    assert code == Exit.USAGE and "gpuNodes" in err and err.count("\n") == 1, err
+    assert stack_path.read_text() == text.replace("config:\n", "config:\n  gpuNodes: {}\n", 1)  # nothing written
 
 
 def test_write_with_json_prints_one_json_document_and_nothing_else(tmp_path, capsys):

@@ -748,10 +748,10 @@ def _blind_spots(view: StackView, table: TypeTable, report: ReportViolation, all
             )
         if gpu:
             report(
-                f"Karpenter NodePool '{pool.name}' may launch {join(gpu)}, but Karpenter cannot put nodes in a "
-                f"cluster placement group (aws/karpenter-provider-aws#3324) nor be checked for one EFA "
-                f"interface per card here. Fix: run EFA GPU types in a managed node group with a launch "
-                f"template; exclude them from the NodePool's requirements.",
+                f"Karpenter NodePool '{pool.name}' may launch {join(gpu)}: its EC2NodeClass is a launch path "
+                f"this pack does not judge (EFA interface per card, placement group, reservation, one AZ). "
+                f"Fix: run EFA GPU types in a managed node group with a launch template; exclude them from "
+                f"the NodePool's requirements.",
                 pool.urn,
             )
 
