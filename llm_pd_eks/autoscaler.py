@@ -34,7 +34,7 @@ import pulumi_kubernetes as k8s
 
 from .catalog import CLUSTER_AUTOSCALER_IMAGE
 from .cluster import irsa_trust_policy
-from .config import NodeAutoscalerConfig
+from .config.autoscaler import NodeAutoscalerConfig
 from .helm import HelmChart, pinned_release
 from .system_nodes import SYSTEM_LABELS
 

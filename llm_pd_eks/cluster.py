@@ -11,7 +11,7 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
-from .config import ClusterConfig
+from .config.cluster import ClusterConfig
 
 # No AmazonEKS_CNI_Policy here: the VPC CNI gets it through its own IRSA role below, so no pod that
 # reaches the node's credentials can assign ENIs and addresses

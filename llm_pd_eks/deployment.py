@@ -10,7 +10,7 @@ inputs are a `TypedDict` with a docstring after each field and this module does 
 `from __future__ import annotations` (the analyzer reads evaluated annotations).
 
 The config sections are plain (known when the component is constructed): they decide which
-resources exist. Each is validated by the same strict model as a stack file's (`llm_pd_eks/config.py`),
+resources exist. Each is validated by the same strict model as a stack file's (`llm_pd_eks/config/`),
 every problem reported together before anything registers.
 """
 

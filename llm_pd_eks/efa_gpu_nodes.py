@@ -26,7 +26,7 @@ import pulumi
 import pulumi_aws as aws
 
 from .catalog import GpuInstanceType
-from .config import CapacityBlock, CapacityReservation, GpuNodesConfig
+from .config.gpu_nodes import CapacityBlock, CapacityReservation, GpuNodesConfig
 from .node_common import (
     IMDSV2,
     hugepages_script,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from .config import NetworkConfig
+from .config.network import NetworkConfig
 
 # `kubernetes.io/cluster/<cluster>` on every subnet: "shared" lets EKS and its load-balancer
 # controllers use the subnet without claiming it ("owned" would tie its lifetime to the cluster).

@@ -38,7 +38,7 @@ from . import metrics as m
 from .alerts import AlertTarget, SnsTarget, WebhookTarget, alertmanager_config, rule_groups
 from .catalog import GpuInstanceType
 from .cluster import irsa_trust_policy
-from .config import ObservabilityConfig
+from .config.observability import ObservabilityConfig
 from .dashboards import DASHBOARD_LABEL, dashboard_json
 from .efa_gpu_nodes import GPU_LABELS, GPU_TOLERATION
 from .helm import HelmChart, pinned_release

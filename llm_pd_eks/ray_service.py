@@ -56,7 +56,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from .catalog import GpuInstanceType
-from .config import ServingConfig
+from .config.serving import ServingConfig
 from .efa_gpu_nodes import GPU_LABELS, GPU_TOLERATION
 from .models import MODELS
 from .ray_resources import accelerator_resource_name, custom_resource_problem, role_resource

@@ -8,7 +8,7 @@ from typing import Mapping, Sequence
 import pulumi
 import pulumi_aws as aws
 
-from .config import SystemNodesConfig
+from .config.system_nodes import SystemNodesConfig
 from .node_common import (
     IMDSV2,
     instance_tags,
