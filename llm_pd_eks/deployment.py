@@ -297,7 +297,7 @@ class LlmPdEks(pulumi.ComponentResource):
                 cluster_name=cluster_name,
                 node_role_arn=cluster.node_role.arn,
                 vpc_id=network.vpc.id,
-                subnet=network.private_subnets[config.gpu_nodes.availability_zone],
+                private_subnet_ids={az: subnet.id for az, subnet in network.private_subnets.items()},
                 cluster_security_group_id=cluster.security_group_id,
                 depends_on=[*nodes_after, api_access.probe],
                 tags=tags,

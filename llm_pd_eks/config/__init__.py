@@ -24,12 +24,22 @@ Every public name is importable from here (`from llm_pd_eks.config import StackC
 from __future__ import annotations
 
 from .autoscaler import NodeAutoscalerConfig
-from .base import ECHO_LIMIT, PROJECT, Strict, clip, exact_chart_version, ipv4_network, shown, stack_cluster_name
-from .cluster import EKS_KUBERNETES_VERSIONS, ClusterConfig, LogRetentionDays, LogType
+from .base import (
+    ECHO_LIMIT,
+    PROJECT,
+    REGION_NAME,
+    Strict,
+    clip,
+    exact_chart_version,
+    in_region,
+    ipv4_network,
+    shown,
+    stack_cluster_name,
+)
+from .cluster import EKS_CLUSTER_NAME, EKS_KUBERNETES_VERSIONS, ClusterConfig, LogRetentionDays, LogType
 from .deploy import DeployConfig
 from .engine import (
     AWS_SECRET_ONLY_KEYS,
-    EKS_CLUSTER_NAME,
     KNOWN_NAMESPACES,
     aws_provider_keys,
     engine_problems,
@@ -89,6 +99,7 @@ __all__ = [
     "MAX_MODEL_LEN",
     "MAX_NODES_PER_NODE_GROUP",
     "PROJECT",
+    "REGION_NAME",
     "SECRET_ONLY_KEYS",
     "SECRET_ONLY_KEY_DESCRIPTIONS",
     "SMALLEST_SUBNET_PREFIX",
@@ -120,6 +131,7 @@ __all__ = [
     "exact_chart_version",
     "gated_model_problems",
     "gp3_problem",
+    "in_region",
     "ipv4_network",
     "load_stack_config",
     "placement_problems",

@@ -14,6 +14,9 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 PROJECT = "llm-pd-eks"
+# An AWS region name (`us-west-2`, `us-gov-west-1`) and an availability zone's letter after it.
+REGION_NAME = re.compile(r"[a-z]{2}(-gov)?-[a-z]+-\d")
+_AZ_SUFFIX = re.compile(r"^[a-z]$")
 
 
 # How much of a user's value a message repeats (a 100 KB value must not come back whole).
@@ -36,6 +39,11 @@ def exact_chart_version(value: str, example: str) -> str:
     if not re.fullmatch(r"v?\d+\.\d+\.\d+", value):
         raise ValueError(f"{shown(value)} is not an exact chart version such as {example!r}")
     return value
+
+
+def in_region(az: str, region: str) -> bool:
+    """Whether `az` is an availability zone of `region` (the region's name and one letter)."""
+    return az.startswith(region) and bool(_AZ_SUFFIX.match(az[len(region) :]))
 
 
 def stack_cluster_name(stack: str) -> str:

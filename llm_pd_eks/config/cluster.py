@@ -16,6 +16,8 @@ from .base import Strict, ipv4_network, shown
 # released on EKS in Sept 2023, 1.35 in Jan 2026, 1.36 is the page's newest example). `make
 # preflight` asks EKS which of them the region still offers.
 EKS_KUBERNETES_VERSIONS = tuple(f"1.{minor}" for minor in range(28, 37))
+# EKS CreateCluster `name` (botocore eks model, shape ClusterName): 1-100 characters, this pattern.
+EKS_CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9\-_]{0,99}$")
 
 
 LogType = Literal["api", "audit", "authenticator", "controllerManager", "scheduler"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import re
 from typing import Any, Iterable, Mapping, Optional
 
 from pydantic import (
@@ -15,6 +14,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from .base import PROJECT, clip, shown, stack_cluster_name
+from .cluster import EKS_CLUSTER_NAME
 from .errors import ConfigError, _describe
 from .stack import (
     ALERT_WEBHOOK_KEY,
@@ -24,10 +24,6 @@ from .stack import (
     gated_model_problems,
     placement_problems,
 )
-
-# EKS CreateCluster `name` (botocore eks model, shape ClusterName): 1-100 characters, this pattern.
-EKS_CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9\-_]{0,99}$")
-
 
 # Config namespaces the program reads: the AWS provider's and its own. Anything else in a stack
 # file is a typo (`aws-native:`, `llm-pd-eks2:`) or belongs to another program.

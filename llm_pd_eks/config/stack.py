@@ -3,7 +3,6 @@ model and the charts, the AZs against the region, a gated model against its toke
 
 from __future__ import annotations
 
-import re
 from typing import Any, Optional
 
 from pydantic import (
@@ -16,7 +15,7 @@ from ..catalog import CLUSTER_AUTOSCALER_TAGS, GPU_INSTANCE_TYPES, chart_version
 from ..models import MODELS
 from ..ray_resources import accelerator_resource_name, custom_resource_problem, role_resource
 from .autoscaler import NodeAutoscalerConfig
-from .base import PROJECT, Strict, clip, shown
+from .base import PROJECT, REGION_NAME, Strict, clip, in_region, shown
 from .cluster import ClusterConfig
 from .deploy import DeployConfig
 from .gpu_nodes import GpuNodesConfig
@@ -24,8 +23,6 @@ from .network import NetworkConfig
 from .observability import ObservabilityConfig
 from .serving import GPU_MEMORY_BUDGET, DevicePluginsConfig, KubeRayConfig, ServingConfig
 from .system_nodes import SystemNodesConfig
-
-_AZ_SUFFIX = re.compile(r"^[a-z]$")
 
 
 class StackConfig(Strict):
@@ -70,7 +67,7 @@ class StackConfig(Strict):
     @field_validator("region")
     @classmethod
     def _region(cls, value: str) -> str:
-        if not re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", value):
+        if not REGION_NAME.fullmatch(value):
             raise ValueError(f"{shown(value)} is not an AWS region name such as 'us-west-2'")
         return value
 
@@ -205,7 +202,7 @@ def placement_problems(data: dict[str, Any]) -> list[str]:
     problems = [
         f"{PROJECT}:network.availabilityZones: {shown(az)} is not an AZ of region {region}"
         for az in azs
-        if region and not (az.startswith(region) and _AZ_SUFFIX.match(az[len(region) :]))
+        if region and not in_region(az, region)
     ]
     gpu_az = gpu.get("availabilityZone") if isinstance(gpu, dict) else None
     if isinstance(gpu_az, str) and gpu_az not in azs:
