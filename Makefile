@@ -40,7 +40,7 @@ help:
 	@echo "make lint                  ruff (lint and format), mypy, actionlint (with shellcheck) on the workflows"
 	@echo "make lock                  recompile requirements*.txt from pyproject.toml (hash-pinned)"
 	@echo "make promote-check FROM=staging TO=prod   may the commit move on? (chart/image/model/engine must match)"
-	@echo "make config-doc            regenerate the README config table from llm_pd_eks/config.py"
+	@echo "make config-doc            regenerate the README config table from llm_pd_eks/config/"
 	@echo "make placeholders [STACK=dev] [RUNNER=label]   does the stack still carry example values? (deploy refuses it)"
 	@echo "make verify STACK=dev [KUBECONFIG=path] [TIMEOUT=600] [JSON=1]   after pulumi up: EFA, NIXL on LIBFABRIC, P/D, KV bytes"
 	@echo "make cost-audit STACK=dev [SINCE=7d] [PROMETHEUS=url] [JSON=1]   spend, \$$/Mtok vs make size, idle GPUs, quota, advice"

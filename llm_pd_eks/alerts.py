@@ -23,7 +23,7 @@ import pulumi
 
 from . import metrics as m
 from .catalog import GpuInstanceType
-from .config import AlertingConfig, ObservabilityConfig
+from .config.observability import AlertingConfig, ObservabilityConfig
 from .kv_transfer import kv_rank_floor_gbps
 from .ray_service import NAMESPACE as SERVING_NAMESPACE
 

@@ -25,7 +25,8 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from .config import PROJECT, StackConfig
+from .config.base import PROJECT
+from .config.stack import StackConfig
 
 # RFC 1918: the private blocks a connected network (and a VPC) is addressed from.
 PRIVATE_BLOCKS = tuple(ipaddress.IPv4Network(b) for b in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))

@@ -34,7 +34,7 @@ import pulumi_kubernetes as k8s
 
 from .catalog import CLUSTER_AUTOSCALER_IMAGE
 from .cluster import irsa_trust_policy
-from .config import NodeAutoscalerConfig
+from .config.autoscaler import NodeAutoscalerConfig
 from .helm import HelmChart, pinned_release
 from .system_nodes import SYSTEM_LABELS
 
@@ -137,16 +137,42 @@ class AutoscaledGroup:
 
 @dataclass(frozen=True)
 class NodeAutoscalerArgs:
+    """Inputs of `NodeAutoscaler`; the OIDC provider, provider and node groups come from the other components."""
+
     config: NodeAutoscalerConfig
+    """The `nodeAutoscaler` section: the chart version and image tag."""
     cluster_name: str
+    """The EKS cluster whose node groups it scales (auto-discovery and the IAM condition use it)."""
     region: str
-    image_tag: str  # StackConfig.autoscaler_image_tag(): matches the Kubernetes minor
+    """The AWS region of the Auto Scaling groups."""
+    image_tag: str
+    """StackConfig.autoscaler_image_tag(): a `v1.<minor>.<patch>` release of the cluster's Kubernetes minor."""
     oidc_provider_arn: pulumi.Input[str]
+    """The cluster's IAM OIDC provider: the trust principal of its role (IRSA)."""
     oidc_issuer: pulumi.Input[str]
+    """The OIDC issuer without `https://` (the trust condition's key prefix)."""
     provider: k8s.Provider
+    """The cluster's Kubernetes provider (the Helm release)."""
     groups: Sequence[AutoscaledGroup]
-    depends_on: Sequence[pulumi.Resource] = ()  # the system node group it runs on, the CNI
+    """The node groups it scales, each with a key of its own; at least one."""
+    depends_on: Sequence[pulumi.Resource] = ()
+    """What the release waits for: the system node group it runs on, the CNI."""
     tags: dict[str, str] | None = None
+    """Tags on every AWS resource."""
+
+
+def check_node_autoscaler_args(args: NodeAutoscalerArgs) -> None:
+    """`pulumi.InputPropertyError` naming the input the `nodeAutoscaler` section alone cannot rule out."""
+    if not re.fullmatch(r"v1\.\d+\.\d+", args.image_tag):
+        raise pulumi.InputPropertyError(
+            "image_tag", f"{args.image_tag[:60]!r} is not a cluster-autoscaler image tag such as 'v1.35.2'"
+        )
+    if not args.groups:
+        raise pulumi.InputPropertyError("groups", "empty; Cluster Autoscaler needs at least one node group to scale")
+    keys = [g.key for g in args.groups]
+    dupes = sorted({k for k in keys if keys.count(k) > 1})
+    if dupes:
+        raise pulumi.InputPropertyError("groups", f"key(s) {', '.join(dupes)} given twice; each names its tags")
 
 
 def _slug(tag_key: str) -> str:
@@ -169,6 +195,7 @@ class NodeAutoscaler(pulumi.ComponentResource):
     asg_tags: list[aws.autoscaling.Tag]
 
     def __init__(self, name: str, args: NodeAutoscalerArgs, opts: pulumi.ResourceOptions | None = None):
+        check_node_autoscaler_args(args)
         super().__init__("llm-pd-eks:index:NodeAutoscaler", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         tags = dict(args.tags or {})

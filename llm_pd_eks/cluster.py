@@ -11,7 +11,8 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
-from .config import ClusterConfig
+from .config.base import shown
+from .config.cluster import EKS_CLUSTER_NAME, ClusterConfig
 
 # No AmazonEKS_CNI_Policy here: the VPC CNI gets it through its own IRSA role below, so no pod that
 # reaches the node's credentials can assign ENIs and addresses
@@ -58,16 +59,39 @@ def irsa_trust_policy(oidc_provider_arn: str, oidc_issuer: str, namespace: str, 
 
 @dataclass(frozen=True)
 class ClusterArgs:
+    """Inputs of `Cluster`; the ids come from `Network` (outputs until the VPC exists)."""
+
     config: ClusterConfig
+    """The `cluster` section: Kubernetes version, endpoint access, admins, control-plane logs."""
     cluster_name: str
+    """The EKS cluster's name (known up front: node groups, tags and the log group are named after it)."""
     vpc_id: pulumi.Input[str]
+    """The VPC the control plane's ENIs are placed in."""
     private_subnet_ids: Sequence[pulumi.Input[str]]
+    """The private subnets, one per availability zone; EKS needs subnets in at least two."""
     public_subnet_ids: Sequence[pulumi.Input[str]]
+    """The public subnets (internet-facing load balancers)."""
     protect: bool = False
+    """protect=True on the control plane, so `pulumi destroy` must be a deliberate act."""
     tags: dict[str, str] | None = None
-    # The VPC's routes out (Network.egress): every Kubernetes object goes through the provider below,
-    # so depending on them there makes `destroy` remove the RayService's NLB before the IGW and NAT.
+    """Tags on every resource."""
     network_egress: Sequence[pulumi.Resource] = ()
+    """The VPC's routes out (`Network.egress`): every Kubernetes object goes through the provider below,
+    so depending on them there makes `destroy` remove the RayService's NLB before the IGW and NAT."""
+
+
+def check_cluster_args(args: ClusterArgs) -> None:
+    """`pulumi.InputPropertyError` naming the input the `cluster` section alone cannot rule out."""
+    if not EKS_CLUSTER_NAME.match(args.cluster_name):
+        raise pulumi.InputPropertyError(
+            "cluster_name",
+            f"{shown(args.cluster_name, 60)} is not an EKS cluster name (letters, digits, '-' and '_', at most 100)",
+        )
+    if len(args.private_subnet_ids) < 2:
+        raise pulumi.InputPropertyError(
+            "private_subnet_ids",
+            f"{len(args.private_subnet_ids)} given; EKS needs subnets in at least two availability zones",
+        )
 
 
 class Cluster(pulumi.ComponentResource):
@@ -88,6 +112,7 @@ class Cluster(pulumi.ComponentResource):
     log_group: aws.cloudwatch.LogGroup | None
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
+        check_cluster_args(args)
         super().__init__("llm-pd-eks:index:Cluster", name, None, opts)
         cfg = args.config
         tags = dict(args.tags or {})

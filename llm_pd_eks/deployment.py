@@ -10,7 +10,7 @@ inputs are a `TypedDict` with a docstring after each field and this module does 
 `from __future__ import annotations` (the analyzer reads evaluated annotations).
 
 The config sections are plain (known when the component is constructed): they decide which
-resources exist. Each is validated by the same strict model as a stack file's (`llm_pd_eks/config.py`),
+resources exist. Each is validated by the same strict model as a stack file's (`llm_pd_eks/config/`),
 every problem reported together before anything registers.
 """
 
@@ -297,7 +297,7 @@ class LlmPdEks(pulumi.ComponentResource):
                 cluster_name=cluster_name,
                 node_role_arn=cluster.node_role.arn,
                 vpc_id=network.vpc.id,
-                subnet=network.private_subnets[config.gpu_nodes.availability_zone],
+                private_subnet_ids={az: subnet.id for az, subnet in network.private_subnets.items()},
                 cluster_security_group_id=cluster.security_group_id,
                 depends_on=[*nodes_after, api_access.probe],
                 tags=tags,

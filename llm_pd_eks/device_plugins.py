@@ -15,7 +15,7 @@ from typing import Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .config import DevicePluginsConfig
+from .config.serving import DevicePluginsConfig
 from .efa_gpu_nodes import GPU_LABELS, GPU_TOLERATION
 from .helm import HelmChart, pinned_release
 

@@ -26,7 +26,7 @@ import pulumi
 import pulumi_aws as aws
 
 from .catalog import GpuInstanceType
-from .config import CapacityBlock, CapacityReservation, GpuNodesConfig
+from .config.gpu_nodes import CapacityBlock, CapacityReservation, GpuNodesConfig
 from .node_common import (
     IMDSV2,
     hugepages_script,
@@ -198,16 +198,46 @@ def node_group_name(cluster_name: str, key: str) -> str:
 
 @dataclass(frozen=True)
 class EfaGpuNodeGroupArgs:
+    """Inputs of `EfaGpuNodeGroup`; the role, VPC, subnets and security group come from `Cluster` and
+    `Network`."""
+
     config: GpuNodesConfig
+    """The `gpuNodes` section: instance type, the one availability zone, sizes, capacity, root volume."""
     instance: GpuInstanceType
+    """The catalog entry of `config.instance_type` (GPUs, EFA interfaces, instance store, huge pages)."""
     cluster_name: str
+    """The EKS cluster the group joins (the node group's name starts with it)."""
     node_role_arn: pulumi.Input[str]
+    """The nodes' IAM role (`Cluster.node_role`)."""
     vpc_id: pulumi.Input[str]
-    subnet: aws.ec2.Subnet  # the private subnet of config.availability_zone
+    """The VPC of the EFA security group."""
+    private_subnet_ids: Mapping[str, pulumi.Input[str]]
+    """The private subnets by availability zone; the nodes launch only in that of `config.availability_zone`."""
     cluster_security_group_id: pulumi.Input[str]
-    depends_on: Sequence[pulumi.Resource] = ()  # the control plane and the node role's policies
+    """The security group EKS created for the cluster (`Cluster.security_group_id`), on every EFA interface."""
+    depends_on: Sequence[pulumi.Resource] = ()
+    """What the group waits for: the control plane, the node role's policies, the VPC CNI, the API probe."""
     tags: dict[str, str] | None = None
-    autoscaler_tags: Mapping[str, str] = field(default_factory=dict)  # discovery + node-template tags
+    """Tags on every resource."""
+    autoscaler_tags: Mapping[str, str] = field(default_factory=dict)
+    """Cluster Autoscaler's discovery and node-template tags (empty when it is not installed)."""
+
+
+def check_efa_gpu_node_group_args(args: EfaGpuNodeGroupArgs) -> None:
+    """`pulumi.InputPropertyError` naming the input the `gpuNodes` section alone cannot rule out."""
+    cfg = args.config
+    if args.instance.name != cfg.instance_type:
+        raise pulumi.InputPropertyError(
+            "instance", f"catalog entry {args.instance.name} does not match config.instance_type {cfg.instance_type}"
+        )
+    if not args.cluster_name:
+        raise pulumi.InputPropertyError("cluster_name", "empty; the node group must name the cluster it joins")
+    if cfg.availability_zone not in args.private_subnet_ids:
+        raise pulumi.InputPropertyError(
+            "private_subnet_ids",
+            f"no subnet in {cfg.availability_zone} (config.availability_zone), only in "
+            f"{', '.join(sorted(args.private_subnet_ids)) or 'no availability zone'}; EFA traffic does not cross AZs",
+        )
 
 
 class EfaGpuNodeGroup(pulumi.ComponentResource):
@@ -220,10 +250,9 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
     node_group: aws.eks.NodeGroup
 
     def __init__(self, name: str, args: EfaGpuNodeGroupArgs, opts: pulumi.ResourceOptions | None = None):
+        check_efa_gpu_node_group_args(args)
         super().__init__("llm-pd-eks:index:EfaGpuNodeGroup", name, None, opts)
         cfg, instance = args.config, args.instance
-        if instance.name != cfg.instance_type:
-            raise ValueError(f"catalog entry {instance.name} does not match gpuNodes.instanceType {cfg.instance_type}")
         tags = dict(args.tags or {})
         child = pulumi.ResourceOptions(parent=self)
 
@@ -299,7 +328,7 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
             cluster_name=args.cluster_name,
             node_group_name=node_group_name(args.cluster_name, self.template_key),
             node_role_arn=args.node_role_arn,
-            subnet_ids=[args.subnet.id],  # ONE subnet, hence one AZ
+            subnet_ids=[args.private_subnet_ids[cfg.availability_zone]],  # ONE subnet, hence one AZ
             ami_type="AL2023_x86_64_NVIDIA",
             capacity_type=capacity_type(cfg),
             scaling_config=scaling_config(cfg),

@@ -16,7 +16,7 @@ from typing import Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .config import KubeRayConfig
+from .config.serving import KubeRayConfig
 from .helm import HelmChart, pinned_release
 from .system_nodes import SYSTEM_LABELS
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from .config import NetworkConfig
+from .config.base import REGION_NAME, in_region, shown
+from .config.network import NetworkConfig
 
 # `kubernetes.io/cluster/<cluster>` on every subnet: "shared" lets EKS and its load-balancer
 # controllers use the subnet without claiming it ("owned" would tie its lifetime to the cluster).
@@ -21,11 +22,32 @@ CLUSTER_TAG_VALUE = "shared"
 
 @dataclass(frozen=True)
 class NetworkArgs:
+    """Inputs of `Network`, all known when it is constructed (they decide which resources exist)."""
+
     config: NetworkConfig
-    cluster_name: str  # for the kubernetes.io/cluster/<name> subnet tag
-    region: str  # names the S3 gateway endpoint's service (com.amazonaws.<region>.s3)
+    """The `network` section: VPC CIDR, availability zones, subnet blocks, NAT gateways."""
+    cluster_name: str
+    """The EKS cluster's name, for the `kubernetes.io/cluster/<name>` tag of every subnet."""
+    region: str
+    """The AWS region: every availability zone must belong to it; it names the S3 gateway endpoint's
+    service (`com.amazonaws.<region>.s3`)."""
     protect: bool = False
+    """protect=True on the VPC, so `pulumi destroy` must be a deliberate act."""
     tags: dict[str, str] | None = None
+    """Tags on every resource."""
+
+
+def check_network_args(args: NetworkArgs) -> None:
+    """`pulumi.InputPropertyError` naming the input the `network` section alone cannot rule out."""
+    if not args.cluster_name:
+        raise pulumi.InputPropertyError("cluster_name", "empty; the subnets' kubernetes.io/cluster/<name> tag needs it")
+    if not REGION_NAME.fullmatch(args.region):
+        raise pulumi.InputPropertyError("region", f"{shown(args.region)} is not an AWS region name such as 'us-west-2'")
+    for az in args.config.availability_zones:
+        if not in_region(az, args.region):
+            raise pulumi.InputPropertyError(
+                "config.availability_zones", f"{shown(az)} is not an availability zone of region {args.region}"
+            )
 
 
 class Network(pulumi.ComponentResource):
@@ -42,6 +64,7 @@ class Network(pulumi.ComponentResource):
     egress: list[pulumi.Resource]
 
     def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
+        check_network_args(args)
         super().__init__("llm-pd-eks:index:Network", name, None, opts)
         cfg = args.config
         tags = dict(args.tags or {})

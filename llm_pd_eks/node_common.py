@@ -11,7 +11,7 @@ import pulumi
 import pulumi_aws as aws
 import yaml
 
-from .config import NodeScaling
+from .config.nodes import NodeScaling
 
 # IMDSv2 only; hop limit 1 keeps pods (one hop further) away from the node's credentials:
 # workloads get AWS access through IRSA (the cluster's OIDC provider) instead.

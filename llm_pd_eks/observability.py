@@ -38,7 +38,7 @@ from . import metrics as m
 from .alerts import AlertTarget, SnsTarget, WebhookTarget, alertmanager_config, rule_groups
 from .catalog import GpuInstanceType
 from .cluster import irsa_trust_policy
-from .config import ObservabilityConfig
+from .config.observability import ObservabilityConfig
 from .dashboards import DASHBOARD_LABEL, dashboard_json
 from .efa_gpu_nodes import GPU_LABELS, GPU_TOLERATION
 from .helm import HelmChart, pinned_release
@@ -181,19 +181,50 @@ def dcgm_values() -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ObservabilityArgs:
+    """Inputs of `Observability`; the provider, node group, OIDC provider and storage class come from the
+    other components."""
+
     config: ObservabilityConfig
+    """The `observability` section: chart versions, retention, SLOs, alert thresholds, alert delivery."""
     instance: GpuInstanceType
+    """The GPU node type (its reference KV throughput sets the alert floor)."""
     provider: k8s.Provider
-    hourly_prices: Mapping[str, float]  # USD/h of the node types this stack runs (cost panel)
-    gpu_node_group: pulumi.Resource  # the DCGM exporter exists for these nodes
-    depends_on: Sequence[pulumi.Resource] = field(default_factory=tuple)  # system nodes, CNI/DNS add-ons
-    grafana_admin_password: Optional[pulumi.Output[str]] = None  # a Pulumi secret
-    region: str = "us-west-2"  # the SNS topic's region (Alertmanager signs for it)
-    oidc_provider_arn: Optional[pulumi.Input[str]] = None  # IRSA for Alertmanager (receiver sns)
+    """The cluster's Kubernetes provider."""
+    hourly_prices: Mapping[str, float]
+    """USD/h of the node types this stack runs (the dashboard's cost panel)."""
+    gpu_node_group: pulumi.Resource
+    """The GPU node group: the DCGM exporter exists for these nodes."""
+    depends_on: Sequence[pulumi.Resource] = field(default_factory=tuple)
+    """What the charts wait for: the system nodes, the CNI and DNS add-ons."""
+    grafana_admin_password: Optional[pulumi.Input[str]] = None
+    """Grafana's admin password, kept a Pulumi secret; omitted: the chart generates one."""
+    region: str = "us-west-2"
+    """The SNS topic's region (Alertmanager signs for it)."""
+    oidc_provider_arn: Optional[pulumi.Input[str]] = None
+    """The cluster's IAM OIDC provider: Alertmanager's publish role trusts it (receiver sns; required there)."""
     oidc_issuer: Optional[pulumi.Input[str]] = None
-    alert_webhook_url: Optional[pulumi.Output[str]] = None  # a Pulumi secret (receiver webhook)
-    storage_class: Optional[pulumi.Resource] = None  # the gp3 StorageClass the volumes bind to
+    """The OIDC issuer without `https://` (receiver sns; required there)."""
+    alert_webhook_url: Optional[pulumi.Input[str]] = None
+    """The alert webhook's URL, kept a Pulumi secret (receiver webhook; required there)."""
+    storage_class: Optional[pulumi.Resource] = None
+    """The gp3 StorageClass the volumes bind to."""
     tags: dict[str, str] = field(default_factory=dict)
+    """Tags on every AWS resource."""
+
+
+def check_observability_args(args: ObservabilityArgs) -> None:
+    """`pulumi.InputPropertyError` naming the input the `observability` section alone cannot rule out."""
+    receiver = args.config.alerting.receiver
+    if receiver == "webhook" and args.alert_webhook_url is None:
+        raise pulumi.InputPropertyError(
+            "alert_webhook_url", "not given, but config.alerting.receiver is webhook: alerts would go nowhere"
+        )
+    if receiver == "sns":
+        for key in ("oidc_provider_arn", "oidc_issuer"):
+            if getattr(args, key) is None:
+                raise pulumi.InputPropertyError(
+                    key, "not given, but config.alerting.receiver is sns: Alertmanager could not publish to the topic"
+                )
 
 
 class Observability(pulumi.ComponentResource):
@@ -208,6 +239,7 @@ class Observability(pulumi.ComponentResource):
     alertmanager_role: Optional[aws.iam.Role]
 
     def __init__(self, name: str, args: ObservabilityArgs, opts: pulumi.ResourceOptions | None = None):
+        check_observability_args(args)
         super().__init__("llm-pd-eks:index:Observability", name, None, opts)
         config = args.config
 

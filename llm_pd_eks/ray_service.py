@@ -56,7 +56,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from .catalog import GpuInstanceType
-from .config import ServingConfig
+from .config.serving import ServingConfig
 from .efa_gpu_nodes import GPU_LABELS, GPU_TOLERATION
 from .models import MODELS
 from .ray_resources import accelerator_resource_name, custom_resource_problem, role_resource
@@ -388,13 +388,35 @@ def endpoint_annotations(public: bool) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class RayServiceArgs:
+    """Inputs of `LlmRayService`; the provider, operator, plugins and node groups come from the other components."""
+
     config: ServingConfig
-    instance: GpuInstanceType  # the GPU node type (gpuNodes.instanceType)
+    """The `serving` section: the model, the image, prefill and decode layout and autoscaling."""
+    instance: GpuInstanceType
+    """The GPU node type (gpuNodes.instanceType); every tensor-parallel size must divide its GPUs."""
     provider: k8s.Provider
-    operator: pulumi.Resource  # the KubeRay release: it installs the RayService CRD
-    device_plugins: Sequence[pulumi.Resource]  # pods cannot request GPUs or EFA devices before these
-    node_groups: Sequence[pulumi.Resource]  # system (head) and GPU (workers)
-    hf_token: Optional[pulumi.Output[str]] = None  # a Pulumi secret (pulumi config set --secret hfToken)
+    """The cluster's Kubernetes provider."""
+    operator: pulumi.Resource
+    """The KubeRay release: it installs the RayService CRD."""
+    device_plugins: Sequence[pulumi.Resource]
+    """The NVIDIA and EFA device plugins: pods cannot request GPUs or EFA devices before these."""
+    node_groups: Sequence[pulumi.Resource]
+    """The system (head) and GPU (workers) node groups."""
+    hf_token: Optional[pulumi.Input[str]] = None
+    """Hugging Face token for gated models, kept a Pulumi secret (pulumi config set --secret hfToken)."""
+
+
+def check_ray_service_args(args: RayServiceArgs) -> None:
+    """`pulumi.InputPropertyError` naming the input the `serving` section alone cannot rule out."""
+    for role, group in args.config.groups().items():
+        if args.instance.gpus % group.tensor_parallel_size:
+            raise pulumi.InputPropertyError(
+                f"config.{role}.tensor_parallel_size",
+                f"{group.tensor_parallel_size} does not divide the {args.instance.gpus} GPU(s) of a "
+                f"{args.instance.name} node",
+            )
+    if not args.device_plugins:
+        raise pulumi.InputPropertyError("device_plugins", "empty; the worker pods request GPUs and EFA devices")
 
 
 class LlmRayService(pulumi.ComponentResource):
@@ -408,6 +430,7 @@ class LlmRayService(pulumi.ComponentResource):
     endpoint: pulumi.Output[Optional[str]]
 
     def __init__(self, name: str, args: RayServiceArgs, opts: pulumi.ResourceOptions | None = None):
+        check_ray_service_args(args)
         super().__init__("llm-pd-eks:index:LlmRayService", name, None, opts)
         serving = args.config
         k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider)

@@ -84,15 +84,35 @@ def storage_class_spec(zones: Sequence[str]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class EbsStorageArgs:
+    """Inputs of `EbsStorage`; the control plane, OIDC provider and provider come from `Cluster`."""
+
     cluster_name: str
-    cluster: pulumi.Resource  # the control plane (the add-on needs it)
+    """The EKS cluster the add-on is installed in."""
+    cluster: pulumi.Resource
+    """The control plane (the add-on needs it)."""
     oidc_provider_arn: pulumi.Input[str]
+    """The cluster's IAM OIDC provider: the trust principal of the controller's role (IRSA)."""
     oidc_issuer: pulumi.Input[str]
+    """The OIDC issuer without `https://` (the trust condition's key prefix)."""
     provider: k8s.Provider
-    zones: Sequence[str]  # the system nodes' AZs
-    system_nodes: pulumi.Resource  # the controller schedules onto these
-    addon_version: Optional[str] = None  # default: EKS's default for the Kubernetes version
+    """The cluster's Kubernetes provider (the StorageClass)."""
+    zones: Sequence[str]
+    """The system nodes' availability zones, the StorageClass's allowed topologies; at least one."""
+    system_nodes: pulumi.Resource
+    """The system node group: the controller schedules onto it."""
+    addon_version: Optional[str] = None
+    """The add-on's version; default: EKS's default for the Kubernetes version."""
     tags: dict[str, str] = field(default_factory=dict)
+    """Tags on every AWS resource."""
+
+
+def check_ebs_storage_args(args: EbsStorageArgs) -> None:
+    """`pulumi.InputPropertyError` naming the input no config section rules out."""
+    if not args.zones:
+        raise pulumi.InputPropertyError("zones", "empty; a StorageClass topology-bound to no zone never provisions")
+    dupes = sorted({z for z in args.zones if list(args.zones).count(z) > 1})
+    if dupes:
+        raise pulumi.InputPropertyError("zones", f"listed twice: {', '.join(dupes)}")
 
 
 class EbsStorage(pulumi.ComponentResource):
@@ -101,6 +121,7 @@ class EbsStorage(pulumi.ComponentResource):
     storage_class: k8s.storage.v1.StorageClass
 
     def __init__(self, name: str, args: EbsStorageArgs, opts: pulumi.ResourceOptions | None = None):
+        check_ebs_storage_args(args)
         super().__init__("llm-pd-eks:index:EbsStorage", name, None, opts)
         self.role = aws.iam.Role(
             f"{name}-ebs-csi-role",

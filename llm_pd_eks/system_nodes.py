@@ -8,7 +8,7 @@ from typing import Mapping, Sequence
 import pulumi
 import pulumi_aws as aws
 
-from .config import SystemNodesConfig
+from .config.system_nodes import SystemNodesConfig
 from .node_common import (
     IMDSV2,
     instance_tags,
@@ -23,13 +23,30 @@ SYSTEM_LABELS = {"role": "system"}
 
 @dataclass(frozen=True)
 class SystemNodeGroupArgs:
+    """Inputs of `SystemNodeGroup`; the role and subnets come from `Cluster` and `Network`."""
+
     config: SystemNodesConfig
+    """The `systemNodes` section: instance type, sizes, root volume."""
     cluster_name: str
+    """The EKS cluster the group joins."""
     node_role_arn: pulumi.Input[str]
-    subnet_ids: Sequence[pulumi.Input[str]]  # private subnets, all AZs
-    depends_on: Sequence[pulumi.Resource] = ()  # the control plane and the node role's policies
+    """The nodes' IAM role (`Cluster.node_role`)."""
+    subnet_ids: Sequence[pulumi.Input[str]]
+    """The private subnets, all availability zones; at least one."""
+    depends_on: Sequence[pulumi.Resource] = ()
+    """What the group waits for: the control plane, the node role's policies, the VPC CNI, the routes out."""
     tags: dict[str, str] | None = None
-    autoscaler_tags: Mapping[str, str] = field(default_factory=dict)  # discovery + node-template tags
+    """Tags on every resource."""
+    autoscaler_tags: Mapping[str, str] = field(default_factory=dict)
+    """Cluster Autoscaler's discovery and node-template tags (empty when it is not installed)."""
+
+
+def check_system_node_group_args(args: SystemNodeGroupArgs) -> None:
+    """`pulumi.InputPropertyError` naming the input the `systemNodes` section alone cannot rule out."""
+    if not args.cluster_name:
+        raise pulumi.InputPropertyError("cluster_name", "empty; the node group must name the cluster it joins")
+    if not args.subnet_ids:
+        raise pulumi.InputPropertyError("subnet_ids", "empty; the node group needs at least one private subnet")
 
 
 def system_autoscaler_template() -> dict[str, dict[str, str]]:
@@ -43,6 +60,7 @@ class SystemNodeGroup(pulumi.ComponentResource):
     node_group: aws.eks.NodeGroup
 
     def __init__(self, name: str, args: SystemNodeGroupArgs, opts: pulumi.ResourceOptions | None = None):
+        check_system_node_group_args(args)
         super().__init__("llm-pd-eks:index:SystemNodeGroup", name, None, opts)
         cfg = args.config
         tags = dict(args.tags or {})

@@ -1,7 +1,7 @@
 """The README's configuration reference, generated from the config model's JSON schema.
 
-Every key of `llm_pd_eks/config.py` carries `Field(description=...)`; this renders the model's JSON
-schema (`StackConfig.model_json_schema(by_alias=True)`: camelCase keys, types, bounds, enums,
+Every key of the models in `llm_pd_eks/config/` carries `Field(description=...)`; this renders the
+model's JSON schema (`StackConfig.model_json_schema(by_alias=True)`: camelCase keys, types, bounds, enums,
 defaults) as one Markdown table and writes it between the README's markers, so the table cannot
 drift from what the program accepts. `tests/test_config_doc.py` fails when the README is stale.
 

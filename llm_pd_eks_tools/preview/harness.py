@@ -181,7 +181,7 @@ def read_config(stack: str, root: Path) -> tuple[dict[str, str], list[str], "Sta
     try:
         from llm_pd_eks import config as model
     except ImportError as error:
-        raise ToolError(Exit.PROGRAM, f"{root} has no usable llm_pd_eks/config.py: {error}") from None
+        raise ToolError(Exit.PROGRAM, f"{root} has no usable llm_pd_eks.config: {error}") from None
     try:
         config = model.validate_engine_config(engine_config, secret_keys, stack=stack)  # checks the name too
     except model.ConfigError as error:

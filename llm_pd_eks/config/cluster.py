@@ -1,0 +1,86 @@
+"""The `cluster` section: the EKS control plane (llm_pd_eks/cluster.py)."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import (
+    Field,
+    field_validator,
+)
+
+from .base import Strict, ipv4_network, shown
+
+# Kubernetes minor versions Amazon EKS has released (the EKS "Kubernetes versions" page; 1.28 was
+# released on EKS in Sept 2023, 1.35 in Jan 2026, 1.36 is the page's newest example). `make
+# preflight` asks EKS which of them the region still offers.
+EKS_KUBERNETES_VERSIONS = tuple(f"1.{minor}" for minor in range(28, 37))
+# EKS CreateCluster `name` (botocore eks model, shape ClusterName): 1-100 characters, this pattern.
+EKS_CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9\-_]{0,99}$")
+
+
+LogType = Literal["api", "audit", "authenticator", "controllerManager", "scheduler"]
+# The retentions CloudWatch Logs accepts (PutRetentionPolicy, retentionInDays):
+# https://docs.aws.amazon.com/AmazonCloudWatchLogs/latest/APIReference/API_PutRetentionPolicy.html
+LogRetentionDays = Literal[
+    1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653
+]
+
+
+class ClusterConfig(Strict):
+    """The EKS control plane."""
+
+    kubernetes_version: str = Field(
+        default="1.35",
+        description='EKS Kubernetes minor version, quoted (`"1.35"`); 1.35 is in standard support until 2027-03-27.',
+    )
+    public_access_cidrs: list[str] = Field(
+        default_factory=list,
+        description="CIDRs allowed to reach the public API endpoint; empty: private endpoint only.",
+    )
+    admin_principal_arns: list[str] = Field(
+        default_factory=list,
+        description="IAM principal ARNs given cluster-admin through EKS access entries (authentication mode API).",
+    )
+    log_types: list[LogType] = Field(
+        default_factory=lambda: list[LogType](["api", "audit", "authenticator"]),
+        description="Control-plane log types sent to CloudWatch Logs.",
+    )
+    log_retention_days: LogRetentionDays = Field(
+        default=90,
+        description="Retention of the control-plane log group `/aws/eks/<cluster>/cluster`, which the "
+        "program creates and `destroy` deletes; a value CloudWatch Logs accepts.",
+    )
+    extended_support: bool = Field(
+        default=False,
+        description="EKS upgrade policy: false is STANDARD (the control plane is upgraded when standard "
+        "support ends); true is EXTENDED (it stays on its version, billed the extended-support rate).",
+    )
+
+    @field_validator("public_access_cidrs")
+    @classmethod
+    def _cidrs(cls, values: list[str]) -> list[str]:
+        for value in values:
+            ipv4_network(value)
+        return values
+
+    @field_validator("kubernetes_version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        if not re.fullmatch(r"1\.\d{2}", value):
+            raise ValueError(f"{shown(value)} is not a Kubernetes minor version such as '1.33'")
+        if value not in EKS_KUBERNETES_VERSIONS:
+            raise ValueError(
+                f"{value} is not a Kubernetes version Amazon EKS has released; choose one of "
+                f"{', '.join(EKS_KUBERNETES_VERSIONS)}"
+            )
+        return value
+
+    @field_validator("admin_principal_arns")
+    @classmethod
+    def _arns(cls, values: list[str]) -> list[str]:
+        for value in values:
+            if not re.fullmatch(r"arn:aws[\w-]*:(iam|sts)::\d{12}:\S+", value):
+                raise ValueError(f"{shown(value)} is not an IAM principal ARN")
+        return values

@@ -1,0 +1,283 @@
+"""The serving layer's sections: `serving` (the prefill/decode RayService, llm_pd_eks/ray_service.py),
+`kuberay` (llm_pd_eks/kuberay.py) and `devicePlugins` (llm_pd_eks/device_plugins.py)."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Literal
+
+from pydantic import (
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from ..models import MODELS, NATIVE_CONTEXT
+from .base import Strict, exact_chart_version, ipv4_network, shown
+
+# The longest context of the models in llm_pd_eks/models.py (Llama 3.1/3.3: max_position_embeddings
+# 131072 in their config.json); vLLM refuses a max_model_len beyond the model's.
+MAX_MODEL_LEN = 131_072
+
+
+# vLLM's default gpu_memory_utilization: the engine budgets 90% of each GPU, and the weights must
+# fit inside that budget with room left for the KV cache.
+GPU_MEMORY_BUDGET = 0.9
+
+# ECR image URI: <account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>:<tag>
+_ECR_IMAGE = re.compile(
+    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z]{2}(-gov)?-[a-z]+-\d)\.amazonaws\.com(\.cn)?"
+    r"/(?P<repository>[a-z0-9]+(?:[._/-][a-z0-9]+)*)(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?$"
+)
+# ECR Public (where the AWS Ray LLM DLC is published, llm_pd_eks/serving_image.py):
+# public.ecr.aws/<registry alias>/<repository>:<tag>
+_ECR_PUBLIC_IMAGE = re.compile(
+    r"^public\.ecr\.aws/(?P<alias>[a-z0-9][a-z0-9_-]{1,254})"
+    r"/(?P<repository>[a-z0-9]+(?:[._/-][a-z0-9]+)*)(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?$"
+)
+
+
+class ReplicaGroupConfig(Strict):
+    """One side of the prefill/decode split: vLLM tensor parallelism and Serve autoscaling bounds."""
+
+    tensor_parallel_size: int = Field(
+        default=1,
+        ge=1,
+        description="GPUs per vLLM replica (a power of two dividing the node's GPUs).",
+    )
+    min_replicas: int = Field(default=1, ge=1, description="Fewest Serve replicas.")
+    max_replicas: int = Field(default=1, ge=1, description="Most Serve replicas (autoscaling bound).")
+    # Ray Serve's autoscaling (ray.serve.config.AutoscalingConfig): without these, Ray Serve LLM fills in
+    # target_ongoing_requests = 1e9 (ray.llm ... core/server/builder.py DEFAULT_DEPLOYMENT_OPTIONS) and
+    # desired replicas never exceed the current count. `make size WRITE=1` writes them from the sizing
+    # model's per-replica concurrency (llm_pd_eks/serve_autoscaling.py).
+    target_ongoing_requests: float = Field(
+        default=16,
+        gt=0,
+        le=4096,
+        description="Serve autoscaling target: ongoing (running + queued) requests per replica; replicas are "
+        "added while the average is above it. The per-replica concurrency the sizing model sustains.",
+    )
+    max_ongoing_requests: int = Field(
+        default=32,
+        ge=1,
+        le=65536,
+        description="Most requests one replica takes at a time (Serve back-pressure: the rest wait in the "
+        "proxy/handle queue); at least targetOngoingRequests.",
+    )
+    upscale_delay_s: float = Field(
+        default=30,
+        ge=0,
+        le=3600,
+        description="Seconds the load must stay above target before Serve adds replicas (Serve's default: 30).",
+    )
+    downscale_delay_s: float = Field(
+        default=600,
+        ge=0,
+        le=86400,
+        description="Seconds the load must stay below target before Serve removes replicas (Serve's default: 600).",
+    )
+
+    @field_validator("tensor_parallel_size")
+    @classmethod
+    def _power_of_two(cls, value: int) -> int:
+        # attention heads and NCCL rings split evenly only over powers of two
+        if value & (value - 1):
+            raise ValueError(f"{value} is not a power of two (1, 2, 4, 8)")
+        return value
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "ReplicaGroupConfig":
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"minReplicas ({self.min_replicas}) is greater than maxReplicas ({self.max_replicas})")
+        if self.max_ongoing_requests < self.target_ongoing_requests:
+            raise ValueError(
+                f"maxOngoingRequests ({self.max_ongoing_requests}) is below targetOngoingRequests "
+                f"({self.target_ongoing_requests:g}): a replica could never reach the load Serve scales at; "
+                "raise maxOngoingRequests"
+            )
+        return self
+
+    def replicas_per_node(self, node_gpus: int) -> int:
+        """Serve replicas one GPU node holds (a replica's TP group never spans nodes)."""
+        return node_gpus // self.tensor_parallel_size
+
+    def nodes(self, replicas: int, node_gpus: int) -> int:
+        """GPU nodes (= Ray worker pods: each takes a whole node) that `replicas` replicas need."""
+        return math.ceil(replicas / self.replicas_per_node(node_gpus))
+
+
+class ServingConfig(Strict):
+    """The model served by the RayService and how prefill and decode are laid out."""
+
+    model_id: str = Field(description="Hugging Face id of a model in llm_pd_eks/models.py.")
+    image: str = Field(
+        description="The Ray LLM image (with EFA/libfabric) in ECR or ECR Public (the AWS Ray LLM DLC, "
+        "llm_pd_eks/serving_image.py), pinned by a tag other than `latest`.",
+    )
+    max_model_len: int = Field(
+        default=8192,
+        ge=256,
+        le=MAX_MODEL_LEN,
+        description="vLLM max_model_len: longest prompt plus output, tokens.",
+    )
+    kv_cache_dtype: Literal["auto", "fp8"] = Field(
+        default="auto",
+        description="KV-cache element type; `auto` is the model dtype (bf16, 2 bytes).",
+    )
+    prefill: ReplicaGroupConfig = Field(
+        default=ReplicaGroupConfig(),
+        description="The prefill side: tensorParallelSize, the replica bounds and their Serve autoscaling settings.",
+    )
+    decode: ReplicaGroupConfig = Field(
+        default=ReplicaGroupConfig(),
+        description="The decode side: tensorParallelSize, the replica bounds and their Serve autoscaling settings.",
+    )
+    public_endpoint: bool = Field(
+        default=False,
+        description="true: an internet-facing NLB open only to endpointSourceRanges; false: a ClusterIP Service only.",
+    )
+    endpoint_source_ranges: list[str] = Field(
+        default_factory=list,
+        description="Client CIDRs the public NLB admits (the Service's loadBalancerSourceRanges); required with "
+        "publicEndpoint (the endpoint has no authentication; without them the NLB admits 0.0.0.0/0).",
+    )
+    ready_timeout_minutes: int = Field(
+        default=60,
+        ge=5,
+        le=360,
+        description="How long `up` waits for the RayService: image pull, weights download, warm-up.",
+    )
+    upgrade_strategy: Literal["Recreate", "NewCluster"] = Field(
+        default="Recreate",
+        description=(
+            "How a change to the Ray cluster (image, pods, worker groups) rolls out. `Recreate`: KubeRay's "
+            "`None` strategy, and Pulumi replaces the RayService: downtime while the new cluster loads the "
+            "model, no extra GPU nodes. `NewCluster`: KubeRay builds a second full cluster and switches "
+            "traffic when it is ready: no downtime, but gpuNodes.maxSize must hold both clusters. "
+            "Serve-only changes (serveConfigV2) are applied in place either way."
+        ),
+    )
+    endpoint_name: str = Field(
+        default="llm-openai",
+        description="Name of the Service KubeRay creates for the endpoint (spec.serveService), a DNS-1035 label",
+    )
+    endpoint_annotations: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Extra annotations on the endpoint Service (e.g. AWS load-balancer settings); "
+            "added to the NLB annotations when publicEndpoint is true"
+        ),
+    )
+
+    @field_validator("endpoint_source_ranges")
+    @classmethod
+    def _source_ranges(cls, values: list[str]) -> list[str]:
+        for value in values:
+            if ipv4_network(value).prefixlen == 0:
+                raise ValueError(
+                    f"{value} admits every address; the endpoint has no authentication, so list the clients' CIDRs"
+                )
+        return values
+
+    @model_validator(mode="after")
+    def _public_needs_ranges(self) -> "ServingConfig":
+        # The cloud provider opens an NLB to 0.0.0.0/0 when a Service names no source ranges
+        # (kubernetes/cloud-provider service/helpers GetLoadBalancerSourceRanges).
+        if self.public_endpoint and not self.endpoint_source_ranges:
+            raise ValueError(
+                "endpointSourceRanges: publicEndpoint is true but no source ranges are set; the "
+                "OpenAI endpoint has no authentication, and an NLB without ranges admits 0.0.0.0/0; "
+                "list the clients' CIDRs or set publicEndpoint: false"
+            )
+        if self.endpoint_source_ranges and not self.public_endpoint:
+            raise ValueError(
+                "endpointSourceRanges: set, but publicEndpoint is false (a ClusterIP Service has no "
+                "load balancer to restrict); remove them or set publicEndpoint: true"
+            )
+        return self
+
+    @field_validator("endpoint_name")
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        # Service names are DNS-1035 labels (Kubernetes refuses anything else at apply time).
+        if not re.fullmatch(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", value):
+            raise ValueError(f"{value!r} is not a DNS-1035 label (lower case letters, digits, '-'; at most 63)")
+        return value
+
+    @field_validator("model_id")
+    @classmethod
+    def _known_model(cls, value: str) -> str:
+        if value not in MODELS:
+            raise ValueError(
+                f"{shown(value)} is not a model this project knows; choose one of {', '.join(sorted(MODELS))}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _within_native_context(self) -> "ServingConfig":
+        native = NATIVE_CONTEXT.get(self.model_id)
+        if native is not None and self.max_model_len > native:
+            raise ValueError(
+                f"maxModelLen {self.max_model_len} is above {self.model_id}'s native context of {native} tokens "
+                "(max_position_embeddings in its config.json, no rope scaling added); vLLM refuses it"
+            )
+        return self
+
+    @field_validator("image")
+    @classmethod
+    def _pinned_ecr_image(cls, value: str) -> str:
+        match = _ECR_IMAGE.match(value) or _ECR_PUBLIC_IMAGE.match(value)
+        if not match:
+            raise ValueError(
+                f"{shown(value)} is not an ECR image URI such as "
+                "'123456789012.dkr.ecr.us-west-2.amazonaws.com/ray-llm:2.60.0-py311-cu128' or "
+                "'public.ecr.aws/deep-learning-containers/ray:serve-llm-cuda-v1.0'"
+            )
+        if not match["tag"]:
+            raise ValueError(f"{shown(value)} has no tag; pin the image with an explicit tag")
+        if match["tag"] == "latest":
+            raise ValueError(f"{shown(value)} uses the 'latest' tag; pin a version tag so up and preview agree")
+        return value
+
+    @property
+    def kv_cache_dtype_bytes(self) -> int:
+        return 1 if self.kv_cache_dtype == "fp8" else 2
+
+    def groups(self) -> dict[str, ReplicaGroupConfig]:
+        """The two sides by role name, the name the serve config and the Ray worker groups use."""
+        return {"prefill": self.prefill, "decode": self.decode}
+
+
+class KubeRayConfig(Strict):
+    """The KubeRay operator chart (https://ray-project.github.io/kuberay-helm/)."""
+
+    chart_version: str = Field(default="1.7.0", description="kuberay-operator Helm chart version, a 1.7.x release.")
+
+    @field_validator("chart_version")
+    @classmethod
+    def _v1_7(cls, value: str) -> str:
+        # the RayService fields used here (and the CRDs vendored in tests/data/kuberay) are those of KubeRay 1.7
+        if not re.fullmatch(r"1\.7\.\d+", value):
+            raise ValueError(f"{shown(value)} is not a 1.7.x release of the kuberay-operator chart")
+        return value
+
+
+class DevicePluginsConfig(Strict):
+    """Chart versions of the NVIDIA and the AWS EFA device plugins."""
+
+    nvidia_chart_version: str = Field(
+        default="0.20.0",
+        description="nvidia-device-plugin chart version (https://nvidia.github.io/k8s-device-plugin).",
+    )
+    efa_chart_version: str = Field(
+        default="v0.5.30",
+        description="aws-efa-k8s-device-plugin chart version (https://aws.github.io/eks-charts; "
+        "v0.5.30 ships app v0.5.20).",
+    )
+
+    @field_validator("nvidia_chart_version", "efa_chart_version")
+    @classmethod
+    def _pinned(cls, value: str) -> str:
+        return exact_chart_version(value, "0.20.0")
