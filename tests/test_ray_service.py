@@ -487,8 +487,8 @@ def test_the_engine_start_timeout_is_what_ray_serve_llm_reads(run: ProgramRun, m
 def test_a_larger_model_gets_a_longer_engine_start_timeout():
     from llm_pd_eks.config import ServingConfig
     from llm_pd_eks.ray_service import engine_start_timeout_s
-
     from llm_pd_eks.serving_image import DLC_IMAGE as image
+
     by_size = sorted(MODELS, key=lambda m: MODELS[m].weights_gib_bf16)
     small, large = by_size[0], by_size[-1]
     timeouts = [
