@@ -102,7 +102,7 @@ def _launch_template(run: "ProgramRun", node_group: "Registration") -> Optional[
 
 
 def node_groups(run: "ProgramRun") -> list[NodeGroupFigure]:
-    """Every managed node group of the plan, its instance type taken from it or its launch template."""
+    """Every managed node group of the plan (by name), its instance type taken from it or its launch template."""
     from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 
     found = []
@@ -131,7 +131,9 @@ def node_groups(run: "ProgramRun") -> list[NodeGroupFigure]:
                 availability_zones=tuple(sorted(set(azs))),
             )
         )
-    return found
+    # By name: the mock engine records concurrent registrations in whatever order they finish, and
+    # every figure built from this list (the cost line, the summary's node rows) must not follow it.
+    return sorted(found, key=lambda figure: figure.name)
 
 
 def _serving_kv(config: Any, gpu: Optional[NodeGroupFigure]) -> KvTransferFigure:
