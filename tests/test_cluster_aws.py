@@ -195,3 +195,19 @@ def test_the_gpu_root_volume_holds_the_os_not_images_and_weights(programs, stack
     assert AMI_ROOT_GIB < size <= 5 * AMI_ROOT_GIB, size
     raid_gb = instance.nvme_disks * instance.nvme_disk_gb
     assert raid_gb > 10 * size  # where images and weights go instead
+
+
+def test_each_admin_principal_gets_a_cluster_scoped_admin_access_entry():
+    from helpers import engine_config_with
+
+    arns = ["arn:aws:iam::111122223333:role/platform-admins", "arn:aws:iam::111122223333:user/alice"]
+    config, secret_keys = engine_config_with("dev", "cluster", adminPrincipalArns=arns)
+    cluster = run_program("dev", config=config, secret_keys=secret_keys).one("eks:index:Cluster")
+    # access entries need authentication mode API or API_AND_CONFIG_MAP (EKS user guide, access entries)
+    assert cluster.inputs["authenticationMode"] == "API"
+    entries = cluster.inputs["accessEntries"].values()
+    assert sorted(e["principalArn"] for e in entries) == sorted(arns)
+    for entry in entries:
+        (policy,) = entry["accessPolicies"].values()
+        assert policy["policyArn"] == "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+        assert policy["accessScope"] == {"type": "cluster"}

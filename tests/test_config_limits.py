@@ -256,3 +256,25 @@ def test_the_program_itself_refuses_them_before_registering_anything():
     assert "aws:regoin: not a setting of the AWS provider (did you mean 'aws:region'?)" in message
     assert "stack name 'my.dev' makes the EKS cluster name 'llm-pd-eks-my.dev', which EKS refuses" in message
     assert info.value.registrations == []  # type: ignore[attr-defined]
+
+
+# --- cluster administrators: EKS access entries -----------------------------------------------------
+
+ADMIN_ROLE = "arn:aws:iam::111122223333:role/platform/admins"
+
+
+def test_admin_roles_and_users_are_accepted():
+    arns = [ADMIN_ROLE, "arn:aws:iam::111122223333:user/alice"]
+    assert validate_values(merged(GOOD, {"cluster": {"adminPrincipalArns": arns}})).cluster.admin_principal_arns == arns
+
+
+def test_an_sts_session_is_refused_as_an_access_entry_principal():
+    session = "arn:aws:sts::111122223333:assumed-role/admins/alice"
+    (problem,) = problems({"cluster": {"adminPrincipalArns": [session]}})
+    assert problem.startswith(f"{PROJECT}:cluster.adminPrincipalArns") and "STS session" in problem
+    assert "arn:aws:iam::<account>:role/<name>" in problem  # says how to fix it
+
+
+def test_a_principal_listed_twice_is_refused():
+    (problem,) = problems({"cluster": {"adminPrincipalArns": [ADMIN_ROLE, ADMIN_ROLE]}})
+    assert "listed twice" in problem and "one access entry per principal" in problem

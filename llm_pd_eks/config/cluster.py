@@ -80,7 +80,18 @@ class ClusterConfig(Strict):
     @field_validator("admin_principal_arns")
     @classmethod
     def _arns(cls, values: list[str]) -> list[str]:
+        # An access entry names one IAM role or user; not an STS session (`assumed-role/...`: "a
+        # temporary principal for each session"), and no principal in two entries (EKS API reference,
+        # CreateAccessEntry principalArn; https://docs.aws.amazon.com/eks/latest/userguide/creating-access-entries.html).
         for value in values:
-            if not re.fullmatch(r"arn:aws[\w-]*:(iam|sts)::\d{12}:\S+", value):
-                raise ValueError(f"{shown(value)} is not an IAM principal ARN")
+            if re.fullmatch(r"arn:aws[\w-]*:sts::\d{12}:assumed-role/\S+", value):
+                raise ValueError(
+                    f"{shown(value)} is an STS session, which EKS access entries refuse: give the role's "
+                    "ARN (arn:aws:iam::<account>:role/<name>)"
+                )
+            if not re.fullmatch(r"arn:aws[\w-]*:iam::\d{12}:(role|user)/\S+", value):
+                raise ValueError(f"{shown(value)} is not an IAM role or user ARN")
+        repeated = sorted({v for v in values if values.count(v) > 1})
+        if repeated:
+            raise ValueError(f"{', '.join(shown(v) for v in repeated)} listed twice: EKS allows one access entry per principal")
         return values
