@@ -93,5 +93,6 @@ class ClusterConfig(Strict):
                 raise ValueError(f"{shown(value)} is not an IAM role or user ARN")
         repeated = sorted({v for v in values if values.count(v) > 1})
         if repeated:
-            raise ValueError(f"{', '.join(shown(v) for v in repeated)} listed twice: EKS allows one access entry per principal")
+            listed = ", ".join(shown(v) for v in repeated)
+            raise ValueError(f"{listed} listed twice: EKS allows one access entry per principal")
         return values
