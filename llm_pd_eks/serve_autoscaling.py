@@ -1,9 +1,12 @@
 """Ray Serve autoscaling settings of one role, from the per-replica concurrency the sizing model gives.
 
-Serve's default policy (ray.serve.autoscaling_policy.replica_queue_length_autoscaling_policy, Ray 2.60)
+Serve's default policy in Ray 2.57.0 (ray/serve/autoscaling_policy.py:
+`replica_queue_length_autoscaling_policy`, whose `_core_replica_queue_length_policy` does the arithmetic)
 wants `current * total_ongoing / (target_ongoing_requests * current)` replicas, i.e. one replica per
-`target_ongoing_requests` requests in flight, bounded by min/max_replicas and applied only after the
-load has stayed above (below) target for upscale_delay_s (downscale_delay_s). So:
+`target_ongoing_requests` requests in flight. Serve's wrapper around the policy (`_apply_autoscaling_config`,
+`_apply_delay_logic`) applies a change only after the load has kept asking for it for upscale_delay_s
+(downscale_delay_s) of wall-clock time, and the result is bounded by min/max_replicas
+(ray/serve/_private/autoscaling_state.py, `apply_bounds`). So:
 - target_ongoing_requests = the concurrency at which one replica still meets the latency objective;
 - max_ongoing_requests = twice that: a replica may run ahead of its target while new replicas come up
   (a TP-8 70B replica takes minutes to load), yet a finite cap keeps the rest queued at the proxy
