@@ -35,20 +35,37 @@ def ray_vllm(vllm_name: str) -> str:
     return RAY_PREFIX + "vllm_" + vllm_name.removeprefix("vllm:")
 
 
+HISTOGRAM, GAUGE, COUNTER = "histogram", "gauge", "counter"
+
+# Every vLLM metric this module names, with its type: `vLLM name -> type`. tests/ray_exporter.py
+# registers these with Ray's own recorder; tests/test_metric_names.py judges them against vLLM's.
+VLLM_METRICS: dict[str, str] = {}
+
+
+def scraped_name(vllm_name: str) -> str:
+    """The name a metric of VLLM_METRICS is scraped under: `ray_vllm(...)`, a counter's with `_total`."""
+    return ray_vllm(vllm_name) + ("_total" if VLLM_METRICS[vllm_name] == COUNTER else "")
+
+
+def _vllm(vllm_name: str, kind: str) -> str:
+    VLLM_METRICS[vllm_name] = kind
+    return scraped_name(vllm_name)
+
+
 # vLLM engine metrics (labels: model_name, engine, ReplicaId).
-TTFT = ray_vllm("vllm:time_to_first_token_seconds")  # histogram
-ITL = ray_vllm("vllm:inter_token_latency_seconds")  # histogram
-RUNNING = ray_vllm("vllm:num_requests_running")  # gauge
-WAITING = ray_vllm("vllm:num_requests_waiting")  # gauge
-KV_CACHE_USAGE = ray_vllm("vllm:kv_cache_usage_perc")  # gauge, 1 = full
-GENERATION_TOKENS = ray_vllm("vllm:generation_tokens") + "_total"  # counter
+TTFT = _vllm("vllm:time_to_first_token_seconds", HISTOGRAM)
+ITL = _vllm("vllm:inter_token_latency_seconds", HISTOGRAM)
+RUNNING = _vllm("vllm:num_requests_running", GAUGE)
+WAITING = _vllm("vllm:num_requests_waiting", GAUGE)
+KV_CACHE_USAGE = _vllm("vllm:kv_cache_usage_perc", GAUGE)  # 1 = full
+GENERATION_TOKENS = _vllm("vllm:generation_tokens", COUNTER)
 
 # NIXL KV connector metrics (NixlPromMetrics).
-NIXL_XFER_TIME = ray_vllm("vllm:nixl_xfer_time_seconds")  # histogram, seconds per transfer
-NIXL_BYTES = ray_vllm("vllm:nixl_bytes_transferred")  # histogram, bytes per transfer
-NIXL_FAILED_TRANSFERS = ray_vllm("vllm:nixl_num_failed_transfers") + "_total"  # counter
-NIXL_FAILED_NOTIFICATIONS = ray_vllm("vllm:nixl_num_failed_notifications") + "_total"  # counter
-NIXL_KV_EXPIRED = ray_vllm("vllm:nixl_num_kv_expired_reqs") + "_total"  # counter (prefill side)
+NIXL_XFER_TIME = _vllm("vllm:nixl_xfer_time_seconds", HISTOGRAM)  # seconds per transfer
+NIXL_BYTES = _vllm("vllm:nixl_bytes_transferred", HISTOGRAM)  # bytes per transfer
+NIXL_FAILED_TRANSFERS = _vllm("vllm:nixl_num_failed_transfers", COUNTER)
+NIXL_FAILED_NOTIFICATIONS = _vllm("vllm:nixl_num_failed_notifications", COUNTER)
+NIXL_KV_EXPIRED = _vllm("vllm:nixl_num_kv_expired_reqs", COUNTER)  # prefill side
 
 # Ray Serve metrics (ray/serve/_private/replica.py, autoscaling_state.py, deployment_state.py).
 SERVE_TARGET_REPLICAS = RAY_PREFIX + "serve_autoscaling_target_replicas"  # gauge, labels: deployment, application
@@ -109,6 +126,7 @@ ITL_BUCKETS = (
     40.0,
     80.0,
 )
+BUCKETS = {"vllm:time_to_first_token_seconds": TTFT_BUCKETS, "vllm:inter_token_latency_seconds": ITL_BUCKETS}
 
 # Labels the scrape config adds from the pod (llm_pd_eks/observability.py): which side a sample is from.
 PHASE_LABEL = "phase"  # = the pod's ray.io/group: prefill | decode | headgroup

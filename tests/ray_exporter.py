@@ -4,7 +4,10 @@ Run as `python tests/ray_exporter.py [PORT]`; it prints `ready <port>`. A subpro
 OpenTelemetry meter provider is process-global. Metrics go through
 ray._private.telemetry.open_telemetry_metric_recorder (the recorder the dashboard agent of the
 installed Ray, the DLC's 2.57.0, exports with) and prometheus_client renders the exposition: names,
-`_total` suffixes, label sets and the histogram reconstruction are Ray's, not ours.
+`_total` suffixes, label sets and the histogram reconstruction are Ray's, not ours. It serves every
+vLLM metric of the program's table (llm_pd_eks/metrics.py `VLLM_METRICS`, vLLM name and type),
+registered under the name vLLM's Ray stat logger gives it; whether Ray then exports it under the name
+the table predicts is what the tests query.
 
 Endpoints: GET /metrics; POST /record with a JSON body {"transfers": [[bytes, seconds], ...],
 "failed": n, "tokens": n}: what one request did on this node, as vLLM's NixlPromMetrics.observe and
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import re
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,84 +26,52 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client import REGISTRY, generate_latest
 from ray._private.telemetry.open_telemetry_metric_recorder import OpenTelemetryMetricRecorder
 
-# vLLM's bucket bounds: NixlPromMetrics (vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py).
-XFER_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0]
-BYTES_BUCKETS = [float(2 ** (10 + i)) for i in range(1, 25, 2)]
-TTFT_BUCKETS = [
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-    160.0,
-    640.0,
-    2560.0,
-]
-ITL_BUCKETS = [
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-]
+from llm_pd_eks import metrics as m
+
+# Bucket bounds by vLLM name: the SLO histograms' from llm_pd_eks/metrics.py, the NIXL ones from
+# NixlPromMetrics (vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py).
+BUCKETS: dict[str, list[float]] = {
+    **{name: list(bounds) for name, bounds in m.BUCKETS.items()},
+    "vllm:nixl_xfer_time_seconds": [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0],
+    "vllm:nixl_bytes_transferred": [float(2 ** (10 + i)) for i in range(1, 25, 2)],
+}
+GAUGES = {"vllm:num_requests_running": 1.0, "vllm:num_requests_waiting": 0.0, "vllm:kv_cache_usage_perc": 0.3}
 TAGS = {"model_name": "Qwen/Qwen2.5-7B-Instruct", "engine": "0", "ReplicaId": "r1"}
 
 recorder = OpenTelemetryMetricRecorder()
 lock = threading.Lock()
-totals = {"failed": 0.0, "tokens": 0.0}
-
-# Ray metric names are vLLM's with ':' -> '_' (vllm/v1/metrics/ray_wrappers.py); Ray adds `ray_`.
-for name, buckets in (
-    ("vllm_nixl_xfer_time_seconds", XFER_BUCKETS),
-    ("vllm_nixl_bytes_transferred", BYTES_BUCKETS),
-    ("vllm_time_to_first_token_seconds", TTFT_BUCKETS),
-    ("vllm_inter_token_latency_seconds", ITL_BUCKETS),
-):
-    recorder.register_histogram_metric(name, name, buckets)
-for name in ("vllm_nixl_num_failed_transfers", "vllm_generation_tokens", "vllm_nixl_num_failed_notifications"):
-    recorder.register_counter_metric(name, name)
-    recorder.set_metric_value(name, TAGS, 0.0)
-for name, value in (
-    ("vllm_num_requests_running", 1.0),
-    ("vllm_num_requests_waiting", 0.0),
-    ("vllm_kv_cache_usage_perc", 0.3),
-):
-    recorder.register_gauge_metric(name, name)
-    recorder.set_metric_value(name, TAGS, value)
+totals = {"vllm:nixl_num_failed_transfers": 0.0, "vllm:generation_tokens": 0.0}
 
 
-def observe(name: str, buckets: list[float], value: float) -> None:
+def ray_name(vllm_name: str) -> str:
+    """The Ray metric vLLM registers (vllm/v1/metrics/ray_wrappers.py: every character outside
+    [a-zA-Z0-9_] becomes `_`); Ray's exporter adds `ray_` and, to a counter, `_total`."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", vllm_name)
+
+
+# Every vLLM metric the program's table names, registered as vLLM's Ray stat logger would.
+for vllm_name, kind in m.VLLM_METRICS.items():
+    name = ray_name(vllm_name)
+    if kind == m.HISTOGRAM:
+        recorder.register_histogram_metric(name, name, BUCKETS[vllm_name])
+    elif kind == m.COUNTER:
+        recorder.register_counter_metric(name, name)
+        recorder.set_metric_value(name, TAGS, 0.0)
+    else:
+        recorder.register_gauge_metric(name, name)
+        recorder.set_metric_value(name, TAGS, GAUGES.get(vllm_name, 0.0))
+
+
+def observe(vllm_name: str, value: float) -> None:
+    buckets = BUCKETS[vllm_name]
     counts = [0] * (len(buckets) + 1)
     counts[bisect.bisect_left(buckets, value)] = 1
-    recorder.record_histogram_aggregated_batch(name, [{"tags": dict(TAGS), "bucket_counts": counts}])
+    recorder.record_histogram_aggregated_batch(ray_name(vllm_name), [{"tags": dict(TAGS), "bucket_counts": counts}])
+
+
+def add(vllm_name: str, amount: float) -> None:
+    totals[vllm_name] += amount
+    recorder.set_metric_value(ray_name(vllm_name), TAGS, totals[vllm_name])
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -122,15 +94,13 @@ class Handler(BaseHTTPRequestHandler):
         event = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
         with lock:
             for num_bytes, seconds in event.get("transfers", []):
-                observe("vllm_nixl_bytes_transferred", BYTES_BUCKETS, float(num_bytes))
-                observe("vllm_nixl_xfer_time_seconds", XFER_BUCKETS, float(seconds))
-            totals["failed"] += event.get("failed", 0)
-            totals["tokens"] += event.get("tokens", 0)
-            recorder.set_metric_value("vllm_nixl_num_failed_transfers", TAGS, totals["failed"])
-            recorder.set_metric_value("vllm_generation_tokens", TAGS, totals["tokens"])
+                observe("vllm:nixl_bytes_transferred", float(num_bytes))
+                observe("vllm:nixl_xfer_time_seconds", float(seconds))
+            add("vllm:nixl_num_failed_transfers", event.get("failed", 0))
+            add("vllm:generation_tokens", event.get("tokens", 0))
             if event.get("tokens"):
-                observe("vllm_time_to_first_token_seconds", TTFT_BUCKETS, 0.3)
-                observe("vllm_inter_token_latency_seconds", ITL_BUCKETS, 0.02)
+                observe("vllm:time_to_first_token_seconds", 0.3)
+                observe("vllm:inter_token_latency_seconds", 0.02)
         self.send_response(204)
         self.end_headers()
 

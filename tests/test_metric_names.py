@@ -38,15 +38,26 @@ def test_each_name_is_a_vllm_0_25_1_metric_with_its_type_suffix(constant):
     assert scraped in candidates, f"{constant} = {scraped}: no vLLM 0.25.1 metric is scraped under that name"
 
 
-@pytest.mark.parametrize(
-    ("ours_", "vllm_name"),
-    [
-        (metrics.TTFT_BUCKETS, "vllm:time_to_first_token_seconds"),
-        (metrics.ITL_BUCKETS, "vllm:inter_token_latency_seconds"),
-    ],
-)
-def test_bucket_bounds_are_vllms(ours_, vllm_name):
-    assert list(ours_) == VLLM["buckets"][vllm_name]
+@pytest.mark.parametrize("vllm_name", sorted(metrics.VLLM_METRICS))
+def test_each_table_entry_has_vllms_type(vllm_name):
+    """The table's types decide the scraped suffixes and what tests/ray_exporter.py registers."""
+    assert metrics.VLLM_METRICS[vllm_name] == VLLM["metrics"][vllm_name]["type"]
+
+
+def test_the_table_holds_every_constant():
+    assert set(ours().values()) == {metrics.scraped_name(n) for n in metrics.VLLM_METRICS}
+
+
+def test_bucket_bounds_are_vllms():
+    assert (
+        set(metrics.BUCKETS)
+        == set(VLLM["buckets"])
+        == {"vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds"}
+    )
+    assert metrics.BUCKETS["vllm:time_to_first_token_seconds"] is metrics.TTFT_BUCKETS
+    assert metrics.BUCKETS["vllm:inter_token_latency_seconds"] is metrics.ITL_BUCKETS
+    for vllm_name, bounds in metrics.BUCKETS.items():
+        assert list(bounds) == VLLM["buckets"][vllm_name], vllm_name
 
 
 def test_the_judge_knows_a_wrong_name():

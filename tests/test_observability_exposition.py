@@ -9,6 +9,7 @@ missing `_total`, `vllm:` instead of `ray_vllm_`) would return no samples here.
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 
 import pytest
@@ -27,6 +28,7 @@ pytestmark = requires_binary("prometheus")
 INSTANCE = GPU_INSTANCE_TYPES["g6e.12xlarge"]
 CONFIG = ObservabilityConfig()
 FLOOR = kv_rank_floor_gbps(INSTANCE, KV_FLOOR_FRACTION)
+VLLM_NAME = re.compile(re.escape(m.RAY_PREFIX) + r"vllm_\w+")
 
 
 @pytest.fixture(scope="module")
@@ -62,15 +64,8 @@ def prometheus(tmp_path_factory):
 @pytest.mark.parametrize(
     "name",
     [
-        m.TTFT + "_count",
-        m.ITL + "_count",
-        m.RUNNING,
-        m.WAITING,
-        m.KV_CACHE_USAGE,
-        m.GENERATION_TOKENS,
-        m.NIXL_BYTES + "_sum",
-        m.NIXL_XFER_TIME + "_sum",
-        m.NIXL_FAILED_TRANSFERS,
+        m.scraped_name(vllm_name) + ("_count" if kind == m.HISTOGRAM else "")
+        for vllm_name, kind in m.VLLM_METRICS.items()
     ],
 )
 def test_metric_names_match_what_ray_exports(prometheus, name):
@@ -98,3 +93,13 @@ def test_every_dashboard_query_runs_and_the_serving_panels_have_data(prometheus)
         prometheus.query(expr)  # a query Prometheus refuses raises (status != success)
     assert prometheus.wait_for(f"histogram_quantile(0.5, sum by (phase, le) (rate({m.TTFT}_bucket[5m])))")
     assert prometheus.wait_for(f"sum by (phase) ({m.RUNNING})")
+
+
+def test_every_vllm_name_the_alerts_and_dashboards_query_is_served(prometheus):
+    """A name an expression spells by hand (not through llm_pd_eks/metrics.py) must still be one Ray exports."""
+    with urllib.request.urlopen(f"{prometheus.url}/api/v1/label/__name__/values", timeout=10) as response:
+        served = set(json.loads(response.read())["data"])
+    rules = [r["expr"] for group in rule_groups(CONFIG, INSTANCE) for r in group["rules"]]
+    queried = {n for expr in [*rules, *expressions(dashboard(FLOOR, {}))] for n in VLLM_NAME.findall(expr)}
+    assert {m.TTFT + "_bucket", m.NIXL_BYTES + "_sum"} <= queried
+    assert queried <= served, sorted(queried - served)
