@@ -45,7 +45,7 @@ help:
 	@echo "make verify STACK=dev [KUBECONFIG=path] [TIMEOUT=600] [JSON=1]   after pulumi up: EFA, NIXL on LIBFABRIC, P/D, KV bytes"
 	@echo "make cost-audit STACK=dev [SINCE=7d] [PROMETHEUS=url] [JSON=1]   spend, \$$/Mtok vs make size, idle GPUs, quota, advice"
 	@echo "make size [STACK=dev] [WORKLOAD=workloads/<stack>.yaml] [WRITE=1] [JSON=1]   replicas, nodes, P:D, \$$/Mtok for a workload"
-	@echo "make facts                 regenerate the GPU instance-type table (llm_pd_eks/data, policies/data) from EC2 data"
+	@echo "make facts                 regenerate the GPU instance-type table (llm_pd_eks/data, policies/data) from EC2 data, and the pack's KubeRay resource-name rules"
 	@echo "make calibrate STACK=dev [ENDPOINT=http://host:port] [NIXLBENCH=file] [TIMEOUT=1800]   after up: measure, fit, write calibration/<stack>.yaml"
 
 $(STAMP): requirements-preview.txt
@@ -141,10 +141,12 @@ size: $(DEV_STAMP)
 	@$(PY) -m llm_pd_eks_tools.size --stack $(STACK) --workload $(WORKLOAD) $(if $(WRITE),--write) $(if $(JSON),--json)
 
 # The EFA GPU instance-type table, from EC2 DescribeInstanceTypes data (moto's capture): writes the
-# program's copy (llm_pd_eks/data/) and the policy pack's own (policies/data/).
+# program's copy (llm_pd_eks/data/) and the policy pack's own (policies/data/). Then the pack's copy of
+# KubeRay's resource-name rules (policies/data/kuberay_resource_flags.json) from llm_pd_eks/ray_resources.py.
 .PHONY: facts
 facts: $(DEV_STAMP)
 	@$(PY) -m llm_pd_eks_tools.gen_instance_types
+	@$(PY) -m llm_pd_eks_tools.gen_ray_resources
 # After `pulumi up`: vllm bench serve sweep (a Job on the system nodes, or ENDPOINT directly) and
 # nixlbench's LIBFABRIC output (NIXLBENCH) -> calibration/<stack>.yaml, used by `make size` and the preview.
 calibrate: $(DEV_STAMP)

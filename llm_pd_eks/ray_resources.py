@@ -8,7 +8,9 @@ dropped from `--resources`. A custom resource so named never reaches the raylet,
 autoscaler (which reads the group spec) believes new nodes have it: placement groups that ask for
 it stay infeasible and the autoscaler grows the group to its maximum. The config, the RayService
 and the policy pack refuse such names with this one rule (tests/kuberay_start_params.py, a
-transcription of the operator's code, is the judge).
+transcription of the operator's code, is the judge). The pack, which must not import the program,
+reads `OPERATOR_FLAGS` from `policies/data/kuberay_resource_flags.json`, written from this module by
+`make facts` (llm_pd_eks_tools/gen_ray_resources.py); tests/test_policies_facts.py keeps it equal.
 """
 
 from __future__ import annotations
@@ -19,19 +21,20 @@ from typing import Optional
 # The names Ray itself reserves for its predefined resources (ray_constants / the raylet): a custom
 # resource of that name collides with what the raylet reports.
 RAY_PREDEFINED = ("CPU", "GPU", "memory", "object_store_memory")
-_MIG = re.compile(r"nvidia\.com/mig-\d+g\.\d+gb$")
+# What KubeRay's operator makes of a resource name, as data: rule -> (pattern searched in the
+# lower-cased name, the `ray start` flag it becomes), in the operator's order.
+OPERATOR_FLAGS: dict[str, tuple[str, str]] = {
+    "cpu": (r"\Acpu\Z", "--num-cpus"),
+    "memory": (r"\Amemory\Z", "--memory"),
+    "gpu-suffix": (r"gpu\Z", "--num-gpus"),  # IsGPUResourceKey: a name ending in gpu
+    "mig-profile": (r"nvidia\.com/mig-\d+g\.\d+gb$", "--num-gpus"),  # IsGPUResourceKey: a MIG profile
+}
 
 
 def operator_reinterpretation(name: str) -> Optional[str]:
     """The `ray start` flag KubeRay turns resource `name` into instead of `--resources`, if any."""
     normalized = name.lower()
-    if normalized == "cpu":
-        return "--num-cpus"
-    if normalized == "memory":
-        return "--memory"
-    if normalized.endswith("gpu") or _MIG.search(normalized):
-        return "--num-gpus"
-    return None
+    return next((flag for pattern, flag in OPERATOR_FLAGS.values() if re.search(pattern, normalized)), None)
 
 
 def custom_resource_problem(name: str) -> Optional[str]:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from llm_pd_eks_tools.cli import ROOT, Exit, ToolError, run
+from llm_pd_eks_tools.facts import sync
 
 FILE_NAME = "gpu_instance_types.json"
 OUTPUTS = (ROOT / "llm_pd_eks" / "data" / FILE_NAME, ROOT / "policies" / "data" / FILE_NAME)
@@ -100,17 +101,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="gen_instance_types", description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when a copy differs from the generated table")
     args = parser.parse_args(argv)
-    text = generate(*moto_source())
-    stale = [p for p in OUTPUTS if not p.exists() or p.read_text() != text]
-    if args.check:
-        for path in stale:
-            print(f"{path.relative_to(ROOT)} is stale: run `make facts`", file=sys.stderr)
-        return Exit.FAILED if stale else Exit.OK
-    for path in stale:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        print(f"wrote {path.relative_to(ROOT)}")
-    return Exit.OK
+    return sync(generate(*moto_source()), OUTPUTS, ROOT, args.check)
 
 
 if __name__ == "__main__":

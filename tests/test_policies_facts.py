@@ -1,14 +1,19 @@
 """The GPU instance-type table is one set of facts: generated from EC2 DescribeInstanceTypes data,
-carried twice (program and pack), read by both."""
+carried twice (program and pack), read by both. Likewise KubeRay's resource-name rules: the program's
+llm_pd_eks/ray_resources.py, carried by the pack as generated data."""
 
 from __future__ import annotations
 
 import gzip
 import json
 
+import pytest
+
+from llm_pd_eks import ray_resources
 from llm_pd_eks.catalog import EC2_GPU_TYPES, GPU_INSTANCE_TYPES
+from llm_pd_eks_policy import ray_resources as pack_ray_resources
 from llm_pd_eks_policy.efa_table import DATA_FILE, EFA_GPU_TYPES, EFA_NETWORK_CARDS, GPUS_PER_INSTANCE
-from llm_pd_eks_tools import gen_instance_types
+from llm_pd_eks_tools import gen_instance_types, gen_ray_resources
 
 
 def test_both_copies_equal_what_the_generator_produces():
@@ -69,3 +74,25 @@ def test_program_catalog_reads_the_same_facts_as_the_pack():
         assert entry.gpu_memory_mib == row["gpuMemoryMiB"]
         assert entry.vcpus == row["vcpus"] and entry.memory_gib * 1024 == row["memoryMiB"]
         assert entry.gpu_model == row["gpuName"]
+
+
+def test_the_packs_resource_rules_equal_what_the_generator_writes_from_the_program():
+    assert gen_ray_resources.OUTPUT == pack_ray_resources.DATA_FILE
+    assert pack_ray_resources.DATA_FILE.read_text() == gen_ray_resources.generate(), "stale: run `make facts`"
+
+
+def test_resource_rules_check_mode_reports_a_stale_copy(tmp_path, monkeypatch, capsys):
+    stale = tmp_path / "kuberay_resource_flags.json"
+    stale.write_text("{}\n")
+    monkeypatch.setattr(gen_ray_resources, "OUTPUT", stale)
+    monkeypatch.setattr(gen_ray_resources, "ROOT", tmp_path)
+    assert gen_ray_resources.main(["--check"]) == 1
+    assert "is stale: run `make facts`" in capsys.readouterr().err
+    assert gen_ray_resources.main([]) == 0 and stale.read_text() == gen_ray_resources.generate()
+
+
+@pytest.mark.parametrize(
+    "name", ["cpu", "CPU", "Memory", "prefill_gpu", "GPU", "nvidia.com/mig-1g.5gb", "prefill_slot"]
+)
+def test_the_pack_reads_the_rules_the_program_applies(name):
+    assert pack_ray_resources.reinterpreted_flag(name) == ray_resources.operator_reinterpretation(name)

@@ -9,13 +9,17 @@ which reads the group spec, believes new nodes have it: bundles asking for it st
 the group grows to its maximum. The canonical names (`CPU`, `GPU`, `memory`, `nvidia.com/gpu`, a
 MIG profile) are what the operator means them for and pass.
 
-The pack runs without the program's modules; tests/test_policies_ray_resources.py checks this
-predicate against llm_pd_eks/ray_resources.py and the transcription of the operator's code.
+The pack runs without the program's modules: it reads the operator's rules from its own
+`policies/data/kuberay_resource_flags.json`, written by `make facts` from the program's
+llm_pd_eks/ray_resources.py (`OPERATOR_FLAGS`); tests/test_policies_facts.py keeps the two equal and
+tests/test_policies_ray_resources.py checks this predicate against the transcription of the operator's code.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 from typing import Any, Optional
 
 from pulumi_policy import ReportViolation, ResourceValidationArgs
@@ -24,20 +28,17 @@ from .common import dig, is_unknown, known_list, plain, resource_policy
 from .ray_serving import ray_objects
 from .workloads import RAY_CLUSTER_SPEC
 
-_MIG = re.compile(r"nvidia\.com/mig-\d+g\.\d+gb$")
+DATA_FILE = Path(__file__).resolve().parent.parent / "data" / "kuberay_resource_flags.json"
+# rule -> {"pattern": searched in the lower-cased name, "flag": the `ray start` flag}, in the operator's order
+_RULES: dict[str, dict[str, str]] = json.loads(DATA_FILE.read_text())["rules"]
+_MIG = re.compile(_RULES["mig-profile"]["pattern"])
 _CANONICAL = ("cpu", "memory", "gpu")
 
 
 def reinterpreted_flag(name: str) -> Optional[str]:
     """The `ray start` flag KubeRay turns group resource `name` into instead of `--resources`, if any."""
     normalized = name.lower()
-    if normalized == "cpu":
-        return "--num-cpus"
-    if normalized == "memory":
-        return "--memory"
-    if normalized.endswith("gpu") or _MIG.search(normalized):
-        return "--num-gpus"
-    return None
+    return next((r["flag"] for r in _RULES.values() if re.search(r["pattern"], normalized)), None)
 
 
 def swallowed_custom_resource(name: str) -> Optional[str]:
