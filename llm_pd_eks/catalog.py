@@ -99,11 +99,38 @@ class GpuInstanceType:
 # (989 TF, 3.35 TB/s); H200 SXM datasheet (989 TF, 4.8 TB/s). The A10G is an AWS-only variant of
 # the A10 with no NVIDIA datasheet: 600 GB/s (same GDDR6 as the A10) and ~70 TF dense FP16/BF16
 # tensor as reported by Baseten ("NVIDIA A10 vs A10G for ML model inference"), not the A10's 125 TF.
-_L40S_TFLOPS, _L40S_GBYTES_S = 362.05, 864.0
-_A10G_TFLOPS, _A10G_GBYTES_S = 70.0, 600.0
-_A100_TFLOPS, _A100_40G_GBYTES_S, _A100_80G_GBYTES_S = 312.0, 1555.0, 2039.0
-_H100_TFLOPS, _H100_GBYTES_S = 989.0, 3350.0
-_H200_TFLOPS, _H200_GBYTES_S = 989.0, 4800.0
+# Per GPU model: what every instance type carrying it shares (the A100's bandwidth and NVML name differ
+# between its 40 GB and 80 GB parts: set per type below).
+_L40S = {
+    "ray_accelerator_type": "L40S",
+    "nvml_gpu_name": "NVIDIA L40S",
+    "efa_rdma_read": False,
+    "peak_bf16_dense_tflops": 362.05,
+    "memory_bandwidth_gbytes_s": 864.0,
+}
+_A10G = {
+    "ray_accelerator_type": "A10G",
+    "nvml_gpu_name": "NVIDIA A10G",
+    "efa_rdma_read": False,
+    "peak_bf16_dense_tflops": 70.0,
+    "memory_bandwidth_gbytes_s": 600.0,
+}
+_A100 = {"ray_accelerator_type": "A100", "efa_rdma_read": True, "peak_bf16_dense_tflops": 312.0}
+_A100_40G_GBYTES_S, _A100_80G_GBYTES_S = 1555.0, 2039.0
+_H100 = {
+    "ray_accelerator_type": "H100",
+    "nvml_gpu_name": "NVIDIA H100 80GB HBM3",
+    "efa_rdma_read": True,
+    "peak_bf16_dense_tflops": 989.0,
+    "memory_bandwidth_gbytes_s": 3350.0,
+}
+_H200 = {
+    "ray_accelerator_type": "H200",
+    "nvml_gpu_name": "NVIDIA H200",
+    "efa_rdma_read": True,
+    "peak_bf16_dense_tflops": 989.0,
+    "memory_bandwidth_gbytes_s": 4800.0,
+}
 
 # AWS "Amazon EC2 instance network bandwidth": a single TCP/UDP flow is limited to 5 Gbps between
 # instances, and to 10 Gbps between instances in the same cluster placement group (our GPU nodes are).
@@ -118,149 +145,50 @@ _P5_NIXL_EFA_GBPS = 9.6 * 8
 _P5_NIXL_EFA_SOURCE = "ai-dynamo/dynamo PR #7764 (~9.6 GB/s NIXL over EFA, p5.48xlarge pair)"
 
 
+# 2 MiB huge pages per worker pod for libfabric's EFA provider: the EKS EFA guide's example pod's 5120Mi.
+EFA_HUGEPAGES_2MI_MIB = 5120
+
+
+def _gpu_type(name: str, min_efa_chart_version: str, **facts: Any) -> GpuInstanceType:
+    """A table entry: EC2's facts for `name`, the GPU model's `facts`, and what every type here shares."""
+    return GpuInstanceType(
+        name=name,
+        **_ec2_facts(name),
+        min_efa_chart_version=min_efa_chart_version,
+        efa_hugepages_2mi_mib=EFA_HUGEPAGES_2MI_MIB,
+        single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
+        **facts,
+    )
+
+
 GPU_INSTANCE_TYPES: dict[str, GpuInstanceType] = {
     t.name: t
     for t in (
-        GpuInstanceType(
-            name="g6e.8xlarge",
-            **_ec2_facts("g6e.8xlarge"),
-            ray_accelerator_type="L40S",
-            min_efa_chart_version="v0.5.5",
-            nvml_gpu_name="NVIDIA L40S",
-            efa_rdma_read=False,
-            efa_hugepages_2mi_mib=5120,
-            peak_bf16_dense_tflops=_L40S_TFLOPS,
-            memory_bandwidth_gbytes_s=_L40S_GBYTES_S,
-            nixl_efa_measured_gbps=None,
-            nixl_efa_measured_source=None,
-            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
-        ),
-        GpuInstanceType(
-            name="g6e.12xlarge",
-            **_ec2_facts("g6e.12xlarge"),
-            ray_accelerator_type="L40S",
-            min_efa_chart_version="v0.5.5",
-            nvml_gpu_name="NVIDIA L40S",
-            efa_rdma_read=False,
-            efa_hugepages_2mi_mib=5120,
-            peak_bf16_dense_tflops=_L40S_TFLOPS,
-            memory_bandwidth_gbytes_s=_L40S_GBYTES_S,
-            nixl_efa_measured_gbps=None,
-            nixl_efa_measured_source=None,
-            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
-        ),
-        GpuInstanceType(
-            name="g6e.24xlarge",
-            **_ec2_facts("g6e.24xlarge"),
-            ray_accelerator_type="L40S",
-            min_efa_chart_version="v0.5.5",
-            nvml_gpu_name="NVIDIA L40S",
-            efa_rdma_read=False,
-            efa_hugepages_2mi_mib=5120,
-            peak_bf16_dense_tflops=_L40S_TFLOPS,
-            memory_bandwidth_gbytes_s=_L40S_GBYTES_S,
-            nixl_efa_measured_gbps=None,
-            nixl_efa_measured_source=None,
-            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
-        ),
-        GpuInstanceType(
-            name="g6e.48xlarge",
-            **_ec2_facts("g6e.48xlarge"),
-            ray_accelerator_type="L40S",
-            min_efa_chart_version="v0.5.5",
-            nvml_gpu_name="NVIDIA L40S",
-            efa_rdma_read=False,
-            efa_hugepages_2mi_mib=5120,
-            peak_bf16_dense_tflops=_L40S_TFLOPS,
-            memory_bandwidth_gbytes_s=_L40S_GBYTES_S,
-            nixl_efa_measured_gbps=None,
-            nixl_efa_measured_source=None,
-            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
-        ),
-        GpuInstanceType(
-            name="g5.48xlarge",
-            **_ec2_facts("g5.48xlarge"),
-            ray_accelerator_type="A10G",
-            min_efa_chart_version="v0.4.2",
-            nvml_gpu_name="NVIDIA A10G",
-            efa_rdma_read=False,
-            efa_hugepages_2mi_mib=5120,
-            peak_bf16_dense_tflops=_A10G_TFLOPS,
-            memory_bandwidth_gbytes_s=_A10G_GBYTES_S,
-            nixl_efa_measured_gbps=None,
-            nixl_efa_measured_source=None,
-            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
-        ),
-        GpuInstanceType(
-            name="p4d.24xlarge",
-            **_ec2_facts("p4d.24xlarge"),
-            ray_accelerator_type="A100",
-            min_efa_chart_version="v0.4.2",
+        *(_gpu_type(f"g6e.{size}", "v0.5.5", **_L40S) for size in ("8xlarge", "12xlarge", "24xlarge", "48xlarge")),
+        _gpu_type("g5.48xlarge", "v0.4.2", **_A10G),
+        _gpu_type(
+            "p4d.24xlarge",
+            "v0.4.2",
+            **_A100,
             nvml_gpu_name="NVIDIA A100-SXM4-40GB",
-            efa_rdma_read=True,
-            efa_hugepages_2mi_mib=5120,
-            peak_bf16_dense_tflops=_A100_TFLOPS,
             memory_bandwidth_gbytes_s=_A100_40G_GBYTES_S,
-            nixl_efa_measured_gbps=None,
-            nixl_efa_measured_source=None,
-            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
         ),
-        GpuInstanceType(
-            name="p4de.24xlarge",
-            **_ec2_facts("p4de.24xlarge"),
-            ray_accelerator_type="A100",
-            min_efa_chart_version="v0.4.4",
+        _gpu_type(
+            "p4de.24xlarge",
+            "v0.4.4",
+            **_A100,
             nvml_gpu_name="NVIDIA A100-SXM4-80GB",
-            efa_rdma_read=True,
-            efa_hugepages_2mi_mib=5120,
-            peak_bf16_dense_tflops=_A100_TFLOPS,
             memory_bandwidth_gbytes_s=_A100_80G_GBYTES_S,
-            nixl_efa_measured_gbps=None,
-            nixl_efa_measured_source=None,
-            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
         ),
-        GpuInstanceType(
-            name="p5.48xlarge",
-            **_ec2_facts("p5.48xlarge"),
-            ray_accelerator_type="H100",
-            min_efa_chart_version="v0.4.2",
-            nvml_gpu_name="NVIDIA H100 80GB HBM3",
-            efa_rdma_read=True,
-            efa_hugepages_2mi_mib=5120,
-            peak_bf16_dense_tflops=_H100_TFLOPS,
-            memory_bandwidth_gbytes_s=_H100_GBYTES_S,
+        _gpu_type(
+            "p5.48xlarge",
+            "v0.4.2",
+            **_H100,
             nixl_efa_measured_gbps=_P5_NIXL_EFA_GBPS,
             nixl_efa_measured_source=_P5_NIXL_EFA_SOURCE,
-            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
         ),
-        GpuInstanceType(
-            name="p5e.48xlarge",
-            **_ec2_facts("p5e.48xlarge"),
-            ray_accelerator_type="H200",
-            min_efa_chart_version="v0.5.5",
-            nvml_gpu_name="NVIDIA H200",
-            efa_rdma_read=True,
-            efa_hugepages_2mi_mib=5120,
-            peak_bf16_dense_tflops=_H200_TFLOPS,
-            memory_bandwidth_gbytes_s=_H200_GBYTES_S,
-            nixl_efa_measured_gbps=None,
-            nixl_efa_measured_source=None,
-            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
-        ),
-        GpuInstanceType(
-            name="p5en.48xlarge",
-            **_ec2_facts("p5en.48xlarge"),
-            ray_accelerator_type="H200",
-            min_efa_chart_version="v0.5.6",
-            nvml_gpu_name="NVIDIA H200",
-            efa_rdma_read=True,
-            efa_hugepages_2mi_mib=5120,
-            peak_bf16_dense_tflops=_H200_TFLOPS,
-            memory_bandwidth_gbytes_s=_H200_GBYTES_S,
-            nixl_efa_measured_gbps=None,
-            nixl_efa_measured_source=None,
-            single_flow_tcp_gbps=SINGLE_FLOW_TCP_PLACEMENT_GROUP_GBPS,
-        ),
+        _gpu_type("p5e.48xlarge", "v0.5.5", **_H200),
+        _gpu_type("p5en.48xlarge", "v0.5.6", **_H200),
     )
 }
 

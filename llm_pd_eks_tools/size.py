@@ -19,9 +19,9 @@ import io
 import json
 import math
 from pathlib import Path
-from typing import Any, NoReturn, Optional
+from typing import Any, Optional
 
-from llm_pd_eks_tools.cli import ROOT, Exit, ToolError, exit_with, one_line
+from llm_pd_eks_tools.cli import ROOT, ArgumentParser, Exit, ToolError, exit_with, one_line
 from llm_pd_eks_tools.sizing import COST_BASIS, Plan, Sizing, band_text, load_workload, size
 
 PROG = "size"
@@ -233,13 +233,6 @@ def write_stack(stack: str, result: Sizing, current: Any, root: Path = ROOT) -> 
 
 
 # -- main ---------------------------------------------------------------------------------------------
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (ToolError USAGE), not the usage block plus a line."""
-
-    def error(self, message: str) -> NoReturn:
-        raise ToolError(Exit.USAGE, one_line(f"{message} (see --help)"))
-
-
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -286,7 +279,7 @@ def point_main(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--stack", help="the stack to size (Pulumi.<stack>.yaml)")
     parser.add_argument("--workload", type=Path, help="a workload file (see workloads/)")
     parser.add_argument("--write", action="store_true", help="write the sized bounds into Pulumi.<stack>.yaml")

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from llm_pd_eks.config import ConfigError, StackConfig, validate_stack_config  # noqa: E402
-from llm_pd_eks_tools.preview.mockrun import PROJECT, load_stack_config, stacks  # noqa: E402
+from llm_pd_eks_tools.preview.mockrun import PROJECT, ProgramRun, load_stack_config, run_program, stacks  # noqa: E402
 
 STACKS = stacks(ROOT)
 DATA = Path(__file__).resolve().parent / "data"  # vendored reference data (each folder has a SOURCE)
@@ -68,6 +68,15 @@ def engine_config_with(stack: str, section: str, **changes: Any) -> tuple[dict[s
     key = f"{PROJECT}:{section}"
     config[key] = json.dumps({**json.loads(config[key]), **changes})
     return config, secret_keys
+
+
+def run_with(stack: str, **sections: dict) -> ProgramRun:
+    """The program under mocks on a checked-in stack, keys of some sections changed (a missing section starts empty)."""
+    config, secret_keys = load_stack_config(stack)
+    for section, changes in sections.items():
+        key = f"{PROJECT}:{section}"
+        config[key] = json.dumps({**json.loads(config.get(key, "{}")), **changes})
+    return run_program(stack, config, secret_keys)
 
 
 # -- a copy of the checkout, for tests that change the program or run its CLIs ----------------------

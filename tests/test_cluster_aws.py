@@ -11,7 +11,7 @@ import base64
 import json
 
 import pytest
-from helpers import NODE_GROUP, STACKS
+from helpers import NODE_GROUP, STACKS, run_with
 
 from llm_pd_eks_tools.preview.mockrun import PROJECT, ProgramRun, load_stack_config, run_program, stack_config
 
@@ -20,14 +20,6 @@ ATTACHMENT = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
 ADDON = "aws:eks/addon:Addon"
 LOG_GROUP = "aws:cloudwatch/logGroup:LogGroup"
 CNI_POLICY = "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy"
-
-
-def run_with(stack: str, **sections: dict) -> ProgramRun:
-    config, secret_keys = load_stack_config(stack)
-    for section, changes in sections.items():
-        key = f"{PROJECT}:{section}"
-        config[key] = json.dumps({**json.loads(config.get(key, "{}")), **changes})
-    return run_program(stack, config, secret_keys)
 
 
 def depends(run: ProgramRun, reg, on) -> bool:

@@ -8,10 +8,9 @@ question about the transitive dependencies recorded by the mock run.
 from __future__ import annotations
 
 import copy
-import json
 
 import pytest
-from helpers import STACKS
+from helpers import STACKS, run_with
 
 from llm_pd_eks_tools.preview.mockrun import PROJECT, ProgramRun, load_stack_config, run_program
 
@@ -113,14 +112,6 @@ def test_the_rule_catches_an_object_created_before_its_namespace(programs):
 # -- the deploy path: `up` reaches the Kubernetes API, proven before the GPU nodes launch -----------
 GPU_NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 INGRESS_RULE = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
-
-
-def run_with(stack: str, **sections: dict) -> ProgramRun:
-    config, secret_keys = load_stack_config(stack)
-    for section, changes in sections.items():
-        key = f"{PROJECT}:{section}"
-        config[key] = json.dumps({**json.loads(config.get(key, "{}")), **changes})
-    return run_program(stack, config, secret_keys)
 
 
 def refusal(stack: str, **sections: dict) -> tuple[str, list]:

@@ -22,7 +22,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn, Optional
+from typing import Any, Optional
 
 from llm_pd_eks_tools.calibrate.bench import (
     SweepPoint,
@@ -32,15 +32,10 @@ from llm_pd_eks_tools.calibrate.bench import (
     parse_nixlbench,
     sweep_plan,
 )
-from llm_pd_eks_tools.cli import ROOT, Exit, ToolError, exit_with, one_line
+from llm_pd_eks_tools.cli import ROOT, ArgumentParser, Exit, ToolError, exit_with, one_line
 
 PROG = "calibrate"
 MAX_TIMEOUT_S = 4 * 3600.0
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise ToolError(Exit.USAGE, one_line(f"{message} (see --help)"))
 
 
 def _timeout(text: str) -> float:
@@ -82,7 +77,7 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--stack", required=True, help="the stack to calibrate (Pulumi.<stack>.yaml)")
     parser.add_argument("--workload", type=Path, help="workload file (default workloads/<stack>.yaml)")
     parser.add_argument("--endpoint", help="measure this OpenAI endpoint directly (http://host:port) instead of a Job")
