@@ -79,6 +79,20 @@ def _gpu_type(info: dict[str, Any]) -> Optional[dict[str, Any]]:
     }
 
 
+# When each moto release carrying the data was published (PyPI upload time of its wheel): the date
+# the table is as of. A new pin needs its date here; the generator refuses to guess one.
+MOTO_PUBLISHED = {"5.2.5": "2026-10-27"}
+
+
+def _published(moto_version: str) -> str:
+    if moto_version not in MOTO_PUBLISHED:
+        raise SystemExit(
+            f"gen_instance_types: no publication date for moto {moto_version}: add it to MOTO_PUBLISHED "
+            "(the PyPI upload date of its wheel)"
+        )
+    return MOTO_PUBLISHED[moto_version]
+
+
 def generate(data_path: Path, moto_version: str) -> str:
     """The table as JSON text (sorted, one trailing newline: byte-stable for the equality test)."""
     raw = data_path.read_bytes()
@@ -88,6 +102,7 @@ def generate(data_path: Path, moto_version: str) -> str:
         "source": {
             "what": "EC2 DescribeInstanceTypes, every instance type with GpuInfo and NetworkInfo.EfaSupported",
             "capturedBy": f"moto {moto_version} (getmoto/moto scripts/get_instance_info.py, describe_instance_types)",
+            "asOf": f"{_published(moto_version)} (moto {moto_version} published on PyPI)",
             "file": f"moto/{MOTO_DATA[1]}",
             "sha256": hashlib.sha256(raw).hexdigest(),
             "generator": "llm_pd_eks_tools/gen_instance_types.py (make facts)",
