@@ -409,12 +409,9 @@ class RayServiceArgs:
 def check_ray_service_args(args: RayServiceArgs) -> None:
     """`pulumi.InputPropertyError` naming the input the `serving` section alone cannot rule out."""
     for role, group in args.config.groups().items():
-        if args.instance.gpus % group.tensor_parallel_size:
-            raise pulumi.InputPropertyError(
-                f"config.{role}.tensor_parallel_size",
-                f"{group.tensor_parallel_size} does not divide the {args.instance.gpus} GPU(s) of a "
-                f"{args.instance.name} node",
-            )
+        problem = group.tensor_parallel_problem(args.instance.gpus, args.instance.name)
+        if problem:
+            raise pulumi.InputPropertyError(f"config.{role}.tensor_parallel_size", problem)
     if not args.device_plugins:
         raise pulumi.InputPropertyError("device_plugins", "empty; the worker pods request GPUs and EFA devices")
 

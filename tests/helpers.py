@@ -30,6 +30,10 @@ LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 PLACEMENT_GROUP = "aws:ec2/placementGroup:PlacementGroup"
 SUBNET = "aws:ec2/subnet:Subnet"
 RAY_SERVICE = "kubernetes:ray.io/v1:RayService"
+# The directories the AL2023 EKS AMI moves onto the instance-store RAID0 that nodeadm's
+# `localStorage: RAID0` builds (awslabs/amazon-eks-ami v20260724,
+# templates/al2023/runtime/bin/setup-local-disks lines 95-110).
+MOVED_TO_RAID0 = ("/var/lib/kubelet", "/var/lib/containerd", "/var/lib/soci-snapshotter-grpc", "/var/log/pods")
 
 
 # -- stack config variants -------------------------------------------------------------------------

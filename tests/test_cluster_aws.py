@@ -166,10 +166,8 @@ def test_private_endpoints_stay_cluster_ip(programs, stack):
 
 # -- GPU root volume: what is left on it once the NVMe RAID0 holds kubelet and containerd -----------
 # awslabs/amazon-eks-ami v20260724: the AL2023 AMI's root volume (templates/al2023/template.json,
-# ami_block_device_mappings volume_size) and the directories setup-local-disks moves to the RAID0
-# (templates/al2023/runtime/bin/setup-local-disks lines 95-110).
+# ami_block_device_mappings volume_size); the directories moved to the RAID0: helpers.MOVED_TO_RAID0.
 AMI_ROOT_GIB = 20
-MOVED_TO_RAID0 = ("/var/lib/kubelet", "/var/lib/containerd", "/var/lib/soci-snapshotter-grpc", "/var/log/pods")
 
 
 @pytest.mark.parametrize("stack", STACKS)

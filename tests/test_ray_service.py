@@ -13,7 +13,7 @@ import json
 import pytest
 import yaml
 from google.protobuf import json_format
-from helpers import DATA, NODE_GROUP, RAY_SERVICE, engine_config_with
+from helpers import DATA, MOVED_TO_RAID0, NODE_GROUP, RAY_SERVICE, engine_config_with
 
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.models import MODELS
@@ -449,10 +449,8 @@ def _env(c: dict) -> dict[str, str]:
 
 
 def test_the_weights_cache_is_a_node_directory_on_the_instance_store(run: ProgramRun):
-    # HF_HOME on a hostPath under /var/lib/kubelet, which nodeadm's RAID0 holds (test_cluster_aws.py
-    # MOVED_TO_RAID0): a restarted pod reads the weights from the node, not over NAT again.
-    from test_cluster_aws import MOVED_TO_RAID0
-
+    # HF_HOME on a hostPath under /var/lib/kubelet, which nodeadm's RAID0 holds (helpers.MOVED_TO_RAID0):
+    # a restarted pod reads the weights from the node, not over NAT again.
     instance = GPU_INSTANCE_TYPES[stack_config(run.stack).gpu_nodes.instance_type]
     model = MODELS[stack_config(run.stack).serving.model_id]
     for group in workers(run).values():
@@ -480,8 +478,10 @@ def test_the_engine_start_timeout_is_what_ray_serve_llm_reads(run: ProgramRun, m
         monkeypatch.undo()
         importlib.reload(constants)
     # and it follows the model's size: the download at the planned rate fits inside it
+    from llm_pd_eks.ray_service import WEIGHTS_DOWNLOAD_GIB_PER_S
+
     model = MODELS[stack_config(run.stack).serving.model_id]
-    assert int(value) > model.weights_gib_bf16 / 0.1
+    assert int(value) > model.weights_gib_bf16 / WEIGHTS_DOWNLOAD_GIB_PER_S
 
 
 def test_a_larger_model_gets_a_longer_engine_start_timeout():

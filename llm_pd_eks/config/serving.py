@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Literal
+from typing import Literal, Optional
 
 from pydantic import (
     Field,
@@ -98,6 +98,12 @@ class ReplicaGroupConfig(Strict):
                 "raise maxOngoingRequests"
             )
         return self
+
+    def tensor_parallel_problem(self, node_gpus: int, node_type: str) -> Optional[str]:
+        """Why this side's TP group cannot sit on one node of `node_type`, if it cannot: a replica's
+        TP group never spans nodes, so its size must divide the node's GPUs."""
+        tp = self.tensor_parallel_size
+        return f"{tp} does not divide the {node_gpus} GPU(s) of a {node_type} node" if node_gpus % tp else None
 
     def replicas_per_node(self, node_gpus: int) -> int:
         """Serve replicas one GPU node holds (a replica's TP group never spans nodes)."""

@@ -103,8 +103,9 @@ class StackConfig(Strict):
         for role, group in groups.items():
             key = f"serving.{role}.tensorParallelSize"
             tp = group.tensor_parallel_size
-            if instance.gpus % tp:
-                problems.append(f"{key}: {tp} does not divide the {instance.gpus} GPU(s) of a {instance.name} node")
+            tp_problem = group.tensor_parallel_problem(instance.gpus, instance.name)
+            if tp_problem:
+                problems.append(f"{key}: {tp_problem}")
                 continue
             per_gpu = model.weights_gib_bf16 / tp
             budget = instance.gpu_memory_gib * GPU_MEMORY_BUDGET
@@ -169,7 +170,8 @@ class StackConfig(Strict):
         # KubeRay's NewCluster upgrade starts a second RayCluster (its worker groups at `replicas`,
         # i.e. at their minimum) while the old one still serves, possibly at its maximum.
         groups = self.serving.groups().values()
-        divisible = all(instance.gpus % g.tensor_parallel_size == 0 for g in groups)  # else reported above
+        # (a TP size that does not divide the node is reported above)
+        divisible = all(g.tensor_parallel_problem(instance.gpus, instance.name) is None for g in groups)
         if self.serving.upgrade_strategy == "NewCluster" and divisible:
             old = sum(g.nodes(g.max_replicas, instance.gpus) for g in groups)
             new = sum(g.nodes(g.min_replicas, instance.gpus) for g in groups)
