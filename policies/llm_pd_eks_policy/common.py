@@ -88,6 +88,8 @@ ROUTE_TABLE_ASSOCIATION = "aws:ec2/routeTableAssociation:RouteTableAssociation"
 INTERNET_GATEWAY = "aws:ec2/internetGateway:InternetGateway"
 K8S_CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
 K8S_SECRET = "kubernetes:core/v1:Secret"
+K8S_CONFIG_MAP_PATCH = "kubernetes:core/v1:ConfigMapPatch"
+K8S_SECRET_PATCH = "kubernetes:core/v1:SecretPatch"
 
 
 def is_unknown(value: Any) -> bool:

@@ -30,10 +30,13 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
+from . import yaml_text
 from .common import (
     GPU_TABLE_SCHEMA,
     K8S_CONFIG_MAP,
+    K8S_CONFIG_MAP_PATCH,
     K8S_SECRET,
+    K8S_SECRET_PATCH,
     UNKNOWN,
     TypeTable,
     as_int,
@@ -48,6 +51,7 @@ from .common import (
 )
 from .stack import StackView
 from .workloads import (
+    FABRIC_VARIABLES,
     UNSET,
     Workload,
     command_line,
@@ -55,6 +59,7 @@ from .workloads import (
     containers,
     kv_flags,
     runtime_env_yaml,
+    unreadable_settings,
     workloads,
 )
 
@@ -81,7 +86,9 @@ def serve_config(spec: Any) -> Any:
     if not isinstance(text, str):
         raise ServeConfigError(f"it is a {type(text).__name__} ({str(text)[:40]}), not YAML text")
     try:
-        return yaml.safe_load(text)
+        return yaml_text.load(text)
+    except yaml_text.YamlTooLarge as error:
+        raise ServeConfigError(f"YAML the pack will not expand ({error})") from None
     except yaml.YAMLError as error:
         raise ServeConfigError(f"not valid YAML ({str(error)[:200]})") from None
 
@@ -169,7 +176,7 @@ def kv_configs(work: Workload) -> Iterator[tuple[str, Any]]:
         for container in containers(pod):
             lines.append((f"{label} container '{dig(container, 'name')}' command", container_command(container)))
     for where, line in lines:
-        for flag, value in kv_flags(line.tokens):
+        for flag, value in (found for argv in line.commands for found in kv_flags(argv)):
             if not isinstance(value, (dict, list)):
                 yield f"{where} {flag}", ServeConfigError(f"{str(value)[:60]!r}, not JSON")
                 continue
@@ -285,13 +292,21 @@ class ObjectStore:
 
     def __init__(self, view: Optional[StackView]) -> None:
         self._items: dict[tuple[str, str, str], Any] = {}
-        for resource in view.of_type(K8S_CONFIG_MAP, K8S_SECRET) if view else []:
-            props = view.props(resource) if view else {}
-            kind = "ConfigMap" if resource.resource_type == K8S_CONFIG_MAP else "Secret"
-            name, ns = dig(props, "metadata", "name"), dig(props, "metadata", "namespace")
-            if not isinstance(name, str):
-                name = resource.name  # auto-named: the logical name is the best we have
-            self._items[(kind, ns if isinstance(ns, str) else "*", name)] = self._data(kind, props)
+        # The objects first, then their server-side-apply patches (ConfigMapPatch / SecretPatch
+        # change the live object's keys: a patched key is the value the kubelet reads).
+        for types in ((K8S_CONFIG_MAP, K8S_SECRET), (K8S_CONFIG_MAP_PATCH, K8S_SECRET_PATCH)):
+            for resource in view.of_type(*types) if view else []:
+                props = view.props(resource) if view else {}
+                kind = "ConfigMap" if resource.resource_type.startswith(K8S_CONFIG_MAP) else "Secret"
+                name, ns = dig(props, "metadata", "name"), dig(props, "metadata", "namespace")
+                if not isinstance(name, str):
+                    name = resource.name  # auto-named: the logical name is the best we have
+                key = (kind, ns if isinstance(ns, str) else "*", name)
+                data = self._data(kind, props)
+                before = self._items.get(key, {})
+                if resource.resource_type in (K8S_CONFIG_MAP_PATCH, K8S_SECRET_PATCH) and isinstance(before, dict):
+                    data = {**before, **data} if isinstance(data, dict) else data
+                self._items[key] = data
 
     @staticmethod
     def _data(kind: str, props: dict) -> Any:
@@ -570,7 +585,10 @@ def _container_problems(
     problem = _fi_problem(line.last("FI_PROVIDER"), provider)
     if problem:
         problems.append(f"the command line {problem}; leave FI_PROVIDER to env (or export {provider!r})")
-    return problems
+    return problems + [
+        f"the command line may set fabric variables where the pack cannot read it ({text!r}); set them in env"
+        for text in unreadable_settings(line, FABRIC_VARIABLES)
+    ]
 
 
 def _fi_problem(value: Any, provider: str) -> Optional[str]:
