@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import capacity, gpu_nodes, intake, ray_resources, ray_serving, security, visibility
+from . import capacity, gpu_nodes, intake, ray_resources, ray_serving, security, universe, visibility
 
 PACK_NAME = "llm-pd-eks-policies"
 
@@ -14,4 +14,5 @@ POLICIES = [
     *ray_resources.POLICIES,
     *intake.POLICIES,
     *visibility.POLICIES,
+    *universe.POLICIES,
 ]

@@ -557,7 +557,7 @@ def _karpenter_types(view: StackView, pool: Any, table: TypeTable) -> tuple[set[
 # Resources that launch EC2 instances which the joined view does not model: judged only for whether
 # they can launch a GPU type, and then refused as unjudgeable (the classic provider's fleet and spot
 # resources by token; every aws-native EC2 / Auto Scaling / EKS resource by module).
-_UNMODELLED_LAUNCHERS = (
+UNMODELLED_LAUNCHERS = (
     "aws:ec2/fleet:Fleet",
     "aws:ec2/spotFleetRequest:SpotFleetRequest",
     "aws:ec2/spotInstanceRequest:SpotInstanceRequest",
@@ -599,7 +599,7 @@ def _gpu_paths(props: Any, table: TypeTable, path: str = "") -> list[str]:
 def _unmodelled_launchers(view: StackView, table: TypeTable, report: ReportViolation) -> None:
     for resource in view.resources:
         kind = resource.resource_type
-        if kind not in _UNMODELLED_LAUNCHERS and not kind.startswith(_UNMODELLED_MODULES):
+        if kind not in UNMODELLED_LAUNCHERS and not kind.startswith(_UNMODELLED_MODULES):
             continue
         paths = _gpu_paths(view.props(resource), table)
         if paths:

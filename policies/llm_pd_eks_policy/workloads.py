@@ -109,7 +109,7 @@ def pod_specs(obj: Any, limit: int = 10_000) -> list[tuple[str, dict]]:
     return sorted(found, key=lambda item: item[0])
 
 
-def _kind_of_type(resource_type: str) -> Optional[str]:
+def workload_kind(resource_type: str) -> Optional[str]:
     """The workload kind a `kubernetes:<group>/<version>:<Kind>` token declares, if it is one."""
     if not resource_type.startswith("kubernetes:") or resource_type.count(":") != 2:
         return None
@@ -127,7 +127,7 @@ def workloads(resource_type: str, props: Any) -> list[Workload]:
     kind without a table) itself when it carries a pod template."""
     if not resource_type.startswith("kubernetes:"):
         return []
-    kind = _kind_of_type(resource_type)
+    kind = workload_kind(resource_type)
     if kind is not None and isinstance(props, dict):
         name = dig(props, "metadata", "name")
         return [Workload(f"{kind} '{name if isinstance(name, str) else '?'}'", kind, props)]
