@@ -25,7 +25,8 @@ from pulumi_policy import ReportViolation, ResourceValidationArgs
 
 from . import common as c
 from .capacity import CAPACITY_RESERVATION
-from .gpu_nodes import KARPENTER_NODE_POOLS, UNMODELLED_LAUNCHERS
+from .karpenter import KARPENTER_NODE_POOLS
+from .references import UNMODELLED_LAUNCHERS
 from .security import GATEWAYS, HELM_TYPES, INGRESS_CLASS_PARAMS, LB_CONFIGURATION
 from .stack import DEFAULT_ROUTE_TABLE, MAIN_ROUTE_TABLE_ASSOCIATION, NETWORK_INTERFACE, VPC
 from .workloads import pod_specs, workload_kind
@@ -38,17 +39,17 @@ _NET = "the GPU network rules (gpu-node-group-single-az, gpu-nodes-private, efa-
 _EXPOSURE = "serve-endpoint-not-internet-facing"
 _SERVING = "the serving rules (nixl-libfabric-backend, ray-gpu-pods-efa, no-literal-secrets-in-pods)"
 JUDGED: dict[str, str] = {
-    **{t: _GPU for t in (c.NODE_GROUP, c.MANAGED_NODE_GROUP, c.EKS_NODE_GROUP, c.EKS_NODE_GROUP_V2)},
-    **{t: _GPU for t in (c.LAUNCH_TEMPLATE, c.PLACEMENT_GROUP, c.EC2_INSTANCE, c.LAUNCH_CONFIGURATION)},
-    **{t: _GPU for t in (c.AUTOSCALING_GROUP, CAPACITY_RESERVATION, *UNMODELLED_LAUNCHERS)},
-    **{t: _NET for t in (c.SUBNET, VPC, NETWORK_INTERFACE, c.ROUTE, c.ROUTE_TABLE, c.ROUTE_TABLE_ASSOCIATION)},
-    **{t: _NET for t in (MAIN_ROUTE_TABLE_ASSOCIATION, DEFAULT_ROUTE_TABLE, c.INTERNET_GATEWAY)},
-    **{t: _NET for t in (c.SECURITY_GROUP, c.SECURITY_GROUP_RULE, c.SG_INGRESS_RULE, c.SG_EGRESS_RULE)},
+    **dict.fromkeys((c.NODE_GROUP, c.MANAGED_NODE_GROUP, c.EKS_NODE_GROUP, c.EKS_NODE_GROUP_V2), _GPU),
+    **dict.fromkeys((c.LAUNCH_TEMPLATE, c.PLACEMENT_GROUP, c.EC2_INSTANCE, c.LAUNCH_CONFIGURATION), _GPU),
+    **dict.fromkeys((c.AUTOSCALING_GROUP, CAPACITY_RESERVATION, *UNMODELLED_LAUNCHERS), _GPU),
+    **dict.fromkeys((c.SUBNET, VPC, NETWORK_INTERFACE, c.ROUTE, c.ROUTE_TABLE, c.ROUTE_TABLE_ASSOCIATION), _NET),
+    **dict.fromkeys((MAIN_ROUTE_TABLE_ASSOCIATION, DEFAULT_ROUTE_TABLE, c.INTERNET_GATEWAY), _NET),
+    **dict.fromkeys((c.SECURITY_GROUP, c.SECURITY_GROUP_RULE, c.SG_INGRESS_RULE, c.SG_EGRESS_RULE), _NET),
     c.EKS_CLUSTER: "eks-public-endpoint-restricted",
     c.EKS_COMPONENT_CLUSTER: "eks-public-endpoint-restricted",
-    **{t: _EXPOSURE for t in (c.K8S_SERVICE, c.K8S_INGRESS, INGRESS_CLASS_PARAMS, LB_CONFIGURATION, *GATEWAYS)},
-    **{t: _SERVING for t in (c.K8S_CONFIG_MAP, c.K8S_CONFIG_MAP_PATCH, c.K8S_SECRET, c.K8S_SECRET_PATCH)},
-    **{t: f"{_SERVING}, serving-workloads-visible, {_EXPOSURE}" for t in HELM_TYPES},
+    **dict.fromkeys((c.K8S_SERVICE, c.K8S_INGRESS, INGRESS_CLASS_PARAMS, LB_CONFIGURATION, *GATEWAYS), _EXPOSURE),
+    **dict.fromkeys((c.K8S_CONFIG_MAP, c.K8S_CONFIG_MAP_PATCH, c.K8S_SECRET, c.K8S_SECRET_PATCH), _SERVING),
+    **dict.fromkeys(HELM_TYPES, f"{_SERVING}, serving-workloads-visible, {_EXPOSURE}"),
     **{
         f"kubernetes:{t}": f"{_SERVING} (the objects they carry)"
         for t in ("yaml:ConfigFile", "yaml:ConfigGroup", "yaml/v2:ConfigFile", "yaml/v2:ConfigGroup")
@@ -57,9 +58,10 @@ JUDGED: dict[str, str] = {
         f"kubernetes:{t}": f"{_SERVING} (the objects they carry)"
         for t in ("kustomize:Directory", "kustomize/v2:Directory", "apiextensions.k8s.io:CustomResource")
     },
-    **{t: "gpu-references-in-stack (the EFA GPU types it may launch)" for t in KARPENTER_NODE_POOLS},
+    **dict.fromkeys(KARPENTER_NODE_POOLS, "gpu-references-in-stack (the EFA GPU types it may launch)"),
 }
 DRA_GROUP = "kubernetes:resource.k8s.io/"
+DRA_CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
 
 
 def _read(path: Path) -> dict[str, tuple[tuple[str, ...], str]]:
@@ -104,7 +106,7 @@ def judged_by(resource_type: str, urn: str, props: Any) -> Optional[str]:
         kind = resource_type.split(":")[-1]
         if workload_kind(resource_type) is not None:
             return _SERVING
-        if resource_type.startswith(DRA_GROUP) and kind.removesuffix("Patch") in ("ResourceClaim", "ResourceClaimTemplate"):
+        if resource_type.startswith(DRA_GROUP) and kind.removesuffix("Patch") in DRA_CLAIM_KINDS:
             return "ray-gpu-pods-efa (the GPUs a claim allocates)"
         if isinstance(props, dict) and pod_specs(props):
             return f"{_SERVING} (a kind that carries a pod template is a workload)"

@@ -132,11 +132,8 @@ def workloads(resource_type: str, props: Any) -> list[Workload]:
         name = dig(props, "metadata", "name")
         return [Workload(f"{kind} '{name if isinstance(name, str) else '?'}'", kind, props)]
     owner = resource_type.split(":")[-1]
-    if not resource_type.startswith(_CARRIER_PREFIXES) and isinstance(props, dict) and pod_specs(props):
-        name = dig(props, "metadata", "name")
-        return [Workload(f"{owner} '{name if isinstance(name, str) else '?'}'", owner, props, generic=True)]
     found: list[Workload] = []
-    for path, obj in embedded(props, _is_workload_object):
+    for path, obj in embedded(props, is_workload_object):
         name = dig(obj, "metadata", "name")
         generic = _table_kind(obj) is None
         found.append(
@@ -147,6 +144,9 @@ def workloads(resource_type: str, props: Any) -> list[Workload]:
                 generic=generic,
             )
         )
+    if not found and not resource_type.startswith(_CARRIER_PREFIXES) and isinstance(props, dict) and pod_specs(props):
+        name = dig(props, "metadata", "name")
+        return [Workload(f"{owner} '{name if isinstance(name, str) else '?'}'", owner, props, generic=True)]
     return found
 
 
@@ -159,7 +159,7 @@ def _table_kind(node: dict) -> Optional[str]:
     return kind if kind in POD_SPEC_PATHS else None
 
 
-def _is_workload_object(node: dict) -> bool:
+def is_workload_object(node: dict) -> bool:
     if not isinstance(node.get("kind"), str) or not isinstance(node.get("apiVersion"), str):
         return False
     return _table_kind(node) is not None or bool(pod_specs(node))
