@@ -64,6 +64,7 @@ class Ref:
     state: str  # "none" | "resolved" | "unresolved" | "external" | "unjudgeable"
     resource: Any = None
     literal: str = ""
+    candidates: list = field(default_factory=list)  # unresolved: the resources the engine says feed it
 
 
 @dataclass
@@ -91,6 +92,7 @@ class Capacity:
     no_efa_reason: str = ""  # set when the resource type has no way to attach EFA interfaces
     public_ip: bool = False  # asks for public IPs on the resource itself
     attached: Optional["EfaInterfaces"] = None  # an EC2 instance's own networkInterfaces (existing ENIs)
+    enis: list = field(default_factory=list)  # the aws:ec2/networkInterface resources it attaches
 
     @property
     def label(self) -> str:
@@ -106,6 +108,17 @@ class EfaInterfaces:
     cards: dict[int, int]  # network card index -> EFA interfaces on it
     public: list[int]  # indexes of interfaces that ask for a public IP
     malformed: list[str] = field(default_factory=list)  # e.g. networkCardIndex "zero"
+
+
+def merge_subnets(a: SubnetRefs, b: SubnetRefs) -> SubnetRefs:
+    """Both sets of subnet references (a capacity's and its template's or ENIs')."""
+    resolved = {s.urn: s for s in [*a.resolved, *b.resolved]}
+    return SubnetRefs(
+        list(resolved.values()),
+        unknown=a.unknown or b.unknown,
+        external=[*a.external, *b.external],
+        unjudgeable=a.unjudgeable or b.unjudgeable,
+    )
 
 
 class StackView:
@@ -165,7 +178,7 @@ class StackView:
         if not found and any(is_unknown(v) for _, v in values):
             return self._unknown_ref(owner, dep_key, type_)
         if found:
-            return Ref("unresolved")
+            return Ref("unresolved", candidates=found)
         literal = next((str(v) for _, v in values if isinstance(v, str)), "")
         if not literal:  # a number, a list...: not a reference anything could resolve
             return Ref("external", literal=repr(values[0][1]))
@@ -189,10 +202,11 @@ class StackView:
         dep_subnets = self.deps(owner, key, SUBNET)
         listed = known_list(ids)
         if listed is None:  # the whole list is unknown: only the dependencies can tell
+            others = self.feeders(owner, key, SUBNET)
             return SubnetRefs(
                 dep_subnets,
                 unknown=not dep_subnets,
-                unjudgeable="" if dep_subnets else self.feeders(owner, key, SUBNET) or NO_SOURCE,
+                unjudgeable=others if others else "" if dep_subnets else NO_SOURCE,
             )
         found = {s.urn: s for s in dep_subnets}
         matched: set[str] = set()
@@ -208,11 +222,15 @@ class StackView:
             if not hits:
                 unmatched.append(str(subnet_id))
         refs.resolved = list(found.values())
-        if refs.unknown and not dep_subnets:
-            refs.unjudgeable = self.feeders(owner, key, SUBNET) or NO_SOURCE
         # IDs of the stack's own subnets are outputs the inputs do not carry: the dependencies stand
-        # for them. Literal IDs beyond what the dependencies account for point outside the stack.
+        # for them, one entry each. An unknown entry beyond them comes from something else (an invoke
+        # whose inputs are not known yet, another stack): unjudgeable. Literal IDs beyond them point
+        # outside the stack.
         covered = len([s for s in dep_subnets if s.urn not in matched])
+        unknown_entries = sum(1 for i in listed if is_unknown(i))
+        if unknown_entries > covered:
+            refs.unjudgeable = self.feeders(owner, key, SUBNET) or NO_SOURCE
+        covered = max(0, covered - unknown_entries)
         if len(unmatched) > covered:
             refs.external = unmatched if covered == 0 else unmatched[covered:]
         return refs
@@ -230,9 +248,24 @@ class StackView:
         out += [self._eks_self_managed(g) for g in self.of_type(EKS_NODE_GROUP, EKS_NODE_GROUP_V2)]
         out += [self._instance(i) for i in self.of_type(EC2_INSTANCE)]
         out += [self._launch_configuration(c) for c in self.of_type(LAUNCH_CONFIGURATION)]
+        out = [each for cap in out for each in self._each_template(cap)]
         for asg in self.of_type(AUTOSCALING_GROUP):
             out += self._asg_with_overrides(asg)
         out += self._standalone_templates(out)
+        return out
+
+    def _each_template(self, cap: Capacity) -> list[Capacity]:
+        """A capacity fed by several launch templates (a conditional ID, two templates recorded for
+        `launchTemplate`) as one capacity per template: each may be the one launched, so each is judged."""
+        if cap.launch_template.state != "unresolved" or len(cap.launch_template.candidates) < 2:
+            return [cap]
+        out = []
+        for template in cap.launch_template.candidates:
+            each = copy.copy(cap)
+            each.instance_types, each.literal_azs = set(cap.instance_types), set(cap.literal_azs)
+            each.subnets = copy.copy(cap.subnets)
+            each.launch_template = Ref("resolved", template)
+            out.append(self._with_template_types(each))
         return out
 
     def _add_types(self, cap: Capacity, *values: Any) -> None:
@@ -245,18 +278,28 @@ class StackView:
     def _lt_ref(self, owner: Any, dep_key: str, spec: Any, id_key: str = "id", name_key: str = "name") -> Ref:
         if spec is None:
             return Ref("none")
-        if is_unknown(spec):
-            return Ref("unresolved")
+        if is_unknown(spec):  # unknown as a whole (first preview): the recorded dependencies tell
+            fed = self.deps(owner, dep_key, LAUNCH_TEMPLATE)
+            if len(fed) == 1:
+                return Ref("resolved", fed[0])
+            return Ref("unresolved", candidates=fed) if fed else self._unknown_ref(owner, dep_key, LAUNCH_TEMPLATE)
         return self.ref(owner, dep_key, LAUNCH_TEMPLATE, [("id", dig(spec, id_key)), ("name", dig(spec, name_key))])
 
     def _with_template_types(self, cap: Capacity) -> Capacity:
         """The launch template's own instance type and `placement.availabilityZone` count too."""
         if cap.launch_template.state == "resolved":
-            props = self.props(cap.launch_template.resource)
+            template = cap.launch_template.resource
+            props = self.props(template)
             self._add_types(cap, dig(props, "instanceType"))
             az = dig(props, "placement", "availabilityZone")
             if isinstance(az, str) and not is_unknown(az):
                 cap.literal_azs.add(az)
+            # A subnet on the template's interfaces is where EC2 puts them: judged with the group's.
+            ids = [dig(n, "subnetId") for n in known_list(dig(props, "networkInterfaces")) or []]
+            if any(i is not None for i in ids) or self.deps(template, "networkInterfaces", SUBNET):
+                cap.subnets = merge_subnets(
+                    cap.subnets, self.subnet_refs(template, "networkInterfaces", [i for i in ids if i is not None])
+                )
         return cap
 
     def _node_group(self, group: Any, kind: str) -> Capacity:
@@ -305,7 +348,20 @@ class StackView:
         cap.public_ip = truthy(dig(props, "associatePublicIpAddress")) is True
         if dig(props, "networkInterfaces") is not None:
             cap.attached = self.instance_interfaces(inst)
+            cap.enis = self.attached_enis(inst)
+            for eni in cap.enis:  # the ENIs' own subnets are where the instance's interfaces live
+                cap.subnets = merge_subnets(
+                    cap.subnets, self.subnet_refs(eni, "subnetId", dig(self.props(eni), "subnetId"))
+                )
         return self._with_template_types(cap)
+
+    def attached_enis(self, inst: Any) -> list:
+        """The aws:ec2/networkInterface resources an instance attaches (by dependency or known ID)."""
+        found = {e.urn: e for e in self.deps(inst, "networkInterfaces", NETWORK_INTERFACE)}
+        for entry in known_list(dig(self.props(inst), "networkInterfaces")) or []:
+            for eni in self.by_property(NETWORK_INTERFACE, "id", dig(entry, "networkInterfaceId")):
+                found.setdefault(eni.urn, eni)
+        return list(found.values())
 
     def instance_interfaces(self, inst: Any) -> "EfaInterfaces":
         """EFA interfaces of an instance built from existing ENIs (`networkInterfaces` entries naming
@@ -451,13 +507,30 @@ class StackView:
             ref = self.ref(assoc, "routeTableId", ROUTE_TABLE, [("id", dig(props, "routeTableId"))])
             if ref.state == "resolved":
                 tables[ref.resource.urn] = ref.resource
+        public = []
         if not tables:  # no explicit association: the VPC's main route table applies
             tables = {t.urn: t for t in self._main_route_tables(subnet)}
-        public = []
+            public += self._vpc_main_table_routes(subnet)
         for table in tables.values():
             if self._table_has_igw_route(table):
                 public.append(f"route table '{table.name}'")
         return public
+
+    def _vpc_main_table_routes(self, subnet: Any) -> list[str]:
+        """Routes to an internet gateway added to the VPC's own main route table (`routeTableId` is the
+        Vpc's `mainRouteTableId` output: fed by the Vpc, or its known value)."""
+        vpcs = self.deps(subnet, "vpcId", VPC) or self.by_property(VPC, "id", dig(self.props(subnet), "vpcId"))
+        found = []
+        for vpc in vpcs:
+            main_id = dig(self.props(vpc), "mainRouteTableId")
+            for route in self.of_type(ROUTE):
+                props = self.props(route)
+                table_id = dig(props, "routeTableId")
+                fed = vpc in self.deps(route, "routeTableId", VPC)
+                named = isinstance(main_id, str) and not is_unknown(main_id) and table_id == main_id
+                if (fed or named) and self._is_igw(route, "gatewayId", dig(props, "gatewayId")):
+                    found.append(f"route '{route.name}' on VPC '{vpc.name}''s main route table")
+        return found
 
     def _same_vpc(self, a: Any, a_key: str, b: Any, b_key: str) -> bool:
         vpcs_a = {v.urn for v in self.deps(a, a_key, VPC)}
