@@ -5,13 +5,14 @@ traffic without it), and no ingress from the internet, however the CIDRs are spl
 from __future__ import annotations
 
 import ipaddress
-from typing import Any
+from typing import Any, Iterator
 
 from pulumi_policy import (
     ReportViolation,
 )
 
 from .common import (
+    EFA_INTERFACE_TYPES,
     SECURITY_GROUP,
     SECURITY_GROUP_RULE,
     SG_EGRESS_RULE,
@@ -105,22 +106,31 @@ def _sg_rules(view: StackView, group: Any) -> tuple[set[str], list[str]]:
     return self_all, open_in
 
 
-def _efa_security_group(view: StackView, table: TypeTable, report: ReportViolation) -> None:
+def _efa_sources(view: StackView, table: TypeTable) -> Iterator[tuple[str, Any, set[str], tuple[list, bool, list]]]:
+    """(label, resource, GPU types, (groups, unknown?, external IDs)) of every place EFA interfaces of
+    GPU capacity get their security groups: launch templates, and the EFA ENIs an instance attaches."""
     seen: set[str] = set()
     for cap, gpu in gpu_capacities(view, table):
-        if cap.launch_template.state != "resolved" or cap.launch_template.resource.urn in seen:
-            continue
-        lt = cap.launch_template.resource
-        seen.add(lt.urn)
-        efa = view.efa_interfaces(lt)
-        if efa.count == 0:
-            continue  # efa-on-gpu-nodes
-        groups, unknown, external = view.template_security_groups(lt)
+        if cap.launch_template.state == "resolved" and cap.launch_template.resource.urn not in seen:
+            lt = cap.launch_template.resource
+            seen.add(lt.urn)
+            if view.efa_interfaces(lt).count:  # none: efa-on-gpu-nodes
+                yield f"launch template '{lt.name}'", lt, gpu, view.template_security_groups(lt)
+        for eni in cap.enis:
+            kind = dig(view.props(eni), "interfaceType")
+            if eni.urn in seen or not (isinstance(kind, str) and kind.lower() in EFA_INTERFACE_TYPES):
+                continue
+            seen.add(eni.urn)
+            yield f"EFA network interface '{eni.name}' of {cap.label}", eni, gpu, view.eni_security_groups(eni)
+
+
+def _efa_security_group(view: StackView, table: TypeTable, report: ReportViolation) -> None:
+    for label, owner, gpu, (groups, unknown, external) in _efa_sources(view, table):
         for group in groups:
             _, open_in = _sg_rules(view, group)
             if open_in:
                 report(
-                    f"security group '{group.name}' on the EFA interfaces of launch template '{lt.name}' "
+                    f"security group '{group.name}' on the EFA interfaces of {label} "
                     f"({join(gpu)}) admits the internet (an address block wider than /8, or /32 for IPv6, also "
                     f"when split across rules): {', '.join(open_in)}. Fix: EFA needs only "
                     f"all traffic from the group itself (self rule).",
@@ -131,11 +141,11 @@ def _efa_security_group(view: StackView, table: TypeTable, report: ReportViolati
         if not any({"ingress", "egress"} <= _sg_rules(view, g)[0] for g in groups):
             names = join(f"'{g.name}'" for g in groups) or "none"
             report(
-                f"launch template '{lt.name}' ({join(gpu)}): no security group on its EFA interfaces "
+                f"{label} ({join(gpu)}): no security group on its EFA interfaces "
                 f"(groups: {names}) allows all traffic to and from itself; EFA's OS-bypass traffic is "
                 f"dropped without it. Fix: a security group with ingress and egress rules protocol '-1', "
                 f"self true, on every EFA interface.",
-                lt.urn,
+                owner.urn,
             )
 
 

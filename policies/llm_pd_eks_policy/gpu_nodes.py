@@ -87,13 +87,35 @@ def gpu_stack_policy(
 
 
 # -- 1. one AZ ---------------------------------------------------------------------------------
+def capacity_azs(view: StackView, cap: Capacity) -> dict[str, list[str]]:
+    """AZ -> what puts the capacity there (its subnets, AZs named on it or its template)."""
+    azs: dict[str, list[str]] = {az: ["the resource itself"] for az in cap.literal_azs}
+    for subnet in cap.subnets.resolved:
+        az = view.subnet_az(subnet)
+        if az is not None and not is_unknown(az):
+            azs.setdefault(str(az), []).append(f"subnet {subnet.name}")
+    return azs
+
+
+def placement_of(view: StackView, cap: Capacity) -> Optional[Any]:
+    """The placement group resource a capacity launches into (its own, else its template's)."""
+    if cap.placement.state == "resolved":
+        return cap.placement.resource
+    if cap.launch_template.state == "resolved":
+        ref = view.placement_group(cap.launch_template.resource)
+        return ref.resource if ref.state == "resolved" else None
+    return None
+
+
 def _single_az(view: StackView, table: TypeTable, report: ReportViolation) -> None:
+    shared: dict[str, tuple[Any, dict[str, set[str]]]] = {}  # placement group -> (group, AZ -> labels)
     for cap, gpu in gpu_capacities(view, table):
-        azs: dict[str, list[str]] = {az: ["the resource itself"] for az in cap.literal_azs}
-        for subnet in cap.subnets.resolved:
-            az = view.subnet_az(subnet)
-            if az is not None and not is_unknown(az):
-                azs.setdefault(str(az), []).append(f"subnet {subnet.name}")
+        azs = capacity_azs(view, cap)
+        group = placement_of(view, cap)
+        if group is not None and len(azs) == 1:  # one in several AZs is refused on its own below
+            by_az = shared.setdefault(group.urn, (group, {}))[1]
+            for az in azs:
+                by_az.setdefault(az, set()).add(cap.label)
         if len(azs) > 1:
             spread = "; ".join(f"{az}: {join(names)}" for az, names in sorted(azs.items()))
             report(
@@ -102,11 +124,21 @@ def _single_az(view: StackView, table: TypeTable, report: ReportViolation) -> No
                 f"the private subnet of a single AZ.",
                 cap.resource.urn,
             )
+    for group, by_az in shared.values():  # prefill and decode groups sharing one cluster placement group
+        if len(by_az) > 1:
+            spread = "; ".join(f"{az}: {join(labels)}" for az, labels in sorted(by_az.items()))
+            report(
+                f"placement group '{group.name}' is shared by GPU capacity in {len(by_az)} availability zones "
+                f"({spread}). A cluster placement group lives in one AZ, so the groups of another AZ never "
+                f"launch into it. Fix: put every group that shares it in the same AZ (or give each its own).",
+                group.urn,
+            )
 
 
 gpu_group_single_az = gpu_stack_policy(
     name="gpu-node-group-single-az",
-    description="Every resource that launches EFA-capable GPU instances keeps them in one availability zone.",
+    description="Every resource that launches EFA-capable GPU instances keeps them in one availability zone, "
+    "and so do all GPU groups sharing a placement group.",
     check=_single_az,
 )
 
@@ -150,17 +182,18 @@ efa_on_every_card = gpu_stack_policy(
 
 
 def _efa_count(view: StackView, table: TypeTable, report: ReportViolation) -> None:
-    seen: set[str] = set()
+    seen: set[tuple[str, str]] = set()
     for cap, gpu in gpu_capacities(view, table):
         source = _interfaces(view, cap)
         if source is None:
             continue
         label, urn, efa = source
-        if not efa.known or efa.count == 0 or efa.malformed or urn in seen:
-            continue  # unknown: skip; none / malformed: efa-on-gpu-nodes reports it
-        seen.add(urn)
         # Several GPU types (a mixed group, overrides): the one with the most EFA cards sets the bar.
+        # A template shared by groups of different types is judged for each group's strictest type.
         strictest = table.strictest(gpu)
+        if not efa.known or efa.count == 0 or efa.malformed or (urn, strictest) in seen:
+            continue  # unknown: skip; none / malformed: efa-on-gpu-nodes reports it
+        seen.add((urn, strictest))
         cards = table.cards(strictest)
         expected = len(cards)
         missing = sorted(set(cards) - set(efa.cards))

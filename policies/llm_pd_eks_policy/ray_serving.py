@@ -388,19 +388,21 @@ def effective_env(container: Any, namespace: Any, store: ObjectStore) -> EnvView
     return view
 
 
-def _pod_instance_type(pod: Any) -> Optional[str]:
-    """The instance type a pod is pinned to by nodeSelector or a required node affinity, if one."""
+def pod_instance_types(pod: Any) -> set[str]:
+    """The instance types a pod is pinned to by nodeSelector or a required node affinity (empty: not
+    pinned). Affinity terms are ORed and a term's `In` lists every type it admits, so each of them is
+    a node the pod may land on."""
     for label in _INSTANCE_TYPE_LABELS:
         value = norm_type(dig(pod, "nodeSelector", label))
         if value:
-            return value
+            return {value}
+    types: set[str] = set()
     terms = dig(pod, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
     for term in known_list(terms) or []:
         for expr in known_list(dig(term, "matchExpressions")) or []:
-            values = known_list(dig(expr, "values")) or []
-            if dig(expr, "key") in _INSTANCE_TYPE_LABELS and dig(expr, "operator") == "In" and len(values) == 1:
-                return norm_type(values[0])
-    return None
+            if dig(expr, "key") in _INSTANCE_TYPE_LABELS and dig(expr, "operator") == "In":
+                types |= {t for t in (norm_type(v) for v in known_list(dig(expr, "values")) or []) if t}
+    return types
 
 
 def _stack_gpu_types(view: StackView, table: TypeTable) -> set[str]:
@@ -509,10 +511,10 @@ def _gpu_pods_efa(args: StackValidationArgs, report: ReportViolation) -> None:
             namespace = work.namespace
             uses_gpus = False
             for label, pod in work.pods():
-                pinned = _pod_instance_type(pod)
-                # Unpinned with several GPU types in the stack: the pod may land on any of them, so the
-                # largest EFA share holds.
-                candidates = {pinned} if pinned else stack_types
+                pinned = pod_instance_types(pod)
+                # Unpinned (or pinned to several types) with several GPU types in the stack: the pod may
+                # land on any of them, so the largest EFA share holds.
+                candidates = pinned or stack_types
                 node_type = max(
                     sorted(candidates & set(table.efa)),
                     default=None,

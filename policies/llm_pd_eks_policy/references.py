@@ -20,6 +20,7 @@ from .capacity import targets_reservation
 from .common import (
     AUTOSCALING_GROUP,
     GPU_TABLE_SCHEMA,
+    LAUNCH_TEMPLATE,
     TypeTable,
     as_int,
     config_with_defaults,
@@ -79,6 +80,8 @@ def _unmodelled_launchers(view: StackView, table: TypeTable, report: ReportViola
         if kind not in UNMODELLED_LAUNCHERS and not kind.startswith(_UNMODELLED_MODULES):
             continue
         paths = _gpu_paths(view.props(resource), table)
+        for template in view.fed_by(resource, LAUNCH_TEMPLATE):  # a Fleet's types may sit on its template
+            paths += [f"launch template '{template.name}' {p}" for p in _gpu_paths(view.props(template), table)]
         if paths:
             report(
                 f"{kind.split(':')[-1]} '{resource.name}' can launch GPU instances ({'; '.join(paths[:5])}), "

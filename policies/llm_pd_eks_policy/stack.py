@@ -148,6 +148,13 @@ class StackView:
                 found.append(dep)
         return found
 
+    def fed_by(self, resource: Any, *types: str) -> list:
+        """Resources of `types` the engine recorded as feeding any property of `resource`."""
+        found = {
+            d.urn: d for ds in (resource.property_dependencies or {}).values() for d in ds if d.resource_type in types
+        }
+        return list(found.values())
+
     def by_property(self, type_: str, key: str, value: Any) -> list:
         if value is None or is_unknown(value):
             return []
@@ -621,6 +628,21 @@ class StackView:
             PLACEMENT_GROUP,
             [("name", dig(props, "placement", "groupName")), ("placementGroupId", dig(props, "placement", "groupId"))],
         )
+
+    def eni_security_groups(self, eni: Any) -> tuple[list, bool, list[str]]:
+        """Security groups of an aws:ec2/networkInterface (`securityGroups`): (resolved, unknown?,
+        external literal IDs)."""
+        listed = known_list(dig(self.props(eni), "securityGroups"))
+        found = {g.urn: g for g in self.deps(eni, "securityGroups", SECURITY_GROUP)}
+        unknown, external = listed is None and not found, []
+        for sg_id in listed or []:
+            hits = self.by_property(SECURITY_GROUP, "id", sg_id)
+            found.update({g.urn: g for g in hits})
+            if is_unknown(sg_id):
+                unknown = unknown or not found
+            elif not hits and isinstance(sg_id, str) and len(found) < len(listed or []):
+                external.append(sg_id)
+        return list(found.values()), unknown, external
 
     def template_security_groups(self, template: Any) -> tuple[list, bool, list[str]]:
         """Security groups on the template's interfaces (and vpcSecurityGroupIds): (resolved,
