@@ -71,11 +71,15 @@ def build_tokenizer(bundle: Path) -> None:
     (MODEL_DIR / "config.json").write_text(json.dumps(config))
     vocab_size = config["vocab_size"]
     words = "the prefill phase reads every token of this prompt once decode receives kv cache over network".split()
-    corpus = [" ".join(words[(i * 7 + j) % len(words)] for j in range(40)) + f" {i} {i * 31 % 977}" for i in range(4000)]
+    corpus = [
+        " ".join(words[(i * 7 + j) % len(words)] for j in range(40)) + f" {i} {i * 31 % 977}" for i in range(4000)
+    ]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=2048, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        corpus, trainers.BpeTrainer(vocab_size=2048, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    )
     spec = json.loads(tok.to_str())
     vocab = spec["model"]["vocab"]
     taken = set(vocab.values()) | set(SPECIALS.values())
@@ -115,21 +119,42 @@ def start_raylets(bundle: Path) -> dict[str, object]:
     raylets = json.loads((bundle / "raylets.json").read_text())
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="0", RAY_USAGE_STATS_ENABLED="0")
     head = raylets["head"]
-    cmd = [*ray_cmd(), "start", "--head", f"--port={HEAD_PORT}", f"--temp-dir={TEMP_DIR}", "--disable-usage-stats",
-           f"--num-cpus={head['num-cpus']}", f"--num-gpus={head['num-gpus']}", "--dashboard-host=127.0.0.1",
-           f"--metrics-export-port={METRICS_PORTS['head']}", "--object-store-memory=2000000000"]
+    cmd = [
+        *ray_cmd(),
+        "start",
+        "--head",
+        f"--port={HEAD_PORT}",
+        f"--temp-dir={TEMP_DIR}",
+        "--disable-usage-stats",
+        f"--num-cpus={head['num-cpus']}",
+        f"--num-gpus={head['num-gpus']}",
+        "--dashboard-host=127.0.0.1",
+        f"--metrics-export-port={METRICS_PORTS['head']}",
+        "--object-store-memory=2000000000",
+    ]
     started = {"head": cmd[3:]}
     run_detached(cmd, env)
     for n, role in enumerate(("prefill", "decode")):
         spec = raylets[role]["start"]
         base = 20000 + n * 1000
-        cmd = [*ray_cmd(), "start", f"--address=127.0.0.1:{HEAD_PORT}", "--disable-usage-stats",
-               f"--num-gpus={spec['num-gpus']}", f"--num-cpus={spec['num-cpus']}",
-               f"--resources={json.dumps(spec['resources'])}", f"--object-store-memory={spec['object-store-memory']}",
-               f"--metrics-export-port={METRICS_PORTS[role]}", f"--node-manager-port={base + 1}",
-               f"--object-manager-port={base + 2}", f"--dashboard-agent-listen-port={base + 3}",
-               f"--dashboard-agent-grpc-port={base + 4}", f"--runtime-env-agent-port={base + 5}",
-               f"--min-worker-port={base + 100}", f"--max-worker-port={base + 999}"]
+        cmd = [
+            *ray_cmd(),
+            "start",
+            f"--address=127.0.0.1:{HEAD_PORT}",
+            "--disable-usage-stats",
+            f"--num-gpus={spec['num-gpus']}",
+            f"--num-cpus={spec['num-cpus']}",
+            f"--resources={json.dumps(spec['resources'])}",
+            f"--object-store-memory={spec['object-store-memory']}",
+            f"--metrics-export-port={METRICS_PORTS[role]}",
+            f"--node-manager-port={base + 1}",
+            f"--object-manager-port={base + 2}",
+            f"--dashboard-agent-listen-port={base + 3}",
+            f"--dashboard-agent-grpc-port={base + 4}",
+            f"--runtime-env-agent-port={base + 5}",
+            f"--min-worker-port={base + 100}",
+            f"--max-worker-port={base + 999}",
+        ]
         role_env = dict(env, **raylets[role]["env"], VLLM_HOST_IP="127.0.0.1")
         started[role] = cmd[3:]
         run_detached(cmd, role_env)
@@ -145,7 +170,9 @@ def run_detached(cmd: list[str], env: dict[str, str]) -> None:
 
 
 def ray_status() -> str:
-    proc = subprocess.run([*ray_cmd(), "status", f"--address=127.0.0.1:{HEAD_PORT}"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [*ray_cmd(), "status", f"--address=127.0.0.1:{HEAD_PORT}"], capture_output=True, text=True, timeout=60
+    )
     return proc.stdout
 
 
@@ -185,7 +212,12 @@ def long_prompt() -> str:
 
 def chat(model: str, content: str, max_tokens: int = 16) -> dict:
     started = time.monotonic()
-    body = {"model": model, "max_tokens": max_tokens, "temperature": 0, "messages": [{"role": "user", "content": content}]}
+    body = {
+        "model": model,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "messages": [{"role": "user", "content": content}],
+    }
     status, text = http("POST", f"{SERVE}/v1/chat/completions", body, timeout=300)
     out = {"status": status, "seconds": round(time.monotonic() - started, 3)}
     try:
@@ -200,8 +232,12 @@ def chat(model: str, content: str, max_tokens: int = 16) -> dict:
 
 def stream(model: str) -> dict:
     body = {"model": model, "prompt": "The decode phase", "max_tokens": 24, "stream": True, "ignore_eos": True}
-    req = urllib.request.Request(f"{SERVE}/v1/completions", data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{SERVE}/v1/completions",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     chunks, done, first = 0, False, None
     started = time.monotonic()
     try:
@@ -221,7 +257,9 @@ def stream(model: str) -> dict:
 
 
 def scrape() -> dict[str, str]:
-    return {node: http("GET", f"http://127.0.0.1:{port}/metrics", timeout=30)[1] for node, port in METRICS_PORTS.items()}
+    return {
+        node: http("GET", f"http://127.0.0.1:{port}/metrics", timeout=30)[1] for node, port in METRICS_PORTS.items()
+    }
 
 
 def nixl_samples(text: str) -> dict[str, float]:
@@ -241,7 +279,7 @@ def nixl_log_lines() -> list[str]:
     lines = []
     for path in sorted(Path(TEMP_DIR, "session_latest", "logs").glob("worker-*.out")):
         for line in path.read_text(errors="replace").splitlines():
-            if NIXL_BACKEND_LINE.search(line) or "NixlConnector" in line and "backend" in line.lower():
+            if NIXL_BACKEND_LINE.search(line) or ("NixlConnector" in line and "backend" in line.lower()):
                 lines.append(f"{path.name}: {line[:400]}")
     return lines[:200]
 
@@ -250,16 +288,47 @@ def bench(model: str, label: str, out: Path) -> list[dict]:
     results = []
     for clients, prompts in LOADS:
         name = f"bench-{label}-c{clients}.json"
-        cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "openai",
-               "--base-url", SERVE, "--endpoint", "/v1/completions", "--model", model, "--tokenizer", str(MODEL_DIR),
-               "--dataset-name", "random", f"--random-input-len={INPUT_LEN}", f"--random-output-len={OUTPUT_LEN}",
-               f"--num-prompts={prompts}", f"--max-concurrency={clients}", "--ignore-eos", "--seed=0",
-               "--percentile-metrics=ttft,tpot,itl,e2el", "--metric-percentiles=50,90,99", "--save-result",
-               f"--result-dir={out / 'bench'}", f"--result-filename={name}", "--disable-tqdm"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.cli.main",
+            "bench",
+            "serve",
+            "--backend",
+            "openai",
+            "--base-url",
+            SERVE,
+            "--endpoint",
+            "/v1/completions",
+            "--model",
+            model,
+            "--tokenizer",
+            str(MODEL_DIR),
+            "--dataset-name",
+            "random",
+            f"--random-input-len={INPUT_LEN}",
+            f"--random-output-len={OUTPUT_LEN}",
+            f"--num-prompts={prompts}",
+            f"--max-concurrency={clients}",
+            "--ignore-eos",
+            "--seed=0",
+            "--percentile-metrics=ttft,tpot,itl,e2el",
+            "--metric-percentiles=50,90,99",
+            "--save-result",
+            f"--result-dir={out / 'bench'}",
+            f"--result-filename={name}",
+            "--disable-tqdm",
+        ]
         started = time.monotonic()
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
         log(f"bench {label} c={clients} ->", proc.returncode, f"{time.monotonic() - started:.0f}s")
-        row: dict = {"clients": clients, "prompts": prompts, "input_len": INPUT_LEN, "output_len": OUTPUT_LEN, "rc": proc.returncode}
+        row: dict = {
+            "clients": clients,
+            "prompts": prompts,
+            "input_len": INPUT_LEN,
+            "output_len": OUTPUT_LEN,
+            "rc": proc.returncode,
+        }
         try:
             data = json.loads((out / "bench" / name).read_text())
             row.update({k: v for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
@@ -278,8 +347,12 @@ def versions() -> dict[str, str]:
             out[name] = version(name)
         except PackageNotFoundError:
             out[name] = "absent"
-    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-                         capture_output=True, text=True, timeout=30)
+    smi = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     out["gpu"] = smi.stdout.strip()
     out["python"] = sys.version.split()[0]
     return out
@@ -287,7 +360,11 @@ def versions() -> dict[str, str]:
 
 def phase_pd(bundle: Path, out: Path) -> dict:
     build_tokenizer(bundle)
-    evidence: dict = {"phase": "pd", "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "versions": versions()}
+    evidence: dict = {
+        "phase": "pd",
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "versions": versions(),
+    }
     evidence["ray_start"] = start_raylets(bundle)
     time.sleep(5)
     evidence["ray_status_before"] = ray_status()
@@ -300,7 +377,10 @@ def phase_pd(bundle: Path, out: Path) -> dict:
         return evidence
     evidence["ray_status_running"] = ray_status()
     status, text = http("GET", f"{SERVE}/v1/models")
-    evidence["models"] = {"status": status, "ids": [m.get("id") for m in json.loads(text).get("data", [])] if status == 200 else text[:300]}
+    evidence["models"] = {
+        "status": status,
+        "ids": [m.get("id") for m in json.loads(text).get("data", [])] if status == 200 else text[:300],
+    }
     before = scrape()
     evidence["chat_verify"] = chat(model, long_prompt())  # verify's chat-completion request
     evidence["chat_short"] = chat(model, "Say hello.", max_tokens=8)

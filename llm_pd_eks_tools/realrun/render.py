@@ -121,7 +121,7 @@ def run_inputs(overrides: dict[str, Any]) -> dict[str, Any]:
                 "import_path": AGGREGATED_IMPORT_PATH,
                 "args": {"llm_configs": [decode]},
             }
-        ]
+        ],
     }
     raylets = {}
     groups = {g["groupName"]: g for g in spec["rayClusterConfig"]["workerGroupSpecs"]}
