@@ -180,8 +180,12 @@ def ray_status() -> str:
 
 
 def deploy(config: dict) -> dict:
-    status, text = http("PUT", f"{DASHBOARD}/api/serve/applications/", config, timeout=60)
-    log("PUT serve config ->", status, text[:200])
+    for _ in range(12):  # the dashboard may still be coming up
+        status, text = http("PUT", f"{DASHBOARD}/api/serve/applications/", config, timeout=60)
+        log("PUT serve config ->", status, text[:300])
+        if status == 200:
+            break
+        time.sleep(5)
     deadline = time.monotonic() + START_TIMEOUT_S
     last: dict = {}
     while time.monotonic() < deadline:
