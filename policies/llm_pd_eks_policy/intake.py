@@ -24,10 +24,12 @@ import math
 import struct
 from typing import Any, Callable, Optional
 
+import yaml
 from google.protobuf import json_format, struct_pb2
 from pulumi_policy import EnforcementLevel, ReportViolation, ResourceValidationArgs
 
-from .common import resource_policy
+from . import yaml_text
+from .common import plain, resource_policy
 
 POLICY_NAME = "resource-decodable"
 MARKER = "__llm_pd_eks_policies_undecodable__"
@@ -227,15 +229,39 @@ def _message(name: str, urn: str, reason: str) -> str:
     )
 
 
-def _noop(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    """Decoding failures are reported by the servicer wrapper (`install`), before any rule runs."""
+def _bounded_text(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    """Decoding failures are reported by the servicer wrapper (`install`), before any rule runs; here,
+    YAML text among the properties whose aliases expand past `yaml_text.MAX_NODES` (the other rules
+    treat such text as unreadable, so it gets its verdict here, once)."""
+    stack: list[tuple[str, Any]] = [("", plain(args.props))]
+    found: list[str] = []
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, dict):
+            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((f"{path}[{i}]", v) for i, v in enumerate(node))
+        elif isinstance(node, str) and "&" in node and "*" in node:  # anchors and aliases
+            try:
+                yaml_text.load_all(node)
+            except yaml_text.YamlTooLarge as error:
+                found.append(f"{path or '(root)'} ({error})")
+            except (yaml.YAMLError, ValueError):
+                pass  # not YAML: the rules that read it say so
+    if found:
+        report(
+            f"could not judge resource '{args.name}': YAML text at {', '.join(sorted(found)[:3])}; no rule of the "
+            f"pack read it. Fix: write the text without aliases (yaml.safe_dump of the data does), or lower "
+            f"'{POLICY_NAME}' in the policy config once the resource is checked elsewhere."
+        )
 
 
 resource_decodable = resource_policy(
     name=POLICY_NAME,
-    description="Every resource's properties can be decoded and judged (finite numbers, bounded nesting); "
+    description="Every resource's properties can be decoded and judged (finite numbers, bounded nesting, YAML "
+    "text whose aliases stay within bounds); "
     "one that cannot gets this verdict instead of crashing the analyzer.",
-    validate=_noop,
+    validate=_bounded_text,
 )
 
 POLICIES = [resource_decodable]

@@ -29,50 +29,26 @@ from .common import (
     EFA_INTERFACE_TYPES,
     EKS_NODE_GROUP,
     EKS_NODE_GROUP_V2,
-    INTERNET_GATEWAY,
     LAUNCH_CONFIGURATION,
     LAUNCH_TEMPLATE,
     MANAGED_NODE_GROUP,
     NODE_GROUP,
     PLACEMENT_GROUP,
-    ROUTE,
-    ROUTE_TABLE,
-    ROUTE_TABLE_ASSOCIATION,
-    SECURITY_GROUP,
     SUBNET,
     as_int,
     dig,
     is_unknown,
     known_list,
     norm_type,
-    plain,
     truthy,
 )
+from .network import DEFAULT_ROUTE_TABLE, MAIN_ROUTE_TABLE_ASSOCIATION, VPC, NetworkView
+from .stack_index import NO_SOURCE, EfaInterfaces, Ref, SubnetRefs, merge_subnets
 
-VPC = "aws:ec2/vpc:Vpc"
 NETWORK_INTERFACE = "aws:ec2/networkInterface:NetworkInterface"
-MAIN_ROUTE_TABLE_ASSOCIATION = "aws:ec2/mainRouteTableAssociation:MainRouteTableAssociation"
-DEFAULT_ROUTE_TABLE = "aws:ec2/defaultRouteTable:DefaultRouteTable"
 PULUMI_EKS_GROUPS = (MANAGED_NODE_GROUP, EKS_NODE_GROUP, EKS_NODE_GROUP_V2)
-NO_SOURCE = "a value no resource of this stack feeds (an invoke result?)"
 NO_EFA_LAUNCH_CONFIGURATION = "a launch configuration, which cannot attach EFA interfaces"
 NO_EFA_PULUMI_EKS = "the launch template pulumi-eks generates for it (no EFA option outside ManagedNodeGroup)"
-
-
-@dataclass
-class Ref:
-    state: str  # "none" | "resolved" | "unresolved" | "external" | "unjudgeable"
-    resource: Any = None
-    literal: str = ""
-    candidates: list = field(default_factory=list)  # unresolved: the resources the engine says feed it
-
-
-@dataclass
-class SubnetRefs:
-    resolved: list = field(default_factory=list)  # subnet PolicyResources
-    unknown: bool = False  # some entries are not known yet
-    external: list[str] = field(default_factory=list)  # literal IDs no subnet of the stack carries
-    unjudgeable: str = ""  # unknown IDs fed by something other than a subnet (what feeds them)
 
 
 @dataclass
@@ -99,148 +75,8 @@ class Capacity:
         return f"{self.kind} '{self.resource.name}'"
 
 
-@dataclass
-class EfaInterfaces:
-    """The EFA interfaces of a launch template, as far as they are known."""
-
-    known: bool  # False when the list or any interface type / card is unknown
-    count: int  # interfaces whose type is efa/efa-only
-    cards: dict[int, int]  # network card index -> EFA interfaces on it
-    public: list[int]  # indexes of interfaces that ask for a public IP
-    malformed: list[str] = field(default_factory=list)  # e.g. networkCardIndex "zero"
-
-
-def merge_subnets(a: SubnetRefs, b: SubnetRefs) -> SubnetRefs:
-    """Both sets of subnet references (a capacity's and its template's or ENIs')."""
-    resolved = {s.urn: s for s in [*a.resolved, *b.resolved]}
-    return SubnetRefs(
-        list(resolved.values()),
-        unknown=a.unknown or b.unknown,
-        external=[*a.external, *b.external],
-        unjudgeable=a.unjudgeable or b.unjudgeable,
-    )
-
-
-class StackView:
-    def __init__(self, resources: list) -> None:
-        self.resources = list(resources)
-        self._props = {r.urn: plain(r.props) for r in self.resources}
-        # Indexes, so that joining a 10,000-resource stack stays linear (llm_pd_eks_tools/bench_policies.py).
-        self._by_type: dict[str, list] = {}
-        for r in self.resources:
-            self._by_type.setdefault(r.resource_type, []).append(r)
-        self._by_value: dict[tuple[str, str], dict[Any, list]] = {}
-
-    def props(self, resource: Any) -> dict:
-        return self._props[resource.urn]
-
-    def of_type(self, *types: str) -> list:
-        if len(types) == 1:
-            return list(self._by_type.get(types[0], ()))
-        return [r for r in self.resources if r.resource_type in types]
-
-    def deps(self, resource: Any, key: str, *types: str) -> list:
-        """Resources of `types` the engine recorded as feeding property `key` of `resource`."""
-        seen, found = set(), []
-        for dep in (resource.property_dependencies or {}).get(key, []):
-            if dep.resource_type in types and dep.urn not in seen:
-                seen.add(dep.urn)
-                found.append(dep)
-        return found
-
-    def fed_by(self, resource: Any, *types: str) -> list:
-        """Resources of `types` the engine recorded as feeding any property of `resource`."""
-        found = {
-            d.urn: d for ds in (resource.property_dependencies or {}).values() for d in ds if d.resource_type in types
-        }
-        return list(found.values())
-
-    def by_property(self, type_: str, key: str, value: Any) -> list:
-        if value is None or is_unknown(value):
-            return []
-        if not isinstance(value, (str, int, float, bool)):
-            return [r for r in self.of_type(type_) if self.props(r).get(key) == value]
-        index = self._by_value.get((type_, key))
-        if index is None:
-            index = self._by_value[(type_, key)] = {}
-            for r in self.of_type(type_):
-                found = self.props(r).get(key)
-                if isinstance(found, (str, int, float, bool)):
-                    index.setdefault(found, []).append(r)
-        return list(index.get(value, ()))
-
-    def ref(self, owner: Any, dep_key: str, type_: str, candidates: list[tuple[str, Any]]) -> Ref:
-        """Resolve a reference given as (property of the target, value) pairs, e.g. [("id", "lt-1")]."""
-        values = [(k, v) for k, v in candidates if v is not None]
-        if not values:
-            return Ref("none")
-        found = self.deps(owner, dep_key, type_)
-        if not found:
-            for key, value in values:
-                found = self.by_property(type_, key, value)
-                if found:
-                    break
-        if len(found) == 1:
-            return Ref("resolved", found[0])
-        if not found and any(is_unknown(v) for _, v in values):
-            return self._unknown_ref(owner, dep_key, type_)
-        if found:
-            return Ref("unresolved", candidates=found)
-        literal = next((str(v) for _, v in values if isinstance(v, str)), "")
-        if not literal:  # a number, a list...: not a reference anything could resolve
-            return Ref("external", literal=repr(values[0][1]))
-        return Ref("external", literal=literal)
-
-    def _unknown_ref(self, owner: Any, dep_key: str, type_: str) -> Ref:
-        """A reference not known yet that no resource of `type_` feeds is "unjudgeable": its value
-        comes from something else — a component's output, a remote component, a StackReference, a
-        resource of another provider — or from nothing the engine records (an invoke whose inputs are
-        not known yet), and the pack cannot resolve it."""
-        others = self.feeders(owner, dep_key, type_)
-        return Ref("unjudgeable", literal=others or NO_SOURCE)
-
-    def feeders(self, owner: Any, key: str, type_: str) -> str:
-        """What feeds property `key` of `owner` other than resources of `type_` ("" when nothing)."""
-        others = [d for d in (owner.property_dependencies or {}).get(key, []) if d.resource_type != type_]
-        return ", ".join(sorted({f"{d.resource_type} '{d.name}'" for d in others}))
-
-    def subnet_refs(self, owner: Any, key: str, ids: Any) -> SubnetRefs:
-        refs = SubnetRefs()
-        dep_subnets = self.deps(owner, key, SUBNET)
-        listed = known_list(ids)
-        if listed is None:  # the whole list is unknown: only the dependencies can tell
-            others = self.feeders(owner, key, SUBNET)
-            return SubnetRefs(
-                dep_subnets,
-                unknown=not dep_subnets,
-                unjudgeable=others if others else "" if dep_subnets else NO_SOURCE,
-            )
-        found = {s.urn: s for s in dep_subnets}
-        matched: set[str] = set()
-        unmatched: list[str] = []
-        for subnet_id in listed:
-            if is_unknown(subnet_id):
-                refs.unknown = True
-                continue
-            hits = self.by_property(SUBNET, "id", subnet_id)
-            for s in hits:
-                found.setdefault(s.urn, s)
-                matched.add(s.urn)
-            if not hits:
-                unmatched.append(str(subnet_id))
-        refs.resolved = list(found.values())
-        # IDs of the stack's own subnets are outputs the inputs do not carry: the dependencies stand
-        # for them, one entry each. An unknown entry beyond them comes from something else (an invoke
-        # whose inputs are not known yet, another stack): unjudgeable. Literal IDs beyond them point
-        # outside the stack.
-        covered = len([s for s in dep_subnets if s.urn not in matched])
-        unknown_entries = sum(1 for i in listed if is_unknown(i))
-        if unknown_entries > covered:
-            refs.unjudgeable = self.feeders(owner, key, SUBNET) or NO_SOURCE
-        covered = max(0, covered - unknown_entries)
-        if len(unmatched) > covered:
-            refs.external = unmatched if covered == 0 else unmatched[covered:]
-        return refs
+class StackView(NetworkView):
+    """Every path to EC2 capacity (`capacities`) joined with its template, subnets and groups."""
 
     # -- every path to EC2 capacity -------------------------------------------------------------
     def capacities(self) -> list[Capacity]:
@@ -493,203 +329,15 @@ class StackView:
             out.append(cap)
         return out
 
-    # -- subnets ---------------------------------------------------------------------------------
-    def subnet_az(self, subnet: Any) -> Any:
-        props = self.props(subnet)
-        az = dig(props, "availabilityZone")
-        return az if az is not None else dig(props, "availabilityZoneId")
 
-    def routes_to_internet_gateway(self, subnet: Any) -> list[str]:
-        """Route tables associated with `subnet` that send traffic to an internet gateway (AWS's
-        definition of a public subnet), as labels. Unknown links are skipped."""
-        subnet_id = dig(self.props(subnet), "id")
-        tables: dict[str, Any] = {}
-        for assoc in self.of_type(ROUTE_TABLE_ASSOCIATION):
-            props = self.props(assoc)
-            linked = subnet in self.deps(assoc, "subnetId", SUBNET) or (
-                subnet_id is not None and not is_unknown(subnet_id) and dig(props, "subnetId") == subnet_id
-            )
-            if not linked:
-                continue
-            ref = self.ref(assoc, "routeTableId", ROUTE_TABLE, [("id", dig(props, "routeTableId"))])
-            if ref.state == "resolved":
-                tables[ref.resource.urn] = ref.resource
-        public = []
-        if not tables:  # no explicit association: the VPC's main route table applies
-            tables = {t.urn: t for t in self._main_route_tables(subnet)}
-            public += self._vpc_main_table_routes(subnet)
-        for table in tables.values():
-            if self._table_has_igw_route(table):
-                public.append(f"route table '{table.name}'")
-        return public
-
-    def _vpc_main_table_routes(self, subnet: Any) -> list[str]:
-        """Routes to an internet gateway added to the VPC's own main route table (`routeTableId` is the
-        Vpc's `mainRouteTableId` output: fed by the Vpc, or its known value)."""
-        vpcs = self.deps(subnet, "vpcId", VPC) or self.by_property(VPC, "id", dig(self.props(subnet), "vpcId"))
-        found = []
-        for vpc in vpcs:
-            main_id = dig(self.props(vpc), "mainRouteTableId")
-            for route in self.of_type(ROUTE):
-                props = self.props(route)
-                table_id = dig(props, "routeTableId")
-                fed = vpc in self.deps(route, "routeTableId", VPC)
-                named = isinstance(main_id, str) and not is_unknown(main_id) and table_id == main_id
-                if (fed or named) and self._is_igw(route, "gatewayId", dig(props, "gatewayId")):
-                    found.append(f"route '{route.name}' on VPC '{vpc.name}''s main route table")
-        return found
-
-    def _same_vpc(self, a: Any, a_key: str, b: Any, b_key: str) -> bool:
-        vpcs_a = {v.urn for v in self.deps(a, a_key, VPC)}
-        vpcs_b = {v.urn for v in self.deps(b, b_key, VPC)}
-        if vpcs_a and vpcs_b:
-            return bool(vpcs_a & vpcs_b)
-        id_a, id_b = dig(self.props(a), a_key), dig(self.props(b), b_key)
-        return isinstance(id_a, str) and not is_unknown(id_a) and id_a == id_b
-
-    def _main_route_tables(self, subnet: Any) -> list:
-        """The subnet's VPC's main route table: a MainRouteTableAssociation's table, or a
-        DefaultRouteTable (which manages the VPC's default main table and carries the routes)."""
-        found = []
-        for main in self.of_type(MAIN_ROUTE_TABLE_ASSOCIATION):
-            if self._same_vpc(subnet, "vpcId", main, "vpcId"):
-                ref = self.ref(main, "routeTableId", ROUTE_TABLE, [("id", dig(self.props(main), "routeTableId"))])
-                if ref.state == "resolved":
-                    found.append(ref.resource)
-        if not found:
-            found = [
-                d
-                for d in self.of_type(DEFAULT_ROUTE_TABLE)
-                if self._same_vpc(subnet, "vpcId", d, "defaultRouteTableId")
-            ]
-        return found
-
-    def _is_igw(self, owner: Any, key: str, gateway: Any) -> bool:
-        if gateway is None:
-            return False
-        if isinstance(gateway, str) and not is_unknown(gateway):
-            if gateway.startswith("igw-"):
-                return True
-            if self.by_property(INTERNET_GATEWAY, "id", gateway):
-                return True
-        return bool(self.deps(owner, key, INTERNET_GATEWAY)) and not (
-            isinstance(gateway, str) and gateway.startswith(("vgw-", "local"))
-        )
-
-    def _table_has_igw_route(self, table: Any) -> bool:
-        for route in known_list(dig(self.props(table), "routes")) or []:
-            if self._is_igw(table, "routes", dig(route, "gatewayId")):
-                return True
-        for route in self.of_type(ROUTE):
-            props = self.props(route)
-            if table in self.deps(route, "routeTableId", ROUTE_TABLE) and self._is_igw(
-                route, "gatewayId", dig(props, "gatewayId")
-            ):
-                return True
-        return False
-
-    # -- launch templates -----------------------------------------------------------------------
-    def efa_interfaces(self, template: Any) -> EfaInterfaces:
-        interfaces = known_list(dig(self.props(template), "networkInterfaces"))
-        if interfaces is None:
-            return EfaInterfaces(False, 0, {}, [])
-        result = EfaInterfaces(True, 0, {}, [])
-        for i, nic in enumerate(interfaces):
-            if not isinstance(nic, dict):
-                if is_unknown(nic):
-                    result.known = False
-                else:
-                    result.malformed.append(f"networkInterfaces[{i}] is {nic!r}, not an object")
-                continue
-            kind = dig(nic, "interfaceType")
-            if is_unknown(kind):
-                result.known = False
-                continue
-            if truthy(dig(nic, "associatePublicIpAddress")):
-                result.public.append(i)
-            if isinstance(kind, str) and kind.strip().lower() in EFA_INTERFACE_TYPES:
-                result.count += 1
-                card = dig(nic, "networkCardIndex")
-                if is_unknown(card):
-                    result.known = False
-                    continue
-                index = 0 if card is None else as_int(card)
-                if index is None or index < 0 or (isinstance(card, float) and card != int(card)):
-                    result.malformed.append(f"networkInterfaces[{i}].networkCardIndex is {card!r}")
-                    continue
-                result.cards[index] = result.cards.get(index, 0) + 1
-        return result
-
-    def placement_group(self, template: Any) -> Ref:
-        props = self.props(template)
-        return self.ref(
-            template,
-            "placement",
-            PLACEMENT_GROUP,
-            [("name", dig(props, "placement", "groupName")), ("placementGroupId", dig(props, "placement", "groupId"))],
-        )
-
-    def eni_security_groups(self, eni: Any) -> tuple[list, bool, list[str]]:
-        """Security groups of an aws:ec2/networkInterface (`securityGroups`): (resolved, unknown?,
-        external literal IDs)."""
-        listed = known_list(dig(self.props(eni), "securityGroups"))
-        found = {g.urn: g for g in self.deps(eni, "securityGroups", SECURITY_GROUP)}
-        unknown, external = listed is None and not found, []
-        for sg_id in listed or []:
-            hits = self.by_property(SECURITY_GROUP, "id", sg_id)
-            found.update({g.urn: g for g in hits})
-            if is_unknown(sg_id):
-                unknown = unknown or not found
-            elif not hits and isinstance(sg_id, str) and len(found) < len(listed or []):
-                external.append(sg_id)
-        return list(found.values()), unknown, external
-
-    def template_security_groups(self, template: Any) -> tuple[list, bool, list[str]]:
-        """Security groups on the template's interfaces (and vpcSecurityGroupIds): (resolved,
-        unknown?, external literal IDs)."""
-        props = self.props(template)
-        ids: list[Any] = []
-        unknown = False
-        for nic in known_list(dig(props, "networkInterfaces")) or []:
-            groups = dig(nic, "securityGroups")
-            listed = known_list(groups)
-            if listed is None:
-                unknown = True
-            else:
-                ids += listed
-        vpc = known_list(dig(props, "vpcSecurityGroupIds"))
-        if vpc is None:
-            unknown = True
-        else:
-            ids += vpc
-        found = {
-            g.urn: g
-            for key in ("networkInterfaces", "vpcSecurityGroupIds")
-            for g in self.deps(template, key, SECURITY_GROUP)
-        }
-        matched: set[str] = set()
-        unmatched: list[str] = []
-        # The same group on every interface counts once; a non-string is no ID (EC2 would refuse it).
-        for sg_id in dict.fromkeys(i for i in ids if isinstance(i, str)):
-            if is_unknown(sg_id):
-                unknown = True
-                continue
-            hits = self.by_property(SECURITY_GROUP, "id", sg_id)
-            for g in hits:
-                found.setdefault(g.urn, g)
-                matched.add(g.urn)
-            if not hits:
-                unmatched.append(str(sg_id))
-        # IDs produced by resources of the stack (its own groups, the EKS cluster's group) are
-        # accounted for by the dependencies; literal IDs beyond those point outside the stack.
-        deps = {
-            d.urn: d
-            for key in ("networkInterfaces", "vpcSecurityGroupIds")
-            for d in (template.property_dependencies or {}).get(key, [])
-        }
-        feeders = set(deps) - matched
-        external = unmatched[len(feeders) :] if len(unmatched) > len(feeders) else []
-        # Unknown IDs fed only by security groups of this stack are those groups: nothing is hidden.
-        if unknown and found and all(d.resource_type == SECURITY_GROUP for d in deps.values()):
-            unknown = False
-        return list(found.values()), unknown, external
+__all__ = [
+    "DEFAULT_ROUTE_TABLE",
+    "MAIN_ROUTE_TABLE_ASSOCIATION",
+    "NO_SOURCE",
+    "VPC",
+    "Capacity",
+    "EfaInterfaces",
+    "Ref",
+    "StackView",
+    "SubnetRefs",
+]

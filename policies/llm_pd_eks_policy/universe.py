@@ -26,6 +26,7 @@ from pulumi_policy import ReportViolation, ResourceValidationArgs
 from . import common as c
 from .capacity import CAPACITY_RESERVATION
 from .karpenter import KARPENTER_NODE_POOLS
+from .pod_env import DRA_CLAIM_KINDS
 from .references import UNMODELLED_LAUNCHERS
 from .security import GATEWAYS, HELM_TYPES, INGRESS_CLASS_PARAMS, LB_CONFIGURATION
 from .stack import DEFAULT_ROUTE_TABLE, MAIN_ROUTE_TABLE_ASSOCIATION, NETWORK_INTERFACE, VPC
@@ -61,7 +62,6 @@ JUDGED: dict[str, str] = {
     **dict.fromkeys(KARPENTER_NODE_POOLS, "gpu-references-in-stack (the EFA GPU types it may launch)"),
 }
 DRA_GROUP = "kubernetes:resource.k8s.io/"
-DRA_CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
 
 
 def _read(path: Path) -> dict[str, tuple[tuple[str, ...], str]]:
