@@ -154,6 +154,9 @@ def _backend_problem(backends: Any, required: str) -> Optional[str]:
     return None
 
 
+_ENGINE_CONFIG_KEYS = ("prefill_config", "decode_config")
+
+
 def kv_configs(work: Workload) -> Iterator[tuple[str, Any]]:
     """(where, node) of every KV-transfer config a workload hands to vLLM: the serve config of a
     RayService, `--kv-transfer-config` on a RayJob entrypoint or any container's command line. A
@@ -167,6 +170,17 @@ def kv_configs(work: Workload) -> Iterator[tuple[str, Any]]:
         if isinstance(config, (dict, list)):
             for path, node in walk(config):
                 yield f"serveConfigV2 {path or '(root)'}", node
+                # build_pd_openai_app also takes an engine's LLM config as a path to a YAML file
+                # (a ConfigMap mounted in the pod): text the pack never sees, so never judged as passing.
+                for key in _ENGINE_CONFIG_KEYS:
+                    value = node.get(key) if isinstance(node, dict) else None
+                    if isinstance(value, str) and not is_unknown(value):
+                        yield (
+                            f"serveConfigV2 {path}.{key}",
+                            ServeConfigError(
+                                f"the file path {value[:60]!r}, which the pack cannot read; pass the LLM config inline"
+                            ),
+                        )
     lines = []
     if work.kind == "RayJob":
         lines.append(("spec.entrypoint", command_line(dig(work.obj, "spec", "entrypoint"))))

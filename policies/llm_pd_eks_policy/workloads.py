@@ -442,7 +442,8 @@ def vllm_json_args(tokens: list[str]) -> dict[str, list[Any]]:
         if arg.startswith("-") and "." in arg:
             if "=" in arg:
                 arg, value = arg.split("=", 1)
-                if "." not in arg:
+                if "." not in arg:  # the dot was in the value: a plain flag
+                    plain_values.setdefault(arg, []).append(_json_or_text(value))
                     continue
             elif i + 1 < len(processed):
                 value = processed[i + 1]
