@@ -150,7 +150,7 @@ def _check(args: StackValidationArgs, report: ReportViolation) -> None:
     config = config_with_defaults(args, CONFIG)
     known = {str(k): str(v) for k, v in (config.get("reservationAzs") or {}).items()}
     groups = {str(k): str(v) for k, v in (config.get("reservationPlacementGroups") or {}).items()}
-    view = StackView(args.resources)
+    view = StackView.of(args.resources)
     for cap in view.capacities():  # every path to GPU capacity the pack knows (node groups, ASGs, instances)
         if cap.launch_template.state != "resolved":
             continue  # no template, or one not in the stack (gpu-references-in-stack judges that)

@@ -125,10 +125,12 @@ def _efa_sources(view: StackView, table: TypeTable) -> Iterator[tuple[str, Any, 
 
 
 def _efa_security_group(view: StackView, table: TypeTable, report: ReportViolation) -> None:
+    reported: set[str] = set()  # a group on several templates / ENIs is reported once
     for label, owner, gpu, (groups, unknown, external) in _efa_sources(view, table):
         for group in groups:
             _, open_in = _sg_rules(view, group)
-            if open_in:
+            if open_in and group.urn not in reported:
+                reported.add(group.urn)
                 report(
                     f"security group '{group.name}' on the EFA interfaces of {label} "
                     f"({join(gpu)}) admits the internet (an address block wider than /8, or /32 for IPv6, also "

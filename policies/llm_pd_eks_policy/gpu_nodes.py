@@ -75,7 +75,7 @@ def gpu_stack_policy(
     """A stack policy over the GPU resources: `check` gets the joined view and the type table."""
 
     def validate(args: StackValidationArgs, report: ReportViolation) -> None:
-        check(StackView(args.resources), TypeTable.from_config(config_with_defaults(args, EFA_CONFIG)), report)
+        check(StackView.of(args.resources), TypeTable.from_config(config_with_defaults(args, EFA_CONFIG)), report)
 
     return StackValidationPolicy(
         name=name,

@@ -29,7 +29,7 @@ from google.protobuf import json_format, struct_pb2
 from pulumi_policy import EnforcementLevel, ReportViolation, ResourceValidationArgs
 
 from . import yaml_text
-from .common import plain, resource_policy
+from .common import memoized, plain, request_scope, resource_policy
 
 POLICY_NAME = "resource-decodable"
 MARKER = "__llm_pd_eks_policies_undecodable__"
@@ -322,8 +322,37 @@ def install() -> None:
                 response.diagnostics.append(found)
         return response
 
-    servicer.Analyze = lenient_analyze  # type: ignore[method-assign]
-    servicer.AnalyzeStack = lenient_analyze_stack  # type: ignore[method-assign]
+    def scoped(method: Callable[..., Any]) -> Callable[..., Any]:
+        def run(self: Any, request: Any, context: Any) -> Any:
+            with request_scope():
+                return method(self, request, context)
+
+        return run
+
+    servicer.Analyze = scoped(lenient_analyze)  # type: ignore[method-assign]
+    servicer.AnalyzeStack = scoped(lenient_analyze_stack)  # type: ignore[method-assign]
+    # The host decodes a request's properties again for every policy (pulumi_policy 1.21 policy.py,
+    # Analyze / AnalyzeStack: deserialize_properties(json_format.MessageToDict(r.properties)) inside the
+    # per-policy loop): within a request, once per resource.
+    host.json_format = _OnceJsonFormat()  # type: ignore[attr-defined]
+    decode = host.deserialize_properties
+    host.deserialize_properties = lambda d: memoized(("decoded", id(d)), d, lambda: decode(d))  # type: ignore[attr-defined]
+    proxy = host.unknown_checking_proxy
+    host.unknown_checking_proxy = lambda d: memoized(("proxy", id(d)), d, lambda: proxy(d))  # type: ignore[attr-defined]
+
+
+class _OnceJsonFormat:
+    """json_format for the host module: MessageToDict once per message within a request scope."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(json_format, name)
+
+    @staticmethod
+    def MessageToDict(message: Any, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs:
+            return json_format.MessageToDict(message, *args, **kwargs)
+        # keyed by the bytes: the host reads `r.properties` anew for each policy (a new wrapper each time)
+        return memoized(("dict", message.SerializeToString()), None, lambda: json_format.MessageToDict(message))
 
 
 def _lenient(parse: Callable[[bytes], Any], clean: Callable[[bytes], bytes]) -> Callable[[bytes], Any]:

@@ -291,7 +291,7 @@ def _gpu_pods_efa(args: StackValidationArgs, report: ReportViolation) -> None:
     cfg = config_with_defaults(args, POD_EFA_CONFIG)
     table = TypeTable.from_config(cfg)
     gpu_res, provider = cfg["gpuResource"], cfg["fiProvider"]
-    view = StackView(args.resources)
+    view = StackView.of(args.resources)
     store = ObjectStore(view)
     claims = ClaimStore(view)
     stack_types = _stack_gpu_types(view, table)

@@ -250,7 +250,7 @@ def _validate_blind_spots(args: StackValidationArgs, report: ReportViolation) ->
     cfg = config_with_defaults(args, {**EFA_CONFIG, **UNJUDGEABLE_SCHEMA})
     allow = dig(cfg, "unjudgeable", "allow")
     _blind_spots(
-        StackView(args.resources),
+        StackView.of(args.resources),
         TypeTable.from_config(cfg),
         report,
         {str(a) for a in allow} if isinstance(allow, list) else set(),

@@ -39,6 +39,7 @@ from .common import (
     dig,
     is_unknown,
     known_list,
+    memoized,
     norm_type,
     truthy,
 )
@@ -76,10 +77,20 @@ class Capacity:
 
 
 class StackView(NetworkView):
-    """Every path to EC2 capacity (`capacities`) joined with its template, subnets and groups."""
+    """Every path to EC2 capacity (`capacities`) joined with its template, subnets and groups.
+
+    `StackView.of(resources)` is the one view of a request shared by all stack policies."""
+
+    @classmethod
+    def of(cls, resources: list) -> "StackView":
+        key = ("stack-view", tuple(r.urn for r in resources))
+        return memoized(key, None, lambda: cls(resources))
+
+    def capacities(self) -> list[Capacity]:
+        return memoized(("capacities", id(self)), self, self._capacities)
 
     # -- every path to EC2 capacity -------------------------------------------------------------
-    def capacities(self) -> list[Capacity]:
+    def _capacities(self) -> list[Capacity]:
         groups = self.of_type(NODE_GROUP)
         parents = {g.parent.urn for g in groups if g.parent is not None}
         out = [self._node_group(g, "node group") for g in groups]

@@ -56,7 +56,7 @@ def test_a_plain_command_line_sets_nothing():
 @pytest.mark.parametrize(
     "argv",
     [
-        ["sh", "-c", "eval \"export FI_PROVIDER=$P\""],
+        ["sh", "-c", 'eval "export FI_PROVIDER=$P"'],
         ["sh", "-c", "echo FI_PROVIDER=tcp >> /etc/environment; vllm serve q"],
         ["sh", "-c", "export FI_PROVIDER='tcp"],  # unbalanced quote: not a command line
     ],
@@ -96,8 +96,11 @@ def test_dotted_list_append_flag_is_read_as_vllm_reads_it():
 
 
 def test_underscores_equals_and_comma_lists():
-    argv = ["--kv_transfer_config.kv_connector=NixlConnector", "--kv-transfer-config.kv_connector_extra_config.backends+=UCX,LIBFABRIC"]
-    (flag, value), = kv_flags(argv)
+    argv = [
+        "--kv_transfer_config.kv_connector=NixlConnector",
+        "--kv-transfer-config.kv_connector_extra_config.backends+=UCX,LIBFABRIC",
+    ]
+    ((flag, value),) = kv_flags(argv)
     assert value["kv_connector_extra_config"]["backends"] == ["UCX", "LIBFABRIC"]
 
 
