@@ -207,15 +207,16 @@ def problem_of(properties: struct_pb2.Struct) -> Optional[str]:
     if marked is not None:
         return marked.string_value or "its properties could not be decoded"
     try:
-        plain = json_format.MessageToDict(properties)
+        # The host's own steps (pulumi_policy.policy: deserialize_properties(MessageToDict(...))), through
+        # the host module so that, once install() ran, the rules reuse what this decoded.
+        from pulumi_policy import policy as host
+
+        plain = host.json_format.MessageToDict(properties)
     except (ValueError, RecursionError, TypeError) as error:
         return f"its properties could not be decoded ({type(error).__name__})"
     try:
-        # The host's own next step (pulumi_policy.policy: deserialize_properties(MessageToDict(...))):
         # a malformed signature, e.g. a secret marker without its value, fails there.
-        from pulumi_policy.deserialize import deserialize_properties
-
-        deserialize_properties(plain)
+        host.deserialize_properties(plain)
     except Exception as error:  # whatever the host would crash on is "cannot be judged"
         return f"its properties could not be decoded ({type(error).__name__} in a Pulumi value signature)"
     return None
