@@ -107,7 +107,7 @@ def provider_tokens() -> dict[str, list[str]]:
     """Every resource token each installed provider SDK registers (its `resource_modules`)."""
     out: dict[str, list[str]] = {}
     for package in PROVIDERS:
-        init = Path(__import__(package).__file__).read_text()
+        init = Path(str(__import__(package).__file__)).read_text()
         match = re.search(r'resource_modules="""\n(.*?)\n"""', init, re.DOTALL)
         modules = json.loads(match.group(1)) if match else []
         out[package] = sorted({token for module in modules for token in module["classes"]})

@@ -335,11 +335,17 @@ def install() -> None:
     # The host decodes a request's properties again for every policy (pulumi_policy 1.21 policy.py,
     # Analyze / AnalyzeStack: deserialize_properties(json_format.MessageToDict(r.properties)) inside the
     # per-policy loop): within a request, once per resource.
-    host.json_format = _OnceJsonFormat()  # type: ignore[attr-defined]
-    decode = host.deserialize_properties
-    host.deserialize_properties = lambda d: memoized(("decoded", id(d)), d, lambda: decode(d))  # type: ignore[attr-defined]
-    proxy = host.unknown_checking_proxy
-    host.unknown_checking_proxy = lambda d: memoized(("proxy", id(d)), d, lambda: proxy(d))  # type: ignore[attr-defined]
+    decode, proxy = host.deserialize_properties, host.unknown_checking_proxy
+
+    def decode_once(props: dict[str, Any], proxy_secrets: bool = False) -> dict[str, Any]:
+        return memoized(("decoded", id(props), proxy_secrets), props, lambda: decode(props, proxy_secrets))
+
+    def proxy_once(props: dict[str, Any]) -> dict[str, Any]:
+        return memoized(("proxy", id(props)), props, lambda: proxy(props))
+
+    host.json_format = _OnceJsonFormat()
+    host.deserialize_properties = decode_once
+    host.unknown_checking_proxy = proxy_once
 
 
 class _OnceJsonFormat:

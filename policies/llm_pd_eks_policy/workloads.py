@@ -452,14 +452,14 @@ def vllm_json_args(tokens: list[str]) -> dict[str, list[Any]]:
                 continue
             if arg.endswith("+"):
                 arg = arg[:-1]
-                value = json.dumps(value.split(","))
+                value = json.dumps(str(value).split(","))
             key, *keys = arg.split(".")
             nested: Any = _json_or_text(value)
             for part in reversed(keys):
                 nested = {part: nested}
             _merge(dotted.setdefault(key, {}), nested)
-    for key, value in dotted.items():
-        plain_values.setdefault(key, []).append(value)
+    for flag, merged in dotted.items():
+        plain_values.setdefault(flag, []).append(merged)
     return plain_values
 
 

@@ -100,7 +100,7 @@ def test_underscores_equals_and_comma_lists():
         "--kv_transfer_config.kv_connector=NixlConnector",
         "--kv-transfer-config.kv_connector_extra_config.backends+=UCX,LIBFABRIC",
     ]
-    ((flag, value),) = kv_flags(argv)
+    ((_, value),) = kv_flags(argv)
     assert value["kv_connector_extra_config"]["backends"] == ["UCX", "LIBFABRIC"]
 
 
