@@ -443,3 +443,28 @@ def test_node_group_fixture_types_are_judged():
     for token in (NODE_GROUP, LAUNCH_TEMPLATE, SUBNET, SECURITY_GROUP):
         assert token in JUDGED
     assert efa_interfaces(4)  # the fixture helper in use
+
+
+def _two_groups_serving(selector: dict | None) -> list[Res]:
+    stack = gpu_stack(azs=("us-west-2a", "us-west-2b"))
+    a, b = stack["subnet-us-west-2a"], stack["subnet-us-west-2b"]
+    stack["ng"].deps["subnetIds"], stack["ng"].props["subnetIds"] = [a], ["subnet-us-west-2a-id"]
+    stack["ng"].props["labels"] = {"role": "prefill"}
+    pg2 = copy.deepcopy(stack["pg"])
+    pg2.name = "decode-pg"
+    lt2 = copy.deepcopy(stack["lt"])
+    lt2.name, lt2.deps = "decode-lt", {"placement": [pg2], "networkInterfaces": [stack["sg"]]}
+    decode = copy.deepcopy(stack["ng"])
+    decode.name, decode.props["labels"] = "decode-ng", {"role": "decode"}
+    decode.deps, decode.props["subnetIds"] = {"subnetIds": [b], "launchTemplate": [lt2]}, ["subnet-us-west-2b-id"]
+    svc = ray_service()
+    if selector is not None:
+        pod = svc.props["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]
+        pod["nodeSelector"] = selector
+    return [*stack.values(), pg2, lt2, decode, svc]
+
+
+def test_a_serving_deployment_keeps_its_gpu_groups_in_one_az():
+    assert of(judge(_two_groups_serving({"role": "prefill"})), SINGLE_AZ) == []
+    (found,) = of(judge(_two_groups_serving(None)), SINGLE_AZ)
+    assert "RayService 'llm'" in found.message and "us-west-2b" in found.message

@@ -41,7 +41,10 @@ from .common import (
     resource_policy,
     truthy,
 )
+from .pod_env import requested
+from .ray_serving import pod_instance_types
 from .stack import Capacity, EfaInterfaces, StackView
+from .workloads import containers, workloads
 
 EFA_CONFIG = GPU_TABLE_SCHEMA
 
@@ -124,6 +127,7 @@ def _single_az(view: StackView, table: TypeTable, report: ReportViolation) -> No
                 f"the private subnet of a single AZ.",
                 cap.resource.urn,
             )
+    _serving_spread(view, gpu_capacities(view, table), report)
     for group, by_az in shared.values():  # prefill and decode groups sharing one cluster placement group
         if len(by_az) > 1:
             spread = "; ".join(f"{az}: {join(labels)}" for az, labels in sorted(by_az.items()))
@@ -135,10 +139,44 @@ def _single_az(view: StackView, table: TypeTable, report: ReportViolation) -> No
             )
 
 
+def _serving_spread(view: StackView, caps: list[tuple[Capacity, set[str]]], report: ReportViolation) -> None:
+    """A serving deployment's GPU pods (prefill and decode, every worker group) on groups of one AZ:
+    each pod may land on every GPU group whose node labels its nodeSelector admits (and, when it pins
+    instance types, of those types); KV-cache transfer between its pods does not cross AZs."""
+    for resource in view.resources:
+        for work in workloads(resource.resource_type, view.props(resource)):
+            by_az: dict[str, set[str]] = {}
+            for _, pod in work.pods():
+                if not any((requested(c, "nvidia.com/gpu") or 0) > 0 for c in containers(pod)):
+                    continue
+                selector = dig(pod, "nodeSelector")
+                selector = selector if isinstance(selector, dict) else {}
+                pinned = pod_instance_types(pod)
+                for cap, gpu in caps:
+                    labels = dig(view.props(cap.resource), "labels")
+                    if isinstance(labels, dict) and any(
+                        k in labels and labels[k] != v for k, v in selector.items() if not is_unknown(v)
+                    ):
+                        continue
+                    if pinned and not pinned & gpu:
+                        continue
+                    azs = capacity_azs(view, cap)
+                    if len(azs) == 1:
+                        by_az.setdefault(next(iter(azs)), set()).add(cap.label)
+            if len(by_az) > 1:
+                spread = "; ".join(f"{az}: {join(labels)}" for az, labels in sorted(by_az.items()))
+                report(
+                    f"{work.label} runs GPU pods on groups in {len(by_az)} availability zones ({spread}); its "
+                    f"prefill and decode pods move the KV cache over EFA, which does not cross AZs. Fix: keep "
+                    f"the GPU groups it may use in one AZ, or select one with nodeSelector.",
+                    resource.urn,
+                )
+
+
 gpu_group_single_az = gpu_stack_policy(
     name="gpu-node-group-single-az",
     description="Every resource that launches EFA-capable GPU instances keeps them in one availability zone, "
-    "and so do all GPU groups sharing a placement group.",
+    "and so do all GPU groups sharing a placement group or serving one deployment.",
     check=_single_az,
 )
 
