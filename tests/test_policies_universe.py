@@ -15,7 +15,6 @@ from helpers import LAUNCH_TEMPLATE, NODE_GROUP, SUBNET
 from policy_fixtures import (
     SECURITY_GROUP,
     Res,
-    efa_interfaces,
     gpu_container,
     gpu_stack,
     judge,
@@ -438,11 +437,11 @@ def test_a_billion_laughs_values_string_gets_a_verdict():
     assert of(judge([_release("bomb", {"extra": yaml.safe_dump({"a": [1, 2]})})]), "resource-decodable") == []
 
 
-def test_node_group_fixture_types_are_judged():
-    # the fixtures' own types, so a baseline never trips the universe by accident
+def test_the_fixtures_baseline_types_are_judged():
+    # the baseline every test bends is judged, never merely allowed, so a refusal above is the change's
     for token in (NODE_GROUP, LAUNCH_TEMPLATE, SUBNET, SECURITY_GROUP):
         assert token in JUDGED
-    assert efa_interfaces(4)  # the fixture helper in use
+    assert of(judge(gpu_stack()), TYPE) == []
 
 
 def _two_groups_serving(selector: dict | None) -> list[Res]:
