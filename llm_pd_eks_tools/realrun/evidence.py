@@ -2,12 +2,14 @@
 
 A run folder holds `run.json` (when, on what, with which command and commit), `evidence-pd.json` and
 `evidence-agg.json` (what `gpu_main` wrote: Serve's status, the probes, NIXL's counters before and
-after, the NIXL log lines, `vllm bench serve` rows) and `metrics-pd.prom` (every node's Ray metrics
-endpoint after the probe requests, each block headed `# node <raylet>`).
+after, the NIXL log lines, `vllm bench serve` rows) and `metrics-pd.prom.gz` (every node's Ray metrics
+endpoint after the probe requests, each block headed `# node <raylet>`; its `ray_vllm_*` and `ray_serve_*`
+families with every label, gzip).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from dataclasses import dataclass
@@ -41,6 +43,11 @@ def latest() -> Path:
 
 def load(run: Path, name: str) -> dict[str, Any]:
     return json.loads((run / name).read_text())
+
+
+def scrape_text(run: Path, name: str) -> str:
+    """A saved scrape (`<name>.prom.gz`)."""
+    return gzip.decompress((run / f"{name}.prom.gz").read_bytes()).decode()
 
 
 def samples(text: str) -> list[Sample]:
