@@ -197,7 +197,9 @@ def environment_placeholders(envs: list[str], root: Path) -> list[Placeholder]:
         for path, value in _strings(data.get("values") or {}, ""):
             where = f"esc {env}: values.{path}"
             if PLACEHOLDER_WORDS.search(value):
-                found.append(Placeholder(where, value, "names itself a placeholder: set the real value in the environment"))
+                found.append(
+                    Placeholder(where, value, "names itself a placeholder: set the real value in the environment")
+                )
             elif EXAMPLE_ACCOUNT in _ACCOUNT_IN.findall(value):
                 found.append(Placeholder(where, value, f"uses the example AWS account {EXAMPLE_ACCOUNT}"))
     return found

@@ -139,7 +139,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     chains = stack_chains()
     for chain in chains:
         print(f"{chain.stack}: {chain.minutes:g} min: {' -> '.join(chain.names)}")
-    print(f"CI budget: {ci_budget_minutes(chains)} min (longest chain + {JOB_STEPS_MINUTES:g} min of job steps, whole hours)")
+    print(
+        f"CI budget: {ci_budget_minutes(chains)} min (longest chain + {JOB_STEPS_MINUTES:g} min of job steps, whole hours)"
+    )
     return Exit.OK
 
 

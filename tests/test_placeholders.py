@@ -169,7 +169,9 @@ def test_the_gate_refuses_a_stack_importing_placeholder_secrets(esc_checkout, tm
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "pulumi"
-    fake.write_text(f"#!{sys.executable}\nimport sys\nsys.stdout.write(open({str(DATA / 'pulumi-config-json' / 'dev.json')!r}).read())\n")
+    fake.write_text(
+        f"#!{sys.executable}\nimport sys\nsys.stdout.write(open({str(DATA / 'pulumi-config-json' / 'dev.json')!r}).read())\n"
+    )
     fake.chmod(0o755)
     proc = subprocess.run(
         [sys.executable, "-m", "llm_pd_eks_tools.placeholders", "--stack", "dev"],

@@ -15,7 +15,9 @@ WORKFLOWS = ROOT / ".github" / "workflows"
 UP_JOBS = [("pulumi-up.yml", "up"), ("review-stack.yml", "up")]
 
 
-def reg(name: str, type_: str, deps: tuple[str, ...] = (), parent: str = "", custom: bool = True, **inputs) -> Registration:
+def reg(
+    name: str, type_: str, deps: tuple[str, ...] = (), parent: str = "", custom: bool = True, **inputs
+) -> Registration:
     return Registration(
         urn=f"urn:{name}",
         type=type_,
@@ -63,7 +65,10 @@ def test_real_plans_chain_the_cluster_the_nodes_and_the_rayservice(programs):
         assert chain.minutes >= 60 + 60 + ready, chain
     budget = up_budget.ci_budget_minutes(chains.values())
     longest = max(c.minutes for c in chains.values())
-    assert budget % 60 == 0 and longest + up_budget.JOB_STEPS_MINUTES <= budget < longest + up_budget.JOB_STEPS_MINUTES + 60
+    assert (
+        budget % 60 == 0
+        and longest + up_budget.JOB_STEPS_MINUTES <= budget < longest + up_budget.JOB_STEPS_MINUTES + 60
+    )
     assert budget <= up_budget.HOSTED_JOB_LIMIT_MINUTES and budget <= up_budget.ROLE_SESSION_LIMIT_MINUTES
 
 
