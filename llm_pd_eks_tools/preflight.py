@@ -465,8 +465,8 @@ def check_capacity(ec2, config: StackConfig, now: Optional[datetime] = None, sta
     if usable >= gpu.min_size and usable < gpu.max_size + surge:
         extra = f" plus {surge} for a blue/green template change (templateChange blueGreen)" if surge else ""
         cautions.append(
-            f"it holds {usable} instance(s) this stack can use, fewer than maxSize {gpu.max_size}{extra}: launches past "
-            f"{usable} fail (raise the reservation, lower maxSize"
+            f"it holds {usable} instance(s) this stack can use, fewer than maxSize {gpu.max_size}{extra}: "
+            f"launches past {usable} fail (raise the reservation, lower maxSize"
             f"{', or set templateChange: recreate' if surge else ''})"
         )
     if cr.get("InstanceMatchCriteria") == "open":

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Optional
 
@@ -95,7 +95,7 @@ def longest_chain(run: "ProgramRun") -> Chain:
                 todo.extend(children.get(u, []))
         return out
 
-    @lru_cache(maxsize=None)
+    @cache
     def finish(urn: str) -> tuple[float, tuple[str, ...]]:
         reg = by_urn.get(urn)
         if reg is None:
@@ -140,7 +140,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     for chain in chains:
         print(f"{chain.stack}: {chain.minutes:g} min: {' -> '.join(chain.names)}")
     print(
-        f"CI budget: {ci_budget_minutes(chains)} min (longest chain + {JOB_STEPS_MINUTES:g} min of job steps, whole hours)"
+        f"CI budget: {ci_budget_minutes(chains)} min "
+        f"(longest chain + {JOB_STEPS_MINUTES:g} min of job steps, whole hours)"
     )
     return Exit.OK
 

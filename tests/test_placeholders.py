@@ -155,7 +155,7 @@ def test_a_plain_value_that_says_set_me_is_found(tmp_path):
     root = copy_checkout(tmp_path / "repo")
     path = root / "Pulumi.dev.yaml"
     path.write_text(path.read_text().replace("modelId: ", "modelId: set-me-"))
-    found = [p for p in stack_file_placeholders("dev", root)]
+    found = list(stack_file_placeholders("dev", root))
     assert [p.key for p in found] == ["llm-pd-eks:serving"] and "set-me-" in found[0].value
 
 
@@ -169,9 +169,8 @@ def test_the_gate_refuses_a_stack_importing_placeholder_secrets(esc_checkout, tm
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "pulumi"
-    fake.write_text(
-        f"#!{sys.executable}\nimport sys\nsys.stdout.write(open({str(DATA / 'pulumi-config-json' / 'dev.json')!r}).read())\n"
-    )
+    recorded = str(DATA / "pulumi-config-json" / "dev.json")
+    fake.write_text(f"#!{sys.executable}\nimport sys\nsys.stdout.write(open({recorded!r}).read())\n")
     fake.chmod(0o755)
     proc = subprocess.run(
         [sys.executable, "-m", "llm_pd_eks_tools.placeholders", "--stack", "dev"],
