@@ -160,6 +160,7 @@ def find_placeholders(
     for key, value in _accounts(config):
         if EXAMPLE_ACCOUNT in _ACCOUNT_IN.findall(value):
             found.append(Placeholder(f"{PROJECT}:{key}", value, f"uses the example AWS account {EXAMPLE_ACCOUNT}"))
+    found += alerting_placeholders(config)
     if not config.cluster.public_access_cidrs and not (runner or config.deploy.runner_label):
         found.append(
             Placeholder(
@@ -256,6 +257,31 @@ def reaches_api(config: StackConfig, label: str) -> Optional[str]:
             "to a runner that is allowed"
         )
     return None
+
+
+def alerting_placeholders(config: StackConfig) -> list[Placeholder]:
+    """Alerting that would reach nobody, or page without a runbook (only where observability is deployed)."""
+    if not (config.serving_layer and config.observability.enabled):
+        return []
+    alerting, found = config.observability.alerting, []
+    if alerting.runbook_base_url is None:
+        found.append(
+            Placeholder(
+                f"{PROJECT}:observability.alerting.runbookBaseUrl",
+                "(not set)",
+                "alerts would carry no runbook link: set the absolute URL of docs/operations.md",
+            )
+        )
+    if alerting.receiver == "sns" and not alerting.sns_subscriptions:
+        found.append(
+            Placeholder(
+                f"{PROJECT}:observability.alerting.snsSubscriptions",
+                "[]",
+                "the alert topic has no subscription: every page would reach nobody "
+                "(add {protocol: email, endpoint: ...}, or use receiver webhook)",
+            )
+        )
+    return found
 
 
 def runner_label(config: StackConfig, runner: Optional[str] = None) -> str:

@@ -11,6 +11,12 @@ from helpers import ROOT, validate_values
 from llm_pd_eks_tools.placeholders import DEFAULT_RUNNER, documentation_range, find_placeholders, runner_label
 
 CLEAN = {
+    "observability": {
+        "alerting": {
+            "runbookBaseUrl": "https://github.com/acme/llm-pd-eks/blob/main/docs/operations.md",
+            "snsSubscriptions": [{"protocol": "email", "endpoint": "oncall@acme.test"}],
+        }
+    },
     "network": {"vpcCidr": "10.40.0.0/16", "availabilityZones": ["us-west-2a", "us-west-2b"]},
     "cluster": {"publicAccessCidrs": ["198.18.0.0/15"], "adminPrincipalArns": ["arn:aws:iam::210987654321:role/admin"]},
     "gpuNodes": {"instanceType": "p4d.24xlarge", "availabilityZone": "us-west-2a"},
@@ -21,8 +27,9 @@ CLEAN = {
 }
 
 
-def keys(values: dict, runner=None) -> list[str]:
-    return [p.key.split(":", 1)[1] for p in find_placeholders(validate_values(values), runner)]
+def keys(values: dict, runner=None, secret_keys=()) -> list[str]:
+    config = validate_values(values, secret_keys=list(secret_keys))
+    return [p.key.split(":", 1)[1] for p in find_placeholders(config, runner)]
 
 
 def test_a_real_looking_stack_has_none():
@@ -33,6 +40,22 @@ def test_a_real_looking_stack_has_none():
 def test_documentation_cidrs_flagged(cidr):
     found = keys({**CLEAN, "cluster": {**CLEAN["cluster"], "publicAccessCidrs": [cidr]}})
     assert found == ["cluster.publicAccessCidrs"]
+
+
+@pytest.mark.parametrize(
+    "alerting, flagged",
+    [
+        ({"runbookBaseUrl": None}, ["observability.alerting.runbookBaseUrl"]),
+        ({"snsSubscriptions": []}, ["observability.alerting.snsSubscriptions"]),
+        ({"snsSubscriptions": [], "receiver": "webhook"}, []),  # the webhook secret is required by the config
+    ],
+)
+def test_alerting_that_reaches_nobody_is_flagged(alerting, flagged):
+    values = {**CLEAN, "observability": {"alerting": {**CLEAN["observability"]["alerting"], **alerting}}}
+    secrets = ["llm-pd-eks:alertWebhookUrl"] if alerting.get("receiver") == "webhook" else []
+    if secrets:
+        values["alertWebhookUrl"] = "https://hooks.example.invalid/x"
+    assert keys(values, secret_keys=secrets) == flagged
 
 
 def test_ipv6_documentation_range_known():
@@ -104,7 +127,8 @@ def test_preview_prints_the_warning_and_summary_has_a_callout(tmp_path, programs
 
     result = preview("dev", out=tmp_path / "dev", run=programs("dev"), progress=lambda _m: None)
     text = render_text(result)
-    assert "WARNING: 1 placeholder value(s)" in text  # the CIDR; the DLC image is no placeholder
+    # the CIDR, no runbook URL, no SNS subscription; the DLC image is no placeholder
+    assert "WARNING: 3 placeholder value(s)" in text
     assert text.index("WARNING:") < text.index("RESULT: OK")
     summary = (tmp_path / "dev" / "summary.md").read_text()
     assert "> [!WARNING]" in summary and "203.0.113.0/24" in summary
