@@ -323,3 +323,9 @@ def test_verifys_kv_queries_see_the_runs_transfers_in_a_real_prometheus(tmp_path
         assert query(checks.KV_FAILED) is None  # never incremented: verify reads "no series" as 0 failures
         gbps = query(checks.KV_GBPS)
         assert gbps is not None and 0 < gbps < 100
+
+
+def test_the_real_run_page_shows_the_saved_run() -> None:
+    """docs/real-run.md's overrides and results are generated (`python -m llm_pd_eks_tools.realrun.evidence`)."""
+    text = evidence.DOC.read_text()
+    assert evidence.rendered_doc(text) == text
