@@ -177,7 +177,7 @@ def xfer_line(text: str) -> str:
         if s.name == "ray_vllm_nixl_xfer_time_seconds_bucket" and s.node == "decode"
     )
     total = buckets[-1][1]
-    within = {le: n for le, n in buckets}
+    within = dict(buckets)
     return (
         f"- NIXL pull time (vLLM's `nixl_xfer_time_seconds`, decode): {within[0.1]:.0f} of {total:.0f} within "
         f"100 ms, {total - within[1.0]:.0f} between 1 and 5 s. That is UCX moving whole prompts' KV between two "
