@@ -337,6 +337,13 @@ def test_max_model_len_above_the_native_context_is_refused(model, native):
 PRIVATE = {
     "network": {"vpcCidr": "10.40.0.0/16", "availabilityZones": ["us-west-2a", "us-west-2b"]},
     "gpuNodes": {"instanceType": "p4d.24xlarge", "availabilityZone": "us-west-2a"},
+    # alerting that reaches someone, with a runbook link (else those are placeholders too)
+    "observability": {
+        "alerting": {
+            "runbookBaseUrl": "https://github.com/acme/llm-pd-eks/blob/main/docs/operations.md",
+            "snsSubscriptions": [{"protocol": "email", "endpoint": "oncall@acme.test"}],
+        }
+    },
 }
 
 
