@@ -197,11 +197,11 @@ def project_ray_names() -> set[str]:
     }
 
 
-def test_the_run_record_names_the_release_the_stacks_pin() -> None:
-    from llm_pd_eks import serving_image
-
+def test_the_run_record_names_the_released_images_ray_and_vllm() -> None:
+    # aws/deep-learning-containers docs/ray-llm/changelog/index.md: "Ray LLM v1.0 — 2026-08-31 ...
+    # Ray 2.58.0 and vLLM 0.26.0"
     versions = RECORD["versions"]
-    assert (versions["ray"], versions["vllm"]) == (serving_image.DLC_RAY_VERSION, serving_image.DLC_VLLM_VERSION)
+    assert (versions["ray"], versions["vllm"]) == ("2.58.0", "0.26.0")
     assert versions["nixl"] == versions["nixl-cu13"]
     assert "H200" in versions["gpu"]
     assert RECORD["versions"] == PD["versions"]
