@@ -65,11 +65,11 @@ def _burn(histogram: str, threshold: float, objective: float) -> str:
 
 
 COMPONENT = "llm-pd"  # the `component` label of every alert here
-RUNBOOK_PREFIX = "runbook-"  # README headings "### Runbook: <Alert>" get the GitHub anchor runbook-<alert>
+RUNBOOK_PREFIX = "runbook-"  # docs/day-two.md headings "### Runbook: <Alert>" get the GitHub anchor runbook-<alert>
 
 
 def runbook_anchor(alert: str) -> str:
-    """The README anchor of an alert's runbook section (GitHub lower-cases heading text, drops `:`,
+    """The docs/day-two.md anchor of an alert's runbook section (GitHub lower-cases heading text, drops `:`,
     turns spaces into `-`: "### Runbook: KVTransferFailures" -> `runbook-kvtransferfailures`)."""
     return RUNBOOK_PREFIX + alert.lower()
 

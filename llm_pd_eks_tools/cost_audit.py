@@ -2,7 +2,7 @@
 
 Sources, each optional (a missing one is named in the report and on stderr, never fatal):
 - AWS Cost Explorer, filtered by the tags the program puts on everything (`project`, `stack`; they
-  must be activated as cost-allocation tags, README "Cost audit"): spend by service and by EC2
+  must be activated as cost-allocation tags, docs/day-two.md "Cost audit"): spend by service and by EC2
   instance type (-> component), and EC2 hours by purchase type (-> reservation coverage).
 - The cluster's Prometheus (`--prometheus URL`, e.g. a `kubectl port-forward` of
   kube-prometheus-stack-prometheus): GPU utilisation and idle GPU-hours from DCGM, tokens generated

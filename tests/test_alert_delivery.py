@@ -233,10 +233,10 @@ def test_warnings_go_to_the_warning_receiver() -> None:
     assert routes[CRITICAL_RECEIVER]["repeat_interval"] == CONFIG.alerting.critical_repeat_interval
 
 
-def test_every_alert_links_a_runbook_section_of_the_readme() -> None:
+def test_every_alert_links_a_runbook_section_of_the_day_two_page() -> None:
     headings = {
         line.removeprefix("### ").strip()
-        for line in (ROOT / "README.md").read_text().splitlines()
+        for line in (ROOT / "docs" / "day-two.md").read_text().splitlines()
         if line.startswith("### Runbook: ")
     }
     for group in rule_groups(CONFIG, INSTANCE):

@@ -35,9 +35,10 @@ class AlertingConfig(Strict):
         default_factory=list, description="Subscriptions of the alert topic (receiver sns)."
     )
     runbook_base_url: str = Field(
-        default="README.md",
+        default="docs/day-two.md",
         min_length=1,
-        description="Where the README can be read (e.g. https://github.com/<org>/<repo>/blob/main/README.md); "
+        description="Where the runbooks page can be read "
+        "(e.g. https://github.com/<org>/<repo>/blob/main/docs/day-two.md); "
         "every alert's runbook_url is this plus its runbook anchor.",
     )
     group_wait: str = Field(
