@@ -1,0 +1,189 @@
+"""Render the real run's inputs from what the program renders for a stack, changed only by overrides.yaml.
+
+    python -m llm_pd_eks_tools.realrun.render --out .gpu/realrun
+
+writes `serve-pd.json` (the P/D application exactly as `serveConfigV2` renders it, overrides applied),
+`serve-agg.json` (the same decode LLMConfig served alone by `build_openai_app`, no KV connector, with
+both roles' GPU memory: the baseline the P/D figures are compared with), `raylets.json` (the `ray start`
+resources of each worker group as KubeRay derives them from the group spec, overrides applied, and the
+worker pods' plain environment), `model/config.json` and `meta.json` (versions, commit, overrides).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from llm_pd_eks import serving_image
+from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+from llm_pd_eks.ray_resources import role_resource
+from llm_pd_eks.ray_service import ROLES, ray_service_spec
+
+HERE = Path(__file__).resolve().parent
+OVERRIDES = HERE / "overrides.yaml"
+MODEL_CONFIGS = HERE / "models"
+ROLE_SLOT = "ROLE_SLOT"  # in a raylet override path: the role's own resource (prefill_slot / decode_slot)
+OVERRIDE_SECTIONS = ("stack_config", "serve_config", "llm_config", "raylet")
+AGGREGATED_IMPORT_PATH = "ray.serve.llm:build_openai_app"
+# Worker environment the real run drops: the EFA provider settings (no EFA device there) and what
+# points at the node's weights cache and Hugging Face (no hub there).
+DROPPED_ENV = ("FI_PROVIDER", "FI_EFA_FORK_SAFE", "FI_EFA_USE_DEVICE_RDMA", "HF_HOME", "HF_XET_HIGH_PERFORMANCE")
+
+
+def load_overrides(path: Path = OVERRIDES) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text())
+    for section in OVERRIDE_SECTIONS:
+        for item in data[section]:
+            if not str(item.get("reason", "")).strip():
+                raise ValueError(f"{path.name}: {section} override {item.get('path')} has no reason")
+    return data
+
+
+def _walk(tree: dict[str, Any], path: str) -> tuple[dict[str, Any], str]:
+    *parents, leaf = path.split(".")
+    for key in parents:
+        tree = tree[key]
+    return tree, leaf
+
+
+def get_path(tree: dict[str, Any], path: str) -> Any:
+    node, leaf = _walk(tree, path)
+    return node.get(leaf)
+
+
+def set_path(tree: dict[str, Any], path: str, value: Any) -> None:
+    node, leaf = _walk(tree, path)
+    node[leaf] = copy.deepcopy(value)
+
+
+def rendered_stack(overrides: dict[str, Any]) -> Any:
+    """The stack's validated config with the stack_config overrides applied."""
+    from llm_pd_eks_tools.preview.mockrun import stack_config
+
+    config = stack_config(overrides["stack"])
+    for item in overrides["stack_config"]:
+        if item["path"] != "gpuNodes.instanceType":  # the only stack change the run needs
+            raise ValueError(f"unsupported stack_config override {item['path']}")
+        config = config.model_copy(
+            update={"gpu_nodes": config.gpu_nodes.model_copy(update={"instance_type": item["value"]})}
+        )
+    return config
+
+
+def rendered_spec(overrides: dict[str, Any]) -> dict[str, Any]:
+    """The RayService spec the program renders for the stack (stack_config overrides applied)."""
+    config = rendered_stack(overrides)
+    return ray_service_spec(config.serving, GPU_INSTANCE_TYPES[config.gpu_nodes.instance_type])
+
+
+def kuberay_raylet(group: dict[str, Any]) -> dict[str, Any]:
+    """The resources KubeRay's `ray start` gives a worker pod's raylet: GPUs from the container's
+    nvidia.com/gpu limit, CPUs from its CPU limit or request, memory from its memory limit, and the
+    group's `resources` (tests/test_real_run.py checks this against the KubeRay transcription)."""
+    container = group["template"]["spec"]["containers"][0]
+    limits, requests = container["resources"].get("limits", {}), container["resources"].get("requests", {})
+    memory = limits.get("memory") or requests.get("memory")
+    assert memory.endswith("Gi"), memory
+    return {
+        "num-gpus": int(limits.get("nvidia.com/gpu", "0")),
+        "num-cpus": int(limits.get("cpu") or requests.get("cpu")),
+        "memory": int(memory[:-2]) * 2**30,
+        "resources": {k: float(v) for k, v in group.get("resources", {}).items()},
+    }
+
+
+def run_inputs(overrides: dict[str, Any]) -> dict[str, Any]:
+    """Everything the GPU machine needs, as data (no file written)."""
+    spec = rendered_spec(overrides)
+    serve = yaml.safe_load(spec["serveConfigV2"])
+    app = serve["applications"][0]
+    for role in ROLES:
+        for item in overrides["llm_config"]:
+            set_path(app["args"][f"{role}_config"], item["path"], item["value"])
+    for item in overrides["serve_config"]:
+        set_path(serve, item["path"], item["value"])
+    decode = copy.deepcopy(app["args"]["decode_config"])
+    decode["engine_kwargs"].pop("kv_transfer_config")
+    share = get_path(decode, "engine_kwargs.gpu_memory_utilization")
+    decode["engine_kwargs"]["gpu_memory_utilization"] = round(share * len(ROLES), 3)
+    aggregated = {
+        **{k: v for k, v in serve.items() if k != "applications"},
+        "applications": [
+            {
+                "name": app["name"],
+                "route_prefix": app["route_prefix"],
+                "import_path": AGGREGATED_IMPORT_PATH,
+                "args": {"llm_configs": [decode]},
+            }
+        ],
+    }
+    raylets = {}
+    groups = {g["groupName"]: g for g in spec["rayClusterConfig"]["workerGroupSpecs"]}
+    for role in ROLES:
+        raylet = kuberay_raylet(groups[role])
+        raylet.pop("memory")  # the pod's memory limit: Ray's own detection on the shared machine instead
+        for item in overrides["raylet"]:
+            path = item["path"].replace(ROLE_SLOT, role_resource(role))
+            set_path(raylet, path, item["value"])
+        env = {
+            e["name"]: e["value"]
+            for e in groups[role]["template"]["spec"]["containers"][0]["env"]
+            if "value" in e and e["name"] not in DROPPED_ENV
+        }
+        raylets[role] = {"start": raylet, "env": env}
+    head = spec["rayClusterConfig"]["headGroupSpec"]["rayStartParams"]
+    return {"serve_pd": serve, "serve_agg": aggregated, "raylets": raylets, "head": head}
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, cwd=HERE)
+        dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True, timeout=10, cwd=HERE)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def write_bundle(out: Path, overrides: dict[str, Any]) -> list[Path]:
+    inputs = run_inputs(overrides)
+    model_id = inputs["serve_pd"]["applications"][0]["args"]["decode_config"]["model_loading_config"]["model_id"]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "model").mkdir(exist_ok=True)
+    written = []
+    for name, data in (("serve-pd.json", inputs["serve_pd"]), ("serve-agg.json", inputs["serve_agg"])):
+        (out / name).write_text(json.dumps(data, indent=1) + "\n")
+        written.append(out / name)
+    (out / "raylets.json").write_text(json.dumps({"head": inputs["head"], **inputs["raylets"]}, indent=1) + "\n")
+    config = MODEL_CONFIGS / model_id / "config.json"
+    (out / "model" / "config.json").write_text(config.read_text())
+    meta = {
+        "stack": overrides["stack"],
+        "model_id": model_id,
+        "commit": git_commit(),
+        "image": serving_image.DLC_IMAGE,
+        "ray": serving_image.DLC_RAY_VERSION,
+        "vllm": serving_image.DLC_VLLM_VERSION,
+        "nixl": serving_image.DLC_NIXL_VERSION,
+        "overrides": overrides,
+    }
+    (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    return [*written, out / "raylets.json", out / "model" / "config.json", out / "meta.json"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="llm-pd-eks realrun-render", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(".gpu/realrun"), help="bundle folder (default .gpu/realrun)")
+    args = parser.parse_args(argv)
+    for path in write_bundle(args.out, load_overrides()):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

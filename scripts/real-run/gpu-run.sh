@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the repository root: install the release's wheels (once per machine, from
+# the chunks copied to /tmp/w), then run one phase of the real run (pd | agg | stop) on the bundle that
+# `python -m llm_pd_eks_tools.realrun.render` wrote to .gpu/realrun. What it shows lands in $OUT.
+set -euo pipefail
+phase=${1:?pd, agg or stop}
+here=$(cd "$(dirname "$0")" && pwd)
+bash "$here/unpack-wheels.sh"
+export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 RAY_USAGE_STATS_ENABLED=0
+exec python3 "$here/../../llm_pd_eks_tools/realrun/gpu_main.py" .gpu/realrun "${OUT:-/tmp/out}" "$phase"
