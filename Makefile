@@ -71,8 +71,11 @@ venv-dev: $(DEV_STAMP)
 test-binaries:
 	@bash scripts/test-binaries.sh
 
+# Every test, on one worker per core (pytest-xdist `-n auto`); `--dist loadfile` gives each module
+# to one worker, so a module's fixtures (one Ray cluster, one provider process) start once. The
+# three stacks' recorded runs are shared between the workers (tests/conftest.py `programs`).
 test: $(DEV_STAMP) test-binaries
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist loadfile
 
 # The fast tier alone: components and policies in-process with Pulumi's public mocks (seconds).
 test-unit: $(DEV_STAMP)
