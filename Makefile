@@ -71,11 +71,12 @@ venv-dev: $(DEV_STAMP)
 test-binaries:
 	@bash scripts/test-binaries.sh
 
-# Every test, on one worker per core (pytest-xdist `-n auto`); `--dist loadfile` gives each module
-# to one worker, so a module's fixtures (one Ray cluster, one provider process) start once. The
-# three stacks' recorded runs are shared between the workers (tests/conftest.py `programs`).
+# Every test, on pytest-xdist workers (`-n auto`: one more than the cores, tests/conftest.py says
+# why); `--dist loadfile` gives each module to one worker, so a module's fixtures (one Ray cluster,
+# one provider process) start once, longest modules first (`--no-loadscope-reorder` keeps
+# conftest's order). The three stacks' recorded runs are shared between the workers.
 test: $(DEV_STAMP) test-binaries
-	$(PY) -m pytest -n auto --dist loadfile
+	$(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder
 
 # The fast tier alone: components and policies in-process with Pulumi's public mocks (seconds).
 test-unit: $(DEV_STAMP)

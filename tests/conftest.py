@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copyreg
 import io
+import os
 import pickle
 from typing import Callable, Iterator
 
@@ -15,8 +16,16 @@ from llm_pd_eks_tools.preview.mockrun import ProgramRun, run_program
 
 # The modules that take longest (measured with `--durations`), scheduled first: `make test` hands
 # whole modules to its workers (`--dist loadfile`) in collection order, so the long ones start at
-# once and the rest fills the other workers meanwhile. Order only: every module still runs.
+# once and the rest fills the other workers meanwhile (`--no-loadscope-reorder` keeps this order;
+# xdist's default would put the modules with the most tests first). Order only: every module runs.
 LONGEST_FIRST = ("test_ray_placement.py", "test_preview_diff.py", "test_verify.py", "test_preview.py")
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: one worker more than the cores this process may use. Much of the suite waits on
+    servers it started (Prometheus scrapes and rule evaluation, Alertmanager, moto, a tool's
+    subprocess starting up), so the extra worker keeps the cores busy meanwhile."""
+    return len(os.sched_getaffinity(0)) + 1
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
