@@ -405,6 +405,10 @@ def phase_pd(bundle: Path, out: Path) -> dict:
 
 def phase_agg(bundle: Path, out: Path) -> dict:
     evidence: dict = {"phase": "agg", "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if http("GET", f"{DASHBOARD}/api/version", timeout=10)[0] != 200:  # a fresh machine: start the cluster
+        build_tokenizer(bundle)
+        evidence["versions"] = versions()
+        evidence["ray_start"] = start_raylets(bundle)
     config = json.loads((bundle / "serve-agg.json").read_text())
     model = config["applications"][0]["args"]["llm_configs"][0]["model_loading_config"]["model_id"]
     evidence["serve_status"] = deploy(config)
