@@ -186,7 +186,11 @@ def test_the_entry_point_refuses_an_unknown_base_in_one_line():
     from helpers import ROOT
 
     done = subprocess.run(
-        [sys.executable, "-m", "llm_pd_eks_tools.preview.diff", "--base", "no-such-rev"], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "llm_pd_eks_tools.preview.diff", "--base", "no-such-rev"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == f"preview-diff: BASE='no-such-rev' is not a commit of the repository at {ROOT}"
