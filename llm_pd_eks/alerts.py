@@ -5,9 +5,15 @@ Each rule names a failure that returns 200 OK and so hides from a health check:
 - no KV bytes moving while decode generates tokens: requests are not disaggregated at all;
 - KV throughput below the floor of the GPU type (kv_transfer.kv_rank_floor_gbps): NIXL is off
   EFA, typically on UCX over TCP, which still works, only many times slower;
-- TTFT / inter-token latency burning their SLO error budget, per phase (prefill vs decode);
+- TTFT / inter-token latency burning their SLO error budget, per phase (prefill vs decode), on
+  the multiwindow pairs of the Google SRE workbook: fast and medium burn page, slow burn tickets;
 - the decode KV cache nearly full (requests queue, then get preempted);
-- Ray pods Pending: the autoscaler asked for a GPU node's worth of pod that never came.
+- Ray pods Pending: the autoscaler asked for a GPU node's worth of pod that never came;
+- Ray Serve answering with server errors, or holding requests no replica takes (queueing);
+- a serving or GPU scrape target failing, or every target of a phase gone: the alerts above would
+  go quiet for want of data, not for health.
+
+Pages (severity critical) are only what an operator can act on at once; warnings are tickets.
 
 The PromQL for shared quantities (KV throughput, an SLO's error ratio) is built by one function each,
 used by the alerts, the dashboards and `make verify` alike. Every alert is unit-tested with
@@ -17,7 +23,7 @@ used by the alerts, the dashboards and `make verify` alike. Every alert is unit-
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import pulumi
 
@@ -28,11 +34,27 @@ from .kv_transfer import kv_rank_floor_gbps
 from .ray_service import NAMESPACE as SERVING_NAMESPACE
 
 GROUP_NAME = "llm-pd-eks.serving"
-# Google SRE workbook, "Alerting on SLOs", multiwindow multi-burn-rate: burning 2% of a 30-day
-# budget in one hour is a burn rate of 14.4; the short window (1/12 of the long one) resets fast.
-FAST_BURN_RATE = 14.4
-BURN_WINDOWS = ("5m", "1h")
+
+
+@dataclass(frozen=True)
+class Burn:
+    """One multiwindow burn-rate condition: the error ratio over both windows above rate x budget."""
+
+    rate: float
+    long: str
+    short: str
+
+
+# Google SRE workbook, "Alerting on SLOs", table 5-8 (multiwindow, multi-burn-rate, 30-day budget):
+# 2% of the budget in 1 h (rate 14.4) or 5% in 6 h (rate 6) page; 10% in 3 days (rate 1) tickets.
+# The short window (1/12 of the long one) lets the alert resolve soon after the burn stops.
+PAGE_BURNS = (Burn(14.4, "1h", "5m"), Burn(6.0, "6h", "30m"))
+TICKET_BURNS = (Burn(1.0, "3d", "6h"),)
+FAST_BURN_RATE = PAGE_BURNS[0].rate
 KV_WINDOW = "10m"  # long enough to hold several transfers at a low request rate
+SERVE_ERROR_RATIO = 0.05  # server errors (5xx) above 5% of requests for 5 minutes page
+SERVE_QUEUE_MINUTES = 10  # requests waiting for a replica that long: replicas are all at max_ongoing_requests
+TARGET_DOWN_MINUTES = 5  # a failing scrape (3 retries at 15 s scrape + the 5m staleness margin)
 
 KV_THROUGHPUT_RECORD = "llm_pd:kv_transfer_gbps:rate10m"
 
@@ -57,36 +79,53 @@ def slo_error_ratio_expr(histogram: str, threshold: float, window: str, by: str 
     )
 
 
-def _burn(histogram: str, threshold: float, objective: float) -> str:
+def _burn(histogram: str, threshold: float, objective: float, burns: tuple[Burn, ...]) -> str:
+    """Either burn condition; each holds when the long AND the short window burn above its rate."""
     budget = round(1 - objective, 6)
-    return " and ".join(
-        f"{slo_error_ratio_expr(histogram, threshold, w)} > ({FAST_BURN_RATE} * {budget})" for w in BURN_WINDOWS
-    )
+    conditions = [
+        "("
+        + " and ".join(
+            f"{slo_error_ratio_expr(histogram, threshold, w)} > ({b.rate:g} * {budget})" for w in (b.long, b.short)
+        )
+        + ")"
+        for b in burns
+    ]
+    return " or ".join(conditions)
+
+
+def _burn_text(burns: tuple[Burn, ...]) -> str:
+    return " or ".join(f"{b.rate:g}x over both {b.long} and {b.short}" for b in burns)
 
 
 COMPONENT = "llm-pd"  # the `component` label of every alert here
-RUNBOOK_PREFIX = "runbook-"  # docs/day-two.md headings "### Runbook: <Alert>" get the GitHub anchor runbook-<alert>
+RUNBOOK_PREFIX = "runbook-"  # headings "### Runbook: <Alert>" (docs/operations.md) get the anchor runbook-<alert>
 
 
 def runbook_anchor(alert: str) -> str:
-    """The docs/day-two.md anchor of an alert's runbook section (GitHub lower-cases heading text, drops `:`,
-    turns spaces into `-`: "### Runbook: KVTransferFailures" -> `runbook-kvtransferfailures`)."""
+    """The anchor of an alert's runbook section (GitHub lower-cases heading text, drops `:`, turns
+    spaces into `-`: "### Runbook: KVTransferFailures" -> `runbook-kvtransferfailures`)."""
     return RUNBOOK_PREFIX + alert.lower()
 
 
-def runbook_url(config: ObservabilityConfig, alert: str) -> str:
-    return f"{config.alerting.runbook_base_url}#{runbook_anchor(alert)}"
+def runbook_url(config: ObservabilityConfig, alert: str) -> Optional[str]:
+    """The absolute link to the alert's runbook; None while alerting.runbookBaseUrl is unset."""
+    base = config.alerting.runbook_base_url
+    return f"{base}#{runbook_anchor(alert)}" if base else None
 
 
 def _alert(
     config: ObservabilityConfig, name: str, expr: str, for_: str, severity: str, summary: str, description: str
 ) -> dict[str, Any]:
+    annotations = {"summary": summary, "description": description}
+    link = runbook_url(config, name)
+    if link:
+        annotations["runbook_url"] = link
     return {
         "alert": name,
         "expr": expr,
         "for": for_,
         "labels": {"severity": severity, "component": COMPONENT},
-        "annotations": {"summary": summary, "description": description, "runbook_url": runbook_url(config, name)},
+        "annotations": annotations,
     }
 
 
@@ -124,25 +163,9 @@ def alert_rules(config: ObservabilityConfig, instance: GpuInstanceType) -> list[
             f"NIXL moves KV blocks at {{{{ $value | humanize }}}} Gbit/s, under the {floor} Gbit/s floor of "
             f"{instance.name}: NIXL is probably not on LIBFABRIC/EFA (UCX falls back to TCP).",
         ),
-        _alert(
-            config,
-            "TTFTBudgetBurn",
-            _burn(m.TTFT, config.ttft_slo_seconds, config.slo_objective),
-            "2m",
-            "critical",
-            "Time to first token burns its SLO budget on {{ $labels.phase }}",
-            f"More than {FAST_BURN_RATE}x the allowed {1 - config.slo_objective:.2%} of requests take over "
-            f"{config.ttft_slo_seconds:g}s to the first token, over both 5m and 1h.",
-        ),
-        _alert(
-            config,
-            "InterTokenLatencyBudgetBurn",
-            _burn(m.ITL, config.itl_slo_seconds, config.slo_objective),
-            "2m",
-            "critical",
-            "Inter-token latency burns its SLO budget on {{ $labels.phase }}",
-            f"More than {FAST_BURN_RATE}x the allowed {1 - config.slo_objective:.2%} of tokens take over "
-            f"{config.itl_slo_seconds:g}s, over both 5m and 1h.",
+        *_burn_alerts(config, "TTFT", m.TTFT, config.ttft_slo_seconds, "Time to first token", "requests take over"),
+        *_burn_alerts(
+            config, "InterTokenLatency", m.ITL, config.itl_slo_seconds, "Inter-token latency", "tokens take over"
         ),
         _alert(
             config,
@@ -162,6 +185,93 @@ def alert_rules(config: ObservabilityConfig, instance: GpuInstanceType) -> list[
             "Ray pod {{ $labels.pod }} Pending",
             f"A Ray pod has waited over {config.pending_minutes} minutes for a node: GPU capacity, EFA devices "
             "or the node group's maxSize.",
+        ),
+        *serve_alerts(config),
+        *target_alerts(config),
+    ]
+
+
+def _burn_alerts(
+    config: ObservabilityConfig, stem: str, histogram: str, slo: float, what: str, noun: str
+) -> list[dict[str, Any]]:
+    """The paging pair (fast, medium) as one alert and the slow burn as a ticket."""
+    allowed = f"{1 - config.slo_objective:.2%}"
+    return [
+        _alert(
+            config,
+            f"{stem}BudgetBurn",
+            _burn(histogram, slo, config.slo_objective, PAGE_BURNS),
+            "2m",
+            "critical",
+            what + " burns its SLO budget on {{ $labels.phase }}",
+            f"{what}: the share of {noun.split()[0]} over {slo:g}s burns the allowed {allowed} at "
+            f"{_burn_text(PAGE_BURNS)}: the month's budget goes in days.",
+        ),
+        _alert(
+            config,
+            f"{stem}BudgetSlowBurn",
+            _burn(histogram, slo, config.slo_objective, TICKET_BURNS),
+            "1h",
+            "warning",
+            what + " slowly burns its SLO budget on {{ $labels.phase }}",
+            f"{what}: {noun} {slo:g}s more often than the allowed {allowed}, {_burn_text(TICKET_BURNS)}: "
+            "at this rate the month's budget is spent before the month ends.",
+        ),
+    ]
+
+
+def serve_alerts(config: ObservabilityConfig) -> list[dict[str, Any]]:
+    """Ray Serve's own view: the proxy answering 5xx, requests waiting for a free replica."""
+    requests = f"sum by (application) (rate({m.SERVE_HTTP_REQUESTS}[5m]))"
+    errors = f'sum by (application) (rate({m.SERVE_HTTP_REQUESTS}{{status_code=~"5.."}}[5m]))'
+    return [
+        _alert(
+            config,
+            "ServeServerErrors",
+            f"{errors} / {requests} > {SERVE_ERROR_RATIO:g}",
+            "5m",
+            "critical",
+            "Ray Serve answers {{ $value | humanizePercentage }} of requests with a server error",
+            f"Over {SERVE_ERROR_RATIO:.0%} of HTTP requests to {{{{ $labels.application }}}} end in a 5xx: "
+            "engines failing, replicas restarting or requests timing out.",
+        ),
+        _alert(
+            config,
+            "ServeRequestsQueued",
+            f"sum by (application, deployment) ({m.SERVE_QUEUED}) > 0",
+            f"{SERVE_QUEUE_MINUTES}m",
+            "warning",
+            "Requests wait for a free {{ $labels.deployment }} replica",
+            f"For {SERVE_QUEUE_MINUTES} minutes requests have queued in Serve's router: every replica is at "
+            "max_ongoing_requests and autoscaling has not caught up (maxReplicas, GPU nodes).",
+        ),
+    ]
+
+
+def target_alerts(config: ObservabilityConfig) -> list[dict[str, Any]]:
+    """Scrape targets of the serving layer: one failing, or a whole phase gone from discovery."""
+    serving = f'namespace="{SERVING_NAMESPACE}"'
+    phases = "|".join(m.PHASES)
+    return [
+        _alert(
+            config,
+            "ServingTargetDown",
+            f"min by (job, namespace, pod) ({m.SCRAPE_UP}{{{serving}}}) == 0",
+            f"{TARGET_DOWN_MINUTES}m",
+            "warning",
+            "Prometheus cannot scrape {{ $labels.pod }}",
+            "Its metrics are missing: the alerts on this pod's series stay quiet whatever happens on it.",
+        ),
+        _alert(
+            config,
+            "ServingTargetsMissing",
+            f'sum by (namespace, {m.PHASE_LABEL}) ({m.SCRAPE_UP}{{{serving}, {m.PHASE_LABEL}=~"{phases}"}}) == 0'
+            + "".join(f' or absent({m.SCRAPE_UP}{{{serving}, {m.PHASE_LABEL}="{p}"}})' for p in m.PHASES),
+            "15m",
+            "critical",
+            "No serving pod of a phase is scraped",
+            "Every vLLM/NIXL alert is blind: the pods are gone from discovery (RayService down, PodMonitor "
+            "changed) or none answers its scrape.",
         ),
     ]
 
@@ -183,7 +293,9 @@ WARNING_RECEIVER = "llm-pd-warning"
 # Alerts whose cause is the KV path: while one fires, the TTFT burn it causes is not paged separately
 # (a failed, stalled or slow KV transfer delays every first token on the decode side).
 KV_PATH_ALERTS = ("KVTransferFailures", "KVTransferStalled", "KVThroughputBelowFloor")
-KV_CAUSED_ALERTS = ("TTFTBudgetBurn",)
+KV_CAUSED_ALERTS = ("TTFTBudgetBurn", "TTFTBudgetSlowBurn")
+# A paging burn holds back the slow-burn ticket of the same SLO and phase (one budget, one notice).
+BURN_STEMS = ("TTFT", "InterTokenLatency")
 GROUP_BY = ["alertname", m.PHASE_LABEL, "namespace"]
 
 
@@ -228,7 +340,8 @@ def _inhibit(sources: list[str], targets: list[str], equal: list[str]) -> dict[s
 
 def inhibit_rules() -> list[dict[str, Any]]:
     """The chart's default inhibitions (kube-prometheus-stack 88.5.3 values.yaml `alertmanager.config`,
-    transcribed) and the P/D one: a KV-path alert holds back the TTFT burn it causes."""
+    transcribed), the P/D one (a KV-path alert holds back the TTFT burns it causes) and a paging burn
+    holding back the slow-burn ticket of the same SLO."""
     kv = "|".join(KV_PATH_ALERTS)
     caused = "|".join(KV_CAUSED_ALERTS)
     return [
@@ -237,23 +350,37 @@ def inhibit_rules() -> list[dict[str, Any]]:
         _inhibit(["alertname = InfoInhibitor"], ["severity = info"], ["namespace"]),
         {"target_matchers": ["alertname = InfoInhibitor"]},
         _inhibit([f'alertname =~ "{kv}"'], [f'alertname =~ "{caused}"'], ["component"]),
+        *(
+            _inhibit(
+                [f'alertname = "{stem}BudgetBurn"'],
+                [f'alertname = "{stem}BudgetSlowBurn"'],
+                ["component", m.PHASE_LABEL],
+            )
+            for stem in BURN_STEMS
+        ),
     ]
 
 
 def alertmanager_config(alerting: AlertingConfig, target: AlertTarget) -> dict[str, Any]:
-    """Routing by severity (critical pages, warning tickets), grouping per alert and phase, inhibition."""
+    """Routing by severity (critical pages, warning tickets), grouping per alert and phase, inhibition.
+
+    The default route (the root's receiver) is the ticket receiver: an alert no route names, without a
+    severity or with another one, reaches someone instead of the null sink. Only kube-prometheus-stack's
+    always-firing Watchdog, its InfoInhibitor and `info` alerts (the chart's own "informational only"
+    severity) go nowhere.
+    """
     return {
         "global": {"resolve_timeout": "5m"},
         "route": {
-            "receiver": NULL_RECEIVER,
+            "receiver": WARNING_RECEIVER,
             "group_by": list(GROUP_BY),
             "group_wait": alerting.group_wait,
             "group_interval": alerting.group_interval,
             "repeat_interval": alerting.warning_repeat_interval,
             "routes": [
-                # kube-prometheus-stack's always-firing Watchdog and its InfoInhibitor page nobody
                 {"receiver": NULL_RECEIVER, "matchers": ['alertname = "Watchdog"']},
                 {"receiver": NULL_RECEIVER, "matchers": ['alertname = "InfoInhibitor"']},
+                {"receiver": NULL_RECEIVER, "matchers": ['severity = "info"']},
                 {
                     "receiver": CRITICAL_RECEIVER,
                     "matchers": ['severity = "critical"'],

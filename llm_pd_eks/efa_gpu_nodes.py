@@ -37,6 +37,7 @@ from .node_common import (
     nodeadm_user_data,
     root_volume,
     scaling_config,
+    volume_tags,
 )
 
 GPU_TAINT_KEY = "nvidia.com/gpu"
@@ -311,7 +312,7 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
                 root_volume(cfg.disk_size_gib, cfg.root_volume_iops, cfg.root_volume_throughput_mibps)
             ],
             user_data=user_data,
-            tag_specifications=[instance_tags(tags, name)],
+            tag_specifications=[instance_tags(tags, name), volume_tags(tags, name)],
             tags=tags,
             opts=child,
             **capacity_settings(cfg),

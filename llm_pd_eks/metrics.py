@@ -70,6 +70,14 @@ NIXL_KV_EXPIRED = _vllm("vllm:nixl_num_kv_expired_reqs", COUNTER)  # prefill sid
 # Ray Serve metrics (ray/serve/_private/replica.py, autoscaling_state.py, deployment_state.py).
 SERVE_TARGET_REPLICAS = RAY_PREFIX + "serve_autoscaling_target_replicas"  # gauge, labels: deployment, application
 SERVE_REPLICA_HEALTHY = RAY_PREFIX + "serve_deployment_replica_healthy"  # gauge, healthy replicas
+# Ray 2.58.0 ray/serve/_private/request_ingress_metrics.py (the HTTP proxy's request counter, labels
+# route, method, application, status_code) and router.py (requests waiting for a replica, labels
+# deployment, application, handle, actor_id); a counter is scraped with `_total`.
+SERVE_HTTP_REQUESTS = RAY_PREFIX + "serve_num_http_requests_total"
+SERVE_QUEUED = RAY_PREFIX + "serve_deployment_queued_queries"
+
+# Prometheus's own series per scrape target: 1 when the last scrape succeeded, 0 when it failed.
+SCRAPE_UP = "up"
 
 # NVIDIA DCGM exporter default counters (NVIDIA/dcgm-exporter etc/default-counters.csv, chart 4.8.2).
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent

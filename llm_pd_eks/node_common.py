@@ -48,6 +48,13 @@ def instance_tags(tags: dict[str, str], name: str) -> aws.ec2.LaunchTemplateTagS
     return aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type="instance", tags={**tags, "Name": name})
 
 
+def volume_tags(tags: dict[str, str], name: str) -> aws.ec2.LaunchTemplateTagSpecificationArgs:
+    """The same tags on the root volume the template launches with: an instance's tags do not reach its
+    volumes (EC2 tags each resource type a tag specification names), and the cost audit filters Cost
+    Explorer by the `project` and `stack` tags, so an untagged root volume is spend it never sees."""
+    return aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type="volume", tags={**tags, "Name": name})
+
+
 def node_group_options(parent: pulumi.Resource, depends_on: list[pulumi.Resource]) -> pulumi.ResourceOptions:
     """Options of every managed node group here: parented, ordered, `desiredSize` left to the autoscaler."""
     return pulumi.ResourceOptions(parent=parent, depends_on=depends_on, ignore_changes=ignore_desired_size())

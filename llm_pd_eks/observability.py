@@ -11,6 +11,9 @@ exporter, a PodMonitor for every Ray pod, the alert rules and the serving dashbo
   MetricsPortName; KubeRay's own config/prometheus/podMonitor.yaml scrapes workers the same way) on
   head and worker pods and copies `ray.io/group` into `phase` (prefill, decode,
   headgroup): every vLLM and NIXL series then says which side it comes from.
+- The control plane EKS runs is not scrapeable (kube-controller-manager, kube-scheduler and etcd run
+  in AWS's account): the chart's monitors and rules for them are off, or KubeControllerManagerDown,
+  KubeSchedulerDown and etcd's alerts would fire forever (EKS_MANAGED_COMPONENTS).
 - Alerts reach someone: Alertmanager's configuration (llm_pd_eks/alerts.py) routes by severity to an
   SNS topic created here (Alertmanager signs with SigV4 through its own IRSA role, allowed only
   `sns:Publish` on that topic) or to a webhook whose URL is a Pulumi secret.
@@ -62,6 +65,11 @@ RAY_METRICS_PORT_NAME = "metrics"  # KubeRay utils.MetricsPortName (DefaultMetri
 RAY_GROUP_LABEL = "ray.io/group"  # KubeRay utils.RayNodeGroupLabelKey: the worker group name
 RAY_NODE_TYPE_LABEL = "ray.io/node-type"  # KubeRay utils.RayNodeTypeLabelKey: head | worker
 SCRAPE_INTERVAL = "15s"
+# kube-prometheus-stack 88.5.3 values: the components EKS manages (their ServiceMonitor and Service,
+# `<component>.enabled`) and the default rule groups that alert or record on them
+# (`defaultRules.rules.<group>`); both off, so no rule waits for a target that cannot exist.
+EKS_MANAGED_COMPONENTS = ("kubeControllerManager", "kubeScheduler", "kubeEtcd")
+EKS_MANAGED_RULE_GROUPS = ("kubeControllerManager", "kubeSchedulerAlerting", "kubeSchedulerRecording", "etcd")
 
 
 def _meta_label(pod_label: str) -> str:
@@ -135,6 +143,8 @@ def prometheus_stack_values(
     if alertmanager_role_arn is not None:
         alertmanager["serviceAccount"] = {"annotations": {"eks.amazonaws.com/role-arn": alertmanager_role_arn}}
     return {
+        **{component: {"enabled": False} for component in EKS_MANAGED_COMPONENTS},
+        "defaultRules": {"rules": dict.fromkeys(EKS_MANAGED_RULE_GROUPS, False)},
         # the chart's own CRD upgrade hook: CRDs applied (server-side) before the operator on every upgrade
         "crds": {"upgradeJob": {"enabled": True, "forceConflicts": True, "nodeSelector": system}},
         "prometheusOperator": {"nodeSelector": system},

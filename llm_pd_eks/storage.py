@@ -70,11 +70,14 @@ def prometheus_volume(active_series: int, scrape_interval: str, retention: str) 
     return PrometheusVolume(rate, gib, f"{math.floor(gib * RETENTION_SIZE_FRACTION)}GB")
 
 
-def storage_class_spec(zones: Sequence[str]) -> dict[str, Any]:
-    """The gp3 StorageClass's fields (besides metadata), as registered."""
+def storage_class_spec(zones: Sequence[str], tags: Optional[dict[str, str]] = None) -> dict[str, Any]:
+    """The gp3 StorageClass's fields (besides metadata), as registered. The stack's tags go on every
+    volume the CSI driver creates (aws-ebs-csi-driver StorageClass parameters `tagSpecification_<n>`,
+    `key=value`): the cost audit's Cost Explorer filter counts only tagged spend."""
+    tag_parameters = {f"tagSpecification_{n}": f"{k}={v}" for n, (k, v) in enumerate(sorted((tags or {}).items()), 1)}
     return {
         "provisioner": EBS_CSI_PROVISIONER,
-        "parameters": {"type": "gp3", "encrypted": "true"},
+        "parameters": {"type": "gp3", "encrypted": "true", **tag_parameters},
         "reclaim_policy": "Retain",  # the metrics outlive a mistaken `helm uninstall`
         "volume_binding_mode": "WaitForFirstConsumer",
         "allow_volume_expansion": True,
@@ -150,7 +153,7 @@ class EbsStorage(pulumi.ComponentResource):
             tags=dict(args.tags),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[args.cluster, args.system_nodes, attachment]),
         )
-        spec = storage_class_spec(args.zones)
+        spec = storage_class_spec(args.zones, dict(args.tags))
         self.storage_class = k8s.storage.v1.StorageClass(
             f"{name}-{STORAGE_CLASS}",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=STORAGE_CLASS),

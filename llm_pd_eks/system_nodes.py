@@ -16,6 +16,7 @@ from .node_common import (
     node_group_options,
     root_volume,
     scaling_config,
+    volume_tags,
 )
 
 SYSTEM_LABELS = {"role": "system"}
@@ -73,7 +74,7 @@ class SystemNodeGroup(pulumi.ComponentResource):
             block_device_mappings=[
                 root_volume(cfg.disk_size_gib, cfg.root_volume_iops, cfg.root_volume_throughput_mibps)
             ],
-            tag_specifications=[instance_tags(tags, name)],
+            tag_specifications=[instance_tags(tags, name), volume_tags(tags, name)],
             tags=tags,
             opts=child,
         )

@@ -6,10 +6,20 @@ example account id `123456789012` AWS's own documentation uses, and a private-on
 no stated runner (the Kubernetes half of `pulumi up` goes through that endpoint, so a hosted runner
 outside the VPC cannot apply it).
 
+Where a stack imports Pulumi ESC environments, their checked-in definitions (esc/<env>.yaml) are
+read the same way: a value that names itself a placeholder ("set me", "changeme", ...) or uses the
+example account, and a stack-file key the environment also sets (the stack file's value wins over
+an imported environment's, so a placeholder `{secure: ...}` there hides the real secret).
+
 Pure functions over the validated `StackConfig`; the preview prints them as a WARNING (and a callout
-in summary.md), and the deploy workflow refuses `up` on a stack that has any:
+in summary.md), and every workflow job that creates resources refuses a stack that has any:
 
     python -m llm_pd_eks_tools.placeholders --stack prod [--runner LABEL] [--github-output FILE]
+    python -m llm_pd_eks_tools.placeholders --stack prod --preview [--runner LABEL] --github-output FILE
+
+`--preview` judges only the runner for a cloud preview and writes runner=, refresh= and note=: a
+hosted runner reaches the API only when cluster.publicAccessCidrs admits every address, otherwise
+the preview runs there without refresh and says so.
 
 Exit: 0 none, 1 some (each printed on stderr), 2 the stack cannot be read.
 """
@@ -22,6 +32,7 @@ import ipaddress
 import re
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator, Optional
 
 from llm_pd_eks.config import PROJECT, StackConfig
@@ -39,6 +50,11 @@ _HOSTED_RUNNER = re.compile(r"^(ubuntu|windows|macos)-[a-z0-9.-]+$")
 # to $GITHUB_OUTPUT, i.e. forge other step outputs).
 _RUNNER_LABEL = re.compile(r"^[^\s\x00-\x1f\x7f,]{1,100}$")
 _ACCOUNT_IN = re.compile(r"(?<!\d)(\d{12})(?!\d)")
+# Words a value uses to say it is not real yet ("set me: esc env set ...", "changeme", "<token>").
+PLACEHOLDER_WORDS = re.compile(
+    r"\b(set[ _-]?me|change[ _-]?me|replace[ _-]?me|fill[ _-]?me[ _-]?in|placeholder|todo|fixme)\b", re.IGNORECASE
+)
+EVERYONE = ("0.0.0.0/0", "::/0")
 
 
 @dataclass(frozen=True)
@@ -86,7 +102,7 @@ def undecryptable(ciphertext: str) -> Optional[str]:
     least the 16-byte tag). Cloud providers' ciphertexts are opaque base64 and are only checked for
     the example words.
     """
-    if re.search(r"placeholder|replace|example|changeme", ciphertext, re.IGNORECASE):
+    if PLACEHOLDER_WORDS.search(ciphertext) or re.search(r"replace|example", ciphertext, re.IGNORECASE):
         return "an example ciphertext (it names itself a placeholder); no secrets provider can decrypt it"
     if ciphertext.startswith("v1:"):
         parts = ciphertext.split(":")
@@ -144,6 +160,7 @@ def find_placeholders(
     for key, value in _accounts(config):
         if EXAMPLE_ACCOUNT in _ACCOUNT_IN.findall(value):
             found.append(Placeholder(f"{PROJECT}:{key}", value, f"uses the example AWS account {EXAMPLE_ACCOUNT}"))
+    found += alerting_placeholders(config)
     if not config.cluster.public_access_cidrs and not (runner or config.deploy.runner_label):
         found.append(
             Placeholder(
@@ -151,6 +168,117 @@ def find_placeholders(
                 "(not set)",
                 "the API endpoint is private-only (cluster.publicAccessCidrs is empty) and no runner inside the VPC "
                 "is stated; a hosted runner cannot reach the endpoint to apply the Kubernetes resources",
+            )
+        )
+    return found
+
+
+def _strings(value: object, path: str) -> Iterator[tuple[str, str]]:
+    """Every string leaf of a YAML value with its dotted path."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list):
+        for number, item in enumerate(value):
+            yield from _strings(item, f"{path}[{number}]")
+    elif isinstance(value, str):
+        yield path, value
+
+
+def environment_placeholders(envs: list[str], root: Path) -> list[Placeholder]:
+    """Placeholders in the checked-in definitions (esc/<env>.yaml) of the imported ESC environments."""
+    from llm_pd_eks_tools.stackfile import ESC_DIR, parse
+
+    found = []
+    for env in envs:
+        definition = root / ESC_DIR / f"{env}.yaml"
+        if not definition.is_file():
+            continue
+        data = parse(definition.read_text(encoding="utf-8"), str(definition.relative_to(root))) or {}
+        for path, value in _strings(data.get("values") or {}, ""):
+            where = f"esc {env}: values.{path}"
+            if PLACEHOLDER_WORDS.search(value):
+                found.append(
+                    Placeholder(where, value, "names itself a placeholder: set the real value in the environment")
+                )
+            elif EXAMPLE_ACCOUNT in _ACCOUNT_IN.findall(value):
+                found.append(Placeholder(where, value, f"uses the example AWS account {EXAMPLE_ACCOUNT}"))
+    return found
+
+
+def shadowed_keys(stack_keys: list[str], envs: list[str], root: Path) -> list[Placeholder]:
+    """Keys set both in the stack file and by an imported environment: the stack file's value is the one
+    the program reads (Pulumi ESC docs, "Integrate with Pulumi IaC": stack configuration takes precedence
+    over imported environment values), so the environment's value never takes effect."""
+    from llm_pd_eks_tools.stackfile import environment_keys
+
+    from_envs = set(environment_keys(envs, root))
+    return [
+        Placeholder(
+            key,
+            "(set in the stack file)",
+            f"also set by ESC {', '.join(envs)}; the stack file's value wins and hides the environment's: "
+            f"remove it from the stack file (`pulumi config rm {key}`)",
+        )
+        for key in sorted(set(stack_keys) & from_envs)
+    ]
+
+
+def stack_file_placeholders(stack: str, root: Path) -> list[Placeholder]:
+    """What the stack file itself and its imported environments' definitions hold (beyond StackConfig)."""
+    from llm_pd_eks_tools.stackfile import imported_environments, read
+
+    raw = read(stack, root)
+    keys = [k if ":" in k else f"{PROJECT}:{k}" for k in raw]
+    found = [
+        Placeholder(k if ":" in k else f"{PROJECT}:{k}", f"{path}: {value}", "names itself a placeholder")
+        for k, item in raw.items()
+        if not (isinstance(item, dict) and "secure" in item)
+        for path, value in _strings(item, k)
+        if PLACEHOLDER_WORDS.search(value)
+    ]
+    envs = imported_environments(stack, root)
+    return found + environment_placeholders(envs, root) + (shadowed_keys(keys, envs, root) if envs else [])
+
+
+def reaches_api(config: StackConfig, label: str) -> Optional[str]:
+    """Why a runner with `label` cannot reach the stack's API endpoint, or None. A runner the stack or
+    the workflow names is taken to be placed for it; a GitHub-hosted one comes from GitHub's shared
+    address ranges, so it reaches only an endpoint open to every address."""
+    if not _HOSTED_RUNNER.match(label):
+        return None
+    cidrs = config.cluster.public_access_cidrs
+    if not cidrs:
+        return f"the API endpoint is private-only and {label} is a GitHub-hosted runner outside the VPC"
+    if not any(c in EVERYONE for c in cidrs):
+        return (
+            f"the API endpoint admits only cluster.publicAccessCidrs ({', '.join(cidrs)}), and {label} is a "
+            "GitHub-hosted runner from GitHub's shared ranges; set DEPLOY_RUNNER_<STACK> or deploy.runnerLabel "
+            "to a runner that is allowed"
+        )
+    return None
+
+
+def alerting_placeholders(config: StackConfig) -> list[Placeholder]:
+    """Alerting that would reach nobody, or page without a runbook (only where observability is deployed)."""
+    if not (config.serving_layer and config.observability.enabled):
+        return []
+    alerting, found = config.observability.alerting, []
+    if alerting.runbook_base_url is None:
+        found.append(
+            Placeholder(
+                f"{PROJECT}:observability.alerting.runbookBaseUrl",
+                "(not set)",
+                "alerts would carry no runbook link: set the absolute URL of docs/operations.md",
+            )
+        )
+    if alerting.receiver == "sns" and not alerting.sns_subscriptions:
+        found.append(
+            Placeholder(
+                f"{PROJECT}:observability.alerting.snsSubscriptions",
+                "[]",
+                "the alert topic has no subscription: every page would reach nobody "
+                "(add {protocol: email, endpoint: ...}, or use receiver webhook)",
             )
         )
     return found
@@ -176,6 +304,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--stack", required=True)
     parser.add_argument("--runner", default="", help="runner label given to the deploy workflow, if any")
     parser.add_argument("--github-output", help="append `runner=<label>` to this file (GITHUB_OUTPUT)")
+    parser.add_argument(
+        "--preview", action="store_true", help="judge the runner for a cloud preview only: runner=, refresh=, note="
+    )
     args = parser.parse_args(argv)
     from llm_pd_eks.config import ConfigError
     from llm_pd_eks_tools.cli import ROOT
@@ -184,10 +315,13 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     try:
         config = stack_config(args.stack)
+        extra = [] if args.preview else stack_file_placeholders(args.stack, ROOT)
     except (FileNotFoundError, ConfigError) as error:
         raise ToolError(Exit.USAGE, f"cannot read stack {args.stack!r}: {one_line(str(error))}") from None
-    found = find_placeholders(config, args.runner or None, secure_values(args.stack, ROOT))
     label = runner_label(config, args.runner or None)
+    if args.preview:
+        return _preview(args.stack, config, label, args.github_output)
+    found = find_placeholders(config, args.runner or None, secure_values(args.stack, ROOT)) + extra
     if args.github_output and not any(p.key in ("--runner", f"{PROJECT}:deploy.runnerLabel") for p in found):
         with open(args.github_output, "a") as out:
             out.write(f"runner={label}\n")
@@ -199,6 +333,19 @@ def main(argv: Optional[list[str]] = None) -> int:
         )
         return Exit.FAILED
     print(f"stack {args.stack}: no placeholder values; pulumi up runs on {label}")
+    return Exit.OK
+
+
+def _preview(stack: str, config: StackConfig, label: str, github_output: Optional[str]) -> int:
+    problem = runner_problem(label, private_only=False)
+    if problem:
+        raise ToolError(Exit.USAGE, f"runner {label!r}: {problem}")
+    why = reaches_api(config, label)
+    note = f"{why}: the preview shows the plan against the last recorded state, not the live resources" if why else ""
+    if github_output:
+        with open(github_output, "a") as out:
+            out.write(f"runner={label}\nrefresh={'false' if why else 'true'}\nnote={one_line(note, 400)}\n")
+    print(f"stack {stack}: preview on {label}, " + (f"no refresh: {note}" if why else "with refresh"))
     return Exit.OK
 
 

@@ -293,7 +293,9 @@ def standard_quota_code(instance_type: str) -> Optional[str]:
     return STANDARD_VCPU_QUOTA_CODE if instance_type[:1] in STANDARD_FAMILIES else None
 
 
-def run_checks(config: StackConfig, ec2, quotas, catalog=GPU_INSTANCE_TYPES, eks=None) -> list[Result]:
+def run_checks(
+    config: StackConfig, ec2, quotas, catalog=GPU_INSTANCE_TYPES, eks=None, stack: Optional[str] = None
+) -> list[Result]:
     """Every preflight item for `config`, in a fixed order; each failure stays in its own item."""
     gpu = catalog[config.gpu_nodes.instance_type]
     azs = list(config.network.availability_zones)
@@ -335,7 +337,7 @@ def run_checks(config: StackConfig, ec2, quotas, catalog=GPU_INSTANCE_TYPES, eks
             Result("system-vcpu-quota", UNKNOWN, f"no on-demand quota code known for the {system.instance_type} family")
         )
     results.append(guarded("eip-quota", lambda: check_eip_quota(ec2, quotas, nat_gateway_count(config))))
-    results.append(guarded("gpu-capacity", lambda: check_capacity(ec2, config)))
+    results.append(guarded("gpu-capacity", lambda: check_capacity(ec2, config, stack=stack)))
     if eks is None:
         results.append(Result("eks-version", UNKNOWN, "no EKS client"))
     else:
@@ -361,7 +363,21 @@ def _when(value: Any) -> str:
     return value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
-def check_capacity(ec2, config: StackConfig, now: Optional[datetime] = None) -> Result:
+def own_instances(ec2, reservation_id: str, stack: str) -> int:
+    """Pending or running instances of this stack (the `stack` tag every instance carries) in the
+    reservation: the slots they hold stay this stack's across an `up`."""
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[
+            {"Name": "capacity-reservation-id", "Values": [reservation_id]},
+            {"Name": "tag:stack", "Values": [stack]},
+            {"Name": "instance-state-name", "Values": ["pending", "running"]},
+        ],
+        PaginationConfig={"MaxItems": 1000},
+    )
+    return sum(len(r.get("Instances", [])) for page in pages for r in page.get("Reservations", []))
+
+
+def check_capacity(ec2, config: StackConfig, now: Optional[datetime] = None, stack: Optional[str] = None) -> Result:
     """The configured ODCR / Capacity Block exists, is usable, and fits the GPU node group.
 
     One DescribeCapacityReservations call (bounded by the client's timeouts and the run's deadline)
@@ -431,14 +447,26 @@ def check_capacity(ec2, config: StackConfig, now: Optional[datetime] = None) -> 
                 else f"it is in placement group {actual!r}, gpuNodes.capacity.placementGroup is {wanted!r}"
             )
     total = int(cr.get("TotalInstanceCount", 0))
+    # What a launch can use is AvailableInstanceCount (slots no instance holds), plus the slots this
+    # stack's own GPU nodes hold already (EC2 DescribeCapacityReservations: TotalInstanceCount counts
+    # every slot, used or not).
+    available = int(cr.get("AvailableInstanceCount", total))
+    own = own_instances(ec2, reservation_id, stack) if stack else 0
+    usable = min(total, available + own)
     if total < gpu.min_size:
         problems.append(f"it holds {total} instance(s), gpuNodes.minSize is {gpu.min_size}")
+    elif usable < gpu.min_size:
+        problems.append(
+            f"only {available} of its {total} instance(s) are free (AvailableInstanceCount)"
+            + (f" and this stack runs {own} in it" if own else "")
+            + f", gpuNodes.minSize is {gpu.min_size}: other instances hold the rest"
+        )
     surge = gpu.roll_surge()
-    if total >= gpu.min_size and total < gpu.max_size + surge:
+    if usable >= gpu.min_size and usable < gpu.max_size + surge:
         extra = f" plus {surge} for a blue/green template change (templateChange blueGreen)" if surge else ""
         cautions.append(
-            f"it holds {total} instance(s), fewer than maxSize {gpu.max_size}{extra}: launches past "
-            f"{total} fail (raise the reservation, lower maxSize"
+            f"it holds {usable} instance(s) this stack can use, fewer than maxSize {gpu.max_size}{extra}: "
+            f"launches past {usable} fail (raise the reservation, lower maxSize"
             f"{', or set templateChange: recreate' if surge else ''})"
         )
     if cr.get("InstanceMatchCriteria") == "open":
@@ -594,7 +622,7 @@ def main(argv: Optional[list[str]] = None, clients=None) -> int:
 
     eks = more[0] if more else None
     account, results, reason = run_with_deadline(
-        lambda: (caller_account(sts), run_checks(config, ec2, quotas, eks=eks)), args.deadline
+        lambda: (caller_account(sts), run_checks(config, ec2, quotas, eks=eks, stack=args.stack)), args.deadline
     )
     if reason is not None:
         # Credentials or endpoint unusable, or out of time: say so once and mark every item.

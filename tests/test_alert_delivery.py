@@ -58,10 +58,21 @@ PRE = {"phase": "prefill", "pod": "llm-pd-prefill-worker-a"}
 # --- recorded series --------------------------------------------------------------------------------
 
 
+def scraped() -> Series:
+    """Both phases' pods answer their scrape (the target alerts stay quiet)."""
+    return {
+        m.SCRAPE_UP: [
+            ({"namespace": "llm-serving", "job": "monitoring/ray", "pod": p["pod"], "phase": p["phase"]}, lambda i: 1.0)
+            for p in (PRE, DEC)
+        ]
+    }
+
+
 def failing_kv_and_slow_ttft() -> Series:
     """NIXL transfers failing on decode and half of all first tokens over the TTFT SLO."""
     le = m.le(CONFIG.ttft_slo_seconds)
     return {
+        **scraped(),
         m.NIXL_FAILED_TRANSFERS: [(DEC, lambda i: 2.0 * i)],
         f"{m.TTFT}_bucket": [({**PRE, "le": le}, lambda i: 50.0 * i), ({**PRE, "le": "+Inf"}, lambda i: 100.0 * i)],
         f"{m.TTFT}_count": [(PRE, lambda i: 100.0 * i)],
@@ -71,6 +82,7 @@ def failing_kv_and_slow_ttft() -> Series:
 def healthy() -> Series:
     le = m.le(CONFIG.ttft_slo_seconds)
     return {
+        **scraped(),
         m.NIXL_FAILED_TRANSFERS: [(DEC, lambda i: 0.0)],
         f"{m.TTFT}_bucket": [({**PRE, "le": le}, lambda i: 100.0 * i), ({**PRE, "le": "+Inf"}, lambda i: 100.0 * i)],
         f"{m.TTFT}_count": [(PRE, lambda i: 100.0 * i)],
@@ -233,17 +245,94 @@ def test_warnings_go_to_the_warning_receiver() -> None:
     assert routes[CRITICAL_RECEIVER]["repeat_interval"] == CONFIG.alerting.critical_repeat_interval
 
 
-def test_every_alert_links_a_runbook_section_of_the_day_two_page() -> None:
+def test_every_alert_links_its_runbook_absolutely() -> None:
+    """Each alert's runbook_url is the configured absolute page plus the anchor of its section in
+    docs/operations.md: a link that opens from a phone, not a path relative to nothing."""
     headings = {
         line.removeprefix("### ").strip()
-        for line in (ROOT / "docs" / "day-two.md").read_text().splitlines()
+        for line in (ROOT / "docs" / "operations.md").read_text().splitlines()
         if line.startswith("### Runbook: ")
     }
     for group in rule_groups(CONFIG, INSTANCE):
         for rule in group["rules"]:
             if "alert" in rule:
                 assert f"Runbook: {rule['alert']}" in headings, rule["alert"]
-                assert rule["annotations"]["runbook_url"].endswith("#" + runbook_anchor(rule["alert"]))
+                url = rule["annotations"]["runbook_url"]
+                assert url == f"https://example.invalid/README.md#{runbook_anchor(rule['alert'])}"
+
+
+def test_a_runbook_base_must_be_absolute_and_unset_links_nothing() -> None:
+    import pydantic
+
+    try:
+        ObservabilityConfig.model_validate({"alerting": {"runbookBaseUrl": "README.md"}})
+    except pydantic.ValidationError as error:
+        assert "runbookBaseUrl" in str(error) or "runbook_base_url" in str(error)
+    else:
+        raise AssertionError("a relative runbookBaseUrl was accepted")
+    unset = rule_groups(ObservabilityConfig(), INSTANCE)
+    assert all(
+        "runbook_url" not in r.get("annotations", {"runbook_url": None})
+        for g in unset
+        for r in g["rules"]
+        if "alert" in r
+    )
+
+
+def routed(tmp_path: Path, *labels: str) -> str:
+    """The receiver Alertmanager's own routing tree picks for `labels` (`amtool config routes test`)."""
+    config = alertmanager_config(CONFIG.alerting, WebhookTarget("http://127.0.0.1:1/x"))
+    config["templates"] = []
+    path = tmp_path / "routes.yml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    done = subprocess.run(
+        [binary(AMTOOL), "config", "routes", "test", f"--config.file={path}", *labels],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout.strip()
+
+
+def test_the_default_route_reaches_someone(tmp_path: Path) -> None:
+    """An alert no route names (no severity, another severity) is a ticket; only the chart's Watchdog,
+    InfoInhibitor and `info` alerts go to the null sink; critical pages."""
+    assert routed(tmp_path, "alertname=KubePersistentVolumeFillingUp") == WARNING_RECEIVER
+    assert routed(tmp_path, "alertname=Custom", "severity=error") == WARNING_RECEIVER
+    assert routed(tmp_path, "alertname=CPUThrottlingHigh", "severity=info") == "null"
+    assert routed(tmp_path, "alertname=Watchdog", "severity=none") == "null"
+    assert routed(tmp_path, "alertname=ServeServerErrors", "severity=critical") == CRITICAL_RECEIVER
+
+
+def serve_errors_and_decode_gone() -> Series:
+    """10% of Serve's HTTP requests answered 500, and only prefill pods in scrape discovery."""
+    labels = {"application": "llm", "route": "/v1", "method": "POST"}
+    return {
+        m.SERVE_HTTP_REQUESTS: [
+            ({**labels, "status_code": "200"}, lambda i: 90.0 * i),
+            ({**labels, "status_code": "500"}, lambda i: 10.0 * i),
+        ],
+        m.SCRAPE_UP: [
+            ({"namespace": "llm-serving", "job": "monitoring/ray", "phase": "prefill", "pod": "p-0"}, lambda i: 1.0)
+        ],
+    }
+
+
+def test_serve_errors_and_missing_targets_page(tmp_path: Path) -> None:
+    with stack(tmp_path, serve_errors_and_decode_gone()) as (hook, _am, prom):
+        wanted = {"ServeServerErrors", "ServingTargetsMissing"}
+        wait_for("both alerts firing in Prometheus", lambda: wanted <= firing(prom))
+        wait_for(
+            "a notification of each",
+            lambda: wanted <= {a["labels"]["alertname"] for n in hook.received for a in n["alerts"]},
+        )
+    by_name = {a["labels"]["alertname"]: (n["receiver"], a) for n in hook.received for a in n["alerts"]}
+    assert by_name["ServeServerErrors"][0] == CRITICAL_RECEIVER
+    assert by_name["ServeServerErrors"][1]["labels"]["application"] == "llm"
+    receiver, missing = by_name["ServingTargetsMissing"]
+    assert receiver == CRITICAL_RECEIVER and missing["labels"]["phase"] == "decode"
+    assert "ServingTargetDown" not in by_name  # prefill's one target answers
 
 
 def test_the_sns_receiver_config_is_valid_for_alertmanager(tmp_path: Path) -> None:

@@ -50,12 +50,15 @@ def gbps_series(gbps: float) -> list[dict[str, str]]:
     ]
 
 
-def burn_series(histogram: str, threshold: float, good_fraction: float, labels: str) -> list[dict[str, str]]:
-    good = int(100 * good_fraction)
+def burn_series(
+    histogram: str, threshold: float, good_fraction: float, labels: str, minutes: int = 120
+) -> list[dict[str, str]]:
+    """1000 requests a minute, `good_fraction` of them within `threshold`."""
+    good = round(1000 * good_fraction)
     return [
-        series(f"{histogram}_bucket", f'{labels},le="{m.le(threshold)}"', f"0+{good}x120"),
-        series(f"{histogram}_bucket", f'{labels},le="+Inf"', "0+100x120"),
-        series(f"{histogram}_count", labels, "0+100x120"),
+        series(f"{histogram}_bucket", f'{labels},le="{m.le(threshold)}"', f"0+{good}x{minutes}"),
+        series(f"{histogram}_bucket", f'{labels},le="+Inf"', f"0+1000x{minutes}"),
+        series(f"{histogram}_count", labels, f"0+1000x{minutes}"),
     ]
 
 
@@ -79,6 +82,21 @@ def warn(**labels: str) -> dict[str, str]:
 
 
 FAILING = [series(m.NIXL_FAILED_TRANSFERS, DEC, "0 0 0 1 2 2 2 2 2 2")]
+# Ray Serve's series carry these labels (Ray 2.58.0 request_ingress_metrics.py, router.py)
+QUEUE = 'application="llm",deployment="PDProxyServer",handle="h-1",actor_id="a-1"'
+TARGET = f'job="monitoring/ray",namespace="{NAMESPACE}",pod="llm-pd-decode-worker-a"'
+PRE_TARGET = f'job="monitoring/ray",namespace="{NAMESPACE}",pod="llm-pd-prefill-worker-a",phase="prefill"'
+
+
+def serve_requests(errors_per_min: int) -> list[dict[str, str]]:
+    """100 HTTP requests a minute to the `llm` application, `errors_per_min` of them answered 500."""
+    labels = 'application="llm",route="/v1",method="POST"'
+    return [
+        series(m.SERVE_HTTP_REQUESTS, labels + ',status_code="200"', f"0+{100 - errors_per_min}x30"),
+        series(m.SERVE_HTTP_REQUESTS, labels + ',status_code="500"', f"0+{errors_per_min}x30"),
+    ]
+
+
 GENERATING = [series(m.GENERATION_TOKENS, DEC, "0+500x60")]
 
 CASES: list[dict[str, Any]] = [
@@ -100,6 +118,59 @@ CASES: list[dict[str, Any]] = [
         [crit(phase="decode")],
     ),
     alert("InterTokenLatencyBudgetBurn", "90m", burn_series(m.ITL, CONFIG.itl_slo_seconds, 0.999, DEC), []),
+    # 10% slow: under the fast rate (14.4 x 1%), over the medium one (6 x 1%) once 6 h hold it
+    alert("TTFTBudgetBurn", "7h", burn_series(m.TTFT, CONFIG.ttft_slo_seconds, 0.9, PRE, 480), [crit(phase="prefill")]),
+    # 2% slow: a slow burn (over 1 x 1%, under 6 x 1%) is a ticket, never a page
+    alert(
+        "TTFTBudgetSlowBurn",
+        "3h",
+        burn_series(m.TTFT, CONFIG.ttft_slo_seconds, 0.98, PRE, 240),
+        [warn(phase="prefill")],
+    ),
+    alert("TTFTBudgetBurn", "3h", burn_series(m.TTFT, CONFIG.ttft_slo_seconds, 0.98, PRE, 240), []),
+    alert("TTFTBudgetSlowBurn", "3h", burn_series(m.TTFT, CONFIG.ttft_slo_seconds, 0.999, PRE, 240), []),
+    alert(
+        "InterTokenLatencyBudgetSlowBurn",
+        "3h",
+        burn_series(m.ITL, CONFIG.itl_slo_seconds, 0.98, DEC, 240),
+        [warn(phase="decode")],
+    ),
+    alert("InterTokenLatencyBudgetSlowBurn", "3h", burn_series(m.ITL, CONFIG.itl_slo_seconds, 0.999, DEC, 240), []),
+    alert("ServeServerErrors", "15m", serve_requests(errors_per_min=10), [crit(application="llm")]),
+    alert("ServeServerErrors", "15m", serve_requests(errors_per_min=1), []),  # 1%: under the 5% line
+    alert(
+        "ServeRequestsQueued",
+        "15m",
+        [series(m.SERVE_QUEUED, QUEUE, "3x30")],
+        [warn(application="llm", deployment="PDProxyServer")],
+    ),
+    alert("ServeRequestsQueued", "15m", [series(m.SERVE_QUEUED, QUEUE, "3 0 3 0 3 0 3 0 3 0 3 0 3 0 3 0")], []),
+    alert(
+        "ServingTargetDown",
+        "10m",
+        [series(m.SCRAPE_UP, TARGET + ',phase="decode"', "0x20")],
+        [warn(job="monitoring/ray", namespace=NAMESPACE, pod="llm-pd-decode-worker-a")],
+    ),
+    alert("ServingTargetDown", "10m", [series(m.SCRAPE_UP, TARGET + ',phase="decode"', "1x20")], []),
+    # decode's pods gone from discovery: the vLLM/NIXL alerts would stay quiet for want of series
+    alert(
+        "ServingTargetsMissing",
+        "20m",
+        [series(m.SCRAPE_UP, PRE_TARGET, "1x30")],
+        [crit(namespace=NAMESPACE, phase="decode")],
+    ),
+    alert(
+        "ServingTargetsMissing",
+        "20m",
+        [series(m.SCRAPE_UP, PRE_TARGET, "0x30"), series(m.SCRAPE_UP, TARGET + ',phase="decode"', "1x30")],
+        [crit(namespace=NAMESPACE, phase="prefill")],
+    ),
+    alert(
+        "ServingTargetsMissing",
+        "20m",
+        [series(m.SCRAPE_UP, PRE_TARGET, "1x30"), series(m.SCRAPE_UP, TARGET + ',phase="decode"', "1x30")],
+        [],
+    ),
     alert(
         "DecodeKVCacheNearlyFull",
         "10m",

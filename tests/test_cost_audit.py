@@ -3,7 +3,10 @@
 in request order, one per distinct request), the cluster's Prometheus a real Debian Prometheus over
 backfilled series, Service Quotas a botocore Stubber on a real client (moto has no ec2 quota codes).
 
-The expectations are computed from the series and costs fed in, not copied from a run.
+The audit runs at a fixed moment, 03:00 UTC, so a 6-hour window covers the last 3 hours of one billed
+day and the first 3 of the day being billed: Cost Explorer's amounts are per day, the fakes bill the
+stack's hourly rates for the hours of each day that were billed, and every expectation is a rate
+times the window's 6 hours, computed here from the rates, not copied from a run.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ import sys
 import time
 import urllib.request
 import zlib
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
+from datetime import time as clock
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -39,8 +43,21 @@ BUSY_DECODE_MIN = 120  # decode GPUs work for 2 h, then idle (2 % utilisation) f
 DECODE_TOKENS_PER_MIN = 60_000
 PREFILL_ENGINES, DECODE_ENGINES = 4, 1
 
-GPU_COST, SYSTEM_COST, EKS_COST, OTHER_COST, VPC_COST = 880.00, 64.50, 16.80, 45.10, 30.00
-GPU_HOURS_BILLED = 2 * HOURS * 7.0  # two GPU nodes over the billed days (any figure: only the shares matter)
+# The audit's moment: 03:00 UTC yesterday (in the past on any clock, inside Prometheus's retention).
+NOW = datetime.combine(datetime.now(UTC).date() - timedelta(days=1), clock(3), tzinfo=UTC)
+GPU_NODES = 2
+# Hourly rates the fakes bill (net amortized USD per hour of the whole stack), per component.
+GPU_PRICE = 21.9576  # p4d.24xlarge on demand, us-west-2 (llm_pd_eks/data/prices.json)
+RATES = {
+    "gpu-nodes": GPU_NODES * GPU_PRICE,
+    "system-nodes": 2 * 0.2016,
+    "eks-control-plane": 0.10,
+    "nat-gateway": 0.045,
+    "ebs-volumes": 0.30,
+    "network": 0.05,
+}
+# (day, hours of it Cost Explorer has billed): the day before NOW's, whole, and NOW's, 3 hours in.
+BILLED = [(NOW.date() - timedelta(days=1), 24.0), (NOW.date(), 3.0)]
 
 
 def series() -> Series:
@@ -65,47 +82,54 @@ def series() -> Series:
     return {m.GPU_UTIL: util, m.RUNNING: running, m.GENERATION_TOKENS: tokens}
 
 
-def ce_results() -> list[dict[str, Any]]:
-    """Queued in the order the audit asks: by SERVICE, by INSTANCE_TYPE, by PURCHASE_TYPE."""
+def ce_day(day: date, groups: list[tuple[str, dict[str, float]]]) -> dict[str, Any]:
+    return {
+        "TimePeriod": {"Start": day.isoformat(), "End": (day + timedelta(days=1)).isoformat()},
+        "Total": {},
+        "Estimated": day == NOW.date(),
+        "Groups": [
+            {
+                "Keys": [k],
+                "Metrics": {
+                    n: {"Amount": f"{v:.6f}", "Unit": "USD" if n.endswith("Cost") else "Hrs"}
+                    for n, v in metrics.items()
+                },
+            }
+            for k, metrics in groups
+        ],
+    }
 
-    def day(groups: list[tuple[str, dict[str, float]]]) -> dict[str, Any]:
-        return {
-            "ResultsByTime": [
-                {
-                    "TimePeriod": {"Start": "2026-11-30", "End": "2026-12-01"},
-                    "Total": {},
-                    "Estimated": False,
-                    "Groups": [
-                        {
-                            "Keys": [k],
-                            "Metrics": {
-                                n: {"Amount": f"{v:.4f}", "Unit": "USD" if n.endswith("Cost") else "Hrs"}
-                                for n, v in metrics.items()
-                            },
-                        }
-                        for k, metrics in groups
-                    ],
-                }
-            ],
-            "DimensionValueAttributes": [],
-        }
 
+def ce_results(billed: list[tuple[date, float]] = BILLED) -> list[dict[str, Any]]:
+    """Queued in the order the audit asks: by SERVICE, INSTANCE_TYPE, PURCHASE_TYPE, USAGE_TYPE."""
+    cost, usage = cost_audit.COST_METRIC, cost_audit.USAGE_METRIC
+
+    def query(groups: Any) -> dict[str, Any]:
+        return {"ResultsByTime": [ce_day(d, groups(h)) for d, h in billed], "DimensionValueAttributes": []}
+
+    r = RATES
     return [
-        day(
-            [
-                (cost_audit.EC2_COMPUTE, {"UnblendedCost": GPU_COST + SYSTEM_COST}),
-                ("Amazon Elastic Container Service for Kubernetes", {"UnblendedCost": EKS_COST}),
-                ("EC2 - Other", {"UnblendedCost": OTHER_COST}),
-                ("Amazon Virtual Private Cloud", {"UnblendedCost": VPC_COST}),
+        query(
+            lambda h: [
+                (cost_audit.EC2_COMPUTE, {cost: (r["gpu-nodes"] + r["system-nodes"]) * h}),
+                ("Amazon Elastic Container Service for Kubernetes", {cost: r["eks-control-plane"] * h}),
+                (cost_audit.EC2_OTHER, {cost: (r["nat-gateway"] + r["ebs-volumes"]) * h}),
+                ("Amazon Virtual Private Cloud", {cost: r["network"] * h}),
             ]
         ),
-        day(
-            [
-                (GPU.name, {"UnblendedCost": GPU_COST, "UsageQuantity": GPU_HOURS_BILLED}),
-                (CONFIG.system_nodes.instance_type, {"UnblendedCost": SYSTEM_COST, "UsageQuantity": 2 * HOURS * 7.0}),
+        query(
+            lambda h: [
+                (GPU.name, {cost: r["gpu-nodes"] * h, usage: GPU_NODES * h}),
+                (CONFIG.system_nodes.instance_type, {cost: r["system-nodes"] * h, usage: 2 * h}),
             ]
         ),
-        day([(cost_audit.ON_DEMAND, {"UnblendedCost": GPU_COST, "UsageQuantity": GPU_HOURS_BILLED})]),
+        query(lambda h: [(cost_audit.ON_DEMAND, {cost: r["gpu-nodes"] * h, usage: GPU_NODES * h})]),
+        query(
+            lambda h: [
+                ("USW2-NatGateway-Hours", {cost: r["nat-gateway"] * h}),
+                ("USW2-EBS:VolumeUsage.gp3", {cost: r["ebs-volumes"] * h}),
+            ]
+        ),
     ]
 
 
@@ -181,13 +205,13 @@ def test_audit_from_all_sources(tmp_path: Path, moto_url: str, capsys: pytest.Ca
     queue(moto_url, ce_results())
     quota_vcpus = 4 * GPU.vcpus  # four nodes' worth: maxSize + surge needs more
     sq, stub = quotas(quota_vcpus)
-    data = backfill(tmp_path, series(), MINUTES)
+    data = backfill(tmp_path, series(), MINUTES, end=NOW.timestamp())
     out = tmp_path / "out"
     with prometheus(tmp_path, data, {"global": {"scrape_interval": "15s"}}) as prom:
         code = cost_audit.main(
-            ["--stack", STACK, "--since", "1d", "--prometheus", prom, "--out", str(out)],
+            ["--stack", STACK, "--since", f"{HOURS}h", "--prometheus", prom, "--out", str(out)],
             clients=(ce_client(moto_url), sq),
-            now=datetime.now(UTC),
+            now=NOW,
         )
     stub.assert_no_pending_responses()
     err = capsys.readouterr().err
@@ -196,14 +220,13 @@ def test_audit_from_all_sources(tmp_path: Path, moto_url: str, capsys: pytest.Ca
         assert f"cost-audit: {source}: ok" in err  # a progress line per source
 
     report = json.loads((out / "report.json").read_text())
-    assert report["spend_by_component"] == {
-        "gpu-nodes": GPU_COST,
-        "system-nodes": SYSTEM_COST,
-        "ebs-nat-transfer": OTHER_COST,
-        "network": VPC_COST,
-        "eks-control-plane": EKS_COST,
-    }
-    assert report["total_spend"] == pytest.approx(GPU_COST + SYSTEM_COST + EKS_COST + OTHER_COST + VPC_COST)
+    # the window's 6 hours of each rate: 3 of the whole day before (a 3/24 share) and the 3 billed today
+    assert report["spend_by_component"] == pytest.approx({k: rate * HOURS for k, rate in RATES.items()}, abs=0.01)
+    assert report["total_spend"] == pytest.approx(sum(RATES.values()) * HOURS, abs=0.02)
+    assert report["gpu_node_hours_billed"] == pytest.approx(GPU_NODES * HOURS)
+    assert report["gpu_node_hours_seen"] == pytest.approx(GPU_NODES * HOURS, rel=0.01)  # the two sources agree
+    assert "prorated" in report["window_basis"] and f"{BILLED[0][0]} x0.125" in report["window_basis"]
+    gpu_cost = RATES["gpu-nodes"] * HOURS
     gpu = report["gpu"]
     gpus = 2 * GPU.gpus
     assert gpu["gpu_hours"] == pytest.approx(gpus * HOURS, rel=0.01)
@@ -216,8 +239,8 @@ def test_audit_from_all_sources(tmp_path: Path, moto_url: str, capsys: pytest.Ca
     decode_tokens = DECODE_TOKENS_PER_MIN * MINUTES
     assert report["tokens_by_phase"]["decode"] == pytest.approx(decode_tokens, rel=0.01)
     assert report["replicas"]["max"] == {"decode": DECODE_ENGINES, "prefill": PREFILL_ENGINES}
-    assert report["actual_usd_per_mtok"] == pytest.approx(GPU_COST / (decode_tokens / 1e6), rel=0.01)
-    assert report["idle_spend"] == pytest.approx(GPU_COST * idle_hours / (gpus * HOURS), rel=0.01)
+    assert report["actual_usd_per_mtok"] == pytest.approx(gpu_cost / (decode_tokens / 1e6), rel=0.01)
+    assert report["idle_spend"] == pytest.approx(gpu_cost * idle_hours / (gpus * HOURS), rel=0.01)
     assert report["reservation_coverage"] == 0.0
     surge = 2  # one AZ: twice the AZs beats maxUnavailable 1
     need = (CONFIG.gpu_nodes.max_size + surge) * GPU.vcpus
@@ -236,9 +259,10 @@ def test_audit_from_all_sources(tmp_path: Path, moto_url: str, capsys: pytest.Ca
         assert f"request {need - quota_vcpus} more vCPUs" in recs
 
     md = (out / "report.md").read_text()
-    assert "## Spend by component" in md and "| gpu-nodes | $880.00 |" in md and "## Recommendations" in md
+    assert "## Spend by component" in md and f"| gpu-nodes | ${gpu_cost:,.2f} |" in md and "## Recommendations" in md
+    assert "net amortized cost; prorated" in md and "| ebs-volumes |" in md
     width, height, raw = png_size_and_pixels((out / "spend.png").read_bytes())
-    assert width == 900 and height > 5 * 34  # one row per component
+    assert width == 900 and height > 6 * 34  # one row per component
     first_bar = bytes((31, 119, 180))
     assert first_bar in raw  # the bars are drawn
 
@@ -303,3 +327,61 @@ def test_the_cli_runs_as_a_module(tmp_path: Path) -> None:
         timeout=120,
     )
     assert result.returncode == Exit.USAGE and "Traceback" not in result.stderr
+
+
+def test_whole_days_on_both_sides(tmp_path: Path, moto_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--since 1d`: the whole UTC day before NOW's, asked of Cost Explorer as that one day, counted whole."""
+    day = NOW.date() - timedelta(days=1)
+    queue(moto_url, ce_results([(day, 24.0)]))
+    out = tmp_path / "out"
+    code = cost_audit.main(
+        ["--stack", STACK, "--since", "1d", "--out", str(out)], clients=(ce_client(moto_url), None), now=NOW
+    )
+    err = capsys.readouterr().err
+    assert code == Exit.UNVERIFIED  # no Prometheus, no quota client: named, not fatal
+    assert f"cost explorer: ok ({len(RATES)} component(s), {day} to {NOW.date()} (End exclusive)" in err
+    report = json.loads((out / "report.json").read_text())
+    assert report["spend_by_component"] == pytest.approx({k: rate * 24 for k, rate in RATES.items()}, abs=0.01)
+    assert (report["start"], report["end"]) == (f"{day}T00:00+00:00", f"{NOW.date()}T00:00+00:00")
+    assert report["window_basis"].startswith(f"whole UTC days {day} to {NOW.date()}")
+
+
+@pytest.mark.parametrize(
+    "since, share_today, share_yesterday",
+    [
+        ("6h", 1.0, 3 / 24),  # 21:00 yesterday to 03:00: 3 of yesterday's 24 h, all 3 billed today
+        ("2h", 2 / 3, 0.0),  # 01:00 to 03:00: 2 of today's 3 billed hours
+        ("27h", 1.0, 1.0),  # from midnight yesterday
+    ],
+)
+def test_partial_days_are_prorated_by_billed_hours(since: str, share_today: float, share_yesterday: float) -> None:
+    window = cost_audit.parse_since(since, NOW)
+    assert not window.whole_days
+    assert window.day_share(NOW.date()) == pytest.approx(share_today)
+    assert window.day_share(NOW.date() - timedelta(days=1)) == pytest.approx(share_yesterday)
+
+
+def test_advice_knows_what_covers_the_gpus() -> None:
+    """A Capacity Block is prepaid: no advice; a capacity reservation bills On Demand: only a Savings
+    Plan discounts it; on demand: either."""
+    from helpers import validate_values
+
+    from llm_pd_eks_tools.cost_audit.advice import reservation_advice
+    from llm_pd_eks_tools.cost_audit.model import Audit
+
+    audit = Audit("dev", "1d", "", "", gpu={"nodes_min": 2}, reservation_coverage=0.0)
+    base = {
+        "network": {"availabilityZones": ["us-west-2a", "us-west-2b"]},
+        "gpuNodes": {"instanceType": "p4d.24xlarge", "availabilityZone": "us-west-2a"},
+    }
+
+    def with_capacity(capacity: Any) -> Any:
+        return validate_values({**base, "gpuNodes": {**base["gpuNodes"], "capacity": capacity}})
+
+    (on_demand,) = reservation_advice(audit, with_capacity("onDemand"), 24, GPU_PRICE)
+    assert "Savings Plan (price) or a capacity reservation (capacity)" in on_demand
+    (odcr,) = reservation_advice(audit, with_capacity({"reservationId": "cr-0123456789abcdef0"}), 24, GPU_PRICE)
+    assert "holds the capacity at the On-Demand rate" in odcr and "Compute Savings Plan" in odcr
+    assert reservation_advice(audit, with_capacity({"capacityBlockId": "cr-0123456789abcdef0"}), 24, GPU_PRICE) == []
+    covered = Audit("dev", "1d", "", "", gpu={"nodes_min": 2}, reservation_coverage=0.8)
+    assert reservation_advice(covered, with_capacity("onDemand"), 24, GPU_PRICE) == []

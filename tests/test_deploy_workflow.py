@@ -48,3 +48,34 @@ def test_per_environment_keys_of_this_issue_do_not_block_promotion():
         assert classify(key) != classify(f"{p}:nodeAutoscaler.chartVersion"), key
     # chart and image pins still must be promoted unchanged
     assert classify(f"{p}:nodeAutoscaler.chartVersion") == classify(f"{p}:devicePlugins.efaChartVersion")
+
+
+def test_a_preview_that_could_not_refresh_says_so(tmp_path):
+    """The preview summary step, run as the runner would: without refresh it states why, in the job
+    summary and as a warning annotation; with refresh it does not."""
+    import os
+    import subprocess
+
+    preview = workflow("pulumi-preview.yml")["jobs"]["preview"]
+    (step,) = [s for s in preview["steps"] if s.get("name") == "Preview summary"]
+    assert step["env"]["REFRESH"] == "${{ needs.plan.outputs.refresh }}"
+    (action,) = [s for s in preview["steps"] if s.get("uses", "").startswith("pulumi/actions@")]
+    assert action["with"]["refresh"] == "${{ needs.plan.outputs.refresh == 'true' }}"
+    for refresh in ("false", "true"):
+        summary = tmp_path / f"summary-{refresh}.md"
+        env = {
+            **os.environ,
+            "STACK": "prod",
+            "GITHUB_SHA": "abc123",
+            "REFRESH": refresh,
+            "NOTE": "the API endpoint admits only cluster.publicAccessCidrs (198.18.0.0/15)",
+            "OUTPUT": "Previewing update (prod)\n  ~ 1 to update",
+            "GITHUB_STEP_SUMMARY": str(summary),
+        }
+        done = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        text = summary.read_text()
+        assert "## pulumi preview of prod at abc123" in text and "~ 1 to update" in text
+        stated = "Not refreshed: the API endpoint admits only" in text
+        assert stated is (refresh == "false")
+        assert ("::warning::prod: preview not refreshed" in done.stdout) is (refresh == "false")

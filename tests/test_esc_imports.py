@@ -25,7 +25,7 @@ from llm_pd_eks_tools.stackfile import EnvironmentImportError, imported_environm
 RECORDED = DATA / "pulumi-config-json" / "dev.json"
 ENV = "llm-pd-eks/dev"
 # What esc/llm-pd-eks/dev.yaml's pulumiConfig sets, written out here (the test's own expectation).
-ENV_KEYS = ["llm-pd-eks:grafanaAdminPassword", "llm-pd-eks:hfToken"]
+ENV_KEYS = ["llm-pd-eks:alertWebhookUrl", "llm-pd-eks:grafanaAdminPassword", "llm-pd-eks:hfToken"]
 
 FAKE_PULUMI = """#!{python}
 import os, sys
@@ -76,18 +76,36 @@ def test_checked_in_stacks_import_nothing_and_need_no_cli(no_cli):
         assert load(stack, ROOT)[0]
 
 
-def test_definitions_set_the_secrets_as_secrets_and_log_in_by_oidc():
-    for path in sorted((ROOT / "esc").rglob("*.yaml")):
+def test_definitions_set_every_secret_only_key_as_a_secret():
+    """The environment a stack imports carries every secret-only value the program reads, and no
+    credentials (a job keeps its GitHub environment's role)."""
+    from llm_pd_eks.config.stack import SECRET_ONLY_KEYS
+
+    for stack in ("dev", "staging", "prod"):
+        path = ROOT / "esc" / "llm-pd-eks" / f"{stack}.yaml"
         values = yaml.safe_load(path.read_text())["values"]
-        oidc = values["aws"]["login"]["fn::open::aws-login"]["oidc"]
-        assert oidc["roleArn"].startswith("arn:aws:iam::") and oidc["sessionName"], path
-        assert "static" not in values["aws"]["login"]["fn::open::aws-login"], path
-        for name in ("hfToken", "grafanaAdminPassword", "alertWebhookUrl"):
+        for name in SECRET_ONLY_KEYS:
             secret = values["secrets"][name]["fn::secret"]
             assert not secret.startswith(("hf_", "https://")), f"{path}: a real secret is checked in"
-        assert sorted(values["pulumiConfig"]) == ENV_KEYS
+        assert sorted(values["pulumiConfig"]) == sorted(f"llm-pd-eks:{k}" for k in SECRET_ONLY_KEYS)
         assert all(v.startswith("${secrets.") for v in values["pulumiConfig"].values())
+        assert "aws" not in values and "environmentVariables" not in values, path
     assert stackfile.environment_keys([ENV], ROOT) == ENV_KEYS
+
+
+def test_people_log_in_by_oidc_through_an_environment_no_stack_imports():
+    for stack in ("dev", "staging", "prod"):
+        path = ROOT / "esc" / "llm-pd-eks" / f"{stack}-aws.yaml"
+        data = yaml.safe_load(path.read_text())
+        login = data["values"]["aws"]["login"]["fn::open::aws-login"]
+        assert "static" not in login, path
+        assert login["oidc"]["roleArn"].endswith(f":role/llm-pd-eks-{stack}-deploy") and login["oidc"]["sessionName"]
+        assert data["imports"] == [f"llm-pd-eks/{stack}"]
+        assert set(data["values"]["environmentVariables"]) == {
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+        }
 
 
 def test_imported_values_come_from_the_cli(checkout, fake_cli):

@@ -193,3 +193,26 @@ def test_the_served_engines_export_the_metrics_the_alerts_read(run: ProgramRun):
         llm = LLMConfig.model_validate(app["args"][f"{role}_config"])
         assert llm.log_engine_metrics is True, role
         assert not llm.engine_kwargs.get("disable_log_stats"), role
+
+
+def test_the_control_plane_eks_manages_is_neither_scraped_nor_alerted_on(programs):
+    """kube-controller-manager, kube-scheduler and etcd run in AWS's account: no monitor looks for them
+    and no default rule waits on them (KubeSchedulerDown / KubeControllerManagerDown would fire forever).
+    Value names: kube-prometheus-stack 88.5.3 values.yaml (`kubeScheduler.enabled`,
+    `defaultRules.rules.kubeSchedulerAlerting`, ...)."""
+    (release,) = [
+        r
+        for r in programs("dev").of_type("kubernetes:helm.sh/v3:Release")
+        if r.inputs["chart"] == "kube-prometheus-stack"
+    ]
+    values = release.inputs["values"]
+    for component in ("kubeControllerManager", "kubeScheduler", "kubeEtcd"):
+        assert values[component] == {"enabled": False}
+    rules = values["defaultRules"]["rules"]
+    assert {k for k, v in rules.items() if v is False} == {
+        "kubeControllerManager",
+        "kubeSchedulerAlerting",
+        "kubeSchedulerRecording",
+        "etcd",
+    }
+    assert "kubelet" not in rules and "kubeApiserverAvailability" not in rules  # what EKS lets us scrape stays on

@@ -12,6 +12,12 @@ from llm_pd_eks_tools.cli import Exit
 from llm_pd_eks_tools.placeholders import DEFAULT_RUNNER, documentation_range, find_placeholders, runner_label
 
 CLEAN = {
+    "observability": {
+        "alerting": {
+            "runbookBaseUrl": "https://github.com/acme/llm-pd-eks/blob/main/docs/operations.md",
+            "snsSubscriptions": [{"protocol": "email", "endpoint": "oncall@acme.test"}],
+        }
+    },
     "network": {"vpcCidr": "10.40.0.0/16", "availabilityZones": ["us-west-2a", "us-west-2b"]},
     "cluster": {"publicAccessCidrs": ["198.18.0.0/15"], "adminPrincipalArns": ["arn:aws:iam::210987654321:role/admin"]},
     "gpuNodes": {"instanceType": "p4d.24xlarge", "availabilityZone": "us-west-2a"},
@@ -22,8 +28,9 @@ CLEAN = {
 }
 
 
-def keys(values: dict, runner=None) -> list[str]:
-    return [p.key.split(":", 1)[1] for p in find_placeholders(validate_values(values), runner)]
+def keys(values: dict, runner=None, secret_keys=()) -> list[str]:
+    config = validate_values(values, secret_keys=list(secret_keys))
+    return [p.key.split(":", 1)[1] for p in find_placeholders(config, runner)]
 
 
 def test_a_real_looking_stack_has_none():
@@ -34,6 +41,22 @@ def test_a_real_looking_stack_has_none():
 def test_documentation_cidrs_flagged(cidr):
     found = keys({**CLEAN, "cluster": {**CLEAN["cluster"], "publicAccessCidrs": [cidr]}})
     assert found == ["cluster.publicAccessCidrs"]
+
+
+@pytest.mark.parametrize(
+    "alerting, flagged",
+    [
+        ({"runbookBaseUrl": None}, ["observability.alerting.runbookBaseUrl"]),
+        ({"snsSubscriptions": []}, ["observability.alerting.snsSubscriptions"]),
+        ({"snsSubscriptions": [], "receiver": "webhook"}, []),  # the webhook secret is required by the config
+    ],
+)
+def test_alerting_that_reaches_nobody_is_flagged(alerting, flagged):
+    values = {**CLEAN, "observability": {"alerting": {**CLEAN["observability"]["alerting"], **alerting}}}
+    secrets = ["llm-pd-eks:alertWebhookUrl"] if alerting.get("receiver") == "webhook" else []
+    if secrets:
+        values["alertWebhookUrl"] = "https://hooks.example.invalid/x"
+    assert keys(values, secret_keys=secrets) == flagged
 
 
 def test_ipv6_documentation_range_known():
@@ -105,11 +128,112 @@ def test_preview_prints_the_warning_and_summary_has_a_callout(tmp_path, programs
 
     result = preview("dev", out=tmp_path / "dev", run=programs("dev"), progress=lambda _m: None)
     text = render_text(result)
-    assert "WARNING: 1 placeholder value(s)" in text  # the CIDR; the DLC image is no placeholder
+    # the CIDR, no runbook URL, no SNS subscription; the DLC image is no placeholder
+    assert "WARNING: 3 placeholder value(s)" in text
     assert text.index("WARNING:") < text.index("RESULT: OK")
     summary = (tmp_path / "dev" / "summary.md").read_text()
     assert "> [!WARNING]" in summary and "203.0.113.0/24" in summary
     assert result.exit_code == 0  # a warning, not a violation
+
+
+# --- ESC environments and the stack file's own values ------------------------------------------------
+
+
+@pytest.fixture
+def esc_checkout(tmp_path):
+    """A copy whose dev stack imports llm-pd-eks/dev (its checked-in definition: "set me" values)."""
+    from helpers import copy_checkout
+
+    root = copy_checkout(tmp_path / "repo")
+    path = root / "Pulumi.dev.yaml"
+    path.write_text("environment:\n  - llm-pd-eks/dev\n" + path.read_text())
+    return root
+
+
+def test_esc_definitions_that_name_themselves_placeholders_are_found(esc_checkout):
+    from llm_pd_eks_tools.placeholders import stack_file_placeholders
+
+    found = {p.key: p for p in stack_file_placeholders("dev", esc_checkout)}
+    for name in ("hfToken", "grafanaAdminPassword", "alertWebhookUrl"):
+        assert f"esc llm-pd-eks/dev: values.secrets.{name}.fn::secret" in found
+    # filled in: nothing left in the environment
+    definition = esc_checkout / "esc" / "llm-pd-eks" / "dev.yaml"
+    definition.write_text(definition.read_text().replace('"set me: esc env set', '"{{from the vault}} esc env set'))
+    assert not [p for p in stack_file_placeholders("dev", esc_checkout) if p.key.startswith("esc ")]
+
+
+def test_a_stack_file_secret_hides_the_environments(esc_checkout):
+    from llm_pd_eks_tools.placeholders import stack_file_placeholders
+
+    path = esc_checkout / "Pulumi.dev.yaml"
+    path.write_text(path.read_text() + "  llm-pd-eks:hfToken:\n    secure: v1:placeholder:replace-me\n")
+    (shadow,) = [p for p in stack_file_placeholders("dev", esc_checkout) if p.key == "llm-pd-eks:hfToken"]
+    assert "the stack file's value wins and hides the environment's" in shadow.why
+    assert "pulumi config rm llm-pd-eks:hfToken" in shadow.why
+
+
+def test_a_plain_value_that_says_set_me_is_found(tmp_path):
+    from helpers import copy_checkout
+
+    from llm_pd_eks_tools.placeholders import stack_file_placeholders
+
+    root = copy_checkout(tmp_path / "repo")
+    path = root / "Pulumi.dev.yaml"
+    path.write_text(path.read_text().replace("modelId: ", "modelId: set-me-"))
+    found = list(stack_file_placeholders("dev", root))
+    assert [p.key for p in found] == ["llm-pd-eks:serving"] and "set-me-" in found[0].value
+
+
+def test_the_gate_refuses_a_stack_importing_placeholder_secrets(esc_checkout, tmp_path):
+    """Through the command line, as the deploy and review-stack jobs run it; the imported values come
+    from a fake `pulumi config --json` (tests/data/pulumi-config-json/dev.json, the CLI's own shape)."""
+    import os
+
+    from helpers import DATA
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "pulumi"
+    recorded = str(DATA / "pulumi-config-json" / "dev.json")
+    fake.write_text(f"#!{sys.executable}\nimport sys\nsys.stdout.write(open({recorded!r}).read())\n")
+    fake.chmod(0o755)
+    proc = subprocess.run(
+        [sys.executable, "-m", "llm_pd_eks_tools.placeholders", "--stack", "dev"],
+        cwd=esc_checkout,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"},
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "esc llm-pd-eks/dev: values.secrets.alertWebhookUrl.fn::secret" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "cidrs, runner, refresh",
+    [
+        (["0.0.0.0/0"], "", "true"),  # open endpoint: a hosted runner reaches it
+        (["198.18.0.0/15"], "", "false"),  # allow-listed: GitHub's shared ranges are not in it
+        (["198.18.0.0/15"], "vpc-runner", "true"),  # the stack's runner
+        ([], "vpc-runner", "true"),
+    ],
+)
+def test_preview_runner_and_refresh(cidrs, runner, refresh):
+    from llm_pd_eks_tools.placeholders import reaches_api
+
+    config = validate_values({**CLEAN, "cluster": {**CLEAN["cluster"], "publicAccessCidrs": cidrs}})
+    why = reaches_api(config, runner_label(config, runner or None))
+    assert (why is None) is (refresh == "true")
+
+
+def test_preview_mode_writes_runner_refresh_and_note(tmp_path):
+    out = tmp_path / "github_output"
+    proc = cli("--stack", "prod", "--preview", "--github-output", str(out))
+    assert proc.returncode == 0, proc.stderr  # placeholders do not stop a preview
+    lines = dict(line.split("=", 1) for line in out.read_text().splitlines())
+    assert lines["runner"] == DEFAULT_RUNNER and lines["refresh"] == "false"
+    assert "admits only cluster.publicAccessCidrs (203.0.113.0/24)" in lines["note"]
 
 
 # -- secure values, hosted runners and runner labels ---------------------------------------------
@@ -117,6 +241,13 @@ def test_preview_prints_the_warning_and_summary_has_a_callout(tmp_path, programs
 PRIVATE = {
     "network": {"vpcCidr": "10.40.0.0/16", "availabilityZones": ["us-west-2a", "us-west-2b"]},
     "gpuNodes": {"instanceType": "p4d.24xlarge", "availabilityZone": "us-west-2a"},
+    # alerting that reaches someone, with a runbook link (else those are placeholders too)
+    "observability": {
+        "alerting": {
+            "runbookBaseUrl": "https://github.com/acme/llm-pd-eks/blob/main/docs/operations.md",
+            "snsSubscriptions": [{"protocol": "email", "endpoint": "oncall@acme.test"}],
+        }
+    },
 }
 
 

@@ -213,11 +213,13 @@ def test_reservation_size_against_max_size_and_the_roll_surge(total, change, sta
     capacity = {"reservationId": RID}
     gpu = {} if change is None else {"templateChange": change}
     result = preflight.check_capacity(
-        ec2_answering(reservation(TotalInstanceCount=total)), config(capacity, **gpu), now=NOW
+        ec2_answering(reservation(TotalInstanceCount=total, AvailableInstanceCount=total)),
+        config(capacity, **gpu),
+        now=NOW,
     )
     assert result.status == status, result
     if status == "warning":
-        assert f"holds {total} instance(s), fewer than maxSize 4" in result.detail
+        assert f"holds {total} instance(s) this stack can use, fewer than maxSize 4" in result.detail
         assert ("plus 2 for a blue/green template change" in result.detail) is (change == "blueGreen")
 
 
@@ -293,3 +295,39 @@ def test_unknown_version_fails():
     stub.add_response("describe_cluster_versions", {"clusterVersions": []}, {"clusterVersions": ["1.99"]})
     stub.activate()
     assert preflight.check_eks_version(client, "1.99").status == "FAIL"
+
+
+def ec2_with_own_instances(cr: dict, own: int):
+    """DescribeCapacityReservations, then DescribeInstances for this stack's instances in it."""
+    client = boto3.client("ec2", region_name="us-east-1")
+    stub = Stubber(client)
+    stub.add_response(
+        "describe_capacity_reservations", {"CapacityReservations": [cr]}, {"CapacityReservationIds": [RID]}
+    )
+    filters = [
+        {"Name": "capacity-reservation-id", "Values": [RID]},
+        {"Name": "tag:stack", "Values": ["prod"]},
+        {"Name": "instance-state-name", "Values": ["pending", "running"]},
+    ]
+    instances = [{"InstanceId": f"i-{n:017x}"} for n in range(own)]
+    stub.add_response("describe_instances", {"Reservations": [{"Instances": instances}]}, {"Filters": filters})
+    stub.activate()
+    return client, stub
+
+
+@pytest.mark.parametrize(
+    "available, own, status",
+    [
+        (4, 0, "ok"),  # a first `up`: every slot free
+        (1, 0, "FAIL"),  # three slots held by other instances: minSize 2 cannot launch
+        (0, 4, "ok"),  # this stack's own four nodes hold every slot (a later `up`)
+        (0, 1, "FAIL"),
+    ],
+)
+def test_free_slots_decide_not_the_reservations_size(available, own, status):
+    client, stub = ec2_with_own_instances(reservation(AvailableInstanceCount=available), own)
+    result = preflight.check_capacity(client, config({"reservationId": RID}), now=NOW, stack="prod")
+    stub.assert_no_pending_responses()
+    assert result.status == status, result
+    if status == "FAIL":
+        assert f"only {available} of its 4 instance(s) are free (AvailableInstanceCount)" in result.detail

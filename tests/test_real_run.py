@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,10 @@ import pytest
 import yaml
 from kuberay_start_params import raylet_resources, worker_ray_start
 
+from llm_pd_eks import metrics as m
 from llm_pd_eks.models import MODELS
 from llm_pd_eks.ray_service import ROLES
+from llm_pd_eks_tools.realrun import evidence
 from llm_pd_eks_tools.realrun.render import (
     MODEL_CONFIGS,
     OVERRIDE_SECTIONS,
@@ -167,3 +170,162 @@ def test_the_gpu_side_runner_needs_nothing_of_this_project() -> None:
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
+
+
+# --- the evidence: what the saved run showed, replayed ----------------------------------------------
+
+RUN = evidence.latest()
+PD = evidence.load(RUN, "evidence-pd.json")
+RECORD = evidence.load(RUN, "run.json")
+SCRAPE = evidence.scrape_text(RUN, "metrics-pd")
+AFTER_BENCH = evidence.scrape_text(RUN, "metrics-pd-after-bench")
+# Counters OpenTelemetry exports only once incremented (Ray's recorder registers the instrument
+# lazily): the run had no failed transfer, failed notification or expired KV lease to count.
+NOT_YET_INCREMENTED = {m.NIXL_FAILED_TRANSFERS, m.NIXL_FAILED_NOTIFICATIONS, m.NIXL_KV_EXPIRED}
+
+
+def scraped_families(text: str) -> dict[str, str]:
+    return evidence.metric_types(text)
+
+
+def project_ray_names() -> set[str]:
+    """Every Ray-exported name metrics.py holds (what alerts, dashboards and verify query)."""
+    return {
+        v
+        for k, v in vars(m).items()
+        if k.isupper() and isinstance(v, str) and v.startswith(m.RAY_PREFIX) and v != m.RAY_PREFIX
+    }
+
+
+def test_the_run_record_names_the_release_the_stacks_pin() -> None:
+    from llm_pd_eks import serving_image
+
+    versions = RECORD["versions"]
+    assert (versions["ray"], versions["vllm"]) == (serving_image.DLC_RAY_VERSION, serving_image.DLC_VLLM_VERSION)
+    assert versions["nixl"] == versions["nixl-cu13"]
+    assert "H200" in versions["gpu"]
+    assert RECORD["versions"] == PD["versions"]
+
+
+def test_the_run_came_from_committed_code() -> None:
+    commit = RECORD["commit"]
+    proc = subprocess.run(
+        ["git", "merge-base", "--is-ancestor", commit, "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, f"{commit} is not in this checkout's history: {proc.stderr}"
+
+
+def test_serve_ran_the_pd_app_with_both_roles_and_the_ingress() -> None:
+    assert PD["app_status"] == "RUNNING"
+    deployments = PD["serve_status"]["applications"]["llm"]["deployments"]
+    assert {d.split(":")[0] for d in deployments} == {"Prefill", "Decode", "OpenAiIngress"}
+    assert all(d["status"] == "HEALTHY" for d in deployments.values())
+
+
+def test_chat_and_streamed_completions_answered_through_pd() -> None:
+    assert PD["models"]["ids"] == [RECORD["model_id"]]
+    for probe in ("chat_verify", "chat_short"):
+        assert PD[probe]["status"] == 200 and PD[probe]["content_chars"] > 0, probe
+    # verify's own request (a ~3,000-word prompt) was served whole
+    assert PD["chat_verify"]["usage"]["prompt_tokens"] > 3000
+    assert PD["stream"]["done"] and PD["stream"]["chunks"] > 1
+
+
+def nixl_counts(snapshot: dict[str, dict[str, float]], node: str) -> float:
+    return sum(v for k, v in snapshot[node].items() if k.startswith(m.NIXL_BYTES + "_count"))
+
+
+def test_kv_moved_over_nixl_on_the_decode_side_once_per_request() -> None:
+    before, after, bench = PD["nixl_before"], PD["nixl_after"], PD["nixl_after_bench"]
+    assert nixl_counts(before, "decode") == 0
+    # three probe requests (verify's chat, a short chat, a stream): three pulls by decode
+    assert nixl_counts(after, "decode") == 3
+    assert nixl_counts(bench, "decode") == 3 + sum(row["completed"] for row in PD["bench"])
+    # the prefill side moves nothing itself: decode pulls (metrics.py's docstring)
+    assert nixl_counts(bench, "prefill") == 0
+
+
+def test_every_ray_metric_the_project_queries_is_on_the_live_endpoint() -> None:
+    live = scraped_families(AFTER_BENCH)
+    missing = []
+    for name in sorted(project_ray_names() - NOT_YET_INCREMENTED):
+        family = name.removesuffix("_total") if name.endswith("_total") else name
+        if name not in live and family not in live:
+            missing.append(name)
+    assert not missing, f"queried but not exported by the live app: {missing}"
+
+
+def test_the_live_types_are_the_ones_the_project_assumes() -> None:
+    live = scraped_families(AFTER_BENCH)
+    for vllm_name, kind in m.VLLM_METRICS.items():
+        name = m.scraped_name(vllm_name)
+        if name in NOT_YET_INCREMENTED:
+            continue
+        family = name.removesuffix("_total") if kind == m.COUNTER else name
+        assert live.get(name, live.get(family)) == kind, vllm_name
+
+
+def test_the_counters_not_exported_are_counters_the_run_never_incremented() -> None:
+    assert all(m.VLLM_METRICS[v] == m.COUNTER for v in m.VLLM_METRICS if m.scraped_name(v) in NOT_YET_INCREMENTED)
+    names = {s.name for s in evidence.samples(AFTER_BENCH)}
+    assert not NOT_YET_INCREMENTED & names
+
+
+def test_the_live_bucket_bounds_are_the_ones_the_slos_use() -> None:
+    for vllm_name, bounds in m.BUCKETS.items():
+        les = {
+            s.labels["le"]
+            for s in evidence.samples(SCRAPE)
+            if s.name == m.scraped_name(vllm_name) + "_bucket" and s.labels["le"] != "+Inf"
+        }
+        assert les == {m.le(b) for b in bounds}, vllm_name
+
+
+def test_verify_reads_the_backend_from_real_nixl_log_lines() -> None:
+    from llm_pd_eks_tools.verify.checks import NIXL_BACKEND_LINE
+
+    found = {b for line in PD["nixl_log_lines"] for b in NIXL_BACKEND_LINE.findall(line)}
+    assert found == {"UCX"}  # the run's deviation; on EFA nodes verify requires LIBFABRIC
+
+
+def test_the_serve_metrics_carry_the_labels_the_dashboards_group_by() -> None:
+    target = [s for s in evidence.samples(SCRAPE) if s.name == m.SERVE_TARGET_REPLICAS]
+    assert {s.labels["deployment"].split(":")[0] for s in target} == {"Prefill", "Decode", "OpenAiIngress"}
+    assert all(s.labels["application"] == "llm" for s in target)
+    ttft = [s for s in evidence.samples(SCRAPE) if s.name == m.TTFT + "_count"]
+    assert ttft and all({"ReplicaId", "model_name", "engine"} <= s.labels.keys() for s in ttft)
+
+
+def test_verifys_kv_queries_see_the_runs_transfers_in_a_real_prometheus(tmp_path: Path) -> None:
+    """verify's own PromQL (kv-bytes, kv-failures, kv-throughput) over the live app's NIXL series,
+    loaded into Debian's Prometheus with the `phase` label the scrape config adds from the pod."""
+    from prom_fixtures import backfill, get_json, prometheus
+
+    from llm_pd_eks_tools.verify import checks
+
+    series: dict[str, list[Any]] = {}
+    for s in evidence.samples(AFTER_BENCH):
+        if s.name.startswith(m.RAY_PREFIX + "vllm_nixl") and s.node in ROLES:
+            series.setdefault(s.name, []).append(({**s.labels, m.PHASE_LABEL: s.node}, lambda _i, v=s.value: v))
+    assert series
+    data = backfill(tmp_path, series, 5)
+    with prometheus(tmp_path, data, {"global": {"scrape_interval": "1h"}, "scrape_configs": []}) as url:
+
+        def query(expr: str) -> float | None:
+            reply = get_json(f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+            result = reply["data"]["result"]
+            return float(result[0]["value"][1]) if result else None
+
+        transfers = query(checks.KV_COUNT)
+        moved = query(checks.KV_BYTES)
+        assert transfers == nixl_counts(PD["nixl_after_bench"], "decode")
+        assert moved is not None and moved / transfers > 2**20  # whole prompts' KV, MiBs per transfer
+        assert query(checks.KV_FAILED) is None  # never incremented: verify reads "no series" as 0 failures
+        gbps = query(checks.KV_GBPS)
+        assert gbps is not None and 0 < gbps < 100
+
+
+def test_the_real_run_page_shows_the_saved_run() -> None:
+    """docs/real-run.md's overrides and results are generated (`python -m llm_pd_eks_tools.realrun.evidence`)."""
+    text = evidence.DOC.read_text()
+    assert evidence.rendered_doc(text) == text

@@ -115,3 +115,28 @@ def test_closed_pr_destroys_its_stack_or_nothing(tmp_path):
     done, calls = run_step(script, tmp_path, {"FULL_STACK": "acme/pr-9", "FAKE_STACKS": "", "FAKE_TAGS": "{}"})
     assert done.returncode == 0, done.stderr
     assert calls == ["stack select acme/pr-9", "destroy --yes --skip-preview --remove --stack acme/pr-9"]
+
+
+def test_review_stack_is_gated_before_any_credentials_and_preflighted():
+    """The deploy gate's checks run on the review stack too: placeholders before AWS credentials (so a
+    stack with example values builds nothing), preflight after them and before `up`."""
+    steps = workflow()["jobs"]["up"]["steps"]
+    names = [s.get("name") or s.get("uses", "") for s in steps]
+    gate = names.index("No placeholder values in the review stack")
+    creds = next(i for i, n in enumerate(names) if n.startswith("aws-actions/configure-aws-credentials@"))
+    preflight = names.index("Preflight")
+    up = names.index("pulumi up (serving layer off)")
+    assert names.index("Review stack file and its cost") < gate < creds < preflight < up
+    assert 'placeholders --stack "$STACK"' in steps[gate]["run"]
+    assert steps[gate]["env"]["STACK"] == "${{ steps.review.outputs.stack }}"
+    assert steps[preflight]["run"] == 'make preflight STACK="$STACK"'
+
+
+def test_deploy_previews_prod_at_the_merged_commit_before_its_approval():
+    jobs = yaml.safe_load((ROOT / ".github" / "workflows" / "deploy.yml").read_text())["jobs"]
+    assert jobs["prod-preview"]["uses"] == "./.github/workflows/pulumi-preview.yml"
+    assert jobs["prod-preview"]["with"]["stack"] == "prod" and jobs["prod-preview"]["needs"] == "staging"
+    assert set(jobs["prod"]["needs"]) == {"staging", "prod-preview"}
+    up = yaml.safe_load((ROOT / ".github" / "workflows" / "pulumi-up.yml").read_text())["jobs"]["up"]
+    names = [s.get("name") or s.get("uses", "") for s in up["steps"]]
+    assert names.index("Preflight") < next(i for i, n in enumerate(names) if n.startswith("pulumi/actions@"))

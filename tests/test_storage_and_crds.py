@@ -82,11 +82,24 @@ def test_ebs_csi_add_on_with_its_own_irsa_role(run: ProgramRun) -> None:
     assert attachment.inputs["policyArn"] == EBS_CSI_POLICY_ARN
 
 
+def test_every_launch_template_tags_its_root_volume(run: ProgramRun) -> None:
+    """EC2 tags only the resource types a tag specification names: the root volume needs its own."""
+    for template in run.of_type("aws:ec2/launchTemplate:LaunchTemplate"):
+        specs = {s["resourceType"]: s["tags"] for s in template.inputs["tagSpecifications"]}
+        assert specs["volume"]["stack"] == run.stack and specs["volume"]["project"] == "llm-pd-eks"
+        assert specs["volume"] == specs["instance"], template.name
+
+
 def test_gp3_class_binds_in_the_system_nodes_zones(run: ProgramRun) -> None:
     (sc,) = run.of_type("kubernetes:storage.k8s.io/v1:StorageClass")
     spec = sc.inputs
     assert spec["metadata"]["name"] == STORAGE_CLASS and spec["provisioner"] == "ebs.csi.aws.com"
-    assert spec["parameters"] == {"type": "gp3", "encrypted": "true"}
+    # the stack's tags on every volume the CSI driver creates (aws-ebs-csi-driver docs/tagging.md:
+    # StorageClass parameters tagSpecification_<n> = "key=value"), so the cost audit counts them
+    tagged = {k: v for k, v in spec["parameters"].items() if k.startswith("tagSpecification_")}
+    assert {k: v for k, v in spec["parameters"].items() if k not in tagged} == {"type": "gp3", "encrypted": "true"}
+    tags = dict(v.split("=", 1) for v in tagged.values())
+    assert tags["project"] == "llm-pd-eks" and tags["stack"] == run.stack
     assert spec["volumeBindingMode"] == "WaitForFirstConsumer"
     (term,) = spec["allowedTopologies"]
     (expr,) = term["matchLabelExpressions"]
@@ -132,7 +145,9 @@ def test_alerts_route_to_the_topic_the_program_creates(run: ProgramRun) -> None:
     (role,) = [r for r in run.of_type("aws:iam/role:Role") if "alertmanager" in r.name]
     assert ALERTMANAGER_SERVICE_ACCOUNT in role.inputs["assumeRolePolicy"]
     assert values["alertmanager"]["serviceAccount"]["annotations"]["eks.amazonaws.com/role-arn"] == role.outputs["arn"]
-    (inhibit,) = [r for r in am["inhibit_rules"] if any("TTFT" in t for t in r["target_matchers"])]
+    (inhibit,) = [
+        r for r in am["inhibit_rules"] if any("KVTransferFailures" in t for t in r.get("source_matchers", []))
+    ]
     assert all(a in inhibit["source_matchers"][0] for a in KV_PATH_ALERTS)
     assert all(a in inhibit["target_matchers"][0] for a in KV_CAUSED_ALERTS)
 

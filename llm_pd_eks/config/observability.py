@@ -3,7 +3,7 @@ delivery (llm_pd_eks/observability.py, llm_pd_eks/alerts.py)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Optional
 
 from pydantic import (
     Field,
@@ -34,12 +34,13 @@ class AlertingConfig(Strict):
     sns_subscriptions: list[SnsSubscriptionConfig] = Field(
         default_factory=list, description="Subscriptions of the alert topic (receiver sns)."
     )
-    runbook_base_url: str = Field(
-        default="docs/day-two.md",
-        min_length=1,
-        description="Where the runbooks page can be read "
-        "(e.g. https://github.com/<org>/<repo>/blob/main/docs/day-two.md); "
-        "every alert's runbook_url is this plus its runbook anchor.",
+    runbook_base_url: Optional[str] = Field(
+        default=None,
+        pattern=r"^https://[^\s#]+$",
+        description="Absolute https URL of the page holding the runbooks (docs/operations.md where the "
+        "repository is browsed, e.g. https://github.com/<org>/<repo>/blob/main/docs/operations.md); every "
+        "alert's runbook_url is this plus its runbook anchor. Unset: alerts carry no runbook link and the "
+        "deploy gate refuses the stack.",
     )
     group_wait: str = Field(
         default="30s",

@@ -2,12 +2,14 @@
 
 A run folder holds `run.json` (when, on what, with which command and commit), `evidence-pd.json` and
 `evidence-agg.json` (what `gpu_main` wrote: Serve's status, the probes, NIXL's counters before and
-after, the NIXL log lines, `vllm bench serve` rows) and `metrics-pd.prom` (every node's Ray metrics
-endpoint after the probe requests, each block headed `# node <raylet>`).
+after, the NIXL log lines, `vllm bench serve` rows) and `metrics-pd.prom.gz` (every node's Ray metrics
+endpoint after the probe requests, each block headed `# node <raylet>`; its `ray_vllm_*` and `ray_serve_*`
+families with every label, gzip).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from dataclasses import dataclass
@@ -41,6 +43,11 @@ def latest() -> Path:
 
 def load(run: Path, name: str) -> dict[str, Any]:
     return json.loads((run / name).read_text())
+
+
+def scrape_text(run: Path, name: str) -> str:
+    """A saved scrape (`<name>.prom.gz`)."""
+    return gzip.decompress((run / f"{name}.prom.gz").read_bytes()).decode()
 
 
 def samples(text: str) -> list[Sample]:
@@ -98,3 +105,106 @@ def bench_table(pd: dict[str, Any], agg: dict[str, Any]) -> list[dict[str, Any]]
                 }
             )
     return rows
+
+
+# --- docs/real-run.md: the generated sections -----------------------------------------------------
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "real-run.md"
+
+
+def overrides_section(overrides: dict[str, Any]) -> str:
+    lines = ["| where | what | value | why |", "| --- | --- | --- | --- |"]
+    for section in ("stack_config", "serve_config", "llm_config", "raylet"):
+        for item in overrides[section]:
+            lines.append(f"| {section} | `{item['path']}` | `{json.dumps(item['value'])}` | {item['reason']} |")
+    return "\n".join(lines)
+
+
+def _ms(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def results_section(run: Path) -> str:
+    record, pd = load(run, "run.json"), load(run, "evidence-pd.json")
+    agg = load(run, "evidence-agg.json") if (run / "evidence-agg.json").is_file() else {}
+    v = record["versions"]
+    decode_pulls = sum(val for key, val in pd["nixl_after_bench"]["decode"].items() if "bytes_transferred_count" in key)
+    lines = [
+        f"Run of {record['date_utc']} on {v['gpu']} (Ray {v['ray']}, vLLM {v['vllm']}, NIXL {v['nixl']}, "
+        f"torch {v['torch']}, Python {v['python']}), commit `{record['commit'][:12]}`, the {record['stack']} "
+        f"stack's `{record['model_id']}` with dummy weights, **{record['fabric']}**.",
+        "",
+        f"- Serve: application `llm` {pd['app_status']}, deployments "
+        + ", ".join(f"{d} {s['status']}" for d, s in pd["serve_status"]["applications"]["llm"]["deployments"].items())
+        + ".",
+        f"- verify's chat request ({pd['chat_verify']['usage']['prompt_tokens']:,} prompt tokens): HTTP "
+        f"{pd['chat_verify']['status']} in {pd['chat_verify']['seconds']} s; a streamed completion: "
+        f"{pd['stream']['chunks']} chunks, first after {pd['stream']['first_chunk_s']} s.",
+        f"- KV over NIXL: decode pulled once per request ({decode_pulls:.0f} pulls for the three probes and "
+        f"{sum(r['completed'] for r in pd['bench'])} benchmark requests); the prefill side records none; the "
+        "failure and expiry counters were never incremented, so the live endpoint does not export them yet.",
+        xfer_line(scrape_text(run, "metrics-pd-after-bench")),
+        "- Every `ray_vllm_*` and `ray_serve_*` name `llm_pd_eks/metrics.py` holds was on the live endpoint with "
+        "the type it assumes (tests/test_real_run.py).",
+        "",
+        f"`vllm bench serve`, random prompts of {pd['bench'][0]['input_len']} tokens, "
+        f"{pd['bench'][0]['output_len']} output tokens (`--ignore-eos`), closed loop at a fixed number of clients. "
+        "TPOT is the time per output token after the first (vLLM's `tpot`); vLLM's per-chunk ITL is not shown, "
+        "because Ray Serve LLM streams several tokens per chunk (median ITL ~0 ms).",
+        "",
+        "| arm | clients | requests | median TTFT ms | p99 TTFT ms | median TPOT ms | p99 TPOT ms | output tok/s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    agg_rows = {r["clients"]: r for r in agg.get("bench", [])}
+    for row in pd["bench"]:
+        for arm, r in (("P/D (UCX, one GPU)", row), ("aggregated", agg_rows.get(row["clients"]))):
+            if not r or "median_ttft_ms" not in r:
+                continue
+            lines.append(
+                f"| {arm} | {r['clients']} | {r['completed']} | {_ms(r['median_ttft_ms'])} | {_ms(r['p99_ttft_ms'])} "
+                f"| {r['median_tpot_ms']:.2f} | {r['p99_tpot_ms']:.2f} | {r['output_throughput']:,.0f} |"
+            )
+    if not agg_rows:
+        lines += ["", "The aggregated arm did not run in this session (no GPU could be had a second time)."]
+    return "\n".join(lines)
+
+
+def xfer_line(text: str) -> str:
+    """How long NIXL's pulls took, from vLLM's own histogram (decode side)."""
+    buckets = sorted(
+        (float(s.labels["le"]), s.value)
+        for s in samples(text)
+        if s.name == "ray_vllm_nixl_xfer_time_seconds_bucket" and s.node == "decode"
+    )
+    total = buckets[-1][1]
+    within = dict(buckets)
+    return (
+        f"- NIXL pull time (vLLM's `nixl_xfer_time_seconds`, decode): {within[0.1]:.0f} of {total:.0f} within "
+        f"100 ms, {total - within[1.0]:.0f} between 1 and 5 s. That is UCX moving whole prompts' KV between two "
+        "processes on one GPU, the slow path this project configures LIBFABRIC to avoid; it is not an EFA figure, "
+        "and it is most of P/D's TTFT in the table below."
+    )
+
+
+def with_section(text: str, name: str, body: str) -> str:
+    start, end = f"<!-- section:{name} -->", f"<!-- /section:{name} -->"
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{body}\n{end}{tail}"
+
+
+def rendered_doc(text: str) -> str:
+    from llm_pd_eks_tools.realrun.render import load_overrides
+
+    text = with_section(text, "overrides", overrides_section(load_overrides()))
+    return with_section(text, "results", results_section(latest()))
+
+
+def main() -> int:
+    DOC.write_text(rendered_doc(DOC.read_text()))
+    print(DOC)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
