@@ -146,11 +146,13 @@ size: $(DEV_STAMP)
 
 # The EFA GPU instance-type table, from EC2 DescribeInstanceTypes data (moto's capture): writes the
 # program's copy (llm_pd_eks/data/) and the policy pack's own (policies/data/). Then the pack's copy of
-# KubeRay's resource-name rules (policies/data/kuberay_resource_flags.json) from llm_pd_eks/ray_resources.py.
+# KubeRay's resource-name rules (policies/data/kuberay_resource_flags.json) from llm_pd_eks/ray_resources.py,
+# and the pack's inert resource types (policies/data/inert_types.txt) from the installed provider SDKs.
 .PHONY: facts
 facts: $(DEV_STAMP)
 	@$(PY) -m llm_pd_eks_tools.gen_instance_types
 	@$(PY) -m llm_pd_eks_tools.gen_ray_resources
+	@$(PY) -m llm_pd_eks_tools.gen_resource_types
 # After `pulumi up`: vllm bench serve sweep (a Job on the system nodes, or ENDPOINT directly) and
 # nixlbench's LIBFABRIC output (NIXLBENCH) -> calibration/<stack>.yaml, used by `make size` and the preview.
 calibrate: $(DEV_STAMP)

@@ -57,6 +57,7 @@ def test_info_announces_every_rule_with_its_level_and_kind():
         "ray-custom-resources-reach-raylet",
         "resource-decodable",
         "serving-workloads-visible",
+        "unjudgeable-type",
     }
     assert set(policies) == stack_rules | resource_rules
     for name, p in policies.items():

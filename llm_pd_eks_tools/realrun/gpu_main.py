@@ -64,7 +64,7 @@ CHAT_TEMPLATE = (
 def build_tokenizer(bundle: Path) -> None:
     """A byte-level BPE trained in seconds on generated text, padded to the model's vocabulary so every
     id a dummy-weight model samples decodes (filler tokens are ASCII, which byte-level maps to itself)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # type: ignore[import-not-found]
 
     MODEL_DIR.mkdir(parents=True, exist_ok=True)
     config = json.loads((bundle / "model" / "config.json").read_text())
@@ -115,7 +115,7 @@ def ray_cmd() -> list[str]:
     return [sys.executable, "-c", "import sys; from ray.scripts.scripts import main; sys.argv[0] = 'ray'; main()"]
 
 
-def start_raylets(bundle: Path) -> dict[str, object]:
+def start_raylets(bundle: Path) -> dict[str, list[str]]:
     raylets = json.loads((bundle / "raylets.json").read_text())
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="0", RAY_USAGE_STATS_ENABLED="0")
     head = raylets["head"]
@@ -223,7 +223,7 @@ def chat(model: str, content: str, max_tokens: int = 16) -> dict:
         "messages": [{"role": "user", "content": content}],
     }
     status, text = http("POST", f"{SERVE}/v1/chat/completions", body, timeout=300)
-    out = {"status": status, "seconds": round(time.monotonic() - started, 3)}
+    out: dict[str, object] = {"status": status, "seconds": round(time.monotonic() - started, 3)}
     try:
         reply = json.loads(text)
         out["usage"] = reply.get("usage")

@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
-from . import capacity, gpu_nodes, intake, ray_resources, ray_serving, security, visibility
+from . import (
+    capacity,
+    efa_security,
+    gpu_nodes,
+    intake,
+    ray_resources,
+    ray_serving,
+    references,
+    security,
+    universe,
+    visibility,
+)
 
 PACK_NAME = "llm-pd-eks-policies"
 
 POLICIES = [
     *gpu_nodes.POLICIES,
+    *efa_security.POLICIES,
+    *references.POLICIES,
     *ray_serving.POLICIES,
     *security.POLICIES,
     *capacity.POLICIES,
     *ray_resources.POLICIES,
     *intake.POLICIES,
     *visibility.POLICIES,
+    *universe.POLICIES,
 ]

@@ -15,9 +15,11 @@ Placement (`_placement_check`, same policy):
   (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-using.html);
 - a template targeting an ODCR that was created in a cluster placement group launches into exactly
   that group: such a reservation serves only instances launched into its group
-  (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/cr-cpg.html). The group comes from policy
-  config `reservationPlacementGroups` (`{"cr-…": "name"}`, `""` for a reservation in no group, as
-  preflight reads it from DescribeCapacityReservations `PlacementGroupArn`); unknown: skipped.
+  (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/cr-cpg.html). The group comes from the
+  plan when the stack manages the reservation (its `placementGroupArn`: the PlacementGroup feeding it,
+  or the ARN's name), else from policy config `reservationPlacementGroups` (`{"cr-…": "name"}`, `""`
+  for a reservation in no group, as preflight reads it from DescribeCapacityReservations
+  `PlacementGroupArn`); unknown: skipped.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from .common import config_with_defaults, dig, is_unknown, join
+from .common import PLACEMENT_GROUP, config_with_defaults, dig, is_unknown, join
 from .stack import StackView
 
 CAPACITY_RESERVATION = "aws:ec2/capacityReservation:CapacityReservation"
@@ -92,13 +94,21 @@ def _placement_check(view: StackView, cap: Any, template: Any, groups: dict[str,
             )
         return
     reservation_id = dig(props, *RESERVATION_PATH)
-    if not targets_reservation(props) or reservation_id not in groups:
-        return
-    wanted = groups[reservation_id]
-    if not wanted:
-        return  # a reservation in no placement group also serves instances in one
-    if ref.state == "external" and ref.literal == wanted:
-        return
+    wanted = _reservation_group(view, template, reservation_id, groups)
+    if wanted is None:
+        return  # on demand, in no placement group, or not known (skipped)
+    if isinstance(wanted, str):
+        if ref.state == "external" and ref.literal == wanted:
+            return
+        if ref.state == "resolved" and dig(view.props(ref.resource), "name") == wanted:
+            return
+        shown = f"'{wanted}'"
+    else:
+        if ref.state == "resolved" and ref.resource.urn == wanted.urn:
+            return
+        if ref.state == "unresolved":
+            return  # not known yet which group
+        shown = f"'{wanted.name}' (in this stack)"
     where = (
         f"placement group '{named}'"
         if named
@@ -106,19 +116,41 @@ def _placement_check(view: StackView, cap: Any, template: Any, groups: dict[str,
         if ref.state == "none"
         else "a placement group not known yet"
     )
+    rid = reservation_id if isinstance(reservation_id, str) and not is_unknown(reservation_id) else "(pending)"
     report(
-        f"{cap.label} targets capacity reservation {reservation_id}, created in cluster placement group "
-        f"'{wanted}', but launch template '{template.name}' uses {where}. Such a reservation serves only "
-        f"instances launched into its own group. Fix: set gpuNodes.capacity.placementGroup to '{wanted}'.",
+        f"{cap.label} targets capacity reservation {rid}, created in cluster placement group "
+        f"{shown}, but launch template '{template.name}' uses {where}. Such a reservation serves only "
+        f"instances launched into its own group. Fix: set gpuNodes.capacity.placementGroup to that group.",
         template.urn,
     )
+
+
+def _reservation_group(view: StackView, template: Any, reservation_id: Any, groups: dict[str, str]) -> Any:
+    """The cluster placement group the targeted reservation was created in: the plan's reservation
+    (its `placementGroupArn`, by property dependency or the ARN's name) before the policy config's
+    `reservationPlacementGroups`; a PlacementGroup resource, a name, or None (no group / unknown)."""
+    managed = view.deps(template, "capacityReservationSpecification", CAPACITY_RESERVATION)
+    if not managed and isinstance(reservation_id, str) and not is_unknown(reservation_id):
+        managed = view.by_property(CAPACITY_RESERVATION, "id", reservation_id)
+    for reservation in managed[:1]:
+        fed = view.deps(reservation, "placementGroupArn", PLACEMENT_GROUP)
+        if fed:
+            return fed[0]
+        arn = dig(view.props(reservation), "placementGroupArn")
+        if isinstance(arn, str) and not is_unknown(arn) and "placement-group/" in arn:
+            return arn.rsplit("placement-group/", 1)[1]
+        if arn is not None:
+            return None  # not known yet and fed by no group of the stack: skipped
+    if isinstance(reservation_id, str) and groups.get(reservation_id):
+        return groups[reservation_id]
+    return None
 
 
 def _check(args: StackValidationArgs, report: ReportViolation) -> None:
     config = config_with_defaults(args, CONFIG)
     known = {str(k): str(v) for k, v in (config.get("reservationAzs") or {}).items()}
     groups = {str(k): str(v) for k, v in (config.get("reservationPlacementGroups") or {}).items()}
-    view = StackView(args.resources)
+    view = StackView.of(args.resources)
     for cap in view.capacities():  # every path to GPU capacity the pack knows (node groups, ASGs, instances)
         if cap.launch_template.state != "resolved":
             continue  # no template, or one not in the stack (gpu-references-in-stack judges that)

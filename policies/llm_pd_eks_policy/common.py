@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import copy
 import re
+import threading
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
-from typing import Any, Callable, Iterable, Mapping, Optional
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 
 from pulumi_policy import (
     EnforcementLevel,
@@ -88,14 +90,51 @@ ROUTE_TABLE_ASSOCIATION = "aws:ec2/routeTableAssociation:RouteTableAssociation"
 INTERNET_GATEWAY = "aws:ec2/internetGateway:InternetGateway"
 K8S_CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
 K8S_SECRET = "kubernetes:core/v1:Secret"
+K8S_CONFIG_MAP_PATCH = "kubernetes:core/v1:ConfigMapPatch"
+K8S_SECRET_PATCH = "kubernetes:core/v1:SecretPatch"
 
 
 def is_unknown(value: Any) -> bool:
     return value is UNKNOWN or (isinstance(value, str) and value in UNKNOWN_SENTINELS)
 
 
+# Work shared by every rule judging one request (one Analyze or AnalyzeStack call), per thread: the
+# host decodes a request's properties once per policy and every rule copies them; intake.install()
+# opens a scope around each request so that both happen once (llm_pd_eks_tools/bench_policies.py).
+_scope = threading.local()
+
+
+@contextmanager
+def request_scope() -> Iterator[None]:
+    previous = getattr(_scope, "memo", None)
+    _scope.memo = {}
+    try:
+        yield
+    finally:
+        _scope.memo = previous
+
+
+def memoized(key: Any, anchor: Any, build: Callable[[], Any]) -> Any:
+    """`build()` once per request scope for `key` (outside a scope: every time). `anchor` is kept
+    alive with the value, so an id() in the key is not reused within the scope. Callers share the
+    value: rules never mutate what `plain` or `StackView` give them."""
+    memo = getattr(_scope, "memo", None)
+    if memo is None:
+        return build()
+    if key not in memo:
+        memo[key] = (anchor, build())
+    return memo[key][1]
+
+
 def plain(props: Any) -> Any:
     """A plain dict/list copy of (possibly proxied) properties, unknown sentinels kept as strings."""
+    target = getattr(props, "_DictProxy__target", None)
+    if target is not None:
+        return memoized(("plain", id(target)), target, lambda: _plain(props))
+    return _plain(props)
+
+
+def _plain(props: Any) -> Any:
     if isinstance(props, Mapping):
         return copy.deepcopy(dict(serialize_properties(props)))
     return copy.deepcopy(serialize_properties(props))

@@ -24,10 +24,12 @@ import math
 import struct
 from typing import Any, Callable, Optional
 
+import yaml
 from google.protobuf import json_format, struct_pb2
 from pulumi_policy import EnforcementLevel, ReportViolation, ResourceValidationArgs
 
-from .common import resource_policy
+from . import yaml_text
+from .common import memoized, plain, request_scope, resource_policy
 
 POLICY_NAME = "resource-decodable"
 MARKER = "__llm_pd_eks_policies_undecodable__"
@@ -205,15 +207,16 @@ def problem_of(properties: struct_pb2.Struct) -> Optional[str]:
     if marked is not None:
         return marked.string_value or "its properties could not be decoded"
     try:
-        plain = json_format.MessageToDict(properties)
+        # The host's own steps (pulumi_policy.policy: deserialize_properties(MessageToDict(...))), through
+        # the host module so that, once install() ran, the rules reuse what this decoded.
+        from pulumi_policy import policy as host
+
+        plain = host.json_format.MessageToDict(properties)
     except (ValueError, RecursionError, TypeError) as error:
         return f"its properties could not be decoded ({type(error).__name__})"
     try:
-        # The host's own next step (pulumi_policy.policy: deserialize_properties(MessageToDict(...))):
         # a malformed signature, e.g. a secret marker without its value, fails there.
-        from pulumi_policy.deserialize import deserialize_properties
-
-        deserialize_properties(plain)
+        host.deserialize_properties(plain)
     except Exception as error:  # whatever the host would crash on is "cannot be judged"
         return f"its properties could not be decoded ({type(error).__name__} in a Pulumi value signature)"
     return None
@@ -227,15 +230,39 @@ def _message(name: str, urn: str, reason: str) -> str:
     )
 
 
-def _noop(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    """Decoding failures are reported by the servicer wrapper (`install`), before any rule runs."""
+def _bounded_text(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    """Decoding failures are reported by the servicer wrapper (`install`), before any rule runs; here,
+    YAML text among the properties whose aliases expand past `yaml_text.MAX_NODES` (the other rules
+    treat such text as unreadable, so it gets its verdict here, once)."""
+    stack: list[tuple[str, Any]] = [("", plain(args.props))]
+    found: list[str] = []
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, dict):
+            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((f"{path}[{i}]", v) for i, v in enumerate(node))
+        elif isinstance(node, str) and "&" in node and "*" in node:  # anchors and aliases
+            try:
+                yaml_text.load_all(node)
+            except yaml_text.YamlTooLarge as error:
+                found.append(f"{path or '(root)'} ({error})")
+            except (yaml.YAMLError, ValueError):
+                pass  # not YAML: the rules that read it say so
+    if found:
+        report(
+            f"could not judge resource '{args.name}': YAML text at {', '.join(sorted(found)[:3])}; no rule of the "
+            f"pack read it. Fix: write the text without aliases (yaml.safe_dump of the data does), or lower "
+            f"'{POLICY_NAME}' in the policy config once the resource is checked elsewhere."
+        )
 
 
 resource_decodable = resource_policy(
     name=POLICY_NAME,
-    description="Every resource's properties can be decoded and judged (finite numbers, bounded nesting); "
+    description="Every resource's properties can be decoded and judged (finite numbers, bounded nesting, YAML "
+    "text whose aliases stay within bounds); "
     "one that cannot gets this verdict instead of crashing the analyzer.",
-    validate=_noop,
+    validate=_bounded_text,
 )
 
 POLICIES = [resource_decodable]
@@ -296,8 +323,43 @@ def install() -> None:
                 response.diagnostics.append(found)
         return response
 
-    servicer.Analyze = lenient_analyze  # type: ignore[method-assign]
-    servicer.AnalyzeStack = lenient_analyze_stack  # type: ignore[method-assign]
+    def scoped(method: Callable[..., Any]) -> Callable[..., Any]:
+        def run(self: Any, request: Any, context: Any) -> Any:
+            with request_scope():
+                return method(self, request, context)
+
+        return run
+
+    servicer.Analyze = scoped(lenient_analyze)  # type: ignore[method-assign]
+    servicer.AnalyzeStack = scoped(lenient_analyze_stack)  # type: ignore[method-assign]
+    # The host decodes a request's properties again for every policy (pulumi_policy 1.21 policy.py,
+    # Analyze / AnalyzeStack: deserialize_properties(json_format.MessageToDict(r.properties)) inside the
+    # per-policy loop): within a request, once per resource.
+    decode, proxy = host.deserialize_properties, host.unknown_checking_proxy
+
+    def decode_once(props: dict[str, Any], proxy_secrets: bool = False) -> dict[str, Any]:
+        return memoized(("decoded", id(props), proxy_secrets), props, lambda: decode(props, proxy_secrets))
+
+    def proxy_once(props: dict[str, Any]) -> dict[str, Any]:
+        return memoized(("proxy", id(props)), props, lambda: proxy(props))
+
+    host.json_format = _OnceJsonFormat()
+    host.deserialize_properties = decode_once
+    host.unknown_checking_proxy = proxy_once
+
+
+class _OnceJsonFormat:
+    """json_format for the host module: MessageToDict once per message within a request scope."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(json_format, name)
+
+    @staticmethod
+    def MessageToDict(message: Any, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs:
+            return json_format.MessageToDict(message, *args, **kwargs)
+        # keyed by the bytes: the host reads `r.properties` anew for each policy (a new wrapper each time)
+        return memoized(("dict", message.SerializeToString()), None, lambda: json_format.MessageToDict(message))
 
 
 def _lenient(parse: Callable[[bytes], Any], clean: Callable[[bytes], bytes]) -> Callable[[bytes], Any]:

@@ -13,11 +13,7 @@ configs and on command lines; FI_PROVIDER as the kubelet, the shell and Ray set 
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
-import re
-from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
 import yaml
@@ -30,13 +26,10 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
+from . import yaml_text
 from .common import (
     GPU_TABLE_SCHEMA,
-    K8S_CONFIG_MAP,
-    K8S_SECRET,
-    UNKNOWN,
     TypeTable,
-    as_int,
     config_with_defaults,
     dig,
     guarded,
@@ -46,8 +39,17 @@ from .common import (
     plain,
     resource_policy,
 )
+from .pod_env import (
+    ClaimStore,
+    External,
+    ObjectStore,
+    dra_gpus,
+    effective_env,
+    requested,
+)
 from .stack import StackView
 from .workloads import (
+    FABRIC_VARIABLES,
     UNSET,
     Workload,
     command_line,
@@ -55,6 +57,7 @@ from .workloads import (
     containers,
     kv_flags,
     runtime_env_yaml,
+    unreadable_settings,
     workloads,
 )
 
@@ -81,7 +84,9 @@ def serve_config(spec: Any) -> Any:
     if not isinstance(text, str):
         raise ServeConfigError(f"it is a {type(text).__name__} ({str(text)[:40]}), not YAML text")
     try:
-        return yaml.safe_load(text)
+        return yaml_text.load(text)
+    except yaml_text.YamlTooLarge as error:
+        raise ServeConfigError(f"YAML the pack will not expand ({error})") from None
     except yaml.YAMLError as error:
         raise ServeConfigError(f"not valid YAML ({str(error)[:200]})") from None
 
@@ -149,6 +154,9 @@ def _backend_problem(backends: Any, required: str) -> Optional[str]:
     return None
 
 
+_ENGINE_CONFIG_KEYS = ("prefill_config", "decode_config")
+
+
 def kv_configs(work: Workload) -> Iterator[tuple[str, Any]]:
     """(where, node) of every KV-transfer config a workload hands to vLLM: the serve config of a
     RayService, `--kv-transfer-config` on a RayJob entrypoint or any container's command line. A
@@ -162,6 +170,17 @@ def kv_configs(work: Workload) -> Iterator[tuple[str, Any]]:
         if isinstance(config, (dict, list)):
             for path, node in walk(config):
                 yield f"serveConfigV2 {path or '(root)'}", node
+                # build_pd_openai_app also takes an engine's LLM config as a path to a YAML file
+                # (a ConfigMap mounted in the pod): text the pack never sees, so never judged as passing.
+                for key in _ENGINE_CONFIG_KEYS:
+                    value = node.get(key) if isinstance(node, dict) else None
+                    if isinstance(value, str) and not is_unknown(value):
+                        yield (
+                            f"serveConfigV2 {path}.{key}",
+                            ServeConfigError(
+                                f"the file path {value[:60]!r}, which the pack cannot read; pass the LLM config inline"
+                            ),
+                        )
     lines = []
     if work.kind == "RayJob":
         lines.append(("spec.entrypoint", command_line(dig(work.obj, "spec", "entrypoint"))))
@@ -169,7 +188,7 @@ def kv_configs(work: Workload) -> Iterator[tuple[str, Any]]:
         for container in containers(pod):
             lines.append((f"{label} container '{dig(container, 'name')}' command", container_command(container)))
     for where, line in lines:
-        for flag, value in kv_flags(line.tokens):
+        for flag, value in (found for argv in line.commands for found in kv_flags(argv)):
             if not isinstance(value, (dict, list)):
                 yield f"{where} {flag}", ServeConfigError(f"{str(value)[:60]!r}, not JSON")
                 continue
@@ -244,148 +263,21 @@ POD_EFA_CONFIG: dict[str, dict[str, Any]] = {
 }
 
 
-def requested(container: Any, resource: str) -> Optional[int]:
-    """How many of `resource` the container asks for (limits or requests); None if not known yet."""
-    values = [dig(container, "resources", part, resource) for part in ("limits", "requests")]
-    known = [as_int(v) or 0 for v in values if v is not None and not is_unknown(v)]
-    if any(is_unknown(v) for v in values) and not any(known):
-        return None
-    return max(known, default=0)
-
-
-@dataclass
-class External:
-    """A value that comes from something outside the stack (or a field the pack cannot read)."""
-
-    source: str
-
-
-@dataclass
-class EnvView:
-    """A container's environment as the kubelet builds it: envFrom sources in order, then `env`
-    entries in order, a later entry replacing an earlier one of the same name (Kubernetes docs,
-    "Define Environment Variables for a Container": env takes precedence over envFrom)."""
-
-    values: dict[str, Any] = field(default_factory=dict)
-    unknown_source: bool = False  # a source whose keys are not known yet may set anything
-    external_sources: list[str] = field(default_factory=list)
-
-    def get(self, name: str) -> Any:
-        if name in self.values:
-            return self.values[name]
-        if self.unknown_source:
-            return UNKNOWN
-        if self.external_sources:
-            return External(", ".join(self.external_sources))
-        return None
-
-
-class ObjectStore:
-    """The stack's ConfigMaps and Secrets, by (namespace, name)."""
-
-    def __init__(self, view: Optional[StackView]) -> None:
-        self._items: dict[tuple[str, str, str], Any] = {}
-        for resource in view.of_type(K8S_CONFIG_MAP, K8S_SECRET) if view else []:
-            props = view.props(resource) if view else {}
-            kind = "ConfigMap" if resource.resource_type == K8S_CONFIG_MAP else "Secret"
-            name, ns = dig(props, "metadata", "name"), dig(props, "metadata", "namespace")
-            if not isinstance(name, str):
-                name = resource.name  # auto-named: the logical name is the best we have
-            self._items[(kind, ns if isinstance(ns, str) else "*", name)] = self._data(kind, props)
-
-    @staticmethod
-    def _data(kind: str, props: dict) -> Any:
-        data = dig(props, "data")
-        if is_unknown(data) or is_unknown(dig(props, "stringData")):
-            return UNKNOWN
-        out: dict[str, Any] = {}
-        if kind == "Secret" and isinstance(data, dict):
-            for key, value in data.items():
-                try:
-                    out[key] = base64.b64decode(str(value)).decode() if not is_unknown(value) else UNKNOWN
-                except (binascii.Error, UnicodeDecodeError):
-                    out[key] = UNKNOWN
-        elif isinstance(data, dict):
-            out.update(data)
-        if isinstance(dig(props, "stringData"), dict):
-            out.update(dig(props, "stringData"))
-        return out
-
-    def lookup(self, kind: str, namespace: Any, name: Any) -> Any:
-        """The object's data, UNKNOWN, or None when no such object is in the stack."""
-        if is_unknown(name) or is_unknown(namespace):
-            return UNKNOWN
-        for ns in ((namespace if isinstance(namespace, str) else "default"), "*"):
-            if (kind, ns, name) in self._items:
-                return self._items[(kind, ns, name)]
-        return None
-
-
-def effective_env(container: Any, namespace: Any, store: ObjectStore) -> EnvView:
-    view = EnvView()
-    env_from = dig(container, "envFrom")
-    if is_unknown(env_from):
-        view.unknown_source = True
-    for source in known_list(env_from) or []:
-        for key, kind in (("configMapRef", "ConfigMap"), ("secretRef", "Secret")):
-            ref = dig(source, key)
-            if ref is None:
-                continue
-            name = dig(ref, "name")
-            data = store.lookup(kind, namespace, name)
-            if is_unknown(data):
-                view.unknown_source = True
-            elif data is None:
-                view.external_sources.append(f"{kind} {name!r} (envFrom, not in this stack)")
-            else:
-                prefix = dig(source, "prefix")
-                prefix = prefix if isinstance(prefix, str) else ""
-                view.values.update({f"{prefix}{k}": v for k, v in data.items()})
-    env = dig(container, "env")
-    if is_unknown(env):
-        view.unknown_source = True
-        return view
-    for item in known_list(env) or []:
-        name = dig(item, "name")
-        if not isinstance(name, str):
-            continue
-        value_from = dig(item, "valueFrom")
-        if value_from is None:
-            value = dig(item, "value")
-            view.values[name] = "" if value is None else value
-            continue
-        for key, kind in (("configMapKeyRef", "ConfigMap"), ("secretKeyRef", "Secret")):
-            ref = dig(value_from, key)
-            if ref is None:
-                continue
-            data = store.lookup(kind, namespace, dig(ref, "name"))
-            if is_unknown(data):
-                view.values[name] = UNKNOWN
-            elif data is None:
-                view.values[name] = External(f"{kind} {dig(ref, 'name')!r} (not in this stack)")
-            else:
-                view.values[name] = data.get(
-                    dig(ref, "key"), External(f"{kind} {dig(ref, 'name')!r} has no key {dig(ref, 'key')!r}")
-                )
-            break
-        else:
-            view.values[name] = UNKNOWN if is_unknown(value_from) else External(f"valueFrom {list(value_from)}")
-    return view
-
-
-def _pod_instance_type(pod: Any) -> Optional[str]:
-    """The instance type a pod is pinned to by nodeSelector or a required node affinity, if one."""
+def pod_instance_types(pod: Any) -> set[str]:
+    """The instance types a pod is pinned to by nodeSelector or a required node affinity (empty: not
+    pinned). Affinity terms are ORed and a term's `In` lists every type it admits, so each of them is
+    a node the pod may land on."""
     for label in _INSTANCE_TYPE_LABELS:
         value = norm_type(dig(pod, "nodeSelector", label))
         if value:
-            return value
+            return {value}
+    types: set[str] = set()
     terms = dig(pod, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
     for term in known_list(terms) or []:
         for expr in known_list(dig(term, "matchExpressions")) or []:
-            values = known_list(dig(expr, "values")) or []
-            if dig(expr, "key") in _INSTANCE_TYPE_LABELS and dig(expr, "operator") == "In" and len(values) == 1:
-                return norm_type(values[0])
-    return None
+            if dig(expr, "key") in _INSTANCE_TYPE_LABELS and dig(expr, "operator") == "In":
+                types |= {t for t in (norm_type(v) for v in known_list(dig(expr, "values")) or []) if t}
+    return types
 
 
 def _stack_gpu_types(view: StackView, table: TypeTable) -> set[str]:
@@ -395,97 +287,11 @@ def _stack_gpu_types(view: StackView, table: TypeTable) -> set[str]:
     return types
 
 
-DRA_CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
-
-
-class ClaimStore:
-    """The stack's DRA ResourceClaims and ResourceClaimTemplates (any resource.k8s.io version):
-    (kind, namespace, name) -> the device requests of the claim."""
-
-    def __init__(self, view: StackView) -> None:
-        self._items: dict[tuple[str, str, str], Any] = {}
-        for resource in view.resources:
-            kind = resource.resource_type.split(":")[-1]
-            if not resource.resource_type.startswith("kubernetes:resource.k8s.io/") or kind not in DRA_CLAIM_KINDS:
-                continue
-            props = view.props(resource)
-            name, ns = dig(props, "metadata", "name"), dig(props, "metadata", "namespace")
-            spec = dig(props, "spec", "spec") if kind == "ResourceClaimTemplate" else dig(props, "spec")
-            self._items[
-                (kind, ns if isinstance(ns, str) else "*", name if isinstance(name, str) else resource.name)
-            ] = dig(spec, "devices", "requests")
-
-    def requests(self, kind: str, namespace: Any, name: Any) -> Any:
-        """The claim's requests, UNKNOWN, or None when no such claim is in the stack."""
-        if is_unknown(name) or is_unknown(namespace):
-            return UNKNOWN
-        for ns in ((namespace if isinstance(namespace, str) else "default"), "*"):
-            if (kind, ns, name) in self._items:
-                return self._items[(kind, ns, name)]
-        return None
-
-
-def _dra_gpus(pod: Any, container: Any, namespace: Any, claims: ClaimStore, pattern: str) -> Any:
-    """GPUs a container gets through DRA claims: a count, "all" (allocationMode All), 0, or UNKNOWN.
-
-    Pod `resourceClaims[]` name a ResourceClaim (`resourceClaimName`) or template
-    (`resourceClaimTemplateName`); a container uses them by `resources.claims[].name` (optionally one
-    `request`). A request's device class is `deviceClassName` (v1beta1) or `exactly.deviceClassName`
-    (v1), with `allocationMode` ExactCount (`count`, default 1) or All; `firstAvailable` lists
-    alternatives (the largest GPU count holds). A claim the stack does not declare counts as one GPU:
-    the pack cannot see what it allocates."""
-    used = known_list(dig(container, "resources", "claims"))
-    if used is None:
-        return UNKNOWN
-    by_name = {dig(c, "name"): c for c in known_list(dig(pod, "resourceClaims")) or [] if isinstance(c, dict)}
-    total: Any = 0
-    for use in used:
-        source = by_name.get(dig(use, "name"))
-        if source is None:
-            continue
-        if dig(source, "resourceClaimName") is not None:
-            kind, name = "ResourceClaim", dig(source, "resourceClaimName")
-        else:
-            kind, name = "ResourceClaimTemplate", dig(source, "resourceClaimTemplateName")
-        requests = claims.requests(kind, namespace, name)
-        if is_unknown(requests):
-            return UNKNOWN
-        if requests is None:
-            total = total if total == "all" else total + 1
-            continue
-        only = dig(use, "request")
-        for request in known_list(requests) or []:
-            if isinstance(only, str) and dig(request, "name") != only:
-                continue
-            count = _request_gpus(request, pattern)
-            if is_unknown(count):
-                return UNKNOWN
-            total = "all" if "all" in (count, total) else total + count
-    return total
-
-
-def _request_gpus(request: Any, pattern: str) -> Any:
-    options = [request, *(known_list(dig(request, "firstAvailable")) or [])]
-    best: Any = 0
-    for option in options:
-        exact = dig(option, "exactly") if isinstance(dig(option, "exactly"), dict) else option
-        device_class = dig(exact, "deviceClassName")
-        if is_unknown(device_class):
-            return UNKNOWN
-        if not isinstance(device_class, str) or not re.search(pattern, device_class, re.IGNORECASE):
-            continue
-        if dig(exact, "allocationMode") == "All":
-            return "all"
-        count = as_int(dig(exact, "count"))
-        best = max(best, 1 if count is None else count)
-    return best
-
-
 def _gpu_pods_efa(args: StackValidationArgs, report: ReportViolation) -> None:
     cfg = config_with_defaults(args, POD_EFA_CONFIG)
     table = TypeTable.from_config(cfg)
     gpu_res, provider = cfg["gpuResource"], cfg["fiProvider"]
-    view = StackView(args.resources)
+    view = StackView.of(args.resources)
     store = ObjectStore(view)
     claims = ClaimStore(view)
     stack_types = _stack_gpu_types(view, table)
@@ -494,10 +300,10 @@ def _gpu_pods_efa(args: StackValidationArgs, report: ReportViolation) -> None:
             namespace = work.namespace
             uses_gpus = False
             for label, pod in work.pods():
-                pinned = _pod_instance_type(pod)
-                # Unpinned with several GPU types in the stack: the pod may land on any of them, so the
-                # largest EFA share holds.
-                candidates = {pinned} if pinned else stack_types
+                pinned = pod_instance_types(pod)
+                # Unpinned (or pinned to several types) with several GPU types in the stack: the pod may
+                # land on any of them, so the largest EFA share holds.
+                candidates = pinned or stack_types
                 node_type = max(
                     sorted(candidates & set(table.efa)),
                     default=None,
@@ -507,7 +313,7 @@ def _gpu_pods_efa(args: StackValidationArgs, report: ReportViolation) -> None:
                     gpus: Any = requested(container, gpu_res)
                     via = f"{gpus} x {gpu_res}"
                     if not gpus:
-                        dra = _dra_gpus(pod, container, namespace, claims, str(cfg["draGpuDeviceClassPattern"]))
+                        dra = dra_gpus(pod, container, namespace, claims, str(cfg["draGpuDeviceClassPattern"]))
                         if is_unknown(dra) or not dra:
                             continue
                         gpus = table.gpus.get(node_type or "", 1) if dra == "all" else int(dra)
@@ -570,7 +376,10 @@ def _container_problems(
     problem = _fi_problem(line.last("FI_PROVIDER"), provider)
     if problem:
         problems.append(f"the command line {problem}; leave FI_PROVIDER to env (or export {provider!r})")
-    return problems
+    return problems + [
+        f"the command line may set fabric variables where the pack cannot read it ({text!r}); set them in env"
+        for text in unreadable_settings(line, FABRIC_VARIABLES)
+    ]
 
 
 def _fi_problem(value: Any, provider: str) -> Optional[str]:

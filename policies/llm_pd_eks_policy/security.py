@@ -35,7 +35,7 @@ from .common import (
     truthy,
 )
 from .ray_serving import ServeConfigError, ray_objects, serve_config, walk
-from .workloads import embedded
+from .workloads import RAY_CLUSTER_SPEC, container_command, embedded, unreadable_settings
 
 # -- literal secrets ---------------------------------------------------------------------------
 SECRET_CONFIG: dict[str, dict[str, Any]] = {
@@ -134,6 +134,12 @@ def _literal_secrets(args: ResourceValidationArgs, report: ReportViolation) -> N
         for item in known_list(dig(container, "env")) or []:
             if isinstance(item, dict) and secret_like(str(item.get("name", "")), item.get("value")):
                 found[f"{where}.env {item['name']}"] = None
+        line = container_command(container)  # `export HF_TOKEN=...` in a script, `env HF_TOKEN=... cmd`
+        for name, value in line.assignments:
+            if isinstance(value, str) and secret_like(name, value):
+                found[f"{where} command line sets {name}"] = None
+        for text in unreadable_settings(line, name_re):
+            found[f"{where} command line the pack cannot read sets a secret-named variable ({text[:30]!r})"] = None
         for part in ("args", "command"):
             items = known_list(dig(container, part)) or []
             for i, arg in enumerate(items):
@@ -316,6 +322,17 @@ def _exposure(resource_type: str, props: Any) -> list[str]:
             if reason:
                 why.append(f"Service at {path or '(root)'} is {reason}")
     for ray in ray_objects(resource_type, props):
+        # KubeRay makes the head Service from headGroupSpec.serviceType (headService overrides it):
+        # it carries the dashboard and the job submission API (8265), which run any code sent to them.
+        head = dig(ray.obj, *RAY_CLUSTER_SPEC[ray.kind], "headGroupSpec")
+        head_type = dig(head, "headService", "spec", "type")
+        head_service = {
+            "spec": {"type": head_type if head_type is not None else dig(head, "serviceType")},
+            "metadata": {"annotations": dig(head, "headService", "metadata", "annotations") or {}},
+        }
+        reason = _service_exposure(head_service)
+        if reason:
+            why.append(f"{ray.label} head service (dashboard and job API, port 8265) is {reason}")
         if ray.kind == "RayService":
             serve_service = dig(ray.obj, "spec", "serveService")
             reason = _service_exposure(serve_service) if isinstance(serve_service, dict) else None

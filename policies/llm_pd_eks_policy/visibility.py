@@ -12,11 +12,14 @@ from typing import Any, Iterator
 
 from pulumi_policy import ReportViolation, ResourceValidationArgs
 
-from .common import config_with_defaults, dig, is_unknown, name_of, plain, resource_policy
-from .workloads import WORKLOAD_KINDS
+from . import workloads
+from .common import as_int, config_with_defaults, dig, is_unknown, name_of, plain, resource_policy
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
-_VLLM_WORDS = ("vllm", "kv_transfer_config", "kv-transfer-config", "kv_connector", "nixlconnector")
+# Keys whose value is a vLLM KV-transfer setting (JSON/YAML config keys, not prose).
+_KV_KEYS = ("kv_transfer_config", "kvtransferconfig", "kv-transfer-config", "kv_connector", "kvconnector")
+_IMAGE_KEYS = ("image", "repository", "imagerepository")
+_COMMAND_KEYS = ("command", "args", "extraargs", "entrypoint")
 
 VISIBLE_CONFIG: dict[str, dict[str, Any]] = {
     "gpuResource": {"type": "string", "default": "nvidia.com/gpu", "description": "GPU extended resource"},
@@ -40,29 +43,50 @@ def allowed_unjudgeable(args: Any, schema: dict[str, dict[str, Any]]) -> bool:
     return isinstance(allow, list) and args.name in allow
 
 
-def _signals(node: Any, gpu_resource: str, path: str = "", depth: int = 0) -> Iterator[str]:
-    """Paths in Helm values that show a GPU or vLLM workload, outside workload objects carried whole."""
-    if depth > 64:
-        return
-    if isinstance(node, dict):
-        if isinstance(node.get("kind"), str) and node["kind"] in WORKLOAD_KINDS and "apiVersion" in node:
-            return  # judged as a workload by the serving rules
-        for key, value in node.items():
-            here = f"{path}.{key}" if path else str(key)
-            if key == gpu_resource and path.split(".")[-1] in ("limits", "requests"):
-                yield here
-            elif key == "resourceClaims":
-                yield here
-            elif isinstance(key, str) and any(w in key.lower() for w in _VLLM_WORDS):
-                yield here
-            else:
-                yield from _signals(value, gpu_resource, here, depth + 1)
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            yield from _signals(value, gpu_resource, f"{path}[{i}]", depth + 1)
-    elif isinstance(node, str) and not is_unknown(node) and any(w in node.lower() for w in _VLLM_WORDS):
-        if "apiVersion" not in node:  # text that is a manifest is opened by the workload rules
-            yield path
+def _signals(values: Any, gpu_resource: str) -> Iterator[str]:
+    """Paths in Helm values that show a GPU or vLLM workload (outside workload objects carried whole):
+    a GPU request (`gpuResource` under limits/requests, a `*gpu*` key with a positive count such as
+    the vLLM production stack's `requestGPU`), DRA `resourceClaims`, a vLLM image, a command line
+    that starts vLLM or passes `--kv-transfer-config`, a KV-transfer config key. Prose that names
+    vLLM (an alert rule's expression, a dashboard) is no workload and is not a signal."""
+    stack: list[tuple[str, Any, int]] = [("", values, 0)]
+    while stack:
+        path, node, depth = stack.pop()
+        if depth > 64:
+            continue
+        if isinstance(node, dict):
+            if isinstance(node.get("kind"), str) and "apiVersion" in node and workloads.is_workload_object(node):
+                continue  # judged as a workload by the serving rules
+            for key, value in node.items():
+                here, name = f"{path}.{key}" if path else str(key), str(key).lower()
+                if key == gpu_resource and path.split(".")[-1] in ("limits", "requests"):
+                    yield here
+                elif key == "resourceClaims" or name in _KV_KEYS:
+                    yield here
+                elif "gpu" in name and (as_int(value) or 0) > 0 and not isinstance(value, bool):
+                    yield here
+                elif name in _IMAGE_KEYS and isinstance(value, str) and "vllm" in value.lower():
+                    yield here
+                elif name in _COMMAND_KEYS and _starts_vllm(value):
+                    yield here
+                else:
+                    stack.append((here, value, depth + 1))
+        elif isinstance(node, list):
+            stack.extend((f"{path}[{i}]", v, depth + 1) for i, v in enumerate(node))
+
+
+def _starts_vllm(value: Any) -> bool:
+    """A command line (list or text) that runs vLLM's server or hands it a KV-transfer config."""
+    if not isinstance(value, (str, list)) or is_unknown(value):
+        return False
+    line = workloads.command_line(value)
+    for argv in line.commands:
+        program = argv[0].rsplit("/", 1)[-1]
+        if program == "vllm" or any(a.startswith("vllm.entrypoints") for a in argv[1:3]):
+            return True
+        if workloads.kv_flags(argv):
+            return True
+    return False
 
 
 def _release_visible(args: ResourceValidationArgs, report: ReportViolation) -> None:
@@ -74,6 +98,8 @@ def _release_visible(args: ResourceValidationArgs, report: ReportViolation) -> N
     why: list[str] = []
     if files and not is_unknown(files):
         why.append("its valueYamlFiles, which the pack cannot read")
+    if is_unknown(values):
+        why.append("values that are not known at preview as a whole (no dependency tells what they hold)")
     if isinstance(values, dict):
         found = list(_signals(values, str(cfg["gpuResource"])))
         if found:

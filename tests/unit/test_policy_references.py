@@ -8,7 +8,7 @@ from typing import Any
 from pulumi_policy import PolicyCustomTimeouts, PolicyResource, PolicyResourceOptions, StackValidationArgs
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE as UNKNOWN_STRING
 
-from llm_pd_eks_policy.gpu_nodes import gpu_blind_spots, version_problem
+from llm_pd_eks_policy.references import gpu_blind_spots, version_problem
 
 
 def _resource(resource_type: str, name: str, props: dict, deps: dict[str, list] | None = None) -> PolicyResource:
