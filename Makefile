@@ -16,7 +16,7 @@ STACK ?= dev
 # as `--opt=$(call q,VALUE)`, so a value starting with `-` stays a value and nothing reaches the shell.
 q = '$(subst ','\'',$(1))'
 # Installs go through uv (pinned here; bootstrapped into the venv with pip): on a fresh clone it
-# installs the preview set several times faster than pip (README, "Fresh-clone timings").
+# installs the preview set several times faster than pip (docs/timings.md).
 # INSTALLER=pip uses plain pip instead, e.g. where no uv wheel exists for the platform.
 INSTALLER ?= uv
 UV_VERSION := 0.13.9
@@ -40,7 +40,7 @@ help:
 	@echo "make lint                  ruff (lint and format), mypy, actionlint (with shellcheck) on the workflows"
 	@echo "make lock                  recompile requirements*.txt from pyproject.toml (hash-pinned)"
 	@echo "make promote-check FROM=staging TO=prod   may the commit move on? (chart/image/model/engine must match)"
-	@echo "make config-doc            regenerate the README config table from llm_pd_eks/config/"
+	@echo "make config-doc            regenerate docs/configuration.md's table from llm_pd_eks/config/"
 	@echo "make placeholders [STACK=dev] [RUNNER=label]   does the stack still carry example values? (deploy refuses it)"
 	@echo "make verify STACK=dev [KUBECONFIG=path] [TIMEOUT=600] [JSON=1]   after pulumi up: EFA, NIXL on LIBFABRIC, P/D, KV bytes"
 	@echo "make cost-audit STACK=dev [SINCE=7d] [PROMETHEUS=url] [JSON=1]   spend, \$$/Mtok vs make size, idle GPUs, quota, advice"
@@ -71,8 +71,12 @@ venv-dev: $(DEV_STAMP)
 test-binaries:
 	@bash scripts/test-binaries.sh
 
+# Every test, on pytest-xdist workers (`-n auto`: one more than the cores, tests/conftest.py says
+# why); `--dist loadfile` gives each module to one worker, so a module's fixtures (one Ray cluster,
+# one provider process) start once, longest modules first (`--no-loadscope-reorder` keeps
+# conftest's order). The three stacks' recorded runs are shared between the workers.
 test: $(DEV_STAMP) test-binaries
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder
 
 # The fast tier alone: components and policies in-process with Pulumi's public mocks (seconds).
 test-unit: $(DEV_STAMP)
@@ -115,9 +119,9 @@ promote-check: $(STAMP)
 # Tool recipes are silent (`@`): stdout carries only the tool's output (`make preflight JSON=1` is
 # pure JSON). GNU make itself exits 2 whenever a recipe fails ("The exit status of make is always
 # one of three values", GNU make manual, "Running"); the tool's own code is in make's last line on
-# stderr, `make: *** [Makefile:NN: preflight] Error 5` (README, "Exit codes").
+# stderr, `make: *** [Makefile:NN: preflight] Error 5` (docs/exit-codes.md).
 
-# The README's config table, generated from the config model (a test fails when it is stale).
+# The config table in docs/configuration.md, generated from the config model (a test fails when it is stale).
 .PHONY: config-doc
 config-doc: $(STAMP)
 	@$(PY) -m llm_pd_eks_tools.config_doc

@@ -1,6 +1,6 @@
 """Cluster Autoscaler: a pending pod that fits no node gets one, up to each node group's maxSize.
 
-Why Cluster Autoscaler rather than Karpenter (README, "What it deploys"): the GPU nodes are defined
+Why Cluster Autoscaler rather than Karpenter (docs/architecture.md): the GPU nodes are defined
 once, as an EKS managed node group on a launch template this program registers and the policy pack
 judges (one EFA interface per network card, a cluster placement group, one AZ, the capacity
 reservation). Cluster Autoscaler only moves that group's desired size between min and max; every

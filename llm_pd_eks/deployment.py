@@ -11,13 +11,16 @@ inputs are a `TypedDict` with a docstring after each field and this module does 
 
 The config sections are plain (known when the component is constructed): they decide which
 resources exist. Each is validated by the same strict model as a stack file's (`llm_pd_eks/config/`),
-every problem reported together before anything registers.
+every problem reported together before anything registers. The host sees them as maps; the schema it
+serves types each from that model (`llm_pd_eks/component_schema.py`, used by `component_provider.py`),
+and the whole-number doubles of the wire become the ints the model wants.
 """
 
 import json
 from typing import Any, NotRequired, Optional, TypedDict
 
 import pulumi
+import pulumi_aws as aws
 
 from llm_pd_eks.addons import CoreAddons, CoreAddonsArgs
 from llm_pd_eks.api_access import ApiAccess, ApiAccessArgs
@@ -30,6 +33,7 @@ from llm_pd_eks.autoscaler import (
 )
 from llm_pd_eks.catalog import gpu_instance_type
 from llm_pd_eks.cluster import Cluster, ClusterArgs
+from llm_pd_eks.component_schema import whole_numbers
 from llm_pd_eks.config import (
     ALERT_WEBHOOK_KEY,
     HF_TOKEN_KEY,
@@ -107,7 +111,8 @@ def config_from_args(args: "LlmPdEksArgs | dict[str, Any]") -> StackConfig:
     """`args` validated by the stack config model (raises ConfigError listing every problem).
 
     Keys are accepted in the Python spelling (`gpu_nodes`) and, as another language's program may
-    still hold them, the schema's (`gpuNodes`).
+    still hold them, the schema's (`gpuNodes`). A whole-number double (`2.0`: every number on the
+    provider protocol's wire is one) counts as the int where the model wants an int.
     """
     values: dict[str, Any] = {}
     secret_keys: list[str] = []
@@ -125,7 +130,7 @@ def config_from_args(args: "LlmPdEksArgs | dict[str, Any]") -> StackConfig:
     if args.get("alert_webhook_url") is not None or args.get("alertWebhookUrl") is not None:
         values[ALERT_WEBHOOK_KEY] = "[secret]"  # its presence is what the webhook-receiver check needs
         secret_keys.append(f"{PROJECT}:{ALERT_WEBHOOK_KEY}")
-    return validate_stack_config(values, region, secret_keys)
+    return validate_stack_config(whole_numbers(values), region, secret_keys)
 
 
 def engine_values() -> dict[str, Any]:
@@ -166,6 +171,13 @@ def stack_args(
     return args  # type: ignore[return-value]
 
 
+def _names_aws(providers: Any) -> bool:
+    """Whether `ResourceOptions.providers` (a list of providers or a package -> provider mapping) holds an aws one."""
+    if isinstance(providers, dict):
+        return "aws" in providers
+    return any(getattr(p, "package", None) == "aws" for p in providers or [])
+
+
 def _secret(value: Optional[pulumi.Input[str]]) -> Optional[pulumi.Output[str]]:
     """A secret input kept secret whatever the caller passed (a plain string from another language)."""
     return None if value is None else pulumi.Output.secret(value)
@@ -184,6 +196,8 @@ class LlmPdEks(pulumi.ComponentResource):
     """The EKS cluster's name."""
     kubeconfig: pulumi.Output[Any]
     """A kubeconfig for the cluster (authenticates through `aws eks get-token`)."""
+    kubeconfig_json: pulumi.Output[str]
+    """The same kubeconfig as JSON text, a secret (what `kubectl --kubeconfig` and the Kubernetes provider read)."""
     gpu_availability_zone: pulumi.Output[str]
     """The availability zone of every GPU node."""
     gpu_instance_type: pulumi.Output[str]
@@ -204,7 +218,25 @@ class LlmPdEks(pulumi.ComponentResource):
         # The sections were top-level resources before this component wrapped them: the alias keeps
         # each stack's existing resources (no replacement); children inherit it.
         child = pulumi.ResourceOptions(parent=self, aliases=[pulumi.Alias(parent=pulumi.ROOT_STACK_RESOURCE)])
+        regional = self._region_provider(config.region, opts)
+        if regional is not None:
+            child = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(providers=[regional]))
         self._build(config, args, child)
+
+    def _region_provider(self, region: str, opts: Optional[pulumi.ResourceOptions]) -> Optional[aws.Provider]:
+        """The AWS provider for `region` the children use, where the default one is not it.
+
+        An `aws` provider passed in (`opts.provider` or `opts.providers`) reaches the children through
+        the parent chain (Pulumi: a component's providers are inherited by its children), so none is
+        made. Where the engine's `aws:region` is `region` (the program: `__main__.py` passes the stack's
+        `aws:region`), the default provider is that region's, and existing stacks keep it. Otherwise
+        (another program that only says `region`) a provider for `region`, a child of this component.
+        """
+        if opts is not None and (opts.provider is not None or _names_aws(opts.providers)):
+            return None
+        if pulumi.Config("aws").get("region") == region:
+            return None
+        return aws.Provider("aws", region=region, opts=pulumi.ResourceOptions(parent=self))
 
     def _build(self, config: StackConfig, args: LlmPdEksArgs, child: pulumi.ResourceOptions) -> None:
         stack = pulumi.get_stack()
@@ -430,6 +462,7 @@ class LlmPdEks(pulumi.ComponentResource):
         self.private_subnet_ids = pulumi.Output.all(*network.private_subnet_ids)
         self.cluster_name = pulumi.Output.from_input(cluster_name)
         self.kubeconfig = cluster.kubeconfig
+        self.kubeconfig_json = cluster.kubeconfig  # already a secret
         self.gpu_availability_zone = pulumi.Output.from_input(config.gpu_nodes.availability_zone)
         self.gpu_instance_type = pulumi.Output.from_input(config.gpu_nodes.instance_type)
         self.node_group_names = pulumi.Output.all(**node_group_names)
@@ -441,6 +474,7 @@ class LlmPdEks(pulumi.ComponentResource):
                 "privateSubnetIds": self.private_subnet_ids,
                 "clusterName": self.cluster_name,
                 "kubeconfig": self.kubeconfig,
+                "kubeconfigJson": self.kubeconfig_json,
                 "gpuAvailabilityZone": self.gpu_availability_zone,
                 "gpuInstanceType": self.gpu_instance_type,
                 "nodeGroupNames": self.node_group_names,

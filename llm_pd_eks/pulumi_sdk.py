@@ -3,7 +3,8 @@
 The preview runs the program under the SDK's mock runtime and drives the policy pack over the
 analyzer protocol, as the Pulumi CLI would. That needs a few parts of the Python SDK that are not
 its public API (`pulumi.runtime.rpc`'s property (de)serialisation and signature keys, the mock
-monitor, `run_in_stack`, `_sync_await`, the settings and config stores). They can change in any
+monitor, `run_in_stack`, `_sync_await`, the settings and config stores, the component provider
+host's provider class). They can change in any
 release, so every module imports them from here, and importing this module with an SDK outside
 the tested minor release fails with one line saying what to do.
 """
@@ -30,21 +31,38 @@ def _check_version() -> str:
 VERSION = _check_version()
 
 # The internals, re-exported (after the guard, so an untested SDK never gets this far).
+from pulumi.provider import main as provider_main  # noqa: E402
+from pulumi.provider.experimental.component import ComponentProvider  # noqa: E402
 from pulumi.runtime import config as runtime_config  # noqa: E402
 from pulumi.runtime import rpc, settings  # noqa: E402
 from pulumi.runtime.mocks import MockMonitor  # noqa: E402
-from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc, provider_pb2, provider_pb2_grpc  # noqa: E402
+from pulumi.runtime.proto import (  # noqa: E402
+    analyzer_pb2,
+    analyzer_pb2_grpc,
+    engine_pb2,
+    engine_pb2_grpc,
+    provider_pb2,
+    provider_pb2_grpc,
+    resource_pb2,
+    resource_pb2_grpc,
+)
 from pulumi.runtime.stack import run_in_stack  # noqa: E402
 from pulumi.runtime.sync_await import _sync_await as sync_await  # noqa: E402
 
 __all__ = [
     "TESTED_MINOR",
     "VERSION",
+    "ComponentProvider",
     "MockMonitor",
     "analyzer_pb2",
     "analyzer_pb2_grpc",
+    "engine_pb2",
+    "engine_pb2_grpc",
+    "provider_main",
     "provider_pb2",
     "provider_pb2_grpc",
+    "resource_pb2",
+    "resource_pb2_grpc",
     "rpc",
     "run_in_stack",
     "runtime_config",

@@ -40,7 +40,7 @@ Layout (every number comes from the stack config and the GPU catalog):
 `serveConfigV2` is `yaml.safe_dump` of a dict built here; the shape of `args` is that of Ray
 2.60's `PDServingArgs` (prefill_config / decode_config, each an `LLMConfig`).
 - Autoscaling: each role's `target_ongoing_requests`, `max_ongoing_requests` and up/downscale
-  delays come from the stack config (llm_pd_eks/serve_autoscaling.py explains the derivation).
+  delays come from the stack config (`make size WRITE=1` derives them: llm_pd_eks_tools/size.py `autoscaling_values`).
 """
 
 from __future__ import annotations

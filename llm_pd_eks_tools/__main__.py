@@ -22,7 +22,7 @@ COMMANDS = {
     "cost-audit": ("llm_pd_eks_tools.cost_audit", "spend and use against what was sized"),
     "promote-check": ("llm_pd_eks_tools.promote_check", "may the commit move on to the next stack?"),
     "placeholders": ("llm_pd_eks_tools.placeholders", "example values a stack still carries"),
-    "config-doc": ("llm_pd_eks_tools.config_doc", "the README's configuration reference from the config model"),
+    "config-doc": ("llm_pd_eks_tools.config_doc", "docs/configuration.md's reference from the config model"),
 }
 
 

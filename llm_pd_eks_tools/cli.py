@@ -3,7 +3,7 @@
 Every tool (`preview`, `preview-diff`, `preflight`, `promote-check`, `verify`, `size`) exits with a
 code from `Exit` and reports an expected failure as ONE line on stderr: what went wrong, where, and
 how to fix it. `run` wraps a tool's `main` so that no traceback ever reaches a user: an unexpected
-exception becomes a one-line "internal error" with its own code. The README's exit-code table is
+exception becomes a one-line "internal error" with its own code. The exit-code table (docs/exit-codes.md) is
 this enum (a test keeps them equal).
 """
 

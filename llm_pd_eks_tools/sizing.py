@@ -22,7 +22,7 @@ vLLM engine over a tensor-parallel group of `tp` GPUs on one node) and comes fro
 
 The rows' sources are at each constant; tests/data/sizing-calibration/ holds the published points
 that fit (or, held out, judge) them. Where the model is weak is in the
-README (section `sizing`).
+docs/sizing.md.
 """
 
 from __future__ import annotations

@@ -45,8 +45,11 @@ def _is_expression(value: Any) -> bool:
     return isinstance(value, dict) and len(value) == 1 and str(next(iter(value))).startswith("fn::")
 
 
-def _value_problems(value: Any, spec: dict[str, Any], where: str, config_types: dict[str, str]) -> list[str]:
-    """`value` against one schema property `spec` (its `type`, `items`, `additionalProperties`)."""
+def _value_problems(
+    value: Any, spec: dict[str, Any], where: str, config_types: dict[str, str], types: dict[str, Any]
+) -> list[str]:
+    """`value` against one schema property `spec` (its `type`, `items`, `additionalProperties`, a
+    `#/types/` object type's properties, or any one of its `oneOf`)."""
     if _is_expression(value):
         whole = _WHOLE_REF.match(value) if isinstance(value, str) else None
         if whole and not whole[2] and whole[1] in config_types and "type" in spec:
@@ -57,6 +60,11 @@ def _value_problems(value: Any, spec: dict[str, Any], where: str, config_types: 
         return []
     if spec.get("$ref") == "pulumi.json#/Any":
         return []
+    if "oneOf" in spec:
+        found = [_value_problems(value, option, where, config_types, types) for option in spec["oneOf"]]
+        return [] if any(not problems for problems in found) else min(found, key=len)
+    if str(spec.get("$ref", "")).startswith("#/types/"):
+        return _object_problems(value, spec["$ref"].removeprefix("#/types/"), where, config_types, types)
     want = spec.get("type")
     if want is None:
         return []
@@ -68,10 +76,34 @@ def _value_problems(value: Any, spec: dict[str, Any], where: str, config_types: 
     problems: list[str] = []
     if want == "array" and "items" in spec:
         for i, item in enumerate(value):
-            problems += _value_problems(item, spec["items"], f"{where}[{i}]", config_types)
+            problems += _value_problems(item, spec["items"], f"{where}[{i}]", config_types, types)
     if want == "object" and "additionalProperties" in spec:
         for key, item in value.items():
-            problems += _value_problems(item, spec["additionalProperties"], f"{where}.{key}", config_types)
+            problems += _value_problems(item, spec["additionalProperties"], f"{where}.{key}", config_types, types)
+    return problems
+
+
+def _object_problems(
+    value: Any, token: str, where: str, config_types: dict[str, str], types: dict[str, Any]
+) -> list[str]:
+    """`value` against the package's object type `token`: known keys, each typed, the required ones present."""
+    if _is_expression(value):
+        return []
+    typed = types.get(token)
+    if typed is None:
+        return [f"{where}: the schema names type {token!r} but does not define it"]
+    if not isinstance(value, dict):
+        return [f"{where}: {value!r:.60} is not an object ({token.rsplit(':', 1)[-1]})"]
+    properties = typed.get("properties", {})
+    problems: list[str] = []
+    for key, item in value.items():
+        if key not in properties:
+            problems.append(f"{where}.{key}: not a property of {token.rsplit(':', 1)[-1]}")
+        else:
+            problems += _value_problems(item, properties[key], f"{where}.{key}", config_types, types)
+    problems += [
+        f"{where}: the required property {key!r} is missing" for key in typed.get("required", []) if key not in value
+    ]
     return problems
 
 
@@ -112,7 +144,9 @@ def check(program: dict[str, Any], schema: dict[str, Any], program_dir: Path, pa
             if key not in inputs:
                 problems.append(f"resources.{name}.properties.{key}: not an input of {token}")
                 continue
-            problems += _value_problems(value, inputs[key], f"resources.{name}.properties.{key}", config_types)
+            problems += _value_problems(
+                value, inputs[key], f"resources.{name}.properties.{key}", config_types, schema.get("types", {})
+            )
         for key in spec.get("requiredInputs", []):
             if key not in properties:
                 problems.append(f"resources.{name}.properties: the required input {key!r} is missing")

@@ -1,8 +1,9 @@
 """Entry point of the `llm-pd-eks` component package: serves `LlmPdEks` over the provider protocol.
 
-Run by the Pulumi CLI's Python language host (`python <this folder> <engine address>`); the schema is
-inferred from `llm_pd_eks/deployment.py`'s annotations and docstrings by the pulumi SDK's
-`pulumi.provider.experimental` analyzer. The components live one folder up, in this checkout.
+Run by the Pulumi CLI's Python language host (`python <this folder> <engine address>`). The provider
+(`llm_pd_eks/component_provider.py`) is the pulumi SDK's component provider, its schema inferred from
+`llm_pd_eks/deployment.py`'s annotations and each config section typed from the config model. The
+components live one folder up, in this checkout.
 """
 
 import sys
@@ -10,10 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pulumi.provider.experimental import component_provider_host
-
-from llm_pd_eks.config import PROJECT
-from llm_pd_eks.deployment import PACKAGE_VERSION, LlmPdEks
+from llm_pd_eks.component_provider import serve
 
 if __name__ == "__main__":
-    component_provider_host([LlmPdEks], name=PROJECT, version=PACKAGE_VERSION)
+    serve(sys.argv[1:])

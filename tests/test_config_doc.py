@@ -1,4 +1,4 @@
-"""The README's config table is generated from the model (llm_pd_eks_tools/config_doc.py) and must be current."""
+"""docs/configuration.md's table is generated from the model (llm_pd_eks_tools/config_doc.py) and must be current."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from llm_pd_eks.config import StackConfig
 from llm_pd_eks_tools import config_doc
 
 
-def test_readme_config_table_is_current():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert config_doc.render() in readme, "README.md is stale: run `python -m llm_pd_eks_tools.config_doc`"
+def test_config_page_table_is_current():
+    page = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    assert config_doc.render() in page, "docs/configuration.md is stale: run `python -m llm_pd_eks_tools.config_doc`"
 
 
 def test_every_key_of_the_model_has_a_description_and_a_row():
@@ -31,15 +31,15 @@ def test_every_key_of_the_model_has_a_description_and_a_row():
 
 
 def test_check_fails_on_a_stale_table_and_the_generator_fixes_it(tmp_path):
-    readme = tmp_path / "README.md"
-    current = (ROOT / "README.md").read_text(encoding="utf-8")
+    page = tmp_path / "configuration.md"
+    current = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
     edited = current.replace("| Fewest system nodes. |", "| Fewest nodes (edited by hand). |")
     assert edited != current
-    readme.write_text(edited, encoding="utf-8")
+    page.write_text(edited, encoding="utf-8")
 
     def tool(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "llm_pd_eks_tools.config_doc", "--readme", str(readme), *args],
+            [sys.executable, "-m", "llm_pd_eks_tools.config_doc", "--page", str(page), *args],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -49,23 +49,23 @@ def test_check_fails_on_a_stale_table_and_the_generator_fixes_it(tmp_path):
     stale = tool("--check")
     assert (stale.returncode, stale.stderr.strip()) == (
         1,
-        "config_doc: README.md: the config table is stale; run `python -m llm_pd_eks_tools.config_doc` "
-        "and commit README.md",
+        "config_doc: configuration.md: the config table is stale; run `python -m llm_pd_eks_tools.config_doc` "
+        "and commit docs/configuration.md",
     )
     assert tool().returncode == 0
-    assert readme.read_text(encoding="utf-8") == current
+    assert page.read_text(encoding="utf-8") == current
     assert tool("--check").returncode == 0
 
 
 def test_missing_markers_are_a_usage_error(tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text("# no table here\n", encoding="utf-8")
+    page = tmp_path / "configuration.md"
+    page.write_text("# no table here\n", encoding="utf-8")
     proc = subprocess.run(
-        [sys.executable, "-m", "llm_pd_eks_tools.config_doc", "--readme", str(readme), "--check"],
+        [sys.executable, "-m", "llm_pd_eks_tools.config_doc", "--page", str(page), "--check"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert proc.returncode == 2
-    assert proc.stderr.startswith("config_doc: README.md has no '<!-- config-table:begin")
+    assert proc.stderr.startswith("config_doc: configuration.md has no '<!-- config-table:begin")

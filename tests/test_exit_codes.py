@@ -1,4 +1,4 @@
-"""The README's exit-code table is `llm_pd_eks_tools.cli.Exit`, and it is what `make` shows."""
+"""The exit-code table (docs/exit-codes.md) is `llm_pd_eks_tools.cli.Exit`, and it is what `make` shows."""
 
 from __future__ import annotations
 
@@ -14,14 +14,13 @@ from helpers import ROOT
 from llm_pd_eks_tools.cli import Exit
 
 
-def readme_table() -> dict[int, str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("<!-- section:exit-codes -->") : text.index("<!-- /section:exit-codes -->")]
-    return {int(m[1]): m[2] for m in re.finditer(r"^\| (\d+) \| ([A-Z]+) \|", section, re.MULTILINE)}
+def page_table() -> dict[int, str]:
+    text = (ROOT / "docs" / "exit-codes.md").read_text(encoding="utf-8")
+    return {int(m[1]): m[2] for m in re.finditer(r"^\| (\d+) \| ([A-Z]+) \|", text, re.MULTILINE)}
 
 
-def test_readme_table_is_the_exit_enum():
-    assert readme_table() == {int(code): code.name for code in Exit}
+def test_page_table_is_the_exit_enum():
+    assert page_table() == {int(code): code.name for code in Exit}
 
 
 def make(tmp_path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

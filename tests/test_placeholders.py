@@ -8,6 +8,7 @@ import sys
 import pytest
 from helpers import ROOT, validate_values
 
+from llm_pd_eks_tools.cli import Exit
 from llm_pd_eks_tools.placeholders import DEFAULT_RUNNER, documentation_range, find_placeholders, runner_label
 
 CLEAN = {
@@ -233,3 +234,76 @@ def test_preview_mode_writes_runner_refresh_and_note(tmp_path):
     lines = dict(line.split("=", 1) for line in out.read_text().splitlines())
     assert lines["runner"] == DEFAULT_RUNNER and lines["refresh"] == "false"
     assert "admits only cluster.publicAccessCidrs (203.0.113.0/24)" in lines["note"]
+
+
+# -- secure values, hosted runners and runner labels ---------------------------------------------
+
+PRIVATE = {
+    "network": {"vpcCidr": "10.40.0.0/16", "availabilityZones": ["us-west-2a", "us-west-2b"]},
+    "gpuNodes": {"instanceType": "p4d.24xlarge", "availabilityZone": "us-west-2a"},
+    # alerting that reaches someone, with a runbook link (else those are placeholders too)
+    "observability": {
+        "alerting": {
+            "runbookBaseUrl": "https://github.com/acme/llm-pd-eks/blob/main/docs/operations.md",
+            "snsSubscriptions": [{"protocol": "email", "endpoint": "oncall@acme.test"}],
+        }
+    },
+}
+
+
+def _real_ciphertext() -> str:
+    import base64
+
+    return f"v1:{base64.b64encode(bytes(range(12))).decode()}:{base64.b64encode(bytes(range(40))).decode()}"
+
+
+@pytest.mark.parametrize(
+    "ciphertext, words",
+    [
+        ("v1:placeholder:replace-with-pulumi-config-set-secret", "names itself a placeholder"),
+        ("v1:AAAA:BBBB", "not a passphrase-provider ciphertext"),  # base64, but a 3-byte nonce
+        ("v1:not base64!:x", "not a passphrase-provider ciphertext"),
+        ("v1:onlytwo", "not a passphrase-provider ciphertext"),
+        ("AQICAHhEXAMPLEkmsblob==", "names itself a placeholder"),
+    ],
+)
+def test_an_undecryptable_secure_value_is_a_placeholder(ciphertext, words):
+    config = validate_values({**PRIVATE, "deploy": {"runnerLabel": "self-hosted-vpc"}})
+    found = find_placeholders(config, secure_values={"llm-pd-eks:hfToken": ciphertext})
+    assert [p.key for p in found] == ["llm-pd-eks:hfToken"] and words in found[0].why
+    assert find_placeholders(config, secure_values={"llm-pd-eks:hfToken": _real_ciphertext()}) == []
+
+
+@pytest.mark.parametrize("label", ["ubuntu-latest", "ubuntu-24.04", "ubuntu-22.04-arm", "windows-latest", "macos-15"])
+def test_a_hosted_runner_for_a_private_only_cluster_is_a_placeholder(label):
+    from_stack = find_placeholders(validate_values({**PRIVATE, "deploy": {"runnerLabel": label}}))
+    assert [p.key for p in from_stack] == ["llm-pd-eks:deploy.runnerLabel"] and "GitHub-hosted" in from_stack[0].why
+    from_input = find_placeholders(validate_values({**PRIVATE, "deploy": {"runnerLabel": "vpc-runner"}}), label)
+    assert [p.key for p in from_input] == ["--runner"]
+    public = {**PRIVATE, "cluster": {"publicAccessCidrs": ["198.18.0.0/15"]}}
+    assert find_placeholders(validate_values(public), label) == []  # a public endpoint: fine
+
+
+@pytest.mark.parametrize("label", ["vpc-runner\nrunner=ubuntu-latest", "two words", "tab\there", "a,b", "\x1b[31m"])
+def test_a_runner_label_that_is_not_one_token_is_refused_and_never_written(label, tmp_path):
+    out = tmp_path / "github_output"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llm_pd_eks_tools.placeholders",
+            "--stack",
+            "dev",
+            "--runner",
+            label,
+            "--github-output",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == Exit.FAILED, proc.stderr
+    assert "not a single runner label" in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists()  # nothing forged into $GITHUB_OUTPUT

@@ -88,12 +88,11 @@ def test_pack_gpu_counts_agree_with_the_program_catalog():
     assert {name: t.gpus for name, t in GPU_INSTANCE_TYPES.items()}.items() <= GPUS_PER_INSTANCE.items()
 
 
-def test_readme_policy_config_example_is_accepted_and_covers_every_policy():
-    """The README's example config is valid for the pack, and its table names every policy."""
+def test_policy_page_config_example_is_accepted_and_covers_every_policy():
+    """docs/policies.md's example config is valid for the pack, and its table names every policy."""
     import json
 
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("<!-- section:policies -->") : text.index("<!-- /section:policies -->")]
+    section = (ROOT / "docs" / "policies.md").read_text()
     example = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
     sent = pack().configure(example)
     assert sent["gpu-references-in-stack"]["enforcementLevel"] == "advisory"

@@ -1,4 +1,4 @@
-"""The preview's graph and formatting on small hand-made plans: ordering, Mermaid charts, numbers."""
+"""The preview's graph and formatting: hand-made plans (ordering, Mermaid, numbers), the dev plan's Graphviz views."""
 
 from __future__ import annotations
 
@@ -83,3 +83,25 @@ def test_formatting_by_hand():
     assert fmt.md_cell("a|b\nc") == "a\\|b<br>c"
     assert fmt.short_value({"b": 1, "a": "x\ny"}) == '{"a": "x\\ny", "b": 1}'
     assert fmt.short_value("x" * 200, limit=10) == "x" * 9 + "…"
+
+
+# -- screen-sized Graphviz views: one per component, together the whole graph ------------------------------
+
+
+def test_each_component_has_its_own_dot_view_and_together_they_are_the_graph(programs):
+    import re as re_
+
+    from llm_pd_eks_tools.preview.graph import build_graph, component_dots, sections, to_dot
+
+    run = programs("dev")
+    graph = build_graph(run)
+    views = component_dots(run)
+    assert len(views) > 5 and sorted(views) == sorted(f"{r.name}.dot" for r in sections(run))
+    whole = to_dot(run)
+    node_lines = re_.compile(r"^\s+n\d+ \[label=", re_.MULTILINE)
+    assert sum(len(node_lines.findall(v)) for v in views.values()) == len(node_lines.findall(whole)) == len(graph.nodes)
+    arrows = sum(v.count(" -> ") for v in views.values())
+    assert arrows == whole.count(" -> ") == len(graph.edges)  # every edge drawn once, in its target's view
+    for name, view in views.items():
+        assert view.startswith(f'digraph "dev: {name[:-4]}"')
+        assert view.count(" [label=") < whole.count(" [label=")  # smaller than the whole

@@ -22,7 +22,8 @@ import pytest
 import yaml
 from helpers import RAY_SERVICE, STACKS
 
-from llm_pd_eks.serve_autoscaling import BACKPRESSURE_HEADROOM, from_concurrency
+from llm_pd_eks.config.serving import ReplicaGroupConfig
+from llm_pd_eks_tools.size import MAX_ONGOING_HEADROOM, autoscaling_values
 
 TICK_S = 1.0
 STANDINS = Path(__file__).resolve().parent / "ray_standins"
@@ -146,27 +147,19 @@ def test_without_a_target_ray_serve_llm_never_scales_up(stack, programs, monkeyp
 
 
 def test_settings_from_a_per_replica_concurrency():
-    settings = from_concurrency(24.7)
-    assert settings.target_ongoing_requests == 24
-    assert settings.max_ongoing_requests == BACKPRESSURE_HEADROOM * 24
-    assert settings.config_values() == {
-        "targetOngoingRequests": 24.0,
-        "maxOngoingRequests": 48,
-        "upscaleDelayS": 30.0,
-        "downscaleDelayS": 600.0,
-    }
-    assert from_concurrency(0.4).target_ongoing_requests == 1
-    with pytest.raises(ValueError):
-        from_concurrency(0)
+    """What `make size WRITE=1` writes: the target is the sized concurrency (whole requests, rounded
+    up), the cap 20-50 % above it (Ray Serve's advanced-autoscaling guide), at least one more."""
+    assert autoscaling_values(24.7) == {"targetOngoingRequests": 25, "maxOngoingRequests": 32}
+    assert 1.2 <= MAX_ONGOING_HEADROOM <= 1.5
+    assert autoscaling_values(0.4) == {"targetOngoingRequests": 1, "maxOngoingRequests": 2}
+    assert autoscaling_values(None) == {"targetOngoingRequests": 1, "maxOngoingRequests": 2}
 
 
 def test_delay_defaults_are_serves():
     from ray.serve.config import AutoscalingConfig
 
-    from llm_pd_eks.serve_autoscaling import DOWNSCALE_DELAY_S, UPSCALE_DELAY_S
-
-    defaults = AutoscalingConfig()
-    assert (defaults.upscale_delay_s, defaults.downscale_delay_s) == (UPSCALE_DELAY_S, DOWNSCALE_DELAY_S)
+    defaults, ours = AutoscalingConfig(), ReplicaGroupConfig()
+    assert (ours.upscale_delay_s, ours.downscale_delay_s) == (defaults.upscale_delay_s, defaults.downscale_delay_s)
 
 
 def test_the_config_refuses_back_pressure_below_the_target():

@@ -751,8 +751,8 @@ def test_exit_code_is_failed_only_when_no_layout_meets_the_objectives(tmp_path, 
     assert "cannot meet the objectives" in capsys.readouterr().out
 
 
-def test_readme_calibration_table_shows_what_the_model_predicts():
-    section = (ROOT / "README.md").read_text().split("<!-- section:sizing -->")[1].split("<!-- /section:sizing -->")[0]
+def test_sizing_page_calibration_table_shows_what_the_model_predicts():
+    section = (ROOT / "docs" / "sizing.md").read_text()
     rows = [line for line in section.splitlines() if line.startswith("| ") and " ms" not in line.split("|")[1]]
     shown = [float(cells.split("|")[3]) for cells in rows if cells.split("|")[3].strip().replace(".", "").isdigit()]
     assert shown == [round(predict(p), 1) for p in CALIBRATION["points"]]

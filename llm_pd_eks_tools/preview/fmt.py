@@ -44,3 +44,20 @@ def short_value(value: Any, limit: int = 120) -> str:
 
 def resource_label(name: str, type_: str) -> str:
     return f"{name} ({type_})"
+
+
+MOCK_PREFIX = "[mock: "
+
+
+def mark_mock_values(value: Any, mock: set[str]) -> Any:
+    """`value` with every string the mock runtime made up (an id, a fake output) as `[mock: ...]`.
+
+    A real preview knows no ids before `up`; showing `network-vpc-id` bare would read as an AWS id.
+    """
+    if isinstance(value, dict):
+        return {k: mark_mock_values(v, mock) for k, v in value.items()}
+    if isinstance(value, list):
+        return [mark_mock_values(v, mock) for v in value]
+    if isinstance(value, str) and value in mock:
+        return f"{MOCK_PREFIX}{value}]"
+    return value

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from llm_pd_eks import pulumi_sdk
 from llm_pd_eks.pulumi_sdk import rpc  # the wire format's marker keys (secrets, unknowns, resource refs)
 from llm_pd_eks_tools.cli import ROOT, Exit, ToolError, checkout_root, fresh_out_dir
+from llm_pd_eks_tools.preview.fmt import mark_mock_values
 from llm_pd_eks_tools.preview.report import Figures, PackInfo, Report, VerdictRecord
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -35,23 +36,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 SECRET = "[secret]"
 UNKNOWN = "[unknown until apply]"
-
-
-MOCK_PREFIX = "[mock: "
-
-
-def mark_mock_values(value: Any, mock: set[str]) -> Any:
-    """`value` with every string the mock runtime made up (an id, a fake output) as `[mock: ...]`.
-
-    A real preview knows no ids before `up`; showing `network-vpc-id` bare would read as an AWS id.
-    """
-    if isinstance(value, dict):
-        return {k: mark_mock_values(v, mock) for k, v in value.items()}
-    if isinstance(value, list):
-        return [mark_mock_values(v, mock) for v in value]
-    if isinstance(value, str) and value in mock:
-        return f"{MOCK_PREFIX}{value}]"
-    return value
 
 
 @dataclass

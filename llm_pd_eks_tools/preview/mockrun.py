@@ -361,3 +361,12 @@ def run_program(
         secret_outputs=secret_outputs,
         mock_values=set(mocks.made_up),
     )
+
+
+def recording_monitor(recorded: list[Registration]) -> Any:
+    """The preview's mock monitor on its own (a `MockMonitor` with this module's outputs), appending
+    every registration to `recorded`: for serving the resource-monitor protocol to another process."""
+    mocks = _Mocks()
+    monitor = _make_monitor(mocks, recorded, {}, set())
+    mocks.monitor = monitor
+    return monitor

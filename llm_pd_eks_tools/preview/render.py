@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llm_pd_eks_tools.preview import fmt
-from llm_pd_eks_tools.preview.harness import MOCK_PREFIX
+from llm_pd_eks_tools.preview.fmt import MOCK_PREFIX
 from llm_pd_eks_tools.preview.report import Figures
 
 if TYPE_CHECKING:  # pragma: no cover
