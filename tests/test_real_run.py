@@ -329,3 +329,18 @@ def test_the_real_run_page_shows_the_saved_run() -> None:
     """docs/real-run.md's overrides and results are generated (`python -m llm_pd_eks_tools.realrun.evidence`)."""
     text = evidence.DOC.read_text()
     assert evidence.rendered_doc(text) == text
+
+
+def test_the_runner_sends_verifys_own_request() -> None:
+    """gpu_main carries its own copy of verify's prompt (it runs without this project): the same text."""
+    import importlib.util
+
+    from llm_pd_eks_tools.verify import checks
+
+    path = ROOT / "llm_pd_eks_tools" / "realrun" / "gpu_main.py"
+    spec = importlib.util.spec_from_file_location("gpu_main", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.long_prompt() == checks.long_prompt()
+    assert module.NIXL_BACKEND_LINE.pattern == checks.NIXL_BACKEND_LINE.pattern
