@@ -110,6 +110,9 @@ class QuietHTTPServer(__import__("http.server").server.ThreadingHTTPServer):
     stderr is current (a client that hung up is expected, not an error)."""
 
     daemon_threads = True
+    # socketserver listens with a backlog of 5: a client's burst of 16 connections on a loaded machine
+    # overflowed it and was reset. A real server's backlog is far larger.
+    request_queue_size = 128
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -74,17 +74,31 @@ def test_publish_runs_on_a_matching_tag_with_an_oidc_token():
     assert any("tests/test_policies_" in s.get("run", "") for s in steps(job))
 
 
-@pytest.mark.parametrize("name", ["pulumi-up.yml", "pull-request.yml", "review-stack.yml", "policy-publish.yml"])
-def test_no_workflow_uses_a_long_lived_pulumi_token(name):
+@pytest.mark.parametrize(
+    "name, token",
+    [
+        ("pulumi-up.yml", "team"),
+        ("pulumi-preview.yml", "team"),
+        ("review-stack.yml", "team"),
+        ("policy-publish.yml", "organization"),  # publishing a pack is an organization admin's act
+    ],
+)
+def test_no_workflow_uses_a_long_lived_pulumi_token(name, token):
     text = (WORKFLOWS / name).read_text()
     assert "secrets.PULUMI_ACCESS_TOKEN" not in text
     assert "pulumi/auth-actions@141415910c3beb54e03b48e9057c204c97b956f2 # v2.1.0" in text
-    assert "urn:pulumi:token-type:access_token:organization" in text
+    assert f"urn:pulumi:token-type:access_token:{token}" in text
+
+
+def test_pull_requests_preview_through_the_shared_preview_workflow():
+    text = (WORKFLOWS / "pull-request.yml").read_text()
+    assert "secrets.PULUMI_ACCESS_TOKEN" not in text
+    assert "uses: ./.github/workflows/pulumi-preview.yml" in text
 
 
 def test_up_and_cloud_preview_pass_the_stack_policy_config():
     up = [s for s in steps(workflow("pulumi-up.yml")["jobs"]["up"]) if s.get("uses", "").startswith("pulumi/actions@")]
     assert up[0]["with"]["policyPackConfigs"] == "policies/config/${{ inputs.stack }}.json"
-    pr = workflow("pull-request.yml")["jobs"]["cloud-preview"]
+    pr = workflow("pulumi-preview.yml")["jobs"]["preview"]
     (preview,) = [s for s in steps(pr) if s.get("uses", "").startswith("pulumi/actions@")]
-    assert preview["with"]["policyPackConfigs"] == "policies/config/${{ matrix.stack }}.json"
+    assert preview["with"]["policyPackConfigs"] == "policies/config/${{ inputs.stack }}.json"

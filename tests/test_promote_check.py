@@ -276,7 +276,8 @@ def test_every_action_is_pinned_to_a_commit():
 
 def test_deploy_moves_one_commit_dev_staging_prod_with_the_gate():
     jobs = _workflow("deploy.yml")["jobs"]
-    assert [jobs[s].get("needs") for s in ("dev", "staging", "prod")] == [None, "dev", "staging"]
+    assert [jobs[s].get("needs") for s in ("dev", "staging", "prod")] == [None, "dev", ["staging", "prod-preview"]]
+    assert jobs["prod-preview"]["needs"] == "staging"  # the merged commit previewed against prod first
     assert [jobs[s]["with"]["stack"] for s in ("dev", "staging", "prod")] == ["dev", "staging", "prod"]
     assert jobs["prod"]["with"]["promote-from"] == "staging"
     up = _workflow("pulumi-up.yml")["jobs"]["up"]
