@@ -1,7 +1,7 @@
 """The metric names and label names the alerts, dashboards and `make verify` query: one place.
 
 How a vLLM metric reaches Prometheus under Ray Serve LLM (Ray 2.57.0 and vLLM 0.25.1, what the AWS
-Ray LLM DLC carries: llm_pd_eks/serving_image.py):
+Ray LLM DLC carries: llm_pd_eks/versions.py):
 - `LLMConfig.log_engine_metrics` defaults to True (ray/llm/_internal/serve/core/configs/llm_config.py),
   so the engine is built with vLLM's `RayPrometheusStatLogger`
   (ray/llm/_internal/serve/engines/vllm/vllm_engine.py).

@@ -61,10 +61,10 @@ from .efa_gpu_nodes import GPU_LABELS, GPU_TOLERATION
 from .models import MODELS
 from .ray_resources import accelerator_resource_name, custom_resource_problem, role_resource
 from .rollout_rule import replace_on_change_paths
-from .serving_image import DLC_RAY_VERSION
+from .versions import DLC_RAY_VERSION
 from .system_nodes import SYSTEM_LABELS
 
-# The Ray of the stacks' image (the AWS Ray LLM DLC, llm_pd_eks/serving_image.py); requirements-dev.txt
+# The Ray of the stacks' image (the AWS Ray LLM DLC, llm_pd_eks/versions.py); requirements-dev.txt
 # pins the same for the schema tests (tests/test_ray_service.py checks the two agree).
 RAY_VERSION = DLC_RAY_VERSION
 NAMESPACE = "llm-serving"

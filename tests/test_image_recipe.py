@@ -1,4 +1,4 @@
-"""images/ray-llm-efa: the bring-your-own recipe pins what llm_pd_eks/serving_image.py records, and
+"""images/ray-llm-efa: the bring-your-own recipe pins what llm_pd_eks/versions.py records, and
 its build gate fails unless NIXL lists the LIBFABRIC plugin (run here against stand-in NIXL modules
 shaped like nixl 1.3.0's `nixl_agent` / `nixl_agent_config`)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from llm_pd_eks.serving_image import DLC_EFA_INSTALLER_VERSION, DLC_IMAGE
+from llm_pd_eks.versions import DLC_EFA_INSTALLER_VERSION, DLC_IMAGE
 
 RECIPE = Path(__file__).resolve().parent.parent / "images" / "ray-llm-efa"
 

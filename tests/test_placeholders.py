@@ -111,7 +111,7 @@ def test_checked_in_stacks_are_refused_for_deploy(stack, tmp_path):
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "203.0.113.0/24" in proc.stderr
-    # The image is the AWS Ray LLM DLC on ECR Public (llm_pd_eks/serving_image.py): no example account.
+    # The image is the AWS Ray LLM DLC on ECR Public (llm_pd_eks/versions.py): no example account.
     assert "serving.image" not in proc.stderr and "123456789012" not in proc.stderr
     assert out.read_text() == f"runner={DEFAULT_RUNNER}\n"
 

@@ -259,13 +259,13 @@ def test_image_is_pinned_everywhere(run: ProgramRun):
 
 
 def test_the_stacks_run_the_dlc_and_its_ray_is_the_one_the_tests_use(run: ProgramRun):
-    """One Ray: the DLC's (llm_pd_eks/serving_image.py) is the RayService's rayVersion, the stack's
+    """One Ray: the DLC's (llm_pd_eks/versions.py) is the RayService's rayVersion, the stack's
     image, pyproject's test pin and its lock (requirements-dev.txt), and the Ray the schema tests here import."""
     import re
 
     import ray
 
-    from llm_pd_eks.serving_image import DLC_IMAGE, DLC_RAY_VERSION
+    from llm_pd_eks.versions import DLC_IMAGE, DLC_RAY_VERSION
 
     spec = ray_service(run).inputs["spec"]["rayClusterConfig"]
     assert stack_config(run.stack).serving.image == DLC_IMAGE
@@ -487,7 +487,7 @@ def test_the_engine_start_timeout_is_what_ray_serve_llm_reads(run: ProgramRun, m
 def test_a_larger_model_gets_a_longer_engine_start_timeout():
     from llm_pd_eks.config import ServingConfig
     from llm_pd_eks.ray_service import engine_start_timeout_s
-    from llm_pd_eks.serving_image import DLC_IMAGE as image
+    from llm_pd_eks.versions import DLC_IMAGE as image
 
     by_size = sorted(MODELS, key=lambda m: MODELS[m].weights_gib_bf16)
     small, large = by_size[0], by_size[-1]

@@ -30,7 +30,7 @@ _ECR_IMAGE = re.compile(
     r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z]{2}(-gov)?-[a-z]+-\d)\.amazonaws\.com(\.cn)?"
     r"/(?P<repository>[a-z0-9]+(?:[._/-][a-z0-9]+)*)(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?$"
 )
-# ECR Public (where the AWS Ray LLM DLC is published, llm_pd_eks/serving_image.py):
+# ECR Public (where the AWS Ray LLM DLC is published, llm_pd_eks/versions.py):
 # public.ecr.aws/<registry alias>/<repository>:<tag>
 _ECR_PUBLIC_IMAGE = re.compile(
     r"^public\.ecr\.aws/(?P<alias>[a-z0-9][a-z0-9_-]{1,254})"
@@ -120,7 +120,7 @@ class ServingConfig(Strict):
     model_id: str = Field(description="Hugging Face id of a model in llm_pd_eks/models.py.")
     image: str = Field(
         description="The Ray LLM image (with EFA/libfabric) in ECR or ECR Public (the AWS Ray LLM DLC, "
-        "llm_pd_eks/serving_image.py), pinned by a tag other than `latest`.",
+        "llm_pd_eks/versions.py), pinned by a tag other than `latest`.",
     )
     max_model_len: int = Field(
         default=8192,

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from llm_pd_eks import serving_image
+from llm_pd_eks import versions
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.ray_resources import role_resource
 from llm_pd_eks.ray_service import ROLES, ray_service_spec
@@ -166,10 +166,10 @@ def write_bundle(out: Path, overrides: dict[str, Any]) -> list[Path]:
         "stack": overrides["stack"],
         "model_id": model_id,
         "commit": git_commit(),
-        "image": serving_image.DLC_IMAGE,
-        "ray": serving_image.DLC_RAY_VERSION,
-        "vllm": serving_image.DLC_VLLM_VERSION,
-        "nixl": serving_image.DLC_NIXL_VERSION,
+        "image": versions.DLC_IMAGE,
+        "ray": versions.DLC_RAY_VERSION,
+        "vllm": versions.DLC_VLLM_VERSION,
+        "nixl": versions.DLC_NIXL_VERSION,
         "overrides": overrides,
     }
     (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
