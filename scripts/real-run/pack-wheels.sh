@@ -3,7 +3,8 @@
 # CPython 3.12 / manylinux x86_64 here, drop what that machine already has (gpu-packages.txt) and the
 # heavy optional extras in SKIP, download the rest, and split them into chunks that each fit one call
 # (the working tree plus what is carried may be 64 MiB; keep the chunk well below).
-#   usage: scripts/real-run/pack-wheels.sh .whl "vllm==0.26.0" "ray[serve,llm]==2.58.0"   (ray's llm extra brings nixl)
+#   usage: scripts/real-run/pack-wheels.sh .whl      exactly the pinned wheels.txt (hashes checked): the reproducible run
+#          scripts/real-run/pack-wheels.sh .whl "vllm==0.26.0" "ray[serve,llm]==2.58.0"   a fresh resolution (ray's llm extra brings nixl)
 #   env:   CHUNK=56M  SKIP='regex of package names to leave out'  PY312=python3.12
 # Then, on the GPU machine, one call per chunk (carry exactly that chunk; calls within the machine's
 # warm window, so /tmp survives between them): `mkdir -p /tmp/w && cp CHUNK /tmp/w/`; finally run
@@ -12,6 +13,26 @@ set -euo pipefail
 out=$1; shift
 here=$(cd "$(dirname "$0")" && pwd)
 chunk=${CHUNK:-56M}
+plat=""; for n in 5 12 17 24 26 27 28 31 34 35; do plat="$plat --platform manylinux_2_${n}_x86_64"; done
+dl() { python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $plat \
+  --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any "$@"; }
+split_out() {  # $1: folder of wheels -> chunks under $out
+  tar cf "$1.tar" -C "$1" .
+  mkdir -p "$out"; rm -f "$out"/wheels.part.*; split -b "$chunk" -d "$1.tar" "$out/wheels.part."
+  echo "$(ls "$1" | wc -l) wheels, $(du -sh "$1.tar" | cut -f1) in $(ls "$out"/wheels.part.* | wc -l) chunk(s) under $out"
+}
+if [ $# -eq 0 ]; then  # no requirements: exactly the pinned list (wheels.txt), each file's hash checked
+  work=$(mktemp -d); trap 'rm -rf "$work"' EXIT; mkdir -p "$work/w"
+  grep -v '^#' "$here/wheels.txt" | awk '{print $1}' | python3 -c '
+import re, sys
+for f in sys.stdin.read().split():
+    name, version = f.split("-")[:2]
+    print(f"{name}=={version}")' >"$work/need.txt"
+  dl -d "$work/w" -r "$work/need.txt"
+  (cd "$work/w" && grep -v '^#' "$here/wheels.txt" | sed 's/ sha256:/ /' | awk '{print $2"  "$1}' | sha256sum -c --quiet)
+  [ "$(ls "$work/w" | wc -l)" -eq "$(grep -vc '^#' "$here/wheels.txt")" ] || { echo "downloaded wheels differ from wheels.txt" >&2; exit 1; }
+  split_out "$work/w"; exit 0
+fi
 skip=${SKIP:-'^(flashinfer-cubin|tilelang|tokenspeed-triton|tokenspeed-mla|z3-solver|nvidia-cuda-nvcc|nvidia-cuda-tileiras|nvidia-nvvm|nvidia-cuda-cccl|nvidia-cuda-crt|cuda-tile|humming-kernels|quack-kernels|pynvvideocodec|av|torchcodec|soundfile|soxr|nixl-cu12|nvidia-cutlass-dsl.*)$'}
 py=${PY312:-}
 if [ -z "$py" ]; then for c in python3.12 "env PYENV_VERSION=3.12.1 python3.12"; do $c -V >/dev/null 2>&1 && { py=$c; break; }; done; fi
@@ -28,12 +49,7 @@ for it in json.load(open(sys.argv[1]))["install"]:
     if n not in have and not skip.match(n):
         print(f"{n}=={m['version']}")
 PY
-mkdir -p "$work/w" "$out"
-plat=""; for n in 5 12 17 24 26 27 28 31 34 35; do plat="$plat --platform manylinux_2_${n}_x86_64"; done
-python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $plat \
-  --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any -d "$work/w" -r "$work/need.txt"
-tar cf "$work/wheels.tar" -C "$work/w" .
-rm -f "$out"/wheels.part.*; split -b "$chunk" -d "$work/wheels.tar" "$out/wheels.part."
-cp "$work/need.txt" "$out/wheels.txt"
-echo "$(wc -l <"$work/need.txt") wheels, $(du -sh "$work/wheels.tar" | cut -f1) in $(ls "$out"/wheels.part.* | wc -l) chunk(s) under $out:"
-ls "$out"/wheels.part.*
+mkdir -p "$work/w"
+dl -d "$work/w" -r "$work/need.txt"
+cp "$work/need.txt" "$out/wheels.txt" 2>/dev/null || { mkdir -p "$out"; cp "$work/need.txt" "$out/wheels.txt"; }
+split_out "$work/w"
