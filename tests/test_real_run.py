@@ -235,6 +235,34 @@ def nixl_counts(snapshot: dict[str, dict[str, float]], node: str) -> float:
     return sum(v for k, v in snapshot[node].items() if k.startswith(m.NIXL_BYTES + "_count"))
 
 
+def test_the_aggregated_arm_ran_the_same_loads_on_the_same_software() -> None:
+    agg = evidence.load(RUN, "evidence-agg.json")
+    assert agg["app_status"] == "RUNNING"
+    deployments = agg["serve_status"]["applications"]["llm"]["deployments"]
+    assert {d.split(":")[0] for d in deployments} == {"LLMServer", "OpenAiIngress"}  # one engine, no P/D
+    assert agg["versions"] == RECORD["versions"]  # same wheels, same GPU and driver as the P/D arm
+    loads = {(r["clients"], r["prompts"], r["input_len"], r["output_len"]) for r in PD["bench"]}
+    assert {(r["clients"], r["prompts"], r["input_len"], r["output_len"]) for r in agg["bench"]} == loads
+    assert all(r["rc"] == 0 and r["completed"] == r["prompts"] for r in agg["bench"] + PD["bench"])
+
+
+def test_the_table_compares_each_load_with_its_own_aggregated_row() -> None:
+    agg = evidence.load(RUN, "evidence-agg.json")
+    rows = evidence.bench_table(PD, agg)
+    by = {(r["arm"], r["clients"]): r for r in rows}
+    for r in agg["bench"]:
+        assert by[("aggregated", r["clients"])]["median_ttft_ms"] == r["median_ttft_ms"]
+    line = evidence.comparison_line(PD["bench"], {r["clients"]: r for r in agg["bench"]})
+    first = PD["bench"][0]["median_ttft_ms"] / agg["bench"][0]["median_ttft_ms"]
+    assert f"{first:.1f}x" in line and "not the deployment's trade" in line
+
+
+def test_an_earlier_run_it_repeats_is_saved_beside_it() -> None:
+    earlier = evidence.repeat_run(RUN)
+    assert earlier is not None and earlier != RUN
+    assert evidence.load(earlier, "run.json")["versions"]["vllm"] == RECORD["versions"]["vllm"]
+
+
 def test_kv_moved_over_nixl_on_the_decode_side_once_per_request() -> None:
     before, after, bench = PD["nixl_before"], PD["nixl_after"], PD["nixl_after_bench"]
     assert nixl_counts(before, "decode") == 0
