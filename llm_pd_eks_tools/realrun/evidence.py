@@ -194,8 +194,9 @@ def comparison_line(pd_rows: list[dict[str, Any]], agg_rows: dict[int, dict[str,
     tput = " / ".join(f"{a['output_throughput'] / p['output_throughput']:.1f}x" for p, a in pairs)
     return (
         f"On one GPU, at {loads} clients, P/D's median TTFT is {ttft} the aggregated engine's, and the "
-        f"aggregated engine's output throughput is {tput} P/D's. Expected here, and not the deployment's trade: both P/D engines "
-        "share one GPU's compute and memory (0.4 of it each, against 0.8 for the one aggregated engine), and "
+        f"aggregated engine's output throughput is {tput} P/D's. Expected here, and not the deployment's "
+        "trade: both P/D engines share one GPU's compute and memory (0.4 of it each, against 0.8 for the one "
+        "aggregated engine), and "
         "every request's KV crosses UCX on that device (the pull times above). What P/D buys on p5en — prefill "
         "off the decode GPUs, so decode steps are not stalled by long prompts — needs two GPUs and EFA; this "
         "table shows the path works end to end and what the one-GPU stand-in costs, not that gain."
