@@ -28,7 +28,7 @@ INSTALL := $(VENV)/bin/uv pip install -q --python $(PY)
 BOOTSTRAP := test -x $(VENV)/bin/uv || $(PY) -m pip install -q uv==$(UV_VERSION)
 endif
 
-.PHONY: help venv venv-dev test test-unit test-binaries lock preview preview-diff preflight lint promote-check placeholders calibrate
+.PHONY: help venv venv-dev test test-unit test-binaries lock preview preview-diff preflight lint promote-check placeholders resolve-image calibrate
 
 help:
 	@echo "make preview [STACK=dev]   offline preview of a stack: plan, policy verdicts, figures"
@@ -42,6 +42,7 @@ help:
 	@echo "make promote-check FROM=staging TO=prod   may the commit move on? (chart/image/model/engine must match)"
 	@echo "make config-doc            regenerate docs/configuration.md's table from llm_pd_eks/config/"
 	@echo "make placeholders [STACK=dev] [RUNNER=label]   does the stack still carry example values? (deploy refuses it)"
+	@echo "make resolve-image [STACK=dev]   pin serving.image in Pulumi.<stack>.yaml to its ECR Public digest (network)"
 	@echo "make verify STACK=dev [KUBECONFIG=path] [TIMEOUT=600] [JSON=1]   after pulumi up: EFA, NIXL on LIBFABRIC, P/D, KV bytes"
 	@echo "make cost-audit STACK=dev [SINCE=7d] [PROMETHEUS=url] [JSON=1]   spend, \$$/Mtok vs make size, idle GPUs, quota, advice"
 	@echo "make size [STACK=dev] [WORKLOAD=workloads/<stack>.yaml] [WRITE=1] [JSON=1]   replicas, nodes, P:D, \$$/Mtok for a workload"
@@ -129,6 +130,11 @@ config-doc: $(STAMP)
 # Documentation CIDRs, the example account 123456789012, a private endpoint with no runner: exit 1.
 placeholders: $(STAMP)
 	@$(PY) -m llm_pd_eks_tools.placeholders --stack=$(call q,$(STACK)) $(if $(RUNNER),--runner=$(call q,$(RUNNER)))
+
+# The serving image's tag -> its digest on ECR Public (anonymous), written into Pulumi.<stack>.yaml as
+# repo:tag@sha256:...; offline it says so in one line and exits 5 (llm_pd_eks_tools/resolve_image.py).
+resolve-image: $(STAMP)
+	@$(PY) -m llm_pd_eks_tools.resolve_image --stack=$(call q,$(STACK))
 
 # After `pulumi up`: proves the deployed stack (nodes, EFA devices, P/D placement, one completion,
 # NIXL on LIBFABRIC, KV bytes/failures/throughput). Kubeconfig from KUBECONFIG or the stack output.
