@@ -163,3 +163,15 @@ def test_the_doc_patterns_catch_a_stale_version():
     stale = "the DLC public.ecr.aws/deep-learning-containers/ray:serve-llm-cuda-v0.9.9 with Ray 1.0.0 and\nvLLM 0.0.1"
     found = {p for p in DOC_PATTERNS for m in re.finditer(p, " ".join(stale.split())) if m.group(1)}
     assert len(found) == 3
+
+
+def test_the_vendored_vllm_facts_are_the_images_vllms():
+    facts = DATA / "vllm"
+    assert sorted(p.name for p in facts.glob("*.json")) == [
+        f"engine-args-{versions.DLC_VLLM_VERSION}.json",
+        f"metrics-{versions.DLC_VLLM_VERSION}.json",
+    ]
+    source = (facts / "SOURCE").read_text()
+    assert f"from the wheel vllm-{versions.DLC_VLLM_VERSION}-" in source
+    assert f"(vllm/_version.py {versions.DLC_VLLM_VERSION}, commit " in source
+    assert re.search(r"wheel sha256 [0-9a-f]{64}\)", source)
