@@ -16,7 +16,8 @@ What is read, each from the file named:
 - metrics-<v>.json: every `self._{gauge,counter,histogram}_cls(name="vllm:...")` call in
   vllm/v1/metrics/loggers.py and the NIXL connector's stats (.../v1/nixl/stats.py): name, type, file;
   and the literal bucket bounds of vllm:time_to_first_token_seconds and vllm:inter_token_latency_seconds.
-The SOURCE note beside them names the wheel, its sha256 and the date.
+The SOURCE note beside them names the wheel, its sha256 and the date; another release's facts files
+there are removed.
 """
 
 from __future__ import annotations
@@ -259,6 +260,10 @@ def generate(wheel_path: Path, out: Path, today: Optional[str] = None) -> list[P
     }
     for path, text in written.items():
         path.write_text(text)
+    # The tests read the facts of the DLC's vLLM only; another release's files would be facts nothing checks.
+    for stale in [*out.glob("engine-args-*.json"), *out.glob("metrics-*.json")]:
+        if stale not in written:
+            stale.unlink()
     return list(written)
 
 

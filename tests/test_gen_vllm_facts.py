@@ -64,7 +64,17 @@ def wheel(tmp_path: Path, sources: dict[str, str]) -> Path:
 
 def test_the_facts_are_read_from_the_wheels_source(tmp_path):
     out = tmp_path / "out"
+    out.mkdir()
+    for old in ("engine-args-9.9.8.json", "metrics-9.9.8.json", "notes.txt"):
+        (out / old).write_text("{}")
     generate(wheel(tmp_path, SOURCES), out, today="2026-12-02")
+    # the previous release's facts go, anything else stays
+    assert sorted(p.name for p in out.iterdir()) == [
+        "SOURCE",
+        "engine-args-9.9.9.json",
+        "metrics-9.9.9.json",
+        "notes.txt",
+    ]
     args = json.loads((out / "engine-args-9.9.9.json").read_text())
     assert args == {
         "engine_args_fields": ["_rank", "model"],  # the ClassVar and a method's local are no fields
