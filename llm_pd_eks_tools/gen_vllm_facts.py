@@ -147,7 +147,7 @@ def nixl_backends_key(wheel: Wheel) -> str:
                 and node.value.args
                 and isinstance(node.value.args[0], ast.Constant)
             ):
-                keys.add(node.value.args[0].value)
+                keys.add(str(node.value.args[0].value))
     if len(keys) != 1:
         raise ToolError(Exit.FAILED, f"{NIXL_DIR}: expected one nixl_backends extra-config key, found {sorted(keys)}")
     return str(keys.pop())
@@ -167,17 +167,17 @@ def metrics(wheel: Wheel) -> dict[str, Any]:
                 continue
             kind = METRIC_CLASSES.get(node.func.attr)
             keywords = {k.arg: k.value for k in node.keywords if k.arg}
-            metric = keywords.get("name")
-            if kind is None or not (isinstance(metric, ast.Constant) and str(metric.value).startswith("vllm:")):
+            constant = keywords.get("name")
+            metric = constant.value if isinstance(constant, ast.Constant) else None
+            if kind is None or not (isinstance(metric, str) and metric.startswith("vllm:")):
                 continue
-            entry = {"file": name, "type": kind}
-            if found.setdefault(metric.value, entry) != entry:
-                raise ToolError(Exit.FAILED, f"{name}: {metric.value} is defined twice with different types")
-            if metric.value in BUCKETED:
+            if found.setdefault(metric, {"file": name, "type": kind})["type"] != kind:
+                raise ToolError(Exit.FAILED, f"{name}: {metric} is defined twice with different types")
+            if metric in BUCKETED:
                 try:
-                    buckets[metric.value] = [float(b) for b in ast.literal_eval(keywords["buckets"])]
+                    buckets[metric] = [float(b) for b in ast.literal_eval(keywords["buckets"])]
                 except (KeyError, ValueError) as error:
-                    raise ToolError(Exit.FAILED, f"{name}: {metric.value} has no literal buckets ({error})") from None
+                    raise ToolError(Exit.FAILED, f"{name}: {metric} has no literal buckets ({error})") from None
     missing = [m for m in BUCKETED if m not in buckets]
     if missing:
         raise ToolError(Exit.FAILED, f"{LOGGERS}: no literal buckets for {', '.join(missing)}")
