@@ -28,7 +28,7 @@ INSTALL := $(VENV)/bin/uv pip install -q --python $(PY)
 BOOTSTRAP := test -x $(VENV)/bin/uv || $(PY) -m pip install -q uv==$(UV_VERSION)
 endif
 
-.PHONY: help venv venv-dev test test-unit test-binaries lock preview preview-diff preflight lint promote-check placeholders calibrate
+.PHONY: help venv venv-dev test test-unit test-binaries lock preview preview-diff preflight lint promote-check placeholders resolve-image calibrate
 
 help:
 	@echo "make preview [STACK=dev]   offline preview of a stack: plan, policy verdicts, figures"
@@ -42,10 +42,11 @@ help:
 	@echo "make promote-check FROM=staging TO=prod   may the commit move on? (chart/image/model/engine must match)"
 	@echo "make config-doc            regenerate docs/configuration.md's table from llm_pd_eks/config/"
 	@echo "make placeholders [STACK=dev] [RUNNER=label]   does the stack still carry example values? (deploy refuses it)"
+	@echo "make resolve-image [STACK=dev]   pin serving.image in Pulumi.<stack>.yaml to its ECR Public digest (network)"
 	@echo "make verify STACK=dev [KUBECONFIG=path] [TIMEOUT=600] [JSON=1]   after pulumi up: EFA, NIXL on LIBFABRIC, P/D, KV bytes"
 	@echo "make cost-audit STACK=dev [SINCE=7d] [PROMETHEUS=url] [JSON=1]   spend, \$$/Mtok vs make size, idle GPUs, quota, advice"
 	@echo "make size [STACK=dev] [WORKLOAD=workloads/<stack>.yaml] [WRITE=1] [JSON=1]   replicas, nodes, P:D, \$$/Mtok for a workload"
-	@echo "make facts                 regenerate the GPU instance-type table (llm_pd_eks/data, policies/data) from EC2 data, and the pack's KubeRay resource-name rules"
+	@echo "make facts                 regenerate the GPU instance-type table (llm_pd_eks/data, policies/data) from EC2 data, the pack's KubeRay resource-name rules, the vLLM facts (downloads the wheel)"
 	@echo "make calibrate STACK=dev [ENDPOINT=http://host:port] [NIXLBENCH=file] [TIMEOUT=1800]   after up: measure, fit, write calibration/<stack>.yaml"
 
 $(STAMP): requirements-preview.txt
@@ -130,6 +131,11 @@ config-doc: $(STAMP)
 placeholders: $(STAMP)
 	@$(PY) -m llm_pd_eks_tools.placeholders --stack=$(call q,$(STACK)) $(if $(RUNNER),--runner=$(call q,$(RUNNER)))
 
+# The serving image's tag -> its digest on ECR Public (anonymous), written into Pulumi.<stack>.yaml as
+# repo:tag@sha256:...; offline it says so in one line and exits 5 (llm_pd_eks_tools/resolve_image.py).
+resolve-image: $(STAMP)
+	@$(PY) -m llm_pd_eks_tools.resolve_image --stack=$(call q,$(STACK))
+
 # After `pulumi up`: proves the deployed stack (nodes, EFA devices, P/D placement, one completion,
 # NIXL on LIBFABRIC, KV bytes/failures/throughput). Kubeconfig from KUBECONFIG or the stack output.
 .PHONY: verify
@@ -148,11 +154,14 @@ size: $(DEV_STAMP)
 # program's copy (llm_pd_eks/data/) and the policy pack's own (policies/data/). Then the pack's copy of
 # KubeRay's resource-name rules (policies/data/kuberay_resource_flags.json) from llm_pd_eks/ray_resources.py,
 # and the pack's inert resource types (policies/data/inert_types.txt) from the installed provider SDKs.
+# Last, the vLLM facts the tests judge by (tests/data/vllm/) from the DLC's vLLM wheel
+# (llm_pd_eks/versions.py; downloaded from PyPI, read with ast, never imported).
 .PHONY: facts
 facts: $(DEV_STAMP)
 	@$(PY) -m llm_pd_eks_tools.gen_instance_types
 	@$(PY) -m llm_pd_eks_tools.gen_ray_resources
 	@$(PY) -m llm_pd_eks_tools.gen_resource_types
+	@$(PY) -m llm_pd_eks_tools.gen_vllm_facts
 # After `pulumi up`: vllm bench serve sweep (a Job on the system nodes, or ENDPOINT directly) and
 # nixlbench's LIBFABRIC output (NIXLBENCH) -> calibration/<stack>.yaml, used by `make size` and the preview.
 calibrate: $(DEV_STAMP)

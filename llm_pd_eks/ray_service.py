@@ -61,8 +61,8 @@ from .efa_gpu_nodes import GPU_LABELS, GPU_TOLERATION
 from .models import MODELS
 from .ray_resources import accelerator_resource_name, custom_resource_problem, role_resource
 from .rollout_rule import replace_on_change_paths
-from .versions import DLC_RAY_VERSION
 from .system_nodes import SYSTEM_LABELS
+from .versions import DLC_RAY_VERSION
 
 # The Ray of the stacks' image (the AWS Ray LLM DLC, llm_pd_eks/versions.py); requirements-dev.txt
 # pins the same for the schema tests (tests/test_ray_service.py checks the two agree).

@@ -1,39 +1,85 @@
-"""The serving image: AWS's Ray LLM Deep Learning Container, and what it carries (one place).
+"""Every version the stacks deploy and the tests judge by, in one place.
 
-Read from aws/deep-learning-containers at commit e0ecedea6a1c56d6b5914f9cfb2fec5c548e67e0
-(2026-08-21, "ray-serve-llm: add ray-llm image variant"):
-- .github/config/image/ray-llm/ec2-gpu.yml: `prod_image: "ray:serve-llm-cuda"`, framework_version
-  2.57.0, python 3.13.12, cuda_version 13.0.2, vllm_version 0.25.1, dlc_major/minor_version 1/0,
-  `release.public_registry: true`;
-- docker/ray_llm/Dockerfile.cuda: `EFA_VERSION=1.47.0` (the EFA installer, libfabric with the `efa`
-  provider), `ENV FI_PROVIDER=efa`, an entrypoint that lets KubeRay's `ray start` run unmodified;
-- docker/ray_llm/pyproject.toml and uv.lock: ray[default,serve,llm]==2.57.0, vllm==0.25.1,
-  nixl 1.3.0 (nixl-cu13 1.3.0; nixl-cu12 overridden out), huggingface-hub 1.27.0, hf-xet 1.6.0.
+The serving image is AWS's Ray LLM Deep Learning Container as RELEASED, read at the release's own
+record in aws/deep-learning-containers:
+
+- docs/ray-llm/changelog/index.md (commit 4645ac8f5974e07a0a156018c03315c6c5b2f036), "Ray LLM v1.0 —
+  2026-08-31": tags `serve-llm-cuda` · `serve-llm-cuda-v1` · `serve-llm-cuda-v1.0` ·
+  `serve-llm-cuda-v1.0.0`; "Ray 2.58.0 and vLLM 0.26.0 on PyTorch 2.11.0, CUDA 13.0.2, Python 3.13";
+  EFA support for multi-node networking. The stacks pin the exact patch tag `serve-llm-cuda-v1.0.0`:
+  the floating `-v1`/`-v1.0` tags move with every patch. No record of a later patch (v1.0.1, v1.0.2)
+  could be read: the changelog has only v1.0, and no image config or release note names another.
+- docs/ray-llm/index.md (commit e868478a543192148f8f24a15b61e9a55467355e), "What's Included": Ray 2.58.0
+  with the default, serve and llm extras, vLLM 0.26.0, PyTorch 2.11.0, CUDA 13.0.2, Python 3.13 in
+  /opt/venv, EFA with the AWS NCCL OFI plugin, `FI_PROVIDER=efa` set in the image.
+- docker/ray_llm/Dockerfile.cuda (commit 140b5392c6d04fd030bf41df59078a4bb8215464, the build whose ARGs
+  are FRAMEWORK_VERSION=2.58.0 / VLLM_VERSION=0.26.0): `EFA_VERSION=1.49.0`, the EFA installer
+  (libfabric with the `efa` provider) its install_efa step runs.
+- NIXL 1.3.1 (nixl and nixl-cu13): the ray-2.58.0 wheel's METADATA pins them for the `llm` extra
+  the image installs (`Requires-Dist: nixl==1.3.1; extra == "llm"`, `nixl-cu13==1.3.1`, and
+  `vllm[audio]==0.26.0`); docker/ray_llm/pyproject.toml overrides nixl-cu12 out. The real run on an
+  H200 (llm_pd_eks_tools/realrun/data/2026-12-02/run.json) ran nixl 1.3.1 with Ray 2.58.0 / vLLM 0.26.0.
 - test/ray-llm/eks-multi-node/rayservice.yml: the DLC's own KubeRay test (settings mirrored in
   llm_pd_eks/ray_service.py: FI_EFA_FORK_SAFE, VLLM_HOST_IP, no privileged securityContext).
-The image lives on public ECR as `public.ecr.aws/deep-learning-containers/ray:<tag>`. The tag is
-not written in the repository: .github/actions/generate-release-spec/generate_release_spec.sh hands
-the release system `prod_image` (the floating `serve-llm-cuda`) and the metadata, and the versioned tag
-is applied outside the repository. Every AL2023 DLC release the repository records is tagged
-`<prefix>-v<dlc_major>.<dlc_minor>` (docs/ray/changelog/index.md: `serve-ml-cuda-v1.4` for the Ray
-Serve DLC with dlc_major/minor 1/4 in .github/config/image/ray/ec2-gpu.yml; README.md release
-highlights: `server-cuda-v2.3`, `omni-cuda-v1.5`), so this image's 1/0 is `serve-llm-cuda-v1.0`:
-inferred from that convention, not read from a release record. At the commit read, ec2-gpu.yml still
-has `release: false`, and the published page https://aws.github.io/deep-learning-containers/ray-llm/
-(newer than that commit) lists only the floating `serve-llm-cuda` and says it carries Ray 2.58.0 and
-vLLM 0.26.0: which versioned tag carries the Ray 2.57.0 / vLLM 0.25.1 build, and its digest, could not
-be checked offline.
+
+The image lives on ECR Public, `public.ecr.aws/deep-learning-containers/ray:<tag>`. Its digest is not
+written in any record that can be read offline: `make resolve-image STACK=<stack>`
+(llm_pd_eks_tools/resolve_image.py) reads it from the registry and pins the stack file to
+`<repo>:<tag>@sha256:<digest>`; set `DLC_DIGEST` below to the same value so every copy agrees
+(tests/test_versions_agree.py). docs/serving-image.md says how to bump all of this.
+
+Charts, each at its release (the values or CRDs vendored under tests/data/, each with a SOURCE):
+- kuberay-operator 1.7.0 (ray-project/kuberay tag v1.7.0; operator image v1.7.0, the chart's
+  appVersion): tests/data/kuberay/SOURCE;
+- cluster-autoscaler 9.59.0 (kubernetes/autoscaler tag cluster-autoscaler-chart-9.59.0):
+  tests/data/cluster-autoscaler/SOURCE;
+- aws-efa-k8s-device-plugin v0.5.30 (aws/eks-charts, Chart.yaml version v0.5.30, appVersion v0.5.20):
+  tests/data/eks-charts/SOURCE;
+- nvidia-device-plugin 0.20.0 (https://nvidia.github.io/k8s-device-plugin index);
+- kube-prometheus-stack 88.5.3 (prometheus-community/helm-charts tag kube-prometheus-stack-88.5.3):
+  tests/data/kube-prometheus-stack/SOURCE;
+- dcgm-exporter 4.8.2 (https://nvidia.github.io/dcgm-exporter/helm-charts index).
 """
 
 from __future__ import annotations
 
-DLC_REGISTRY = "public.ecr.aws/deep-learning-containers/ray"
-DLC_TAG = "serve-llm-cuda-v1.0"
-DLC_IMAGE = f"{DLC_REGISTRY}:{DLC_TAG}"
+import re
+from typing import Optional
 
-DLC_RAY_VERSION = "2.57.0"
-DLC_VLLM_VERSION = "0.25.1"
-DLC_NIXL_VERSION = "1.3.0"
-DLC_EFA_INSTALLER_VERSION = "1.47.0"
+DLC_REGISTRY = "public.ecr.aws/deep-learning-containers/ray"
+DLC_TAG = "serve-llm-cuda-v1.0.0"
+# sha256:<64 hex> of the tag's manifest (list) once resolved (`make resolve-image`); None until then.
+DLC_DIGEST: Optional[str] = None
+
+DLC_RAY_VERSION = "2.58.0"
+DLC_VLLM_VERSION = "0.26.0"
+DLC_TORCH_VERSION = "2.11.0"
+DLC_NIXL_VERSION = "1.3.1"
+DLC_EFA_INSTALLER_VERSION = "1.49.0"
 DLC_CUDA_VERSION = "13.0.2"
 DLC_PYTHON_VERSION = "3.13"
+
+KUBERAY_VERSION = "1.7.0"
+KUBERAY_CHART_VERSION = KUBERAY_VERSION  # the chart is released with the operator, same tag
+CLUSTER_AUTOSCALER_CHART_VERSION = "9.59.0"
+NVIDIA_DEVICE_PLUGIN_CHART_VERSION = "0.20.0"
+EFA_DEVICE_PLUGIN_CHART_VERSION = "v0.5.30"
+KUBE_PROMETHEUS_STACK_CHART_VERSION = "88.5.3"
+DCGM_EXPORTER_CHART_VERSION = "4.8.2"
+
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def image_reference(repository: str, tag: Optional[str], digest: Optional[str]) -> str:
+    """`repository[:tag][@digest]`, the reference form a container runtime pulls."""
+    return repository + (f":{tag}" if tag else "") + (f"@{digest}" if digest else "")
+
+
+def minor(version: str) -> str:
+    """'1.7.0' -> '1.7'."""
+    return ".".join(version.split(".")[:2])
+
+
+DLC_IMAGE_TAG = image_reference(DLC_REGISTRY, DLC_TAG, None)
+DLC_IMAGE = image_reference(DLC_REGISTRY, DLC_TAG, DLC_DIGEST)
+KUBERAY_MINOR = minor(KUBERAY_VERSION)

@@ -22,6 +22,7 @@ COMMANDS = {
     "cost-audit": ("llm_pd_eks_tools.cost_audit", "spend and use against what was sized"),
     "promote-check": ("llm_pd_eks_tools.promote_check", "may the commit move on to the next stack?"),
     "placeholders": ("llm_pd_eks_tools.placeholders", "example values a stack still carries"),
+    "resolve-image": ("llm_pd_eks_tools.resolve_image", "pin the stack's serving image by its registry digest"),
     "config-doc": ("llm_pd_eks_tools.config_doc", "docs/configuration.md's reference from the config model"),
 }
 

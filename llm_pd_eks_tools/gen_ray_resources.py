@@ -14,6 +14,7 @@ import sys
 from typing import Optional
 
 from llm_pd_eks.ray_resources import OPERATOR_FLAGS
+from llm_pd_eks.versions import KUBERAY_VERSION
 from llm_pd_eks_tools.cli import ROOT, run
 from llm_pd_eks_tools.facts import sync
 
@@ -24,7 +25,8 @@ def generate() -> str:
     """The rules as JSON text (one trailing newline: byte-stable for the equality test)."""
     table = {
         "source": {
-            "what": "the `ray start` flag KubeRay's operator turns a group resource name into (kuberay v1.7.0, "
+            "what": "the `ray start` flag KubeRay's operator turns a group resource name into "
+            f"(kuberay v{KUBERAY_VERSION}, "
             "ray-operator/controllers/ray/common/pod.go updateRayStartParamsResources); each pattern is "
             "searched in the lower-cased name (Python re), the first match wins",
             "from": "llm_pd_eks/ray_resources.py OPERATOR_FLAGS",

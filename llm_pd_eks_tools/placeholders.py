@@ -11,6 +11,11 @@ read the same way: a value that names itself a placeholder ("set me", "changeme"
 example account, and a stack-file key the environment also sets (the stack file's value wins over
 an imported environment's, so a placeholder `{secure: ...}` there hides the real secret).
 
+A protected stack (`protect: true`, the flag that marks prod: its VPC and cluster survive a
+`pulumi destroy`) must also pin its serving image by digest: a tag is a name the registry can point at
+other bytes after staging proved it, a digest names the bytes (`make resolve-image STACK=prod` writes
+it). Other stacks get the preview's WARNING for a tag without digest (`digest_warning`).
+
 Pure functions over the validated `StackConfig`; the preview prints them as a WARNING (and a callout
 in summary.md), and every workflow job that creates resources refuses a stack that has any:
 
@@ -36,6 +41,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from llm_pd_eks.config import PROJECT, StackConfig
+from llm_pd_eks.image_ref import parse_image
 from llm_pd_eks_tools.cli import ArgumentParser, Exit, ToolError, exit_with, one_line
 
 DOCUMENTATION_NETWORKS = tuple(
@@ -131,7 +137,10 @@ def runner_problem(label: str, private_only: bool) -> Optional[str]:
 
 
 def find_placeholders(
-    config: StackConfig, runner: Optional[str] = None, secure_values: Optional[dict[str, str]] = None
+    config: StackConfig,
+    runner: Optional[str] = None,
+    secure_values: Optional[dict[str, str]] = None,
+    stack: str = "<stack>",
 ) -> list[Placeholder]:
     """Every example value in `config`; `runner` is a runner label stated outside the stack (workflow input);
     `secure_values` are the stack file's `{secure: ...}` ciphertexts by key
@@ -161,6 +170,16 @@ def find_placeholders(
         if EXAMPLE_ACCOUNT in _ACCOUNT_IN.findall(value):
             found.append(Placeholder(f"{PROJECT}:{key}", value, f"uses the example AWS account {EXAMPLE_ACCOUNT}"))
     found += alerting_placeholders(config)
+    unpinned = undigested_image(config)
+    if unpinned and config.protect:
+        found.append(
+            Placeholder(
+                f"{PROJECT}:serving.image",
+                unpinned,
+                "a tag without a digest on a protected (prod) stack: the registry can move the tag; "
+                f"pin it with `make resolve-image STACK={stack}`",
+            )
+        )
     if not config.cluster.public_access_cidrs and not (runner or config.deploy.runner_label):
         found.append(
             Placeholder(
@@ -171,6 +190,26 @@ def find_placeholders(
             )
         )
     return found
+
+
+def undigested_image(config: StackConfig) -> Optional[str]:
+    """The serving image when it is pinned by a tag alone (no `@sha256:` digest), else None."""
+    if config.serving is None:
+        return None
+    ref = parse_image(config.serving.image)
+    return config.serving.image if ref is not None and ref.digest is None else None
+
+
+def digest_warning(config: StackConfig, stack: str) -> list[str]:
+    """The preview's one WARNING line for a serving image pinned by tag alone (a protected stack's is a
+    placeholder instead, in the placeholder block)."""
+    image = undigested_image(config)
+    if image is None or config.protect:
+        return []
+    return [
+        f"WARNING: {PROJECT}:serving.image {image} has no digest: the registry can move the tag; "
+        f"`make resolve-image STACK={stack}` pins it"
+    ]
 
 
 def _strings(value: object, path: str) -> Iterator[tuple[str, str]]:
@@ -289,9 +328,11 @@ def runner_label(config: StackConfig, runner: Optional[str] = None) -> str:
     return runner or config.deploy.runner_label or DEFAULT_RUNNER
 
 
-def warning_lines(config: StackConfig, secure_values: Optional[dict[str, str]] = None) -> list[str]:
+def warning_lines(
+    config: StackConfig, secure_values: Optional[dict[str, str]] = None, stack: str = "<stack>"
+) -> list[str]:
     """The preview's WARNING block (empty when the stack has no placeholders)."""
-    found = find_placeholders(config, secure_values=secure_values)
+    found = find_placeholders(config, secure_values=secure_values, stack=stack)
     if not found:
         return []
     return [
@@ -321,7 +362,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     label = runner_label(config, args.runner or None)
     if args.preview:
         return _preview(args.stack, config, label, args.github_output)
-    found = find_placeholders(config, args.runner or None, secure_values(args.stack, ROOT)) + extra
+    found = find_placeholders(config, args.runner or None, secure_values(args.stack, ROOT), args.stack) + extra
     if args.github_output and not any(p.key in ("--runner", f"{PROJECT}:deploy.runnerLabel") for p in found):
         with open(args.github_output, "a") as out:
             out.write(f"runner={label}\n")

@@ -3,7 +3,7 @@
 Run as `python tests/ray_exporter.py [PORT]`; it prints `ready <port>`. A subprocess, because Ray's
 OpenTelemetry meter provider is process-global. Metrics go through
 ray._private.telemetry.open_telemetry_metric_recorder (the recorder the dashboard agent of the
-installed Ray, the DLC's 2.57.0, exports with) and prometheus_client renders the exposition: names,
+installed Ray, the DLC's 2.58.0, exports with) and prometheus_client renders the exposition: names,
 `_total` suffixes, label sets and the histogram reconstruction are Ray's, not ours. It serves every
 vLLM metric of the program's table (llm_pd_eks/metrics.py `VLLM_METRICS`, vLLM name and type),
 registered under the name vLLM's Ray stat logger gives it; whether Ray then exports it under the name

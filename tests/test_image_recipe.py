@@ -1,6 +1,6 @@
 """images/ray-llm-efa: the bring-your-own recipe pins what llm_pd_eks/versions.py records, and
 its build gate fails unless NIXL lists the LIBFABRIC plugin (run here against stand-in NIXL modules
-shaped like nixl 1.3.0's `nixl_agent` / `nixl_agent_config`)."""
+shaped like nixl 1.3.1's `nixl_agent` / `nixl_agent_config`)."""
 
 from __future__ import annotations
 

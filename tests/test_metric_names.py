@@ -1,6 +1,7 @@
-"""llm_pd_eks/metrics.py's vLLM names are ones vLLM 0.25.1 (the DLC's engine) really defines.
+"""llm_pd_eks/metrics.py's vLLM names are ones the DLC's vLLM (llm_pd_eks/versions.py) really defines.
 
-The judge is tests/data/vllm/metrics-0.25.1.json, extracted from the vLLM 0.25.1 wheel (its SOURCE):
+The judge is tests/data/vllm/metrics-<that version>.json, generated from its wheel by
+llm_pd_eks_tools/gen_vllm_facts.py (`make facts`; the SOURCE beside it):
 each `vllm:` name, its type, and the TTFT / inter-token latency bucket bounds the SLO thresholds
 must sit on. A counter is scraped with `_total` (the OpenTelemetry Prometheus reader), a histogram
 and a gauge under their own name.
@@ -14,8 +15,9 @@ import pytest
 from helpers import DATA
 
 from llm_pd_eks import metrics
+from llm_pd_eks.versions import DLC_VLLM_VERSION
 
-VLLM = json.loads((DATA / "vllm" / "metrics-0.25.1.json").read_text())
+VLLM = json.loads((DATA / "vllm" / f"metrics-{DLC_VLLM_VERSION}.json").read_text())
 PREFIX = metrics.RAY_PREFIX + "vllm_"
 
 
@@ -29,13 +31,13 @@ def test_the_module_names_vllm_metrics_at_all():
 
 
 @pytest.mark.parametrize("constant", sorted(ours()))
-def test_each_name_is_a_vllm_0_25_1_metric_with_its_type_suffix(constant):
+def test_each_name_is_a_metric_of_the_dlcs_vllm_with_its_type_suffix(constant):
     scraped = ours()[constant]
     candidates = {
         metrics.ray_vllm(name) + ("_total" if spec["type"] == "counter" else ""): name
         for name, spec in VLLM["metrics"].items()
     }
-    assert scraped in candidates, f"{constant} = {scraped}: no vLLM 0.25.1 metric is scraped under that name"
+    assert scraped in candidates, f"{constant} = {scraped}: no vLLM {DLC_VLLM_VERSION} metric is scraped so"
 
 
 @pytest.mark.parametrize("vllm_name", sorted(metrics.VLLM_METRICS))

@@ -1,6 +1,6 @@
 """The metric names, alert rules and dashboard queries on a real Prometheus, fed by Ray's own exporter code.
 
-Two exporters (tests/ray_exporter.py: the installed Ray's (2.57.0) OpenTelemetry recorder, so Ray's names and
+Two exporters (tests/ray_exporter.py: the installed Ray's (2.58.0) OpenTelemetry recorder, so Ray's names and
 suffixes) stand in for a prefill and a decode worker; Prometheus scrapes them with the labels the
 PodMonitor adds (`phase`, `pod`, `node`) and loads the generated rule file. A misspelt metric (a
 missing `_total`, `vllm:` instead of `ray_vllm_`) would return no samples here.

@@ -111,9 +111,46 @@ def test_checked_in_stacks_are_refused_for_deploy(stack, tmp_path):
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "203.0.113.0/24" in proc.stderr
-    # The image is the AWS Ray LLM DLC on ECR Public (llm_pd_eks/versions.py): no example account.
-    assert "serving.image" not in proc.stderr and "123456789012" not in proc.stderr
+    # The image is the AWS Ray LLM DLC on ECR Public (llm_pd_eks/versions.py): no example account; only
+    # the protected stack (prod) must pin it by digest before `pulumi up`.
+    assert "123456789012" not in proc.stderr
+    image_lines = [line for line in proc.stderr.splitlines() if "serving.image" in line]
+    if stack == "prod":
+        (line,) = image_lines
+        assert "a tag without a digest on a protected (prod) stack" in line
+        assert "make resolve-image STACK=prod" in line
+    else:
+        assert image_lines == []
     assert out.read_text() == f"runner={DEFAULT_RUNNER}\n"
+
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+@pytest.mark.parametrize(
+    "image, protect, flagged",
+    [
+        ("public.ecr.aws/deep-learning-containers/ray:serve-llm-cuda-v1.0.0", True, True),
+        (f"public.ecr.aws/deep-learning-containers/ray:serve-llm-cuda-v1.0.0@{DIGEST}", True, False),
+        (f"public.ecr.aws/deep-learning-containers/ray@{DIGEST}", True, False),
+        ("public.ecr.aws/deep-learning-containers/ray:serve-llm-cuda-v1.0.0", False, False),
+    ],
+)
+def test_a_protected_stack_must_pin_its_image_by_digest(image, protect, flagged):
+    from llm_pd_eks_tools.placeholders import digest_warning
+
+    config = validate_values({**CLEAN, "protect": protect, "serving": {**CLEAN["serving"], "image": image}})
+    found = [p for p in find_placeholders(config, stack="prod") if p.key.endswith("serving.image")]
+    assert bool(found) == flagged
+    if flagged:
+        assert "\n" not in str(found[0]) and "make resolve-image STACK=prod" in str(found[0])
+    # the preview warns on any other stack whose image has no digest, in one line
+    warned = digest_warning(config, "dev")
+    assert len(warned) == (1 if ("@" not in image and not protect) else 0)
+    if warned:
+        assert (
+            warned[0].startswith("WARNING: llm-pd-eks:serving.image ") and "make resolve-image STACK=dev" in warned[0]
+        )
 
 
 def test_unknown_stack_is_a_usage_error():
@@ -128,8 +165,9 @@ def test_preview_prints_the_warning_and_summary_has_a_callout(tmp_path, programs
 
     result = preview("dev", out=tmp_path / "dev", run=programs("dev"), progress=lambda _m: None)
     text = render_text(result)
-    # the CIDR, no runbook URL, no SNS subscription; the DLC image is no placeholder
+    # the CIDR, no runbook URL, no SNS subscription; the DLC image is no placeholder, but its tag has no digest
     assert "WARNING: 3 placeholder value(s)" in text
+    assert "WARNING: llm-pd-eks:serving.image public.ecr.aws/deep-learning-containers/ray:" in text
     assert text.index("WARNING:") < text.index("RESULT: OK")
     summary = (tmp_path / "dev" / "summary.md").read_text()
     assert "> [!WARNING]" in summary and "203.0.113.0/24" in summary

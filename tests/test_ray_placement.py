@@ -66,7 +66,7 @@ RAY_ENV = {
     "RAY_health_check_period_ms": "10000",
     "RAY_health_check_timeout_ms": "60000",
     "RAY_health_check_failure_threshold": "60",
-    # How long a new head waits for the GCS to write its port file (Ray 2.57 ray/_private/node.py,
+    # How long a new head waits for the GCS to write its port file (Ray 2.58 ray/_private/node.py,
     # default 30 s, `wait_for_persisted_port`): too short for an overloaded 2-core machine.
     "RAY_gcs_server_port_wait_time_s": "180",
 }
@@ -311,7 +311,7 @@ def placement_problems(
 
 def removed(cluster: Any, nodes: list[Any]) -> None:
     """The case's worker raylets gone, the way Ray's autoscaler stops a node: drained through the GCS
-    first (`GcsClient.drain_nodes`, as ray 2.57 autoscaler/v2/instance_manager/subscribers/
+    first (`GcsClient.drain_nodes`, as ray 2.58 autoscaler/v2/instance_manager/subscribers/
     ray_stopper.py `_stop_ray_node` does), which marks each node dead in the GCS before it answers,
     then their processes killed (`Cluster.remove_node`). Without the drain the GCS learns of a
     removed raylet only from its own exit or from failed health checks (about ten minutes with

@@ -116,8 +116,10 @@ def test_kv_cache_moves_over_nixl_libfabric(run: ProgramRun):
 
 
 def test_engine_kwargs_are_ones_the_images_vllm_accepts(run: ProgramRun):
-    """Judged by vLLM 0.25.1 itself (the DLC's engine): tests/data/vllm/engine-args-0.25.1.json."""
-    vllm = json.loads((DATA / "vllm" / "engine-args-0.25.1.json").read_text())
+    """Judged by the DLC's vLLM itself (llm_pd_eks/versions.py): tests/data/vllm/engine-args-<version>.json."""
+    from llm_pd_eks.versions import DLC_VLLM_VERSION
+
+    vllm = json.loads((DATA / "vllm" / f"engine-args-{DLC_VLLM_VERSION}.json").read_text())
     for role in ("prefill", "decode"):
         kwargs = pd_args(run)[f"{role}_config"]["engine_kwargs"]
         assert set(kwargs) <= set(vllm["engine_args_fields"])

@@ -97,7 +97,7 @@ def walk(options: dict[str, Any], load: Callable[[float], float], seconds: float
             current_time=clock.now,
             config=config,
             # what the controller passes without an async-inference queue monitor
-            # (ray/serve/_private/autoscaling_state.py, Ray 2.57.0: initialised to 0)
+            # (ray/serve/_private/autoscaling_state.py, Ray 2.58.0: initialised to 0)
             total_pending_async_requests=0,
         )
         decision, state = policy(ctx)

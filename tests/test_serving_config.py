@@ -67,6 +67,34 @@ def test_image_must_be_a_tagged_ecr_uri(image, words):
     assert p.startswith(f"{PROJECT}:serving.image: ") and words in p
 
 
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        f"public.ecr.aws/deep-learning-containers/ray:serve-llm-cuda-v1.0.0@{DIGEST}",
+        f"public.ecr.aws/deep-learning-containers/ray@{DIGEST}",
+        f"123456789012.dkr.ecr.us-west-2.amazonaws.com/ray-llm:2.60.0@{DIGEST}",
+    ],
+)
+def test_an_image_may_carry_its_digest(image):
+    assert validate_values(merged(GOOD, {"serving": {"image": image}})).serving.image == image
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "public.ecr.aws/deep-learning-containers/ray:serve-llm-cuda-v1.0.0@sha256:" + "0" * 63,  # short
+        "public.ecr.aws/deep-learning-containers/ray@sha256:" + "A" * 64,  # upper-case hex
+        "public.ecr.aws/deep-learning-containers/ray@sha512:" + "0" * 128,  # not what ECR writes
+    ],
+)
+def test_a_malformed_digest_is_refused(image):
+    (p,) = problems({"serving": {"image": image}})
+    assert "not an ECR image URI" in p
+
+
 def test_tensor_parallel_size_must_be_a_power_of_two():
     (p,) = problems({"serving": {"decode": {"tensorParallelSize": 3}}})
     assert p == f"{PROJECT}:serving.decode.tensorParallelSize: 3 is not a power of two (1, 2, 4, 8)"

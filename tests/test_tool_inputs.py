@@ -464,7 +464,7 @@ def _make(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.parametrize("target", ["placeholders", "verify"])  # neither writes for an unknown stack
+@pytest.mark.parametrize("target", ["placeholders", "verify", "resolve-image"])  # none writes for an unknown stack
 def test_a_stack_name_starting_with_a_dash_reaches_the_tool(target):
     proc = _make(target, "STACK=-canary")
     first = next(line for line in proc.stderr.splitlines() if not line.startswith("[preview]"))  # progress

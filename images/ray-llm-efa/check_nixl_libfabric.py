@@ -1,6 +1,6 @@
 """Build-time gate: NIXL must list its LIBFABRIC plugin, and the plugin's libraries must resolve.
 
-NIXL's Python API (nixl 1.3.0, `nixl_cu13/_api.py`): `nixl_agent(name, nixl_agent_config(backends=[]))`
+NIXL's Python API (nixl 1.3.1, `nixl_cu13/_api.py`): `nixl_agent(name, nixl_agent_config(backends=[]))`
 creates an agent without instantiating a backend (no EFA device needed at build time);
 `get_plugin_list()` returns the plugins the agent's plugin manager loaded (`getAvailPlugins`).
 Exit status 1 with one line on stderr when either check fails.

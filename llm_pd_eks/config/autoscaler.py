@@ -10,6 +10,7 @@ from pydantic import (
     field_validator,
 )
 
+from .. import versions
 from .base import Strict, exact_chart_version
 
 
@@ -19,7 +20,9 @@ class NodeAutoscalerConfig(Strict):
     enabled: bool = Field(
         default=True, description="install Cluster Autoscaler so node groups scale between min and max"
     )
-    chart_version: str = Field(default="9.59.0", description="`cluster-autoscaler` chart, exact version")
+    chart_version: str = Field(
+        default=versions.CLUSTER_AUTOSCALER_CHART_VERSION, description="`cluster-autoscaler` chart, exact version"
+    )
     image_tag: Optional[str] = Field(
         default=None,
         description="cluster-autoscaler image tag; default: the catalog's tag for `cluster.kubernetesVersion` "

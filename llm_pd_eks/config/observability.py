@@ -10,6 +10,7 @@ from pydantic import (
     field_validator,
 )
 
+from .. import versions
 from ..metrics import ITL_BUCKETS, TTFT_BUCKETS
 from .base import Strict, exact_chart_version
 
@@ -68,11 +69,12 @@ class ObservabilityConfig(Strict):
         description="Deploy Prometheus, Grafana, the DCGM exporter, scrape configs, dashboards and alerts.",
     )
     kube_prometheus_stack_chart_version: str = Field(
-        default="88.5.3",
+        default=versions.KUBE_PROMETHEUS_STACK_CHART_VERSION,
         description="kube-prometheus-stack chart version (https://prometheus-community.github.io/helm-charts).",
     )
     dcgm_exporter_chart_version: str = Field(
-        default="4.8.2", description="dcgm-exporter chart version (https://nvidia.github.io/dcgm-exporter/helm-charts)."
+        default=versions.DCGM_EXPORTER_CHART_VERSION,
+        description="dcgm-exporter chart version (https://nvidia.github.io/dcgm-exporter/helm-charts).",
     )
     retention: str = Field(
         default="15d", pattern=r"^\d+[hdw]$", description="How long Prometheus keeps samples (e.g. 15d)."

@@ -13,6 +13,8 @@ from pydantic import (
     model_validator,
 )
 
+from .. import versions
+from ..image_ref import parse_image
 from ..models import MODELS, NATIVE_CONTEXT
 from .base import Strict, exact_chart_version, ipv4_network, shown
 
@@ -24,18 +26,6 @@ MAX_MODEL_LEN = 131_072
 # vLLM's default gpu_memory_utilization: the engine budgets 90% of each GPU, and the weights must
 # fit inside that budget with room left for the KV cache.
 GPU_MEMORY_BUDGET = 0.9
-
-# ECR image URI: <account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>:<tag>
-_ECR_IMAGE = re.compile(
-    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z]{2}(-gov)?-[a-z]+-\d)\.amazonaws\.com(\.cn)?"
-    r"/(?P<repository>[a-z0-9]+(?:[._/-][a-z0-9]+)*)(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?$"
-)
-# ECR Public (where the AWS Ray LLM DLC is published, llm_pd_eks/versions.py):
-# public.ecr.aws/<registry alias>/<repository>:<tag>
-_ECR_PUBLIC_IMAGE = re.compile(
-    r"^public\.ecr\.aws/(?P<alias>[a-z0-9][a-z0-9_-]{1,254})"
-    r"/(?P<repository>[a-z0-9]+(?:[._/-][a-z0-9]+)*)(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?$"
-)
 
 
 class ReplicaGroupConfig(Strict):
@@ -120,7 +110,9 @@ class ServingConfig(Strict):
     model_id: str = Field(description="Hugging Face id of a model in llm_pd_eks/models.py.")
     image: str = Field(
         description="The Ray LLM image (with EFA/libfabric) in ECR or ECR Public (the AWS Ray LLM DLC, "
-        "llm_pd_eks/versions.py), pinned by a tag other than `latest`.",
+        "llm_pd_eks/versions.py): `repo:tag`, `repo:tag@sha256:<digest>` or `repo@sha256:<digest>`, a tag other "
+        "than `latest`; the preview warns on a tag without digest, the deploy gate refuses one for a protected "
+        "(prod) stack (`make resolve-image` pins it).",
     )
     max_model_len: int = Field(
         default=8192,
@@ -234,16 +226,16 @@ class ServingConfig(Strict):
     @field_validator("image")
     @classmethod
     def _pinned_ecr_image(cls, value: str) -> str:
-        match = _ECR_IMAGE.match(value) or _ECR_PUBLIC_IMAGE.match(value)
-        if not match:
+        ref = parse_image(value)
+        if ref is None:
             raise ValueError(
                 f"{shown(value)} is not an ECR image URI such as "
                 "'123456789012.dkr.ecr.us-west-2.amazonaws.com/ray-llm:2.60.0-py311-cu128' or "
-                "'public.ecr.aws/deep-learning-containers/ray:serve-llm-cuda-v1.0'"
+                f"'{versions.DLC_IMAGE_TAG}' (optionally with '@sha256:<64 hex>', or that digest alone)"
             )
-        if not match["tag"]:
-            raise ValueError(f"{shown(value)} has no tag; pin the image with an explicit tag")
-        if match["tag"] == "latest":
+        if not ref.tag and not ref.digest:
+            raise ValueError(f"{shown(value)} has no tag or digest; pin the image with a tag and its digest")
+        if ref.tag == "latest":
             raise ValueError(f"{shown(value)} uses the 'latest' tag; pin a version tag so up and preview agree")
         return value
 
@@ -259,14 +251,21 @@ class ServingConfig(Strict):
 class KubeRayConfig(Strict):
     """The KubeRay operator chart (https://ray-project.github.io/kuberay-helm/)."""
 
-    chart_version: str = Field(default="1.7.0", description="kuberay-operator Helm chart version, a 1.7.x release.")
+    chart_version: str = Field(
+        default=versions.KUBERAY_CHART_VERSION,
+        description=f"kuberay-operator Helm chart version, a {versions.KUBERAY_MINOR}.x release "
+        "(llm_pd_eks/versions.py).",
+    )
 
     @field_validator("chart_version")
     @classmethod
-    def _v1_7(cls, value: str) -> str:
-        # the RayService fields used here (and the CRDs vendored in tests/data/kuberay) are those of KubeRay 1.7
-        if not re.fullmatch(r"1\.7\.\d+", value):
-            raise ValueError(f"{shown(value)} is not a 1.7.x release of the kuberay-operator chart")
+    def _operator_minor(cls, value: str) -> str:
+        # the RayService fields used here (and the CRDs vendored in tests/data/kuberay) are those of the
+        # KubeRay minor llm_pd_eks/versions.py records
+        if not re.fullmatch(re.escape(versions.KUBERAY_MINOR) + r"\.\d+", value):
+            raise ValueError(
+                f"{shown(value)} is not a {versions.KUBERAY_MINOR}.x release of the kuberay-operator chart"
+            )
         return value
 
 
@@ -274,11 +273,11 @@ class DevicePluginsConfig(Strict):
     """Chart versions of the NVIDIA and the AWS EFA device plugins."""
 
     nvidia_chart_version: str = Field(
-        default="0.20.0",
+        default=versions.NVIDIA_DEVICE_PLUGIN_CHART_VERSION,
         description="nvidia-device-plugin chart version (https://nvidia.github.io/k8s-device-plugin).",
     )
     efa_chart_version: str = Field(
-        default="v0.5.30",
+        default=versions.EFA_DEVICE_PLUGIN_CHART_VERSION,
         description="aws-efa-k8s-device-plugin chart version (https://aws.github.io/eks-charts; "
         "v0.5.30 ships app v0.5.20).",
     )

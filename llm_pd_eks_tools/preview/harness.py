@@ -195,11 +195,12 @@ def pack_version(pack_dir: Path) -> Optional[str]:
 
 
 def _placeholder_warnings(config: "StackConfig", stack: str, root: Path) -> list[str]:
-    """Example values the stack still carries (llm_pd_eks_tools/placeholders.py), its secure ciphertexts included."""
-    from llm_pd_eks_tools.placeholders import warning_lines
+    """Example values the stack still carries (llm_pd_eks_tools/placeholders.py), its secure ciphertexts included,
+    and a serving image pinned by tag alone."""
+    from llm_pd_eks_tools.placeholders import digest_warning, warning_lines
     from llm_pd_eks_tools.stackfile import secure_values
 
-    return warning_lines(config, secure_values(stack, root))
+    return warning_lines(config, secure_values(stack, root), stack) + digest_warning(config, stack)
 
 
 # -- policy pack ---------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from llm_pd_eks.observability import Observability, ObservabilityArgs
 from llm_pd_eks.ray_service import LlmRayService, RayServiceArgs
 from llm_pd_eks.storage import EbsStorage, EbsStorageArgs
 from llm_pd_eks.system_nodes import SystemNodeGroup, SystemNodeGroupArgs
+from llm_pd_eks.versions import DLC_IMAGE
 from tests.unit.mocks import install
 
 AZS = ["us-west-2a", "us-west-2b"]
@@ -182,7 +183,7 @@ def test_ray_service_tensor_parallelism_must_divide_the_node_gpus(mocks):
     serving = ServingConfig.model_validate(
         {
             "modelId": "Qwen/Qwen2.5-7B-Instruct",
-            "image": "public.ecr.aws/deep-learning-containers/ray:serve-llm-cuda-v1.0",
+            "image": DLC_IMAGE,
             "decode": {"tensorParallelSize": 8},
         }
     )
