@@ -10,7 +10,7 @@ Read from aws/deep-learning-containers at commit e0ecedea6a1c56d6b5914f9cfb2fec5
 - docker/ray_llm/pyproject.toml and uv.lock: ray[default,serve,llm]==2.57.0, vllm==0.25.1,
   nixl 1.3.0 (nixl-cu13 1.3.0; nixl-cu12 overridden out), huggingface-hub 1.27.0, hf-xet 1.6.0.
 - test/ray-llm/eks-multi-node/rayservice.yml: the DLC's own KubeRay test (settings mirrored in
-  llm_pd_eks/ray_service.py: FI_EFA_FORK_SAFE, VLLM_HOST_IP, no privileged securityContext).
+  llm_pd_eks/ray_worker_pod.py: FI_EFA_FORK_SAFE, VLLM_HOST_IP, no privileged securityContext).
 The image lives on public ECR as `public.ecr.aws/deep-learning-containers/ray:<tag>`. The tag is
 not written in the repository: .github/actions/generate-release-spec/generate_release_spec.sh hands
 the release system `prod_image` (the floating `serve-llm-cuda`) and the metadata, and the versioned tag
