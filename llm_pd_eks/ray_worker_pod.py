@@ -24,12 +24,11 @@
   puts on the instance-store RAID0 (llm_pd_eks/node_common.py), so a restarted or rescheduled pod on
   the node reads the weights locally instead of over NAT; downloads use hf-xet's high-performance
   mode (huggingface_hub 1.x `HF_XET_HIGH_PERFORMANCE`), and Ray Serve LLM's engine start timeout
-  (`RAYLLM_ENGINE_START_TIMEOUT_S`) follows from the model's size (`engine_start_timeout_s`).
+  (`RAYLLM_ENGINE_START_TIMEOUT_S`) is never below Ray Serve LLM's default (llm_pd_eks/engine_start.py).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, Optional
 
 import pulumi
@@ -37,7 +36,7 @@ import pulumi
 from .catalog import GpuInstanceType
 from .config.serving import ServingConfig
 from .efa_gpu_nodes import GPU_LABELS, GPU_TOLERATION
-from .models import MODELS
+from .engine_start import ENGINE_START_TIMEOUT_ENV, engine_start_timeout_s
 from .ray_resources import accelerator_resource_name, custom_resource_problem, role_resource
 from .serving_names import APP_LABEL, HF_SECRET_KEY, RAY_SERVICE_NAME, ROLE_LABEL, other_role
 
@@ -49,12 +48,6 @@ EFA_RDMA_ENV = {"FI_EFA_USE_DEVICE_RDMA": "1"}
 WEIGHTS_CACHE_HOST_PATH = "/var/lib/kubelet/llm-pd-eks/hf-cache"
 WEIGHTS_CACHE_MOUNT = "/mnt/hf-cache"
 HF_ENV = {"HF_HOME": WEIGHTS_CACHE_MOUNT, "HF_XET_HIGH_PERFORMANCE": "1"}
-# Engine start budget: the weights at the slowest first download we plan for (Hugging Face over the
-# NAT gateway) plus vLLM's load, compile and CUDA-graph capture. Ray Serve LLM's default is 3600 s
-# (ray.llm._internal.serve.constants ENGINE_START_TIMEOUT_S, env RAYLLM_ENGINE_START_TIMEOUT_S).
-WEIGHTS_DOWNLOAD_GIB_PER_S = 0.1
-ENGINE_WARMUP_S = 600
-ENGINE_START_TIMEOUT_ENV = "RAYLLM_ENGINE_START_TIMEOUT_S"
 # CPUs left to the kubelet and the node's DaemonSets (CNI, kube-proxy, device plugins).
 NODE_CPU_RESERVE = 2
 # Share of the instance's RAM a worker pod requests (and is limited to): the rest holds the kernel,
@@ -71,11 +64,6 @@ def worker_memory_gib(instance: GpuInstanceType) -> int:
     return int(instance.memory_gib * WORKER_MEMORY_SHARE)
 
 
-def engine_start_timeout_s(serving: ServingConfig) -> int:
-    """Seconds Ray Serve LLM gives one engine to start: download the weights once, load, warm up."""
-    return math.ceil(MODELS[serving.model_id].weights_gib_bf16 / WEIGHTS_DOWNLOAD_GIB_PER_S) + ENGINE_WARMUP_S
-
-
 def worker_group(
     serving: ServingConfig,
     role: str,
@@ -90,7 +78,7 @@ def worker_group(
         **EFA_ENV,
         **(EFA_RDMA_ENV if instance.efa_rdma_read else {}),
         **HF_ENV,
-        ENGINE_START_TIMEOUT_ENV: str(engine_start_timeout_s(serving)),
+        ENGINE_START_TIMEOUT_ENV: str(engine_start_timeout_s(serving.model_id, serving.engine_start_timeout_s)),
     }
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in plain_env.items()]
     # vLLM binds its side channel (NIXL handshake) to this address: the pod's, not a guess.
