@@ -31,7 +31,7 @@ from . import metrics as m
 from .catalog import GpuInstanceType
 from .config.observability import AlertingConfig, ObservabilityConfig
 from .kv_transfer import kv_rank_floor_gbps
-from .ray_service import NAMESPACE as SERVING_NAMESPACE
+from .serving_names import NAMESPACE as SERVING_NAMESPACE
 
 GROUP_NAME = "llm-pd-eks.serving"
 

@@ -46,7 +46,7 @@ from .dashboards import DASHBOARD_LABEL, dashboard_json
 from .efa_gpu_nodes import GPU_LABELS, GPU_TOLERATION
 from .helm import HelmChart, pinned_release
 from .kv_transfer import kv_rank_floor_gbps
-from .ray_service import NAMESPACE as SERVING_NAMESPACE
+from .serving_names import NAMESPACE as SERVING_NAMESPACE
 from .storage import STORAGE_CLASS, prometheus_volume
 from .system_nodes import SYSTEM_LABELS
 

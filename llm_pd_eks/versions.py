@@ -20,7 +20,7 @@ record in aws/deep-learning-containers:
   `vllm[audio]==0.26.0`); docker/ray_llm/pyproject.toml overrides nixl-cu12 out. The real run on an
   H200 (llm_pd_eks_tools/realrun/data/2026-12-02/run.json) ran nixl 1.3.1 with Ray 2.58.0 / vLLM 0.26.0.
 - test/ray-llm/eks-multi-node/rayservice.yml: the DLC's own KubeRay test (settings mirrored in
-  llm_pd_eks/ray_service.py: FI_EFA_FORK_SAFE, VLLM_HOST_IP, no privileged securityContext).
+  llm_pd_eks/ray_worker_pod.py: FI_EFA_FORK_SAFE, VLLM_HOST_IP, no privileged securityContext).
 
 The image lives on ECR Public, `public.ecr.aws/deep-learning-containers/ray:<tag>`. Its digest is not
 written in any record that can be read offline: `make resolve-image STACK=<stack>`

@@ -25,7 +25,7 @@ from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.config import ObservabilityConfig
 from llm_pd_eks.kv_transfer import kv_band, kv_rank_floor_gbps
 from llm_pd_eks.models import MODELS
-from llm_pd_eks.ray_service import NAMESPACE
+from llm_pd_eks.serving_names import NAMESPACE
 
 PROMTOOL = shutil.which("promtool")
 CONFIG = ObservabilityConfig()

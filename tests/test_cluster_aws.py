@@ -2,7 +2,7 @@
 group, the VPC CNI's own IRSA role, the S3 gateway endpoint, the public serving endpoint.
 
 AWS pages each rule follows are cited next to the code (llm_pd_eks/cluster.py, llm_pd_eks/network.py,
-llm_pd_eks/ray_service.py); these tests run the program under mocks and read the plan.
+llm_pd_eks/serve_endpoint.py); these tests run the program under mocks and read the plan.
 """
 
 from __future__ import annotations

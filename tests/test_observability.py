@@ -21,7 +21,7 @@ from llm_pd_eks.dashboards import DASHBOARD_LABEL, DASHBOARD_UID, expressions, h
 from llm_pd_eks.efa_gpu_nodes import GPU_TOLERATION
 from llm_pd_eks.kv_transfer import kv_rank_floor_gbps
 from llm_pd_eks.observability import DCGM_CHART, PROMETHEUS_STACK_CHART
-from llm_pd_eks.ray_service import NAMESPACE as SERVING_NAMESPACE
+from llm_pd_eks.serving_names import NAMESPACE as SERVING_NAMESPACE
 from llm_pd_eks_tools.preview.mockrun import PROJECT, ProgramRun, load_stack_config, run_program
 from llm_pd_eks_tools.preview.mockrun import stack_config as checked_in_config
 

@@ -354,7 +354,7 @@ def test_pack_version_is_pulumipolicy_yamls(tmp_path):
 
 
 def test_summary_names_the_kubernetes_service_as_kubernetes_does(programs):
-    from llm_pd_eks.ray_service import RAY_SERVICE_NAME
+    from llm_pd_eks.serving_names import RAY_SERVICE_NAME
     from llm_pd_eks_tools.preview.render import named
 
     run = programs("dev")

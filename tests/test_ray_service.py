@@ -438,7 +438,7 @@ def test_worker_pods_are_efa_ready(run: ProgramRun):
 
 def test_worker_pods_run_unprivileged(run: ProgramRun):
     # IPC_LOCK (above) and the EFA device from the device plugin, never `privileged`: the AWS DLC's
-    # own EKS multi-node test runs its Ray pods so (ray_service.py's module docstring cites it).
+    # own EKS multi-node test runs its Ray pods so (llm_pd_eks/ray_worker_pod.py's module docstring cites it).
     pods = [g["template"]["spec"] for g in workers(run).values()]
     pods.append(ints(ray_service(run).inputs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]))
     for pod in pods:
@@ -465,43 +465,9 @@ def test_the_weights_cache_is_a_node_directory_on_the_instance_store(run: Progra
         assert instance.nvme_disks * instance.nvme_disk_gb > 2 * model.weights_gib_bf16  # room for the weights
 
 
-def test_the_engine_start_timeout_is_what_ray_serve_llm_reads(run: ProgramRun, monkeypatch):
-    # Ray Serve LLM reads its engine start budget from the environment when its constants module loads
-    # (ray.llm._internal.serve.constants ENGINE_START_TIMEOUT_S); the rendered value must be that name.
-    import importlib
-
-    from ray.llm._internal.serve import constants
-
-    (value,) = {_env(container(g))["RAYLLM_ENGINE_START_TIMEOUT_S"] for g in workers(run).values()}
-    monkeypatch.setenv("RAYLLM_ENGINE_START_TIMEOUT_S", value)
-    try:
-        assert importlib.reload(constants).ENGINE_START_TIMEOUT_S == int(value)
-    finally:
-        monkeypatch.undo()
-        importlib.reload(constants)
-    # and it follows the model's size: the download at the planned rate fits inside it
-    from llm_pd_eks.ray_service import WEIGHTS_DOWNLOAD_GIB_PER_S
-
-    model = MODELS[stack_config(run.stack).serving.model_id]
-    assert int(value) > model.weights_gib_bf16 / WEIGHTS_DOWNLOAD_GIB_PER_S
-
-
-def test_a_larger_model_gets_a_longer_engine_start_timeout():
-    from llm_pd_eks.config import ServingConfig
-    from llm_pd_eks.ray_service import engine_start_timeout_s
-    from llm_pd_eks.versions import DLC_IMAGE as image
-
-    by_size = sorted(MODELS, key=lambda m: MODELS[m].weights_gib_bf16)
-    small, large = by_size[0], by_size[-1]
-    timeouts = [
-        engine_start_timeout_s(ServingConfig.model_validate({"modelId": m, "image": image})) for m in (small, large)
-    ]
-    assert MODELS[small].weights_gib_bf16 < MODELS[large].weights_gib_bf16 and timeouts[0] < timeouts[1]
-
-
 def test_device_rdma_is_set_only_where_the_efa_has_rdma_read():
     from llm_pd_eks.config import ServingConfig
-    from llm_pd_eks.ray_service import worker_group
+    from llm_pd_eks.ray_worker_pod import worker_group
 
     serving = ServingConfig.model_validate(
         {"modelId": "Qwen/Qwen2.5-7B-Instruct", "image": "123456789012.dkr.ecr.us-west-2.amazonaws.com/r:1"}

@@ -22,7 +22,7 @@ from kuberay_start_params import raylet_resources, worker_ray_start
 
 from llm_pd_eks import metrics as m
 from llm_pd_eks.models import MODELS
-from llm_pd_eks.ray_service import ROLES
+from llm_pd_eks.serving_names import ROLES
 from llm_pd_eks_tools.realrun import evidence
 from llm_pd_eks_tools.realrun.render import (
     MODEL_CONFIGS,

@@ -33,7 +33,7 @@ from llm_pd_eks import metrics as m
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.observability import NAMESPACE as MONITORING
 from llm_pd_eks.observability import PROMETHEUS_PORT_NAME, PROMETHEUS_SERVICE
-from llm_pd_eks.ray_service import NAMESPACE, SERVE_PORT
+from llm_pd_eks.serving_names import NAMESPACE, SERVE_PORT
 from llm_pd_eks_tools.cli import Exit, run
 from llm_pd_eks_tools.preview.mockrun import stack_config
 from llm_pd_eks_tools.sizing import kv_rank_floor_gbps

@@ -32,7 +32,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from llm_pd_eks.ray_service import NAMESPACE, RAY_SERVICE_NAME
+from llm_pd_eks.serving_names import NAMESPACE, RAY_SERVICE_NAME
 
 HERE = Path(__file__).resolve().parent
 PYTHON = sys.executable

@@ -14,6 +14,7 @@ from pydantic import (
 )
 
 from .. import versions
+from ..engine_start import RAY_SERVE_LLM_ENGINE_START_TIMEOUT_S, engine_start_timeout_problem
 from ..image_ref import parse_image
 from ..models import MODELS, NATIVE_CONTEXT
 from .base import Strict, exact_chart_version, ipv4_network, shown
@@ -147,6 +148,17 @@ class ServingConfig(Strict):
         le=360,
         description="How long `up` waits for the RayService: image pull, weights download, warm-up.",
     )
+    engine_start_timeout_s: Optional[int] = Field(
+        default=None,
+        ge=1,
+        le=6 * 3600,
+        description=(
+            "Seconds Ray Serve LLM lets one vLLM engine start (download, load, warm-up) before it fails the "
+            f"replica (RAYLLM_ENGINE_START_TIMEOUT_S). Unset: Ray Serve LLM's own default, "
+            f"{RAY_SERVE_LLM_ENGINE_START_TIMEOUT_S} s, or the model's planned start where that is longer "
+            "(llm_pd_eks/engine_start.py); never below either."
+        ),
+    )
     upgrade_strategy: Literal["Recreate", "NewCluster"] = Field(
         default="Recreate",
         description=(
@@ -221,6 +233,14 @@ class ServingConfig(Strict):
                 f"maxModelLen {self.max_model_len} is above {self.model_id}'s native context of {native} tokens "
                 "(max_position_embeddings in its config.json, no rope scaling added); vLLM refuses it"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _engine_start_not_shortened(self) -> "ServingConfig":
+        if self.engine_start_timeout_s is not None:
+            problem = engine_start_timeout_problem(self.model_id, self.engine_start_timeout_s)
+            if problem:
+                raise ValueError(problem)
         return self
 
     @field_validator("image")

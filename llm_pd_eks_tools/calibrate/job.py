@@ -8,7 +8,7 @@ import json
 import time
 from typing import Any, Optional
 
-from llm_pd_eks.ray_service import NAMESPACE, SERVE_PORT
+from llm_pd_eks.serving_names import NAMESPACE, SERVE_PORT
 from llm_pd_eks.system_nodes import SYSTEM_LABELS
 from llm_pd_eks_tools.calibrate.bench import Progress, SweepPoint, vllm_bench_args
 from llm_pd_eks_tools.cli import Exit, ToolError

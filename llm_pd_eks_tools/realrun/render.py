@@ -23,7 +23,8 @@ import yaml
 from llm_pd_eks import versions
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.ray_resources import role_resource
-from llm_pd_eks.ray_service import ROLES, ray_service_spec
+from llm_pd_eks.ray_service import ray_service_spec
+from llm_pd_eks.serving_names import ROLES
 
 HERE = Path(__file__).resolve().parent
 OVERRIDES = HERE / "overrides.yaml"

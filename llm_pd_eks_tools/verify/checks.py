@@ -40,7 +40,8 @@ from llm_pd_eks.device_plugins import NAMESPACE as PLUGIN_NAMESPACE
 from llm_pd_eks.efa_gpu_nodes import GPU_LABELS
 from llm_pd_eks.observability import NAMESPACE as MONITORING_NAMESPACE
 from llm_pd_eks.observability import PROMETHEUS_PORT_NAME, PROMETHEUS_SERVICE, RAY_GROUP_LABEL, RAY_NODE_TYPE_LABEL
-from llm_pd_eks.ray_service import EFA_ENV, NAMESPACE, RAY_SERVICE_NAME, ROLES, SERVE_PORT
+from llm_pd_eks.ray_worker_pod import EFA_ENV
+from llm_pd_eks.serving_names import NAMESPACE, RAY_SERVICE_NAME, ROLES, SERVE_PORT
 from llm_pd_eks_tools.cli import one_line
 from llm_pd_eks_tools.sizing import kv_rank_floor_gbps
 
@@ -59,7 +60,7 @@ NIXL_LOG_LINES = "100000"
 # ~3,000 words, some 4,000 tokens: enough KV blocks that the transfer is measurable.
 LONG_PROMPT_WORDS = 3000
 COMPLETION_SECONDS = 180.0  # one request may queue behind a cold engine; still bounded by the total deadline
-EXPECTED_FI_PROVIDER = EFA_ENV["FI_PROVIDER"]  # what the worker pods are given (llm_pd_eks/ray_service.py)
+EXPECTED_FI_PROVIDER = EFA_ENV["FI_PROVIDER"]  # what the worker pods are given (llm_pd_eks/ray_worker_pod.py)
 NIXL_LIBFABRIC_PLUGIN = "libplugin_LIBFABRIC.so"  # NIXL's plugin file name for the LIBFABRIC backend
 # EFA port counters that count bytes (EFA_DEFINE_PORT_STATS; rdma_write_* on devices with RDMA write).
 EFA_BYTE_COUNTERS = (

@@ -1,0 +1,42 @@
+"""The Ray head group of the RayService: GCS, dashboard and the Serve controller, on the system nodes.
+
+The head runs with `num-cpus: "0"` and `num-gpus: "0"`: Ray schedules nothing there that asks for a
+CPU, so it hosts only the GCS and the Serve controller (a zero-CPU actor Serve pins to the head).
+Serve's HTTP proxies (zero-CPU, one per node: proxy_location EveryNode) run on every node; the OpenAI
+ingress replica (one CPU) lands on a GPU worker's spare CPUs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .serving_names import APP_LABEL, RAY_SERVICE_NAME, SERVE_PORT
+from .system_nodes import SYSTEM_LABELS
+
+HEAD_RESOURCES = {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"memory": "8Gi"}}
+
+
+def head_group(image: str) -> dict[str, Any]:
+    return {
+        # No CPUs for Ray: nothing that asks for a CPU (ingress, engines) is scheduled on the head.
+        "rayStartParams": {"num-cpus": "0", "num-gpus": "0", "dashboard-host": "0.0.0.0"},
+        "template": {
+            "metadata": {"labels": {APP_LABEL: RAY_SERVICE_NAME}},
+            "spec": {
+                "nodeSelector": dict(SYSTEM_LABELS),
+                "containers": [
+                    {
+                        "name": "ray-head",
+                        "image": image,
+                        "resources": HEAD_RESOURCES,
+                        "ports": [
+                            {"name": "gcs-server", "containerPort": 6379},
+                            {"name": "dashboard", "containerPort": 8265},
+                            {"name": "client", "containerPort": 10001},
+                            {"name": "serve", "containerPort": SERVE_PORT},
+                        ],
+                    }
+                ],
+            },
+        },
+    }

@@ -1,0 +1,83 @@
+"""The Serve application of the RayService: Ray Serve LLM's `build_pd_openai_app`, one `LLMConfig` per role.
+
+`serveConfigV2` is `yaml.safe_dump` of the dict built here; the shape of `args` is that of Ray's
+`PDServingArgs` (prefill_config / decode_config, each an `LLMConfig`).
+- Prefill and decode never share a node: each role's LLM config asks, in every placement bundle, for
+  its own custom Ray resource (`prefill_slot` / `decode_slot`), which only that role's worker group
+  advertises (llm_pd_eks/ray_worker_pod.py).
+- Autoscaling: each role's `target_ongoing_requests`, `max_ongoing_requests` and up/downscale
+  delays come from the stack config (`make size WRITE=1` derives them: llm_pd_eks_tools/size.py
+  `autoscaling_values`).
+- NIXL moves the KV cache over LIBFABRIC (libfabric's `efa` provider with device RDMA). Left on
+  its default backend (UCX) it falls back to TCP over the VPC and everything still "works",
+  only many times slower.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import yaml
+
+from .catalog import GpuInstanceType
+from .config.serving import ServingConfig
+from .ray_resources import role_resource
+
+IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
+KV_TRANSFER_CONFIG = {
+    "kv_connector": "NixlConnector",
+    "kv_role": "kv_both",
+    "kv_connector_extra_config": {"backends": ["LIBFABRIC"]},
+}
+
+
+def llm_config(serving: ServingConfig, role: str, instance: GpuInstanceType) -> dict[str, Any]:
+    """One `LLMConfig` (as a dict) for the prefill or the decode side."""
+    group = serving.groups()[role]
+    return {
+        "model_loading_config": {"model_id": serving.model_id, "model_source": serving.model_id},
+        "accelerator_type": instance.ray_accelerator_type,
+        "engine_kwargs": {
+            "tensor_parallel_size": group.tensor_parallel_size,
+            "max_model_len": serving.max_model_len,
+            "kv_cache_dtype": serving.kv_cache_dtype,
+            "kv_transfer_config": copy.deepcopy(KV_TRANSFER_CONFIG),  # no YAML anchors between the two
+        },
+        # One bundle per TP rank; STRICT_PACK keeps a TP group on one node (NVLink, not EFA).
+        "placement_group_config": {
+            "bundle_per_worker": {"GPU": 1, role_resource(role): 1},
+            "strategy": "STRICT_PACK",
+        },
+        "deployment_config": {
+            "max_ongoing_requests": group.max_ongoing_requests,
+            "autoscaling_config": {
+                "min_replicas": group.min_replicas,
+                "max_replicas": group.max_replicas,
+                "target_ongoing_requests": group.target_ongoing_requests,
+                "upscale_delay_s": group.upscale_delay_s,
+                "downscale_delay_s": group.downscale_delay_s,
+            },
+        },
+    }
+
+
+def serve_config(serving: ServingConfig, instance: GpuInstanceType) -> dict[str, Any]:
+    """The Serve deploy config: one application, the P/D OpenAI app."""
+    return {
+        "applications": [
+            {
+                "name": "llm",
+                "route_prefix": "/",
+                "import_path": IMPORT_PATH,
+                "args": {
+                    "prefill_config": llm_config(serving, "prefill", instance),
+                    "decode_config": llm_config(serving, "decode", instance),
+                },
+            }
+        ]
+    }
+
+
+def serve_config_yaml(serving: ServingConfig, instance: GpuInstanceType) -> str:
+    return yaml.safe_dump(serve_config(serving, instance), sort_keys=False)
