@@ -140,6 +140,28 @@ def dashboard(kv_floor_gbps: float, hourly_prices: Mapping[str, float]) -> dict[
             40,
         ),
         _panel(
+            "Prefix-cache hit rate by phase",
+            [
+                _target(
+                    f"sum by ({_PHASE}) (rate({m.PREFIX_CACHE_HITS}[5m])) / "
+                    f"sum by ({_PHASE}) (rate({m.PREFIX_CACHE_QUERIES}[5m]))",
+                    by_phase,
+                )
+            ],
+            "percentunit",
+            0,
+            56,
+            min=0,
+            max=1,
+        ),
+        _panel(
+            "Requests by P/D path (decode-only vs disaggregated)",
+            [_target(f"sum by (path) (rate({m.PD_PATH_REQUESTS}[5m]))", "{{path}}")],
+            "reqps",
+            12,
+            56,
+        ),
+        _panel(
             "Cost of running nodes (list price)",
             [_target(hourly_cost_expr(hourly_prices), "USD/h")],
             "currencyUSD",

@@ -60,6 +60,9 @@ RUNNING = _vllm("vllm:num_requests_running", GAUGE)
 WAITING = _vllm("vllm:num_requests_waiting", GAUGE)
 KV_CACHE_USAGE = _vllm("vllm:kv_cache_usage_perc", GAUGE)  # 1 = full
 GENERATION_TOKENS = _vllm("vllm:generation_tokens", COUNTER)
+# Prefix caching (tokens looked up / found in the cache): the hit rate prefix-aware routing aims at.
+PREFIX_CACHE_QUERIES = _vllm("vllm:prefix_cache_queries", COUNTER)
+PREFIX_CACHE_HITS = _vllm("vllm:prefix_cache_hits", COUNTER)
 
 # NIXL KV connector metrics (NixlPromMetrics).
 NIXL_XFER_TIME = _vllm("vllm:nixl_xfer_time_seconds", HISTOGRAM)  # seconds per transfer
@@ -75,6 +78,10 @@ SERVE_REPLICA_HEALTHY = RAY_PREFIX + "serve_deployment_replica_healthy"  # gauge
 # route, method, application, status_code) and router.py (requests waiting for a replica, labels
 # deployment, application, handle, actor_id); a counter is scraped with `_total`.
 SERVE_HTTP_REQUESTS = RAY_PREFIX + "serve_num_http_requests_total"
+# The decode-only path's decisions (label `path`: decode_only | disaggregated), counted by the
+# runtime module (llm_pd_eks/runtime/conditional_pd.py PATH_METRIC, a Ray Serve Counter) when
+# serving.routing.decodeOnlyBelowTokens is set.
+PD_PATH_REQUESTS = RAY_PREFIX + "llm_pd_eks_pd_path_requests_total"
 SERVE_QUEUED = RAY_PREFIX + "serve_deployment_queued_queries"
 
 # Prometheus's own series per scrape target: 1 when the last scrape succeeded, 0 when it failed.

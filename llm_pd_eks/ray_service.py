@@ -24,6 +24,7 @@ from .ray_worker_pod import worker_group
 from .rollout_rule import replace_on_change_paths
 from .serve_app import serve_config_yaml
 from .serve_endpoint import endpoint_url, serve_service
+from .serve_routing import RUNTIME_CONFIGMAP, conditional, runtime_configmap_data, with_runtime_module
 from .serving_names import (
     APP_LABEL,
     HF_SECRET_KEY,
@@ -44,7 +45,7 @@ UPGRADE_STRATEGIES = {"Recreate": "None", "NewCluster": "NewCluster"}
 def ray_service_spec(
     serving: ServingConfig, instance: GpuInstanceType, hf_secret_name: Optional[pulumi.Input[str]] = None
 ) -> dict[str, Any]:
-    return {
+    spec = {
         "upgradeStrategy": {"type": UPGRADE_STRATEGIES[serving.upgrade_strategy]},
         "serveService": serve_service(serving),
         "serveConfigV2": serve_config_yaml(serving, instance),
@@ -55,6 +56,11 @@ def ray_service_spec(
             "workerGroupSpecs": [worker_group(serving, role, instance, hf_secret_name) for role in ROLES],
         },
     }
+    if conditional(serving):  # the decode-only path's server class, on every Ray pod (serve_routing.py)
+        cluster = spec["rayClusterConfig"]
+        for group in (cluster["headGroupSpec"], *cluster["workerGroupSpecs"]):
+            with_runtime_module(group)
+    return spec
 
 
 def wait_annotations(serving: ServingConfig) -> dict[str, str]:
@@ -161,6 +167,15 @@ class LlmRayService(pulumi.ComponentResource):
             )
             hf_secret_name = self.hf_secret.metadata.name
 
+        self.runtime_module = None
+        if conditional(serving):
+            self.runtime_module = k8s.core.v1.ConfigMap(
+                f"{name}-runtime",
+                metadata=k8s.meta.v1.ObjectMetaArgs(name=RUNTIME_CONFIGMAP, namespace=namespace),
+                data=runtime_configmap_data(),
+                opts=k8s_opts,
+            )
+
         timeout = f"{serving.ready_timeout_minutes}m"
         spec = ray_service_spec(serving, args.instance, hf_secret_name)
         recreate = replace_on_changes(spec)
@@ -178,7 +193,12 @@ class LlmRayService(pulumi.ComponentResource):
                 parent=self,
                 provider=args.provider,
                 # No data flows from these, yet the CRD, the device plugins and the nodes must exist first.
-                depends_on=[args.operator, *args.device_plugins, *args.node_groups],
+                depends_on=[
+                    args.operator,
+                    *args.device_plugins,
+                    *args.node_groups,
+                    *([self.runtime_module] if self.runtime_module else []),
+                ],
                 custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout),
                 replace_on_changes=recreate or None,
                 # The name is fixed, and the old cluster must free its GPU nodes for the new one.

@@ -23,6 +23,7 @@ import yaml
 from .catalog import GpuInstanceType
 from .config.serving import ServingConfig
 from .ray_resources import role_resource
+from .serve_routing import CONDITIONAL_IMPORT_PATH, conditional, decode_experimental_configs, request_router_config
 
 IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
 KV_TRANSFER_CONFIG = {
@@ -35,7 +36,7 @@ KV_TRANSFER_CONFIG = {
 def llm_config(serving: ServingConfig, role: str, instance: GpuInstanceType) -> dict[str, Any]:
     """One `LLMConfig` (as a dict) for the prefill or the decode side."""
     group = serving.groups()[role]
-    return {
+    config: dict[str, Any] = {
         "model_loading_config": {"model_id": serving.model_id, "model_source": serving.model_id},
         "accelerator_type": instance.ray_accelerator_type,
         "engine_kwargs": {
@@ -60,6 +61,13 @@ def llm_config(serving: ServingConfig, role: str, instance: GpuInstanceType) -> 
             },
         },
     }
+    router = request_router_config(serving, role)  # llm_pd_eks/serve_routing.py
+    if router is not None:
+        config["deployment_config"]["request_router_config"] = router
+        config["engine_kwargs"]["enable_prefix_caching"] = True
+    if role == "decode" and conditional(serving):
+        config["experimental_configs"] = decode_experimental_configs(serving)
+    return config
 
 
 def serve_config(serving: ServingConfig, instance: GpuInstanceType) -> dict[str, Any]:
@@ -69,7 +77,7 @@ def serve_config(serving: ServingConfig, instance: GpuInstanceType) -> dict[str,
             {
                 "name": "llm",
                 "route_prefix": "/",
-                "import_path": IMPORT_PATH,
+                "import_path": CONDITIONAL_IMPORT_PATH if conditional(serving) else IMPORT_PATH,
                 "args": {
                     "prefill_config": llm_config(serving, "prefill", instance),
                     "decode_config": llm_config(serving, "decode", instance),

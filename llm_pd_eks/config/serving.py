@@ -18,6 +18,7 @@ from ..engine_start import RAY_SERVE_LLM_ENGINE_START_TIMEOUT_S, engine_start_ti
 from ..image_ref import parse_image
 from ..models import MODELS, NATIVE_CONTEXT
 from .base import Strict, exact_chart_version, ipv4_network, shown
+from .routing import RoutingConfig
 
 # The longest context of the models in llm_pd_eks/models.py (Llama 3.1/3.3: max_position_embeddings
 # 131072 in their config.json); vLLM refuses a max_model_len beyond the model's.
@@ -133,6 +134,11 @@ class ServingConfig(Strict):
         default=ReplicaGroupConfig(),
         description="The decode side: tensorParallelSize, the replica bounds and their Serve autoscaling settings.",
     )
+    routing: RoutingConfig = Field(
+        default=RoutingConfig(),
+        description="Request routing: prefix-cache-aware routing per role, and the prompt length below which "
+        "a request skips the prefill hop (llm_pd_eks/config/routing.py).",
+    )
     public_endpoint: bool = Field(
         default=False,
         description="true: an internet-facing NLB open only to endpointSourceRanges; false: a ClusterIP Service only.",
@@ -232,6 +238,16 @@ class ServingConfig(Strict):
             raise ValueError(
                 f"maxModelLen {self.max_model_len} is above {self.model_id}'s native context of {native} tokens "
                 "(max_position_embeddings in its config.json, no rope scaling added); vLLM refuses it"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _decode_only_within_context(self) -> "ServingConfig":
+        below = self.routing.decode_only_below_tokens
+        if below is not None and below >= self.max_model_len:
+            raise ValueError(
+                f"routing.decodeOnlyBelowTokens {below} is not below maxModelLen {self.max_model_len}: every "
+                "request would skip prefill, which is aggregated serving; lower it or unset it"
             )
         return self
 

@@ -187,7 +187,15 @@ def key_figures(run: "ProgramRun", config: Any, region: str, prices: Optional[Pr
         kv_transfer=_serving_kv(config, gpu),
         kv_band=kv_band_figure(config, gpu, run.stack),
         sized=sized_throughput_figure(run.stack, config, cost.hourly),
+        routing=_routing(config),
     )
+
+
+def _routing(config: Any) -> str:
+    from llm_pd_eks.serve_routing import preview_line
+
+    serving = getattr(config, "serving", None) if config is not None else None
+    return preview_line(serving) if serving is not None else ""
 
 
 # -- the KV-transfer band and $/Mtok at the throughput the stack is sized for (llm_pd_eks_tools/sizing.py) ----------

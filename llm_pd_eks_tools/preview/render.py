@@ -151,6 +151,8 @@ def figure_lines(figures: Figures) -> list[tuple[str, str]]:
             )
     else:
         rows.append(("KV-cache transfer", f"n/a ({kv.reason})"))
+    if figures.routing:
+        rows.append(("Request routing", figures.routing.removeprefix("routing: ")))
     return rows
 
 

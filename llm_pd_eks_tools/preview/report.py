@@ -123,6 +123,8 @@ class Figures(BaseModel):
     # a maxModelLen request, and $/Mtok at the output rate of workloads/<stack>.yaml; `status` "ok" | "n/a".
     kv_band: dict[str, Any] = Field(default_factory=lambda: {"status": "n/a", "reason": "not computed"})
     sized: dict[str, Any] = Field(default_factory=lambda: {"status": "n/a", "reason": "not computed"})
+    # serving.routing in one line (llm_pd_eks/serve_routing.py `preview_line`); "" without a serving section.
+    routing: str = ""
 
     @property
     def gpu(self) -> Optional[NodeGroupFigure]:

@@ -10,3 +10,4 @@ class AsyncEngineArgs:
     max_model_len: Optional[int] = None
     kv_cache_dtype: str = "auto"
     kv_transfer_config: Optional[Any] = None
+    enable_prefix_caching: Optional[bool] = None

@@ -1,0 +1,66 @@
+"""`serving.routing`: how requests find replicas, and which requests skip the prefill hop.
+
+Two features beyond Ray Serve LLM's defaults, both off unless a stack turns them on (the real-run
+measurements in docs/real-run.md are what a stack's choice should rest on):
+- prefix-cache-aware routing per role: Ray Serve LLM's own `PrefixCacheAffinityRouter`
+  (ray.serve.llm.request_router, Ray 2.58.0) in place of Serve's power-of-two choice, so requests that
+  share a prompt prefix reach the replica whose vLLM prefix cache already holds it;
+- conditional disaggregation: a prompt shorter than `decodeOnlyBelowTokens` is prefilled on the decode
+  replica itself (no prefill hop, no KV transfer), the rest go through prefill as before.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import Field
+
+from .base import Strict
+
+
+class PrefixAwareRoles(Strict):
+    """Which roles route by prompt prefix."""
+
+    prefill: bool = Field(
+        default=False,
+        description="Route prefill requests (decode -> prefill handle) by prompt prefix: repeated system "
+        "prompts and conversation history are prefilled once per replica instead of once per request.",
+    )
+    decode: bool = Field(
+        default=False,
+        description="Route decode requests (ingress -> decode) by prompt prefix: the decode replica's own "
+        "prefix cache then already holds the shared blocks, so fewer KV blocks are pulled over NIXL.",
+    )
+
+
+class RoutingConfig(Strict):
+    """Request routing for the P/D application."""
+
+    prefix_aware: PrefixAwareRoles = Field(
+        default=PrefixAwareRoles(),
+        description="Prefix-cache-aware routing (Ray Serve LLM's PrefixCacheAffinityRouter) per role; "
+        "turns on vLLM's prefix caching on that role explicitly.",
+    )
+    imbalanced_threshold: Optional[int] = Field(
+        default=None,
+        ge=1,
+        le=10_000,
+        description="Queue-length difference between replicas above which the prefix router falls back to "
+        "power-of-two load balancing (Ray's own default, infinity, never does: one hot prefix would pin "
+        "all its traffic to one replica). Unset: the role's targetOngoingRequests, rounded up.",
+    )
+    match_rate_threshold: float = Field(
+        default=0.1,
+        gt=0,
+        lt=1,
+        description="Smallest share of a prompt that must match a replica's known prefixes for the prefix "
+        "router to prefer it (Ray's default, 0.1); below it, the replica holding the least cached text wins.",
+    )
+    decode_only_below_tokens: Optional[int] = Field(
+        default=None,
+        ge=1,
+        description="Prompts shorter than this many tokens (counted by the decode engine's own tokenizer, "
+        "chat template applied) are prefilled on the decode replica: no prefill hop, no KV transfer. "
+        "Unset: every request goes through prefill. `make size` says where the hop costs more than the "
+        "prefill interference it saves (llm_pd_eks_tools/sizing/routing.py).",
+    )

@@ -1,0 +1,120 @@
+"""`serving.routing` rendered into the Serve application: routers per role, and the decode-only path.
+
+- Prefix-aware routing is each role's Serve `request_router_config` (Ray 2.58.0 ray/serve/config.py
+  `RequestRouterConfig`: `request_router_class`, `request_router_kwargs`; the LLMConfig's
+  `deployment_config` passes it to `serve.deployment`), naming Ray Serve LLM's own
+  `PrefixCacheAffinityRouter` (ray/serve/llm/request_router.py) with its `initialize_state` arguments.
+  The decode role's router picks the decode replica for a request from the ingress; the prefill role's
+  router picks the prefill replica the decode server's prefill handle calls. The role's vLLM engine
+  gets `enable_prefix_caching: true` explicitly: the router only pays where the engine caches.
+- Conditional disaggregation needs a decode server that can keep a request: Ray's P/D builder binds
+  `PDDecodeServer` (ray/llm/_internal/serve/serving_patterns/prefill_decode/builder.py) and ignores
+  the LLMConfig's `server_cls`. The application then imports `build_pd_openai_app` from the project's
+  runtime module (llm_pd_eks/runtime/conditional_pd.py), which calls Ray's own builder with that one
+  class swapped for a subclass; the threshold travels in the decode LLMConfig's `experimental_configs`
+  (where Ray's PDDecodeServer already reads its own switches). The module reaches every Ray pod as a
+  ConfigMap on the Python path (llm_pd_eks/ray_service.py), and only when the feature is on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+from .config.serving import ReplicaGroupConfig, ServingConfig
+
+PREFIX_ROUTER_CLASS = "ray.serve.llm.request_router.PrefixCacheAffinityRouter"
+# Ray's PrefixCacheAffinityRouter.initialize_state defaults keep the prefix tree unbounded
+# (do_eviction False); a long-lived replica set must bound it. These are Ray's own eviction sizes.
+PREFIX_TREE_EVICTION = {"do_eviction": True, "eviction_threshold_chars": 400_000, "eviction_target_chars": 360_000}
+
+RUNTIME_MODULE = "llm_pd_eks_conditional_pd"  # the importable name inside the image
+RUNTIME_SOURCE = Path(__file__).resolve().parent / "runtime" / "conditional_pd.py"
+RUNTIME_MOUNT = "/opt/llm-pd-eks/python"  # on PYTHONPATH in every Ray container
+CONDITIONAL_IMPORT_PATH = f"{RUNTIME_MODULE}:build_pd_openai_app"
+THRESHOLD_KEY = "llm_pd_eks_decode_only_below_tokens"  # decode LLMConfig experimental_configs
+
+
+def prefix_aware(serving: ServingConfig, role: str) -> bool:
+    return bool(getattr(serving.routing.prefix_aware, role))
+
+
+def imbalanced_threshold(serving: ServingConfig, group: ReplicaGroupConfig) -> int:
+    """Queue-length gap at which load wins over prefix affinity: set, or the role's Serve target."""
+    configured = serving.routing.imbalanced_threshold
+    return configured if configured is not None else max(1, math.ceil(group.target_ongoing_requests))
+
+
+def request_router_config(serving: ServingConfig, role: str) -> Optional[dict[str, Any]]:
+    """The role's Serve request_router_config, or None for Serve's default (power of two choices)."""
+    if not prefix_aware(serving, role):
+        return None
+    group = serving.groups()[role]
+    return {
+        "request_router_class": PREFIX_ROUTER_CLASS,
+        "request_router_kwargs": {
+            "imbalanced_threshold": imbalanced_threshold(serving, group),
+            "match_rate_threshold": serving.routing.match_rate_threshold,
+            **PREFIX_TREE_EVICTION,
+        },
+    }
+
+
+def conditional(serving: ServingConfig) -> bool:
+    return serving.routing.decode_only_below_tokens is not None
+
+
+def decode_experimental_configs(serving: ServingConfig) -> dict[str, Any]:
+    below = serving.routing.decode_only_below_tokens
+    return {THRESHOLD_KEY: below} if below is not None else {}
+
+
+def runtime_source() -> str:
+    return RUNTIME_SOURCE.read_text()
+
+
+def runtime_digest() -> str:
+    """A short hash of the runtime module: on the pods' annotations, so a new module rolls the cluster."""
+    return hashlib.sha256(runtime_source().encode()).hexdigest()[:16]
+
+
+def preview_line(serving: ServingConfig) -> str:
+    """What the plan's routing does, in one line."""
+    roles = []
+    for role in ("prefill", "decode"):
+        if prefix_aware(serving, role):
+            gap = imbalanced_threshold(serving, serving.groups()[role])
+            roles.append(f"{role} prefix-aware (PrefixCacheAffinityRouter, load wins past a {gap}-request gap)")
+        else:
+            roles.append(f"{role} power-of-two")
+    below = serving.routing.decode_only_below_tokens
+    path = f"prompts under {below} tokens prefilled on decode" if below else "every request through prefill"
+    return f"routing: {', '.join(roles)}; {path}"
+
+
+RUNTIME_CONFIGMAP = "llm-pd-eks-runtime"
+RUNTIME_DIGEST_ANNOTATION = "llm-pd-eks/runtime-module"
+RUNTIME_VOLUME = "llm-pd-eks-runtime"
+
+
+def runtime_configmap_data() -> dict[str, str]:
+    return {f"{RUNTIME_MODULE}.py": runtime_source()}
+
+
+def with_runtime_module(group: dict[str, Any]) -> dict[str, Any]:
+    """A Ray group's pod template with the runtime module mounted and on PYTHONPATH (every container:
+    Serve imports the builder wherever the controller's build task lands, and the decode class
+    wherever a decode replica starts). The module's hash is a pod annotation: Python loads a module
+    once per process, so a new module needs new pods (KubeRay's upgrade, as for an image change)."""
+    template = group["template"]
+    template.setdefault("metadata", {}).setdefault("annotations", {})[RUNTIME_DIGEST_ANNOTATION] = runtime_digest()
+    spec = template["spec"]
+    spec.setdefault("volumes", []).append({"name": RUNTIME_VOLUME, "configMap": {"name": RUNTIME_CONFIGMAP}})
+    for container in spec["containers"]:
+        container.setdefault("volumeMounts", []).append(
+            {"name": RUNTIME_VOLUME, "mountPath": RUNTIME_MOUNT, "readOnly": True}
+        )
+        container.setdefault("env", []).append({"name": "PYTHONPATH", "value": RUNTIME_MOUNT})
+    return group

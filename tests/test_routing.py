@@ -1,0 +1,322 @@
+"""serving.routing: prefix-cache-aware routing per role and the decode-only path, judged by Ray 2.58's
+own code (RequestRouterConfig, PrefixCacheAffinityRouter, the P/D builder, ServeDeploySchema) and the
+KubeRay CRD, and the runtime module's decision logic run against Ray's own decode server class."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import yaml
+
+from llm_pd_eks import serve_routing
+from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+from llm_pd_eks.config import ServingConfig
+from llm_pd_eks.ray_service import ray_service_spec
+from llm_pd_eks_tools.preview.mockrun import stack_config
+
+DATA = Path(__file__).resolve().parent / "data"
+# Ray 2.58's LLMServer defines an async __del__; the servers built here without __init__ are dropped unawaited.
+pytestmark = pytest.mark.filterwarnings("ignore:coroutine .LLMServer.__del__. was never awaited")
+STANDINS = Path(__file__).resolve().parent / "ray_standins"
+CRD = DATA / "kuberay" / "ray.io_rayservices.yaml"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def standins() -> Iterator[None]:
+    """Ray Serve LLM's modules import a few vLLM names: tests/ray_standins/README.md."""
+    sys.path.insert(0, str(STANDINS))
+    try:
+        yield
+    finally:
+        sys.path.remove(str(STANDINS))
+        for name in [m for m in sys.modules if m.split(".")[0] in ("vllm", "sglang")]:
+            del sys.modules[name]
+
+
+def serving(**routing: Any) -> tuple[ServingConfig, Any]:
+    cfg = stack_config("dev")
+    assert cfg.serving is not None
+    data = cfg.serving.model_dump(by_alias=True)
+    data["routing"] = {**data["routing"], **routing}
+    return ServingConfig.model_validate(data), GPU_INSTANCE_TYPES[cfg.gpu_nodes.instance_type]
+
+
+def app(spec: dict[str, Any]) -> dict[str, Any]:
+    (application,) = yaml.safe_load(spec["serveConfigV2"])["applications"]
+    return application
+
+
+def test_by_default_the_app_is_ray_serve_llms_own_with_serves_default_routing() -> None:
+    spec = ray_service_spec(*serving())
+    application = app(spec)
+    assert application["import_path"] == "ray.serve.llm:build_pd_openai_app"
+    for role in ("prefill_config", "decode_config"):
+        llm = application["args"][role]
+        assert "request_router_config" not in llm["deployment_config"]
+        assert "enable_prefix_caching" not in llm["engine_kwargs"] and "experimental_configs" not in llm
+    pods = [spec["rayClusterConfig"]["headGroupSpec"], *spec["rayClusterConfig"]["workerGroupSpecs"]]
+    assert not any(serve_routing.RUNTIME_VOLUME in json.dumps(p) for p in pods)
+
+
+def test_prefix_aware_roles_name_ray_serve_llms_router_with_its_own_arguments() -> None:
+    from ray.llm._internal.serve.routing_policies.prefix_aware.prefix_aware_router import PrefixCacheAffinityRouter
+    from ray.serve.config import RequestRouterConfig
+
+    config, instance = serving(prefixAware={"prefill": True, "decode": False})
+    args = app(ray_service_spec(config, instance))["args"]
+    router = args["prefill_config"]["deployment_config"]["request_router_config"]
+    parsed = RequestRouterConfig(**router)  # Ray imports the class the path names
+    assert parsed.get_request_router_class().__mro__[1] is PrefixCacheAffinityRouter
+    accepted = set(inspect.signature(PrefixCacheAffinityRouter.initialize_state).parameters) - {"self"}
+    assert set(router["request_router_kwargs"]) <= accepted
+    assert args["prefill_config"]["engine_kwargs"]["enable_prefix_caching"] is True
+    assert "request_router_config" not in args["decode_config"]["deployment_config"]
+
+
+def test_the_router_falls_back_to_load_balancing_at_the_roles_serve_target() -> None:
+    config, instance = serving(prefixAware={"prefill": True, "decode": True})
+    args = app(ray_service_spec(config, instance))["args"]
+    for role in ("prefill", "decode"):
+        kwargs = args[f"{role}_config"]["deployment_config"]["request_router_config"]["request_router_kwargs"]
+        target = config.groups()[role].target_ongoing_requests
+        assert kwargs["imbalanced_threshold"] == max(1, -(-target // 1))  # never Ray's infinite default
+        assert kwargs["do_eviction"] is True  # the prefix tree stays bounded
+    config, instance = serving(prefixAware={"prefill": True, "decode": False}, imbalancedThreshold=3)
+    kwargs = app(ray_service_spec(config, instance))["args"]["prefill_config"]["deployment_config"]
+    assert kwargs["request_router_config"]["request_router_kwargs"]["imbalanced_threshold"] == 3
+
+
+def test_the_routed_app_validates_under_ray_serves_and_ray_serve_llms_schemas() -> None:
+    from ray.llm._internal.serve.serving_patterns.prefill_decode.builder import PDServingArgs
+    from ray.serve.schema import ServeDeploySchema
+
+    config, instance = serving(prefixAware={"prefill": True, "decode": True}, decodeOnlyBelowTokens=256)
+    application = app(ray_service_spec(config, instance))
+    ServeDeploySchema.model_validate({"applications": [application]})
+    pd = PDServingArgs.model_validate(application["args"])
+    assert pd.decode_config.experimental_configs[serve_routing.THRESHOLD_KEY] == 256
+    assert pd.prefill_config.deployment_config["request_router_config"]["request_router_class"] == (
+        serve_routing.PREFIX_ROUTER_CLASS
+    )
+
+
+def test_enable_prefix_caching_is_an_engine_argument_of_the_images_vllm() -> None:
+    facts = json.loads((DATA / "vllm" / "engine-args-0.26.0.json").read_text())
+    assert "enable_prefix_caching" in facts["engine_args_fields"]
+
+
+def test_decode_only_imports_the_runtime_builder_and_mounts_it_on_every_ray_pod() -> None:
+    config, instance = serving(decodeOnlyBelowTokens=512)
+    spec = ray_service_spec(config, instance)
+    assert app(spec)["import_path"] == serve_routing.CONDITIONAL_IMPORT_PATH
+    cluster = spec["rayClusterConfig"]
+    for group in (cluster["headGroupSpec"], *cluster["workerGroupSpecs"]):
+        template = group["template"]
+        volume = {"name": serve_routing.RUNTIME_VOLUME, "configMap": {"name": serve_routing.RUNTIME_CONFIGMAP}}
+        assert volume in template["spec"]["volumes"]
+        for container in template["spec"]["containers"]:
+            assert {"name": "PYTHONPATH", "value": serve_routing.RUNTIME_MOUNT} in container["env"]
+            mount = {"name": serve_routing.RUNTIME_VOLUME, "mountPath": serve_routing.RUNTIME_MOUNT, "readOnly": True}
+            assert mount in container["volumeMounts"]
+        annotation = template["metadata"]["annotations"][serve_routing.RUNTIME_DIGEST_ANNOTATION]
+        assert annotation == serve_routing.runtime_digest()
+    # the file name in the ConfigMap is the module name the import path imports
+    (key,) = serve_routing.runtime_configmap_data()
+    assert key == serve_routing.CONDITIONAL_IMPORT_PATH.split(":")[0] + ".py"
+
+
+def test_the_decode_only_rayservice_validates_against_the_kuberay_crd() -> None:
+    import jsonschema
+
+    crd = yaml.safe_load(CRD.read_text())
+    (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    config, instance = serving(decodeOnlyBelowTokens=512)
+    spec = json.loads(json.dumps(ray_service_spec(config, instance), default=str))
+    manifest = {"apiVersion": "ray.io/v1", "kind": "RayService", "metadata": {"name": "x"}, "spec": spec}
+    jsonschema.validate(manifest, v1["schema"]["openAPIV3Schema"])
+
+
+def test_a_threshold_at_the_context_length_is_refused() -> None:
+    cfg = stack_config("dev")
+    assert cfg.serving is not None
+    data = cfg.serving.model_dump(by_alias=True)
+    data["routing"]["decodeOnlyBelowTokens"] = data["maxModelLen"]
+    with pytest.raises(ValueError, match="decodeOnlyBelowTokens"):
+        ServingConfig.model_validate(data)
+
+
+def test_the_preview_line_says_what_routes_where() -> None:
+    config, _ = serving(prefixAware={"prefill": True, "decode": False}, decodeOnlyBelowTokens=256)
+    line = serve_routing.preview_line(config)
+    assert "prefill prefix-aware" in line and "decode power-of-two" in line and "under 256 tokens" in line
+    assert "every request through prefill" in serve_routing.preview_line(serving()[0])
+
+
+# --- the runtime module, against Ray 2.58's own decode server and builder ---------------------------
+
+
+def runtime() -> Any:
+    import importlib
+
+    return importlib.import_module("llm_pd_eks.runtime.conditional_pd")
+
+
+def test_rays_pd_builder_binds_the_module_level_decode_class_the_runtime_swaps() -> None:
+    from ray.llm._internal.serve.serving_patterns.prefill_decode import builder
+
+    source = inspect.getsource(builder.build_pd_openai_app)
+    assert "else PDDecodeServer" in source  # the name the swap replaces for the call
+    module = runtime()
+    seen = []
+    original = builder.build_pd_openai_app
+    try:
+        builder.build_pd_openai_app = lambda args: seen.append(builder.PDDecodeServer) or "app"
+        assert module.build_pd_openai_app({}) == "app"
+    finally:
+        builder.build_pd_openai_app = original
+    assert seen == [module.ConditionalPDDecodeServer]
+    assert builder.PDDecodeServer is module.PDDecodeServer  # restored after the build
+
+
+def run(coroutine: Any) -> Any:
+    """Run on a loop of its own, leaving the thread's current loop alone (asyncio.run would unset it,
+    and the Pulumi mock runs in this worker's later modules need one)."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coroutine)
+    finally:
+        loop.close()
+
+
+class FakeEngine:
+    def __init__(self, count: int | None = None, error: bool = False) -> None:
+        self.count, self.error = count, error
+        self.asked: list[Any] = []
+
+    async def tokenize(self, request: Any) -> Any:
+        self.asked.append(request)
+        if self.error:
+            raise RuntimeError("tokenizer unavailable")
+        yield type("Reply", (), {"count": self.count})()
+
+
+class FakeCounter:
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+
+    def inc(self, tags: dict[str, str]) -> None:
+        self.paths.append(tags["path"])
+
+
+def server(below: int, engine: Any) -> Any:
+    module = runtime()
+    s = object.__new__(module.ConditionalPDDecodeServer)
+    s._decode_only_below, s.engine, s._paths = below, engine, FakeCounter()
+    return s
+
+
+def completion(prompt: Any) -> Any:
+    from ray.llm._internal.serve.core.configs.openai_api_models import CompletionRequest
+
+    return CompletionRequest.model_construct(model="m", prompt=prompt)
+
+
+def test_short_prompts_stay_on_decode_and_long_ones_go_through_prefill() -> None:
+    module = runtime()
+    short, long = server(256, FakeEngine(count=100)), server(256, FakeEngine(count=3000))
+    assert run(short._decode_only(completion("hello")))
+    assert not run(long._decode_only(completion("x " * 3000)))
+    assert short._paths.paths == [module.DECODE_ONLY] and long._paths.paths == [module.DISAGGREGATED]
+    assert isinstance(short.engine.asked[0], module.TokenizeCompletionRequest)  # the engine's own count
+
+
+def test_token_id_prompts_are_counted_without_the_tokenizer() -> None:
+    engine = FakeEngine(count=10_000)
+    s = server(256, engine)
+    assert run(s._decode_only(completion(list(range(100)))))
+    assert engine.asked == []
+
+
+def test_what_cannot_be_counted_goes_through_prefill() -> None:
+    assert not run(server(256, FakeEngine(error=True))._decode_only(completion("hello")))
+    assert not run(server(256, FakeEngine(count=10))._decode_only(completion(["a", "b"])))
+    assert not run(server(0, FakeEngine(count=10))._decode_only(completion("hello")))  # feature off
+
+
+def test_the_decode_only_path_is_the_plain_llm_server_and_the_rest_rays_pd_path(monkeypatch: Any) -> None:
+    from ray.llm._internal.serve.core.server.llm_server import LLMServer
+
+    module = runtime()
+    calls: list[str] = []
+
+    async def plain(self: Any, request: Any, raw: Any = None) -> str:
+        calls.append("local")
+        return "local"
+
+    async def pd(self: Any, request: Any, raw: Any = None) -> str:
+        calls.append("pd")
+        return "pd"
+
+    monkeypatch.setattr(LLMServer, "completions", plain)
+    monkeypatch.setattr(module.PDDecodeServer, "completions", pd)
+    assert run(server(256, FakeEngine(count=10)).completions(completion("hi"))) == "local"
+    assert run(server(256, FakeEngine(count=9000)).completions(completion("hi"))) == "pd"
+    assert calls == ["local", "pd"]
+
+
+def test_the_path_metric_the_dashboard_reads_is_the_one_the_runtime_module_counts() -> None:
+    import ast
+
+    from llm_pd_eks import metrics
+
+    tree = ast.parse(serve_routing.runtime_source())
+    (counted,) = [
+        node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "PATH_METRIC"
+    ]
+    assert metrics.PD_PATH_REQUESTS == metrics.RAY_PREFIX + counted + "_total"  # Ray's prefix, a counter's suffix
+    (threshold,) = [
+        node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "THRESHOLD_KEY"
+    ]
+    assert threshold == serve_routing.THRESHOLD_KEY
+
+
+def test_the_preview_report_carries_the_routing_line_it_prints() -> None:
+    from llm_pd_eks_tools.preview.figures import _routing
+    from llm_pd_eks_tools.preview.render import figure_lines
+    from llm_pd_eks_tools.preview.report import Figures
+
+    cfg = stack_config("dev")
+    line = _routing(cfg)
+    assert line == serve_routing.preview_line(cfg.serving)
+    figures = Figures.model_validate(
+        {
+            "region": "us-west-2",
+            "node_groups": [],
+            "nat_gateways": 0,
+            "eks_clusters": 0,
+            "cost": {
+                "region": "us-west-2",
+                "lines": [],
+                "hourly": 0,
+                "monthly": 0,
+                "missing": ["x"],
+                "at_max_size_hourly": 0,
+                "prices_as_of": "2026-12-01",
+                "currency": "USD",
+                "hours_per_month": 730,
+            },
+            "kv_transfer": {"status": "n/a", "reason": "none"},
+            "routing": line,
+        }
+    )
+    assert ("Request routing", line.removeprefix("routing: ")) in figure_lines(figures)
