@@ -45,7 +45,7 @@ UPGRADE_STRATEGIES = {"Recreate": "None", "NewCluster": "NewCluster"}
 def ray_service_spec(
     serving: ServingConfig, instance: GpuInstanceType, hf_secret_name: Optional[pulumi.Input[str]] = None
 ) -> dict[str, Any]:
-    spec = {
+    spec: dict[str, Any] = {
         "upgradeStrategy": {"type": UPGRADE_STRATEGIES[serving.upgrade_strategy]},
         "serveService": serve_service(serving),
         "serveConfigV2": serve_config_yaml(serving, instance),

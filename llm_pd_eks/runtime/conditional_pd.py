@@ -59,7 +59,7 @@ def tokenize_request(request: Any) -> Any:
 class ConditionalPDDecodeServer(PDDecodeServer):
     """Ray's decode server, keeping prompts below the threshold on its own engine."""
 
-    async def __init__(self, llm_config: Any, **kwargs: Any) -> None:
+    async def __init__(self, llm_config: Any, **kwargs: Any) -> None:  # type: ignore[misc]  # Serve awaits it
         await super().__init__(llm_config, **kwargs)
         self._decode_only_below = int(self._llm_config.experimental_configs.get(THRESHOLD_KEY) or 0)
         self._paths = Counter(
@@ -105,8 +105,8 @@ class ConditionalPDDecodeServer(PDDecodeServer):
 def build_pd_openai_app(pd_serving_args: dict) -> Any:
     """Ray's `build_pd_openai_app`, binding ConditionalPDDecodeServer where it binds PDDecodeServer."""
     bound = _pd_builder.PDDecodeServer
-    _pd_builder.PDDecodeServer = ConditionalPDDecodeServer
+    setattr(_pd_builder, "PDDecodeServer", ConditionalPDDecodeServer)
     try:
         return _pd_builder.build_pd_openai_app(pd_serving_args)
     finally:
-        _pd_builder.PDDecodeServer = bound
+        setattr(_pd_builder, "PDDecodeServer", bound)
