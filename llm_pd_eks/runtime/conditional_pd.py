@@ -105,8 +105,8 @@ class ConditionalPDDecodeServer(PDDecodeServer):
 def build_pd_openai_app(pd_serving_args: dict) -> Any:
     """Ray's `build_pd_openai_app`, binding ConditionalPDDecodeServer where it binds PDDecodeServer."""
     bound = _pd_builder.PDDecodeServer
-    setattr(_pd_builder, "PDDecodeServer", ConditionalPDDecodeServer)
+    _pd_builder.PDDecodeServer = ConditionalPDDecodeServer  # type: ignore[misc]
     try:
         return _pd_builder.build_pd_openai_app(pd_serving_args)
     finally:
-        setattr(_pd_builder, "PDDecodeServer", bound)
+        _pd_builder.PDDecodeServer = bound  # type: ignore[misc]
