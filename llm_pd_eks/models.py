@@ -61,6 +61,12 @@ class ModelSpec:
         attention = 4 * self.layers * self.attention_heads * self.head_dim * context
         return tokens * (dense + attention)
 
+    def embedding_params(self) -> tuple[float, float]:
+        """(input embedding, LM head) parameter counts: vocab_size x hidden_size each, the LM head none of
+        its own when tie_word_embeddings shares the one matrix (Hugging Face config.json's keys)."""
+        embed = float(self.vocab_size * self.hidden_size)
+        return embed, 0.0 if self.tie_word_embeddings else embed
+
     def weight_bytes(self, dtype_bytes: float = 2) -> float:
         """Bytes of weights a decode step streams from memory (bf16 = 2 bytes a parameter, fp8 = 1)."""
         return self.weights_gib_bf16 * 2**30 * dtype_bytes / 2

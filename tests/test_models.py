@@ -114,3 +114,10 @@ def test_head_dim_falls_back_to_hidden_size_over_heads_only_where_config_json_ha
     path.write_text(json.dumps(data))
     spec = load_models(directory)["Qwen/Qwen2.5-7B-Instruct"]
     assert spec.head_dim == 96 and MODELS["Qwen/Qwen2.5-7B-Instruct"].head_dim == 3584 // 28
+
+
+def test_embedding_parameters_come_from_the_file() -> None:
+    qwen = MODELS["Qwen/Qwen2.5-7B-Instruct"]
+    assert qwen.embedding_params() == (152064.0 * 3584, 152064.0 * 3584)  # untied: the LM head is its own
+    tied = dataclasses.replace(qwen, tie_word_embeddings=True)
+    assert tied.embedding_params() == (152064.0 * 3584, 0.0)
