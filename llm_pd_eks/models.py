@@ -142,9 +142,8 @@ def load_model_file(path: Path) -> ModelSpec:
         data = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_no_duplicates)
         model = ModelFile.model_validate(data)
     except ValidationError as error:
-        first = error.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "(the file)"
-        raise ModelDataError(f"{name}: {field}: {first['msg']}") from None
+        problems = [f"{'.'.join(str(p) for p in e['loc']) or '(the file)'}: {e['msg']}" for e in error.errors()]
+        raise ModelDataError(f"{name}: {'; '.join(problems)}") from None
     except ValueError as error:  # not JSON, or a repeated key
         raise ModelDataError(f"{name}: not a model file: {' '.join(str(error).split())}") from None
     expected = model.model_id.replace("/", "--") + ".json"

@@ -88,6 +88,11 @@ def test_a_model_file_is_read_strictly(tmp_path: Path) -> None:
     assert refused(directory) == f"{path}: not a model file: key 'gated' is given twice"
     path.write_text(text.replace('"gated": false,', '"gated": false,\n  "license": "x",'))
     assert refused(directory) == f"{path}: license: Extra inputs are not permitted"
+    path.write_text(text.replace('"vocab_size": 152064', '"vocab": 152064').replace('"gated": false,', ""))
+    assert refused(directory) == (
+        f"{path}: gated: Field required; config.vocab_size: Field required; "
+        "config.vocab: Extra inputs are not permitted"
+    )  # every problem of the file, on one line
     path.write_text(text)
     path.rename(directory / "Qwen--Qwen2.5-7B.json")
     assert refused(directory) == (
