@@ -13,7 +13,7 @@ pod template's `tolerations` and `schedulingGates` (plus `suspend`, `rayClusterS
   does (this program pairs `None` with a Pulumi replacement: serving.upgradeStrategy `Recreate`).
 `serveConfigV2` is applied to the running cluster in place either way.
 
-`replace_on_change_paths` (the RayService's Pulumi replaceOnChanges) and llm_pd_eks_tools/rollout.py's
+`replace_on_change_paths` (the RayService's Pulumi replaceOnChanges) and llm_pd_eks_tools/rayservice_rollout.py's
 classifier are both built on `cluster_change`, so they cannot disagree.
 """
 
@@ -98,7 +98,7 @@ def replace_on_change_paths(spec: dict[str, Any]) -> list[str]:
     would never reach the live cluster either: Pulumi replaces the RayService for both. A property
     path cannot tell a worker group appended at the end (which KubeRay would add in place) from one
     removed or changed, so the whole `workerGroupSpecs` list is listed: under `Recreate` any change
-    of the worker groups is a replacement, and the preview (llm_pd_eks_tools/rollout.py, on these same paths)
+    of the worker groups is a replacement, and the preview (llm_pd_eks_tools/rayservice_rollout.py, on these same paths)
     says so. With `NewCluster` KubeRay builds the new cluster itself: nothing is listed, and the
     preview says when a muted change will not be applied.
     """

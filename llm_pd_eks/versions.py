@@ -18,7 +18,7 @@ record in aws/deep-learning-containers:
 - NIXL 1.3.1 (nixl and nixl-cu13): the ray-2.58.0 wheel's METADATA pins them for the `llm` extra
   the image installs (`Requires-Dist: nixl==1.3.1; extra == "llm"`, `nixl-cu13==1.3.1`, and
   `vllm[audio]==0.26.0`); docker/ray_llm/pyproject.toml overrides nixl-cu12 out. The real run on an
-  H200 (llm_pd_eks_tools/realrun/data/2026-12-02/run.json) ran nixl 1.3.1 with Ray 2.58.0 / vLLM 0.26.0.
+  H200 (llm_pd_eks_tools/realrun/data/2026-12-02T1552Z/run.json) ran nixl 1.3.1 with Ray 2.58.0 / vLLM 0.26.0.
 - test/ray-llm/eks-multi-node/rayservice.yml: the DLC's own KubeRay test (settings mirrored in
   llm_pd_eks/ray_worker_pod.py: FI_EFA_FORK_SAFE, VLLM_HOST_IP, no privileged securityContext).
 

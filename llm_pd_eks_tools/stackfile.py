@@ -10,6 +10,14 @@ so no bomb), and the file's size is capped before parsing.
 
 Every failure is a `StackFileError` (a `ToolError` with exit code USAGE): one line naming the file,
 the line and what to do.
+
+Why PyYAML's loader with overrides and not ruamel.yaml (which `make size WRITE=1` uses to write):
+ruamel.yaml 0.18.17 keeps none of these guarantees by itself, so it would need the same overrides,
+and it would add a dependency to `make preview`'s set. Its YAML 1.2 resolver is not yaml.v3's
+(`017` is 17, not 15; `08` the int 8, not the float 8.0; 2**64 an int, not a float); it expands
+aliases with no option to refuse them; its safe loader lets a repeated key win inside a mapping
+that has a `<<` merge, and its round-trip loader builds a tagged value for `!!python/...` where
+the safe one refuses it.
 """
 
 from __future__ import annotations

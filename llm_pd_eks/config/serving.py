@@ -20,9 +20,9 @@ from ..models import MODELS, NATIVE_CONTEXT
 from .base import Strict, exact_chart_version, ipv4_network, shown
 from .routing import RoutingConfig
 
-# The longest context of the models in llm_pd_eks/models.py (Llama 3.1/3.3: max_position_embeddings
-# 131072 in their config.json); vLLM refuses a max_model_len beyond the model's.
-MAX_MODEL_LEN = 131_072
+# The longest native context of the models (llm_pd_eks/data/models/: max_position_embeddings of their
+# config.json); vLLM refuses a max_model_len beyond the model's.
+MAX_MODEL_LEN = max(NATIVE_CONTEXT.values())
 
 
 # vLLM's default gpu_memory_utilization: the engine budgets 90% of each GPU, and the weights must
@@ -109,7 +109,7 @@ class ReplicaGroupConfig(Strict):
 class ServingConfig(Strict):
     """The model served by the RayService and how prefill and decode are laid out."""
 
-    model_id: str = Field(description="Hugging Face id of a model in llm_pd_eks/models.py.")
+    model_id: str = Field(description="Hugging Face id of a model with a file in llm_pd_eks/data/models/.")
     image: str = Field(
         description="The Ray LLM image (with EFA/libfabric) in ECR or ECR Public (the AWS Ray LLM DLC, "
         "llm_pd_eks/versions.py): `repo:tag`, `repo:tag@sha256:<digest>` or `repo@sha256:<digest>`, a tag other "
@@ -233,8 +233,8 @@ class ServingConfig(Strict):
 
     @model_validator(mode="after")
     def _within_native_context(self) -> "ServingConfig":
-        native = NATIVE_CONTEXT.get(self.model_id)
-        if native is not None and self.max_model_len > native:
+        native = NATIVE_CONTEXT[self.model_id]  # model_id is one of MODELS (checked first), each with a context
+        if self.max_model_len > native:
             raise ValueError(
                 f"maxModelLen {self.max_model_len} is above {self.model_id}'s native context of {native} tokens "
                 "(max_position_embeddings in its config.json, no rope scaling added); vLLM refuses it"

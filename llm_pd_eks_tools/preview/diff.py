@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from llm_pd_eks_tools.cli import ROOT, ArgumentParser, Exit, ToolError, checkout_root, fresh_out_dir, one_line, run
-from llm_pd_eks_tools.gpu_roll import classify_gpu_roll
+from llm_pd_eks_tools.gpu_node_rollout import classify_gpu_roll
 from llm_pd_eks_tools.preview import fmt
 from llm_pd_eks_tools.preview.crds import crd_changes
 from llm_pd_eks_tools.preview.report import Report, VerdictRecord
-from llm_pd_eks_tools.rollout import classify_resources
+from llm_pd_eks_tools.rayservice_rollout import classify_resources
 from llm_pd_eks_tools.stackfile import stack_file
 
 TOOLS = ROOT / "llm_pd_eks_tools"
@@ -144,8 +144,9 @@ class Diff:
     base_report: Optional[Report]
     head_report: Optional[Report]
     notes: list[str]
-    rollouts: list[tuple[str, Any]] = field(default_factory=list)  # (RayService name, llm_pd_eks_tools.rollout.Rollout)
-    gpu_roll: Optional[Any] = None  # llm_pd_eks_tools.gpu_roll.GpuRoll: what the GPU node group does
+    # (RayService name, llm_pd_eks_tools.rayservice_rollout.Rollout)
+    rollouts: list[tuple[str, Any]] = field(default_factory=list)
+    gpu_roll: Optional[Any] = None  # llm_pd_eks_tools.gpu_node_rollout.GpuRoll: what the GPU node group does
 
     @property
     def empty(self) -> bool:

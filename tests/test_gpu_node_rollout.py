@@ -12,7 +12,7 @@ import pytest
 from helpers import engine_config_with
 
 from llm_pd_eks.prices import load_prices
-from llm_pd_eks_tools.gpu_roll import BLUE_GREEN, EKS_ROLL, IN_PLACE, NO_CHANGE, RECREATE, classify_gpu_roll
+from llm_pd_eks_tools.gpu_node_rollout import BLUE_GREEN, EKS_ROLL, IN_PLACE, NO_CHANGE, RECREATE, classify_gpu_roll
 from llm_pd_eks_tools.preview.diff import Side, compare, render
 from llm_pd_eks_tools.preview.harness import resource_records
 from llm_pd_eks_tools.preview.mockrun import run_program, stack_config

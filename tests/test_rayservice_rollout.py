@@ -1,4 +1,4 @@
-"""llm_pd_eks_tools/rollout.py: how a RayService change rolls out, judged on the specs the program renders.
+"""llm_pd_eks_tools/rayservice_rollout.py: how a RayService change rolls out, judged on the specs the program renders.
 
 Old and new specs are rendered by the program's own `ray_service_spec` from stack configs that
 differ in one setting, so each case is a change a user could make.
@@ -17,7 +17,7 @@ from llm_pd_eks.ray_service import ray_service_spec, replace_on_changes
 from llm_pd_eks.rollout_rule import differing_paths
 from llm_pd_eks_tools.preview.diff import Diff, render
 from llm_pd_eks_tools.preview.mockrun import stack_config
-from llm_pd_eks_tools.rollout import (
+from llm_pd_eks_tools.rayservice_rollout import (
     CREATE,
     DELETE,
     IN_PLACE,
