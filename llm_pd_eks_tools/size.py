@@ -3,7 +3,7 @@
 Prints, for the stack's model, GPU type and tensor-parallel layout: prefill and decode replicas and
 nodes, the P:D ratio, GPUs, cost per hour and per million output tokens, the same workload served
 aggregated, a verdict on whether disaggregation pays, and the KV-transfer band. The model is
-`llm_pd_eks_tools/sizing.py`. `--write` puts the sized replica bounds and GPU node-group sizes into
+`llm_pd_eks_tools/sizing/`. `--write` puts the sized replica bounds and GPU node-group sizes into
 `Pulumi.<stack>.yaml` with ruamel.yaml's round-trip mode, so comments and layout survive; the new
 file is validated as the program would read it before it replaces the old one.
 

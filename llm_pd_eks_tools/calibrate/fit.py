@@ -1,4 +1,4 @@
-"""Fit `EngineConstants` (llm_pd_eks_tools/sizing.py) to measured points: published ones or a calibration run.
+"""Fit `EngineConstants` (llm_pd_eks_tools/sizing/) to measured points: published ones or a calibration run.
 
 The model is linear in four unknowns once the TP efficiency is fixed: prefill intercept, 1 / MFU,
 decode intercept, 1 / MBU. Each point contributes one row (what it measured and the physics it ran:

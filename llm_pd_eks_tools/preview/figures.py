@@ -190,7 +190,7 @@ def key_figures(run: "ProgramRun", config: Any, region: str, prices: Optional[Pr
     )
 
 
-# -- the KV-transfer band and $/Mtok at the throughput the stack is sized for (llm_pd_eks_tools/sizing.py) ----------
+# -- the KV-transfer band and $/Mtok at the throughput the stack is sized for (llm_pd_eks_tools/sizing/) ----------
 def _checkout_root() -> Path:
     """The previewed checkout: where its `llm_pd_eks` package was imported from (the preview ensures it)."""
     import llm_pd_eks
