@@ -243,15 +243,31 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number above 0")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    if text.strip() in ("0", "0.0"):
+        return 0.0
+    return _positive_float(text)
+
+
 def point_main(args: argparse.Namespace) -> int:
     """`--point`: one question to the model, one answer (JSON with --json)."""
     from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
     from llm_pd_eks.models import MODELS
     from llm_pd_eks_tools.sizing import point_query, tp_options
 
-    missing = [
-        f"--{n}" for n in ("model", "instance", "tp", "input", "output", "concurrency") if getattr(args, n) is None
-    ]
+    missing = [f"--{n}" for n in ("model", "instance", "tp", "input", "output") if getattr(args, n) is None]
+    if (args.concurrency is None) == (args.rate is None):
+        missing.append("--concurrency or --rate (one of them)")
     if missing:
         raise ToolError(Exit.USAGE, f"--point needs {', '.join(missing)}")
     if args.model not in MODELS:
@@ -270,11 +286,25 @@ def point_main(args: argparse.Namespace) -> int:
             f"--tp {args.tp}: {model.model_id} on {instance.name} runs at TP "
             f"{', '.join(map(str, options)) or '(none: the weights do not fit)'}",
         )
-    answer = point_query(model, instance, args.tp, args.input, args.output, args.concurrency, args.mode)
+    answer = point_query(
+        model,
+        instance,
+        args.tp,
+        args.input,
+        args.output,
+        args.concurrency,
+        args.mode,
+        rate=args.rate,
+        think_s=args.think_ms / 1e3,
+        prompts=args.prompts,
+    )
     if args.json:
         print(json.dumps(answer.as_dict(), indent=2))
     else:
-        print(", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in answer.as_dict().items()))
+        fields = {k: v for k, v in answer.as_dict().items() if k != "flags"}
+        print(", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in fields.items()))
+        for flag in answer.flags:
+            print(f"flag: {flag}")
     return Exit.OK
 
 
@@ -293,6 +323,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     point.add_argument("--input", type=_positive_int, help="prompt tokens per request")
     point.add_argument("--output", type=_positive_int, help="output tokens per request")
     point.add_argument("--concurrency", type=_positive_int, help="closed-loop clients")
+    point.add_argument("--rate", type=_positive_float, help="open-loop Poisson requests a second (instead of clients)")
+    point.add_argument("--think-ms", type=_non_negative_float, default=0.0, help="a client's pause between requests")
+    point.add_argument(
+        "--prompts",
+        type=_positive_int,
+        help="requests sent in all (vllm bench serve --num-prompts): TTFT includes the first wave",
+    )
     point.add_argument(
         "--mode",
         choices=("aggregated", "disaggregated"),

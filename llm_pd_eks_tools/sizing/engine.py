@@ -17,12 +17,15 @@ from llm_pd_eks.models import ModelSpec
 class EngineConstants:
     """How close one engine gets to a GPU's roofline, for one weight dtype.
 
-    prefill: seconds = ``prefill_step_s`` + FLOPs / (tp x peak x ``prefill_mfu`` x tp_factor), FLOPs on the
-    non-embedding parameters plus attention (``prefill_flops``);
-    decode step: seconds = ``decode_step_s`` + bytes / (tp x bandwidth x ``decode_mbu`` x tp_factor), bytes
-    = weights a step reads (``decode_weight_bytes``) plus every running sequence's KV cache;
-    tp_factor = ``tp_efficiency`` ** log2(tp): what each doubling of the tensor-parallel group keeps (its
-    all-reduce and smaller, less efficient GEMM shards).
+    One engine step (`Replica.step_seconds`) carrying d decode tokens and p prompt tokens takes
+    ``decode_step_s`` (+ ``prefill_step_s`` when it carries prompt tokens) + the linear layers, the
+    slower of FLOPs / (tp x peak x ``prefill_mfu`` x tp_factor) and weight bytes / (tp x bandwidth x
+    ``decode_mbu``), + prompt attention FLOPs at the same compute rate + the decode sequences' KV bytes
+    at the same bandwidth + the TP all-reduces (`Replica.allreduce_seconds`).
+    tp_factor = ``tp_efficiency`` ** log2(tp): what each doubling of the tensor-parallel group keeps of
+    the GEMM rate (smaller shards); it is not applied to memory bandwidth (each GPU streams its own shard).
+
+    ``data``, ``date`` and ``method`` say where the figures come from (the provenance a fitted row keeps).
     """
 
     prefill_mfu: float
@@ -31,6 +34,9 @@ class EngineConstants:
     decode_step_s: float
     tp_efficiency: float
     source: str
+    data: str = ""
+    date: str = ""
+    method: str = ""
 
     def tp_factor(self, tp: int) -> float:
         return float(self.tp_efficiency ** math.log2(tp))
@@ -40,20 +46,35 @@ class EngineConstants:
 # llm_pd_eks_tools/calibrate/data/h200-probe.json): bf16 GEMMs of Llama-3.1 layer shards reach 0.73-0.80 of the
 # 989 TF dense peak at 1-8k tokens (0.55 at 256), causal flash attention 0.40-0.57; batched GEMV over a
 # TP1/TP4 shard streams weights at 3.45 TB/s (0.72 of 4.8 TB/s). Per doubling of TP the GEMM shards at 1k
-# tokens keep 0.74^(1/3) = 0.90 (TP8 560 TF vs TP1 755 TF). A kernel probe has no engine overhead: the
-# per-step intercepts are the vLLM-bf16 fit's (the A100/H100 rows), and NVLink all-reduce is not in it.
-# vLLM runs CUDA graphs for decode and the same cuBLAS/flash kernels for prefill on every NVIDIA GPU here,
-# so the probe's fractions of peak are the bf16 vLLM row for each GPU until `make calibrate` measures
-# the stack's own; the per-step intercepts are 0 (a kernel probe cannot see them; calibrate fits them).
-# The published vLLM bf16 points in tests/data/sizing-calibration/points.yaml are not fitted on: they
-# are held out and judge this row.
+# tokens keep 0.74^(1/3) = 0.90 (TP8 560 TF vs TP1 755 TF); the GEMV rate held at TP4, so bandwidth
+# carries no TP factor. vLLM runs CUDA graphs for decode and the same cuBLAS/flash kernels for prefill on
+# every NVIDIA GPU here, so the probe's fractions of peak are the bf16 vLLM row for each GPU until `make
+# calibrate` measures the stack's own. The decode intercept is fitted (`DECODE_INTERCEPT_POINT`, by
+# llm_pd_eks_tools/calibrate/fit.py: fit_decode_intercept) on the one vLLM 0.26.0 measurement in the
+# repository; no prefill measurement of vLLM alone exists in it, so the prefill intercept stays 0 and the
+# answer says so. The published vLLM bf16 points in tests/data/sizing-calibration/points.yaml are not
+# fitted on: they are held out and judge this row.
+DECODE_INTERCEPT_POINT = {
+    "data": "llm_pd_eks_tools/realrun/data/2026-12-02/evidence-pd.json (bench[0], clients 1)",
+    "model": "Qwen/Qwen2.5-7B-Instruct",
+    "instance": "p5en.48xlarge",
+    "tp": 1,
+    "input": 1024,
+    "output": 128,
+    "mean_itl_ms": 4.280671565944645,
+}
 VLLM_BF16 = EngineConstants(
     prefill_mfu=0.70,
     prefill_step_s=0.0,
     decode_mbu=0.72,
-    decode_step_s=0.0,
+    decode_step_s=0.00017,
     tp_efficiency=0.90,
-    source="H200 kernel probe 2026-12-01 (llm_pd_eks_tools/calibrate/data/h200-probe.json)",
+    source="H200 kernel probe 2026-12-01 (llm_pd_eks_tools/calibrate/data/h200-probe.json); decode intercept "
+    "fitted on the vLLM 0.26.0 real run 2026-12-02",
+    data="llm_pd_eks_tools/calibrate/data/h200-probe.json; " + DECODE_INTERCEPT_POINT["data"],
+    date="2026-12-01 (probe), 2026-12-02 (real run)",
+    method="fractions of peak from kernel timings; decode intercept = measured ITL at one client minus the "
+    "roofline step at the probe's MBU; prefill intercept not measured (0)",
 )
 # Rows fitted (llm_pd_eks_tools/calibrate/fit.py, on the points not marked held_out) to the engines the published
 # points ran; kept to check the fit method, not used for the stacks (they run vLLM bf16).
@@ -64,14 +85,20 @@ TRTLLM_BF16 = EngineConstants(
     decode_step_s=0.00201,
     tp_efficiency=1.0,
     source="fit on NVIDIA NeMo Llama-2-7B TP1 latency points (tests/data/sizing-calibration, source 2)",
+    data="tests/data/sizing-calibration/points.yaml (engine trtllm, not held out)",
+    date="2026-11-30 (pages retrieved)",
+    method="relative least squares (llm_pd_eks_tools/calibrate/fit.py)",
 )
 NIM_FP8 = EngineConstants(
-    prefill_mfu=0.446,
+    prefill_mfu=0.4821,
     prefill_step_s=0.0,
-    decode_mbu=0.5628,
+    decode_mbu=0.6043,
     decode_step_s=0.0,
     tp_efficiency=1.0,
     source="fit on NVIDIA NIM Llama-3.3-70B fp8 TP2 points (tests/data/sizing-calibration, source 1)",
+    data="tests/data/sizing-calibration/points.yaml (engine nim, not held out)",
+    date="2026-11-30 (pages retrieved)",
+    method="relative least squares (llm_pd_eks_tools/calibrate/fit.py), the TP2 all-reduce taken off as assumed",
 )
 ENGINE_CONSTANTS: dict[tuple[str, str], EngineConstants] = {
     ("vllm", "bf16"): VLLM_BF16,
@@ -162,6 +189,35 @@ def gpu_memory_gib(instance: GpuInstanceType) -> float:
 
 
 # -- the hardware a replica runs on -------------------------------------------------------------------
+# NVLink between the GPUs of one node, per GPU model: the SXM parts (A100, H100, H200) have it; the L40S
+# has none (NVIDIA L40S datasheet: "NVLink support: No"; PCIe Gen4 x16) and neither has the A10G (PCIe
+# only). Without it, vLLM's TP all-reduce goes over PCIe.
+NVLINK: dict[str, bool] = {"A100": True, "H100": True, "H200": True, "L40S": False, "A10G": False}
+# The all-reduce a TP group runs twice a layer (after attention and after the MLP, Megatron-LM's layout
+# that vLLM's row-parallel layers follow), as latency + ring bytes over the link. No measurement of it is
+# in the repository: the figures are assumed and every answer for TP > 1 says so (`tp_basis`).
+# NVLink: ~8 us a small all-reduce (vLLM's custom one-shot kernel) and 450 GB/s a direction (NVLink 4;
+# A100 NVLink 3 300 GB/s); PCIe Gen4 x16 ~25 GB/s usable and ~25 us (NCCL over PCIe).
+ALLREDUCE_ASSUMED: dict[bool, tuple[float, float]] = {True: (8e-6, 450e9), False: (25e-6, 25e9)}
+A100_NVLINK_BYTES_S = 300e9
+
+
+def has_nvlink(instance: GpuInstanceType) -> bool:
+    """Whether the node's GPUs talk over NVLink; False for a GPU model the table does not know."""
+    return NVLINK.get(instance.gpu_model, False)
+
+
+def tp_basis(instance: GpuInstanceType, tp: int) -> str:
+    """Where the TP term of an answer comes from, said plainly."""
+    if tp == 1:
+        return "TP 1: no all-reduce"
+    link = "NVLink" if has_nvlink(instance) else f"PCIe (no NVLink on {instance.gpu_model})"
+    return (
+        f"assumed: TP {tp} all-reduce over {link}, twice a layer, not measured; GEMM-shard factor from the "
+        "H200 kernel probe"
+    )
+
+
 @dataclass(frozen=True)
 class Replica:
     """One engine: `tp` GPUs of one node, its weights, its efficiency constants and KV dtype."""
@@ -204,23 +260,69 @@ class Replica:
         total = self.tp * per_gpu * 2**30 * GPU_MEMORY_BUDGET
         return total - self.model.weight_bytes(self.weight_dtype_bytes)
 
+    @property
+    def hidden_size(self) -> int:
+        return self.model.attention_heads * self.model.head_dim
+
+    @property
+    def compute_rate(self) -> float:
+        """FLOP/s the GEMMs reach on this TP group."""
+        return self.peak_flops * self._mfu * self.constants.tp_factor(self.tp)
+
+    def allreduce_seconds(self, tokens: float) -> float:
+        """The TP all-reduces of one forward over `tokens` tokens: 2 a layer, latency + ring bytes."""
+        if self.tp == 1 or tokens <= 0:
+            return 0.0
+        latency, link = ALLREDUCE_ASSUMED[has_nvlink(self.instance)]
+        if has_nvlink(self.instance) and self.instance.gpu_model == "A100":
+            link = A100_NVLINK_BYTES_S
+        ring = 2 * (self.tp - 1) / self.tp * tokens * self.hidden_size * self.kv_dtype_bytes
+        return 2 * self.model.layers * (latency + ring / link)
+
+    def step_seconds(
+        self, decode_seqs: float, decode_context: float, prompt_tokens: float = 0.0, prompt_attended: float = 0.0
+    ) -> float:
+        """One vLLM engine step: `decode_seqs` sequences of `decode_context` tokens each emit one token and
+        `prompt_tokens` prompt tokens (chunks of one or more prompts) attend to `prompt_attended` earlier
+        positions on average (L/2 for a whole prompt of L; offset + chunk/2 for a later chunk).
+
+        The linear layers read the weights once for every token of the step, so they take the slower of
+        their FLOPs and their weight bytes; attention is added on top (prompt tokens by FLOPs, decode
+        tokens by the KV bytes they read), then the TP all-reduces and the per-step intercepts.
+        """
+        tokens = decode_seqs + prompt_tokens
+        if tokens <= 0:
+            return 0.0
+        embed, head = embedding_params(self.model)
+        dense_flops = 2 * (self.model.params_billion * 1e9 - embed - head) * tokens
+        bandwidth = self.memory_bandwidth * self._mbu
+        linear = max(
+            dense_flops / self.compute_rate, decode_weight_bytes(self.model, self.weight_dtype_bytes) / bandwidth
+        )
+        width = 4 * self.model.layers * self.model.attention_heads * self.model.head_dim
+        prompt_attention = width * prompt_tokens * prompt_attended / self.compute_rate
+        decode_attention = decode_seqs * decode_context * self.kv_bytes_per_token / bandwidth
+        intercept = self.constants.decode_step_s + (self.constants.prefill_step_s if prompt_tokens > 0 else 0.0)
+        return intercept + linear + prompt_attention + decode_attention + self.allreduce_seconds(tokens)
+
     def prefill_seconds(self, tokens: float) -> float:
-        """One prompt of `tokens`, alone on the replica: the per-forward intercept plus compute."""
-        rate = self.peak_flops * self._mfu * self.constants.tp_factor(self.tp)
-        return self.constants.prefill_step_s + prefill_flops(self.model, tokens) / rate
+        """One prompt of `tokens`, alone on the replica: the per-forward intercept plus compute and all-reduce."""
+        return (
+            self.constants.prefill_step_s
+            + prefill_flops(self.model, tokens) / self.compute_rate
+            + self.allreduce_seconds(tokens)
+        )
 
     def prefill_coefficients(self) -> tuple[float, float, float]:
         """(c, a, b) with prefill_seconds(L) = c + a L + b L^2: intercept, dense and attention part."""
-        c = self.constants.prefill_step_s
+        c = self.constants.prefill_step_s + (
+            2 * self.model.layers * ALLREDUCE_ASSUMED[has_nvlink(self.instance)][0] if self.tp > 1 else 0.0
+        )
         one = self.prefill_seconds(1.0) - c
         two = self.prefill_seconds(2.0) - c
         b = (two - 2 * one) / 2
         return c, one - b, b
 
     def decode_step_seconds(self, batch: float, context: float) -> float:
-        """One decode step for `batch` sequences of `context` tokens: intercept + the slower of memory and compute."""
-        tp_factor = self.constants.tp_factor(self.tp)
-        streamed = decode_weight_bytes(self.model, self.weight_dtype_bytes) + batch * context * self.kv_bytes_per_token
-        memory = streamed / (self.memory_bandwidth * self._mbu * tp_factor)
-        compute = self.model.forward_flops(1, context) * batch / (self.peak_flops * self._mfu * tp_factor)
-        return self.constants.decode_step_s + max(memory, compute)
+        """One decode-only step for `batch` sequences of `context` tokens (`step_seconds` without prompt tokens)."""
+        return self.step_seconds(batch, context)
