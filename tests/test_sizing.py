@@ -19,7 +19,6 @@ from llm_pd_eks_tools import size as size_cli
 from llm_pd_eks_tools.cli import Exit, ToolError, run
 from llm_pd_eks_tools.preview.mockrun import stack_config
 from llm_pd_eks_tools.sizing import (
-    NIM_FP8,
     VLLM_BF16,
     KvBand,
     Replica,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from llm_pd_eks.catalog import GpuInstanceType
 from llm_pd_eks.config import GPU_MEMORY_BUDGET
@@ -54,8 +54,9 @@ class EngineConstants:
 # repository; no prefill measurement of vLLM alone exists in it, so the prefill intercept stays 0 and the
 # answer says so. The published vLLM bf16 points in tests/data/sizing-calibration/points.yaml are not
 # fitted on: they are held out and judge this row.
-DECODE_INTERCEPT_POINT = {
-    "data": "llm_pd_eks_tools/realrun/data/2026-12-02/evidence-pd.json (bench[0], clients 1)",
+DECODE_INTERCEPT_DATA = "llm_pd_eks_tools/realrun/data/2026-12-02/evidence-pd.json (bench[0], clients 1)"
+DECODE_INTERCEPT_POINT: dict[str, Any] = {
+    "data": DECODE_INTERCEPT_DATA,
     "model": "Qwen/Qwen2.5-7B-Instruct",
     "instance": "p5en.48xlarge",
     "tp": 1,
@@ -71,7 +72,7 @@ VLLM_BF16 = EngineConstants(
     tp_efficiency=0.90,
     source="H200 kernel probe 2026-12-01 (llm_pd_eks_tools/calibrate/data/h200-probe.json); decode intercept "
     "fitted on the vLLM 0.26.0 real run 2026-12-02",
-    data="llm_pd_eks_tools/calibrate/data/h200-probe.json; " + DECODE_INTERCEPT_POINT["data"],
+    data="llm_pd_eks_tools/calibrate/data/h200-probe.json; " + DECODE_INTERCEPT_DATA,
     date="2026-12-01 (probe), 2026-12-02 (real run)",
     method="fractions of peak from kernel timings; decode intercept = measured ITL at one client minus the "
     "roofline step at the probe's MBU; prefill intercept not measured (0)",
