@@ -816,9 +816,11 @@ def test_disaggregated_ttft_counts_the_decode_replicas_first_step():
     assert with_step.ttft_ms - without.ttft_ms == pytest.approx(50.0)
     result = _size("prod")
     decode_itl = result.disaggregated.side("decode").itl_ms
-    band = kv_band(L70, 1, 2, P5, tp=8)  # prod: TP 8 prefill, each rank 4 interfaces at the measured efficiency
-    recomputed = size_prefill(replica, workload, L70.kv_bytes_per_token(2) / 8 * 8 / 76.8e9, decode_itl / 1e3)
-    assert band.seconds_per_token() == pytest.approx(L70.kv_bytes_per_token(2) / 8 * 8 / 76.8e9)
+    # prod: TP 8 prefill; the handoff at the p-th prompt's message size (nixlbench's rate for it)
+    from llm_pd_eks_tools.sizing.kv import kv_transfer
+
+    kv = kv_transfer(L70, result.band.tokens, 2, P5, 8)
+    recomputed = size_prefill(replica, workload, kv.seconds / result.band.tokens, decode_itl / 1e3)
     assert result.disaggregated.side("prefill").ttft_ms == pytest.approx(recomputed.ttft_ms)
 
 

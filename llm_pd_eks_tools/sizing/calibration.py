@@ -38,6 +38,18 @@ class Calibration(_Strict):
         le=1,
         description="nixlbench over LIBFABRIC, per EFA interface, as a fraction of line rate; None if not measured.",
     )
+    kv_table: Optional[list[list[float]]] = Field(
+        default=None,
+        description="nixlbench's rows [block bytes, GB/s per worker]: the KV rate by message size; None if unmeasured.",
+    )
+
+    def kv_rows(self) -> Optional[list[tuple[int, float]]]:
+        """The nixlbench rows as (bytes, GB/s), smallest first; None if not measured."""
+        if self.kv_table is None:
+            return None
+        return sorted((int(row[0]), float(row[1])) for row in self.kv_table)
+
+    method: str = Field(default="", description="How the constants were fitted.")
     points: int = Field(ge=1, description="Benchmark points the fit used.")
     source: str = Field(description="The commands that produced it.")
 
@@ -50,6 +62,9 @@ class Calibration(_Strict):
             c.decode_step_s,
             c.tp_efficiency,
             f"calibration/{self.stack}.yaml ({self.measured_at}, {self.points} points)",
+            data=f"calibration/{self.stack}.yaml: {self.source}",
+            date=self.measured_at,
+            method=self.method,
         )
 
 

@@ -16,6 +16,7 @@ from llm_pd_eks.prices import PRICES_FILE
 from llm_pd_eks_tools.cli import Exit, ToolError
 from llm_pd_eks_tools.sizing.calibration import calibration_path, load_calibration
 from llm_pd_eks_tools.sizing.engine import VLLM_BF16, EngineConstants, Replica, gpu_memory_gib, vllm_step_budget
+from llm_pd_eks_tools.sizing.kv import kv_transfer
 from llm_pd_eks_tools.sizing.queueing import (
     _batch_cap,
     _decode_fixed_point,
@@ -389,7 +390,11 @@ def size(stack: str, config: StackConfig, workload: Workload, root: Optional[Pat
         serving.prefill.tensor_parallel_size,
         kv_efficiency,
     )
-    per_token = band.seconds_per_token()
+    # the plan moves KV at the rate of the request's message size (nixlbench's table, the stack's own
+    # if calibrated); the band stays the line-rate / measured / TCP picture the preview shows
+    rows = found.kv_rows() if found is not None else None
+    per_token = kv_transfer(model, band.tokens, dtype, instance, serving.prefill.tensor_parallel_size, rows).seconds
+    per_token /= max(band.tokens, 1)
     dis = Plan("disaggregated")
     try:
         decode_side = size_decode(decode, workload)
@@ -404,7 +409,7 @@ def size(stack: str, config: StackConfig, workload: Workload, root: Optional[Pat
         agg.feasible, agg.reason = False, str(exc)
     price = hourly_price(config.region, instance.name)
     out = workload.request_rate * workload.output_tokens.mean
-    tp1_per_token = kv_band(model, band.tokens, dtype, instance, 1, kv_efficiency).seconds_per_token()
+    tp1_per_token = kv_transfer(model, band.tokens, dtype, instance, 1, rows).seconds / max(band.tokens, 1)
     placement = search_placement(model, instance, dtype, workload, tp1_per_token, constants)
     total = workload.request_rate * (workload.input_tokens.mean + workload.output_tokens.mean)
     return Sizing(
