@@ -109,8 +109,8 @@ def size_decode(replica: Replica, workload: Workload) -> Side:
         )
     for replicas in range(1, MAX_REPLICAS + 1):
         batch = _decode_fixed_point(replica, tokens_s / replicas, context)
-        if batch <= cap and replica.decode_step_seconds(batch, context) <= slo:
-            itl = replica.decode_step_seconds(batch, context)
+        if batch <= cap and replica.decode_step_seconds(max(1.0, batch), context) <= slo:
+            itl = replica.decode_step_seconds(max(1.0, batch), context)  # a sequence sees itself
             return Side("decode", replica.tp, replicas, per_node, itl_ms=itl * 1e3, batch=batch, concurrency=batch)
     raise _Infeasible(f"decode: more than {MAX_REPLICAS} replicas needed")
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from llm_pd_eks_tools.sizing.engine import Replica, vllm_step_budget
+from llm_pd_eks_tools.sizing.loop import _decode_step
 from llm_pd_eks_tools.sizing.workload import TokenLengths, Workload
 
 
@@ -74,10 +75,12 @@ def aggregated_load(replica: Replica, workload: Workload, rate: float) -> Option
     """Latencies of one replica doing both phases at `rate` requests/s; None if it cannot keep up.
 
     Prefill takes a share u = rate x E[prefill] of GPU time; decode runs in the rest, so its batch follows
-    Little's law stretched by 1/(1-u). A step that carries a prefill chunk (vLLM's token budget) takes
-    that chunk's prefill time longer; when more than (1 - percentile) of steps carry one, the percentile
-    ITL is such a step. A prompt's prefill is spread over ceil(L / chunk) steps, each also carrying the
-    decode batch, and waits in an M/G/1 queue.
+    Little's law stretched by 1/(1-u). A step that carries prompt tokens carries every prompt that
+    arrived since the last step, up to vLLM's token budget less the decode tokens (several short prompts
+    share one step, and the step costs all of them); when more than (1 - percentile) of steps carry
+    one, the percentile ITL is such a step. Steps are timed at whole sequences (floor/ceil of the mean
+    batch). A prompt's prefill is spread over ceil(L / chunk) steps, each also carrying the decode
+    batch, and waits in an M/G/1 queue.
     """
     p = workload.slo.percentile / 100
     chunk = vllm_step_budget(replica.instance)[0]
@@ -90,11 +93,17 @@ def aggregated_load(replica: Replica, workload: Workload, rate: float) -> Option
     batch = _decode_fixed_point(replica, rate * workload.output_tokens.mean, context, 1 / (1 - share))
     if batch > _batch_cap(replica, workload):
         return None
-    step = replica.decode_step_seconds(batch, context)
+    seen = max(1.0, batch)  # a decoding sequence is in every step it waits for
+    step = _decode_step(replica, seen, context, 0.0, 0.0)
     steps_s = (1 - share) / step
-    chunk_fraction = min(1.0, rate * workload.input_tokens.mean / chunk / steps_s)
+    mean_len = workload.input_tokens.mean
+    room = max(1.0, chunk - batch)  # the budget left beside the decode tokens
+    carried = min(room, max(mean_len, rate * step * mean_len))  # the prompts arriving a step share it
+    chunk_fraction = min(1.0, rate * mean_len / carried / steps_s)
     tail_len = workload.input_tokens.quantile(p)
-    chunk_s = replica.prefill_seconds(min(chunk, tail_len))
+    tail_carried = min(room, max(tail_len, rate * step * mean_len))
+    chunk_s = _decode_step(replica, seen, context, tail_carried, tail_len / 2) - step
+    mean_chunk_s = _decode_step(replica, seen, context, carried, mean_len / 2) - step
     # prefill stretched by the decode step each chunk rides with: S'(L) = S(L) + (L / chunk) x step
     mean_s, second_s = _service_moments(c, a + step / chunk, b, workload.input_tokens)
     if rate * mean_s >= 1:
@@ -104,7 +113,7 @@ def aggregated_load(replica: Replica, workload: Workload, rate: float) -> Option
         batch=batch,
         step_s=step,
         chunk_fraction=chunk_fraction,
-        itl_mean_s=step + chunk_fraction * replica.prefill_seconds(min(chunk, workload.input_tokens.mean)),
+        itl_mean_s=step + chunk_fraction * mean_chunk_s,
         itl_tail_s=step + chunk_s if chunk_fraction > 1 - p else step,
         ttft_mean_s=mean_wait + mean_s,
         ttft_tail_s=mg1_wait_quantile(rate, mean_s, second_s, p)
