@@ -106,6 +106,13 @@ def constants_line(result: Sizing) -> str:
     )
 
 
+def _kv_plan_basis(result: Sizing) -> str:
+    plan = result.kv_plan
+    if plan is None:
+        return result.band.planning_basis
+    return f"{_ms(plan.seconds * 1e3)} a request at {plan.gbytes_s:.1f} GB/s a rank, {plan.basis}"
+
+
 def render_text(result: Sizing) -> str:
     w = result.workload
     lines = [
@@ -126,7 +133,7 @@ def render_text(result: Sizing) -> str:
         f"{_money(result.disaggregated.usd_per_mtok_total)}, aggregated {_money(result.aggregated.usd_per_mtok_total)}",
         constants_line(result),
         "",
-        f"KV transfer at the p{w.slo.percentile:g} prompt (sizing plans on {result.band.planning_basis}):",
+        f"KV transfer at the p{w.slo.percentile:g} prompt (sizing plans on {_kv_plan_basis(result)}):",
         *(f"  {line}" for line in band_lines(result.band)),
     ]
     return "\n".join(lines) + "\n"
@@ -297,6 +304,7 @@ def point_main(args: argparse.Namespace) -> int:
         rate=args.rate,
         think_s=args.think_ms / 1e3,
         prompts=args.prompts,
+        lockstep=args.lockstep,
     )
     if args.json:
         print(json.dumps(answer.as_dict(), indent=2))
@@ -329,6 +337,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         "--prompts",
         type=_positive_int,
         help="requests sent in all (vllm bench serve --num-prompts): TTFT includes the first wave",
+    )
+    point.add_argument(
+        "--lockstep",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="fixed-length requests that start together move together (vllm bench serve); --no-lockstep: they drift",
     )
     point.add_argument(
         "--mode",

@@ -122,6 +122,14 @@ class KvTransfer:
     rdma: bool
 
 
+def _layout_note(message: KvMessage) -> str:
+    size = message.rank_bytes // max(message.descriptors, 1)
+    return (
+        f" ({message.descriptors:,} descriptors of {size / 1024:,.0f} KiB in vLLM's layout: an upper bound, "
+        "nixlbench's rate is for one contiguous message)"
+    )
+
+
 def kv_transfer(
     model: ModelSpec,
     tokens: int,
@@ -142,10 +150,11 @@ def kv_transfer(
     elif rows is not None:
         gbytes = interpolate_gbytes_s(rows, message.rank_bytes)
         basis = f"calibrated nixlbench ({rows_source or 'calibration file'}) at {message.rank_bytes:,} B a rank"
+        basis += _layout_note(message)
     else:
         scale = band.line_rate_gbps / 8 / NIXLBENCH_RANK_GBYTES_S
         gbytes = interpolate_gbytes_s(nixlbench_rows(), message.rank_bytes) * scale
-        basis = f"{NIXLBENCH_SOURCE} at {message.rank_bytes:,} B a rank"
+        basis = f"{NIXLBENCH_SOURCE} at {message.rank_bytes:,} B a rank" + _layout_note(message)
         if instance.name != "p5.48xlarge":
             basis += f", scaled by line rate to {instance.name} (assumed)"
     return KvTransfer(message, gbytes, message.rank_bytes / (gbytes * 1e9), basis, instance.efa_rdma_read)

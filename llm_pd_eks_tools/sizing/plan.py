@@ -16,7 +16,7 @@ from llm_pd_eks.prices import PRICES_FILE
 from llm_pd_eks_tools.cli import Exit, ToolError
 from llm_pd_eks_tools.sizing.calibration import calibration_path, load_calibration
 from llm_pd_eks_tools.sizing.engine import VLLM_BF16, EngineConstants, Replica, gpu_memory_gib, vllm_step_budget
-from llm_pd_eks_tools.sizing.kv import kv_transfer
+from llm_pd_eks_tools.sizing.kv import KvTransfer, kv_transfer
 from llm_pd_eks_tools.sizing.queueing import (
     _batch_cap,
     _decode_fixed_point,
@@ -217,6 +217,7 @@ class Sizing:
     placement: Optional[Placement] = None  # the cheapest TP per side, as advice (not written)
     constants: Optional[EngineConstants] = None  # the efficiency row the answer rests on
     calibration: Optional[str] = None  # calibration/<stack>.yaml when it supplied the constants
+    kv_plan: Optional[KvTransfer] = None  # the handoff the plan prices: the p-th prompt's message size
 
     @property
     def output_tokens_s(self) -> float:
@@ -283,6 +284,7 @@ class Sizing:
             "cost_basis": COST_BASIS,
             "constants": asdict(self.constants) if self.constants else None,
             "calibration": self.calibration,
+            "kv_plan": None if self.kv_plan is None else asdict(self.kv_plan),
             "placement": None if self.placement is None else asdict(self.placement),
         }
 
@@ -393,8 +395,8 @@ def size(stack: str, config: StackConfig, workload: Workload, root: Optional[Pat
     # the plan moves KV at the rate of the request's message size (nixlbench's table, the stack's own
     # if calibrated); the band stays the line-rate / measured / TCP picture the preview shows
     rows = found.kv_rows() if found is not None else None
-    per_token = kv_transfer(model, band.tokens, dtype, instance, serving.prefill.tensor_parallel_size, rows).seconds
-    per_token /= max(band.tokens, 1)
+    kv_plan = kv_transfer(model, band.tokens, dtype, instance, serving.prefill.tensor_parallel_size, rows)
+    per_token = kv_plan.seconds / max(band.tokens, 1)
     dis = Plan("disaggregated")
     try:
         decode_side = size_decode(decode, workload)
@@ -425,4 +427,5 @@ def size(stack: str, config: StackConfig, workload: Workload, root: Optional[Pat
         placement,
         constants,
         calibration,
+        kv_plan,
     )

@@ -128,6 +128,7 @@ def point_query(
     rate: Optional[float] = None,
     think_s: float = 0.0,
     prompts: Optional[int] = None,
+    lockstep: bool = True,
 ) -> PointAnswer:
     """What the model says one layout does at one load: `concurrency` closed-loop clients (each with
     `think_s` between its requests; `prompts` requests in all, the first wave included) or, with
@@ -145,7 +146,7 @@ def point_query(
     saturated, queued = False, 0.0
     if mode == "aggregated" and rate is None:
         assert concurrency is not None
-        load = closed_loop(replica, p, o, concurrency, think_s, prompts)
+        load = closed_loop(replica, p, o, concurrency, think_s, prompts, lockstep)
         ttft, itl, x, saturated, queued = load.ttft_s, load.itl_s, load.throughput_rps, load.saturated, load.queued
     elif mode == "aggregated":
         assert rate is not None
