@@ -141,7 +141,16 @@ def _desynchronized(
     replica: Replica, p: int, o: int, clients: int, think_s: float, cap: int
 ) -> tuple[float, float, float, float, bool, bool]:
     """Clients whose requests do not move together (lengths that vary, or jitter): (TTFT, ITL,
-    requests/s, k_p, budget-bound, cap-bound), the arrivals a step spread as integer bursts."""
+    requests/s, k_p, budget-bound, cap-bound), the arrivals a step spread as integer bursts. A prompt
+    also queues behind the other clients' prompts still prefilling: an M/D/1 wait at their arrival
+    rate for a prompt's prefill steps (the N - 1 prefills that may be ahead)."""
+
+    def queue(x: float, step: float, kp: float, prompt_step: float) -> float:
+        rate = others * x / step  # the other clients' prompts a second
+        service = kp * prompt_step
+        rho = rate * service
+        return rate * service * service / (2 * (1 - rho)) if 0 < rho < 1 else 0.0
+
     decode_steps = max(o - 1, 0)
     budget = vllm_step_budget(replica.instance)[0]
     others = (clients - 1) / clients
@@ -152,7 +161,7 @@ def _desynchronized(
     for _ in range(MAX_ITERATIONS):
         decoding = min(float(cap), x * decode_steps)
         kp, step, prompt_step, bound = _steps(replica, p, o, x, decoding, others)
-        in_engine = wait_steps * step + kp * prompt_step + decode_steps * step
+        in_engine = wait_steps * step + queue(x, step, kp, prompt_step) + kp * prompt_step + decode_steps * step
         cycle = in_engine + think_s
         limited = clients * in_engine / cycle > cap
         x_new = min((cap if limited else clients * in_engine / cycle) * step / in_engine, x_bound)
@@ -162,7 +171,7 @@ def _desynchronized(
         x = 0.5 * (x + x_new)
     decoding = min(float(cap), x * decode_steps)
     kp, step, prompt_step, bound = _steps(replica, p, o, x, decoding, others)
-    own = wait_steps * step + kp * prompt_step
+    own = wait_steps * step + queue(x, step, kp, prompt_step) + kp * prompt_step
     if bound or limited:
         throughput = x / step
         return max(own, clients / throughput - think_s - decode_steps * step), step, throughput, kp, bound, limited
