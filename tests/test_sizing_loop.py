@@ -232,3 +232,17 @@ def test_held_out_vllm_decode_point_through_the_point_query():
     point = next(p for p in CALIBRATION["points"] if p["name"] == "vllm-llama31-8b-a100-40g-c1-itl")
     answer = point_query(L8, GPU_INSTANCE_TYPES[point["instance"]], 1, point["input"], point["output"], 1)
     assert abs(answer.itl_ms / point["measured_ms"] - 1) <= CALIBRATION["held_out_tolerance"]
+
+
+@pytest.mark.parametrize("point", CALIBRATION["vllm_gain_points"], ids=lambda p: p["name"])
+def test_held_out_vllm_closed_loop_gain(point):
+    model, instance = MODELS[point["model"]], GPU_INSTANCE_TYPES[point["instance"]]
+
+    def throughput(clients: int) -> float:
+        answer = point_query(
+            model, instance, 1, point["input"], point["output"], clients, prompts=clients * point["prompts_per_client"]
+        )
+        return answer.output_tokens_per_s
+
+    gain = throughput(point["clients"]) / throughput(1)
+    assert abs(gain / point["gain"] - 1) <= CALIBRATION["held_out_tolerance"], gain
