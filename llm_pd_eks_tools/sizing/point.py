@@ -180,5 +180,20 @@ def point_query(
         tp_basis=tp_basis(instance, tp),
         kv_basis=kv.basis if kv is not None else "",
         constants=row.source,
-        flags=_flags(replica, mode, kv, row),
+        flags=_flags(replica, mode, kv, row) + _loop_flags(mode, rate, concurrency, prompts, lockstep),
     )
+
+
+def _loop_flags(
+    mode: str, rate: Optional[float], clients: Optional[int], prompts: Optional[int], lockstep: bool
+) -> list[str]:
+    if rate is not None or clients is None or clients < 2:
+        return []
+    if mode == "disaggregated":
+        return [
+            "disaggregated closed loop: steady state, prompts streamed at the prefill budget (no convoy, no first wave)"
+        ]
+    out = [] if lockstep else ["clients drift apart (--no-lockstep): no convoy"]
+    if prompts is None:
+        out.append("steady state: the first wave (all clients starting together) is left out; pass --prompts")
+    return out
