@@ -1,5 +1,5 @@
 """The GPU calibration run (llm_pd_eks_tools/calibrate/gpu_calibration.py) and its fit (gpu_fit.py):
-the runner needs nothing of this project and asks for what the brief of the model says; the fit finds
+the runner needs nothing of this project and plans the three measurements the model needs; the fit finds
 known constants back from a record the model itself wrote, and refuses records no engine produces."""
 
 from __future__ import annotations
