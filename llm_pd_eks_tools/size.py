@@ -132,6 +132,7 @@ def render_text(result: Sizing) -> str:
         f"cost: {COST_BASIS}; per million input + output tokens: disaggregated "
         f"{_money(result.disaggregated.usd_per_mtok_total)}, aggregated {_money(result.aggregated.usd_per_mtok_total)}",
         constants_line(result),
+        *(f"flag: {flag}" for flag in result.flags),
         "",
         f"KV transfer at the p{w.slo.percentile:g} prompt (sizing plans on {_kv_plan_basis(result)}):",
         *(f"  {line}" for line in band_lines(result.band)),

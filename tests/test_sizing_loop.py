@@ -246,3 +246,16 @@ def test_held_out_vllm_closed_loop_gain(point):
 
     gain = throughput(point["clients"]) / throughput(1)
     assert abs(gain / point["gain"] - 1) <= CALIBRATION["held_out_tolerance"], gain
+
+
+def test_make_size_flags_what_it_assumes():
+    from llm_pd_eks_tools.preview.mockrun import stack_config
+    from llm_pd_eks_tools.sizing import load_workload, size
+    from llm_pd_eks_tools.sizing.plan import sizing_flags
+
+    result = size("prod", stack_config("prod", ROOT), load_workload(ROOT / "workloads" / "prod.yaml"))
+    assert any(f.startswith("prefill: assumed: TP 8 all-reduce over NVLink") for f in result.flags)
+    assert result.as_dict()["flags"] == result.flags
+    l40s = sizing_flags(G6E, 1, 2, kv_transfer(Q7, 4000, 2, G6E, 1))
+    assert any("no NVLink on L40S" in f for f in l40s) and any("no GPUDirect RDMA" in f for f in l40s)
+    assert sizing_flags(P5EN, 1, 1, kv_transfer(L8, 4000, 2, P5EN, 1)) == []

@@ -15,7 +15,15 @@ from llm_pd_eks.models import ModelSpec
 from llm_pd_eks.prices import PRICES_FILE
 from llm_pd_eks_tools.cli import Exit, ToolError
 from llm_pd_eks_tools.sizing.calibration import calibration_path, load_calibration
-from llm_pd_eks_tools.sizing.engine import VLLM_BF16, EngineConstants, Replica, gpu_memory_gib, vllm_step_budget
+from llm_pd_eks_tools.sizing.engine import (
+    VLLM_BF16,
+    EngineConstants,
+    Replica,
+    gpu_memory_gib,
+    has_nvlink,
+    tp_basis,
+    vllm_step_budget,
+)
 from llm_pd_eks_tools.sizing.kv import KvTransfer, kv_transfer
 from llm_pd_eks_tools.sizing.queueing import (
     _batch_cap,
@@ -218,6 +226,7 @@ class Sizing:
     constants: Optional[EngineConstants] = None  # the efficiency row the answer rests on
     calibration: Optional[str] = None  # calibration/<stack>.yaml when it supplied the constants
     kv_plan: Optional[KvTransfer] = None  # the handoff the plan prices: the p-th prompt's message size
+    flags: list[str] = field(default_factory=list)  # what the answer assumes rather than measures
 
     @property
     def output_tokens_s(self) -> float:
@@ -286,6 +295,7 @@ class Sizing:
             "calibration": self.calibration,
             "kv_plan": None if self.kv_plan is None else asdict(self.kv_plan),
             "placement": None if self.placement is None else asdict(self.placement),
+            "flags": self.flags,
         }
 
 
@@ -428,4 +438,18 @@ def size(stack: str, config: StackConfig, workload: Workload, root: Optional[Pat
         constants,
         calibration,
         kv_plan,
+        sizing_flags(instance, serving.prefill.tensor_parallel_size, serving.decode.tensor_parallel_size, kv_plan),
     )
+
+
+def sizing_flags(instance: GpuInstanceType, prefill_tp: int, decode_tp: int, kv_plan: KvTransfer) -> list[str]:
+    """What a sizing rests on without a measurement: the TP all-reduce, PCIe instead of NVLink, and
+    a KV handoff without GPUDirect RDMA (priced at one TCP flow, the failure case)."""
+    out = [
+        f"{role}: {tp_basis(instance, tp)}" for role, tp in (("prefill", prefill_tp), ("decode", decode_tp)) if tp > 1
+    ]
+    if max(prefill_tp, decode_tp) > 1 and not has_nvlink(instance):
+        out.append(f"no NVLink on {instance.gpu_model}: the TP all-reduce goes over PCIe (assumed rate)")
+    if not kv_plan.rdma:
+        out.append(kv_plan.basis)
+    return out
