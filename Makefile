@@ -143,7 +143,7 @@ TIMEOUT ?= 600
 verify: $(STAMP)
 	@$(PY) -m llm_pd_eks_tools.verify --stack=$(call q,$(STACK)) --timeout=$(call q,$(TIMEOUT)) $(if $(KUBECONFIG),--kubeconfig=$(call q,$(KUBECONFIG))) $(if $(JSON),--json)
 
-# Sizes the stack for a workload, offline (llm_pd_eks_tools/sizing.py); WRITE=1 puts the sized replica bounds and
+# Sizes the stack for a workload, offline (llm_pd_eks_tools/sizing/); WRITE=1 puts the sized replica bounds and
 # GPU node-group sizes into Pulumi.<stack>.yaml (comments kept).
 .PHONY: size
 WORKLOAD ?= workloads/$(STACK).yaml

@@ -3,7 +3,7 @@
 Prints, for the stack's model, GPU type and tensor-parallel layout: prefill and decode replicas and
 nodes, the P:D ratio, GPUs, cost per hour and per million output tokens, the same workload served
 aggregated, a verdict on whether disaggregation pays, and the KV-transfer band. The model is
-`llm_pd_eks_tools/sizing.py`. `--write` puts the sized replica bounds and GPU node-group sizes into
+`llm_pd_eks_tools/sizing/`. `--write` puts the sized replica bounds and GPU node-group sizes into
 `Pulumi.<stack>.yaml` with ruamel.yaml's round-trip mode, so comments and layout survive; the new
 file is validated as the program would read it before it replaces the old one.
 
@@ -106,6 +106,13 @@ def constants_line(result: Sizing) -> str:
     )
 
 
+def _kv_plan_basis(result: Sizing) -> str:
+    plan = result.kv_plan
+    if plan is None:
+        return result.band.planning_basis
+    return f"{_ms(plan.seconds * 1e3)} a request at {plan.gbytes_s:.1f} GB/s a rank, {plan.basis}"
+
+
 def render_text(result: Sizing) -> str:
     w = result.workload
     lines = [
@@ -125,8 +132,9 @@ def render_text(result: Sizing) -> str:
         f"cost: {COST_BASIS}; per million input + output tokens: disaggregated "
         f"{_money(result.disaggregated.usd_per_mtok_total)}, aggregated {_money(result.aggregated.usd_per_mtok_total)}",
         constants_line(result),
+        *(f"flag: {flag}" for flag in result.flags),
         "",
-        f"KV transfer at the p{w.slo.percentile:g} prompt (sizing plans on {result.band.planning_basis}):",
+        f"KV transfer at the p{w.slo.percentile:g} prompt (sizing plans on {_kv_plan_basis(result)}):",
         *(f"  {line}" for line in band_lines(result.band)),
     ]
     return "\n".join(lines) + "\n"
@@ -243,15 +251,31 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number above 0")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    if text.strip() in ("0", "0.0"):
+        return 0.0
+    return _positive_float(text)
+
+
 def point_main(args: argparse.Namespace) -> int:
     """`--point`: one question to the model, one answer (JSON with --json)."""
     from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
     from llm_pd_eks.models import MODELS
     from llm_pd_eks_tools.sizing import point_query, tp_options
 
-    missing = [
-        f"--{n}" for n in ("model", "instance", "tp", "input", "output", "concurrency") if getattr(args, n) is None
-    ]
+    missing = [f"--{n}" for n in ("model", "instance", "tp", "input", "output") if getattr(args, n) is None]
+    if (args.concurrency is None) == (args.rate is None):
+        missing.append("--concurrency or --rate (one of them)")
     if missing:
         raise ToolError(Exit.USAGE, f"--point needs {', '.join(missing)}")
     if args.model not in MODELS:
@@ -270,11 +294,26 @@ def point_main(args: argparse.Namespace) -> int:
             f"--tp {args.tp}: {model.model_id} on {instance.name} runs at TP "
             f"{', '.join(map(str, options)) or '(none: the weights do not fit)'}",
         )
-    answer = point_query(model, instance, args.tp, args.input, args.output, args.concurrency, args.mode)
+    answer = point_query(
+        model,
+        instance,
+        args.tp,
+        args.input,
+        args.output,
+        args.concurrency,
+        args.mode,
+        rate=args.rate,
+        think_s=args.think_ms / 1e3,
+        prompts=args.prompts,
+        lockstep=args.lockstep,
+    )
     if args.json:
         print(json.dumps(answer.as_dict(), indent=2))
     else:
-        print(", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in answer.as_dict().items()))
+        fields = {k: v for k, v in answer.as_dict().items() if k != "flags"}
+        print(", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in fields.items()))
+        for flag in answer.flags:
+            print(f"flag: {flag}")
     return Exit.OK
 
 
@@ -293,6 +332,19 @@ def main(argv: Optional[list[str]] = None) -> int:
     point.add_argument("--input", type=_positive_int, help="prompt tokens per request")
     point.add_argument("--output", type=_positive_int, help="output tokens per request")
     point.add_argument("--concurrency", type=_positive_int, help="closed-loop clients")
+    point.add_argument("--rate", type=_positive_float, help="open-loop Poisson requests a second (instead of clients)")
+    point.add_argument("--think-ms", type=_non_negative_float, default=0.0, help="a client's pause between requests")
+    point.add_argument(
+        "--prompts",
+        type=_positive_int,
+        help="requests sent in all (vllm bench serve --num-prompts): TTFT includes the first wave",
+    )
+    point.add_argument(
+        "--lockstep",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="fixed-length requests that start together move together (vllm bench serve); --no-lockstep: they drift",
+    )
     point.add_argument(
         "--mode",
         choices=("aggregated", "disaggregated"),

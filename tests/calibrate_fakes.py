@@ -24,8 +24,11 @@ class FakeOpenAi:
         itl: Callable[[int, float], float],
         fail_after: Optional[int] = None,
         stall_s: float = 0.0,
+        token_factor: int = 1,
+        error_line: bool = False,
     ):
         self.ttft, self.itl, self.fail_after, self.stall_s = ttft, itl, fail_after, stall_s
+        self.token_factor, self.error_line = token_factor, error_line
         self.active = 0
         self.served = 0
         self.lock = threading.Lock()
@@ -51,7 +54,10 @@ class FakeOpenAi:
                     self.send_header("Content-Type", "text/event-stream")
                     self.end_headers()
                     time.sleep(fake.ttft(prompt_tokens) + fake.stall_s)
-                    for i in range(int(body["max_tokens"])):
+                    if fake.error_line:
+                        error = {"error": {"message": "engine dead", "type": "InternalServerError", "code": 500}}
+                        self.wfile.write(f"data: {json.dumps(error)}\n\n".encode())
+                    for i in range(int(body["max_tokens"]) * fake.token_factor):
                         if i:
                             with fake.lock:
                                 streams = fake.active

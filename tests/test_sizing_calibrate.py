@@ -80,6 +80,7 @@ def test_calibrate_against_the_fake_fits_its_constants_and_make_size_uses_them(t
     assert c.decode_mbu == pytest.approx(TRUTH.decode_mbu, rel=0.25)
     # nixlbench: 5.61 GB/s per worker over one rank's half interface (50 Gbit/s line rate) on p4d
     assert found.kv_efficiency == pytest.approx(5.611392 * 8 / 50)
+    assert found.kv_rows()[-1] == (67108864, pytest.approx(5.611392)) and len(found.kv_rows()) == 5
     # make size and the preview read it, and say so
     result = size("dev", stack_config("dev", root), load_workload(root / "workloads" / "dev.yaml"), root)
     assert result.calibration == "calibration/dev.yaml" and result.band.calibrated
@@ -227,3 +228,57 @@ def test_a_calibration_for_another_model_or_type_is_refused(tmp_path, capsys):
         ["--stack", "dev", "--workload", str(root / "workloads" / "dev.yaml"), "--root", str(root)],
     )
     assert code == Exit.USAGE and "calibration/dev.yaml" in capsys.readouterr().err
+
+
+def _instant(**kwargs) -> FakeOpenAi:
+    return FakeOpenAi(ttft=lambda tokens: 0.0, itl=lambda streams, ctx: 0.0, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "fake,needle",
+    [
+        ({}, "at or past the GPU's roofline"),  # streams instantly: no roofline allows it
+        ({"error_line": True}, "streamed an error line"),
+        ({"token_factor": 10}, "tokens streamed for max_tokens 10"),
+    ],
+    ids=["instant", "error-line", "ten-times-the-tokens"],
+)
+def test_an_impossible_measurement_writes_nothing(tmp_path, capsys, fake, needle):
+    root = _checkout(tmp_path)
+    server = _instant(**fake)
+    try:
+        code = _calibrate(root, server.url, "--timeout", "120")
+    finally:
+        server.close()
+    err = capsys.readouterr().err
+    assert code == Exit.FAILED and needle in err and "nothing written" in err, err
+    assert not (root / "calibration").exists()
+
+
+def test_a_vllm_bench_result_that_cannot_be_this_point_is_refused():
+    recorded = json.loads((CALIBRATION_DATA / "vllm-bench-result.json").read_text())
+    point = SweepPoint(137, 195, 5, prompts_per_client=2)
+    with pytest.raises(ToolError, match="streams instantly"):
+        check_result(point, {**recorded, "mean_ttft_ms": 0.0})
+    with pytest.raises(ToolError, match="output tokens a request against 195 asked"):
+        check_result(point, {**recorded, "total_output_tokens": 19450})
+    with pytest.raises(ToolError, match="requests failed"):
+        check_result(point, {**recorded, "failed": 1})
+
+
+@pytest.mark.parametrize(
+    "bandwidth,needle", [("nan", "not a positive number"), ("-1.0", "not a positive number"), ("80.0", "line rate")]
+)
+def test_an_impossible_nixlbench_output_is_refused_before_any_run(tmp_path, capsys, bandwidth, needle):
+    root = _checkout(tmp_path)
+    text = (CALIBRATION_DATA / "nixlbench-libfabric.txt").read_text().replace("5.611392", bandwidth)
+    bad = tmp_path / "nixl.txt"
+    bad.write_text(text)
+    code = run(
+        "calibrate",
+        calibrate_cli.main,
+        ["--stack", "dev", "--endpoint", "http://127.0.0.1:9", "--nixlbench", str(bad), "--root", str(root)],
+    )
+    err = capsys.readouterr().err
+    assert code == Exit.USAGE and needle in err, err
+    assert len([line for line in err.splitlines() if not line.startswith("[calibrate]")]) == 1

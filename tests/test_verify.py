@@ -43,12 +43,12 @@ from llm_pd_eks_tools.verify.cli import exit_code, main
 ENDPOINT_SERVICE_NAME = stack_config("dev").serving.endpoint_name  # KubeRay's serve Service
 
 INSTANCE = GPU_INSTANCE_TYPES[stack_config("dev").gpu_nodes.instance_type]
-FLOOR = kv_rank_floor_gbps(INSTANCE, 0.5)  # per rank: llm_pd_eks_tools/sizing.py's KV model
+FLOOR = kv_rank_floor_gbps(INSTANCE, 0.5)  # per rank: llm_pd_eks_tools/sizing/'s KV model
 KV_BYTES = 448 * 2**20  # one 8k-token Qwen2.5-7B request's KV cache (the preview's figure)
 EFA_SECONDS = KV_BYTES * 8 / (INSTANCE.network_gbps * 1e9)  # at the node's EFA line rate
 # NIXL off EFA: UCX's software path over TCP, measured at 0.324 GB/s on 2 x H100 (ai-dynamo/nixl issue
 # #1021). One ideal 10 Gbit/s TCP flow would NOT fall under the per-rank floor on p4d (half an EFA
-# interface per GPU at the measured NIXL efficiency is ~9.6 Gbit/s: llm_pd_eks_tools/sizing.py kv_band).
+# interface per GPU at the measured NIXL efficiency is ~9.6 Gbit/s: llm_pd_eks_tools/sizing/ kv_band).
 TCP_SECONDS = KV_BYTES * 8 / (0.324 * 8e9)
 
 needs_prometheus = requires_binary("prometheus")

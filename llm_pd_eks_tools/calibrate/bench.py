@@ -143,11 +143,41 @@ def check_result(point: SweepPoint, result: Any) -> dict[str, float]:
     values = {k: float(result[k]) for k in RESULT_KEYS}
     if not all(math.isfinite(v) and v >= 0 for v in values.values()):
         raise ToolError(Exit.FAILED, f"{point.name}: the benchmark result has non-finite or negative figures")
+    if isinstance(result.get("failed"), (int, float)) and result["failed"] > 0:
+        raise ToolError(Exit.FAILED, f"{point.name}: {result['failed']:g} requests failed; nothing is fitted on it")
+    return check_physical(point, values)
+
+
+# what a result's token counts may stray from the sweep point's before it is not that point's measurement
+TOKEN_RATIO_LIMIT = 2.0
+
+
+def check_physical(point: SweepPoint, values: dict[str, float]) -> dict[str, float]:
+    """Refuse a result no engine produces: no time to a first token or between tokens (a server that
+    streams instantly), or far more or fewer tokens than the point asked."""
+    if values["mean_ttft_ms"] <= 0 or (point.output_tokens > 1 and values["mean_itl_ms"] <= 0):
+        raise ToolError(
+            Exit.FAILED, f"{point.name}: a TTFT or ITL of 0 ms is a server that streams instantly, not an engine"
+        )
+    completed = max(values["completed"], 1.0)
+    for key, asked in (("total_input_tokens", point.input_tokens), ("total_output_tokens", point.output_tokens)):
+        mean = values[key] / completed
+        if not asked / TOKEN_RATIO_LIMIT <= mean <= asked * TOKEN_RATIO_LIMIT:
+            raise ToolError(
+                Exit.FAILED,
+                f"{point.name}: {mean:,.0f} {key.split('_')[1]} tokens a request against {asked:,} asked; "
+                "not this sweep point's measurement",
+            )
     return values
 
 
 def parse_nixlbench(text: str) -> float:
     """Per-worker GB/s of the largest block nixlbench reported (its `B/W (GB/Sec)` column)."""
+    return max(parse_nixlbench_rows(text))[1]
+
+
+def parse_nixlbench_rows(text: str) -> list[tuple[int, float]]:
+    """Every (block bytes, per-worker GB/s) row of nixlbench's table; `nan` stays nan for the check."""
     rows: list[tuple[int, float]] = []
     header: Optional[list[str]] = None
     for line in text.splitlines():
@@ -164,7 +194,7 @@ def parse_nixlbench(text: str) -> float:
             continue
     if not rows:
         raise ToolError(Exit.FAILED, "nixlbench: no result rows (a `Block Size (B) ... B/W (GB/Sec)` table)")
-    return max(rows)[1]
+    return sorted(rows)
 
 
 # -- a measuring client for an endpoint reached directly (a port-forward, or a test's fake) ----------------
@@ -212,9 +242,13 @@ def _one_request(
             data = line[5:].strip()
             if data == "[DONE]":
                 break
+            if '"error"' in data:  # vLLM streams a failure as a data line with an error object
+                raise RuntimeError(one_line(f"the server streamed an error line: {data}", 160))
             stamps.append(time.monotonic())
         if len(stamps) < point.output_tokens:
             raise RuntimeError(f"{len(stamps)} of {point.output_tokens} tokens streamed")
+        if len(stamps) > point.output_tokens:
+            raise RuntimeError(f"{len(stamps)} tokens streamed for max_tokens {point.output_tokens}: not this request")
     finally:
         conn.close()
     with stats.lock:

@@ -29,7 +29,7 @@ from llm_pd_eks_tools.calibrate.bench import (
     check_result,
     measure,
     nixlbench_args,
-    parse_nixlbench,
+    parse_nixlbench_rows,
     sweep_plan,
 )
 from llm_pd_eks_tools.cli import ROOT, ArgumentParser, Exit, ToolError, exit_with, one_line
@@ -82,7 +82,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--workload", type=Path, help="workload file (default workloads/<stack>.yaml)")
     parser.add_argument("--endpoint", help="measure this OpenAI endpoint directly (http://host:port) instead of a Job")
     parser.add_argument("--kubeconfig", type=Path, help="kubeconfig for the in-cluster Job (default $KUBECONFIG)")
-    parser.add_argument("--nixlbench-output", type=Path, help="nixlbench's output over LIBFABRIC (prefill -> decode)")
+    parser.add_argument(
+        "--nixlbench",
+        "--nixlbench-output",
+        dest="nixlbench_output",
+        type=Path,
+        help="nixlbench's output over LIBFABRIC (prefill -> decode): its rows become the KV rate by message size",
+    )
     parser.add_argument("--timeout", type=_timeout, default=1800.0, help="seconds for the whole run (default 1800)")
     parser.add_argument("--max-output", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
@@ -94,6 +100,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     from llm_pd_eks_tools.calibrate.fit import fit
     from llm_pd_eks_tools.preview.mockrun import stack_config
     from llm_pd_eks_tools.sizing import VLLM_BF16, Calibration, calibration_path, kv_band, load_workload
+    from llm_pd_eks_tools.sizing.kv import check_nixlbench_rows
 
     deadline = time.monotonic() + args.timeout
     try:
@@ -107,14 +114,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     workload = load_workload(args.workload or args.root / "workloads" / f"{args.stack}.yaml")
     serving, instance = config.serving, gpu_instance_type(config.gpu_nodes.instance_type)
     model, tp = MODELS[serving.model_id], serving.decode.tensor_parallel_size
-    kv_gbytes = None
+    kv_gbytes, kv_rows = None, None
     if args.nixlbench_output is not None:  # read before anything runs: a bad file fails fast
         try:
-            kv_gbytes = parse_nixlbench(args.nixlbench_output.read_text())
+            kv_rows = parse_nixlbench_rows(args.nixlbench_output.read_text())
+            line_gbytes = kv_band(model, 1, 2, instance, 1).line_rate_gbps / 8
+            kv_rows = check_nixlbench_rows(kv_rows, line_gbytes)
         except (OSError, UnicodeDecodeError) as exc:
             raise ToolError(Exit.USAGE, one_line(f"--nixlbench-output {args.nixlbench_output}: {exc}")) from None
-        except ToolError as exc:
-            raise ToolError(Exit.USAGE, f"--nixlbench-output {args.nixlbench_output}: {exc}") from None
+        except (ToolError, ValueError) as exc:
+            raise ToolError(Exit.USAGE, one_line(f"--nixlbench-output {args.nixlbench_output}: {exc}")) from None
+        kv_gbytes = kv_rows[-1][1]
     plan = sweep_plan(workload, output_cap=args.max_output)
     progress(f"{args.stack}: {serving.model_id} on {instance.name}, TP {tp}; sweep " + ", ".join(p.name for p in plan))
 
@@ -161,6 +171,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     points = points_for_fit(results, plan, model, instance, tp)
     # one TP measured: the TP term cannot be fitted, it stays the default row's
     found = fit(points, "make calibrate", tp_grid=(VLLM_BF16.tp_efficiency,))
+    for name, value in (("prefill MFU", found.prefill_mfu), ("decode MBU", found.decode_mbu)):
+        if not 0 < value < 1:  # at or past the roofline: the timings are not this GPU's work
+            raise ToolError(
+                Exit.FAILED,
+                f"the measurements fit a {name} of {value:g}, at or past the GPU's roofline: not a measurement "
+                "of this engine (a cache, a fake or a wrong model?); nothing written",
+            )
     calibration = Calibration.model_validate(
         {
             "stack": args.stack,
@@ -169,13 +186,15 @@ def main(argv: Optional[list[str]] = None) -> int:
             "instanceType": instance.name,
             "tensorParallelSize": tp,
             "constants": {
-                "prefillMfu": min(1.0, found.prefill_mfu),
+                "prefillMfu": found.prefill_mfu,
                 "prefillStepS": found.prefill_step_s,
-                "decodeMbu": min(1.0, found.decode_mbu),
+                "decodeMbu": found.decode_mbu,
                 "decodeStepS": found.decode_step_s,
                 "tpEfficiency": found.tp_efficiency,
             },
             "kvEfficiency": kv_efficiency,
+            "kvTable": [[float(size), rate] for size, rate in kv_rows] if kv_rows is not None else None,
+            "method": "relative least squares (llm_pd_eks_tools/calibrate/fit.py): TTFT at one client, ITL a level",
             "points": len(points),
             "source": (
                 "vllm bench serve sweep "

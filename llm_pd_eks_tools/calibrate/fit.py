@@ -1,11 +1,13 @@
-"""Fit `EngineConstants` (llm_pd_eks_tools/sizing.py) to measured points: published ones or a calibration run.
+"""Fit `EngineConstants` (llm_pd_eks_tools/sizing/) to measured points: published ones or a calibration run.
 
 The model is linear in four unknowns once the TP efficiency is fixed: prefill intercept, 1 / MFU,
 decode intercept, 1 / MBU. Each point contributes one row (what it measured and the physics it ran:
 FLOPs over peak, bytes over bandwidth); rows are weighted by 1 / measured so the fit minimises
 relative error, a weak ridge pulls unidentified unknowns to a prior, and the TP efficiency is the
 grid value with the smallest residual. Intercepts are kept non-negative, and at 0 where a non-zero one
-would need an efficiency above 1.
+would need an efficiency above 1. The rows follow `Replica.step_seconds`: the TP factor scales the
+GEMM rate only, decode is taken as memory-bound (one read of the weights and the KV cache a step), and
+the TP all-reduce (an assumed, unfitted term) is taken off each target before the fit.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Iterable, Optional, Sequence
 
 from llm_pd_eks.catalog import GpuInstanceType
 from llm_pd_eks.models import ModelSpec
-from llm_pd_eks_tools.sizing import EngineConstants, decode_weight_bytes, prefill_flops
+from llm_pd_eks_tools.sizing import EngineConstants, Replica, decode_weight_bytes, prefill_flops
 
 PRIOR = (0.0, 1 / 0.5, 0.0, 1 / 0.6)  # intercepts 0, MFU 0.5, MBU 0.6: where data says nothing
 RIDGE = 1e-6
@@ -39,10 +41,21 @@ class Point:
     kv_dtype_bytes: int = 2
 
 
+def _allreduce(p: Point) -> float:
+    """Seconds of TP all-reduce the point's forwards spent (assumed; not a fitted unknown)."""
+    replica = Replica(p.model, p.instance, p.tp, p.kv_dtype_bytes, p.weight_bytes, p.compute_scale)
+    prefill, decode = replica.allreduce_seconds(p.input), replica.allreduce_seconds(p.batch)
+    if p.kind == "ttft":
+        return prefill
+    if p.kind == "itl":
+        return decode
+    return p.batch * prefill + (p.output - 1) * decode
+
+
 def _row(p: Point, tp_eff: float) -> list[float]:
     factor = tp_eff ** __import__("math").log2(p.tp)
     peak = p.tp * p.instance.peak_bf16_dense_tflops * 1e12 * p.compute_scale * factor
-    bandwidth = p.tp * p.instance.memory_bandwidth_gbytes_s * 1e9 * factor
+    bandwidth = p.tp * p.instance.memory_bandwidth_gbytes_s * 1e9
     context = p.input + p.output / 2
     flops = prefill_flops(p.model, p.input) / peak
     nbytes = (
@@ -96,7 +109,7 @@ def _least_squares(rows: Sequence[Sequence[float]], targets: Sequence[float], fi
 
 def _fit_at(points: Sequence[Point], tp_eff: float) -> tuple[list[float], float]:
     rows = [_row(p, tp_eff) for p in points]
-    targets = [p.measured_ms / 1e3 for p in points]
+    targets = [max(p.measured_ms / 1e3 - _allreduce(p), 1e-9) for p in points]
     fixed: dict[int, float] = {}
     theta = _least_squares(rows, targets, fixed)
     for j in (0, 2):  # intercepts: non-negative
@@ -130,3 +143,23 @@ def fit(points: Iterable[Point], source: str, tp_grid: Optional[Sequence[float]]
         tp_efficiency=tp_eff,
         source=source,
     )
+
+
+def fit_decode_intercept(
+    model: ModelSpec,
+    instance: GpuInstanceType,
+    tp: int,
+    input: int,
+    output: int,
+    mean_itl_ms: float,
+    base: EngineConstants,
+) -> float:
+    """The per-step decode intercept one measured ITL at one client leaves over the roofline step at
+    `base`'s MBU (seconds, 5 decimals); ValueError when the measurement is faster than the roofline."""
+    from dataclasses import replace
+
+    replica = Replica(model, instance, tp, constants=replace(base, decode_step_s=0.0))
+    left = mean_itl_ms / 1e3 - replica.decode_step_seconds(1, input + output / 2)
+    if left < 0:
+        raise ValueError(f"an ITL of {mean_itl_ms:g} ms is below the roofline step at MBU {base.decode_mbu:g}")
+    return round(left, 5)

@@ -198,7 +198,7 @@ def _routing(config: Any) -> str:
     return preview_line(serving) if serving is not None else ""
 
 
-# -- the KV-transfer band and $/Mtok at the throughput the stack is sized for (llm_pd_eks_tools/sizing.py) ----------
+# -- the KV-transfer band and $/Mtok at the throughput the stack is sized for (llm_pd_eks_tools/sizing/) ----------
 def _checkout_root() -> Path:
     """The previewed checkout: where its `llm_pd_eks` package was imported from (the preview ensures it)."""
     import llm_pd_eks

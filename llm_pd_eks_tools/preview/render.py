@@ -137,7 +137,7 @@ def figure_lines(figures: Figures) -> list[tuple[str, str]]:
             )
         )
         band = figures.kv_band
-        if band.get("status") == "ok":  # line rate · measured NIXL/EFA · single-flow TCP (llm_pd_eks_tools/sizing.py)
+        if band.get("status") == "ok":  # line rate · measured NIXL/EFA · single-flow TCP (llm_pd_eks_tools/sizing/)
             from llm_pd_eks_tools.sizing import band_text
 
             rows.append(("", band_text(band)))

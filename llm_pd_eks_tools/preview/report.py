@@ -119,7 +119,7 @@ class Figures(BaseModel):
     eks_clusters: int
     cost: CostFigure
     kv_transfer: KvTransferFigure
-    # The KV band (llm_pd_eks_tools/sizing.py `KvBand.as_dict()`: line rate, measured NIXL/EFA, single-flow TCP) for
+    # The KV band (llm_pd_eks_tools/sizing/ `KvBand.as_dict()`: line rate, measured NIXL/EFA, single-flow TCP) for
     # a maxModelLen request, and $/Mtok at the output rate of workloads/<stack>.yaml; `status` "ok" | "n/a".
     kv_band: dict[str, Any] = Field(default_factory=lambda: {"status": "n/a", "reason": "not computed"})
     sized: dict[str, Any] = Field(default_factory=lambda: {"status": "n/a", "reason": "not computed"})

@@ -124,7 +124,7 @@ class Expected:
             hugepages_mib=catalog_hugepages_mib(instance),
             model_id=config.serving.model_id if config.serving else None,
             endpoint_service=config.serving.endpoint_name if config.serving else None,
-            # per rank, from the one KV-transfer model (llm_pd_eks_tools/sizing.py: kv_band)
+            # per rank, from the one KV-transfer model (llm_pd_eks_tools/sizing/: kv_band)
             floor_gbps=kv_rank_floor_gbps(instance, config.observability.kv_throughput_floor_fraction),
         )
 
