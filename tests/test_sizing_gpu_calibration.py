@@ -15,7 +15,7 @@ from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.models import MODELS
 from llm_pd_eks_tools.calibrate import gpu_calibration, gpu_fit
 from llm_pd_eks_tools.cli import Exit, run
-from llm_pd_eks_tools.sizing import EMBEDDING_SHAPES, VLLM_BF16, Replica, point_query
+from llm_pd_eks_tools.sizing import VLLM_BF16, Replica, point_query
 
 RUNNER = ROOT / "llm_pd_eks_tools" / "calibrate" / "gpu_calibration.py"
 CONFIGS = ROOT / "llm_pd_eks_tools" / "realrun" / "models"
@@ -50,7 +50,8 @@ def test_the_vendored_configs_are_the_model_table(model_id):
     assert (config["num_hidden_layers"], config["num_key_value_heads"]) == (spec.layers, spec.kv_heads)
     assert config["hidden_size"] // config["num_attention_heads"] == spec.head_dim
     assert config["num_attention_heads"] == spec.attention_heads
-    assert (config["vocab_size"], config["hidden_size"], config["tie_word_embeddings"]) == EMBEDDING_SHAPES[model_id]
+    shapes = (spec.vocab_size, spec.hidden_size, spec.tie_word_embeddings)
+    assert (config["vocab_size"], config["hidden_size"], config["tie_word_embeddings"]) == shapes
     assert (CONFIGS / model_id / "SOURCE").is_file()
 
 

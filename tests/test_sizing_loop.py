@@ -172,7 +172,7 @@ def test_the_decode_intercept_is_the_fit_on_the_real_run_it_names():
     from llm_pd_eks_tools.calibrate.fit import fit_decode_intercept
     from llm_pd_eks_tools.sizing.engine import DECODE_INTERCEPT_POINT as point
 
-    evidence = json.loads((ROOT / "llm_pd_eks_tools/realrun/data/2026-12-02/evidence-pd.json").read_text())
+    evidence = json.loads((ROOT / "llm_pd_eks_tools/realrun/data/2026-12-02T1038Z/evidence-pd.json").read_text())
     run = evidence["bench"][0]
     assert (run["clients"], run["input_len"], run["output_len"]) == (1, point["input"], point["output"])
     assert run["mean_itl_ms"] == point["mean_itl_ms"] and evidence["versions"]["vllm"] == "0.26.0"

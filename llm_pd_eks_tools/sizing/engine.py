@@ -54,7 +54,7 @@ class EngineConstants:
 # repository; no prefill measurement of vLLM alone exists in it, so the prefill intercept stays 0 and the
 # answer says so. The published vLLM bf16 points in tests/data/sizing-calibration/points.yaml are not
 # fitted on: they are held out and judge this row.
-DECODE_INTERCEPT_DATA = "llm_pd_eks_tools/realrun/data/2026-12-02/evidence-pd.json (bench[0], clients 1)"
+DECODE_INTERCEPT_DATA = "llm_pd_eks_tools/realrun/data/2026-12-02T1038Z/evidence-pd.json (bench[0], clients 1)"
 DECODE_INTERCEPT_POINT: dict[str, Any] = {
     "data": DECODE_INTERCEPT_DATA,
     "model": "Qwen/Qwen2.5-7B-Instruct",
@@ -117,23 +117,25 @@ def engine_constants(engine: str = "vllm", dtype: str = "bf16") -> EngineConstan
         raise KeyError(f"no efficiency constants for {engine}/{dtype}; known: {rows}") from None
 
 
-# Embedding and LM-head parameters (Hugging Face config.json: vocab_size x hidden_size, once more when
-# tie_word_embeddings is false). Prefill multiplies neither per token (the embedding is a lookup, the LM
-# head runs for the last position only); a decode step reads the LM head whole and one embedding row.
-EMBEDDING_SHAPES: dict[str, tuple[int, int, bool]] = {  # model id: (vocab_size, hidden_size, tied)
-    "Qwen/Qwen2.5-7B-Instruct": (152064, 3584, False),
-    "meta-llama/Llama-3.1-8B-Instruct": (128256, 4096, False),
-    "Qwen/Qwen2.5-32B-Instruct": (152064, 5120, False),
-    "meta-llama/Llama-3.3-70B-Instruct": (128256, 8192, False),
+# Embedding and LM-head parameters come from the model's data file (llm_pd_eks/data/models/, its
+# config.json's vocab_size x hidden_size, once more when tie_word_embeddings is false). Prefill
+# multiplies neither per token (the embedding is a lookup, the LM head runs for the last position
+# only); a decode step reads the LM head whole and one embedding row. The one model sized here that
+# no stack serves is the published calibration points' Llama-2-7b (tests/data/sizing-calibration):
+CALIBRATION_ONLY_EMBEDDINGS: dict[str, tuple[int, int, bool]] = {  # model id: (vocab_size, hidden_size, tied)
     "meta-llama/Llama-2-7b-hf": (32000, 4096, False),
 }
 
 
 def embedding_params(model: ModelSpec) -> tuple[float, float]:
-    """(input embedding, LM head) parameter counts of `model`; (0, 0) for a model not in the table."""
-    shape = EMBEDDING_SHAPES.get(model.model_id)
+    """(input embedding, LM head) parameter counts of `model`; a model without its shapes is an error."""
+    if model.vocab_size and model.hidden_size:
+        return model.embedding_params()
+    shape = CALIBRATION_ONLY_EMBEDDINGS.get(model.model_id)
     if shape is None:
-        return 0.0, 0.0
+        raise ValueError(
+            f"{model.model_id}: no vocab_size/hidden_size; add its llm_pd_eks/data/models/ file (config.json's keys)"
+        )
     vocab, hidden, tied = shape
     return float(vocab * hidden), 0.0 if tied else float(vocab * hidden)
 
