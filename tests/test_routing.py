@@ -184,7 +184,7 @@ def test_rays_pd_builder_binds_the_module_level_decode_class_the_runtime_swaps()
     assert builder.PDDecodeServer is module.PDDecodeServer  # restored after the build
 
 
-def run(coroutine: Any) -> Any:
+def run_async(coroutine: Any) -> Any:
     """Run on a loop of its own, leaving the thread's current loop alone (asyncio.run would unset it,
     and the Pulumi mock runs in this worker's later modules need one)."""
     loop = asyncio.new_event_loop()
@@ -230,8 +230,8 @@ def completion(prompt: Any) -> Any:
 def test_short_prompts_stay_on_decode_and_long_ones_go_through_prefill() -> None:
     module = runtime()
     short, long = server(256, FakeEngine(count=100)), server(256, FakeEngine(count=3000))
-    assert run(short._decode_only(completion("hello")))
-    assert not run(long._decode_only(completion("x " * 3000)))
+    assert run_async(short._decode_only(completion("hello")))
+    assert not run_async(long._decode_only(completion("x " * 3000)))
     assert short._paths.paths == [module.DECODE_ONLY] and long._paths.paths == [module.DISAGGREGATED]
     assert isinstance(short.engine.asked[0], module.TokenizeCompletionRequest)  # the engine's own count
 
@@ -239,14 +239,14 @@ def test_short_prompts_stay_on_decode_and_long_ones_go_through_prefill() -> None
 def test_token_id_prompts_are_counted_without_the_tokenizer() -> None:
     engine = FakeEngine(count=10_000)
     s = server(256, engine)
-    assert run(s._decode_only(completion(list(range(100)))))
+    assert run_async(s._decode_only(completion(list(range(100)))))
     assert engine.asked == []
 
 
 def test_what_cannot_be_counted_goes_through_prefill() -> None:
-    assert not run(server(256, FakeEngine(error=True))._decode_only(completion("hello")))
-    assert not run(server(256, FakeEngine(count=10))._decode_only(completion(["a", "b"])))
-    assert not run(server(0, FakeEngine(count=10))._decode_only(completion("hello")))  # feature off
+    assert not run_async(server(256, FakeEngine(error=True))._decode_only(completion("hello")))
+    assert not run_async(server(256, FakeEngine(count=10))._decode_only(completion(["a", "b"])))
+    assert not run_async(server(0, FakeEngine(count=10))._decode_only(completion("hello")))  # feature off
 
 
 def test_the_decode_only_path_is_the_plain_llm_server_and_the_rest_rays_pd_path(monkeypatch: Any) -> None:
@@ -265,8 +265,8 @@ def test_the_decode_only_path_is_the_plain_llm_server_and_the_rest_rays_pd_path(
 
     monkeypatch.setattr(LLMServer, "completions", plain)
     monkeypatch.setattr(module.PDDecodeServer, "completions", pd)
-    assert run(server(256, FakeEngine(count=10)).completions(completion("hi"))) == "local"
-    assert run(server(256, FakeEngine(count=9000)).completions(completion("hi"))) == "pd"
+    assert run_async(server(256, FakeEngine(count=10)).completions(completion("hi"))) == "local"
+    assert run_async(server(256, FakeEngine(count=9000)).completions(completion("hi"))) == "pd"
     assert calls == ["local", "pd"]
 
 

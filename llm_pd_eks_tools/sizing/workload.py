@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 from statistics import NormalDist
-from typing import Any
+from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
@@ -63,6 +63,13 @@ class Slo(_Strict):
     percentile: float = Field(gt=50, lt=100, description="The percentile both objectives hold at, e.g. 90 or 99.")
 
 
+class SharedPrefix(_Strict):
+    """Prompt prefixes the traffic repeats (system prompts, documents, conversation history)."""
+
+    tokens: int = Field(ge=1, le=1_048_576, description="Tokens of one shared prefix.")
+    distinct: int = Field(default=1, ge=1, le=10_000_000, description="How many different prefixes recur.")
+
+
 class Workload(_Strict):
     """What `make size` sizes for: Poisson arrivals, token-length distributions, SLOs."""
 
@@ -71,6 +78,9 @@ class Workload(_Strict):
     input_tokens: TokenLengths = Field(description="Prompt length distribution.")
     output_tokens: TokenLengths = Field(description="Generated length distribution.")
     slo: Slo = Field(description="Latency objectives.")
+    shared_prefix: Optional[SharedPrefix] = Field(
+        default=None, description="Repeated prompt prefixes (what prefix-aware routing can keep cached)."
+    )
 
 
 def _location(loc: tuple[Any, ...]) -> str:

@@ -1,0 +1,118 @@
+"""Where the two routing features pay, in the sizing model's own terms (llm_pd_eks/serve_routing.py).
+
+Decode-only below a threshold. A prompt of L tokens prefilled on the decode replica stalls that
+replica's whole decode batch for the prefill's compute (chunked prefill spreads it over steps, the
+sum is the same); sent through prefill it costs this request a second hop and the KV handoff instead.
+Disaggregating pays where the stall it saves exceeds what it adds:
+
+    prefill_seconds(L) on decode  >  hop + kv_transfer(L).seconds
+
+`prefill_seconds` is the engine model (engine.py: intercept + dense + attention, all-reduce under TP),
+`kv_transfer` the handoff by message size (kv.py). Both grow with L; the hop does not, so the
+threshold is the smallest L where the inequality holds. The hop (ingress -> decode -> prefill handle
+-> a one-token prefill request -> back) is ASSUMED here at `HOP_ASSUMED_S` until the real-run script
+measures the decode-only and P/D paths on one workload (docs/routing.md); every answer says so.
+
+Prefix-aware routing pays where the prefixes a workload repeats do not all fit every replica's
+prefix cache: affinity gives each replica its own share to hold (`prefix_routing`). With one replica,
+or prefixes that fit everywhere, it saves nothing and only risks hot spots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llm_pd_eks.catalog import GpuInstanceType
+from llm_pd_eks.models import ModelSpec
+
+from .engine import Replica
+from .kv import kv_transfer
+
+# One Ray Serve handle call and a one-token engine request: a few milliseconds on an idle replica
+# (Ray Serve's own docs put a handle call at ~1 ms; the prefill request adds scheduling and the
+# first-token round trip). Assumed, flagged in every answer, until measured.
+HOP_ASSUMED_S = 0.005
+SEARCH_LIMIT_TOKENS = 1 << 20
+
+
+@dataclass(frozen=True)
+class DecodeOnlyThreshold:
+    tokens: int | None  # prompts below this many tokens are cheaper on decode; None: always cheaper
+    hop_s: float
+    basis: str
+
+    def text(self) -> str:
+        if self.tokens is None:
+            limit = f"{SEARCH_LIMIT_TOKENS:,}"
+            return f"decode-only never loses here (no prompt up to {limit} tokens pays the hop): {self.basis}"
+        return f"disaggregate prompts of {self.tokens:,} tokens and more: {self.basis}"
+
+
+def _disaggregation_pays(replica: Replica, instance: GpuInstanceType, tokens: int, hop_s: float) -> bool:
+    handoff = kv_transfer(replica.model, tokens, replica.kv_dtype_bytes, instance, replica.tp)
+    return replica.prefill_seconds(tokens) > hop_s + handoff.seconds
+
+
+def decode_only_threshold(
+    model: ModelSpec,
+    instance: GpuInstanceType,
+    tp: int = 1,
+    kv_dtype_bytes: int = 2,
+    hop_s: float = HOP_ASSUMED_S,
+) -> DecodeOnlyThreshold:
+    """The smallest prompt length at which sending the request through prefill pays (bisection on the
+    monotone difference: the prefill term grows at least linearly, the handoff at most linearly in L)."""
+    replica = Replica(model, instance, tp, kv_dtype_bytes=kv_dtype_bytes)
+    basis = (
+        f"{model.model_id} on {instance.name} TP {tp}: prefill on decode vs a {hop_s * 1e3:.0f} ms hop "
+        f"(assumed) + the KV handoff by message size"
+    )
+    if not _disaggregation_pays(replica, instance, SEARCH_LIMIT_TOKENS, hop_s):
+        return DecodeOnlyThreshold(None, hop_s, basis)
+    low, high = 1, SEARCH_LIMIT_TOKENS
+    while low < high:
+        mid = (low + high) // 2
+        if _disaggregation_pays(replica, instance, mid, hop_s):
+            high = mid
+        else:
+            low = mid + 1
+    return DecodeOnlyThreshold(low, hop_s, basis)
+
+
+@dataclass(frozen=True)
+class PrefixRouting:
+    hit_rate_random: float  # share of a shared prefix found cached under power-of-two choice
+    hit_rate_affinity: float  # the same under prefix affinity
+    saved_s: float  # prefill seconds saved per request by affinity
+    basis: str
+
+
+def prefix_routing(
+    model: ModelSpec,
+    instance: GpuInstanceType,
+    shared_prefix_tokens: int,
+    distinct_prefixes: int,
+    replicas: int,
+    tp: int = 1,
+    kv_dtype_bytes: int = 2,
+) -> PrefixRouting:
+    """What affinity buys over power-of-two choice for `distinct_prefixes` prefixes of
+    `shared_prefix_tokens` each, spread over `replicas` replicas whose KV cache holds C tokens.
+    Without affinity every replica sees every prefix, so each must hold all of them to hit
+    (hit = min(1, C / (P*S))); with affinity a replica holds its own 1/R share
+    (hit = min(1, C*R / (P*S))). Eviction is treated as LRU over whole prefixes (vLLM's prefix
+    cache evicts least recently used blocks) and running requests' own KV is ignored: an upper bound
+    on both hit rates, and so on neither's difference."""
+    replica = Replica(model, instance, tp, kv_dtype_bytes=kv_dtype_bytes)
+    cache_tokens = replica.kv_budget_bytes / replica.kv_bytes_per_token
+    if shared_prefix_tokens <= 0 or distinct_prefixes <= 0:
+        return PrefixRouting(0.0, 0.0, 0.0, "no shared prefix in the workload")
+    held = distinct_prefixes * shared_prefix_tokens
+    random_hit = min(1.0, cache_tokens / held)
+    affinity_hit = min(1.0, cache_tokens * max(replicas, 1) / held)
+    saved = replica.prefill_seconds(shared_prefix_tokens) * (affinity_hit - random_hit)
+    basis = (
+        f"{distinct_prefixes} prefixes x {shared_prefix_tokens:,} tokens over {replicas} replica(s), "
+        f"{cache_tokens:,.0f} cached tokens each"
+    )
+    return PrefixRouting(random_hit, affinity_hit, saved, basis)

@@ -1,0 +1,80 @@
+"""Where serving.routing's features pay, in the sizing model's own terms (llm_pd_eks_tools/sizing/routing.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+from llm_pd_eks.models import MODELS
+from llm_pd_eks_tools.sizing.engine import Replica
+from llm_pd_eks_tools.sizing.routing import _disaggregation_pays, decode_only_threshold, prefix_routing
+from llm_pd_eks_tools.sizing.workload import parse_workload
+
+QWEN = MODELS["Qwen/Qwen2.5-7B-Instruct"]
+P5EN = GPU_INSTANCE_TYPES["p5en.48xlarge"]
+
+
+def test_the_threshold_is_where_the_hop_and_handoff_start_to_cost_less_than_the_stall() -> None:
+    found = decode_only_threshold(QWEN, P5EN)
+    assert found.tokens is not None and found.tokens > 1
+    replica = Replica(QWEN, P5EN, 1)
+    assert _disaggregation_pays(replica, P5EN, found.tokens, found.hop_s)
+    assert not _disaggregation_pays(replica, P5EN, found.tokens - 1, found.hop_s)
+    assert "assumed" in found.text()
+
+
+def test_a_dearer_hop_keeps_longer_prompts_on_decode() -> None:
+    cheap = decode_only_threshold(QWEN, P5EN, hop_s=0.002).tokens
+    dear = decode_only_threshold(QWEN, P5EN, hop_s=0.02).tokens
+    assert cheap is not None and dear is not None and dear > cheap
+
+
+def test_without_gpudirect_rdma_the_handoff_is_dearer_so_the_threshold_rises() -> None:
+    rdma = dataclasses.replace(P5EN, name="rdma-twin")
+    tcp = dataclasses.replace(P5EN, name="tcp-twin", efa_rdma_read=False)
+    with_rdma = decode_only_threshold(QWEN, rdma).tokens
+    without = decode_only_threshold(QWEN, tcp).tokens
+    assert with_rdma is not None and (without is None or without > with_rdma)
+
+
+def test_prefix_affinity_saves_nothing_with_one_replica_or_prefixes_that_fit_everywhere() -> None:
+    one = prefix_routing(QWEN, P5EN, shared_prefix_tokens=2000, distinct_prefixes=5000, replicas=1)
+    assert one.saved_s == 0 and one.hit_rate_random == one.hit_rate_affinity
+    few = prefix_routing(QWEN, P5EN, shared_prefix_tokens=2000, distinct_prefixes=3, replicas=4)
+    assert few.hit_rate_random == few.hit_rate_affinity == 1.0 and few.saved_s == 0
+
+
+def test_prefix_affinity_pays_when_the_prefixes_outgrow_one_replicas_cache() -> None:
+    many = prefix_routing(QWEN, P5EN, shared_prefix_tokens=2000, distinct_prefixes=5000, replicas=4)
+    assert many.hit_rate_affinity > many.hit_rate_random and many.saved_s > 0
+    assert many.hit_rate_affinity == pytest.approx(min(1.0, 4 * many.hit_rate_random))
+
+
+def test_a_workload_may_name_its_shared_prefix_and_nothing_else_new() -> None:
+    base = {
+        "requestRate": 1,
+        "inputTokens": {"mean": 1000, "cv": 0.5},
+        "outputTokens": {"mean": 100, "cv": 0.5},
+        "slo": {"ttftMs": 1000, "itlMs": 50, "percentile": 90},
+    }
+    parsed = parse_workload({**base, "sharedPrefix": {"tokens": 1500, "distinct": 20}})
+    assert parsed.shared_prefix is not None and parsed.shared_prefix.distinct == 20
+    with pytest.raises(Exception, match="sharedPrefix"):
+        parse_workload({**base, "sharedPrefix": {"tokens": 0}})
+
+
+def test_make_size_says_where_each_routing_feature_pays(tmp_path, capsys) -> None:
+    from llm_pd_eks_tools import size as size_cli
+    from llm_pd_eks_tools.cli import Exit, run
+
+    workload = tmp_path / "w.yaml"
+    workload.write_text(
+        "requestRate: 4\ninputTokens: {mean: 1500, cv: 0.8}\noutputTokens: {mean: 300, cv: 0.6}\n"
+        "slo: {ttftMs: 1500, itlMs: 50, percentile: 90}\nsharedPrefix: {tokens: 1200, distinct: 40}\n"
+    )
+    assert run("size", size_cli.main, ["--stack", "dev", "--workload", str(workload)]) == Exit.OK
+    out = capsys.readouterr().out
+    assert "decodeOnlyBelowTokens: disaggregate prompts of" in out
+    assert "prefixAware (prefill): hit rate" in out
