@@ -110,6 +110,7 @@ def test_kv_cache_moves_over_nixl_libfabric(run: ProgramRun):
             "kv_connector": "NixlConnector",
             "kv_role": "kv_both",
             "kv_connector_extra_config": {"backends": ["LIBFABRIC"]},
+            "kv_load_failure_policy": "recompute",
         }
     # Named in the manifest itself (not hidden behind a YAML alias), where a reviewer reads it.
     assert ray_service(run).inputs["spec"]["serveConfigV2"].count("LIBFABRIC") == 2
