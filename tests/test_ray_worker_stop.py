@@ -8,10 +8,11 @@ which the kubelet counts from the start of the preStop hook (Kubernetes docs, Po
 
 from __future__ import annotations
 
+import json
 import shlex
 
 from click.core import ParameterSource
-from helpers import RAY_SERVICE
+from helpers import DATA, RAY_SERVICE
 
 from llm_pd_eks_tools.preview.mockrun import ProgramRun
 
@@ -50,3 +51,14 @@ def test_ray_stop_waits_at_least_as_long_as_serve_s_graceful_replica_shutdown(ru
         (container,) = pod["containers"]
         params, _ = ray_stop_params(container["lifecycle"]["preStop"]["exec"]["command"])
         assert params["grace_period"] >= DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S, role
+
+
+def test_the_hook_is_the_dlc_s_own_ray_stop(run: ProgramRun):
+    # The AWS Ray LLM DLC's KubeRay test stops its workers the same way (tests/data/dlc-ray-llm, SOURCE).
+    dlc = json.loads((DATA / "dlc-ray-llm" / "eks-multi-node-pods.json").read_text())["worker"]
+    dlc_shell, dlc_flag, dlc_line = dlc["lifecycle"]["preStop"]["exec"]["command"]
+    for role, pod in worker_pods(run).items():
+        (container,) = pod["containers"]
+        shell, flag, line = container["lifecycle"]["preStop"]["exec"]["command"]
+        assert (shell, flag) == (dlc_shell, dlc_flag), role
+        assert shlex.split(line)[:2] == shlex.split(dlc_line)[:2] == ["ray", "stop"], role
