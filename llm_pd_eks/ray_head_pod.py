@@ -19,7 +19,9 @@ from .system_nodes import SYSTEM_LABELS
 # (`build_serve_application`, num_cpus=0, ray-2.58.0 python/ray/serve/_private/application_state.py)
 # imports `ray.serve.llm:build_pd_openai_app`, and vLLM with it, and Ray's default scheduling keeps
 # that zero-CPU task on the controller's node, the head. The requests are what the scheduler places
-# on a system node; the limits leave that import room to burst.
+# on a system node; the limits leave that import room to burst. The pod is therefore Burstable
+# (Kubernetes docs, Pod Quality of Service Classes: requests below limits), whatever KubeRay's
+# Guaranteed-sized autoscaler sidecar (v1.7.0 pod.go BuildAutoscalerContainer) adds to it.
 HEAD_RESOURCES = {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "4", "memory": "16Gi"}}
 
 

@@ -95,6 +95,7 @@ def worker_group(
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in plain_env.items()]
     # vLLM binds its side channel (NIXL handshake) to this address: the pod's, not a guess.
     env.append({"name": "VLLM_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+    cpu = str(instance.vcpus - NODE_CPU_RESERVE)
     memory = f"{worker_memory_gib(instance)}Gi"
     hugepages = f"{instance.efa_hugepages_2mi_mib}Mi"
     if hf_secret_name is not None:
@@ -136,16 +137,21 @@ def worker_group(
                         "name": "ray-worker",
                         "image": serving.image,
                         # Extended resources: limits only (requests default to them). Huge pages
-                        # must be requested equal to their limit; memory likewise (Guaranteed).
+                        # must be requested equal to their limit. CPU and memory requests equal
+                        # their limits, as do those of the init container KubeRay adds
+                        # (`wait-gcs-ready`, v1.7.0 pod.go): the pod is Guaranteed, the last the
+                        # kubelet evicts under node pressure (Kubernetes docs, Pod Quality of Service
+                        # Classes), and it has the whole node anyway.
                         "resources": {
                             "requests": {
-                                "cpu": str(instance.vcpus - NODE_CPU_RESERVE),
+                                "cpu": cpu,
                                 "memory": memory,
                                 "hugepages-2Mi": hugepages,
                             },
                             "limits": {
                                 "nvidia.com/gpu": str(instance.gpus),
                                 "vpc.amazonaws.com/efa": str(instance.efa_interfaces),
+                                "cpu": cpu,
                                 "memory": memory,
                                 "hugepages-2Mi": hugepages,
                             },
