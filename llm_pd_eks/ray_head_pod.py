@@ -13,7 +13,16 @@ from typing import Any
 from .serving_names import APP_LABEL, RAY_SERVICE_NAME, SERVE_PORT
 from .system_nodes import SYSTEM_LABELS
 
-HEAD_RESOURCES = {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"memory": "8Gi"}}
+# Sized as the AWS Ray LLM DLC's own KubeRay test sizes its head (aws/deep-learning-containers
+# test/ray-llm/eks-multi-node/rayservice.yml at e0ecedea6a: requests cpu 2 / memory 8Gi, limits cpu 4 /
+# memory 16Gi). The head does more than the GCS: the Serve controller's application build task
+# (`build_serve_application`, num_cpus=0, ray-2.58.0 python/ray/serve/_private/application_state.py)
+# imports `ray.serve.llm:build_pd_openai_app`, and vLLM with it, and Ray's default scheduling keeps
+# that zero-CPU task on the controller's node, the head. The requests are what the scheduler places
+# on a system node; the limits leave that import room to burst. The pod is therefore Burstable
+# (Kubernetes docs, Pod Quality of Service Classes: requests below limits), whatever KubeRay's
+# Guaranteed-sized autoscaler sidecar (v1.7.0 pod.go BuildAutoscalerContainer) adds to it.
+HEAD_RESOURCES = {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "4", "memory": "16Gi"}}
 
 
 def head_group(image: str) -> dict[str, Any]:

@@ -90,7 +90,8 @@ DELETE_ANNOTATIONS = {"pulumi.com/deletionPropagationPolicy": "foreground"}
 
 def replace_on_changes(spec: dict[str, Any]) -> list[str]:
     """The RayService's Pulumi replaceOnChanges: llm_pd_eks/rollout_rule.py decides (with `Recreate`,
-    every change KubeRay would not apply to the running cluster; with `NewCluster`, none)."""
+    every change KubeRay would not apply to the running cluster; with either, `spec.serveService`,
+    whose changes KubeRay does not carry to the live Service)."""
     return replace_on_change_paths(spec)
 
 
@@ -201,7 +202,8 @@ class LlmRayService(pulumi.ComponentResource):
                 ],
                 custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout),
                 replace_on_changes=recreate or None,
-                # The name is fixed, and the old cluster must free its GPU nodes for the new one.
+                # The names (RayService, endpoint Service) are fixed, and the old cluster must free its
+                # GPU nodes for the new one.
                 delete_before_replace=bool(recreate),
             ),
         )

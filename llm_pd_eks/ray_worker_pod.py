@@ -50,6 +50,18 @@ WEIGHTS_CACHE_MOUNT = "/mnt/hf-cache"
 HF_ENV = {"HF_HOME": WEIGHTS_CACHE_MOUNT, "HF_XET_HIGH_PERFORMANCE": "1"}
 # CPUs left to the kubelet and the node's DaemonSets (CNI, kube-proxy, device plugins).
 NODE_CPU_RESERVE = 2
+# Stopping a worker: the kubelet runs the preStop hook, then SIGTERMs the container, and SIGKILLs it
+# once terminationGracePeriodSeconds (counted from the start of the hook) are up. The hook is the AWS
+# Ray LLM DLC's own (aws/deep-learning-containers test/ray-llm/eks-multi-node/rayservice.yml:
+# `preStop: exec ["/bin/sh", "-c", "ray stop"]`) with the grace period spelled out: `ray stop`
+# SIGTERMs every Ray process on the node and SIGKILLs what is left after `--grace-period` seconds
+# (ray-2.58.0 python/ray/scripts/scripts.py, default 16). 30 s covers Serve's own graceful replica
+# shutdown (DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S = 20, python/ray/serve/_private/constants.py) with
+# the engine processes' GPU and EFA teardown after it; the pod's grace adds as much again for the
+# SIGTERM after the hook, so the kubelet never cuts `ray stop` short.
+RAY_STOP_GRACE_S = 30
+WORKER_TERMINATION_GRACE_S = 2 * RAY_STOP_GRACE_S
+RAY_STOP_COMMAND = ["/bin/sh", "-c", f"ray stop --grace-period {RAY_STOP_GRACE_S}"]
 # Share of the instance's RAM a worker pod requests (and is limited to): the rest holds the kernel,
 # the kubelet's reservations, the node's pre-allocated huge pages and the DaemonSets.
 WORKER_MEMORY_SHARE = 0.85
@@ -83,6 +95,7 @@ def worker_group(
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in plain_env.items()]
     # vLLM binds its side channel (NIXL handshake) to this address: the pod's, not a guess.
     env.append({"name": "VLLM_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+    cpu = str(instance.vcpus - NODE_CPU_RESERVE)
     memory = f"{worker_memory_gib(instance)}Gi"
     hugepages = f"{instance.efa_hugepages_2mi_mib}Mi"
     if hf_secret_name is not None:
@@ -104,6 +117,7 @@ def worker_group(
             "spec": {
                 "nodeSelector": dict(GPU_LABELS),
                 "tolerations": [GPU_TOLERATION],
+                "terminationGracePeriodSeconds": WORKER_TERMINATION_GRACE_S,
                 "affinity": {
                     "podAntiAffinity": {
                         "requiredDuringSchedulingIgnoredDuringExecution": [
@@ -123,22 +137,28 @@ def worker_group(
                         "name": "ray-worker",
                         "image": serving.image,
                         # Extended resources: limits only (requests default to them). Huge pages
-                        # must be requested equal to their limit; memory likewise (Guaranteed).
+                        # must be requested equal to their limit. CPU and memory requests equal
+                        # their limits, as do those of the init container KubeRay adds
+                        # (`wait-gcs-ready`, v1.7.0 pod.go): the pod is Guaranteed, the last the
+                        # kubelet evicts under node pressure (Kubernetes docs, Pod Quality of Service
+                        # Classes), and it has the whole node anyway.
                         "resources": {
                             "requests": {
-                                "cpu": str(instance.vcpus - NODE_CPU_RESERVE),
+                                "cpu": cpu,
                                 "memory": memory,
                                 "hugepages-2Mi": hugepages,
                             },
                             "limits": {
                                 "nvidia.com/gpu": str(instance.gpus),
                                 "vpc.amazonaws.com/efa": str(instance.efa_interfaces),
+                                "cpu": cpu,
                                 "memory": memory,
                                 "hugepages-2Mi": hugepages,
                             },
                         },
                         # libfabric pins (mlocks) the memory it registers with the EFA device.
                         "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
+                        "lifecycle": {"preStop": {"exec": {"command": list(RAY_STOP_COMMAND)}}},
                         "env": env,
                         "volumeMounts": [
                             {"name": "dshm", "mountPath": "/dev/shm"},

@@ -13,6 +13,13 @@ pod template's `tolerations` and `schedulingGates` (plus `suspend`, `rayClusterS
   does (this program pairs `None` with a Pulumi replacement: serving.upgradeStrategy `Recreate`).
 `serveConfigV2` is applied to the running cluster in place either way.
 
+`spec.serveService` (the endpoint Service) is not: KubeRay creates that Service once and afterwards
+updates it only when its selector's `ray.io/cluster` switches to a new cluster, and then copies only
+its `spec` (rayservice_controller.go `reconcileServices`, tag v1.7.0: "Only update the service if the
+RayCluster switches"; `oldSvc.Spec = *newSvc.Spec.DeepCopy()`). A change of its type, ports or source
+ranges waits for the next cluster switch, one of its annotations never arrives, and a new name makes
+a second Service next to the old one. Either strategy: Pulumi replaces the RayService on any such change.
+
 `replace_on_change_paths` (the RayService's Pulumi replaceOnChanges) and llm_pd_eks_tools/rayservice_rollout.py's
 classifier are both built on `cluster_change`, so they cannot disagree.
 """
@@ -24,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 CLUSTER = "spec.rayClusterConfig"
+SERVE_SERVICE = "spec.serveService"
 # Fields KubeRay's hash leaves out (util.go lines 650-664; rayservice_controller.go rayClusterSpecForHashing).
 MUTED_WORKER_FIELDS = ("replicas", "minReplicas", "maxReplicas")
 MUTED_POD_FIELDS = ("tolerations", "schedulingGates")
@@ -99,11 +107,12 @@ def replace_on_change_paths(spec: dict[str, Any]) -> list[str]:
     path cannot tell a worker group appended at the end (which KubeRay would add in place) from one
     removed or changed, so the whole `workerGroupSpecs` list is listed: under `Recreate` any change
     of the worker groups is a replacement, and the preview (llm_pd_eks_tools/rayservice_rollout.py, on these same paths)
-    says so. With `NewCluster` KubeRay builds the new cluster itself: nothing is listed, and the
-    preview says when a muted change will not be applied.
+    says so. With `NewCluster` KubeRay builds the new cluster itself: no cluster path is listed, and
+    the preview says when a muted change will not be applied. `spec.serveService` is listed under
+    both: KubeRay would not carry its change to the live Service (see the module docstring).
     """
     if ((spec.get("upgradeStrategy") or {}).get("type")) != "None":
-        return []
+        return [SERVE_SERVICE]
     cluster = spec.get("rayClusterConfig") or {}
     keys = sorted(set(cluster) | {"workerGroupSpecs"})
-    return [f"{CLUSTER}.{key}" for key in keys if key not in MUTED_CLUSTER_FIELDS]
+    return [f"{CLUSTER}.{key}" for key in keys if key not in MUTED_CLUSTER_FIELDS] + [SERVE_SERVICE]

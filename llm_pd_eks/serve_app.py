@@ -26,10 +26,18 @@ from .ray_resources import role_resource
 from .serve_routing import CONDITIONAL_IMPORT_PATH, conditional, decode_experimental_configs, request_router_config
 
 IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
+# A decode replica whose NIXL read of a request's KV blocks fails (the prefill replica scaled down or
+# restarted, its lease on the blocks expired, a transfer error on EFA) recomputes those blocks itself
+# instead of failing the request: vLLM 0.26's default `fail` finishes it with an error
+# (vllm/config/kv_transfer.py `kv_load_failure_policy: Literal["recompute", "fail"] = "fail"`,
+# vllm/v1/core/sched/scheduler.py `recompute_kv_load_failures`). The client gets a slower answer,
+# not an error; failed reads still show as vllm:nixl_num_failed_transfers (llm_pd_eks/metrics.py).
+KV_LOAD_FAILURE_POLICY = "recompute"
 KV_TRANSFER_CONFIG = {
     "kv_connector": "NixlConnector",
     "kv_role": "kv_both",
     "kv_connector_extra_config": {"backends": ["LIBFABRIC"]},
+    "kv_load_failure_policy": KV_LOAD_FAILURE_POLICY,
 }
 
 

@@ -10,6 +10,9 @@ RayService's Pulumi replaceOnChanges is built from:
   `minReplicas`, `maxReplicas`; pods' `tolerations`, `schedulingGates`) is never applied to the live
   cluster by KubeRay: with `Recreate` Pulumi replaces the RayService so it is; with `NewCluster` the
   roll-out says it will not take effect.
+- A `serveService` change (the endpoint Service) never reaches the live Service through KubeRay, which
+  updates that Service only when its selector switches clusters: Pulumi replaces the RayService under
+  either strategy (downtime; a public endpoint's NLB, and its hostname, are made anew).
 - Anything else needs a new cluster; how it comes is `spec.upgradeStrategy.type`: `NewCluster`
   builds a second full cluster next to the serving one and switches traffic once it is ready (no
   downtime; its worker pods need GPU nodes of their own), `None` never builds one: this program
@@ -26,6 +29,7 @@ from typing import Any, Optional
 from llm_pd_eks.rollout_rule import (
     CLUSTER,
     NEEDS_NEW_CLUSTER,
+    SERVE_SERVICE,
     UPDATED_IN_PLACE,
     cluster_change,
     replace_on_change_paths,
@@ -69,7 +73,14 @@ class Rollout:
                 f"tolerations and scheduling gates out of its cluster hash and never applies a change of only {what}; "
                 "it takes effect with the next Ray cluster replacement (or use upgradeStrategy Recreate)."
             )
-        if self.downtime:
+        if self.downtime and any(under_any(r, [SERVE_SERVICE]) for r in self.reasons):
+            how = (
+                "the RayService is replaced (KubeRay updates an existing endpoint Service only when it switches "
+                "clusters, so the change would never reach it): its Ray cluster and the endpoint Service are "
+                "deleted and made anew (a public endpoint gets a new NLB and hostname); the endpoint is down until "
+                "the new cluster has loaded the model; no extra GPU nodes"
+            )
+        elif self.downtime:
             how = (
                 "the RayService is replaced (upgradeStrategy None + Recreate): the endpoint is down until the new "
                 "cluster has loaded the model; no extra GPU nodes"
@@ -103,7 +114,8 @@ def classify(old_spec: Optional[dict[str, Any]], new_spec: Optional[dict[str, An
     change = cluster_change(old_spec.get("rayClusterConfig") or {}, new_spec.get("rayClusterConfig") or {})
     strategy = str(((new_spec.get("upgradeStrategy") or {}).get("type")) or "NewCluster")  # KubeRay's default
     # What Pulumi does first: a replacement when a changed path is under the RayService's replaceOnChanges.
-    replaced = [p for p in change.paths if under_any(p, replace_on_change_paths(new_spec))]
+    service_paths = [p for p in _differing_paths(old_spec, new_spec, "spec") if under_any(p, [SERVE_SERVICE])]
+    replaced = [p for p in (*change.paths, *service_paths) if under_any(p, replace_on_change_paths(new_spec))]
     if replaced:
         return Rollout(NEW_CLUSTER, strategy, 0, True, tuple(replaced))
     new_cluster = new_spec.get("rayClusterConfig") or {}

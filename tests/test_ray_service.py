@@ -110,6 +110,7 @@ def test_kv_cache_moves_over_nixl_libfabric(run: ProgramRun):
             "kv_connector": "NixlConnector",
             "kv_role": "kv_both",
             "kv_connector_extra_config": {"backends": ["LIBFABRIC"]},
+            "kv_load_failure_policy": "recompute",
         }
     # Named in the manifest itself (not hidden behind a YAML alias), where a reviewer reads it.
     assert ray_service(run).inputs["spec"]["serveConfigV2"].count("LIBFABRIC") == 2
@@ -525,8 +526,8 @@ def test_recreate_replaces_the_rayservice_when_its_cluster_changes(register_requ
     cluster = spec["rayClusterConfig"]
     # every rendered cluster field is covered, the worker groups' scale bounds and tolerations too
     # (KubeRay never applies a change of only those to a live cluster); serveConfigV2 is not (applied
-    # in place)
-    expected = {f"spec.rayClusterConfig.{k}" for k in cluster}
+    # in place), the endpoint Service is (KubeRay does not carry its changes to the live Service)
+    expected = {f"spec.rayClusterConfig.{k}" for k in cluster} | {"spec.serveService"}
     assert paths == expected and "spec.serveConfigV2" not in paths
     assert request.deleteBeforeReplace is True
 
@@ -541,7 +542,9 @@ def test_new_cluster_strategy_waits_for_the_upgrade_to_finish(register_requests)
     wait_for = json.loads(rs.inputs["metadata"]["annotations"]["pulumi.com/waitFor"])
     assert wait_for == ["condition=Ready", "condition=UpgradeInProgress=False"]
     request = register_requests[rs.name]
-    assert list(request.replaceOnChanges) == [] and request.deleteBeforeReplace is False
+    # KubeRay builds the new cluster itself; only an endpoint Service change replaces the RayService,
+    # deleting first (the RayService's and the Service's names are fixed)
+    assert list(request.replaceOnChanges) == ["spec.serveService"] and request.deleteBeforeReplace is True
 
 
 def test_upgrade_strategies_are_kuberay_1_7_values():

@@ -115,6 +115,7 @@ def test_the_aggregated_baseline_is_the_decode_config_without_the_connector() ->
         "engine_kwargs.kv_transfer_config.kv_connector",
         "engine_kwargs.kv_transfer_config.kv_role",
         "engine_kwargs.kv_transfer_config.kv_connector_extra_config.backends",
+        "engine_kwargs.kv_transfer_config.kv_load_failure_policy",
         "engine_kwargs.gpu_memory_utilization",
     }
     assert agg["engine_kwargs"]["gpu_memory_utilization"] == pytest.approx(
