@@ -58,11 +58,12 @@ import yaml
 from .catalog import GpuInstanceType
 from .config.serving import ServingConfig
 from .efa_gpu_nodes import GPU_LABELS, GPU_TOLERATION
+from .gpu_cutover import RayNodeGroupNames, node_group_selector
 from .models import MODELS
 from .ray_resources import accelerator_resource_name, custom_resource_problem, role_resource
 from .rollout_rule import replace_on_change_paths
-from .versions import DLC_RAY_VERSION
 from .system_nodes import SYSTEM_LABELS
+from .versions import DLC_RAY_VERSION
 
 # The Ray of the stacks' image (the AWS Ray LLM DLC, llm_pd_eks/versions.py); requirements-dev.txt
 # pins the same for the schema tests (tests/test_ray_service.py checks the two agree).
@@ -178,14 +179,14 @@ def serve_config_yaml(serving: ServingConfig, instance: GpuInstanceType) -> str:
     return yaml.safe_dump(serve_config(serving, instance), sort_keys=False)
 
 
-def head_group(image: str) -> dict[str, Any]:
+def head_group(image: str, node_group: Optional[pulumi.Input[str]] = None) -> dict[str, Any]:
     return {
         # No CPUs for Ray: nothing that asks for a CPU (ingress, engines) is scheduled on the head.
         "rayStartParams": {"num-cpus": "0", "num-gpus": "0", "dashboard-host": "0.0.0.0"},
         "template": {
             "metadata": {"labels": {APP_LABEL: RAY_SERVICE_NAME}},
             "spec": {
-                "nodeSelector": dict(SYSTEM_LABELS),
+                "nodeSelector": {**SYSTEM_LABELS, **node_group_selector(node_group)},  # gpu_cutover.py
                 "containers": [
                     {
                         "name": "ray-head",
@@ -209,6 +210,7 @@ def worker_group(
     role: str,
     instance: GpuInstanceType,
     hf_secret_name: Optional[pulumi.Input[str]] = None,
+    node_group: Optional[pulumi.Input[str]] = None,
 ) -> dict[str, Any]:
     """A worker group whose every pod fills one GPU node (all GPUs, all EFA devices)."""
     group = serving.groups()[role]
@@ -242,7 +244,7 @@ def worker_group(
         "template": {
             "metadata": {"labels": {APP_LABEL: RAY_SERVICE_NAME, ROLE_LABEL: role}},
             "spec": {
-                "nodeSelector": dict(GPU_LABELS),
+                "nodeSelector": {**GPU_LABELS, **node_group_selector(node_group)},  # gpu_cutover.py
                 "tolerations": [GPU_TOLERATION],
                 "affinity": {
                     "podAntiAffinity": {
@@ -320,7 +322,10 @@ def serve_service(serving: ServingConfig) -> dict[str, Any]:
 
 
 def ray_service_spec(
-    serving: ServingConfig, instance: GpuInstanceType, hf_secret_name: Optional[pulumi.Input[str]] = None
+    serving: ServingConfig,
+    instance: GpuInstanceType,
+    hf_secret_name: Optional[pulumi.Input[str]] = None,
+    node_groups: Optional[RayNodeGroupNames] = None,
 ) -> dict[str, Any]:
     return {
         "upgradeStrategy": {"type": UPGRADE_STRATEGIES[serving.upgrade_strategy]},
@@ -329,8 +334,11 @@ def ray_service_spec(
         "rayClusterConfig": {
             "rayVersion": RAY_VERSION,
             "enableInTreeAutoscaling": True,  # worker pods follow Serve's replica autoscaling
-            "headGroupSpec": head_group(serving.image),
-            "workerGroupSpecs": [worker_group(serving, role, instance, hf_secret_name) for role in ROLES],
+            "headGroupSpec": head_group(serving.image, node_groups.head if node_groups else None),
+            "workerGroupSpecs": [
+                worker_group(serving, role, instance, hf_secret_name, node_groups.workers if node_groups else None)
+                for role in ROLES
+            ],
         },
     }
 
@@ -402,6 +410,8 @@ class RayServiceArgs:
     """The NVIDIA and EFA device plugins: pods cannot request GPUs or EFA devices before these."""
     node_groups: Sequence[pulumi.Resource]
     """The system (head) and GPU (workers) node groups."""
+    node_group_names: Optional[RayNodeGroupNames] = None
+    """Their EKS names: the head and workers select their own group by name (llm_pd_eks/gpu_cutover.py)."""
     hf_token: Optional[pulumi.Input[str]] = None
     """Hugging Face token for gated models, kept a Pulumi secret (pulumi config set --secret hfToken)."""
 
@@ -451,7 +461,7 @@ class LlmRayService(pulumi.ComponentResource):
             hf_secret_name = self.hf_secret.metadata.name
 
         timeout = f"{serving.ready_timeout_minutes}m"
-        spec = ray_service_spec(serving, args.instance, hf_secret_name)
+        spec = ray_service_spec(serving, args.instance, hf_secret_name, args.node_group_names)
         recreate = replace_on_changes(spec)
         self.ray_service = k8s.apiextensions.CustomResource(
             f"{name}-rayservice",
