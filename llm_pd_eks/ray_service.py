@@ -58,8 +58,10 @@ import yaml
 from .catalog import GpuInstanceType
 from .config.serving import ServingConfig
 from .efa_gpu_nodes import GPU_LABELS, GPU_TOLERATION
+from .gcs_store import GcsConnection, gcs_fault_tolerance_options
 from .gpu_cutover import RayNodeGroupNames, node_group_selector
 from .models import MODELS
+from .ray_head_protection import head_disruption_budget, protect_head
 from .ray_resources import accelerator_resource_name, custom_resource_problem, role_resource
 from .rollout_rule import replace_on_change_paths
 from .system_nodes import SYSTEM_LABELS
@@ -412,6 +414,8 @@ class RayServiceArgs:
     """The system (head) and GPU (workers) node groups."""
     node_group_names: Optional[RayNodeGroupNames] = None
     """Their EKS names: the head and workers select their own group by name (llm_pd_eks/gpu_cutover.py)."""
+    gcs_store: Optional[GcsConnection] = None
+    """The GCS store when serving.gcsFaultTolerance is on (llm_pd_eks/gcs_store.py)."""
     hf_token: Optional[pulumi.Input[str]] = None
     """Hugging Face token for gated models, kept a Pulumi secret (pulumi config set --secret hfToken)."""
 
@@ -434,6 +438,7 @@ class LlmRayService(pulumi.ComponentResource):
     hf_secret: Optional[k8s.core.v1.Secret]
     ray_service: k8s.apiextensions.CustomResource
     disruption_budgets: dict[str, k8s.policy.v1.PodDisruptionBudget]
+    head_budget: k8s.policy.v1.PodDisruptionBudget
     endpoint: pulumi.Output[Optional[str]]
 
     def __init__(self, name: str, args: RayServiceArgs, opts: pulumi.ResourceOptions | None = None):
@@ -461,7 +466,8 @@ class LlmRayService(pulumi.ComponentResource):
             hf_secret_name = self.hf_secret.metadata.name
 
         timeout = f"{serving.ready_timeout_minutes}m"
-        spec = ray_service_spec(serving, args.instance, hf_secret_name, args.node_group_names)
+        gcs = gcs_fault_tolerance_options(name, args.gcs_store, namespace, k8s_opts) if args.gcs_store else None
+        spec = protect_head(ray_service_spec(serving, args.instance, hf_secret_name, args.node_group_names), gcs)
         recreate = replace_on_changes(spec)
         self.ray_service = k8s.apiextensions.CustomResource(
             f"{name}-rayservice",
@@ -497,6 +503,10 @@ class LlmRayService(pulumi.ComponentResource):
             for role in ROLES
         }
 
+        # and one for the head (llm_pd_eks/ray_head_protection.py)
+        self.head_budget = head_disruption_budget(
+            name, f"{RAY_SERVICE_NAME}-head", namespace, {APP_LABEL: RAY_SERVICE_NAME}, k8s_opts
+        )
         self.endpoint = self._endpoint_url(name, serving, namespace, k8s_opts)
         self.register_outputs({"endpoint": self.endpoint, "modelId": serving.model_id})
 

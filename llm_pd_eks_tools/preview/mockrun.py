@@ -203,6 +203,10 @@ def _fake_outputs(type_: str, name: str, inputs: dict[str, Any]) -> dict[str, An
         extra["resources"] = [{"autoscalingGroups": [{"name": asg}], "remoteAccessSecurityGroupId": ""}]
     elif type_ == "aws:ec2/placementGroup:PlacementGroup":
         extra["name"] = inputs.get("name") or name
+    elif type_ == "aws:elasticache/replicationGroup:ReplicationGroup":
+        extra["primaryEndpointAddress"] = f"master.{inputs.get('replicationGroupId') or name}.mock.cache.amazonaws.com"
+    elif type_ == "random:index/randomPassword:RandomPassword":
+        extra["result"] = "mock" + _hex_id(name, length=32)
     elif type_ == "aws:iam/role:Role":
         extra["arn"] = f"arn:aws:iam::{MOCK_ACCOUNT}:role/{inputs.get('name') or name}"
     return {**extra, **inputs}
