@@ -16,11 +16,19 @@ the new head reloads the state and the workers reconnect: KubeRay gives them 600
   raycluster_types.go `GcsFaultToleranceOptions`: `redisAddress`, `redisPassword` as a
   `RedisCredential` with `valueFrom`, `backend` defaulting to `redis`) sets RAY_REDIS_ADDRESS and
   REDIS_PASSWORD on the head (`configureRedisFT` in pod.go). TLS is asked for by the address's
-  scheme: Ray 2.57.0 ray/_private/services.py `get_address` takes `rediss://ip:port` "for SSL".
+  scheme: Ray 2.57.0 ray/_private/services.py `get_address` takes `rediss://ip:port` "for SSL", and
+  KubeRay's cleanup Job passes `use_ssl=parsed.scheme=='rediss'` (raycluster_controller.go
+  `buildRedisCleanupJob`).
+- Each RayCluster keeps its state under its own namespace in the store (its UID, `configureRedisFT`),
+  so the old and new clusters of a NewCluster upgrade share the store without meeting. When KubeRay
+  deletes the old cluster it runs that cleanup Job from the old head's pod spec (its node group
+  included) with a 300 s deadline; if the old node group is already gone the Job fails and the old
+  cluster's keys stay behind in the store (a few MiB, not the serving cluster's).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -35,6 +43,14 @@ GCS_SECRET_KEY = "password"
 # ElastiCache AUTH tokens: 16-128 printable characters without `@`, `"` or `/` (ElastiCache
 # CreateReplicationGroup `AuthToken`); letters and digits only, 64 of them.
 AUTH_TOKEN_LENGTH = 64
+
+
+def replication_group_id(cluster_name: str) -> str:
+    """`<cluster>-ray-gcs` as ElastiCache takes it (CreateReplicationGroup `ReplicationGroupId`: at most
+    40 lowercase letters, digits and hyphens, a letter first, no two hyphens in a row, none last)."""
+    base = re.sub(r"-+", "-", re.sub(r"[^a-z0-9]", "-", cluster_name.lower())).strip("-")
+    base = base if base[:1].isalpha() else f"c-{base}"
+    return f"{base[:32].rstrip('-')}-ray-gcs"
 
 
 @dataclass(frozen=True)
@@ -109,7 +125,7 @@ class GcsStore(pulumi.ComponentResource):
         engine, version = GCS_STORE_ENGINE
         self.replication_group = aws.elasticache.ReplicationGroup(
             f"{name}-valkey",
-            replication_group_id=f"{args.cluster_name[:30]}-ray-gcs",
+            replication_group_id=replication_group_id(args.cluster_name),
             description=f"Ray GCS fault tolerance of {args.cluster_name}",
             engine=engine,
             engine_version=version,

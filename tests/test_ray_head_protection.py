@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from helpers import RAY_SERVICE
 
-from llm_pd_eks.gcs_store import GCS_SECRET_KEY, GCS_STORE_PORT
+from llm_pd_eks.gcs_store import GCS_SECRET_KEY, GCS_STORE_PORT, replication_group_id
 from llm_pd_eks.ray_head_protection import HEAD_NODE_TYPE_LABEL
 from llm_pd_eks_tools.preview.mockrun import ProgramRun, eks_cluster_ids, run_program, stack_config
 
@@ -91,3 +93,12 @@ def test_the_store_admits_only_the_nodes(prod):
     assert rule["securityGroups"] == [nodes] and not rule.get("cidrBlocks")
     assert not sg.inputs.get("egress")
     assert prod.one(REPLICATION_GROUP).inputs["securityGroupIds"] == [sg.id]
+
+
+@pytest.mark.parametrize(
+    "cluster", ["llm-pd-eks-prod", "LLM_pd--Eks", "9-cluster", "a" * 31 + "-b" * 20, "llm-pd-eks-" + "x" * 80]
+)
+def test_the_store_id_is_one_elasticache_takes(cluster):
+    store_id = replication_group_id(cluster)
+    assert re.fullmatch(r"[a-z][a-z0-9-]{0,39}", store_id) and "--" not in store_id and not store_id.endswith("-")
+    assert store_id.endswith("-ray-gcs")
