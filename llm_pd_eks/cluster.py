@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -94,6 +96,15 @@ def check_cluster_args(args: ClusterArgs) -> None:
         )
 
 
+def access_entry_key(principal_arn: str) -> str:
+    """The access entry's key for a principal: its account and name from the ARN, letters, digits and
+    '-' only, plus 6 hex digits of the whole ARN so two ARNs never share a key."""
+    parts = principal_arn.split(":", 5)  # arn:partition:iam::account:role/name (config checks the shape)
+    account, resource = (parts[4], parts[5]) if len(parts) == 6 else ("", principal_arn)
+    readable = re.sub(r"[^A-Za-z0-9]+", "-", f"{account}-{resource}").strip("-")
+    return f"{readable[:80]}-{hashlib.sha256(principal_arn.encode()).hexdigest()[:6]}"
+
+
 class Cluster(pulumi.ComponentResource):
     """EKS with OIDC, API authentication with access entries, KMS-encrypted secrets, no node group.
 
@@ -147,8 +158,10 @@ class Cluster(pulumi.ComponentResource):
             for key, arn in _NODE_POLICIES.items()
         ]
 
+        # Keyed by principal: the key names pulumi-eks's AccessEntry resource, so removing one admin
+        # leaves the others' entries alone (an index would shift and replace every later entry).
         access_entries = {
-            f"admin-{i}": eks.AccessEntryArgs(
+            access_entry_key(arn): eks.AccessEntryArgs(
                 principal_arn=arn,
                 access_policies={
                     "cluster-admin": eks.AccessPolicyAssociationArgs(
@@ -157,7 +170,7 @@ class Cluster(pulumi.ComponentResource):
                     )
                 },
             )
-            for i, arn in enumerate(cfg.admin_principal_arns)
+            for arn in cfg.admin_principal_arns
         }
 
         # Created before the cluster, so EKS writes into it instead of creating a group that never
@@ -181,6 +194,12 @@ class Cluster(pulumi.ComponentResource):
             public_subnet_ids=list(args.public_subnet_ids),
             node_associate_public_ip_address=False,
             skip_default_node_group=True,
+            # pulumi-eks's own cluster and node security groups serve only its own node groups, and this
+            # program makes none: every node here uses the group EKS creates (`security_group_id`).
+            # Skipped, pulumi-eks's clusterSecurityGroupId/nodeSecurityGroupId outputs are that group
+            # (pulumi/pulumi-eks v4.3.0 nodejs/eks/cluster/cluster.ts: `core.clusterSecurityGroup?.id ??
+            # core.cluster.vpcConfig.clusterSecurityGroupId`).
+            skip_default_security_groups=True,
             create_oidc_provider=True,  # IRSA for add-ons and workloads instead of node credentials
             authentication_mode=eks.AuthenticationMode.API,
             access_entries=access_entries,
@@ -262,10 +281,10 @@ class Cluster(pulumi.ComponentResource):
     def security_group_id(self) -> pulumi.Output[str]:
         """The security group EKS creates for the cluster (`vpcConfig.clusterSecurityGroupId`).
 
-        Not pulumi-eks's `cluster_security_group_id`: that is pulumi-eks's own extra control-plane
-        group (created unless `skipDefaultSecurityGroups`), which admits 443 only from pulumi-eks's
-        node security group. EKS attaches *this* group to the control-plane ENIs and to managed nodes
-        whose launch template names no security group; it allows all traffic among its members.
+        Not pulumi-eks's own extra control-plane group, which admits 443 only from pulumi-eks's node
+        security group: `skip_default_security_groups` keeps pulumi-eks from creating either. EKS
+        attaches *this* group to the control-plane ENIs and to managed nodes whose launch template
+        names no security group; it allows all traffic among its members.
         A launch template with its own network interfaces replaces that automatic attachment, so
         such nodes must list this group themselves or the kubelet never reaches the API server
         (https://docs.aws.amazon.com/eks/latest/userguide/sec-group-reqs.html). pulumi-eks's own EFA

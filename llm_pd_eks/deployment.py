@@ -45,6 +45,8 @@ from llm_pd_eks.config import (
 )
 from llm_pd_eks.device_plugins import DevicePlugins, DevicePluginsArgs
 from llm_pd_eks.efa_gpu_nodes import EfaGpuNodeGroup, EfaGpuNodeGroupArgs, gpu_autoscaler_template
+from llm_pd_eks.gcs_store import GcsStore, GcsStoreArgs
+from llm_pd_eks.gpu_cutover import ray_node_group_names
 from llm_pd_eks.kuberay import KubeRayOperator, KubeRayOperatorArgs
 from llm_pd_eks.network import Network, NetworkArgs
 from llm_pd_eks.observability import Observability, ObservabilityArgs
@@ -295,6 +297,7 @@ class LlmPdEks(pulumi.ComponentResource):
             SystemNodeGroupArgs(
                 config=config.system_nodes,
                 cluster_name=cluster_name,
+                kubernetes_version=config.cluster.kubernetes_version,
                 node_role_arn=cluster.node_role.arn,
                 subnet_ids=network.private_subnet_ids,
                 depends_on=nodes_after,
@@ -327,6 +330,7 @@ class LlmPdEks(pulumi.ComponentResource):
                 config=config.gpu_nodes,
                 instance=gpu_instance,
                 cluster_name=cluster_name,
+                kubernetes_version=config.cluster.kubernetes_version,
                 node_role_arn=cluster.node_role.arn,
                 vpc_id=network.vpc.id,
                 private_subnet_ids={az: subnet.id for az, subnet in network.private_subnets.items()},
@@ -383,6 +387,20 @@ class LlmPdEks(pulumi.ComponentResource):
             )
 
         endpoint: Optional[pulumi.Output[Any]] = None
+        gcs_store = None
+        if config.serving is not None and config.serving.gcs_fault_tolerance:
+            gcs_store = GcsStore(
+                "ray-gcs-store",
+                GcsStoreArgs(
+                    cluster_name=cluster_name,
+                    vpc_id=network.vpc.id,
+                    private_subnet_ids=network.private_subnet_ids,
+                    node_security_group_id=cluster.security_group_id,
+                    node_type=config.serving.gcs_store_node_type,
+                    tags=tags,
+                ),
+                opts=child,
+            )
         if config.serving is not None:
             llm = LlmRayService(
                 "llm",
@@ -393,7 +411,9 @@ class LlmPdEks(pulumi.ComponentResource):
                     operator=kuberay.release,
                     device_plugins=[device_plugins.nvidia, device_plugins.efa],
                     node_groups=[system_nodes.node_group, gpu_nodes.node_group],
+                    node_group_names=ray_node_group_names(system_nodes.node_group, gpu_nodes.node_group),
                     hf_token=_secret(args.get("hf_token")),
+                    gcs_store=gcs_store.connection if gcs_store else None,
                 ),
                 opts=child,
             )

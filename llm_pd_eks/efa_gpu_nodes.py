@@ -6,9 +6,11 @@ Why each piece exists:
   placement group packs the nodes onto the same network spine; an ODCR bought inside a cluster
   placement group serves only instances launched into that group, so the template names it; a
   Capacity Block is already placed close together and needs none.
-- A launch-template change never rolls the running group in place (`template_key`): EKS's roll adds
-  max(2 x AZs, maxUnavailable) nodes and then fails on the one-pod disruption budgets after 15
-  minutes; a new, differently named node group replaces the old one instead (`gpuNodes.templateChange`).
+- A node change never rolls the running group in place: EKS's roll drains through the one-pod
+  disruption budgets and fails after 15 minutes. The group's name is keyed by everything that shapes
+  its nodes (node_common.keyed_node_group_name: the whole launch template, the Kubernetes version, the
+  AMI release), so a new group replaces the old one (`gpuNodes.templateChange`) and the Ray workers,
+  which select their group by name, move with KubeRay's own upgrade (llm_pd_eks/gpu_cutover.py).
 - One EFA interface per network card, or the card's bandwidth is lost: card 0 carries the
   node's IP (`efa`, device index 0); the others are `efa-only` (device index 1) so they use
   no VPC IPs.
@@ -17,10 +19,8 @@ Why each piece exists:
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
-from typing import Literal, Mapping, Optional, Sequence
+from typing import Any, Literal, Mapping, Optional, Sequence
 
 import pulumi
 import pulumi_aws as aws
@@ -29,8 +29,10 @@ from .catalog import GpuInstanceType
 from .config.gpu_nodes import CapacityBlock, CapacityReservation, GpuNodesConfig
 from .node_common import (
     IMDSV2,
+    IN_PLACE_UPDATE,
     hugepages_script,
     instance_tags,
+    keyed_node_group_name,
     launch_template_ref,
     node_config,
     node_group_options,
@@ -39,6 +41,7 @@ from .node_common import (
     scaling_config,
     volume_tags,
 )
+from .versions import node_ami_release_version
 
 GPU_TAINT_KEY = "nvidia.com/gpu"
 GPU_LABELS = {"role": "gpu", "vpc.amazonaws.com/efa.present": "true"}
@@ -170,31 +173,7 @@ def placement_choice(cfg: GpuNodesConfig) -> tuple[Placement, Optional[str]]:
     return "own", None
 
 
-def template_key(cfg: GpuNodesConfig, instance: GpuInstanceType, user_data: str) -> str:
-    """8 hex digits that change exactly when the GPU launch template's content changes.
-
-    The node group's EKS name carries it, so a template change replaces the group (blue/green or
-    recreate, `GpuNodesConfig.roll`) instead of EKS's in-place roll: that one raises the group by
-    max(2 x AZs, maxUnavailable) nodes, then drains through the eviction API, and after 15 minutes of
-    evictions the one-pod PodDisruptionBudgets refuse it fails with PodEvictionFailure
-    (https://docs.aws.amazon.com/eks/latest/userguide/managed-node-update-behavior.html, "Scale up
-    phase", "Upgrade phase"); a fully used reservation cannot even launch the extra nodes.
-    """
-    kind, group = placement_choice(cfg)
-    content = {
-        "instanceType": instance.name,
-        "efaInterfaces": instance.efa_interfaces,
-        "userData": user_data,
-        "rootVolume": [cfg.disk_size_gib, cfg.root_volume_iops, cfg.root_volume_throughput_mibps],
-        "capacity": cfg.capacity if isinstance(cfg.capacity, str) else cfg.capacity.model_dump(by_alias=True),
-        "placement": [kind, group],
-    }
-    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:8]
-
-
-def node_group_name(cluster_name: str, key: str) -> str:
-    """The EKS node group name: `<cluster>-gpu-<template key>` (EKS allows 63 characters)."""
-    return f"{cluster_name[:50]}-gpu-{key}"
+GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
 
 
 @dataclass(frozen=True)
@@ -208,6 +187,8 @@ class EfaGpuNodeGroupArgs:
     """The catalog entry of `config.instance_type` (GPUs, EFA interfaces, instance store, huge pages)."""
     cluster_name: str
     """The EKS cluster the group joins (the node group's name starts with it)."""
+    kubernetes_version: str
+    """The cluster's Kubernetes minor (`cluster.kubernetesVersion`): the nodes' kubelet and AMI release."""
     node_role_arn: pulumi.Input[str]
     """The nodes' IAM role (`Cluster.node_role`)."""
     vpc_id: pulumi.Input[str]
@@ -245,7 +226,6 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
     """Managed node group built from a launch template this program registers (tests and policies read it)."""
 
     placement_group: Optional[aws.ec2.PlacementGroup]  # only when the nodes launch into a group of this program
-    template_key: str
     security_group: aws.ec2.SecurityGroup
     launch_template: aws.ec2.LaunchTemplate
     node_group: aws.eks.NodeGroup
@@ -297,10 +277,8 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
             node_config(local_storage_raid0=instance.nvme_disks > 0),
             scripts=[hugepages_script(instance.efa_hugepages_2mi_mib)],
         )
-        self.template_key = template_key(cfg, instance, user_data)
-
-        self.launch_template = aws.ec2.LaunchTemplate(
-            f"{name}-lt",
+        # One dict: what the template is built from is what keys the group's name.
+        template_args = dict(
             description=f"EFA GPU nodes: {instance.name}, {instance.efa_interfaces} EFA interface(s), IMDSv2",
             instance_type=instance.name,
             metadata_options=IMDSV2,
@@ -314,43 +292,46 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
             user_data=user_data,
             tag_specifications=[instance_tags(tags, name), volume_tags(tags, name)],
             tags=tags,
-            opts=child,
             **capacity_settings(cfg),
         )
+        self.launch_template = aws.ec2.LaunchTemplate(f"{name}-lt", opts=child, **template_args)
 
-        # A template change renames the group, and the name forces a replacement: blue/green creates
-        # the new group first and Pulumi deletes the old one last, after every other step of `up`, so
-        # the new nodes are Ready before the serving pods are drained off the old ones;
-        # recreate deletes the old group first (gpuNodes.templateChange).
+        node_args: dict[str, Any] = {
+            "ami_type": GPU_AMI_TYPE,
+            "version": args.kubernetes_version,
+            "release_version": node_ami_release_version(args.kubernetes_version),
+            "capacity_type": capacity_type(cfg),
+            "subnet_ids": [args.private_subnet_ids[cfg.availability_zone]],  # ONE subnet, hence one AZ
+        }
+        # A node change renames the group, and the name forces a replacement: blue/green creates the new
+        # group first and Pulumi deletes the old one last, after the RayService (whose workers select
+        # this group by name) has cut over to it; recreate deletes the old group first (gpuNodes.templateChange).
         options = node_group_options(self, list(args.depends_on))
         options.delete_before_replace = cfg.roll() == "recreate"
         self.node_group = aws.eks.NodeGroup(
             f"{name}-ng",
             cluster_name=args.cluster_name,
-            node_group_name=node_group_name(args.cluster_name, self.template_key),
+            node_group_name=keyed_node_group_name(
+                args.cluster_name, "gpu", {"launchTemplate": template_args, "nodeGroup": node_args}
+            ),
             node_role_arn=args.node_role_arn,
-            subnet_ids=[args.private_subnet_ids[cfg.availability_zone]],  # ONE subnet, hence one AZ
-            ami_type="AL2023_x86_64_NVIDIA",
-            capacity_type=capacity_type(cfg),
             scaling_config=scaling_config(cfg),
-            # In-place updates (an AMI release or Kubernetes version; a template change replaces the
-            # group instead) go one node at a time. EKS drains through the eviction API and honours
-            # PodDisruptionBudgets (the RayService's keep one prefill and one decode pod): rather than
-            # evict the last one it fails the update (PodEvictionFailure) unless forced, and
-            # force_update_version stays unset.
-            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+            # EKS drains through the eviction API and honours PodDisruptionBudgets (the RayService's keep
+            # one prefill and one decode pod): rather than evict the last one it fails an in-place update
+            # (PodEvictionFailure) unless forced, and force_update_version stays unset.
+            update_config=IN_PLACE_UPDATE,
             launch_template=launch_template_ref(self.launch_template),
             labels=gpu_node_labels(cfg, instance),
             taints=[aws.eks.NodeGroupTaintArgs(key=GPU_TAINT_KEY, value=GPU_TAINT_VALUE, effect="NO_SCHEDULE")],
             tags={**tags, **dict(args.autoscaler_tags)},
             opts=options,
+            **node_args,
         )
         self.register_outputs(
             {
                 "nodeGroupName": self.node_group.node_group_name,
                 "launchTemplateId": self.launch_template.id,
                 "placementGroup": self.placement_group.name if self.placement_group else existing_group,
-                "templateKey": self.template_key,
                 "availabilityZone": cfg.availability_zone,
             }
         )

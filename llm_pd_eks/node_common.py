@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 from email.mime.multipart import MIMEMultipart
 from email.mime.nonmultipart import MIMENonMultipart
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import pulumi
 import pulumi_aws as aws
 import yaml
 
 from .config.nodes import NodeScaling
+from .pulumi_sdk import input_type_to_dict, is_input_type
 
 # IMDSv2 only; hop limit 1 keeps pods (one hop further) away from the node's credentials:
 # workloads get AWS access through IRSA (the cluster's OIDC provider) instead.
@@ -132,5 +135,58 @@ def nodeadm_user_data(config: dict[str, Any], scripts: Sequence[str] = ()) -> st
 
 
 def launch_template_ref(template: aws.ec2.LaunchTemplate) -> aws.eks.NodeGroupLaunchTemplateArgs:
-    """The template at its latest version, so a template change rolls the node group."""
+    """The template at the version this plan registered: its `latestVersion` output, a number, never
+    `$Latest` (EKS resolves that when it launches, so a version written out of band would reach the
+    nodes). Every template change also renames the group (`keyed_node_group_name`), so a new version
+    only ever reaches a new group, never the running one."""
     return aws.eks.NodeGroupLaunchTemplateArgs(id=template.id, version=template.latest_version.apply(str))
+
+
+# In-place updates that still reach a running group (EKS's UpdateNodegroupVersion, started outside this
+# program: every node change here renames the group instead) replace one node at a time and
+# launch nothing extra: MINIMAL "terminates the old instances before launching the new instances",
+# DEFAULT first adds nodes (EKS API NodegroupUpdateConfig `updateStrategy`; pulumi-aws 7.51.1
+# NodeGroupUpdateConfigArgs `update_strategy`: `MINIMAL` and `DEFAULT`). GPU capacity is reserved or
+# scarce, so no surge that might not launch.
+IN_PLACE_UPDATE = aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1, update_strategy="MINIMAL")
+
+EKS_NODE_GROUP_NAME_MAX = 63  # EKS CreateNodegroup `nodegroupName`
+
+
+def _plain(value: Any) -> Any:
+    """JSON for a resolved input: pulumi input-type classes as their property dicts."""
+    if is_input_type(type(value)):
+        return input_type_to_dict(value)
+    return str(value)
+
+
+def content_key(content: Any) -> str:
+    """8 hex digits of everything in `content` (resolved inputs), stable across runs."""
+    return hashlib.sha256(json.dumps(content, sort_keys=True, default=_plain).encode()).hexdigest()[:8]
+
+
+def node_group_name(cluster_name: str, role: str, key: str) -> str:
+    """`<cluster>-<role>-<key>`, the cluster's name shortened to fit EKS's 63 characters."""
+    room = EKS_NODE_GROUP_NAME_MAX - len(role) - len(key) - 2
+    return f"{cluster_name[:room]}-{role}-{key}"
+
+
+def keyed_node_group_name(cluster_name: str, role: str, node_content: Mapping[str, Any]) -> pulumi.Output[str]:
+    """The node group's EKS name, keyed by everything that shapes its nodes.
+
+    `node_content` holds the launch template's own arguments (the dict it is built from, so nothing
+    it says can be left out: instance type, user data, interfaces and security groups, volumes,
+    tags, placement, capacity) and the node group's node-shaping inputs (AMI type, Kubernetes
+    version, AMI release, capacity type, subnets). EKS cannot rename a node group, so a changed key
+    replaces the group: "by default, to minimize downtime, Pulumi creates new instances of resources
+    before deleting old ones" (https://www.pulumi.com/docs/iac/concepts/options/deletebeforereplace/),
+    and the engine runs those deletions at the end of `up`, after the dependents are updated; an
+    `up` that fails half-way leaves them pending, and the next `up` runs them first (pulumi/pulumi#9979,
+    "completing deletion from previous update"). Scaling,
+    labels, taints and the group's own tags are applied in place and are not in the key.
+    Outputs (security-group ids, the placement group's name) are resolved first, so a replaced
+    security group renames the group too; while one is unknown in a preview, so is the name.
+    """
+    return pulumi.Output.from_input(dict(node_content)).apply(
+        lambda resolved: node_group_name(cluster_name, role, content_key(resolved))
+    )

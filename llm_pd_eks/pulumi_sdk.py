@@ -4,7 +4,7 @@ The preview runs the program under the SDK's mock runtime and drives the policy 
 analyzer protocol, as the Pulumi CLI would. That needs a few parts of the Python SDK that are not
 its public API (`pulumi.runtime.rpc`'s property (de)serialisation and signature keys, the mock
 monitor, `run_in_stack`, `_sync_await`, the settings and config stores, the component provider
-host's provider class). They can change in any
+host's provider class, the input-type classes' plain dict form). They can change in any
 release, so every module imports them from here, and importing this module with an SDK outside
 the tested minor release fails with one line saying what to do.
 """
@@ -31,6 +31,7 @@ def _check_version() -> str:
 VERSION = _check_version()
 
 # The internals, re-exported (after the guard, so an untested SDK never gets this far).
+from pulumi._types import input_type_to_dict, is_input_type  # noqa: E402
 from pulumi.provider import main as provider_main  # noqa: E402
 from pulumi.provider.experimental.component import ComponentProvider  # noqa: E402
 from pulumi.runtime import config as runtime_config  # noqa: E402
@@ -58,6 +59,8 @@ __all__ = [
     "analyzer_pb2_grpc",
     "engine_pb2",
     "engine_pb2_grpc",
+    "input_type_to_dict",
+    "is_input_type",
     "provider_main",
     "provider_pb2",
     "provider_pb2_grpc",

@@ -8,8 +8,11 @@ ingress replica (one CPU) lands on a GPU worker's spare CPUs.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
+import pulumi
+
+from .gpu_cutover import node_group_selector
 from .serving_names import APP_LABEL, RAY_SERVICE_NAME, SERVE_PORT
 from .system_nodes import SYSTEM_LABELS
 
@@ -25,14 +28,14 @@ from .system_nodes import SYSTEM_LABELS
 HEAD_RESOURCES = {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "4", "memory": "16Gi"}}
 
 
-def head_group(image: str) -> dict[str, Any]:
+def head_group(image: str, node_group: Optional[pulumi.Input[str]] = None) -> dict[str, Any]:
     return {
         # No CPUs for Ray: nothing that asks for a CPU (ingress, engines) is scheduled on the head.
         "rayStartParams": {"num-cpus": "0", "num-gpus": "0", "dashboard-host": "0.0.0.0"},
         "template": {
             "metadata": {"labels": {APP_LABEL: RAY_SERVICE_NAME}},
             "spec": {
-                "nodeSelector": dict(SYSTEM_LABELS),
+                "nodeSelector": {**SYSTEM_LABELS, **node_group_selector(node_group)},  # gpu_cutover.py
                 "containers": [
                     {
                         "name": "ray-head",

@@ -19,7 +19,10 @@ import pulumi_kubernetes as k8s
 
 from .catalog import GpuInstanceType
 from .config.serving import ServingConfig
+from .gcs_store import GcsConnection, gcs_fault_tolerance_options
+from .gpu_cutover import RayNodeGroupNames
 from .ray_head_pod import head_group
+from .ray_head_protection import head_disruption_budget, protect_head
 from .ray_worker_pod import worker_group
 from .rollout_rule import replace_on_change_paths
 from .serve_app import serve_config_yaml
@@ -43,7 +46,10 @@ UPGRADE_STRATEGIES = {"Recreate": "None", "NewCluster": "NewCluster"}
 
 
 def ray_service_spec(
-    serving: ServingConfig, instance: GpuInstanceType, hf_secret_name: Optional[pulumi.Input[str]] = None
+    serving: ServingConfig,
+    instance: GpuInstanceType,
+    hf_secret_name: Optional[pulumi.Input[str]] = None,
+    node_groups: Optional[RayNodeGroupNames] = None,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "upgradeStrategy": {"type": UPGRADE_STRATEGIES[serving.upgrade_strategy]},
@@ -52,8 +58,11 @@ def ray_service_spec(
         "rayClusterConfig": {
             "rayVersion": RAY_VERSION,
             "enableInTreeAutoscaling": True,  # worker pods follow Serve's replica autoscaling
-            "headGroupSpec": head_group(serving.image),
-            "workerGroupSpecs": [worker_group(serving, role, instance, hf_secret_name) for role in ROLES],
+            "headGroupSpec": head_group(serving.image, node_groups.head if node_groups else None),
+            "workerGroupSpecs": [
+                worker_group(serving, role, instance, hf_secret_name, node_groups.workers if node_groups else None)
+                for role in ROLES
+            ],
         },
     }
     if conditional(serving):  # the decode-only path's server class, on every Ray pod (serve_routing.py)
@@ -120,6 +129,10 @@ class RayServiceArgs:
     """The NVIDIA and EFA device plugins: pods cannot request GPUs or EFA devices before these."""
     node_groups: Sequence[pulumi.Resource]
     """The system (head) and GPU (workers) node groups."""
+    node_group_names: Optional[RayNodeGroupNames] = None
+    """Their EKS names: the head and workers select their own group by name (llm_pd_eks/gpu_cutover.py)."""
+    gcs_store: Optional[GcsConnection] = None
+    """The GCS store when serving.gcsFaultTolerance is on (llm_pd_eks/gcs_store.py)."""
     hf_token: Optional[pulumi.Input[str]] = None
     """Hugging Face token for gated models, kept a Pulumi secret (pulumi config set --secret hfToken)."""
 
@@ -142,6 +155,7 @@ class LlmRayService(pulumi.ComponentResource):
     hf_secret: Optional[k8s.core.v1.Secret]
     ray_service: k8s.apiextensions.CustomResource
     disruption_budgets: dict[str, k8s.policy.v1.PodDisruptionBudget]
+    head_budget: k8s.policy.v1.PodDisruptionBudget
     endpoint: pulumi.Output[Optional[str]]
 
     def __init__(self, name: str, args: RayServiceArgs, opts: pulumi.ResourceOptions | None = None):
@@ -178,7 +192,8 @@ class LlmRayService(pulumi.ComponentResource):
             )
 
         timeout = f"{serving.ready_timeout_minutes}m"
-        spec = ray_service_spec(serving, args.instance, hf_secret_name)
+        gcs = gcs_fault_tolerance_options(name, args.gcs_store, namespace, k8s_opts) if args.gcs_store else None
+        spec = protect_head(ray_service_spec(serving, args.instance, hf_secret_name, args.node_group_names), gcs)
         recreate = replace_on_changes(spec)
         self.ray_service = k8s.apiextensions.CustomResource(
             f"{name}-rayservice",
@@ -220,5 +235,9 @@ class LlmRayService(pulumi.ComponentResource):
             for role in ROLES
         }
 
+        # and one for the head (llm_pd_eks/ray_head_protection.py)
+        self.head_budget = head_disruption_budget(
+            name, f"{RAY_SERVICE_NAME}-head", namespace, {APP_LABEL: RAY_SERVICE_NAME}, k8s_opts
+        )
         self.endpoint = endpoint_url(name, serving, namespace, self.ray_service, k8s_opts)
         self.register_outputs({"endpoint": self.endpoint, "modelId": serving.model_id})

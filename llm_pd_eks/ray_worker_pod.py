@@ -37,6 +37,7 @@ from .catalog import GpuInstanceType
 from .config.serving import ServingConfig
 from .efa_gpu_nodes import GPU_LABELS, GPU_TOLERATION
 from .engine_start import ENGINE_START_TIMEOUT_ENV, engine_start_timeout_s
+from .gpu_cutover import node_group_selector
 from .ray_resources import accelerator_resource_name, custom_resource_problem, role_resource
 from .serving_names import APP_LABEL, HF_SECRET_KEY, RAY_SERVICE_NAME, ROLE_LABEL, other_role
 
@@ -81,6 +82,7 @@ def worker_group(
     role: str,
     instance: GpuInstanceType,
     hf_secret_name: Optional[pulumi.Input[str]] = None,
+    node_group: Optional[pulumi.Input[str]] = None,
 ) -> dict[str, Any]:
     """A worker group whose every pod fills one GPU node (all GPUs, all EFA devices)."""
     group = serving.groups()[role]
@@ -115,7 +117,7 @@ def worker_group(
         "template": {
             "metadata": {"labels": {APP_LABEL: RAY_SERVICE_NAME, ROLE_LABEL: role}},
             "spec": {
-                "nodeSelector": dict(GPU_LABELS),
+                "nodeSelector": {**GPU_LABELS, **node_group_selector(node_group)},  # gpu_cutover.py
                 "tolerations": [GPU_TOLERATION],
                 "terminationGracePeriodSeconds": WORKER_TERMINATION_GRACE_S,
                 "affinity": {

@@ -1,9 +1,15 @@
-"""CPU managed node group for system pods, the operators and the Ray head."""
+"""CPU managed node group for system pods, the operators and the Ray head.
+
+Like the GPU group, its EKS name is keyed by everything that shapes its nodes (the launch template,
+the Kubernetes version, the AMI release: node_common.keyed_node_group_name), so a node change creates
+a new group before the old one is deleted, and the Ray head, which selects its group by name, moves
+with the same KubeRay upgrade as the workers instead of being drained off a node by EKS's in-place
+roll (which its PodDisruptionBudget would refuse, llm_pd_eks/ray_head_protection.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import pulumi
 import pulumi_aws as aws
@@ -11,15 +17,19 @@ import pulumi_aws as aws
 from .config.system_nodes import SystemNodesConfig
 from .node_common import (
     IMDSV2,
+    IN_PLACE_UPDATE,
     instance_tags,
+    keyed_node_group_name,
     launch_template_ref,
     node_group_options,
     root_volume,
     scaling_config,
     volume_tags,
 )
+from .versions import node_ami_release_version
 
 SYSTEM_LABELS = {"role": "system"}
+SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
 
 
 @dataclass(frozen=True)
@@ -30,6 +40,8 @@ class SystemNodeGroupArgs:
     """The `systemNodes` section: instance type, sizes, root volume."""
     cluster_name: str
     """The EKS cluster the group joins."""
+    kubernetes_version: str
+    """The cluster's Kubernetes minor (`cluster.kubernetesVersion`): the nodes' kubelet and AMI release."""
     node_role_arn: pulumi.Input[str]
     """The nodes' IAM role (`Cluster.node_role`)."""
     subnet_ids: Sequence[pulumi.Input[str]]
@@ -67,30 +79,37 @@ class SystemNodeGroup(pulumi.ComponentResource):
         tags = dict(args.tags or {})
         child = pulumi.ResourceOptions(parent=self)
 
-        launch_template = aws.ec2.LaunchTemplate(
-            f"{name}-lt",
-            description="System nodes: IMDSv2, encrypted gp3 root",
-            metadata_options=IMDSV2,
-            block_device_mappings=[
+        template_args: dict[str, Any] = {
+            "description": "System nodes: IMDSv2, encrypted gp3 root",
+            "metadata_options": IMDSV2,
+            "block_device_mappings": [
                 root_volume(cfg.disk_size_gib, cfg.root_volume_iops, cfg.root_volume_throughput_mibps)
             ],
-            tag_specifications=[instance_tags(tags, name), volume_tags(tags, name)],
-            tags=tags,
-            opts=child,
-        )
+            "tag_specifications": [instance_tags(tags, name), volume_tags(tags, name)],
+            "tags": tags,
+        }
+        launch_template = aws.ec2.LaunchTemplate(f"{name}-lt", opts=child, **template_args)
+        node_args: dict[str, Any] = {
+            "subnet_ids": list(args.subnet_ids),
+            "instance_types": [cfg.instance_type],
+            "ami_type": SYSTEM_AMI_TYPE,
+            "version": args.kubernetes_version,
+            "release_version": node_ami_release_version(args.kubernetes_version),
+            "capacity_type": "ON_DEMAND",
+        }
         self.node_group = aws.eks.NodeGroup(
             f"{name}-ng",
             cluster_name=args.cluster_name,
+            node_group_name=keyed_node_group_name(
+                args.cluster_name, "system", {"launchTemplate": template_args, "nodeGroup": node_args}
+            ),
             node_role_arn=args.node_role_arn,
-            subnet_ids=list(args.subnet_ids),
-            instance_types=[cfg.instance_type],
-            ami_type="AL2023_x86_64_STANDARD",
-            capacity_type="ON_DEMAND",
             scaling_config=scaling_config(cfg),
-            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+            update_config=IN_PLACE_UPDATE,
             launch_template=launch_template_ref(launch_template),
             labels=SYSTEM_LABELS,
             tags={**tags, **dict(args.autoscaler_tags)},
             opts=node_group_options(self, list(args.depends_on)),
+            **node_args,
         )
         self.register_outputs({"nodeGroupName": self.node_group.node_group_name})

@@ -83,3 +83,32 @@ def minor(version: str) -> str:
 DLC_IMAGE_TAG = image_reference(DLC_REGISTRY, DLC_TAG, None)
 DLC_IMAGE = image_reference(DLC_REGISTRY, DLC_TAG, DLC_DIGEST)
 KUBERAY_MINOR = minor(KUBERAY_VERSION)
+
+# --- nodes: the EKS-optimized AMI release every managed node group names ------------------------
+#
+# Node groups name their Kubernetes version and AMI release (`version`, `release_version`) instead of
+# taking whatever EKS considers latest when a group is created, so the nodes change only when this
+# table does, and then as a previewed cut-over (llm_pd_eks/node_common.py `keyed_node_group_name`).
+# One release for every minor: awslabs/amazon-eks-ami CHANGELOG.md, entry "AMI Release v20260714"
+# (read at tag v20260724, whose CHANGELOG opens with it), "Release version" column, the same for all
+# five AL2023 AMI types of a minor (AL2023_x86_64_NVIDIA for the GPU group, AL2023_x86_64_STANDARD for
+# the system group). Its AL2023_x86_64_NVIDIA package table lists `kmod-nvidia-latest-dkms`
+# 580.159.03-1.amzn2023 for every minor 1.30-1.36: the R580 branch, the first with CUDA 13.0 support
+# (the serving image's CUDA, DLC_CUDA_VERSION above); tests/data/eks-ami holds the excerpt.
+NODE_AMI_RELEASE = "v20260714"
+NODE_AMI_RELEASE_VERSIONS = {
+    "1.30": "1.30.14-20260714",
+    "1.31": "1.31.14-20260714",
+    "1.32": "1.32.13-20260714",
+    "1.33": "1.33.13-20260714",
+    "1.34": "1.34.9-20260714",
+    "1.35": "1.35.6-20260714",
+    "1.36": "1.36.2-20260714",
+}
+NODE_NVIDIA_DRIVER = "580.159.03"
+CUDA_13_MIN_DRIVER_BRANCH = 580  # NVIDIA's CUDA 13.0 release notes: driver >= 580 on Linux
+
+
+def node_ami_release_version(kubernetes_version: str) -> str:
+    """The pinned AMI release (`<kubernetes patch>-<date>`) of a Kubernetes minor's node groups."""
+    return NODE_AMI_RELEASE_VERSIONS[kubernetes_version]

@@ -63,6 +63,13 @@ TYPES: dict[str, tuple[str, str]] = {
     "aws:ssm/parameter:Parameter": ("", f"a stored parameter; {_NOTHING}"),
     "aws:s3/bucket:Bucket": ("", f"object storage; {_NOTHING}"),
     "aws:s3/bucketV2:BucketV2": ("", f"object storage; {_NOTHING}"),
+    "aws:elasticache/replicationGroup:ReplicationGroup": (
+        "",
+        "a managed cache (the Ray GCS store); launches no EC2 instance or pod, reachable only through its "
+        "security group (judged)",
+    ),
+    "aws:elasticache/subnetGroup:SubnetGroup": ("", f"the subnets a cache may use; {_NOTHING}"),
+    "random:index/randomPassword:RandomPassword": ("", f"a generated secret kept in state; {_NOTHING}"),
     "eks:index:VpcCniAddon": ("", "the VPC CNI add-on's settings; runs no model workload"),
     "eks:index:Addon": ("", "an EKS-managed add-on (AWS's own pods and images); runs no model workload"),
     "pulumi:pulumi:Stack": ("", "the stack itself; every resource in it is judged on its own"),

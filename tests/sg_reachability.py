@@ -125,14 +125,18 @@ def _rule(raw: dict, own_id: str) -> Rule:
 
 
 def plan_groups(run: ProgramRun) -> dict[str, SecurityGroup]:
-    """Every security group of the plan with its rules, plus the ones EKS and pulumi-eks create."""
+    """Every security group of the plan with its rules, plus the ones EKS and (unless skipped) pulumi-eks create."""
     eks = run.one("eks:index:Cluster")
     ids = eks_cluster_ids(eks.name)
     groups = {
         g.id: g
         for g in [
             eks_created_group(ids["eksClusterSecurityGroupId"]),
-            *pulumi_eks_groups(eks.outputs["clusterSecurityGroupId"], eks.outputs["nodeSecurityGroupId"]),
+            *(
+                []
+                if eks.inputs.get("skipDefaultSecurityGroups")
+                else pulumi_eks_groups(eks.outputs["clusterSecurityGroupId"], eks.outputs["nodeSecurityGroupId"])
+            ),
         ]
     }
     for sg in run.of_type("aws:ec2/securityGroup:SecurityGroup"):

@@ -135,7 +135,7 @@ def test_template_change_replaces_the_node_group_instead_of_rolling_it():
     """The EKS name is what forces a replacement: it must change with the template and only then."""
     base = prod_with()
     bigger_disk = prod_with(diskSizeGib=600)
-    more_nodes = prod_with(maxSize=5)
+    more_nodes = prod_with(maxSize=7)
     name = base.one(NODE_GROUP, "gpu").inputs["nodeGroupName"]
     assert re.fullmatch(r".+-gpu-[0-9a-f]{8}", name)
     assert base.one(LAUNCH_TEMPLATE, "gpu").inputs != bigger_disk.one(LAUNCH_TEMPLATE, "gpu").inputs
@@ -158,7 +158,7 @@ def test_roll_strategy_per_capacity(capacity, change, delete_first):
     extra = {} if change is None else {"templateChange": change}
     ng = prod_with(capacity=capacity, **extra).one(NODE_GROUP, "gpu")
     assert ng.delete_before_replace is delete_first
-    assert ng.inputs["updateConfig"] == {"maxUnavailable": 1}
+    assert ng.inputs["updateConfig"] == {"maxUnavailable": 1, "updateStrategy": "MINIMAL"}
 
 
 def test_system_nodes_keep_their_roll(run: ProgramRun):

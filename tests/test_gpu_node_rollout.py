@@ -42,7 +42,8 @@ def test_template_change_on_demand_is_blue_green_with_its_cost(prod):
     assert roll.extra_nodes == desired and roll.hourly == pytest.approx(desired * P5_HOURLY)
     assert any("blockDeviceMappings" in r for r in roll.reasons), roll.reasons
     line = roll.describe()
-    assert f"{desired} extra GPU node(s) (about ${desired * P5_HOURLY:,.2f}/hour)" in line
+    assert f"{desired} extra GPU node(s) while both run (about ${desired * P5_HOURLY:,.2f}/hour)" in line
+    assert roll.old_name != roll.new_name and f"`{roll.new_name}`" in line
 
 
 def test_template_change_on_a_reservation_is_recreate_with_downtime():
@@ -53,7 +54,7 @@ def test_template_change_on_a_reservation_is_recreate_with_downtime():
 
 
 def test_scaling_change_is_in_place(prod):
-    roll = classify_gpu_roll(prod, records(maxSize=5))
+    roll = classify_gpu_roll(prod, records(maxSize=7))
     assert roll.kind == IN_PLACE and roll.reasons == ("scalingConfig.maxSize",)
 
 
@@ -66,8 +67,12 @@ def test_template_change_keeping_the_group_name_is_the_failing_eks_roll(prod):
         "inputs": {**changed[ng_urn]["inputs"], "nodeGroupName": prod[ng_urn]["inputs"]["nodeGroupName"]},
     }
     roll = classify_gpu_roll(prod, changed, P5_HOURLY)
-    assert roll.kind == EKS_ROLL and roll.extra_nodes == 2  # max(2 x 1 AZ, maxUnavailable 1)
-    assert "PodEvictionFailure" in roll.describe()
+    # update strategy MINIMAL (node_common.IN_PLACE_UPDATE): no surge, one node at a time
+    assert roll.kind == EKS_ROLL and roll.extra_nodes == 0 and roll.hourly is None
+    assert "one node at a time (MINIMAL)" in roll.describe() and "PodEvictionFailure" in roll.describe()
+    default = {**changed[ng_urn]["inputs"], "updateConfig": {"maxUnavailable": 1, "updateStrategy": "DEFAULT"}}
+    surged = classify_gpu_roll(prod, {**changed, ng_urn: {**changed[ng_urn], "inputs": default}}, P5_HOURLY)
+    assert surged.extra_nodes == 2 and surged.hourly == pytest.approx(2 * P5_HOURLY)  # max(2 x 1 AZ, 1)
 
 
 def test_preview_diff_prints_the_gpu_line(prod):
@@ -76,4 +81,5 @@ def test_preview_diff_prints_the_gpu_line(prod):
     text = render(compare("prod", base, head))
     (line,) = [x for x in text.splitlines() if x.startswith("**GPU nodes:**")]
     assert "replaced blue/green" in line and "extra GPU node(s)" in line
+    assert "**Cut-over:**" in text
     assert "**GPU nodes:**" not in render(compare("prod", base, Side("head", Path("."), 0, "", prod, None)))

@@ -1,8 +1,8 @@
 """Nodes join and talk: security groups computed from the plan's rules and EKS's documented ones.
 
-The mocks return distinct, realistic ids for pulumi-eks's outputs (its own `clusterSecurityGroupId`,
-the EKS-created `eksCluster.vpcConfig.clusterSecurityGroupId`, its node group, OIDC), so wiring the
-wrong one shows up here as a blocked flow, not as a matching placeholder.
+The mocks return realistic ids for pulumi-eks's outputs (the EKS-created
+`eksCluster.vpcConfig.clusterSecurityGroupId`, OIDC; pulumi-eks's own groups are skipped, so its group
+outputs are EKS's), so wiring a wrong group shows up here as a blocked flow, not as a matching placeholder.
 """
 
 from __future__ import annotations
@@ -19,12 +19,14 @@ from llm_pd_eks_tools.preview.mockrun import ProgramRun, eks_cluster_ids, run_pr
 SG_ID = re.compile(r"^sg-0[0-9a-f]{16}$")
 
 
-def test_mock_outputs_are_distinct_and_shaped_like_aws(run: ProgramRun):
+def test_pulumi_eks_makes_no_groups_of_its_own(run: ProgramRun):
     eks = run.one("eks:index:Cluster")
     ids = eks_cluster_ids(eks.name)
     out = eks.outputs
-    groups = {out["clusterSecurityGroupId"], out["nodeSecurityGroupId"], ids["eksClusterSecurityGroupId"]}
-    assert len(groups) == 3 and all(SG_ID.match(g) for g in groups)
+    assert eks.inputs["skipDefaultSecurityGroups"] is True
+    # skipped, both of pulumi-eks's group outputs are the group EKS created (pulumi-eks cluster.ts)
+    assert out["clusterSecurityGroupId"] == out["nodeSecurityGroupId"] == ids["eksClusterSecurityGroupId"]
+    assert SG_ID.match(ids["eksClusterSecurityGroupId"])
     assert re.fullmatch(
         r"arn:aws:iam::\d{12}:oidc-provider/oidc\.eks\.[a-z0-9-]+\.amazonaws\.com/id/[0-9A-F]{32}",
         out["oidcProviderArn"],
@@ -39,11 +41,12 @@ def test_every_node_can_join_and_talk(run: ProgramRun):
 
 def test_gpu_interfaces_carry_the_eks_created_group_not_pulumi_eks_own(run: ProgramRun):
     eks = run.one("eks:index:Cluster")
-    eks_sg = eks_cluster_ids(eks.name)["eksClusterSecurityGroupId"]
+    ids = eks_cluster_ids(eks.name)
+    eks_sg = ids["eksClusterSecurityGroupId"]
     lt = run.one(LAUNCH_TEMPLATE, "gpu")
     for nic in lt.inputs["networkInterfaces"]:
         assert eks_sg in nic["securityGroups"]
-        assert eks.outputs["clusterSecurityGroupId"] not in nic["securityGroups"]
+        assert ids["pulumiEksClusterSecurityGroupId"] not in nic["securityGroups"]
 
 
 def test_system_nodes_get_the_eks_group_from_eks(programs):
@@ -64,11 +67,8 @@ def test_the_model_refuses_what_it_should(programs):
     assert allowed(groups, efa_only, efa_only, ALL)
 
 
-def test_wiring_pulumi_eks_cluster_group_breaks_node_join(monkeypatch: pytest.MonkeyPatch):
-    """The bug this issue fixed: pulumi-eks's own `clusterSecurityGroupId` on the GPU interfaces."""
+def test_wiring_pulumi_eks_cluster_group_no_longer_breaks_node_join(monkeypatch: pytest.MonkeyPatch):
+    """pulumi-eks's own `clusterSecurityGroupId` on the GPU interfaces blocked the nodes while pulumi-eks
+    made its own groups; with them skipped the output is EKS's group, and the nodes still join."""
     monkeypatch.setattr(Cluster, "security_group_id", property(lambda self: self.eks.cluster_security_group_id))
-    broken = run_program("dev")
-    problems = missing_flows(broken)
-    assert any("gpu-nodes-ng -> control plane: 443/tcp blocked" in p for p in problems), problems
-    assert any("control plane -> gpu-nodes-ng: 10250/tcp blocked" in p for p in problems), problems
-    assert any("gpu-nodes-ng -> system-nodes-ng: all traffic blocked" in p for p in problems), problems
+    assert missing_flows(run_program("dev")) == []

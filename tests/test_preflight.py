@@ -257,7 +257,7 @@ def test_gpu_type_not_offered_in_az_lists_the_azs_that_offer_it(aws):
     "stack, code, needed",
     [
         ("dev", "L-417A185B", 192),  # P family: maxSize 2 x p4d.24xlarge 96 vCPUs
-        ("prod", "L-417A185B", 768),  # P family: maxSize 4 x p5.48xlarge 192 vCPUs
+        ("prod", "L-417A185B", 1152),  # P family: maxSize 6 x p5.48xlarge 192 vCPUs
     ],
 )
 def test_gpu_vcpu_quota_boundary(aws, stack, code, needed):

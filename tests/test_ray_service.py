@@ -16,6 +16,7 @@ from google.protobuf import json_format
 from helpers import DATA, MOVED_TO_RAID0, NODE_GROUP, RAY_SERVICE, engine_config_with
 
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+from llm_pd_eks.gpu_cutover import NODE_GROUP_LABEL
 from llm_pd_eks.models import MODELS
 from llm_pd_eks.pulumi_sdk import rpc
 from llm_pd_eks_tools.preview.mockrun import (
@@ -137,7 +138,9 @@ def test_engine_kwargs_are_ones_the_images_vllm_accepts(run: ProgramRun):
 
 def test_head_runs_on_the_system_nodes_without_gpus(run: ProgramRun):
     head = ints(ray_service(run).inputs["spec"]["rayClusterConfig"]["headGroupSpec"])
-    system_labels = run.one(NODE_GROUP, "system-nodes").inputs["labels"]
+    system = run.one(NODE_GROUP, "system-nodes").inputs
+    # the group's labels plus the one EKS puts on every node of a managed group: its name
+    system_labels = {**system["labels"], NODE_GROUP_LABEL: system["nodeGroupName"]}
     # no CPUs or GPUs for Ray on the head: only the GCS and the zero-CPU Serve controller live there
     assert head["rayStartParams"]["num-gpus"] == "0" and head["rayStartParams"]["num-cpus"] == "0"
     selector = head["template"]["spec"]["nodeSelector"]
@@ -163,7 +166,8 @@ def test_workers_take_whole_efa_gpu_nodes(run: ProgramRun):
         (volume,) = [v for v in spec["volumes"] if v["name"] == shm["name"]]
         assert volume["emptyDir"]["medium"] == "Memory"
         # lands on the GPU node group, past its taint
-        assert spec["nodeSelector"].items() <= gpu_ng.inputs["labels"].items()
+        node_labels = {**gpu_ng.inputs["labels"], NODE_GROUP_LABEL: gpu_ng.inputs["nodeGroupName"]}
+        assert spec["nodeSelector"].items() <= node_labels.items()
         assert {"key": taint["key"], "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
         assert c["image"] == cfg.serving.image
 
@@ -230,8 +234,10 @@ def test_manifest_validates_against_the_kuberay_crd(run: ProgramRun):
 def test_up_waits_for_the_ready_condition_within_the_configured_time(run: ProgramRun):
     cfg = stack_config(run.stack)
     annotations = ray_service(run).inputs["metadata"]["annotations"]
-    assert cfg.serving.upgrade_strategy == "Recreate"  # the stacks' default: a replacement is a fresh Ready
-    assert annotations["pulumi.com/waitFor"] == "condition=Ready"
+    if cfg.serving.upgrade_strategy == "Recreate":  # a replacement is a fresh Ready
+        assert annotations["pulumi.com/waitFor"] == "condition=Ready"
+    else:  # Ready stays true from the old cluster: the switch is UpgradeInProgress=False
+        assert json.loads(annotations["pulumi.com/waitFor"]) == ["condition=Ready", "condition=UpgradeInProgress=False"]
     assert int(annotations["pulumi.com/timeoutSeconds"]) == cfg.serving.ready_timeout_minutes * 60
 
 
@@ -387,7 +393,8 @@ def test_hf_token_never_appears_in_plain_text(run_with_token: ProgramRun):
 
 def test_a_secret_exactly_when_the_stack_has_a_token(run: ProgramRun):
     has_token = f"{PROJECT}:hfToken" in load_stack_config(run.stack)[1]
-    assert len(run.of_type(SECRET)) == int(has_token)
+    hf_secrets = [s for s in run.of_type(SECRET) if "hf-token" in s.name]  # (the GCS store has its own)
+    assert len(hf_secrets) == int(has_token)
     # the gated model's stacks carry one (the config refuses them otherwise); dev's open model needs none
     assert has_token is MODELS[stack_config(run.stack).serving.model_id].gated
     for group in workers(run).values():
@@ -482,7 +489,10 @@ def test_device_rdma_is_set_only_where_the_efa_has_rdma_read():
 
 
 def test_a_disruption_budget_keeps_the_last_pod_of_each_role(run: ProgramRun):
-    budgets = [ints(p.inputs) for p in run.of_type(PDB)]
+    # the worker roles' budgets (the head has its own: tests/test_ray_head_protection.py)
+    budgets = [
+        ints(p.inputs) for p in run.of_type(PDB) if "llm-pd-eks/role" in p.inputs["spec"]["selector"]["matchLabels"]
+    ]
     pdbs = {pdb["spec"]["selector"]["matchLabels"]["llm-pd-eks/role"]: pdb for pdb in budgets}
     assert set(pdbs) == set(workers(run))
     for role, pdb in pdbs.items():
@@ -496,7 +506,7 @@ def test_a_disruption_budget_keeps_the_last_pod_of_each_role(run: ProgramRun):
         assert pdb["metadata"]["namespace"] == ray_service(run).inputs["metadata"]["namespace"]
     # the GPU node group replaces one node at a time and does not force past the budgets
     gpu_ng = run.one(NODE_GROUP, "gpu-nodes").inputs
-    assert ints(gpu_ng["updateConfig"]) == {"maxUnavailable": 1}
+    assert ints(gpu_ng["updateConfig"]) == {"maxUnavailable": 1, "updateStrategy": "MINIMAL"}
     assert not gpu_ng.get("forceUpdateVersion")
 
 

@@ -10,6 +10,7 @@ from pydantic import (
     field_validator,
 )
 
+from ..versions import NODE_AMI_RELEASE, NODE_AMI_RELEASE_VERSIONS
 from .base import Strict, ipv4_network, shown
 
 # Kubernetes minor versions Amazon EKS has released (the EKS "Kubernetes versions" page; 1.28 was
@@ -33,7 +34,9 @@ class ClusterConfig(Strict):
 
     kubernetes_version: str = Field(
         default="1.35",
-        description='EKS Kubernetes minor version, quoted (`"1.35"`); 1.35 is in standard support until 2027-03-27.',
+        description='EKS Kubernetes minor version, quoted (`"1.35"`); 1.35 is in standard support until 2027-03-27. '
+        "The node groups follow it with the AMI release llm_pd_eks/versions.py pins for it; a change is a "
+        "previewed sequence: control plane, then new node groups and the Ray cluster's cut-over onto them.",
     )
     public_access_cidrs: list[str] = Field(
         default_factory=list,
@@ -74,6 +77,12 @@ class ClusterConfig(Strict):
             raise ValueError(
                 f"{value} is not a Kubernetes version Amazon EKS has released; choose one of "
                 f"{', '.join(EKS_KUBERNETES_VERSIONS)}"
+            )
+        if value not in NODE_AMI_RELEASE_VERSIONS:
+            # the node groups name their AMI release (llm_pd_eks/versions.py, the "nodes" section)
+            raise ValueError(
+                f"{value} has no EKS-optimized AL2023 AMI release pinned (AMI release {NODE_AMI_RELEASE} covers "
+                f"{', '.join(NODE_AMI_RELEASE_VERSIONS)}); choose one of those"
             )
         return value
 

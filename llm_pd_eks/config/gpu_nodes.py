@@ -152,9 +152,11 @@ class GpuNodesConfig(NodeScaling):
     )
     template_change: Optional[Literal["blueGreen", "recreate"]] = Field(
         default=None,
-        description="How a change of the GPU launch template reaches the nodes (never as EKS's in-place roll, "
-        "which the one-pod disruption budgets fail). `blueGreen`: a new node group is created next to the "
-        "old, which is deleted at the end of `up` (extra GPU nodes while both run). `recreate`: the old "
+        description="How a node change (launch template, Kubernetes version, AMI release) reaches the GPU nodes "
+        "(never as EKS's in-place roll, which the one-pod disruption budgets fail). `blueGreen`: a new node "
+        "group is created next to the old; the Ray workers select their group by name, so the RayService "
+        "moves onto it (with serving.upgradeStrategy NewCluster, KubeRay switches once the new cluster serves) "
+        "and the old group is deleted at the end of `up` (extra GPU nodes while both run). `recreate`: the old "
         "group is deleted first (no extra nodes, serving stops until the new nodes are up). "
         "Default: blueGreen on demand, recreate on an ODCR or Capacity Block (a fully used reservation "
         "has no room for a second group)",

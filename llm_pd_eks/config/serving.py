@@ -177,6 +177,17 @@ class ServingConfig(Strict):
             "under either, with downtime (KubeRay does not update an existing endpoint Service)."
         ),
     )
+    gcs_fault_tolerance: bool = Field(
+        default=False,
+        description="Keep the Ray head's GCS state in an external Valkey (ElastiCache, private subnets, TLS, an "
+        "AUTH token kept a Pulumi secret; llm_pd_eks/gcs_store.py), so a restarted head keeps the Ray cluster "
+        "and serving instead of starting an empty one. false: the state lives in the head's memory.",
+    )
+    gcs_store_node_type: str = Field(
+        default="cache.t4g.small",
+        pattern=r"^cache\.[a-z0-9]+\.[a-z0-9]+$",
+        description="ElastiCache node type of the GCS store's primary and replica (with gcsFaultTolerance).",
+    )
     endpoint_name: str = Field(
         default="llm-openai",
         description="Name of the Service KubeRay creates for the endpoint (spec.serveService), a DNS-1035 label",

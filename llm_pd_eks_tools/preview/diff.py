@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from llm_pd_eks_tools.cli import ROOT, ArgumentParser, Exit, ToolError, checkout_root, fresh_out_dir, one_line, run
-from llm_pd_eks_tools.gpu_node_rollout import classify_gpu_roll
+from llm_pd_eks_tools.cutover import plan_cutover
+from llm_pd_eks_tools.gpu_node_rollout import SYSTEM_COMPONENT, classify_gpu_roll, classify_node_group_roll
 from llm_pd_eks_tools.preview import fmt
 from llm_pd_eks_tools.preview.crds import crd_changes
 from llm_pd_eks_tools.preview.report import Report, VerdictRecord
@@ -147,6 +148,8 @@ class Diff:
     # (RayService name, llm_pd_eks_tools.rayservice_rollout.Rollout)
     rollouts: list[tuple[str, Any]] = field(default_factory=list)
     gpu_roll: Optional[Any] = None  # llm_pd_eks_tools.gpu_node_rollout.GpuRoll: what the GPU node group does
+    system_roll: Optional[Any] = None  # the same for the system node group
+    cutover: Optional[Any] = None  # llm_pd_eks_tools.cutover.CutOver: the sequence of a node change
 
     @property
     def empty(self) -> bool:
@@ -180,6 +183,8 @@ def compare(stack: str, base: Side, head: Side, notes: Optional[list[str]] = Non
         list(notes or []),
         classify_resources(base.resources, head.resources),
         classify_gpu_roll(base.resources, head.resources, gpu_node_price(head.report)),
+        classify_node_group_roll(base.resources, head.resources, SYSTEM_COMPONENT),
+        plan_cutover(base.resources, head.resources, gpu_node_price(head.report)),
     )
 
 
@@ -261,6 +266,10 @@ def render(diff: Diff) -> str:
     out += [f"**Roll-out:** {rollout.describe()}" for _, rollout in diff.rollouts if rollout.kind != "no change"]
     if diff.gpu_roll is not None and diff.gpu_roll.kind != "no change":
         out.append(f"**GPU nodes:** {diff.gpu_roll.describe()}")
+    if diff.system_roll is not None and diff.system_roll.kind != "no change":
+        out.append(f"**System nodes:** {diff.system_roll.describe()}")
+    if diff.cutover is not None:
+        out += ["", "**Cut-over:**", "", *diff.cutover.lines()]
     out += [f"**CRDs:** {line}" for line in crd_changes(diff.added, diff.removed, diff.changed)]
     out += ["", "| Figure | Before | After |", "|---|---|---|"]
     for name, before, after in _figure_rows(diff.base_report, diff.head_report):

@@ -119,6 +119,7 @@ def resource_records(run: "ProgramRun") -> list[dict[str, Any]]:
                 "custom": r.custom,
                 "protect": r.protect,
                 "delete_before_replace": r.delete_before_replace,
+                "retain_on_delete": r.retain_on_delete,
                 "provider": r.provider,
                 "dependencies": sorted(r.dependencies),
                 "property_dependencies": {k: sorted(v) for k, v in sorted(r.property_dependencies.items())},

@@ -50,6 +50,7 @@ class Registration:
     outputs: dict[str, Any] = field(default_factory=dict)
     ignore_changes: list[str] = field(default_factory=list)  # property paths `pulumi up` leaves alone
     delete_before_replace: bool = False  # a replacement deletes this resource before creating the new one
+    retain_on_delete: bool = False  # `destroy` removes it from the stack but leaves it in the cloud
 
 
 @dataclass
@@ -182,11 +183,14 @@ def _fake_outputs(type_: str, name: str, inputs: dict[str, Any]) -> dict[str, An
     if type_ == "eks:index:Cluster":
         kubeconfig = {"apiVersion": "v1", "kind": "Config", "clusters": [{"name": name}]}
         ids = eks_cluster_ids(name)
+        skipped = bool(inputs.get("skipDefaultSecurityGroups"))
         extra.update(
             kubeconfig=kubeconfig,
             kubeconfigJson=json.dumps(kubeconfig),
-            clusterSecurityGroupId=ids["pulumiEksClusterSecurityGroupId"],
-            nodeSecurityGroupId=ids["nodeSecurityGroupId"],
+            # skipped, pulumi-eks creates neither of its groups and both outputs are EKS's own group
+            # (pulumi/pulumi-eks v4.3.0 nodejs/eks/cluster/cluster.ts)
+            clusterSecurityGroupId=ids["eksClusterSecurityGroupId" if skipped else "pulumiEksClusterSecurityGroupId"],
+            nodeSecurityGroupId=ids["eksClusterSecurityGroupId" if skipped else "nodeSecurityGroupId"],
             oidcProviderArn=ids["oidcProviderArn"],
             oidcProviderUrl=ids["oidcProviderUrl"],
             oidcIssuer=ids["oidcIssuer"],
@@ -203,6 +207,10 @@ def _fake_outputs(type_: str, name: str, inputs: dict[str, Any]) -> dict[str, An
         extra["resources"] = [{"autoscalingGroups": [{"name": asg}], "remoteAccessSecurityGroupId": ""}]
     elif type_ == "aws:ec2/placementGroup:PlacementGroup":
         extra["name"] = inputs.get("name") or name
+    elif type_ == "aws:elasticache/replicationGroup:ReplicationGroup":
+        extra["primaryEndpointAddress"] = f"master.{inputs.get('replicationGroupId') or name}.mock.cache.amazonaws.com"
+    elif type_ == "random:index/randomPassword:RandomPassword":
+        extra["result"] = "mock" + _hex_id(name, length=32)
     elif type_ == "aws:iam/role:Role":
         extra["arn"] = f"arn:aws:iam::{MOCK_ACCOUNT}:role/{inputs.get('name') or name}"
     return {**extra, **inputs}
@@ -287,6 +295,7 @@ def _make_monitor(mocks: _Mocks, recorded: list[Registration], stack_outputs: di
                     id=response.id,
                     ignore_changes=list(request.ignoreChanges),
                     delete_before_replace=bool(request.deleteBeforeReplace),
+                    retain_on_delete=bool(request.retainOnDelete),
                 )
             )
             return response

@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llm_pd_eks_tools.preview import fmt
+from llm_pd_eks_tools.preview import fmt, left_behind
 from llm_pd_eks_tools.preview.fmt import MOCK_PREFIX
 from llm_pd_eks_tools.preview.report import Figures
 
@@ -203,6 +203,8 @@ def render_text(result: "PreviewResult") -> str:
     for label, value in figure_lines(result.figures):
         lines.append(f"  {label:<28} {value}")
     lines.append("")
+    lines += left_behind.lines(result.resources)
+    lines.append("")
     lines.append(f"Artifacts in {_display(result.out)}: {ARTIFACT_LIST}")
     lines += result.warnings
     if result.mandatory:
@@ -238,6 +240,8 @@ def render_summary(result: "PreviewResult") -> str:
     )
     for label, value in figure_lines(result.figures):
         out.append(f"| {cell(label)} | {cell(value)} |")
+    head, *kept = left_behind.lines(result.resources)
+    out += ["", f"#### {head}", "", *(f"- {cell(line.strip())}" for line in kept)]
     out += ["", "#### Policy verdicts", ""]
     pack = result.report.pack
     if not pack.ran:

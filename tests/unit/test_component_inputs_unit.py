@@ -65,6 +65,7 @@ def _gpu_args(**overrides) -> EfaGpuNodeGroupArgs:
         "config": GpuNodesConfig.model_validate({"instanceType": GPU.name, "availabilityZone": "us-west-2a"}),
         "instance": GPU,
         "cluster_name": "llm",
+        "kubernetes_version": "1.35",
         "node_role_arn": ROLE,
         "vpc_id": "vpc-0a1b2c3d4e5f60001",
         "private_subnet_ids": SUBNETS,
@@ -124,7 +125,9 @@ def test_cluster_refuses_a_name_eks_refuses(mocks):
 
 
 def test_system_nodes_need_a_subnet(mocks):
-    args = SystemNodeGroupArgs(config=SystemNodesConfig(), cluster_name="llm", node_role_arn=ROLE, subnet_ids=[])
+    args = SystemNodeGroupArgs(
+        config=SystemNodesConfig(), cluster_name="llm", kubernetes_version="1.35", node_role_arn=ROLE, subnet_ids=[]
+    )
     _raises("subnet_ids", lambda: SystemNodeGroup("system", args))
 
 

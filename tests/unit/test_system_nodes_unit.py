@@ -20,7 +20,11 @@ def mocks():
 
 def _group(**config) -> SystemNodeGroup:
     args = SystemNodeGroupArgs(
-        config=SystemNodesConfig.model_validate(config), cluster_name="llm", node_role_arn=ROLE, subnet_ids=PRIVATE
+        config=SystemNodesConfig.model_validate(config),
+        cluster_name="llm",
+        kubernetes_version="1.35",
+        node_role_arn=ROLE,
+        subnet_ids=PRIVATE,
     )
     return SystemNodeGroup("system", args)
 

@@ -1,0 +1,60 @@
+"""The Ray head survives its node: nothing voluntary evicts it, and with GCS fault tolerance a restart
+keeps the cluster (llm_pd_eks/gcs_store.py).
+
+- Cluster Autoscaler never removes a node that runs a pod annotated
+  `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"` (kubernetes/autoscaler
+  cluster-autoscaler/FAQ.md, "What types of pods can prevent CA from removing a node?", tag
+  cluster-autoscaler-1.35.2): a scale-down of the system group never takes the head's node.
+- A PodDisruptionBudget with `minAvailable: 1` over the head pods: a drain through the eviction API
+  (a managed node-group update, `kubectl drain`) refuses to evict the only head. A planned node change
+  does not drain it: the head selects its node group by name, so it moves with KubeRay's upgrade onto
+  the new group (llm_pd_eks/gpu_cutover.py), and while both clusters run, two heads match the budget.
+  KubeRay labels the head pod `ray.io/node-type: head` (ray-project/kuberay v1.7.0
+  ray-operator/controllers/ray/utils/constant.go `RayNodeTypeLabelKey`).
+What neither covers (a node failure, EKS deleting a node group whatever the budgets say) is what
+`serving.gcsFaultTolerance` is for.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+SAFE_TO_EVICT = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
+HEAD_NODE_TYPE_LABEL = {"ray.io/node-type": "head"}
+
+
+def protect_head(spec: dict[str, Any], gcs_fault_tolerance: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """The RayService spec with the head's pod annotated safe-to-evict false and, when given, the
+    RayCluster's `gcsFaultToleranceOptions` (gcs_store.gcs_fault_tolerance_options)."""
+    out = copy.copy(spec)
+    cluster = out["rayClusterConfig"] = dict(spec["rayClusterConfig"])
+    head = cluster["headGroupSpec"] = dict(cluster["headGroupSpec"])
+    template = head["template"] = dict(head["template"])
+    metadata = template["metadata"] = dict(template.get("metadata") or {})
+    metadata["annotations"] = {**(metadata.get("annotations") or {}), **SAFE_TO_EVICT}
+    if gcs_fault_tolerance is not None:
+        cluster["gcsFaultToleranceOptions"] = gcs_fault_tolerance
+    return out
+
+
+def head_disruption_budget_spec(app_labels: dict[str, str]) -> k8s.policy.v1.PodDisruptionBudgetSpecArgs:
+    """At least one head pod of this RayService stays through any voluntary eviction."""
+    return k8s.policy.v1.PodDisruptionBudgetSpecArgs(
+        min_available=1,
+        selector=k8s.meta.v1.LabelSelectorArgs(match_labels={**app_labels, **HEAD_NODE_TYPE_LABEL}),
+    )
+
+
+def head_disruption_budget(
+    name: str, budget_name: str, namespace: pulumi.Input[str], app_labels: dict[str, str], opts: pulumi.ResourceOptions
+) -> k8s.policy.v1.PodDisruptionBudget:
+    return k8s.policy.v1.PodDisruptionBudget(
+        f"{name}-head-pdb",
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=budget_name, namespace=namespace),
+        spec=head_disruption_budget_spec(app_labels),
+        opts=opts,
+    )
