@@ -10,7 +10,7 @@ property plans nothing.
 Times are planning figures, not measurements: EKS documents no duration for a control-plane upgrade
 or for a node group's nodes to become Ready, so `PLANNING_MINUTES` holds the figures this plan
 assumes; the model's load is bounded by the engine start budget the worker pods carry
-(`RAYLLM_ENGINE_START_TIMEOUT_S`, llm_pd_eks/ray_service.py `engine_start_timeout_s`), and KubeRay
+(`RAYLLM_ENGINE_START_TIMEOUT_S`, llm_pd_eks/engine_start.py `engine_start_timeout_s`), and KubeRay
 deletes the old Ray cluster 60 s after the switch (kuberay v1.7.0 rayservice_controller.go
 `RayClusterDeletionDelayDuration`).
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
-from llm_pd_eks.ray_service import ENGINE_START_TIMEOUT_ENV
+from llm_pd_eks.engine_start import ENGINE_START_TIMEOUT_ENV
 from llm_pd_eks_tools.gpu_node_rollout import (
     BLUE_GREEN,
     EKS_ROLL,

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from helpers import NODE_GROUP, RAY_SERVICE, engine_config_with
 
+from llm_pd_eks.engine_start import engine_start_timeout_s
 from llm_pd_eks.gpu_cutover import NODE_GROUP_LABEL
 from llm_pd_eks.prices import load_prices
-from llm_pd_eks.ray_service import engine_start_timeout_s
 from llm_pd_eks_tools.cutover import PLANNING_MINUTES, RAY_CLUSTER_DELETION_DELAY_MINUTES, plan_cutover
 from llm_pd_eks_tools.gpu_node_rollout import BLUE_GREEN, NO_CHANGE, classify_gpu_roll
 from llm_pd_eks_tools.preview.diff import Side, compare, render
@@ -83,7 +83,7 @@ def test_the_cutover_sequence_its_time_and_overlap_cost(prod, bigger_disk):
     assert f"`{new_name}`" in first and f"`{old_name}`" in first
     assert "NewCluster" in ray and "UpgradeInProgress=False" in ray
     assert last.startswith(f"Pulumi deletes `{old_name}`")
-    load = engine_start_timeout_s(cfg.serving) / 60
+    load = engine_start_timeout_s(cfg.serving.model_id, cfg.serving.engine_start_timeout_s) / 60
     hours = (PLANNING_MINUTES["nodes ready"] + load + RAY_CLUSTER_DELETION_DELAY_MINUTES) / 60
     nodes = cfg.gpu_nodes.desired_size
     assert plan.overlap_hours == pytest.approx(hours)
