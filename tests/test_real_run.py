@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
+import sys
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,27 @@ def test_the_aggregated_baseline_is_the_decode_config_without_the_connector() ->
     )
 
 
+def test_the_decode_only_arm_is_the_pd_app_with_only_the_sized_threshold_added(tmp_path: Path) -> None:
+    from llm_pd_eks import serve_routing
+    from llm_pd_eks_tools.realrun import gpu_main
+    from llm_pd_eks_tools.realrun.render import decode_only_threshold, write_bundle
+
+    inputs = run_inputs(OVERRIDES)
+    pd, cond = inputs["serve_pd"], inputs["serve_cond"]
+    assert cond["applications"][0]["import_path"] == serve_routing.CONDITIONAL_IMPORT_PATH
+    pd_app, cond_app = pd["applications"][0], cond["applications"][0]
+    assert {k for k in pd_app if pd_app[k] != cond_app[k]} == {"import_path", "args"}
+    assert cond_app["args"]["prefill_config"] == pd_app["args"]["prefill_config"]
+    decode = cond_app["args"]["decode_config"]
+    assert decode.pop("experimental_configs") == {serve_routing.THRESHOLD_KEY: decode_only_threshold(OVERRIDES)}
+    assert decode == pd_app["args"]["decode_config"]
+    assert gpu_main.THRESHOLD_KEY == serve_routing.THRESHOLD_KEY  # the runner's copy stays the program's
+    write_bundle(tmp_path, OVERRIDES)
+    (module,) = (tmp_path / "runtime").iterdir()
+    assert module.name == serve_routing.RUNTIME_MODULE + ".py"
+    assert module.read_text() == serve_routing.runtime_source()
+
+
 def test_the_raylets_are_the_ones_kuberay_starts_for_the_worker_groups() -> None:
     groups = {g["groupName"]: g for g in rendered_spec(OVERRIDES)["rayClusterConfig"]["workerGroupSpecs"]}
     for role in ROLES:
@@ -157,8 +179,17 @@ def test_the_vendored_model_config_is_the_model_table() -> None:
 
 def test_the_gpu_side_runner_needs_nothing_of_this_project() -> None:
     """gpu_main runs under the GPU machine's Python with only the release's wheels."""
+    import ast
+
     source = (ROOT / "llm_pd_eks_tools" / "realrun" / "gpu_main.py").read_text()
-    assert "llm_pd_eks" not in source.replace("llm_pd_eks_tools/realrun", "")
+    imported = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module.split(".")[0])
+    assert not {"llm_pd_eks", "llm_pd_eks_tools"} & imported
+    assert imported <= set(sys.stdlib_module_names) | {"__future__", "tokenizers"}  # tokenizers: a wheel
     proc = subprocess.run(
         [
             "python3",

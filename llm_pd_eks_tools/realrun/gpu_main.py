@@ -2,6 +2,8 @@
 
     python3 gpu_main.py BUNDLE OUT pd     # raylets, P/D app, probes, NIXL counters, verify's checks, bench
     python3 gpu_main.py BUNDLE OUT agg    # the aggregated app on the same raylets, bench
+    python3 gpu_main.py BUNDLE OUT mix-pd     # short and long prompts through plain P/D
+    python3 gpu_main.py BUNDLE OUT mix-cond   # the same through P/D with decode-only below the sized threshold
     python3 gpu_main.py BUNDLE OUT stop
 
 Standard library only (plus the wheels' `ray`, `vllm` and `tokenizers`), so it runs under the
@@ -33,6 +35,9 @@ NIXL_BACKEND_LINE = re.compile(r"NIXL\s+\w+\s+\S+\s+Backend (\w+) was instantiat
 LONG_PROMPT_WORDS = 3000  # as verify's chat-completion check
 LOADS = ((1, 8), (8, 48), (32, 128))  # (clients, prompts): vllm bench serve --max-concurrency / --num-prompts
 INPUT_LEN, OUTPUT_LEN = 1024, 128
+# The decode-only arm against plain P/D: prompts well below and well above the sized threshold.
+MIX_LOADS = ((8, 48, 128), (8, 48, 4096))  # (clients, prompts, input tokens)
+THRESHOLD_KEY = "llm_pd_eks_decode_only_below_tokens"  # the decode LLMConfig's experimental_configs key
 START_TIMEOUT_S = 420
 
 
@@ -117,7 +122,10 @@ def ray_cmd() -> list[str]:
 
 def start_raylets(bundle: Path) -> dict[str, list[str]]:
     raylets = json.loads((bundle / "raylets.json").read_text())
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="0", RAY_USAGE_STATS_ENABLED="0")
+    # the decode-only arm's runtime module on the Python path, as the ConfigMap puts it in the pods
+    runtime = str((bundle / "runtime").resolve())
+    path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH", ""), runtime) if p)
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="0", RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=path)
     head = raylets["head"]
     cmd = [
         *ray_cmd(),
@@ -266,11 +274,11 @@ def scrape() -> dict[str, str]:
     }
 
 
-def nixl_samples(text: str) -> dict[str, float]:
-    """Every `ray_vllm_nixl*` sample line (name{labels} -> value)."""
+def nixl_samples(text: str, prefix: str = "ray_vllm_nixl") -> dict[str, float]:
+    """Every sample line whose name starts with `prefix` (name{labels} -> value): NIXL's by default."""
     out = {}
     for line in text.splitlines():
-        if line.startswith("ray_vllm_nixl"):
+        if line.startswith(prefix):
             key, _, value = line.rpartition(" ")
             try:
                 out[key] = float(value)
@@ -288,10 +296,10 @@ def nixl_log_lines() -> list[str]:
     return lines[:200]
 
 
-def bench(model: str, label: str, out: Path) -> list[dict]:
+def bench(model: str, label: str, out: Path, loads: tuple = ()) -> list[dict]:
     results = []
-    for clients, prompts in LOADS:
-        name = f"bench-{label}-c{clients}.json"
+    for clients, prompts, input_len in loads or tuple((c, p, INPUT_LEN) for c, p in LOADS):
+        name = f"bench-{label}-c{clients}-i{input_len}.json" if loads else f"bench-{label}-c{clients}.json"
         cmd = [
             sys.executable,
             "-m",
@@ -310,7 +318,7 @@ def bench(model: str, label: str, out: Path) -> list[dict]:
             str(MODEL_DIR),
             "--dataset-name",
             "random",
-            f"--random-input-len={INPUT_LEN}",
+            f"--random-input-len={input_len}",
             f"--random-output-len={OUTPUT_LEN}",
             f"--num-prompts={prompts}",
             f"--max-concurrency={clients}",
@@ -329,7 +337,7 @@ def bench(model: str, label: str, out: Path) -> list[dict]:
         row: dict = {
             "clients": clients,
             "prompts": prompts,
-            "input_len": INPUT_LEN,
+            "input_len": input_len,
             "output_len": OUTPUT_LEN,
             "rc": proc.returncode,
         }
@@ -420,6 +428,28 @@ def phase_agg(bundle: Path, out: Path) -> dict:
     return evidence
 
 
+def phase_mix(bundle: Path, out: Path, arm: str) -> dict:
+    """Short and long prompts through one P/D arm: `pd` as rendered, or `cond` (decode-only below the
+    sized threshold); the decode-only path's counter scraped after."""
+    evidence: dict = {"phase": f"mix-{arm}", "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if http("GET", f"{DASHBOARD}/api/version", timeout=10)[0] != 200:
+        build_tokenizer(bundle)
+        evidence["versions"] = versions()
+        evidence["ray_start"] = start_raylets(bundle)
+    config = json.loads((bundle / f"serve-{arm}.json").read_text())
+    decode = config["applications"][0]["args"]["decode_config"]
+    model = decode["model_loading_config"]["model_id"]
+    evidence["decode_only_below_tokens"] = decode.get("experimental_configs", {}).get(THRESHOLD_KEY)
+    evidence["serve_status"] = deploy(config)
+    app = evidence["serve_status"].get("applications", {}).get("llm", {})
+    evidence["app_status"] = app.get("status")
+    if app.get("status") == "RUNNING":
+        evidence["bench"] = bench(model, f"mix-{arm}", out, MIX_LOADS)
+        time.sleep(12)
+        evidence["paths"] = {node: nixl_samples(text, "ray_llm_pd_eks_pd_path") for node, text in scrape().items()}
+    return evidence
+
+
 def failure_logs(out: Path) -> None:
     """The lines that say why, from the Serve controller, replicas and workers' stderr."""
     logs = Path(TEMP_DIR, "session_latest", "logs")
@@ -440,7 +470,10 @@ def main() -> int:
     if phase == "stop":
         subprocess.run([*ray_cmd(), "stop", "--force"], timeout=120)
         return 0
-    evidence = {"pd": phase_pd, "agg": phase_agg}[phase](bundle, out)
+    if phase in ("mix-pd", "mix-cond"):
+        evidence = phase_mix(bundle, out, phase.split("-")[1])
+    else:
+        evidence = {"pd": phase_pd, "agg": phase_agg}[phase](bundle, out)
     (out / f"evidence-{phase}.json").write_text(json.dumps(evidence, indent=1, default=str) + "\n")
     log("evidence written:", phase, evidence.get("app_status"))
     if evidence.get("app_status") != "RUNNING":

@@ -3,6 +3,8 @@
     python -m llm_pd_eks_tools.realrun.render --out .gpu/realrun
 
 writes `serve-pd.json` (the P/D application exactly as `serveConfigV2` renders it, overrides applied),
+`serve-cond.json` (the same with serving.routing.decodeOnlyBelowTokens at the threshold `make size` gives
+for the run's model and GPU, and `runtime/` the module that arm imports),
 `serve-agg.json` (the same decode LLMConfig served alone by `build_openai_app`, no KV connector, with
 both roles' GPU memory: the baseline the P/D figures are compared with), `raylets.json` (the `ray start`
 resources of each worker group as KubeRay derives them from the group spec, overrides applied, and the
@@ -24,6 +26,7 @@ from llm_pd_eks import versions
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.ray_resources import role_resource
 from llm_pd_eks.ray_service import ray_service_spec
+from llm_pd_eks.serve_routing import runtime_configmap_data
 from llm_pd_eks.serving_names import ROLES
 
 HERE = Path(__file__).resolve().parent
@@ -77,10 +80,26 @@ def rendered_stack(overrides: dict[str, Any]) -> Any:
     return config
 
 
-def rendered_spec(overrides: dict[str, Any]) -> dict[str, Any]:
-    """The RayService spec the program renders for the stack (stack_config overrides applied)."""
+def rendered_spec(overrides: dict[str, Any], decode_only_below: int | None = None) -> dict[str, Any]:
+    """The RayService spec the program renders for the stack (stack_config overrides applied), or with
+    serving.routing.decodeOnlyBelowTokens set (the decode-only arm)."""
     config = rendered_stack(overrides)
-    return ray_service_spec(config.serving, GPU_INSTANCE_TYPES[config.gpu_nodes.instance_type])
+    serving = config.serving
+    if decode_only_below is not None:
+        routing = serving.routing.model_copy(update={"decode_only_below_tokens": decode_only_below})
+        serving = serving.model_copy(update={"routing": routing})
+    return ray_service_spec(serving, GPU_INSTANCE_TYPES[config.gpu_nodes.instance_type])
+
+
+def decode_only_threshold(overrides: dict[str, Any]) -> int:
+    """The decode-only arm's threshold: what `make size` says for the run's model and GPU."""
+    from llm_pd_eks.models import MODELS
+    from llm_pd_eks_tools.sizing.routing import decode_only_threshold as sized
+
+    config = rendered_stack(overrides)
+    found = sized(MODELS[config.serving.model_id], GPU_INSTANCE_TYPES[config.gpu_nodes.instance_type])
+    assert found.tokens is not None, found.text()
+    return found.tokens
 
 
 def kuberay_raylet(group: dict[str, Any]) -> dict[str, Any]:
@@ -99,9 +118,7 @@ def kuberay_raylet(group: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_inputs(overrides: dict[str, Any]) -> dict[str, Any]:
-    """Everything the GPU machine needs, as data (no file written)."""
-    spec = rendered_spec(overrides)
+def overridden_serve_config(spec: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     serve = yaml.safe_load(spec["serveConfigV2"])
     app = serve["applications"][0]
     for role in ROLES:
@@ -109,6 +126,15 @@ def run_inputs(overrides: dict[str, Any]) -> dict[str, Any]:
             set_path(app["args"][f"{role}_config"], item["path"], item["value"])
     for item in overrides["serve_config"]:
         set_path(serve, item["path"], item["value"])
+    return serve
+
+
+def run_inputs(overrides: dict[str, Any]) -> dict[str, Any]:
+    """Everything the GPU machine needs, as data (no file written)."""
+    spec = rendered_spec(overrides)
+    serve = overridden_serve_config(spec, overrides)
+    app = serve["applications"][0]
+    conditional = overridden_serve_config(rendered_spec(overrides, decode_only_threshold(overrides)), overrides)
     decode = copy.deepcopy(app["args"]["decode_config"])
     decode["engine_kwargs"].pop("kv_transfer_config")
     share = get_path(decode, "engine_kwargs.gpu_memory_utilization")
@@ -139,7 +165,7 @@ def run_inputs(overrides: dict[str, Any]) -> dict[str, Any]:
         }
         raylets[role] = {"start": raylet, "env": env}
     head = spec["rayClusterConfig"]["headGroupSpec"]["rayStartParams"]
-    return {"serve_pd": serve, "serve_agg": aggregated, "raylets": raylets, "head": head}
+    return {"serve_pd": serve, "serve_agg": aggregated, "serve_cond": conditional, "raylets": raylets, "head": head}
 
 
 def git_commit() -> str:
@@ -157,10 +183,16 @@ def write_bundle(out: Path, overrides: dict[str, Any]) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     (out / "model").mkdir(exist_ok=True)
     written = []
-    for name, data in (("serve-pd.json", inputs["serve_pd"]), ("serve-agg.json", inputs["serve_agg"])):
+    served = (("serve-pd.json", "serve_pd"), ("serve-agg.json", "serve_agg"), ("serve-cond.json", "serve_cond"))
+    for name, data in ((name, inputs[key]) for name, key in served):
         (out / name).write_text(json.dumps(data, indent=1) + "\n")
         written.append(out / name)
     (out / "raylets.json").write_text(json.dumps({"head": inputs["head"], **inputs["raylets"]}, indent=1) + "\n")
+    # the decode-only arm's server class, importable by the raylets as in the pods (serve_routing.py)
+    (out / "runtime").mkdir(exist_ok=True)
+    for filename, source in runtime_configmap_data().items():
+        (out / "runtime" / filename).write_text(source)
+        written.append(out / "runtime" / filename)
     config = MODEL_CONFIGS / model_id / "config.json"
     (out / "model" / "config.json").write_text(config.read_text())
     meta = {

@@ -3,7 +3,7 @@
 # the chunks copied to /tmp/w), then run one phase of the real run (pd | agg | stop) on the bundle that
 # `python -m llm_pd_eks_tools.realrun.render` wrote to .gpu/realrun. What it shows lands in $OUT.
 set -euo pipefail
-phase=${1:?pd, agg or stop}
+phase=${1:?pd, agg, mix-pd, mix-cond or stop}
 here=$(cd "$(dirname "$0")" && pwd)
 bash "$here/unpack-wheels.sh"
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
