@@ -832,14 +832,14 @@ def test_gpu_memory_is_ec2s_figure_as_moto_carries_it():
 
     import moto
 
-    from llm_pd_eks_tools.sizing import EC2_GPU_MEMORY_MIB, gpu_memory_gib
+    from llm_pd_eks_tools.sizing import gpu_memory_gib
 
     data = json.loads(
         gzip.open(os.path.join(os.path.dirname(moto.__file__), "ec2", "resources", "instance_types.json.gz")).read()
     )
-    for name, mib in EC2_GPU_MEMORY_MIB.items():
-        assert data[name]["GpuInfo"]["Gpus"][0]["MemoryInfo"]["SizeInMiB"] == mib, name
-    assert set(EC2_GPU_MEMORY_MIB) == set(GPU_INSTANCE_TYPES)
+    for name, instance in GPU_INSTANCE_TYPES.items():  # the one GPU table, as EC2's own data has it
+        assert data[name]["GpuInfo"]["Gpus"][0]["MemoryInfo"]["SizeInMiB"] == instance.gpu_memory_mib, name
+        assert gpu_memory_gib(instance) == instance.gpu_memory_mib / 1024
     assert gpu_memory_gib(GPU_INSTANCE_TYPES["g6e.12xlarge"]) == pytest.approx(44.7, abs=0.05)  # not 48
 
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 from llm_pd_eks_tools.sizing.calibration import CalibratedConstants, Calibration, calibration_path, load_calibration
 from llm_pd_eks_tools.sizing.engine import (
     CALIBRATION_ONLY_EMBEDDINGS,
-    EC2_GPU_MEMORY_MIB,
     ENGINE_CONSTANTS,
     NIM_FP8,
     TRTLLM_BF16,
@@ -90,7 +89,6 @@ from llm_pd_eks_tools.sizing.workload import (
 __all__ = [
     "CALIBRATION_ONLY_EMBEDDINGS",
     "COST_BASIS",
-    "EC2_GPU_MEMORY_MIB",
     "ENGINE_CONSTANTS",
     "MAX_REPLICAS",
     "MAX_WORKLOAD_BYTES",

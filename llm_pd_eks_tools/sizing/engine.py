@@ -167,28 +167,10 @@ def vllm_step_budget(instance: GpuInstanceType) -> tuple[int, int]:
     return 2048, 256
 
 
-# GPU memory per GPU as EC2 reports it (DescribeInstanceTypes GpuInfo.Gpus[].MemoryInfo.SizeInMiB),
-# transcribed from moto 5.2.5's moto/ec2/resources/instance_types.json.gz (EC2's own data; the test
-# compares it with the installed moto). An L40S is 45,776 MiB = 44.7 GiB there, not the 48 GB of its
-# datasheet; an A10G 22,888 MiB.
-EC2_GPU_MEMORY_MIB: dict[str, int] = {
-    "g6e.8xlarge": 45776,
-    "g6e.12xlarge": 45776,
-    "g6e.24xlarge": 45776,
-    "g6e.48xlarge": 45776,
-    "g5.48xlarge": 22888,
-    "p4d.24xlarge": 40960,
-    "p4de.24xlarge": 81920,
-    "p5.48xlarge": 81920,
-    "p5e.48xlarge": 144384,
-    "p5en.48xlarge": 144384,
-}
-
-
 def gpu_memory_gib(instance: GpuInstanceType) -> float:
-    """GiB per GPU from EC2's data; the catalog's round figure for a type the table lacks."""
-    mib = EC2_GPU_MEMORY_MIB.get(instance.name)
-    return mib / 1024 if mib is not None else float(instance.gpu_memory_gib)
+    """GiB per GPU as EC2 states it (the catalog's GpuInfo.Gpus[].MemoryInfo.SizeInMiB, not a rounded
+    figure): an L40S is 45,776 MiB = 44.7 GiB there, not the 48 GB of its datasheet; an A10G 22,888 MiB."""
+    return instance.gpu_memory_mib / 1024
 
 
 # -- the hardware a replica runs on -------------------------------------------------------------------
