@@ -35,6 +35,7 @@ import pulumi_kubernetes as k8s
 from .catalog import CLUSTER_AUTOSCALER_IMAGE
 from .cluster import irsa_trust_policy
 from .config.autoscaler import NodeAutoscalerConfig
+from .gpu_cutover import NODE_GROUP_LABEL
 from .helm import HelmChart, pinned_release
 from .system_nodes import SYSTEM_LABELS
 
@@ -175,6 +176,17 @@ def check_node_autoscaler_args(args: NodeAutoscalerArgs) -> None:
         raise pulumi.InputPropertyError("groups", f"key(s) {', '.join(dupes)} given twice; each names its tags")
 
 
+def with_group_name(group: AutoscaledGroup) -> dict[str, pulumi.Input[str]]:
+    """The group's node-template tags plus EKS's node group label with its name: the Ray pods select
+    their group by it (llm_pd_eks/gpu_cutover.py). EKS sets that label on the nodes but not in the
+    group's `labels`, and Cluster Autoscaler builds a node for a group with no nodes from the ASG's
+    node-template tags and DescribeNodegroup's labels (kubernetes/autoscaler
+    cluster-autoscaler/cloudprovider/aws/aws_manager.go `buildNodeFromTemplate`): without this tag a
+    pending Ray pod of a new or scaled-to-zero group matches no template and never triggers a scale-up."""
+    key = f"{TAG_PREFIX}/node-template/label/{NODE_GROUP_LABEL}"
+    return {**group.template_tags, key: group.node_group.node_group_name}
+
+
 def _slug(tag_key: str) -> str:
     """A resource-name-safe, stable form of a tag key (the tag key decides the name, not its position)."""
     return re.sub(r"[^a-z0-9]+", "-", tag_key.removeprefix(f"{TAG_PREFIX}/node-template/").lower()).strip("-")
@@ -225,7 +237,7 @@ class NodeAutoscaler(pulumi.ComponentResource):
                 opts=child,
             )
             for group in args.groups
-            for key, value in sorted(group.template_tags.items())
+            for key, value in sorted(with_group_name(group).items())
         ]
         self.release = pinned_release(
             f"{name}-release",

@@ -84,6 +84,19 @@ def dataclass_fields(tree: ast.Module, name: str, where: str) -> list[str]:
     return sorted(fields)
 
 
+def literal_field(tree: ast.Module, name: str, field: str, where: str) -> dict[str, Any]:
+    """A class field annotated `Literal[...]` with a literal default: its values and its default."""
+    for node in _class(tree, name, where).body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == field:
+            annotation = node.annotation
+            if not (isinstance(annotation, ast.Subscript) and ast.unparse(annotation.value).endswith("Literal")):
+                raise ToolError(Exit.FAILED, f"{where}: {name}.{field} is {ast.unparse(annotation)}, not a Literal")
+            values = ast.literal_eval(annotation.slice)
+            default = ast.literal_eval(node.value) if node.value is not None else None
+            return {"values": list(values) if isinstance(values, tuple) else [values], "default": default}
+    raise ToolError(Exit.FAILED, f"{where}: no field {name}.{field}")
+
+
 def _assignments(tree: ast.Module) -> dict[str, ast.expr]:
     """Module-level `NAME = value` assignments."""
     out: dict[str, ast.expr] = {}
@@ -190,6 +203,8 @@ def engine_args(wheel: Wheel) -> dict[str, Any]:
         "engine_args_fields": dataclass_fields(wheel.tree(ARG_UTILS), "EngineArgs", ARG_UTILS),
         "kv_transfer_config_fields": dataclass_fields(kv, "KVTransferConfig", KV_TRANSFER),
         "kv_roles": literal_values(kv, "KVRole", KV_TRANSFER),
+        # what a decode replica does when a KV read fails (vllm/v1/core/sched/scheduler.py reads it)
+        "kv_load_failure_policy": literal_field(kv, "KVTransferConfig", "kv_load_failure_policy", KV_TRANSFER),
         "kv_connectors": registered_connectors(wheel.tree(FACTORY)),
         "cache_dtypes": literal_values(wheel.tree(CACHE), "CacheDType", CACHE),
         "nixl_backends_extra_config_key": nixl_backends_key(wheel),
@@ -223,7 +238,8 @@ def source_note(wheel: Path, version: str, commit: str, today: str) -> str:
         "Use: tests/test_metric_names.py judges llm_pd_eks/metrics.py by it.\n"
         "\n"
         f"engine-args-{version}.json: the dataclass fields of `EngineArgs` ({ARG_UTILS}) and\n"
-        f"`KVTransferConfig` ({KV_TRANSFER}), the `KVRole` literals there, the connector names\n"
+        f"`KVTransferConfig` ({KV_TRANSFER}), the `KVRole` literals and `kv_load_failure_policy`'s values\n"
+        "and default there, the connector names\n"
         f"registered in {FACTORY}, the `CacheDType` literals ({CACHE}),\n"
         "and the `kv_connector_extra_config` key NIXL's worker reads its backends from\n"
         f'(`self.nixl_backends = ...get_from_extra_config("<key>", ...)` under {NIXL_DIR}).\n'

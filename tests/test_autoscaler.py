@@ -10,6 +10,7 @@ from helpers import DATA, NODE_GROUP, engine_config_with
 
 from llm_pd_eks.autoscaler import DESCRIBE_ACTIONS, MUTATING_ACTIONS, SERVICE_ACCOUNT, TAG_PREFIX
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+from llm_pd_eks.gpu_cutover import NODE_GROUP_LABEL
 from llm_pd_eks_tools.preview.mockrun import ProgramRun, run_program, stack_config
 
 CHART_VALUES = yaml.safe_load((DATA / "cluster-autoscaler" / "values-9.59.0.yaml").read_text())
@@ -106,7 +107,8 @@ def test_gpu_group_template_lets_a_ray_worker_fit(run: ProgramRun):
     ng = run.one(NODE_GROUP, "gpu")
     prefix = f"{TAG_PREFIX}/node-template/"
     labels = {k[len(prefix + "label/") :]: v for k, v in tags.items() if k.startswith(prefix + "label/")}
-    assert labels == ng.inputs["labels"]
+    # the group's labels, and EKS's own node group label with its name (what the Ray pods select)
+    assert labels == {**ng.inputs["labels"], NODE_GROUP_LABEL: ng.outputs["nodeGroupName"]}
     resources = {k[len(prefix + "resources/") :]: v for k, v in tags.items() if k.startswith(prefix + "resources/")}
     assert resources == {
         "nvidia.com/gpu": str(instance.gpus),
@@ -131,8 +133,13 @@ def test_gpu_group_template_lets_a_ray_worker_fit(run: ProgramRun):
 
 
 def test_system_group_template_has_its_label_only(programs):
-    tags = asg_tags(programs("dev"), "system")
-    assert tags == {f"{TAG_PREFIX}/node-template/label/role": "system"}
+    run = programs("dev")
+    tags = asg_tags(run, "system")
+    name = run.one(NODE_GROUP, "system").outputs["nodeGroupName"]
+    assert tags == {
+        f"{TAG_PREFIX}/node-template/label/role": "system",
+        f"{TAG_PREFIX}/node-template/label/{NODE_GROUP_LABEL}": name,
+    }
 
 
 def test_autoscaler_can_be_left_out():

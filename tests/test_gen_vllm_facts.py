@@ -26,6 +26,7 @@ SOURCES = {
         'KVProducer = Literal["kv_producer", "kv_both"]\nKVConsumer = Literal["kv_consumer", "kv_both"]\n'
         "KVRole = Literal[KVProducer, KVConsumer]\n"
         "@config\nclass KVTransferConfig:\n    kv_role: KVRole | None = None\n    kv_connector: str | None = None\n"
+        '    kv_load_failure_policy: Literal["recompute", "fail"] = "fail"\n'
     ),
     "vllm/config/cache.py": 'CacheDType = Literal["auto", "fp8", "bfloat16"]\n',
     "vllm/distributed/kv_transfer/kv_connector/factory.py": (
@@ -78,8 +79,9 @@ def test_the_facts_are_read_from_the_wheels_source(tmp_path):
     args = json.loads((out / "engine-args-9.9.9.json").read_text())
     assert args == {
         "engine_args_fields": ["_rank", "model"],  # the ClassVar and a method's local are no fields
-        "kv_transfer_config_fields": ["kv_connector", "kv_role"],
+        "kv_transfer_config_fields": ["kv_connector", "kv_load_failure_policy", "kv_role"],
         "kv_roles": ["kv_producer", "kv_both", "kv_consumer"],  # typing.get_args order of the nested Literal
+        "kv_load_failure_policy": {"values": ["recompute", "fail"], "default": "fail"},
         "kv_connectors": ["ExampleConnector", "NixlConnector"],
         "cache_dtypes": ["auto", "fp8", "bfloat16"],
         "nixl_backends_extra_config_key": "backends",
@@ -128,6 +130,7 @@ def test_the_vendored_facts_have_the_generators_shape():
         "engine_args_fields",
         "kv_transfer_config_fields",
         "kv_roles",
+        "kv_load_failure_policy",
         "kv_connectors",
         "cache_dtypes",
         "nixl_backends_extra_config_key",

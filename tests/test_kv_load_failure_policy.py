@@ -1,8 +1,8 @@
 """What a decode replica does when reading a request's KV cache from prefill fails: it recomputes.
 
-Judged by vLLM 0.26.0's own option (tests/data/vllm/kv-load-failure-policy-0.26.0.json, from the
-wheel's vllm/config/kv_transfer.py): the value is one vLLM accepts and not its default (`fail`,
-which ends the request with an error).
+Judged by the image's vLLM's own option (tests/data/vllm/engine-args-<vLLM>.json, generated from the
+wheel's vllm/config/kv_transfer.py by llm_pd_eks_tools/gen_vllm_facts.py): the value is one vLLM
+accepts and not its default (`fail`, which ends the request with an error).
 """
 
 from __future__ import annotations
@@ -12,9 +12,11 @@ import json
 import yaml
 from helpers import DATA, RAY_SERVICE
 
+from llm_pd_eks.versions import DLC_VLLM_VERSION
 from llm_pd_eks_tools.preview.mockrun import ProgramRun
 
-VLLM = json.loads((DATA / "vllm" / "kv-load-failure-policy-0.26.0.json").read_text())["kv_load_failure_policy"]
+FACTS = DATA / "vllm" / f"engine-args-{DLC_VLLM_VERSION}.json"
+VLLM = json.loads(FACTS.read_text())["kv_load_failure_policy"]
 
 
 def kv_transfer_configs(run: ProgramRun) -> dict[str, dict]:
