@@ -394,6 +394,10 @@ class LlmPdEks(pulumi.ComponentResource):
                     device_plugins=[device_plugins.nvidia, device_plugins.efa],
                     node_groups=[system_nodes.node_group, gpu_nodes.node_group],
                     hf_token=_secret(args.get("hf_token")),
+                    region=config.region,
+                    oidc_provider_arn=cluster.oidc_provider_arn,
+                    oidc_issuer=cluster.oidc_issuer,
+                    tags=tags,
                 ),
                 opts=child,
             )

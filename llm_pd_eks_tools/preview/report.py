@@ -123,6 +123,9 @@ class Figures(BaseModel):
     # a maxModelLen request, and $/Mtok at the output rate of workloads/<stack>.yaml; `status` "ok" | "n/a".
     kv_band: dict[str, Any] = Field(default_factory=lambda: {"status": "n/a", "reason": "not computed"})
     sized: dict[str, Any] = Field(default_factory=lambda: {"status": "n/a", "reason": "not computed"})
+    # The weights a GPU node's cold start downloads, and how much of it crosses the NAT gateway
+    # (llm_pd_eks_tools/preview/figures.py `weights_figure`); `status` "ok" | "n/a".
+    weights: dict[str, Any] = Field(default_factory=lambda: {"status": "n/a", "reason": "not computed"})
 
     @property
     def gpu(self) -> Optional[NodeGroupFigure]:
