@@ -56,7 +56,16 @@ def test_the_uri_is_kept_without_its_trailing_slash():
 
 
 @pytest.mark.parametrize(
-    "uri", ["s3://example-llm-weights", "s3://example-llm-weights/", "s3://Upper/x", "s3://b/x*", "https://b/x"]
+    "uri",
+    [
+        "s3://example-llm-weights",
+        "s3://example-llm-weights/",
+        "s3://Upper/x",
+        "s3://b/x*",
+        "https://b/x",
+        "s3://bucket//x",
+        "s3://bucket/x//",
+    ],
 )
 def test_a_uri_without_a_bucket_and_prefix_is_refused(uri):
     (problem,) = problems({"serving": {"weightsS3Uri": uri}})

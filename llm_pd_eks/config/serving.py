@@ -256,7 +256,7 @@ class ServingConfig(Strict):
     def _s3_prefix(cls, value: Optional[str]) -> Optional[str]:
         if value is None:
             return value
-        if not _S3_WEIGHTS_URI.match(value):
+        if not _S3_WEIGHTS_URI.match(value) or "//" in value[len("s3://") :]:
             raise ValueError(
                 f"{shown(value)} is not s3://<bucket>/<prefix> (a valid bucket name and a prefix without "
                 "'*' or '?'); the workers' read access is scoped to that prefix"
