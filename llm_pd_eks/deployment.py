@@ -414,6 +414,10 @@ class LlmPdEks(pulumi.ComponentResource):
                     node_group_names=ray_node_group_names(system_nodes.node_group, gpu_nodes.node_group),
                     hf_token=_secret(args.get("hf_token")),
                     gcs_store=gcs_store.connection if gcs_store else None,
+                    region=config.region,
+                    oidc_provider_arn=cluster.oidc_provider_arn,
+                    oidc_issuer=cluster.oidc_issuer,
+                    tags=tags,
                 ),
                 opts=child,
             )

@@ -38,6 +38,7 @@ from .serving_names import (
     ROLE_LABEL,
     ROLES,
 )
+from .weights_access import worker_service_account
 
 # serving.upgradeStrategy -> KubeRay 1.7 spec.upgradeStrategy.type (rayservice_types.go:
 # NewCluster | NewClusterWithIncrementalUpgrade | None). `Recreate` is KubeRay's `None` plus a Pulumi
@@ -50,6 +51,7 @@ def ray_service_spec(
     instance: GpuInstanceType,
     hf_secret_name: Optional[pulumi.Input[str]] = None,
     node_groups: Optional[RayNodeGroupNames] = None,
+    region: Optional[str] = None,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "upgradeStrategy": {"type": UPGRADE_STRATEGIES[serving.upgrade_strategy]},
@@ -60,7 +62,14 @@ def ray_service_spec(
             "enableInTreeAutoscaling": True,  # worker pods follow Serve's replica autoscaling
             "headGroupSpec": head_group(serving.image, node_groups.head if node_groups else None),
             "workerGroupSpecs": [
-                worker_group(serving, role, instance, hf_secret_name, node_groups.workers if node_groups else None)
+                worker_group(
+                    serving,
+                    role,
+                    instance,
+                    hf_secret_name,
+                    node_group=node_groups.workers if node_groups else None,
+                    region=region,
+                )
                 for role in ROLES
             ],
         },
@@ -135,6 +144,14 @@ class RayServiceArgs:
     """The GCS store when serving.gcsFaultTolerance is on (llm_pd_eks/gcs_store.py)."""
     hf_token: Optional[pulumi.Input[str]] = None
     """Hugging Face token for gated models, kept a Pulumi secret (pulumi config set --secret hfToken)."""
+    region: Optional[str] = None
+    """The stack's AWS region; required with serving.weightsS3Uri (the workers' S3 region, the role's partition)."""
+    oidc_provider_arn: Optional[pulumi.Input[str]] = None
+    """The cluster's IAM OIDC provider; required with serving.weightsS3Uri (the workers' IRSA role trusts it)."""
+    oidc_issuer: Optional[pulumi.Input[str]] = None
+    """The OIDC issuer without `https://`; required with serving.weightsS3Uri."""
+    tags: Optional[dict[str, str]] = None
+    """Tags for the AWS resources made here (the workers' IAM role)."""
 
 
 def check_ray_service_args(args: RayServiceArgs) -> None:
@@ -145,14 +162,20 @@ def check_ray_service_args(args: RayServiceArgs) -> None:
             raise pulumi.InputPropertyError(f"config.{role}.tensor_parallel_size", problem)
     if not args.device_plugins:
         raise pulumi.InputPropertyError("device_plugins", "empty; the worker pods request GPUs and EFA devices")
+    if args.config.weights_s3_uri is not None:
+        for key in ("region", "oidc_provider_arn", "oidc_issuer"):
+            if getattr(args, key) is None:
+                raise pulumi.InputPropertyError(key, "required with serving.weightsS3Uri (the workers' IRSA role)")
 
 
 class LlmRayService(pulumi.ComponentResource):
-    """Namespace, optional HF token Secret, the RayService (whose serveService is the OpenAI-compatible
-    endpoint) and a PodDisruptionBudget per worker group."""
+    """Namespace, optional HF token Secret, the workers' S3 weights access (serving.weightsS3Uri), the
+    RayService (whose serveService is the OpenAI-compatible endpoint) and a PodDisruptionBudget per
+    worker group."""
 
     namespace: k8s.core.v1.Namespace
     hf_secret: Optional[k8s.core.v1.Secret]
+    worker_service_account: Optional[k8s.core.v1.ServiceAccount]
     ray_service: k8s.apiextensions.CustomResource
     disruption_budgets: dict[str, k8s.policy.v1.PodDisruptionBudget]
     head_budget: k8s.policy.v1.PodDisruptionBudget
@@ -191,9 +214,26 @@ class LlmRayService(pulumi.ComponentResource):
                 opts=k8s_opts,
             )
 
+        self.worker_service_account = None
+        if serving.weights_s3_uri is not None:
+            assert args.region and args.oidc_provider_arn is not None and args.oidc_issuer is not None
+            self.worker_service_account = worker_service_account(
+                name,
+                serving,
+                args.region,
+                args.oidc_provider_arn,
+                args.oidc_issuer,
+                namespace,
+                args.tags,
+                self,
+                args.provider,
+            )
+
         timeout = f"{serving.ready_timeout_minutes}m"
         gcs = gcs_fault_tolerance_options(name, args.gcs_store, namespace, k8s_opts) if args.gcs_store else None
-        spec = protect_head(ray_service_spec(serving, args.instance, hf_secret_name, args.node_group_names), gcs)
+        spec = protect_head(
+            ray_service_spec(serving, args.instance, hf_secret_name, args.node_group_names, args.region), gcs
+        )
         recreate = replace_on_changes(spec)
         self.ray_service = k8s.apiextensions.CustomResource(
             f"{name}-rayservice",
@@ -214,6 +254,7 @@ class LlmRayService(pulumi.ComponentResource):
                     *args.device_plugins,
                     *args.node_groups,
                     *([self.runtime_module] if self.runtime_module else []),
+                    *([self.worker_service_account] if self.worker_service_account else []),
                 ],
                 custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout),
                 replace_on_changes=recreate or None,

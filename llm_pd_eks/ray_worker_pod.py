@@ -39,7 +39,7 @@ from .efa_gpu_nodes import GPU_LABELS, GPU_TOLERATION
 from .engine_start import ENGINE_START_TIMEOUT_ENV, engine_start_timeout_s
 from .gpu_cutover import node_group_selector
 from .ray_resources import accelerator_resource_name, custom_resource_problem, role_resource
-from .serving_names import APP_LABEL, HF_SECRET_KEY, RAY_SERVICE_NAME, ROLE_LABEL, other_role
+from .serving_names import APP_LABEL, HF_SECRET_KEY, RAY_SERVICE_NAME, ROLE_LABEL, WORKER_SERVICE_ACCOUNT, other_role
 
 # libfabric's EFA provider: what NIXL's LIBFABRIC backend runs on. FI_EFA_USE_DEVICE_RDMA=1 is
 # added only where the device has RDMA read (libfabric aborts when it is forced on a device without).
@@ -83,8 +83,13 @@ def worker_group(
     instance: GpuInstanceType,
     hf_secret_name: Optional[pulumi.Input[str]] = None,
     node_group: Optional[pulumi.Input[str]] = None,
+    region: Optional[str] = None,
 ) -> dict[str, Any]:
-    """A worker group whose every pod fills one GPU node (all GPUs, all EFA devices)."""
+    """A worker group whose every pod fills one GPU node (all GPUs, all EFA devices).
+
+    With `serving.weightsS3Uri` the pods run as the service account whose IRSA role reads it
+    (llm_pd_eks/weights_access.py), and boto3 is told the stack's region (`AWS_REGION`), so it
+    asks the regional S3 endpoint, the one the VPC's S3 gateway endpoint serves."""
     group = serving.groups()[role]
     min_pods = group.nodes(group.min_replicas, instance.gpus)
     max_pods = group.nodes(group.max_replicas, instance.gpus)
@@ -94,6 +99,12 @@ def worker_group(
         **HF_ENV,
         ENGINE_START_TIMEOUT_ENV: str(engine_start_timeout_s(serving.model_id, serving.engine_start_timeout_s)),
     }
+    pod_extra: dict[str, Any] = {}
+    if serving.weights_s3_uri is not None:
+        if not region:
+            raise ValueError(f"worker group {role}: weightsS3Uri is set but no region was given")
+        plain_env["AWS_REGION"] = region
+        pod_extra["serviceAccountName"] = WORKER_SERVICE_ACCOUNT
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in plain_env.items()]
     # vLLM binds its side channel (NIXL handshake) to this address: the pod's, not a guess.
     env.append({"name": "VLLM_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
@@ -120,6 +131,7 @@ def worker_group(
                 "nodeSelector": {**GPU_LABELS, **node_group_selector(node_group)},  # gpu_cutover.py
                 "tolerations": [GPU_TOLERATION],
                 "terminationGracePeriodSeconds": WORKER_TERMINATION_GRACE_S,
+                **pod_extra,
                 "affinity": {
                     "podAntiAffinity": {
                         "requiredDuringSchedulingIgnoredDuringExecution": [

@@ -41,11 +41,20 @@ KV_TRANSFER_CONFIG = {
 }
 
 
+def model_source(serving: ServingConfig) -> str:
+    """Where Ray Serve LLM loads the weights from: `serving.weightsS3Uri`, else the Hugging Face id.
+
+    An `s3://` model_source is a cloud mirror to Ray Serve LLM 2.58 (engines/vllm/vllm_models.py
+    `from_llm_config`: `is_remote_path` -> `CloudMirrorConfig(bucket_uri=model_source)`, the model
+    keeping `model_id` as its name), downloaded into the Hugging Face cache on every replica node."""
+    return serving.weights_s3_uri or serving.model_id
+
+
 def llm_config(serving: ServingConfig, role: str, instance: GpuInstanceType) -> dict[str, Any]:
     """One `LLMConfig` (as a dict) for the prefill or the decode side."""
     group = serving.groups()[role]
     config: dict[str, Any] = {
-        "model_loading_config": {"model_id": serving.model_id, "model_source": serving.model_id},
+        "model_loading_config": {"model_id": serving.model_id, "model_source": model_source(serving)},
         "accelerator_type": instance.ray_accelerator_type,
         "engine_kwargs": {
             "tensor_parallel_size": group.tensor_parallel_size,

@@ -25,3 +25,8 @@ APP_LABEL = "llm-pd-eks/ray-service"  # every Ray pod of this RayService (PodDis
 
 def other_role(role: str) -> str:
     return ROLES[1 - ROLES.index(role)]
+
+
+# The worker pods' Kubernetes service account when they read the weights from S3 (its IRSA role:
+# llm_pd_eks/weights_access.py).
+WORKER_SERVICE_ACCOUNT = "llm-pd-worker"

@@ -29,6 +29,20 @@ MAX_MODEL_LEN = max(NATIVE_CONTEXT.values())
 # fit inside that budget with room left for the KV cache.
 GPU_MEMORY_BUDGET = 0.9
 
+# serving.weightsS3Uri: s3://<bucket>/<prefix>. Bucket names: 3-63 characters, lower-case letters,
+# digits, dots and hyphens, starting and ending with a letter or digit (Amazon S3 User Guide, "General
+# purpose bucket naming rules"). The prefix must be there (the workers' read access is scoped to it)
+# and carries no IAM wildcard (`*`, `?`), which would widen that scope.
+_S3_WEIGHTS_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(?P<prefix>[^*?\s]+?)/?$")
+
+
+def s3_bucket_and_prefix(uri: str) -> tuple[str, str]:
+    """(bucket, prefix without a trailing slash) of a valid serving.weightsS3Uri."""
+    match = _S3_WEIGHTS_URI.match(uri)
+    if not match:
+        raise ValueError(f"{shown(uri)} is not s3://<bucket>/<prefix>")
+    return match["bucket"], match["prefix"]
+
 
 class ReplicaGroupConfig(Strict):
     """One side of the prefill/decode split: vLLM tensor parallelism and Serve autoscaling bounds."""
@@ -154,6 +168,16 @@ class ServingConfig(Strict):
         le=360,
         description="How long `up` waits for the RayService: image pull, weights download, warm-up.",
     )
+    weights_s3_uri: Optional[str] = Field(
+        default=None,
+        description=(
+            "s3://<bucket>/<prefix> holding the model's Hugging Face snapshot (config.json, tokenizer, "
+            "safetensors), in the stack's region. Set: Ray Serve LLM loads the weights from it (model_source) "
+            "through the VPC's S3 gateway endpoint, not over the NAT gateway, and the workers get an IRSA role "
+            "that may only list and read that prefix. Unset: each GPU node's first start downloads them from "
+            "Hugging Face through NAT."
+        ),
+    )
     engine_start_timeout_s: Optional[int] = Field(
         default=None,
         ge=1,
@@ -234,6 +258,19 @@ class ServingConfig(Strict):
         if not re.fullmatch(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", value):
             raise ValueError(f"{value!r} is not a DNS-1035 label (lower case letters, digits, '-'; at most 63)")
         return value
+
+    @field_validator("weights_s3_uri")
+    @classmethod
+    def _s3_prefix(cls, value: Optional[str]) -> Optional[str]:
+        if value is None:
+            return value
+        if not _S3_WEIGHTS_URI.match(value) or "//" in value[len("s3://") :]:
+            raise ValueError(
+                f"{shown(value)} is not s3://<bucket>/<prefix> (a valid bucket name and a prefix without "
+                "'*' or '?'); the workers' read access is scoped to that prefix"
+            )
+        bucket, prefix = s3_bucket_and_prefix(value)
+        return f"s3://{bucket}/{prefix}"
 
     @field_validator("model_id")
     @classmethod

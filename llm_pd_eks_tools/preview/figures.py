@@ -188,6 +188,7 @@ def key_figures(run: "ProgramRun", config: Any, region: str, prices: Optional[Pr
         kv_band=kv_band_figure(config, gpu, run.stack),
         sized=sized_throughput_figure(run.stack, config, cost.hourly),
         routing=_routing(config),
+        weights=weights_figure(config, gpu),
     )
 
 
@@ -228,6 +229,35 @@ def kv_band_figure(config: Any, gpu: Optional[NodeGroupFigure], stack: Optional[
     except (ImportError, AttributeError, KeyError) as error:  # an older checkout (preview-diff's base)
         return {"status": "n/a", "reason": f"this checkout has no KV band figures ({type(error).__name__})"}
     return {"status": "ok", **band.as_dict()}
+
+
+def weights_figure(config: Any, gpu: Optional[NodeGroupFigure]) -> dict[str, Any]:
+    """What one GPU node's cold start pulls through the NAT gateway for the weights, and what
+    serving.weightsS3Uri saves of it. Every node a replica runs on downloads the whole model once
+    into its node cache (Ray Serve LLM `initialize_node` on each placement-group node; the cache is
+    the node's hostPath, llm_pd_eks/ray_worker_pod.py), so a node's cold start is the model's size."""
+    serving = getattr(config, "serving", None) if config is not None else None
+    if serving is None or gpu is None:
+        return {"status": "n/a", "reason": "no serving section or no GPU node group"}
+    try:
+        from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+        from llm_pd_eks.models import MODELS
+
+        gb = MODELS[serving.model_id].weights_gib_bf16 * 2**30 / 1e9
+        node_gpus = GPU_INSTANCE_TYPES[gpu.instance_type].gpus
+        nodes = sum(g.nodes(g.min_replicas, node_gpus) for g in serving.groups().values())
+        uri = getattr(serving, "weights_s3_uri", None)
+    except (ImportError, AttributeError, KeyError) as error:  # an older checkout (preview-diff's base)
+        return {"status": "n/a", "reason": f"this checkout has no weights figures ({type(error).__name__})"}
+    return {
+        "status": "ok",
+        "model_id": serving.model_id,
+        "source": uri or "huggingface",
+        "gb_per_node_cold_start": round(gb, 1),
+        "nat_gb_per_node_cold_start": 0.0 if uri else round(gb, 1),
+        "nat_gb_saved_per_node_cold_start": round(gb, 1) if uri else 0.0,
+        "nodes_at_min": nodes,
+    }
 
 
 def _calibrated_kv_efficiency(stack: Optional[str], config: Any) -> Optional[float]:

@@ -153,6 +153,22 @@ def figure_lines(figures: Figures) -> list[tuple[str, str]]:
         rows.append(("KV-cache transfer", f"n/a ({kv.reason})"))
     if figures.routing:
         rows.append(("Request routing", figures.routing.removeprefix("routing: ")))
+    weights = figures.weights
+    if weights.get("status") == "ok":
+        gb, nodes = weights["gb_per_node_cold_start"], weights["nodes_at_min"]
+        if weights["nat_gb_saved_per_node_cold_start"]:
+            text = (
+                f"{gb:,.1f} GB per GPU node cold start from {weights['source']} through the VPC's S3 gateway "
+                f"endpoint: {weights['nat_gb_saved_per_node_cold_start']:,.1f} GB of NAT traffic saved per node "
+                f"({gb * nodes:,.1f} GB for the {nodes} node(s) at min)"
+            )
+        else:
+            text = (
+                f"{weights['nat_gb_per_node_cold_start']:,.1f} GB through the NAT gateway per GPU node cold start "
+                f"(Hugging Face; {gb * nodes:,.1f} GB for the {nodes} node(s) at min); serving.weightsS3Uri "
+                "loads them over the S3 gateway endpoint instead"
+            )
+        rows.append(("Weights", f"{weights['model_id']}: {text}"))
     return rows
 
 

@@ -125,6 +125,9 @@ class Figures(BaseModel):
     sized: dict[str, Any] = Field(default_factory=lambda: {"status": "n/a", "reason": "not computed"})
     # serving.routing in one line (llm_pd_eks/serve_routing.py `preview_line`); "" without a serving section.
     routing: str = ""
+    # The weights a GPU node's cold start downloads, and how much of it crosses the NAT gateway
+    # (llm_pd_eks_tools/preview/figures.py `weights_figure`); `status` "ok" | "n/a".
+    weights: dict[str, Any] = Field(default_factory=lambda: {"status": "n/a", "reason": "not computed"})
 
     @property
     def gpu(self) -> Optional[NodeGroupFigure]:
