@@ -387,20 +387,10 @@ class LlmPdEks(pulumi.ComponentResource):
             )
 
         endpoint: Optional[pulumi.Output[Any]] = None
-        gcs_store = None
+        gcs_store = None  # the Ray head's GCS state outside the head (serving.gcsFaultTolerance)
         if config.serving is not None and config.serving.gcs_fault_tolerance:
-            gcs_store = GcsStore(
-                "ray-gcs-store",
-                GcsStoreArgs(
-                    cluster_name=cluster_name,
-                    vpc_id=network.vpc.id,
-                    private_subnet_ids=network.private_subnet_ids,
-                    node_security_group_id=cluster.security_group_id,
-                    node_type=config.serving.gcs_store_node_type,
-                    tags=tags,
-                ),
-                opts=child,
-            )
+            store = GcsStoreArgs(cluster_name, network.vpc.id, network.private_subnet_ids, cluster.security_group_id)
+            gcs_store = GcsStore("ray-gcs-store", store, config.serving.gcs_store_node_type, tags, opts=child)
         if config.serving is not None:
             llm = LlmRayService(
                 "llm",

@@ -76,10 +76,6 @@ class GcsStoreArgs:
     """The private subnets: the primary and its replica land in two of them."""
     node_security_group_id: pulumi.Input[str]
     """The cluster security group every node is a member of: the only source admitted."""
-    node_type: str
-    """The cache node type (`serving.gcsStoreNodeType`)."""
-    tags: Mapping[str, str] | None = None
-    """Tags on every resource."""
 
 
 class GcsStore(pulumi.ComponentResource):
@@ -89,13 +85,21 @@ class GcsStore(pulumi.ComponentResource):
     replication_group: aws.elasticache.ReplicationGroup
     connection: GcsConnection
 
-    def __init__(self, name: str, args: GcsStoreArgs, opts: pulumi.ResourceOptions | None = None):
+    def __init__(
+        self,
+        name: str,
+        args: GcsStoreArgs,
+        node_type: str,
+        tags: Mapping[str, str] | None = None,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        """`node_type`: the cache node type (`serving.gcsStoreNodeType`); `tags` on every resource."""
         if len(args.private_subnet_ids) < 2:
             raise pulumi.InputPropertyError(
                 "private_subnet_ids", "fewer than 2; the store's replica needs a second availability zone"
             )
         super().__init__("llm-pd-eks:index:GcsStore", name, None, opts)
-        tags = dict(args.tags or {})
+        tags = dict(tags or {})
         child = pulumi.ResourceOptions(parent=self)
         subnets = aws.elasticache.SubnetGroup(
             f"{name}-subnets",
@@ -129,7 +133,7 @@ class GcsStore(pulumi.ComponentResource):
             description=f"Ray GCS fault tolerance of {args.cluster_name}",
             engine=engine,
             engine_version=version,
-            node_type=args.node_type,
+            node_type=node_type,
             num_cache_clusters=2,  # a primary and a replica
             automatic_failover_enabled=True,
             multi_az_enabled=True,

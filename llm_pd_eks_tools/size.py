@@ -186,7 +186,8 @@ def sized_values(result: Sizing, current: Any) -> dict[str, dict[str, Any]]:
 
     The sized counts become the maxima; minReplicas stays as set (clipped to the new maximum); the
     node group's minSize/desiredSize are the nodes the minimum replicas need (at least 2: prefill and
-    decode never share a node) and its maxSize the nodes the sized replicas need. Each side's
+    decode never share a node) and its maxSize the nodes the sized replicas need (plus, with
+    upgradeStrategy NewCluster, those a second cluster starts with). Each side's
     targetOngoingRequests is the requests a replica holds at the sized load (Little's law), and
     upscaleDelayS/downscaleDelayS are written as configured (the model has no view on them).
     """
@@ -210,7 +211,10 @@ def sized_values(result: Sizing, current: Any) -> dict[str, dict[str, Any]]:
         min_nodes += group.nodes(low, instance_gpus)
         max_nodes += group.nodes(sized, instance_gpus)
     floor = max(2, min_nodes)
-    out["gpuNodes"] = {"minSize": floor, "desiredSize": floor, "maxSize": max(floor, max_nodes)}
+    # NewCluster starts a second Ray cluster at its minimum next to the serving one at its maximum
+    # (the config refuses a maxSize below that: llm_pd_eks/config/stack.py)
+    second = min_nodes if serving.upgrade_strategy == "NewCluster" else 0
+    out["gpuNodes"] = {"minSize": floor, "desiredSize": floor, "maxSize": max(floor, max_nodes + second)}
     return out
 
 

@@ -7,6 +7,7 @@ checked against the services' own models.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import boto3
@@ -14,7 +15,7 @@ import pytest
 from botocore.stub import Stubber
 from helpers import engine_config_with, validate_values
 
-from llm_pd_eks.config import StackConfig, validate_engine_config
+from llm_pd_eks.config import PROJECT, StackConfig, validate_engine_config
 from llm_pd_eks_tools import preflight
 
 RID = "cr-0123456789abcdef0"
@@ -105,8 +106,12 @@ def test_scheduled_capacity_block_inside_the_ready_timeout_passes_and_shows_its_
 
 
 def served(capacity) -> StackConfig:
-    """prod (p5.48xlarge in us-east-1c, with a RayService) on `capacity`."""
-    return validate_engine_config(*engine_config_with("prod", "gpuNodes", capacity=capacity))
+    """prod (p5.48xlarge in us-east-1c, with a RayService) on `capacity`, its GPU group no larger than the
+    fixtures' 4-instance reservations (and so on Recreate: NewCluster's second cluster would not fit)."""
+    config, secret_keys = engine_config_with("prod", "gpuNodes", capacity=capacity, maxSize=4)
+    serving = f"{PROJECT}:serving"
+    config[serving] = json.dumps({**json.loads(config[serving]), "upgradeStrategy": "Recreate"})
+    return validate_engine_config(config, secret_keys)
 
 
 @pytest.mark.parametrize(
