@@ -44,7 +44,7 @@ class CutOver:
     """What `up` does, step by step, and what the old GPU nodes cost while they overlap the new ones."""
 
     steps: tuple[str, ...]
-    minutes: float  # expected wall time of the whole sequence
+    minutes: float  # wall time of the whole sequence at the engines' start budget (an upper bound)
     overlap_hours: float  # how long the old GPU group runs next to the new one
     overlap_gpu_hours: float
     overlap_cost: Optional[float]  # USD at on-demand list price, when the price is known
@@ -56,7 +56,8 @@ class CutOver:
         cost = f", about ${self.overlap_cost:,.2f}" if self.overlap_cost is not None else ""
         serving = "the endpoint is DOWN while the new cluster loads" if self.downtime else "no downtime"
         out.append(
-            f"Expected: about {self.minutes:.0f} min; old GPU nodes overlap the new ones for up to "
+            f"At most about {self.minutes:.0f} min (the engines' start budget, not a measured load); old GPU nodes "
+            f"overlap the new ones for up to "
             f"{self.overlap_hours:.2f} h ({self.overlap_gpu_hours:,.1f} GPU-hours{cost}); {serving}."
         )
         return out

@@ -115,5 +115,5 @@ def test_preview_diff_shows_the_cutover(prod, bigger_disk):
     base = Side("base", Path("."), 0, "", prod, None)
     text = render(compare("prod", base, Side("head", Path("."), 0, "", bigger_disk, None)))
     section = text.split("**Cut-over:**", 1)[1]
-    assert section.lstrip().startswith("1. GPU nodes:") and "Expected: about" in section
+    assert section.lstrip().startswith("1. GPU nodes:") and "At most about" in section
     assert "**Cut-over:**" not in render(compare("prod", base, Side("head", Path("."), 0, "", prod, None)))
