@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 from llm_pd_eks_tools import stackfile
 from llm_pd_eks_tools.cli import ROOT, Exit, ToolError, exit_with, one_line
+from llm_pd_eks_tools.io_safety import atomic_write
 
 PROJECT = stackfile.PROJECT
 PREFIX = "pr-"  # review stacks are `pr-<number>`; the reaper destroys only these
@@ -54,7 +55,7 @@ def write_review_stack(base_stack: str, pr: int, root: Path) -> Path:
         f"# Review stack of pull request #{pr}: {base_stack}'s network, cluster and system nodes, the\n"
         f"# serving layer off. Written by `python -m llm_pd_eks_tools.review_stack --from {base_stack} --pr {pr}`.\n"
     )
-    path.write_text(header + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    atomic_write(path, header + yaml.safe_dump(data, sort_keys=False))
     return path
 
 

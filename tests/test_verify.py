@@ -743,7 +743,7 @@ def test_a_reply_larger_than_the_cap_is_refused_unread(tmp_path, capsys, monkeyp
     finally:
         env_iter.close()
     nodes = by_name(report)["gpu-nodes"]
-    assert nodes["status"] == "UNVERIFIED" and "more than the 4096 verify reads" in nodes["detail"]
+    assert nodes["status"] == "UNVERIFIED" and "more than the 4096 read" in nodes["detail"]
 
 
 def test_a_body_that_trickles_in_ends_at_the_deadline(tmp_path, capsys):

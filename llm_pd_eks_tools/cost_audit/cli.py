@@ -2,30 +2,28 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
-import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from llm_pd_eks.config import CapacityBlock, CapacityReservation, ConfigError, StackConfig
-from llm_pd_eks_tools.cli import ROOT, Exit, ToolError, one_line
+from llm_pd_eks_tools.cli import ROOT, ArgumentParser, Exit, ToolError, one_line, say
 
 from .advice import derive, gpu_quota, predicted, recommendations
 from .cost_explorer import cost_explorer
 from .model import Audit, Source
 from .prometheus import prometheus, prometheus_queries
-from .report import render_markdown, write_report
+from .report import check_out_dir, render_markdown, write_report
 from .window import parse_since
 
 PROG = "cost-audit"
 
 
 def progress(source: str, text: str) -> None:
-    print(f"{PROG}: {source}: {text}", file=sys.stderr, flush=True)
+    say(PROG, f"{source}: {text}")
 
 
 def _guarded(audit: Audit, name: str, run: Callable[[], str]) -> None:
@@ -67,9 +65,7 @@ def main(
     """CLI entry. `clients` = (cost explorer, service quotas) to inject; built from boto3 otherwise."""
     from . import __doc__ as doc
 
-    parser = argparse.ArgumentParser(
-        prog="python -m llm_pd_eks_tools.cost_audit", description=(doc or "").split("\n")[0]
-    )
+    parser = ArgumentParser(prog="python -m llm_pd_eks_tools.cost_audit", description=(doc or "").split("\n")[0])
     parser.add_argument("--stack", required=True, help="the stack (Pulumi.<stack>.yaml)")
     parser.add_argument(
         "--since", default="7d", help="7d: the 7 whole UTC days before today; 36h: the 36 hours up to now (default 7d)"
@@ -89,6 +85,7 @@ def main(
         raise ToolError(Exit.USAGE, f"--prometheus {args.prometheus!r} is not a URL such as http://127.0.0.1:9090")
     workload = args.workload or ROOT / "workloads" / f"{args.stack}.yaml"
     out = args.out or ROOT / "build" / "cost-audit" / args.stack
+    check_out_dir(out)  # before any source is asked: a bad --out costs nothing
 
     audit = Audit(
         args.stack,

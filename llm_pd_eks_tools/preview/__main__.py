@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import NoReturn, Optional
 
-from llm_pd_eks_tools.cli import ROOT, ArgumentParser, Exit, ToolError, one_line, run
+from llm_pd_eks_tools.cli import ROOT, ArgumentParser, Exit, ToolError, finish, one_line, run
+from llm_pd_eks_tools.io_safety import guard_streams
 
 PROG = "preview"
 
@@ -86,9 +86,8 @@ def run_and_exit(argv: Optional[list[str]] = None) -> NoReturn:
     # The preview allocates hundreds of thousands of objects importing the provider SDKs and never
     # frees much; the cyclic collector only costs time here (~20% of a run), so it is switched off.
     gc.disable()
-    code = run(PROG, main, argv)
-    sys.stdout.flush()
-    sys.stderr.flush()
+    guard_streams()
+    code = finish(PROG, run(PROG, main, argv))
     # Skip interpreter teardown (tens of thousands of SDK objects, and asyncio loop finalisers that
     # complain once gc is off): everything is written and the policy process is already closed.
     os._exit(code)

@@ -27,6 +27,7 @@ from typing import Any, Callable, Optional
 
 from llm_pd_eks_tools.cli import ROOT, ArgumentParser, Exit, ToolError, checkout_root, fresh_out_dir, one_line, run
 from llm_pd_eks_tools.gpu_roll import classify_gpu_roll
+from llm_pd_eks_tools.io_safety import atomic_write
 from llm_pd_eks_tools.preview import fmt
 from llm_pd_eks_tools.preview.crds import crd_changes
 from llm_pd_eks_tools.preview.report import Report, VerdictRecord
@@ -340,7 +341,7 @@ def preview_diff(
             "everything counts as added."
         )
     diff = compare(stack, base, head, notes)
-    (out_dir / "diff.md").write_text(render(diff))
+    atomic_write((out_dir / "diff.md"), render(diff))
     return diff, head.exit_code
 
 

@@ -14,6 +14,7 @@ from typing import Optional
 from llm_pd_eks.catalog import gpu_instance_type
 from llm_pd_eks.config import ConfigError
 from llm_pd_eks_tools.cli import ROOT, ArgumentParser, Exit, ToolError, non_negative_seconds, one_line, seconds
+from llm_pd_eks_tools.io_safety import atomic_write
 from llm_pd_eks_tools.preview.mockrun import stack_config
 
 from .checks import Check, Expected, Status, run_checks
@@ -88,7 +89,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     body = report(args.stack, results, code)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "verify.json").write_text(json.dumps(body, indent=2) + "\n")
+        atomic_write((out / "verify.json"), json.dumps(body, indent=2) + "\n")
     except OSError as exc:  # the checks ran: print them, then say the file could not be written
         print(json.dumps(body, indent=2) if args.json else render_table(args.stack, results, code))
         raise ToolError(Exit.USAGE, f"--out {out}: cannot write verify.json ({exc.strerror})") from None
