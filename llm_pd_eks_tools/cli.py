@@ -65,24 +65,24 @@ MESSAGE_LIMIT = 1000  # characters of one error line
 def run(prog: str, main: Callable[[Optional[list[str]]], int], argv: Optional[list[str]] = None) -> int:
     """Call `main`, turning `ToolError`, signals, output failures and unexpected exceptions into one line
     + exit code; child process groups still running are ended on every way out."""
-    from llm_pd_eks_tools import io_safety
+    from llm_pd_eks_tools import process_safety
 
-    io_safety.install_signal_handlers()
+    process_safety.install_signal_handlers()
     try:
         try:
             return int(main(argv))
         finally:
-            io_safety.end_children()
+            process_safety.end_children()
     except ToolError as error:
         say(prog, str(error))
         return error.exit_code
     except KeyboardInterrupt:
         say(prog, "interrupted")
         return Exit.INTERRUPTED
-    except io_safety.Terminated as signal_:
+    except process_safety.Terminated as signal_:
         say(prog, f"terminated ({signal_})")
         return 128 + signal_.signum
-    except io_safety.OutputError as error:
+    except process_safety.OutputError as error:
         return output_failed(prog, error)
     except BrokenPipeError:  # a stdout not guarded (a test's capture): the reader left
         return Exit.PIPE
@@ -102,7 +102,7 @@ def output_failed(prog: str, error: OSError) -> int:
     """stdout could not be written: the reader left (SIGPIPE's code, quietly) or it is closed or full."""
     import errno
 
-    from llm_pd_eks_tools.io_safety import silence_stdout
+    from llm_pd_eks_tools.process_safety import silence_stdout
 
     silence_stdout()
     if error.errno == errno.EPIPE:
@@ -113,7 +113,7 @@ def output_failed(prog: str, error: OSError) -> int:
 
 def finish(prog: str, code: int) -> int:
     """Flush stdout and stderr before the process ends; a failure there changes the code as in `run`."""
-    from llm_pd_eks_tools.io_safety import OutputError
+    from llm_pd_eks_tools.process_safety import OutputError
 
     try:
         sys.stdout.flush()
@@ -129,8 +129,8 @@ def finish(prog: str, code: int) -> int:
 
 
 def exit_with(prog: str, main: Callable[[Optional[list[str]]], int]) -> NoReturn:
-    """A tool's process: its streams guarded (llm_pd_eks_tools/io_safety.py), `run`, flush, exit."""
-    from llm_pd_eks_tools.io_safety import guard_streams
+    """A tool's process: its streams guarded (llm_pd_eks_tools/process_safety.py), `run`, flush, exit."""
+    from llm_pd_eks_tools.process_safety import guard_streams
 
     guard_streams()
     sys.exit(finish(prog, run(prog, main)))

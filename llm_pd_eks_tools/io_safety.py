@@ -10,30 +10,26 @@
   a server trickling a byte at a time keeps a client forever), and a byte cap on the reply.
 - `redact`: the one filter every message passes through (URL user:password@, kubeconfig tokens and
   keys, bearer tokens).
-- `spawn` / `run_process` / `end_children`: children start in their own process group, so a timeout,
-  Ctrl-C or SIGTERM ends the child and everything it started; none outlives the tool.
+
+Child processes, the run's deadline and the tool's own streams and signals: `process_safety.py`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import http.client
 import io
 import os
 import re
-import signal
 import socket
 import ssl
 import stat
-import subprocess
 import tempfile
-import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import Any, Iterator, Optional, Union
 
 from llm_pd_eks_tools.cli import Exit, ToolError, one_line
 
@@ -69,6 +65,27 @@ def atomic_write(path: Union[str, Path], data: Union[str, bytes]) -> None:
             pass
         raise ToolError(Exit.IOERR, f"cannot write {path} ({error.strerror}); it was left as it was") from None
     _fsync_dir(path.parent)
+
+
+def append_text(path: Union[str, Path], text: str, what: str = "--github-output") -> None:
+    """Append `text` in one write (GitHub's GITHUB_OUTPUT file is appended to, never replaced).
+
+    A path that is a directory or another non-regular file, or cannot be opened, is a USAGE error; a
+    write that fails (a full disk) is IOERR.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o666)
+    except OSError as error:
+        raise ToolError(Exit.USAGE, f"{what} {path}: cannot be opened for appending ({error.strerror})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ToolError(Exit.USAGE, f"{what} {path}: not a regular file; give the file to append to")
+        try:
+            os.write(fd, text.encode("utf-8"))
+        except OSError as error:
+            raise ToolError(Exit.IOERR, f"{what} {path}: cannot be written ({error.strerror})") from None
+    finally:
+        os.close(fd)
 
 
 def _umask() -> int:
@@ -314,189 +331,3 @@ def redact(text: str) -> str:
     text = _USERINFO.sub(lambda m: f"{m[1]}{REDACTED}@", str(text))
     text = _SECRET_FIELD.sub(lambda m: f"{m[1]}{REDACTED}", text)
     return _BEARER.sub(lambda m: f"{m[1]} {REDACTED}", text)
-
-
-# -- child processes ------------------------------------------------------------------------------
-_children: set[subprocess.Popen] = set()
-_children_lock = threading.Lock()
-END_GRACE_S = 5.0  # SIGTERM, then this long before SIGKILL
-
-
-def spawn(command: Sequence[str], **kwargs: Any) -> subprocess.Popen:
-    """`subprocess.Popen` in a process group of its own, remembered until `end_process` or exit."""
-    proc = subprocess.Popen(list(command), start_new_session=True, **kwargs)
-    with _children_lock:
-        _children.add(proc)
-    return proc
-
-
-def end_process(proc: subprocess.Popen, grace: float = END_GRACE_S) -> None:
-    """End `proc`'s whole process group: SIGTERM, then SIGKILL after `grace` seconds; reap `proc`."""
-    with _children_lock:
-        _children.discard(proc)
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, None)):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            proc.wait(timeout=wait)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    try:  # the leader has gone; whatever it started in its group goes too
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def forget(proc: subprocess.Popen) -> None:
-    """`proc` ended by itself: no longer ours to end (its group may still hold its children)."""
-    with _children_lock:
-        _children.discard(proc)
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def end_children() -> None:
-    """End every child process group still running (on exit, Ctrl-C, SIGTERM)."""
-    with _children_lock:
-        procs = list(_children)
-    for proc in procs:
-        end_process(proc, grace=1.0)
-
-
-def run_process(command: Sequence[str], timeout: float, **kwargs: Any) -> subprocess.CompletedProcess:
-    """`subprocess.run(..., capture_output=True, text=True)` whose timeout ends the whole process group
-    (a grandchild holding the pipes open cannot keep the tool waiting). Raises TimeoutExpired."""
-    proc = spawn(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, **kwargs)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        end_process(proc, grace=1.0)
-        proc.communicate()
-        raise subprocess.TimeoutExpired(list(command), timeout) from None
-    except BaseException:
-        end_process(proc, grace=1.0)
-        raise
-    forget(proc)
-    return subprocess.CompletedProcess(list(command), proc.returncode, out, err)
-
-
-# -- the tool's own streams and signals -----------------------------------------------------------
-
-
-class Terminated(BaseException):
-    """SIGTERM (or SIGHUP) arrived: the tool stops like on Ctrl-C, with 128 + the signal's number."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-class OutputError(OSError):
-    """Writing the tool's output (stdout) failed: closed, full, or the reader left (EPIPE)."""
-
-
-class _GuardedStdout:
-    """sys.stdout whose write/flush failures are OutputError (told apart from the tool's own I/O)."""
-
-    def __init__(self, stream: Optional[Any]):
-        self._stream = stream
-
-    def write(self, text: str) -> int:
-        if self._stream is None:
-            raise OutputError(errno.EBADF, "stdout is closed")
-        try:
-            return self._stream.write(text)
-        except OSError as error:
-            raise OutputError(error.errno, error.strerror) from None
-
-    def flush(self) -> None:
-        if self._stream is None:
-            return
-        try:
-            self._stream.flush()
-        except OSError as error:
-            raise OutputError(error.errno, error.strerror) from None
-
-    def __getattr__(self, name: str) -> Any:
-        if self._stream is None:
-            raise AttributeError(name)
-        return getattr(self._stream, name)
-
-
-class _QuietStderr:
-    """sys.stderr that drops what cannot be written (closed, full): the exit code still tells."""
-
-    def __init__(self, stream: Optional[Any]):
-        self._stream = stream
-
-    def write(self, text: str) -> int:
-        try:
-            return self._stream.write(text) if self._stream is not None else len(text)
-        except (OSError, ValueError):
-            return len(text)
-
-    def flush(self) -> None:
-        try:
-            if self._stream is not None:
-                self._stream.flush()
-        except (OSError, ValueError):
-            pass
-
-    def __getattr__(self, name: str) -> Any:
-        if self._stream is None:
-            raise AttributeError(name)
-        return getattr(self._stream, name)
-
-
-def guard_streams() -> None:
-    """Run once at a tool's start: a closed descriptor 0-2 is backed by /dev/null (so no file the tool
-    opens becomes its stdout), stdout failures become OutputError, stderr failures are dropped."""
-    import sys
-
-    for fd in (0, 1, 2):
-        try:
-            os.fstat(fd)
-        except OSError:
-            null = os.open(os.devnull, os.O_RDWR)
-            if null != fd:
-                os.dup2(null, fd)
-                os.close(null)
-    sys.stdout = _GuardedStdout(sys.stdout)  # type: ignore[assignment]
-    sys.stderr = _QuietStderr(sys.stderr)  # type: ignore[assignment]
-
-
-def install_signal_handlers() -> None:
-    """SIGTERM/SIGHUP raise Terminated in the main thread (so `finally` blocks and child clean-up run)."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-
-    def handler(signum: int, _frame: Any) -> None:
-        raise Terminated(signum)
-
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, handler)
-
-
-def silence_stdout() -> None:
-    """Point descriptor 1 at /dev/null so the interpreter's exit-time flush stays quiet
-    (the Python docs' recipe, library/signal.html "Note on SIGPIPE")."""
-    import sys
-
-    null = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(null, 1)
-    except OSError:
-        pass
-    finally:
-        os.close(null)
-    stream = getattr(sys.stdout, "_stream", None)
-    if stream is not None:
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass

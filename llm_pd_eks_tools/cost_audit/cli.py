@@ -143,11 +143,14 @@ def _make_clients(region: str) -> tuple[Any, Any]:
     """Cost Explorer (its endpoint is us-east-1) and Service Quotas, with preflight's short timeouts."""
     import boto3
 
-    from llm_pd_eks_tools.preflight import check_endpoint_env, client_config
+    from llm_pd_eks_tools.preflight import _client_errors, check_endpoint_env, client_config, describe_error
 
     check_endpoint_env(os.environ)
-    session = boto3.session.Session()
-    cfg = client_config()
-    return session.client("ce", region_name="us-east-1", config=cfg), session.client(
-        "service-quotas", region_name=region, config=cfg
-    )
+    try:
+        session = boto3.session.Session()
+        cfg = client_config()
+        return session.client("ce", region_name="us-east-1", config=cfg), session.client(
+            "service-quotas", region_name=region, config=cfg
+        )
+    except _client_errors() as error:  # a garbled AWS config file, an unknown profile
+        raise ToolError(Exit.USAGE, f"cannot create AWS clients: {describe_error(error)}") from None

@@ -26,7 +26,8 @@ from typing import Any, Optional
 import yaml
 
 from llm_pd_eks_tools.cli import Exit, ToolError, one_line
-from llm_pd_eks_tools.io_safety import HttpTimeout, ReplyTooLarge, http_request, redact, run_process
+from llm_pd_eks_tools.io_safety import HttpTimeout, ReplyTooLarge, http_request, redact
+from llm_pd_eks_tools.process_safety import run_process
 
 MAX_REQUEST_SECONDS = 30.0
 # Largest reply read from the API server (bytes). A NodeList of a few hundred nodes is a few MB; a Ray
