@@ -453,7 +453,7 @@ def resolve_environments(
         done = run_process([cli, "config", "--json", "--stack", stack, "--cwd", str(root)], timeout)
     except subprocess.TimeoutExpired:
         raise EnvironmentImportError(
-            f"{what}; `pulumi config --json` gave no answer in {timeout:g} s, so its keys ({unseen}) are unseen"
+            f"{what}; `pulumi config --json` gave no answer in {timeout:.1f} s, so its keys ({unseen}) are unseen"
         ) from None
     except OSError as error:
         raise EnvironmentImportError(f"{what}; `pulumi config --json` could not run ({error.strerror})") from None
