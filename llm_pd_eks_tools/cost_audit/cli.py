@@ -11,6 +11,7 @@ from typing import Any, Callable, Optional
 
 from llm_pd_eks.config import CapacityBlock, CapacityReservation, ConfigError, StackConfig
 from llm_pd_eks_tools.cli import ROOT, ArgumentParser, Exit, ToolError, one_line, say
+from llm_pd_eks_tools.io_safety import redact
 
 from .advice import derive, gpu_quota, predicted, recommendations
 from .cost_explorer import cost_explorer
@@ -34,7 +35,7 @@ def _guarded(audit: Audit, name: str, run: Callable[[], str]) -> None:
         audit.sources.append(Source(name, True, f"{detail}, {time.monotonic() - started:.1f}s"))
         progress(name, f"ok ({detail})")
     except Exception as error:  # each source is optional: name it, keep going
-        reason = one_line(f"{type(error).__name__}: {error}", 200)
+        reason = one_line(redact(f"{type(error).__name__}: {error}"), 200)
         audit.sources.append(Source(name, False, reason))
         progress(name, f"unavailable: {reason}")
 
@@ -108,7 +109,7 @@ def main(
         if args.prometheus is None:
             raise ValueError("no --prometheus URL (or PROMETHEUS_URL) given")
         prometheus(audit, args.prometheus, window.promql_range, window.end.timestamp())
-        return f"{args.prometheus}, {len(prometheus_queries('1h'))} queries"
+        return f"{redact(args.prometheus)}, {len(prometheus_queries('1h'))} queries"
 
     def run_quota() -> str:
         gpu_quota(audit, config, quotas)

@@ -14,7 +14,7 @@ from typing import Optional
 from llm_pd_eks.catalog import gpu_instance_type
 from llm_pd_eks.config import ConfigError
 from llm_pd_eks_tools.cli import ROOT, ArgumentParser, Exit, ToolError, non_negative_seconds, one_line, seconds
-from llm_pd_eks_tools.io_safety import atomic_write
+from llm_pd_eks_tools.io_safety import atomic_write, redact
 from llm_pd_eks_tools.preview.mockrun import stack_config
 
 from .checks import Check, Expected, Status, run_checks
@@ -85,6 +85,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     client = KubeClient(load_kubeconfig(text, deadline.request_timeout()), deadline)
 
     results = run_checks(client, expected, kv_wait_seconds=args.kv_wait)
+    for check in results:  # a server URL's user:password@, a token quoted back by a proxy
+        check.detail = redact(check.detail)
     code = exit_code(results)
     body = report(args.stack, results, code)
     try:
