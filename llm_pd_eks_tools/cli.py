@@ -113,7 +113,7 @@ def output_failed(prog: str, error: OSError) -> int:
 
 def finish(prog: str, code: int) -> int:
     """Flush stdout and stderr before the process ends; a failure there changes the code as in `run`."""
-    from llm_pd_eks_tools.process_safety import OutputError
+    from llm_pd_eks_tools.process_safety import OutputError, output_failure
 
     try:
         sys.stdout.flush()
@@ -121,6 +121,10 @@ def finish(prog: str, code: int) -> int:
         code = output_failed(prog, error)
     except (OSError, ValueError):
         pass
+    else:
+        swallowed = output_failure()  # a write that failed inside code that hid it (argparse's --help)
+        if swallowed is not None and code not in (Exit.IOERR, Exit.PIPE):
+            code = output_failed(prog, swallowed)
     try:
         sys.stderr.flush()
     except (OSError, ValueError):

@@ -17,6 +17,7 @@ Child processes, the run's deadline and the tool's own streams and signals: `pro
 from __future__ import annotations
 
 import contextlib
+import errno
 import http.client
 import io
 import os
@@ -49,8 +50,9 @@ def atomic_write(path: Union[str, Path], data: Union[str, bytes]) -> None:
         mode = 0o666 & ~_umask()
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as error:
-        raise ToolError(Exit.IOERR, f"cannot write {path} ({error.strerror}); nothing was changed") from None
+    except OSError as error:  # a read-only or foreign directory is the user's to fix: USAGE
+        code = Exit.USAGE if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT) else Exit.IOERR
+        raise ToolError(code, f"cannot write {path} ({error.strerror}); nothing was changed") from None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)

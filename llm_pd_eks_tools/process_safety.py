@@ -121,18 +121,28 @@ class OutputError(OSError):
 
 
 class _GuardedStdout:
-    """sys.stdout whose write/flush failures are OutputError (told apart from the tool's own I/O)."""
+    """sys.stdout whose write/flush failures are OutputError (told apart from the tool's own I/O).
+
+    The first failure is also kept on `failed`: argparse's `--help` swallows OSError from its write
+    (Lib/argparse.py `_print_message`), and the exit code must still say the output was lost.
+    """
 
     def __init__(self, stream: Optional[Any]):
         self._stream = stream
+        self.failed: Optional[OutputError] = None
+
+    def _fail(self, code: Optional[int], text: Optional[str]) -> OutputError:
+        error = OutputError(code, text)
+        self.failed = self.failed or error
+        return error
 
     def write(self, text: str) -> int:
         if self._stream is None:
-            raise OutputError(errno.EBADF, "stdout is closed")
+            raise self._fail(errno.EBADF, "stdout is closed")
         try:
             return self._stream.write(text)
         except OSError as error:
-            raise OutputError(error.errno, error.strerror) from None
+            raise self._fail(error.errno, error.strerror) from None
 
     def flush(self) -> None:
         if self._stream is None:
@@ -140,12 +150,19 @@ class _GuardedStdout:
         try:
             self._stream.flush()
         except OSError as error:
-            raise OutputError(error.errno, error.strerror) from None
+            raise self._fail(error.errno, error.strerror) from None
 
     def __getattr__(self, name: str) -> Any:
         if self._stream is None:
             raise AttributeError(name)
         return getattr(self._stream, name)
+
+
+def output_failure() -> Optional[OutputError]:
+    """The first failed write to stdout, if any (even one the code that wrote it swallowed)."""
+    import sys
+
+    return getattr(sys.stdout, "failed", None) if isinstance(sys.stdout, _GuardedStdout) else None
 
 
 class _QuietStderr:
@@ -186,8 +203,10 @@ def guard_streams() -> None:
             if null != fd:
                 os.dup2(null, fd)
                 os.close(null)
-    sys.stdout = _GuardedStdout(sys.stdout)  # type: ignore[assignment]
-    sys.stderr = _QuietStderr(sys.stderr)  # type: ignore[assignment]
+    if not isinstance(sys.stdout, _GuardedStdout):  # `llm-pd-eks <command>` runs the command's own entry
+        sys.stdout = _GuardedStdout(sys.stdout)  # type: ignore[assignment]
+    if not isinstance(sys.stderr, _QuietStderr):
+        sys.stderr = _QuietStderr(sys.stderr)  # type: ignore[assignment]
 
 
 def install_signal_handlers() -> None:

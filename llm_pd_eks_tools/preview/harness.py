@@ -329,6 +329,8 @@ def preview(
             t = time.perf_counter()
             try:
                 run = run_program(stack, engine_config, secret_keys, root=root)
+            except SystemExit as error:  # the program's own sys.exit: its failure, not the preview's verdict
+                raise ToolError(Exit.PROGRAM, f"the program failed: it called sys.exit({error.code!r})") from None
             except Exception as error:
                 raise _program_error(error, root) from None
             timings["program"] = time.perf_counter() - t
