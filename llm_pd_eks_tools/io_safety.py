@@ -118,24 +118,33 @@ def read_regular_file(path: Union[str, Path], max_bytes: int, what: str = "file"
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise ToolError(Exit.USAGE, f"no such {what} {path}") from None
     except OSError as error:
         raise ToolError(Exit.USAGE, f"{what} {path}: cannot be read ({error.strerror})") from None
-    with os.fdopen(fd, "rb") as handle:
+    try:
         info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise ToolError(Exit.USAGE, f"{what} {path} is a directory, not a regular file; give a file")
         if not stat.S_ISREG(info.st_mode):
             raise ToolError(Exit.USAGE, f"{what} {path}: not a regular file; give a file")
         if info.st_size > max_bytes:
-            raise ToolError(
-                Exit.USAGE, f"{what} {path}: {info.st_size} bytes, more than {max_bytes}; is it the right file?"
-            )
+            raise ToolError(Exit.USAGE, f"{what} {path} is larger than {max_bytes} bytes; is it the right file?")
         os.set_blocking(fd, True)
-        try:
-            data = handle.read(max_bytes + 1)
-        except OSError as error:
-            raise ToolError(Exit.USAGE, f"{what} {path}: cannot be read ({error.strerror})") from None
-    if len(data) > max_bytes:
-        raise ToolError(Exit.USAGE, f"{what} {path}: more than {max_bytes} bytes; is it the right file?")
-    return data
+        chunks, size = [], 0
+        while size <= max_bytes:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as error:
+        raise ToolError(Exit.USAGE, f"{what} {path}: cannot be read ({error.strerror})") from None
+    finally:
+        os.close(fd)
+    if size > max_bytes:
+        raise ToolError(Exit.USAGE, f"{what} {path} is larger than {max_bytes} bytes; is it the right file?")
+    return b"".join(chunks)
 
 
 # -- HTTP ----------------------------------------------------------------------------------------

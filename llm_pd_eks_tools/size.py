@@ -325,13 +325,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     from llm_pd_eks.config import ConfigError
     from llm_pd_eks_tools.preview.mockrun import stack_config
 
-    workload = read_workload(args.workload)
-    try:
+    try:  # the stack first: `--stack -canary` is named as the stack it is, before its workload
         config = stack_config(args.stack, args.root)
     except FileNotFoundError as error:
         raise ToolError(Exit.USAGE, str(error)) from None
     except ConfigError as error:
         raise ToolError(Exit.USAGE, one_line(f"Pulumi.{args.stack}.yaml: {'; '.join(error.problems)}")) from None
+    workload = read_workload(args.workload)
     result = size(args.stack, config, workload, args.root)
     # write first, print once: with --json stdout is one JSON document and nothing else
     values = write_stack(args.stack, result, config, args.root)[1] if args.write else None
