@@ -30,7 +30,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Generator, Iterator, Optional, Union
 
 from llm_pd_eks_tools.cli import Exit, ToolError, one_line
 
@@ -236,7 +236,7 @@ class _Connection(http.client.HTTPConnection):
         except TimeoutError:
             raise HttpTimeout("no connection in time") from None
         self.raw_sock = self.sock
-        self.sock = _DeadlineSocket(self.sock, self._end)  # type: ignore[assignment]
+        self.sock = _DeadlineSocket(self.sock, self._end)
 
 
 @contextlib.contextmanager
@@ -307,7 +307,7 @@ def http_lines(
     max_bytes: int,
     body: Optional[bytes] = None,
     headers: Optional[dict[str, str]] = None,
-) -> Iterator[bytes]:
+) -> Generator[bytes, None, None]:
     """A streamed reply (server-sent events) line by line, the whole exchange before the monotonic
     time `end` and at most `max_bytes` in all (a line without an end counts too). A status other than
     200 raises UnexpectedStatus before any line."""

@@ -204,9 +204,9 @@ def guard_streams() -> None:
                 os.dup2(null, fd)
                 os.close(null)
     if not isinstance(sys.stdout, _GuardedStdout):  # `llm-pd-eks <command>` runs the command's own entry
-        sys.stdout = _GuardedStdout(sys.stdout)  # type: ignore[assignment]
+        sys.stdout = _GuardedStdout(sys.stdout)
     if not isinstance(sys.stderr, _QuietStderr):
-        sys.stderr = _QuietStderr(sys.stderr)  # type: ignore[assignment]
+        sys.stderr = _QuietStderr(sys.stderr)
 
 
 def install_signal_handlers() -> None:

@@ -128,7 +128,7 @@ def write_report(audit: Audit, out: Path) -> dict[str, Any]:
     from llm_pd_eks_tools.io_safety import atomic_write
 
     report = report_json(audit)
-    files = {
+    files: dict[str, str | bytes] = {
         "report.json": json.dumps(report, indent=2, default=str, allow_nan=False) + "\n",
         "report.md": render_markdown(audit),
         "spend.png": chart(audit),

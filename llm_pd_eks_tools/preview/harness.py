@@ -255,7 +255,7 @@ def pack_failure(error: BaseException, server: "PolicyPackServer") -> str:
         return f"no answer within {server.answer_timeout:g} s (--policy-timeout)"
     if isinstance(error, TimeoutError):
         return str(error)
-    detail = error.details() if isinstance(error, grpc.RpcError) else str(error)  # type: ignore[attr-defined]
+    detail = error.details() if isinstance(error, grpc.RpcError) else str(error)
     last = [line for line in server.stderr.splitlines() if line.strip()][-1:]
     return f"{type(error).__name__}: {detail}" + (f"; its last stderr line: {last[0].strip()}" if last else "")
 
