@@ -67,12 +67,14 @@ def run(prog: str, main: Callable[[Optional[list[str]]], int], argv: Optional[li
     + exit code; child process groups still running are ended on every way out."""
     from llm_pd_eks_tools import process_safety
 
-    process_safety.install_signal_handlers()
+    previous = process_safety.install_signal_handlers()
+    before = process_safety.running_children()
     try:
         try:
             return int(main(argv))
         finally:
-            process_safety.end_children()
+            process_safety.end_children(keep=before)
+            process_safety.restore_signal_handlers(previous)
     except ToolError as error:
         say(prog, str(error))
         return error.exit_code

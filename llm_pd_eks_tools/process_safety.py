@@ -63,10 +63,17 @@ def forget(proc: subprocess.Popen) -> None:
         pass
 
 
-def end_children() -> None:
-    """End every child process group still running (on exit, Ctrl-C, SIGTERM)."""
+def running_children() -> frozenset[subprocess.Popen]:
+    """The child processes started so far and not yet ended (to end only those a run starts after it)."""
     with _children_lock:
-        procs = list(_children)
+        return frozenset(_children)
+
+
+def end_children(keep: frozenset[subprocess.Popen] = frozenset()) -> None:
+    """End every child process group still running (on exit, Ctrl-C, SIGTERM), except those in `keep`
+    (started before the run, by the code that called it: a test's shared policy pack)."""
+    with _children_lock:
+        procs = [proc for proc in _children if proc not in keep]
     for proc in procs:
         end_process(proc, grace=1.0)
 
@@ -209,15 +216,20 @@ def guard_streams() -> None:
         sys.stderr = _QuietStderr(sys.stderr)
 
 
-def install_signal_handlers() -> None:
-    """SIGTERM/SIGHUP raise Terminated in the main thread (so `finally` blocks and child clean-up run)."""
+def install_signal_handlers() -> dict[int, Any]:
+    """SIGTERM/SIGHUP raise Terminated in the main thread (so `finally` blocks and child clean-up run);
+    returns the handlers they replace, for `restore_signal_handlers`."""
     if threading.current_thread() is not threading.main_thread():
-        return
+        return {}
 
     def handler(signum: int, _frame: Any) -> None:
         raise Terminated(signum)
 
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+
+
+def restore_signal_handlers(previous: dict[int, Any]) -> None:
+    for sig, handler in previous.items():
         signal.signal(sig, handler)
 
 

@@ -112,7 +112,7 @@ def test_placeholders_github_output_at_a_directory_is_a_usage_error(tmp_path):
 
 def test_calibrate_with_a_missing_kubeconfig_is_a_usage_error():
     line = one_line(tool("llm_pd_eks_tools.calibrate", "--stack", "dev", "--kubeconfig", "/nonexistent"), Exit.USAGE)
-    assert line == "calibrate: cannot read kubeconfig /nonexistent: No such file or directory"
+    assert line == "calibrate: no such kubeconfig /nonexistent"
 
 
 @pytest.mark.parametrize("module", ["llm_pd_eks_tools.preflight", "llm_pd_eks_tools.cost_audit"])

@@ -223,3 +223,19 @@ def test_preview_ends_when_the_policy_pack_never_answers(tmp_path):
     assert proc.returncode == Exit.POLICY, proc.stderr
     assert proc.stderr == "preview: policy pack failed: no answer within 3 s (--policy-timeout)\n"
     assert gone(int(pid_file.read_text()))
+
+
+def test_verify_refuses_a_fifo_as_its_kubeconfig(tmp_path):
+    fifo = tmp_path / "kubeconfig"
+    os.mkfifo(fifo)
+    proc = subprocess.run(
+        [sys.executable, "-m", "llm_pd_eks_tools.verify", "--stack", "dev", "--kubeconfig", str(fifo)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (proc.returncode, proc.stderr) == (
+        Exit.USAGE,
+        f"verify: kubeconfig {fifo}: not a regular file; give a file\n",
+    )

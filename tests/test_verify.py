@@ -466,7 +466,7 @@ def test_wrong_token_is_not_a_pass(tmp_path, capsys):
     "argv, words",
     [
         (["--stack", "nope", "--kubeconfig", "x"], "no stack file Pulumi.nope.yaml"),
-        (["--stack", "dev", "--kubeconfig", "/nonexistent/kubeconfig"], "cannot read kubeconfig"),
+        (["--stack", "dev", "--kubeconfig", "/nonexistent/kubeconfig"], "no such kubeconfig /nonexistent/kubeconfig"),
         (
             ["--stack", "dev", "--timeout", "0", "--kubeconfig", "x"],
             "--timeout: '0' must be a finite number of seconds above 0",

@@ -26,7 +26,7 @@ from typing import Any, Optional
 import yaml
 
 from llm_pd_eks_tools.cli import Exit, ToolError, one_line
-from llm_pd_eks_tools.io_safety import HttpTimeout, ReplyTooLarge, http_request, redact
+from llm_pd_eks_tools.io_safety import HttpTimeout, ReplyTooLarge, http_request, read_regular_file, redact
 from llm_pd_eks_tools.process_safety import run_process
 
 MAX_REQUEST_SECONDS = 30.0
@@ -108,16 +108,8 @@ def _exec_token(spec: dict[str, Any], timeout: float) -> str:
 
 
 def read_kubeconfig(path: str) -> str:
-    """A kubeconfig file's text; unreadable, binary or oversized files are usage errors."""
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_KUBECONFIG_BYTES + 1)
-    except OSError as exc:
-        raise ToolError(Exit.USAGE, f"cannot read kubeconfig {path}: {exc.strerror}") from None
-    if len(data) > MAX_KUBECONFIG_BYTES:
-        raise ToolError(
-            Exit.USAGE, f"kubeconfig {path} is larger than {MAX_KUBECONFIG_BYTES} bytes; is it the right file?"
-        )
+    """A kubeconfig file's text; a missing, non-regular (a FIFO), binary or oversized file is a usage error."""
+    data = read_regular_file(path, MAX_KUBECONFIG_BYTES, "kubeconfig")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
