@@ -96,7 +96,7 @@ preview: $(STAMP)
 
 # Previews BASE (in a temporary git worktree) and the working tree; writes build/preview-diff/<stack>/diff.md.
 preview-diff: $(STAMP)
-	@test -n "$(BASE)" || { echo "usage: make preview-diff BASE=<git rev> [STACK=dev]" >&2; exit 2; }
+	@test -n $(call q,$(BASE)) || { echo "usage: make preview-diff BASE=<git rev> [STACK=dev]" >&2; exit 2; }
 	@$(PY) -m llm_pd_eks_tools.preview.diff --base=$(call q,$(BASE)) --stack=$(call q,$(STACK))
 
 # Needs AWS credentials (standard chain) and network; AWS_ENDPOINT_URL points it at an emulator.
@@ -139,16 +139,17 @@ resolve-image: $(STAMP)
 # After `pulumi up`: proves the deployed stack (nodes, EFA devices, P/D placement, one completion,
 # NIXL on LIBFABRIC, KV bytes/failures/throughput). Kubeconfig from KUBECONFIG or the stack output.
 .PHONY: verify
-TIMEOUT ?= 600
+# TIMEOUT is each tool's own budget: verify's 600 s unless given, calibrate's 1800 s (a sweep takes longer).
+VERIFY_TIMEOUT = $(or $(TIMEOUT),600)
 verify: $(STAMP)
-	@$(PY) -m llm_pd_eks_tools.verify --stack=$(call q,$(STACK)) --timeout=$(call q,$(TIMEOUT)) $(if $(KUBECONFIG),--kubeconfig=$(call q,$(KUBECONFIG))) $(if $(JSON),--json)
+	@$(PY) -m llm_pd_eks_tools.verify --stack=$(call q,$(STACK)) --timeout=$(call q,$(VERIFY_TIMEOUT)) $(if $(KUBECONFIG),--kubeconfig=$(call q,$(KUBECONFIG))) $(if $(JSON),--json)
 
 # Sizes the stack for a workload, offline (llm_pd_eks_tools/sizing/); WRITE=1 puts the sized replica bounds and
 # GPU node-group sizes into Pulumi.<stack>.yaml (comments kept).
 .PHONY: size
 WORKLOAD ?= workloads/$(STACK).yaml
 size: $(DEV_STAMP)
-	@$(PY) -m llm_pd_eks_tools.size --stack $(STACK) --workload $(WORKLOAD) $(if $(WRITE),--write) $(if $(JSON),--json)
+	@$(PY) -m llm_pd_eks_tools.size --stack=$(call q,$(STACK)) --workload=$(call q,$(WORKLOAD)) $(if $(WRITE),--write) $(if $(JSON),--json)
 
 # The EFA GPU instance-type table, from EC2 DescribeInstanceTypes data (moto's capture): writes the
 # program's copy (llm_pd_eks/data/) and the policy pack's own (policies/data/). Then the pack's copy of
@@ -164,11 +165,12 @@ facts: $(DEV_STAMP)
 	@$(PY) -m llm_pd_eks_tools.gen_vllm_facts
 # After `pulumi up`: vllm bench serve sweep (a Job on the system nodes, or ENDPOINT directly) and
 # nixlbench's LIBFABRIC output (NIXLBENCH) -> calibration/<stack>.yaml, used by `make size` and the preview.
+CALIBRATE_TIMEOUT = $(or $(TIMEOUT),1800)
 calibrate: $(DEV_STAMP)
-	@$(PY) -m llm_pd_eks_tools.calibrate --stack $(STACK) $(if $(ENDPOINT),--endpoint $(ENDPOINT)) $(if $(NIXLBENCH),--nixlbench-output $(NIXLBENCH)) $(if $(TIMEOUT),--timeout $(TIMEOUT)) $(if $(KUBECONFIG),--kubeconfig $(KUBECONFIG))
+	@$(PY) -m llm_pd_eks_tools.calibrate --stack=$(call q,$(STACK)) $(if $(ENDPOINT),--endpoint=$(call q,$(ENDPOINT))) $(if $(NIXLBENCH),--nixlbench-output=$(call q,$(NIXLBENCH))) --timeout=$(call q,$(CALIBRATE_TIMEOUT)) $(if $(KUBECONFIG),--kubeconfig=$(call q,$(KUBECONFIG)))
 # What the stack cost and served over SINCE (Cost Explorer by tag, the cluster's Prometheus at
 # PROMETHEUS, the GPU quota, make size's prediction): build/cost-audit/<stack>/report.{md,json}, spend.png.
 .PHONY: cost-audit
 SINCE ?= 7d
 cost-audit: $(DEV_STAMP)
-	@$(PY) -m llm_pd_eks_tools.cost_audit --stack $(STACK) --since $(SINCE) $(if $(PROMETHEUS),--prometheus $(PROMETHEUS)) $(if $(JSON),--json)
+	@$(PY) -m llm_pd_eks_tools.cost_audit --stack=$(call q,$(STACK)) --since=$(call q,$(SINCE)) $(if $(PROMETHEUS),--prometheus=$(call q,$(PROMETHEUS))) $(if $(JSON),--json)

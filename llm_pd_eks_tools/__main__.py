@@ -12,6 +12,8 @@ import runpy
 import sys
 from typing import Optional
 
+from llm_pd_eks_tools.cli import Exit, ToolError, exit_with
+
 COMMANDS = {
     "preview": ("llm_pd_eks_tools.preview", "offline preview of a stack: plan, policy verdicts, figures"),
     "preview-diff": ("llm_pd_eks_tools.preview.diff", "another revision's preview against this working tree"),
@@ -39,15 +41,19 @@ def usage() -> str:
     return "usage: llm-pd-eks <command> [args]   (llm-pd-eks <command> --help for its arguments)\n" + "\n".join(lines)
 
 
+def _usage_or_refusal(args: list[str]) -> int:
+    """`llm-pd-eks`, `llm-pd-eks --help` or an unknown command: the usage, or one line and exit 2."""
+    if args and args[0] not in ("-h", "--help"):
+        raise ToolError(Exit.USAGE, f"unknown command {args[0]!r}: one of {', '.join(available())}")
+    print(usage())
+    return Exit.OK if args else Exit.USAGE
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
-    if not args or args[0] in ("-h", "--help"):
-        print(usage())
-        sys.exit(0 if args else 2)
     commands = available()
-    if args[0] not in commands:
-        print(f"llm-pd-eks: unknown command {args[0]!r}: one of {', '.join(commands)}", file=sys.stderr)
-        sys.exit(2)
+    if not args or args[0] not in commands:
+        exit_with("llm-pd-eks", lambda _argv: _usage_or_refusal(args))
     module = commands[args[0]][0]
     sys.argv = [f"llm-pd-eks {args[0]}", *args[1:]]
     runpy.run_module(module, run_name="__main__", alter_sys=True)

@@ -31,6 +31,11 @@ class Exit(enum.IntEnum):
     POLICY = 4  # the policy pack failed to start or to answer
     UNVERIFIED = 5  # nothing negative found, but something could not be checked (unreachable, no credentials)
     INTERNAL = 70  # a bug in the tool (EX_SOFTWARE); the message says where to report it
+    IOERR = 74  # the output could not be written: stdout closed or full, a file the tool writes (EX_IOERR)
+    # The shell's convention for a process ended by a signal, 128 + its number (signal(7)).
+    INTERRUPTED = 130  # SIGINT (Ctrl-C)
+    PIPE = 141  # SIGPIPE: the reader of stdout left (`| head`); nothing more is printed
+    TERMINATED = 143  # SIGTERM; child processes are ended first
 
 
 class ToolError(Exception):
@@ -47,50 +52,94 @@ def one_line(text: str, limit: int = 300) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def say(prog: str, message: str) -> None:
+    """One line on stderr, `prog: message`, credentials redacted (llm_pd_eks_tools/io_safety.py `redact`)."""
+    from llm_pd_eks_tools.io_safety import redact
+
+    print(f"{prog}: {one_line(redact(message), MESSAGE_LIMIT)}", file=sys.stderr, flush=True)
+
+
+MESSAGE_LIMIT = 1000  # characters of one error line
+
+
 def run(prog: str, main: Callable[[Optional[list[str]]], int], argv: Optional[list[str]] = None) -> int:
-    """Call `main`, turning `ToolError`, Ctrl-C and unexpected exceptions into one line + exit code."""
+    """Call `main`, turning `ToolError`, signals, output failures and unexpected exceptions into one line
+    + exit code; child process groups still running are ended on every way out."""
+    from llm_pd_eks_tools import process_safety
+
+    previous = process_safety.install_signal_handlers()
+    before = process_safety.running_children()
     try:
-        return int(main(argv))
+        try:
+            return int(main(argv))
+        finally:
+            process_safety.end_children(keep=before)
+            process_safety.restore_signal_handlers(previous)
     except ToolError as error:
-        print(f"{prog}: {error}", file=sys.stderr)
+        say(prog, str(error))
         return error.exit_code
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # `tool | head`: the reader left; nothing more to say, and no traceback
-        _silence_stdout()
-        return Exit.OK
-    except SystemExit as exit_:  # argparse: usage errors exit 2 after printing its own line
+        say(prog, "interrupted")
+        return Exit.INTERRUPTED
+    except process_safety.Terminated as signal_:
+        say(prog, f"terminated ({signal_})")
+        return 128 + signal_.signum
+    except process_safety.OutputError as error:
+        return output_failed(prog, error)
+    except BrokenPipeError:  # a stdout not guarded (a test's capture): the reader left
+        return Exit.PIPE
+    except SystemExit as exit_:  # argparse's --help and its own errors
         return exit_.code if isinstance(exit_.code, int) else Exit.USAGE
     except Exception as error:
         where = _innermost_frame(error)
-        print(
-            f"{prog}: internal error: {type(error).__name__}: {one_line(str(error))} ({where}); "
+        say(
+            prog,
+            f"internal error: {type(error).__name__}: {one_line(str(error))} ({where}); "
             "please report it with the command you ran",
-            file=sys.stderr,
         )
         return Exit.INTERNAL
 
 
-def exit_with(prog: str, main: Callable[[Optional[list[str]]], int]) -> NoReturn:
-    code = run(prog, main)
+def output_failed(prog: str, error: OSError) -> int:
+    """stdout could not be written: the reader left (SIGPIPE's code, quietly) or it is closed or full."""
+    import errno
+
+    from llm_pd_eks_tools.process_safety import silence_stdout
+
+    silence_stdout()
+    if error.errno == errno.EPIPE:
+        return Exit.PIPE
+    say(prog, f"cannot write the output to stdout ({error.strerror or error})")
+    return Exit.IOERR
+
+
+def finish(prog: str, code: int) -> int:
+    """Flush stdout and stderr before the process ends; a failure there changes the code as in `run`."""
+    from llm_pd_eks_tools.process_safety import OutputError, output_failure
+
     try:
         sys.stdout.flush()
-    except BrokenPipeError:  # the interpreter's own final flush would print "Exception ignored ... BrokenPipeError"
-        _silence_stdout()
-    sys.exit(code)
-
-
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null so the interpreter's exit-time flush of a closed pipe stays quiet
-    (the Python docs' recipe, library/signal.html "Note on SIGPIPE")."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):  # stdout is not a real file (pytest's capture): nothing to silence
+    except OutputError as error:
+        code = output_failed(prog, error)
+    except (OSError, ValueError):
         pass
-    finally:
-        os.close(devnull)
+    else:
+        swallowed = output_failure()  # a write that failed inside code that hid it (argparse's --help)
+        if swallowed is not None and code not in (Exit.IOERR, Exit.PIPE):
+            code = output_failed(prog, swallowed)
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    return code
+
+
+def exit_with(prog: str, main: Callable[[Optional[list[str]]], int]) -> NoReturn:
+    """A tool's process: its streams guarded (llm_pd_eks_tools/process_safety.py), `run`, flush, exit."""
+    from llm_pd_eks_tools.process_safety import guard_streams
+
+    guard_streams()
+    sys.exit(finish(prog, run(prog, main)))
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -135,14 +184,20 @@ def checkout_root(root: Path, flag: str = "--root") -> Path:
     return resolved
 
 
-def fresh_out_dir(out: Path, owned: Iterable[str], flag: str = "--out") -> Path:
+# The file a tool leaves in an artifact directory it made, so a later run knows the files there are its own.
+OWNER_MARK = ".written-by-llm-pd-eks"
+
+
+def fresh_out_dir(out: Path, owned: Iterable[str], flag: str = "--out", mark: bool = False) -> Path:
     """Empty (or create) the artifact directory `out`, checked before anything is removed or written.
 
     Refused, as a usage error: a path that is a file, a directory holding anything but the names in
     `owned` (a mistyped `--out` must not delete someone's files), a directory that cannot be created
-    or written. Only the `owned` entries are removed.
+    or written. Only the `owned` entries are removed. With `mark`, a directory that already holds
+    files must also hold OWNER_MARK (left by an earlier run), so a user's own `report.md` is never
+    taken for the tool's; the mark is written into the emptied directory.
     """
-    owned = set(owned)
+    owned = set(owned) | ({OWNER_MARK} if mark else set())
     if out.exists() or out.is_symlink():
         if not out.is_dir() or out.is_symlink():
             raise ToolError(Exit.USAGE, f"{flag} {out} is not a directory; give a directory for the artifacts")
@@ -153,6 +208,8 @@ def fresh_out_dir(out: Path, owned: Iterable[str], flag: str = "--out") -> Path:
                 Exit.USAGE, f"{flag} {out} cannot be read ({error.strerror}); choose another directory"
             ) from None
         foreign = [name for name in entries if name not in owned]
+        if mark and entries and OWNER_MARK not in entries:
+            foreign = entries
         if foreign:
             raise ToolError(
                 Exit.USAGE,
@@ -167,13 +224,17 @@ def fresh_out_dir(out: Path, owned: Iterable[str], flag: str = "--out") -> Path:
                 shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
             except OSError as error:
                 raise ToolError(Exit.USAGE, f"{flag} {out}: cannot remove {name} ({error.strerror})") from None
-        return out
-    try:
-        out.mkdir(parents=True)
-    except OSError as error:
-        raise ToolError(
-            Exit.USAGE, f"{flag} {out} cannot be created ({error.strerror}); choose a directory you can write"
-        ) from None
+    else:
+        try:
+            out.mkdir(parents=True)
+        except OSError as error:
+            raise ToolError(
+                Exit.USAGE, f"{flag} {out} cannot be created ({error.strerror}); choose a directory you can write"
+            ) from None
+    if mark:
+        from llm_pd_eks_tools.io_safety import atomic_write
+
+        atomic_write(out / OWNER_MARK, "written by an llm-pd-eks tool; files here are replaced on its next run\n")
     return out
 
 

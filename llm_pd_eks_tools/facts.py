@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from llm_pd_eks_tools.cli import Exit
+from llm_pd_eks_tools.io_safety import atomic_write
 
 
 def sync(text: str, outputs: Iterable[Path], root: Path, check: bool) -> int:
@@ -18,6 +19,6 @@ def sync(text: str, outputs: Iterable[Path], root: Path, check: bool) -> int:
         return Exit.FAILED if stale else Exit.OK
     for path in stale:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        atomic_write(path, text)
         print(f"wrote {path.relative_to(root)}")
     return Exit.OK

@@ -43,6 +43,7 @@ from typing import Iterator, Optional
 from llm_pd_eks.config import PROJECT, StackConfig
 from llm_pd_eks.image_ref import parse_image
 from llm_pd_eks_tools.cli import ArgumentParser, Exit, ToolError, exit_with, one_line
+from llm_pd_eks_tools.io_safety import append_text
 
 DOCUMENTATION_NETWORKS = tuple(
     ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32")
@@ -364,8 +365,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         return _preview(args.stack, config, label, args.github_output)
     found = find_placeholders(config, args.runner or None, secure_values(args.stack, ROOT), args.stack) + extra
     if args.github_output and not any(p.key in ("--runner", f"{PROJECT}:deploy.runnerLabel") for p in found):
-        with open(args.github_output, "a") as out:
-            out.write(f"runner={label}\n")
+        append_text(args.github_output, f"runner={label}\n")
     for p in found:
         print(f"placeholder: {p}", file=sys.stderr)
     if found:
@@ -384,8 +384,9 @@ def _preview(stack: str, config: StackConfig, label: str, github_output: Optiona
     why = reaches_api(config, label)
     note = f"{why}: the preview shows the plan against the last recorded state, not the live resources" if why else ""
     if github_output:
-        with open(github_output, "a") as out:
-            out.write(f"runner={label}\nrefresh={'false' if why else 'true'}\nnote={one_line(note, 400)}\n")
+        append_text(
+            github_output, f"runner={label}\nrefresh={'false' if why else 'true'}\nnote={one_line(note, 400)}\n"
+        )
     print(f"stack {stack}: preview on {label}, " + (f"no refresh: {note}" if why else "with refresh"))
     return Exit.OK
 

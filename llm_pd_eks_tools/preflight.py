@@ -20,9 +20,9 @@ verified, or (with `--strict`) anything could not.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-import sys
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
@@ -31,7 +31,8 @@ from typing import Any, Literal, Optional
 
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.config import ConfigError, StackConfig
-from llm_pd_eks_tools.cli import ArgumentParser, Exit, ToolError, exit_with, one_line
+from llm_pd_eks_tools.cli import ArgumentParser, Exit, ToolError, exit_with, one_line, say
+from llm_pd_eks_tools.io_safety import redact
 
 Status = Literal["ok", "FAIL", "could-not-check", "warning"]
 OK: Status = "ok"
@@ -569,7 +570,7 @@ def verdict(results: list[Result]) -> str:
 
 
 def render_text(stack: str, region: str, account: Optional[str], results: list[Result]) -> str:
-    endpoint = os.environ.get("AWS_ENDPOINT_URL")
+    endpoint = redact(os.environ.get("AWS_ENDPOINT_URL", ""))
     where = f"account {account or 'unknown'}, region {region}" + (f", endpoint {endpoint}" if endpoint else "")
     width = max(len(r.check) for r in results)
     lines = [f"preflight {stack}: {where}"]
@@ -606,11 +607,14 @@ def main(argv: Optional[list[str]] = None, clients=None) -> int:
     args = parser.parse_args(argv)
     if not 0 < args.deadline <= 3600:
         raise ToolError(Exit.USAGE, f"--deadline {args.deadline:g}: give a number of seconds between 1 and 3600")
+    from llm_pd_eks_tools.process_safety import set_run_deadline, time_left
+
+    set_run_deadline(args.deadline)  # the whole run: the Pulumi CLI for imported environments too
 
     try:
         config = load_config(args.stack)
     except ConfigError as exc:
-        raise ToolError(Exit.USAGE, f"Pulumi.{args.stack}.yaml: {exc}") from None
+        raise ToolError(Exit.USAGE, f"Pulumi.{args.stack}.yaml: {'; '.join(exc.problems)}") from None
 
     if clients is None:
         check_endpoint_env(os.environ)
@@ -622,11 +626,14 @@ def main(argv: Optional[list[str]] = None, clients=None) -> int:
 
     eks = more[0] if more else None
     account, results, reason = run_with_deadline(
-        lambda: (caller_account(sts), run_checks(config, ec2, quotas, eks=eks, stack=args.stack)), args.deadline
+        lambda: (caller_account(sts), run_checks(config, ec2, quotas, eks=eks, stack=args.stack)),
+        args.deadline,
+        wait=time_left(args.deadline),
     )
+    results = [dataclasses.replace(r, detail=redact(r.detail)) for r in results]  # an endpoint's user:password@
     if reason is not None:
         # Credentials or endpoint unusable, or out of time: say so once and mark every item.
-        print(f"preflight: {reason}", file=sys.stderr)
+        say("preflight", reason)
 
     if args.json:
         print(
@@ -686,7 +693,7 @@ def check_endpoint_env(environ) -> None:
         if not usable:
             raise ToolError(
                 Exit.USAGE,
-                f"{name}={one_line(repr(value), 100)} is not a URL such as "
+                f"{name}={one_line(repr(redact(value)), 100)} is not a URL such as "
                 "http://127.0.0.1:5000 or https://ec2.us-west-2.amazonaws.com; "
                 "fix or unset it",
             )
@@ -702,6 +709,7 @@ def check_endpoint_env(environ) -> None:
 def run_with_deadline(
     work: Callable[[], tuple[str, list[Result]]],
     deadline: float,
+    wait: Optional[float] = None,
 ) -> tuple[Optional[str], list[Result], Optional[str]]:
     """(account, results, reason) of `work` run on a daemon thread for at most `deadline` seconds.
 
@@ -720,11 +728,11 @@ def run_with_deadline(
 
     thread = threading.Thread(target=target, name="preflight-checks", daemon=True)
     thread.start()
-    thread.join(deadline)
+    thread.join(deadline if wait is None else wait)  # `wait`: what is left of `deadline` when the work starts
     if thread.is_alive():
         reason = (
             f"AWS did not answer within the {deadline:g} s deadline"
-            + (f" (endpoint {os.environ['AWS_ENDPOINT_URL']})" if os.environ.get("AWS_ENDPOINT_URL") else "")
+            + (f" (endpoint {redact(os.environ['AWS_ENDPOINT_URL'])})" if os.environ.get("AWS_ENDPOINT_URL") else "")
             + "; nothing was verified"
         )
         return None, [Result(name, UNKNOWN, reason) for name in CHECK_NAMES], reason

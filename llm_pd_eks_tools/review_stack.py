@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from llm_pd_eks_tools import stackfile
-from llm_pd_eks_tools.cli import ROOT, Exit, ToolError, exit_with, one_line
+from llm_pd_eks_tools.cli import ROOT, ArgumentParser, Exit, ToolError, exit_with, one_line
+from llm_pd_eks_tools.io_safety import append_text, atomic_write
 
 PROJECT = stackfile.PROJECT
 PREFIX = "pr-"  # review stacks are `pr-<number>`; the reaper destroys only these
@@ -54,7 +55,7 @@ def write_review_stack(base_stack: str, pr: int, root: Path) -> Path:
         f"# Review stack of pull request #{pr}: {base_stack}'s network, cluster and system nodes, the\n"
         f"# serving layer off. Written by `python -m llm_pd_eks_tools.review_stack --from {base_stack} --pr {pr}`.\n"
     )
-    path.write_text(header + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    atomic_write(path, header + yaml.safe_dump(data, sort_keys=False))
     return path
 
 
@@ -73,9 +74,7 @@ def review_cost(stack: str, root: Path) -> dict[str, Any]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m llm_pd_eks_tools.review_stack", description=__doc__.splitlines()[0]
-    )
+    parser = ArgumentParser(prog="python -m llm_pd_eks_tools.review_stack", description=__doc__.splitlines()[0])
     parser.add_argument("--from", dest="base", default="dev", help="the stack whose layout the review stack copies")
     parser.add_argument("--pr", type=int, required=True, help="the pull request's number")
     parser.add_argument(
@@ -107,9 +106,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     items = ", ".join(f"{item} ×{n} ${hourly:.3f}/h" for item, n, hourly in cost["lines"])
     print(f"{path.name}: serving layer off; ${cost['hourly']:.2f}/h on demand ({items}); expires {expires}")
     if args.github_output:
-        with open(args.github_output, "a") as out:
-            out.write(f"stack={stack}\nexpires-at={expires}\nhourly={cost['hourly']:.2f}\n")
-            out.write(f"cost-lines={json.dumps(cost['lines'])}\n")
+        append_text(
+            args.github_output,
+            f"stack={stack}\nexpires-at={expires}\nhourly={cost['hourly']:.2f}\ncost-lines={json.dumps(cost['lines'])}\n",
+        )
     return Exit.OK
 
 

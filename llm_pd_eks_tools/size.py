@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from llm_pd_eks_tools.cli import ROOT, ArgumentParser, Exit, ToolError, exit_with, one_line
-from llm_pd_eks_tools.sizing import COST_BASIS, Plan, Sizing, band_text, load_workload, size
+from llm_pd_eks_tools.io_safety import atomic_write, read_regular_file
+from llm_pd_eks_tools.sizing import COST_BASIS, Plan, Sizing, Workload, band_text, size
 
 PROG = "size"
 
@@ -249,7 +250,9 @@ def write_stack(stack: str, result: Sizing, current: Any, root: Path = ROOT) -> 
     rt = YAML()  # round-trip: comments, key order and flow style survive
     rt.preserve_quotes = True
     rt.width = 4096
-    doc = rt.load(path.read_text())
+    from llm_pd_eks_tools.stackfile import MAX_BYTES
+
+    doc = rt.load(read_regular_file(path, MAX_BYTES, "stack file").decode("utf-8", errors="replace"))
     config = doc["config"]
     serving, gpu_nodes = _section(config, "serving", path), _section(config, "gpuNodes", path)
     for role in ("prefill", "decode"):
@@ -266,8 +269,22 @@ def write_stack(stack: str, result: Sizing, current: Any, root: Path = ROOT) -> 
         raise ToolError(
             Exit.FAILED, one_line(f"nothing written: the sized config would not validate: {'; '.join(error.problems)}")
         ) from None
-    path.write_text(text)
+    atomic_write(path, text)  # whole or not at all: a full disk leaves the old file
     return text, values
+
+
+def read_workload(path: Path) -> Workload:
+    """A workload file, refused unless it is a regular file (a FIFO would block the read forever) of at
+    most MAX_WORKLOAD_BYTES; then the stack files' YAML reader and the sizing model's workload schema."""
+    from llm_pd_eks_tools.sizing import MAX_WORKLOAD_BYTES, parse_workload
+    from llm_pd_eks_tools.stackfile import parse
+
+    data = read_regular_file(path, MAX_WORKLOAD_BYTES, "workload file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ToolError(Exit.USAGE, f"workload file {path}: not UTF-8 text; is it a workload file?") from None
+    return parse_workload(parse(text, str(path)), str(path))
 
 
 # -- main ---------------------------------------------------------------------------------------------
@@ -390,13 +407,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     from llm_pd_eks.config import ConfigError
     from llm_pd_eks_tools.preview.mockrun import stack_config
 
-    workload = load_workload(args.workload)
-    try:
+    try:  # the stack first: `--stack -canary` is named as the stack it is, before its workload
         config = stack_config(args.stack, args.root)
     except FileNotFoundError as error:
         raise ToolError(Exit.USAGE, str(error)) from None
     except ConfigError as error:
         raise ToolError(Exit.USAGE, one_line(f"Pulumi.{args.stack}.yaml: {'; '.join(error.problems)}")) from None
+    workload = read_workload(args.workload)
     result = size(args.stack, config, workload, args.root)
     # write first, print once: with --json stdout is one JSON document and nothing else
     values = write_stack(args.stack, result, config, args.root)[1] if args.write else None

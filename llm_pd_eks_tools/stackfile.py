@@ -23,6 +23,7 @@ the safe one refuses it.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any, Optional
@@ -229,12 +230,12 @@ def _parse(text: str, name: str) -> tuple[Any, dict[str, str]]:
 
 
 # The Pulumi CLI's stack-name rule (pkg/backend: stackNameAndProjectRegexp, `^[A-Za-z0-9_.-]{1,100}$`).
-STACK_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+STACK_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")  # whole-string match (`fullmatch`): `$` would let "dev\n" through
 
 
 def stack_file(stack: str, root: Path) -> Path:
     """`Pulumi.<stack>.yaml` under `root`; a name the Pulumi CLI would refuse (`../x`) is refused here."""
-    if not STACK_NAME.match(stack) or stack in (".", ".."):
+    if not STACK_NAME.fullmatch(stack) or stack in (".", ".."):
         raise StackFileError(
             f"{echo(stack, 60)} is not a Pulumi stack name (letters, digits, '-', '_' and '.', at most 100 characters)"
         )
@@ -246,13 +247,21 @@ def stacks(root: Path) -> list[str]:
     return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
 
 
-def read(stack: str, root: Path) -> dict[str, Any]:
-    """The `config:` mapping of `Pulumi.<stack>.yaml` under `root` (empty when the file has none)."""
+def existing_stack_file(stack: str, root: Path) -> Path:
+    """`stack_file`, refused unless that file exists (checked before a tool creates anything for the stack)."""
     path = stack_file(stack, root)
-    name = path.name
     if not path.is_file():
         known = ", ".join(stacks(root)) or "none"
-        raise StackFileError(f"no stack file {name}; stacks here: {known} (or create it: `pulumi stack init {stack}`)")
+        raise StackFileError(
+            f"no stack file {path.name}; stacks here: {known} (or create it: `pulumi stack init {stack}`)"
+        )
+    return path
+
+
+def read(stack: str, root: Path) -> dict[str, Any]:
+    """The `config:` mapping of `Pulumi.<stack>.yaml` under `root` (empty when the file has none)."""
+    path = existing_stack_file(stack, root)
+    name = path.name
     size = path.stat().st_size
     if size > MAX_BYTES:
         raise StackFileError(
@@ -282,10 +291,35 @@ def read(stack: str, root: Path) -> dict[str, Any]:
             raise StackFileError(
                 f"{name}: config key {echo(key, 60)} is not a string; keys look like `{PROJECT}:gpuNodes`"
             )
+    for key, value in config.items():
+        _check_value(name, key, value)
     # A top-level scalar is what the engine hands the program: its source text (see `_parse`).
     return {
         key: raw[key] if key in raw and not isinstance(value, (dict, list)) else value for key, value in config.items()
     }
+
+
+def _check_value(name: str, key: str, value: Any) -> None:
+    """Refuse what `pulumi up` could not hand the program: an empty `secure:` ciphertext, and a NaN or
+    infinity inside an object (the CLI passes objects as JSON, which has no such numbers: Go's
+    encoding/json returns "unsupported value: NaN")."""
+    if isinstance(value, dict) and "secure" in value and set(value) == {"secure"}:
+        if not isinstance(value["secure"], str) or not value["secure"].strip():
+            raise StackFileError(
+                f"{name}: {key}: `secure:` holds no ciphertext; set it with `pulumi config set --secret {key} ...`"
+            )
+        return
+    stack_ = [(key, value)]
+    while stack_:
+        where, item = stack_.pop()
+        if isinstance(item, float) and not math.isfinite(item) and where != key:
+            raise StackFileError(
+                f"{name}: {where} is {item}; a config object cannot carry NaN or infinity (JSON has neither)"
+            )
+        if isinstance(item, dict):
+            stack_.extend((f"{where}.{k}", v) for k, v in item.items())
+        elif isinstance(item, list):
+            stack_.extend((f"{where}[{i}]", v) for i, v in enumerate(item))
 
 
 def _kind(value: Any) -> str:
@@ -354,6 +388,11 @@ class EnvironmentImportError(ToolError):
         super().__init__(Exit.UNVERIFIED, message)
 
 
+# An ESC environment's name: `[<project>/]<environment>`, each part of letters, digits, `-`, `_` and `.`
+# ("Pulumi ESC: environments", pulumi.com/docs/esc/environments): never a path.
+ENVIRONMENT_NAME = re.compile(r"(?:[A-Za-z0-9_.-]+/)?[A-Za-z0-9_.-]+")
+
+
 def imported_environments(stack: str, root: Path) -> list[str]:
     """The ESC environments `Pulumi.<stack>.yaml` imports (its `environment:` list), in order."""
     path = stack_file(stack, root)
@@ -366,6 +405,12 @@ def imported_environments(stack: str, root: Path) -> list[str]:
             f"{path.name}: `environment:` must be a list of ESC environment names "
             f"(`- {PROJECT}/{stack}`), got {echo(envs, 60)}"
         )
+    for env in envs:
+        if not ENVIRONMENT_NAME.fullmatch(env) or any(part in (".", "..") for part in env.split("/")):
+            raise StackFileError(
+                f"{path.name}: `environment:` entry {echo(env, 60)} is not an ESC environment name "
+                f"(`{PROJECT}/{stack}`: letters, digits, '-', '_', '.'), so never a path"
+            )
     return list(envs)
 
 
@@ -375,8 +420,13 @@ def environment_keys(envs: list[str], root: Path) -> list[str]:
     for env in envs:
         definition = root / ESC_DIR / f"{env}.yaml"
         if definition.is_file():
-            values = parse(definition.read_text(encoding="utf-8"), str(definition.relative_to(root))) or {}
-            keys.update(str(k) for k in ((values.get("values") or {}).get("pulumiConfig") or {}))
+            name = str(definition.relative_to(root))
+            data = parse(definition.read_text(encoding="utf-8"), name) or {}
+            values = data.get("values") or {} if isinstance(data, dict) else None
+            config = values.get("pulumiConfig") or {} if isinstance(values, dict) else None
+            if not isinstance(config, dict):
+                raise StackFileError(f"{name}: not an ESC definition with a `values.pulumiConfig` mapping")
+            keys.update(str(k) for k in config)
     return sorted(k if ":" in k else f"{PROJECT}:{k}" for k in keys)
 
 
@@ -392,6 +442,8 @@ def resolve_environments(
     import shutil
     import subprocess
 
+    from llm_pd_eks_tools.process_safety import run_process, time_left
+
     envs = imported_environments(stack, root)
     if not envs:
         return values, secret_keys
@@ -404,17 +456,15 @@ def resolve_environments(
             f"{what}, whose keys ({unseen}) only the Pulumi CLI can open; install it "
             "and `pulumi login`, or copy the keys into `config:`"
         )
+    timeout = time_left(CLI_TIMEOUT_S)
     try:
-        done = subprocess.run(
-            [cli, "config", "--json", "--stack", stack, "--cwd", str(root)],
-            capture_output=True,
-            text=True,
-            timeout=CLI_TIMEOUT_S,
-        )
+        done = run_process([cli, "config", "--json", "--stack", stack, "--cwd", str(root)], timeout)
     except subprocess.TimeoutExpired:
         raise EnvironmentImportError(
-            f"{what}; `pulumi config --json` gave no answer in {CLI_TIMEOUT_S} s, so its keys ({unseen}) are unseen"
+            f"{what}; `pulumi config --json` gave no answer in {timeout:.1f} s, so its keys ({unseen}) are unseen"
         ) from None
+    except OSError as error:
+        raise EnvironmentImportError(f"{what}; `pulumi config --json` could not run ({error.strerror})") from None
     if done.returncode != 0:
         reason = one_line(done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}", 160)
         raise EnvironmentImportError(

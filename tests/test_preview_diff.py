@@ -194,3 +194,33 @@ def test_the_entry_point_refuses_an_unknown_base_in_one_line():
     )
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == f"preview-diff: BASE='no-such-rev' is not a commit of the repository at {ROOT}"
+
+
+def test_a_failing_working_tree_preview_is_one_line(repo, capsys):
+    from llm_pd_eks_tools.cli import Exit, run
+    from llm_pd_eks_tools.preview.diff import main
+
+    text = (repo / "Pulumi.qa.yaml").read_text()
+    (repo / "Pulumi.broken.yaml").write_text(text.replace("p5.48xlarge", "p9.nosuch"))
+    try:
+        code = run("preview-diff", main, ["--base", "HEAD", "--stack", "broken", "--root", str(repo)])
+    finally:
+        (repo / "Pulumi.broken.yaml").unlink()
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("[preview-diff]")]
+    assert code == Exit.USAGE and len(err) == 1, err
+    assert err[0].startswith("preview-diff: the working tree's preview failed: ") and "p9.nosuch" in err[0]
+
+
+def test_a_stack_starting_with_a_dash_stays_a_stack_name(repo, capsys):
+    from llm_pd_eks_tools.cli import Exit, run
+    from llm_pd_eks_tools.preview.diff import main
+
+    (repo / "Pulumi.-canary.yaml").write_text((repo / "Pulumi.qa.yaml").read_text())
+    try:
+        code = run("preview-diff", main, ["--base", "HEAD", "--stack=-canary", "--root", str(repo)])
+    finally:
+        (repo / "Pulumi.-canary.yaml").unlink()
+    capsys.readouterr()
+    assert code == Exit.OK
+    head = json.loads((repo / "build/preview-diff/-canary/head/report.json").read_text())
+    assert head["stack"] == "-canary"

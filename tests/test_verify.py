@@ -33,7 +33,7 @@ from llm_pd_eks import metrics as m
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.observability import NAMESPACE as MONITORING
 from llm_pd_eks.observability import PROMETHEUS_PORT_NAME, PROMETHEUS_SERVICE
-from llm_pd_eks.serving_names import NAMESPACE, SERVE_PORT
+from llm_pd_eks.serving_names import NAMESPACE, RAY_SERVICE_NAME, SERVE_PORT
 from llm_pd_eks_tools.cli import Exit, run
 from llm_pd_eks_tools.preview.mockrun import stack_config
 from llm_pd_eks_tools.sizing import kv_rank_floor_gbps
@@ -466,7 +466,7 @@ def test_wrong_token_is_not_a_pass(tmp_path, capsys):
     "argv, words",
     [
         (["--stack", "nope", "--kubeconfig", "x"], "no stack file Pulumi.nope.yaml"),
-        (["--stack", "dev", "--kubeconfig", "/nonexistent/kubeconfig"], "cannot read kubeconfig"),
+        (["--stack", "dev", "--kubeconfig", "/nonexistent/kubeconfig"], "no such kubeconfig /nonexistent/kubeconfig"),
         (
             ["--stack", "dev", "--timeout", "0", "--kubeconfig", "x"],
             "--timeout: '0' must be a finite number of seconds above 0",
@@ -681,6 +681,9 @@ def test_a_check_over_zero_pods_is_not_a_pass(tmp_path, capsys):
     assert "on 0 pod(s)" not in json.dumps(report)
 
 
+RAY_SERVICE_PATH = f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayservices/{RAY_SERVICE_NAME}"
+
+
 # --- garbage, huge and trickling replies ------------------------------------------------------------
 
 
@@ -704,6 +707,17 @@ def test_a_check_over_zero_pods_is_not_a_pass(tmp_path, capsys):
             "pd-separate-nodes",
         ),
         ("/apis/apps/v1/namespaces/kube-system/daemonsets", b"\x00\xff" * 50, "device-plugins"),
+        (RAY_SERVICE_PATH, json.dumps({"kind": "RayServiceList", "items": []}).encode(), "rayservice-ready"),
+        (
+            RAY_SERVICE_PATH,
+            json.dumps({"kind": "RayService", "status": {"conditions": {"Ready": "True"}}}).encode(),
+            "rayservice-ready",
+        ),
+        (
+            RAY_SERVICE_PATH,
+            json.dumps({"kind": "RayService", "status": {"conditions": [{"type": "Ready", "status": True}]}}).encode(),
+            "rayservice-ready",
+        ),
     ],
     ids=[
         "version-html",
@@ -715,6 +729,9 @@ def test_a_check_over_zero_pods_is_not_a_pass(tmp_path, capsys):
         "node-wrong-types",
         "pod-labels-list",
         "daemonsets-binary",
+        "rayservice-a-list",
+        "rayservice-conditions-mapping",
+        "rayservice-status-not-a-string",
     ],
 )
 def test_garbage_from_the_api_server_is_unverified_not_a_crash(path, body, check, tmp_path, capsys):
@@ -743,7 +760,7 @@ def test_a_reply_larger_than_the_cap_is_refused_unread(tmp_path, capsys, monkeyp
     finally:
         env_iter.close()
     nodes = by_name(report)["gpu-nodes"]
-    assert nodes["status"] == "UNVERIFIED" and "more than the 4096 verify reads" in nodes["detail"]
+    assert nodes["status"] == "UNVERIFIED" and "more than the 4096 read" in nodes["detail"]
 
 
 def test_a_body_that_trickles_in_ends_at_the_deadline(tmp_path, capsys):

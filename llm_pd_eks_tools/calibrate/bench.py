@@ -15,7 +15,6 @@ per-worker throughput (nixlbench README, "Understanding Benchmark Output").
 
 from __future__ import annotations
 
-import http.client
 import itertools
 import json
 import math
@@ -39,6 +38,8 @@ RESULT_KEYS = (
     "output_throughput",
 )
 CONCURRENCY_SWEEP = (1, 4, 16)
+REQUEST_TIMEOUT_S = 600.0  # one request's whole stream, headers included (and never past the run's deadline)
+MAX_STREAM_BYTES = 64 * 2**20  # one streamed reply: an SSE event of a few hundred bytes per token
 PROMPTS_PER_CLIENT = 4  # each concurrency level sends C x this many prompts
 
 
@@ -222,20 +223,22 @@ def _one_request(
             "stream": True,
         }
     ).encode()
-    left = deadline - time.monotonic()
-    if left <= 0:
+    from llm_pd_eks_tools.io_safety import http_lines
+
+    if deadline - time.monotonic() <= 0:
         raise TimeoutError("deadline passed")
-    conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port or 80, timeout=min(left, 60.0))
+    start = time.monotonic()
+    stamps: list[float] = []
+    lines = http_lines(
+        "POST",
+        f"http://{url.netloc}{url.path.rstrip('/')}/v1/completions",
+        end=min(deadline, start + REQUEST_TIMEOUT_S),
+        max_bytes=MAX_STREAM_BYTES,
+        body=body,
+        headers={"Content-Type": "application/json"},
+    )
     try:
-        start = time.monotonic()
-        conn.request("POST", url.path.rstrip("/") + "/v1/completions", body, {"Content-Type": "application/json"})
-        response = conn.getresponse()
-        if response.status != 200:
-            raise RuntimeError(f"HTTP {response.status}")
-        stamps: list[float] = []
-        for raw in response:  # server-sent events, one `data: {...}` line per token
-            if time.monotonic() > deadline:
-                raise TimeoutError("deadline passed mid-stream")
+        for raw in lines:  # server-sent events, one `data: {...}` line per token
             line = raw.decode(errors="replace").strip()
             if not line.startswith("data:"):
                 continue
@@ -245,12 +248,12 @@ def _one_request(
             if '"error"' in data:  # vLLM streams a failure as a data line with an error object
                 raise RuntimeError(one_line(f"the server streamed an error line: {data}", 160))
             stamps.append(time.monotonic())
-        if len(stamps) < point.output_tokens:
-            raise RuntimeError(f"{len(stamps)} of {point.output_tokens} tokens streamed")
-        if len(stamps) > point.output_tokens:
-            raise RuntimeError(f"{len(stamps)} tokens streamed for max_tokens {point.output_tokens}: not this request")
     finally:
-        conn.close()
+        lines.close()
+    if len(stamps) < point.output_tokens:
+        raise RuntimeError(f"{len(stamps)} of {point.output_tokens} tokens streamed")
+    if len(stamps) > point.output_tokens:
+        raise RuntimeError(f"{len(stamps)} tokens streamed for max_tokens {point.output_tokens}: not this request")
     with stats.lock:
         stats.ttft.append(stamps[0] - start)
         stats.itl.extend(b - a for a, b in itertools.pairwise(stamps))

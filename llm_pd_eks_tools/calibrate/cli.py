@@ -33,9 +33,11 @@ from llm_pd_eks_tools.calibrate.bench import (
     sweep_plan,
 )
 from llm_pd_eks_tools.cli import ROOT, ArgumentParser, Exit, ToolError, exit_with, one_line
+from llm_pd_eks_tools.io_safety import atomic_write, read_regular_file, redact
 
 PROG = "calibrate"
 MAX_TIMEOUT_S = 4 * 3600.0
+MAX_NIXLBENCH_BYTES = 4 * 2**20  # nixlbench prints a table of a few KB
 
 
 def _timeout(text: str) -> float:
@@ -49,7 +51,7 @@ def _timeout(text: str) -> float:
 
 
 def progress(message: str) -> None:
-    print(f"[calibrate] {message}", file=sys.stderr, flush=True)
+    print(f"[calibrate] {one_line(redact(message), 1000)}", file=sys.stderr, flush=True)
 
 
 def points_for_fit(
@@ -70,10 +72,11 @@ def points_for_fit(
 
 
 def write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".yaml.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ToolError(Exit.IOERR, f"cannot create {path.parent} ({error.strerror}); nothing written") from None
+    atomic_write(path, text)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -99,7 +102,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     from llm_pd_eks.models import MODELS
     from llm_pd_eks_tools.calibrate.fit import fit
     from llm_pd_eks_tools.preview.mockrun import stack_config
-    from llm_pd_eks_tools.sizing import VLLM_BF16, Calibration, calibration_path, kv_band, load_workload
+    from llm_pd_eks_tools.size import read_workload
+    from llm_pd_eks_tools.sizing import VLLM_BF16, Calibration, calibration_path, kv_band
     from llm_pd_eks_tools.sizing.kv import check_nixlbench_rows
 
     deadline = time.monotonic() + args.timeout
@@ -111,16 +115,17 @@ def main(argv: Optional[list[str]] = None) -> int:
         raise ToolError(Exit.USAGE, one_line(f"Pulumi.{args.stack}.yaml: {'; '.join(error.problems)}")) from None
     if config.serving is None:
         raise ToolError(Exit.USAGE, f"Pulumi.{args.stack}.yaml has no serving section: nothing to calibrate")
-    workload = load_workload(args.workload or args.root / "workloads" / f"{args.stack}.yaml")
+    workload = read_workload(args.workload or args.root / "workloads" / f"{args.stack}.yaml")
     serving, instance = config.serving, gpu_instance_type(config.gpu_nodes.instance_type)
     model, tp = MODELS[serving.model_id], serving.decode.tensor_parallel_size
     kv_gbytes, kv_rows = None, None
     if args.nixlbench_output is not None:  # read before anything runs: a bad file fails fast
         try:
-            kv_rows = parse_nixlbench_rows(args.nixlbench_output.read_text())
+            data = read_regular_file(args.nixlbench_output, MAX_NIXLBENCH_BYTES, "--nixlbench-output")
+            kv_rows = parse_nixlbench_rows(data.decode("utf-8"))
             line_gbytes = kv_band(model, 1, 2, instance, 1).line_rate_gbps / 8
             kv_rows = check_nixlbench_rows(kv_rows, line_gbytes)
-        except (OSError, UnicodeDecodeError) as exc:
+        except UnicodeDecodeError as exc:
             raise ToolError(Exit.USAGE, one_line(f"--nixlbench-output {args.nixlbench_output}: {exc}")) from None
         except (ToolError, ValueError) as exc:
             raise ToolError(Exit.USAGE, one_line(f"--nixlbench-output {args.nixlbench_output}: {exc}")) from None
@@ -141,11 +146,12 @@ def main(argv: Optional[list[str]] = None) -> int:
             Unreachable,
             kubeconfig_from_stack,
             load_kubeconfig,
+            read_kubeconfig,
         )
 
         left = Deadline(args.timeout)
         path = args.kubeconfig or os.environ.get("KUBECONFIG")
-        text = Path(path).read_text() if path else kubeconfig_from_stack(args.stack, left.request_timeout())
+        text = read_kubeconfig(str(path)) if path else kubeconfig_from_stack(args.stack, left.request_timeout())
         client = KubeClient(load_kubeconfig(text, left.request_timeout()), left)
         job = calibration_job(
             args.stack, serving.image, serving.model_id, serving.endpoint_name, plan, int(args.timeout)

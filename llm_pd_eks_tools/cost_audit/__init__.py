@@ -20,7 +20,7 @@ reservation only a Savings Plan. Writes (report.py) report.md, report.json and s
 --out (default build/cost-audit/<stack>/).
 Exit codes (llm_pd_eks_tools/cli.py): 0 every source answered; 5 the report was written but a source was
 unavailable; 2 bad arguments or stack config. Bounded time: botocore timeouts of 5 s/10 s with one
-retry, at most 20 Cost Explorer pages per query, 10 s per Prometheus query.
+retry, at most 20 Cost Explorer pages per query, 10 s and 4 MiB per Prometheus query (headers and body).
 """
 
 from llm_pd_eks_tools.cli import ROOT

@@ -42,8 +42,9 @@ def gpu_quota(audit: Audit, config: StackConfig, quotas: Any) -> None:
 def predicted(stack: str, config: StackConfig, workload_file: Path) -> dict[str, Any]:
     """What `make size` says for the workload (llm_pd_eks_tools.sizing's public entry only)."""
     from llm_pd_eks_tools import sizing
+    from llm_pd_eks_tools.size import read_workload
 
-    result = sizing.size(stack, config, sizing.load_workload(workload_file)).as_dict()
+    result = sizing.size(stack, config, read_workload(workload_file)).as_dict()
     dis, agg = result.get("disaggregated") or {}, result.get("aggregated") or {}
     return {
         "workload": str(workload_file.relative_to(ROOT) if workload_file.is_relative_to(ROOT) else workload_file),

@@ -2,30 +2,29 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
-import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from llm_pd_eks.config import CapacityBlock, CapacityReservation, ConfigError, StackConfig
-from llm_pd_eks_tools.cli import ROOT, Exit, ToolError, one_line
+from llm_pd_eks_tools.cli import ROOT, ArgumentParser, Exit, ToolError, one_line, say
+from llm_pd_eks_tools.io_safety import redact
 
 from .advice import derive, gpu_quota, predicted, recommendations
 from .cost_explorer import cost_explorer
 from .model import Audit, Source
 from .prometheus import prometheus, prometheus_queries
-from .report import render_markdown, write_report
+from .report import check_out_dir, render_markdown, write_report
 from .window import parse_since
 
 PROG = "cost-audit"
 
 
 def progress(source: str, text: str) -> None:
-    print(f"{PROG}: {source}: {text}", file=sys.stderr, flush=True)
+    say(PROG, f"{source}: {text}")
 
 
 def _guarded(audit: Audit, name: str, run: Callable[[], str]) -> None:
@@ -36,7 +35,7 @@ def _guarded(audit: Audit, name: str, run: Callable[[], str]) -> None:
         audit.sources.append(Source(name, True, f"{detail}, {time.monotonic() - started:.1f}s"))
         progress(name, f"ok ({detail})")
     except Exception as error:  # each source is optional: name it, keep going
-        reason = one_line(f"{type(error).__name__}: {error}", 200)
+        reason = one_line(redact(f"{type(error).__name__}: {error}"), 200)
         audit.sources.append(Source(name, False, reason))
         progress(name, f"unavailable: {reason}")
 
@@ -67,9 +66,7 @@ def main(
     """CLI entry. `clients` = (cost explorer, service quotas) to inject; built from boto3 otherwise."""
     from . import __doc__ as doc
 
-    parser = argparse.ArgumentParser(
-        prog="python -m llm_pd_eks_tools.cost_audit", description=(doc or "").split("\n")[0]
-    )
+    parser = ArgumentParser(prog="python -m llm_pd_eks_tools.cost_audit", description=(doc or "").split("\n")[0])
     parser.add_argument("--stack", required=True, help="the stack (Pulumi.<stack>.yaml)")
     parser.add_argument(
         "--since", default="7d", help="7d: the 7 whole UTC days before today; 36h: the 36 hours up to now (default 7d)"
@@ -89,6 +86,7 @@ def main(
         raise ToolError(Exit.USAGE, f"--prometheus {args.prometheus!r} is not a URL such as http://127.0.0.1:9090")
     workload = args.workload or ROOT / "workloads" / f"{args.stack}.yaml"
     out = args.out or ROOT / "build" / "cost-audit" / args.stack
+    check_out_dir(out)  # before any source is asked: a bad --out costs nothing
 
     audit = Audit(
         args.stack,
@@ -111,7 +109,7 @@ def main(
         if args.prometheus is None:
             raise ValueError("no --prometheus URL (or PROMETHEUS_URL) given")
         prometheus(audit, args.prometheus, window.promql_range, window.end.timestamp())
-        return f"{args.prometheus}, {len(prometheus_queries('1h'))} queries"
+        return f"{redact(args.prometheus)}, {len(prometheus_queries('1h'))} queries"
 
     def run_quota() -> str:
         gpu_quota(audit, config, quotas)
@@ -146,11 +144,14 @@ def _make_clients(region: str) -> tuple[Any, Any]:
     """Cost Explorer (its endpoint is us-east-1) and Service Quotas, with preflight's short timeouts."""
     import boto3
 
-    from llm_pd_eks_tools.preflight import check_endpoint_env, client_config
+    from llm_pd_eks_tools.preflight import _client_errors, check_endpoint_env, client_config, describe_error
 
     check_endpoint_env(os.environ)
-    session = boto3.session.Session()
-    cfg = client_config()
-    return session.client("ce", region_name="us-east-1", config=cfg), session.client(
-        "service-quotas", region_name=region, config=cfg
-    )
+    try:
+        session = boto3.session.Session()
+        cfg = client_config()
+        return session.client("ce", region_name="us-east-1", config=cfg), session.client(
+            "service-quotas", region_name=region, config=cfg
+        )
+    except _client_errors() as error:  # a garbled AWS config file, an unknown profile
+        raise ToolError(Exit.USAGE, f"cannot create AWS clients: {describe_error(error)}") from None

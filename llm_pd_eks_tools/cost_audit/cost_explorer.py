@@ -17,6 +17,7 @@ from typing import Any
 from llm_pd_eks.config import StackConfig
 
 from .model import Audit
+from .prometheus import finite
 from .window import Window
 
 # The tags llm_pd_eks/deployment.py puts on every AWS resource (`{"project": ..., "stack": ...}`).
@@ -74,7 +75,7 @@ def grouped(
             for g in day.get("Groups", []):
                 key = g["Keys"][0]
                 for metric in metrics:
-                    amount = float(g.get("Metrics", {}).get(metric, {}).get("Amount", 0.0))
+                    amount = finite(g.get("Metrics", {}).get(metric, {}).get("Amount", 0.0))
                     totals.setdefault(key, {}).setdefault(metric, 0.0)
                     totals[key][metric] += amount * share
         token = page.get("NextPageToken")

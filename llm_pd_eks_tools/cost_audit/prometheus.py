@@ -4,8 +4,8 @@ replicas per phase against GPU nodes, over the audit's window (evaluated at its 
 from __future__ import annotations
 
 import json
+import math
 import urllib.parse
-import urllib.request
 from typing import Any, Optional
 
 from llm_pd_eks import metrics as m
@@ -13,24 +13,60 @@ from llm_pd_eks import metrics as m
 from .model import Audit
 
 IDLE_UTIL_PERCENT = 5.0  # a GPU under 5 % utilisation in a minute counts as idle for that minute
-PROMETHEUS_TIMEOUT_S = 10.0
+PROMETHEUS_TIMEOUT_S = 10.0  # one query's whole exchange: connecting, headers and body
+# Largest reply read (bytes): each query is an aggregate of a few series, a few KB.
+MAX_REPLY_BYTES = 4 * 2**20
 
 
 def prom_query(url: str, expr: str, at: float) -> list[dict[str, Any]]:
+    from llm_pd_eks_tools.io_safety import http_request
+
     query = urllib.parse.urlencode({"query": expr, "time": f"{at:.3f}"})
-    with urllib.request.urlopen(f"{url.rstrip('/')}/api/v1/query?{query}", timeout=PROMETHEUS_TIMEOUT_S) as resp:
-        body = json.loads(resp.read())
-    if body.get("status") != "success":
-        raise ValueError(f"query {expr!r}: {body.get('error', 'failed')}")
-    return list(body["data"]["result"])
+    reply = http_request(
+        "GET",
+        f"{url.rstrip('/')}/api/v1/query?{query}",
+        timeout=PROMETHEUS_TIMEOUT_S,
+        max_bytes=MAX_REPLY_BYTES,
+        headers={"Accept": "application/json"},
+    )
+    try:
+        body = json.loads(reply.body)
+    except ValueError:
+        raise ValueError(f"HTTP {reply.status}: the reply is not JSON") from None
+    if not isinstance(body, dict) or body.get("status") != "success":
+        error = body.get("error", "failed") if isinstance(body, dict) else "not an API answer"
+        raise ValueError(f"HTTP {reply.status}: query {expr[:60]!r}: {str(error)[:120]}")
+    data = body.get("data")
+    result = data.get("result") if isinstance(data, dict) else None
+    if not isinstance(result, list) or not all(isinstance(r, dict) for r in result):
+        raise ValueError(f"HTTP {reply.status}: query {expr[:60]!r}: the reply has no list of results")
+    return result
+
+
+def finite(value: Any) -> float:
+    """A sample value as a number; NaN or an infinity (Prometheus answers "NaN" for 0/0) is refused."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"a sample value {str(value)[:40]!r} is not a number") from None
+    if not math.isfinite(number):
+        raise ValueError(f"a sample value is {value!r}; no figure is made from it")
+    return number
+
+
+def _sample(series: Any) -> float:
+    try:
+        return finite(series["value"][1])
+    except (KeyError, IndexError, TypeError):
+        raise ValueError("a sample has no [time, value] pair") from None
 
 
 def _scalar(result: list[dict[str, Any]]) -> Optional[float]:
-    return float(result[0]["value"][1]) if result else None
+    return _sample(result[0]) if result else None
 
 
 def _by(result: list[dict[str, Any]], label: str) -> dict[str, float]:
-    return {r["metric"].get(label, ""): float(r["value"][1]) for r in result}
+    return {str((r.get("metric") or {}).get(label, "")): _sample(r) for r in result}
 
 
 def phase_nodes() -> str:

@@ -98,11 +98,42 @@ def report_json(audit: Audit) -> dict[str, Any]:
     return {**asdict(audit), "total_spend": audit.total_spend}
 
 
+ARTIFACTS = ("report.json", "report.md", "spend.png")
+
+
+def check_out_dir(out: Path) -> None:
+    """Refuse `--out` before any source is asked: a file, another's files, an unwritable place."""
+    from llm_pd_eks_tools.cli import OWNER_MARK, Exit, ToolError
+
+    if out.exists() and out.is_dir() and not out.is_symlink():
+        try:
+            entries = {p.name for p in out.iterdir()}
+        except OSError as error:
+            raise ToolError(Exit.USAGE, f"--out {out} cannot be read ({error.strerror})") from None
+        foreign = sorted(entries - {*ARTIFACTS, OWNER_MARK}) or (sorted(entries) if OWNER_MARK not in entries else [])
+        if foreign:
+            raise ToolError(
+                Exit.USAGE,
+                f"--out {out} holds files cost-audit did not write ({', '.join(foreign[:3])}); "
+                "choose an empty or new directory",
+            )
+    elif out.exists() or out.is_symlink():
+        raise ToolError(Exit.USAGE, f"--out {out} is not a directory; give a directory for the report")
+
+
 def write_report(audit: Audit, out: Path) -> dict[str, Any]:
-    """report.json, report.md and spend.png under `out`; returns the JSON report."""
-    out.mkdir(parents=True, exist_ok=True)
+    """report.json, report.md and spend.png under `out` (a new directory, or one cost-audit wrote before,
+    emptied first so no old chart stays beside a new report); returns the JSON report."""
+    from llm_pd_eks_tools.cli import fresh_out_dir
+    from llm_pd_eks_tools.io_safety import atomic_write
+
     report = report_json(audit)
-    (out / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
-    (out / "report.md").write_text(render_markdown(audit))
-    (out / "spend.png").write_bytes(chart(audit))
+    files: dict[str, str | bytes] = {
+        "report.json": json.dumps(report, indent=2, default=str, allow_nan=False) + "\n",
+        "report.md": render_markdown(audit),
+        "spend.png": chart(audit),
+    }
+    fresh_out_dir(out, ARTIFACTS, mark=True)
+    for name, data in files.items():
+        atomic_write(out / name, data)
     return report

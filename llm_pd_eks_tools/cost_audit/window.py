@@ -69,10 +69,12 @@ class Window:
 
 def parse_since(text: str, now: datetime) -> Window:
     """`7d` (whole days before today) or `36h` (hours up to now)."""
-    match = re.fullmatch(r"(\d+)([hd])", text)
+    match = re.fullmatch(r"([0-9]{1,12})([hd])", text)
     if match is None or int(match.group(1)) == 0:
         raise ToolError(Exit.USAGE, f"--since {text!r}: give a window such as 7d or 36h")
     count, unit = int(match.group(1)), match.group(2)
+    if count > MAX_SINCE_DAYS * (24 if unit == "h" else 1):  # before timedelta, which overflows on 9999999999d
+        raise ToolError(Exit.USAGE, f"--since {text}: at most {MAX_SINCE_DAYS}d (Cost Explorer's daily history)")
     span = timedelta(hours=count) if unit == "h" else timedelta(days=count)
     if span > timedelta(days=MAX_SINCE_DAYS):
         raise ToolError(Exit.USAGE, f"--since {text}: at most {MAX_SINCE_DAYS}d (Cost Explorer's daily history)")

@@ -12,22 +12,31 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import NoReturn, Optional
 
-from llm_pd_eks_tools.cli import ROOT, ArgumentParser, Exit, ToolError, one_line, run
+from llm_pd_eks_tools.cli import ROOT, ArgumentParser, Exit, ToolError, finish, one_line, run, seconds
+from llm_pd_eks_tools.io_safety import read_regular_file
+from llm_pd_eks_tools.process_safety import guard_streams
 
 PROG = "preview"
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    from llm_pd_eks_tools.preview.analyzer import POLICY_ANSWER_TIMEOUT_S
+
     parser = ArgumentParser(prog="python -m llm_pd_eks_tools.preview", description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--stack", default="dev")
     parser.add_argument("--root", type=Path, default=ROOT, help="checkout to preview (default: this one)")
     parser.add_argument("--out", type=Path, help="artifact directory (default: <root>/build/preview/<stack>)")
     parser.add_argument(
         "--policy-config", type=Path, help="JSON policy config, as `pulumi preview --policy-pack-config`"
+    )
+    parser.add_argument(
+        "--policy-timeout",
+        type=seconds,
+        default=None,
+        help=f"seconds for all of the policy pack's answers (default {POLICY_ANSWER_TIMEOUT_S:g})",
     )
     parser.add_argument("--mermaid", action="store_true", help="print only the component diagram (README)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -50,7 +59,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     from llm_pd_eks_tools.preview.render import render_text, write_failure_summary
 
     try:
-        result = harness.preview(args.stack, root, out, policy_config, progress=progress)
+        result = harness.preview(
+            args.stack, root, out, policy_config, progress=progress, policy_timeout=args.policy_timeout
+        )
     except ToolError as error:  # the PR comment posts summary.md: it must say this run failed
         if harness.holds_only_artifacts(out):  # never into a directory the preview refused to clear
             write_failure_summary(out, args.stack, error)
@@ -61,21 +72,58 @@ def main(argv: Optional[list[str]] = None) -> int:
     return result.exit_code
 
 
+MAX_POLICY_CONFIG_BYTES = 1 * 2**20  # a policy config names a few dozen policies: a few KB
+
+
 def read_policy_config(path: Path) -> dict:
     """A `--policy-pack-config` file: a JSON object of policy name -> settings (the CLI's shape)."""
+    data = read_regular_file(path, MAX_POLICY_CONFIG_BYTES, "policy config")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as error:
-        raise ToolError(Exit.USAGE, f"policy config {path}: cannot be read ({one_line(str(error), 120)})") from None
+        config = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ToolError(Exit.USAGE, f"policy config {path}: cannot be read as UTF-8 text") from None
+    except RecursionError:  # `[[[[...` thousands deep: json's decoder recurses
+        raise ToolError(Exit.USAGE, f"policy config {path}: nested too deeply to be a policy config") from None
     except ValueError as error:
         raise ToolError(Exit.USAGE, f"policy config {path}: not JSON ({one_line(str(error), 120)})") from None
-    if not isinstance(data, dict):
+    if not isinstance(config, dict):
         raise ToolError(
             Exit.USAGE,
-            f"policy config {path}: a JSON {type(data).__name__} where an object of "
+            f"policy config {path}: a JSON {type(config).__name__} where an object of "
             '`"policy-name": {...}` entries belongs',
         )
-    return data
+    if _depth(config) > MAX_POLICY_CONFIG_DEPTH:
+        raise ToolError(
+            Exit.USAGE,
+            f"policy config {path}: nested deeper than {MAX_POLICY_CONFIG_DEPTH} levels; no policy needs that",
+        )
+    for name, entry in config.items():
+        if not isinstance(entry, (str, dict)) or (
+            isinstance(entry, dict) and not isinstance(entry.get("enforcementLevel", ""), str)
+        ):
+            raise ToolError(
+                Exit.USAGE,
+                f"policy config {path}: {name!r} must be an enforcement level or an object "
+                '(`{"enforcementLevel": "mandatory", ...}`)',
+            )
+    return config
+
+
+# The analyzer protocol carries a policy's properties as a protobuf Struct, whose nesting protobuf
+# limits (100 by default): refused here, where it is a usage error, not inside the pack.
+MAX_POLICY_CONFIG_DEPTH = 32
+
+
+def _depth(value: object) -> int:
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, level = todo.pop()
+        deepest = max(deepest, level)
+        if isinstance(item, dict):
+            todo.extend((v, level + 1) for v in item.values())
+        elif isinstance(item, list):
+            todo.extend((v, level + 1) for v in item)
+    return deepest
 
 
 def run_and_exit(argv: Optional[list[str]] = None) -> NoReturn:
@@ -86,9 +134,8 @@ def run_and_exit(argv: Optional[list[str]] = None) -> NoReturn:
     # The preview allocates hundreds of thousands of objects importing the provider SDKs and never
     # frees much; the cyclic collector only costs time here (~20% of a run), so it is switched off.
     gc.disable()
-    code = run(PROG, main, argv)
-    sys.stdout.flush()
-    sys.stderr.flush()
+    guard_streams()
+    code = finish(PROG, run(PROG, main, argv))
     # Skip interpreter teardown (tens of thousands of SDK objects, and asyncio loop finalisers that
     # complain once gc is off): everything is written and the policy process is already closed.
     os._exit(code)

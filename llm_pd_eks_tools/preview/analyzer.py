@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Iterable, Optional, Union
@@ -31,10 +32,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from llm_pd_eks.pulumi_sdk import analyzer_pb2, analyzer_pb2_grpc, rpc
 from llm_pd_eks_tools.cli import ROOT
+from llm_pd_eks_tools.process_safety import end_process, spawn
 
 POLICY_PACK_DIR = ROOT / "policies"
 UNKNOWN = rpc.UNKNOWN  # the engine's unknown-value sentinel
 _UNUSED_ENGINE_ADDRESS = "127.0.0.1:1"
+# Seconds for all of the pack's answers to one preview (Configure, every Analyze, AnalyzeStack): the
+# checked-in pack answers a stack in seconds; a pack that hangs ends the preview with exit 4.
+POLICY_ANSWER_TIMEOUT_S = 300.0
 
 _LEVEL_NAMES = {
     analyzer_pb2.ADVISORY: "advisory",
@@ -147,12 +152,16 @@ class PolicyPackServer:
         python: Optional[str] = None,
         startup_timeout: float = 60.0,
         env: Optional[dict[str, str]] = None,
+        answer_timeout: float = POLICY_ANSWER_TIMEOUT_S,
     ) -> None:
         self.pack_dir = Path(pack_dir)
         # The CLI would use the pack's own virtualenv (policies/.venv); the project's venv carries
         # the same pinned pulumi-policy, so it is the default here. POLICY_PYTHON overrides.
         self.python = os.path.abspath(python or os.environ.get("POLICY_PYTHON") or sys.executable)
         self.startup_timeout = startup_timeout
+        # One deadline for all the pack's answers after start-up (a pack that never answers ends the preview).
+        self.answer_timeout = answer_timeout
+        self._answers_end: Optional[float] = None
         self.env = env
         self._proc: Optional[subprocess.Popen] = None
         self._stderr: Optional[IO[bytes]] = None
@@ -175,7 +184,8 @@ class PolicyPackServer:
         for key in ("PULUMI_CONFIG", "PULUMI_CONFIG_SECRET_KEYS"):
             env.pop(key, None)
         self._stderr = tempfile.TemporaryFile()
-        proc = self._proc = subprocess.Popen(
+        # Its own process group (process_safety.spawn): Ctrl-C, SIGTERM or the tool's exit end it and its children.
+        proc = self._proc = spawn(
             [self.python, "-u", "-m", "pulumi.policy", _UNUSED_ENGINE_ADDRESS, str(self.pack_dir)],
             stdout=subprocess.PIPE,
             stderr=self._stderr,
@@ -218,19 +228,22 @@ class PolicyPackServer:
             self._channel.close()
             self._channel = None
         if self._proc is not None:
-            if self._proc.poll() is None:
-                self._proc.terminate()
-                try:
-                    self._proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    self._proc.kill()
-                    self._proc.wait()
+            end_process(self._proc, grace=10)
             if self._proc.stdout:
                 self._proc.stdout.close()
             self._proc = None
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
+
+    def _left(self) -> float:
+        """Seconds left of the answer deadline, which starts at the first call after start-up."""
+        if self._answers_end is None:
+            self._answers_end = time.monotonic() + self.answer_timeout
+        left = self._answers_end - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"the policy pack gave no answer within {self.answer_timeout:g} s")
+        return left
 
     @property
     def stub(self) -> analyzer_pb2_grpc.AnalyzerStub:
@@ -241,7 +254,7 @@ class PolicyPackServer:
     # -- protocol ----------------------------------------------------------------------------
     def info(self) -> analyzer_pb2.AnalyzerInfo:
         if self._info is None:
-            self._info = self.stub.GetAnalyzerInfo(empty_pb2.Empty())
+            self._info = self.stub.GetAnalyzerInfo(empty_pb2.Empty(), timeout=self._left())
         return self._info
 
     def effective_config(self, policy_config: Optional[PolicyConfig] = None) -> dict[str, dict[str, Any]]:
@@ -257,6 +270,12 @@ class PolicyPackServer:
         if unknown:
             raise ValueError(f"policy config names unknown policies {unknown}; the pack has {sorted(infos)}")
         pack_level = policy_config.pop("all", None)
+        if isinstance(pack_level, dict) and set(pack_level) <= {"enforcementLevel"}:
+            pack_level = pack_level.get("enforcementLevel")  # `"all": {"enforcementLevel": ...}` spelt out
+        if pack_level is not None and (not isinstance(pack_level, str) or pack_level not in _LEVEL_VALUES):
+            raise ValueError(
+                f"`all`: {str(pack_level)[:60]!r} is not an enforcement level, one of {sorted(_LEVEL_VALUES)}"
+            )
         result: dict[str, dict[str, Any]] = {}
         for name, info in infos.items():
             given = policy_config.get(name, {})
@@ -264,7 +283,7 @@ class PolicyPackServer:
                 given = {"enforcementLevel": given}
             given = dict(given)
             level = given.pop("enforcementLevel", None) or pack_level or _LEVEL_NAMES[info.enforcementLevel]
-            if level not in _LEVEL_VALUES:
+            if not isinstance(level, str) or level not in _LEVEL_VALUES:
                 raise ValueError(f"policy {name}: enforcementLevel {level!r} is not one of {sorted(_LEVEL_VALUES)}")
             schema = json_format.MessageToDict(info.configSchema) if info.HasField("configSchema") else {}
             properties = {
@@ -293,15 +312,17 @@ class PolicyPackServer:
             entry = request.policyConfig[name]
             entry.enforcementLevel = _LEVEL_VALUES[cfg["enforcementLevel"]]
             entry.properties.update(cfg["properties"])
-        self.stub.Configure(request)
+        self.stub.Configure(request, timeout=self._left())
         return effective
 
     def analyze(self, resource: analyzer_pb2.AnalyzerResource) -> list[Verdict]:
-        response = self.stub.Analyze(analyze_request(resource))
+        response = self.stub.Analyze(analyze_request(resource), timeout=self._left())
         return _verdicts(response, default_urn=resource.urn)
 
     def analyze_stack(self, resources: Iterable[analyzer_pb2.AnalyzerResource]) -> list[Verdict]:
-        response = self.stub.AnalyzeStack(analyzer_pb2.AnalyzeStackRequest(resources=list(resources)))
+        response = self.stub.AnalyzeStack(
+            analyzer_pb2.AnalyzeStackRequest(resources=list(resources)), timeout=self._left()
+        )
         return _verdicts(response)
 
     def analyze_all(

@@ -22,6 +22,7 @@ import tempfile
 import time
 
 from llm_pd_eks_tools.cli import ROOT, Exit, ToolError, exit_with, one_line
+from llm_pd_eks_tools.io_safety import atomic_write
 
 FLOOR = "import pulumi, pulumi_aws, pulumi_eks, pulumi_kubernetes"
 GOAL = 3.0
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     out_dir = ROOT / "build" / "bench"
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "preview.json").write_text(json.dumps(record, indent=2) + "\n")
+    atomic_write((out_dir / "preview.json"), json.dumps(record, indent=2) + "\n")
     verdict = "within" if ratio <= GOAL else "above"
     print(
         f"SDK import floor {floor:.2f}s · preview ({record['command']}, {args.stack}) {preview:.2f}s · "

@@ -28,11 +28,13 @@ from typing import Any, Callable, Optional
 from llm_pd_eks_tools.cli import ROOT, ArgumentParser, Exit, ToolError, checkout_root, fresh_out_dir, one_line, run
 from llm_pd_eks_tools.cutover import plan_cutover
 from llm_pd_eks_tools.gpu_node_rollout import SYSTEM_COMPONENT, classify_gpu_roll, classify_node_group_roll
+from llm_pd_eks_tools.io_safety import atomic_write
 from llm_pd_eks_tools.preview import fmt
 from llm_pd_eks_tools.preview.crds import crd_changes
 from llm_pd_eks_tools.preview.report import Report, VerdictRecord
+from llm_pd_eks_tools.process_safety import end_process, forget, run_process, spawn
 from llm_pd_eks_tools.rayservice_rollout import classify_resources
-from llm_pd_eks_tools.stackfile import stack_file
+from llm_pd_eks_tools.stackfile import existing_stack_file
 
 TOOLS = ROOT / "llm_pd_eks_tools"
 _PREVIEW_PREFIX = "preview: "  # how llm_pd_eks_tools.cli.run prefixes the preview's one-line errors
@@ -65,10 +67,16 @@ def default_out_dir(root: Path, stack: str) -> Path:
     return Path(root).resolve() / "build" / "preview-diff" / stack
 
 
+GIT_TIMEOUT_S = 120.0  # a worktree of this repository is added in seconds
+
+
 def _git(repo: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    try:
+        done = run_process(["git", "-C", str(repo), *args], GIT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise ToolError(Exit.USAGE, f"git {' '.join(args)}: no answer in {GIT_TIMEOUT_S:g} s") from None
     if done.returncode != 0:
-        raise ToolError(Exit.USAGE, f"git {' '.join(args)}: {done.stderr.strip()}")
+        raise ToolError(Exit.USAGE, f"git {' '.join(args)}: {one_line(done.stderr.strip(), 300)}")
     return done.stdout.strip()
 
 
@@ -87,12 +95,14 @@ class Side:
 
 
 def _start_preview(root: Path, stack: str, out: Path, python: str) -> subprocess.Popen:
-    cmd = [python, "-c", _BOOTSTRAP, str(TOOLS), str(root), "--stack", stack, "--out", str(out), "--quiet"]
-    return subprocess.Popen(cmd, cwd=str(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # `--opt=value`: a stack named `-canary` stays the value of --stack
+    cmd = [python, "-c", _BOOTSTRAP, str(TOOLS), str(root), f"--stack={stack}", f"--out={out}", "--quiet"]
+    return spawn(cmd, cwd=str(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _finish(label: str, proc: subprocess.Popen, out: Path) -> Side:
     _stdout, stderr = proc.communicate()
+    forget(proc)
     side = Side(label, out, proc.returncode, stderr)
     if side.ok:
         side.resources = {r["urn"]: r for r in json.loads((out / "resources.json").read_text())}
@@ -315,11 +325,11 @@ def preview_diff(
 ) -> tuple[Diff, int]:
     """Preview `base_rev` and the working tree of `root`; returns the diff and the head's exit code."""
     root = checkout_root(root)
-    stack_file(stack, root)  # a stack name is never a path: build/preview-diff/<stack> stays under build/
+    existing_stack_file(stack, root)  # a stack name is never a path: build/preview-diff/<stack> stays under build/
     python = python or sys.executable
     out_dir = Path(out_dir) if out_dir is not None else default_out_dir(root, stack)
     try:
-        sha = _git(root, "rev-parse", "--verify", "--quiet", f"{base_rev}^{{commit}}")
+        sha = _git(root, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{base_rev}^{{commit}}")
     except ToolError:
         raise ToolError(Exit.USAGE, f"BASE={base_rev!r} is not a commit of the repository at {root}") from None
     short = sha[:10]
@@ -328,6 +338,8 @@ def preview_diff(
     worktree = tmp / "base"
     progress(f"checking out {base_rev} ({short}) into a temporary worktree…")
     _git(root, "worktree", "add", "--detach", "--quiet", str(worktree), sha)
+    base_proc: Optional[subprocess.Popen] = None
+    head_proc: Optional[subprocess.Popen] = None
     try:
         progress(f"previewing {stack} at {short} and in the working tree (in parallel)…")
         base_proc = _start_preview(worktree, stack, out_dir / "base", python)
@@ -335,23 +347,32 @@ def preview_diff(
         base = _finish(f"`{base_rev}` ({short})", base_proc, out_dir / "base")
         head = _finish("working tree", head_proc, out_dir / "head")
     finally:
-        subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(worktree)], capture_output=True)
+        for proc in (p for p in (base_proc, head_proc) if p is not None and p.poll() is None):
+            end_process(proc, grace=5)  # Ctrl-C or SIGTERM mid-way: neither preview outlives the diff
+        run_process(["git", "-C", str(root), "worktree", "remove", "--force", str(worktree)], GIT_TIMEOUT_S)
         shutil.rmtree(tmp, ignore_errors=True)
-        subprocess.run(["git", "-C", str(root), "worktree", "prune"], capture_output=True)
+        run_process(["git", "-C", str(root), "worktree", "prune"], GIT_TIMEOUT_S)
     if not head.ok:
-        raise ToolError(_exit(head.exit_code), f"the working tree's preview failed:\n{head.stderr.strip()}")
+        raise ToolError(
+            _exit(head.exit_code),
+            f"the working tree's preview failed: {_first_error(head.stderr)} "
+            f"(its summary: {out_dir / 'head' / 'summary.md'})",
+        )
     notes = []
     if not base.ok:
-        first = next(
-            (line for line in base.stderr.splitlines() if line.startswith(_PREVIEW_PREFIX)), base.stderr.strip()
-        )
         notes.append(
-            f"The base revision could not be previewed ({one_line(first.removeprefix(_PREVIEW_PREFIX))}); "
-            "everything counts as added."
+            f"The base revision could not be previewed ({_first_error(base.stderr)}); everything counts as added."
         )
     diff = compare(stack, base, head, notes)
-    (out_dir / "diff.md").write_text(render(diff))
+    atomic_write(out_dir / "diff.md", render(diff))
     return diff, head.exit_code
+
+
+def _first_error(stderr: str) -> str:
+    """The inner preview's own error line (`preview: ...`), else its last line: one line either way."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    first = next((line for line in lines if line.startswith(_PREVIEW_PREFIX)), lines[-1] if lines else "no output")
+    return one_line(first.removeprefix(_PREVIEW_PREFIX))
 
 
 def _exit(code: int) -> Exit:

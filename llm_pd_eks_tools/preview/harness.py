@@ -208,10 +208,10 @@ def _placeholder_warnings(config: "StackConfig", stack: str, root: Path) -> list
 class _PackStarter:
     """Starts the analyzer process on a thread, so its start-up overlaps running the program."""
 
-    def __init__(self, pack_dir: Path):
-        from llm_pd_eks_tools.preview.analyzer import PolicyPackServer
+    def __init__(self, pack_dir: Path, answer_timeout: Optional[float] = None):
+        from llm_pd_eks_tools.preview.analyzer import POLICY_ANSWER_TIMEOUT_S, PolicyPackServer
 
-        self.server = PolicyPackServer(pack_dir=pack_dir)
+        self.server = PolicyPackServer(pack_dir=pack_dir, answer_timeout=answer_timeout or POLICY_ANSWER_TIMEOUT_S)
         self.error: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._start, name="policy-pack-start", daemon=True)
         self._thread.start()
@@ -248,6 +248,20 @@ def _program_error(error: BaseException, root: Path) -> ToolError:
     return ToolError(Exit.PROGRAM, f"the program failed: {type(error).__name__}: {error}{where}")
 
 
+def pack_failure(error: BaseException, server: "PolicyPackServer") -> str:
+    """What went wrong with the pack, in one line: no answer in time, or its error and the last
+    line it wrote to stderr (a policy's exception)."""
+    import grpc
+
+    if isinstance(error, grpc.RpcError) and error.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return f"no answer within {server.answer_timeout:g} s (--policy-timeout)"
+    if isinstance(error, TimeoutError):
+        return str(error)
+    detail = error.details() if isinstance(error, grpc.RpcError) else str(error)
+    last = [line for line in server.stderr.splitlines() if line.strip()][-1:]
+    return f"{type(error).__name__}: {detail}" + (f"; its last stderr line: {last[0].strip()}" if last else "")
+
+
 # -- the artifact directory ----------------------------------------------------------------------
 # What a preview writes; graph.svg is what earlier versions also wrote (so an old build/ is cleared too).
 ARTIFACTS = ("resources.json", "report.json", "manifests", "graph.dot", "graphs", "summary.md", "graph.svg")
@@ -274,10 +288,10 @@ def holds_only_artifacts(out: Path) -> bool:
 def checked_paths(stack: str, root: Path, out: Optional[Path]) -> tuple[Path, Path]:
     """(root, out) after every check that must hold before anything is cleared or written: the stack is
     a name the Pulumi CLI accepts (so `build/preview/<stack>` cannot escape `build/`), the root is a checkout."""
-    from llm_pd_eks_tools.stackfile import stack_file
+    from llm_pd_eks_tools.stackfile import existing_stack_file
 
     root = checkout_root(root)
-    stack_file(stack, root)  # raises on `/some/dir`, `../x`, `a b`: a stack name is never a path
+    existing_stack_file(stack, root)  # raises on `/some/dir`, `../x`, `a b` and on a stack with no file
     return root, (Path(out) if out is not None else root / "build" / "preview" / stack)
 
 
@@ -289,6 +303,7 @@ def preview(
     policy_config: Optional[dict[str, Any]] = None,
     run: Optional["ProgramRun"] = None,
     progress: Callable[[str], None] = stderr_progress,
+    policy_timeout: Optional[float] = None,
 ) -> PreviewResult:
     """Run the whole preview and write its artifacts. Raises ToolError on expected failures.
 
@@ -307,7 +322,7 @@ def preview(
     starter = None
     if (pack_dir / "PulumiPolicy.yaml").exists():
         progress("starting the policy pack (analyzer plugin) in the background…")
-        starter = _PackStarter(pack_dir)
+        starter = _PackStarter(pack_dir, policy_timeout)
     try:
         if run is None:
             progress("running the program under the mock runtime…")
@@ -316,6 +331,8 @@ def preview(
             t = time.perf_counter()
             try:
                 run = run_program(stack, engine_config, secret_keys, root=root)
+            except SystemExit as error:  # the program's own sys.exit: its failure, not the preview's verdict
+                raise ToolError(Exit.PROGRAM, f"the program failed: it called sys.exit({error.code!r})") from None
             except Exception as error:
                 raise _program_error(error, root) from None
             timings["program"] = time.perf_counter() - t
@@ -334,7 +351,7 @@ def preview(
             except ValueError as error:  # a policy config the pack refuses
                 raise ToolError(Exit.USAGE, f"policy config: {error}") from None
             except Exception as error:
-                raise ToolError(Exit.POLICY, f"policy pack failed: {error}\n{server.stderr}") from None
+                raise ToolError(Exit.POLICY, f"policy pack failed: {pack_failure(error, server)}") from None
             info = server.info()
             version = pack_version(pack_dir) or info.version
             pack = PackInfo(status="ran", name=info.name, version=version, policies=len(info.policies))

@@ -14,6 +14,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from llm_pd_eks_tools.cli import Exit, ToolError, one_line
+from llm_pd_eks_tools.io_safety import atomic_write
 
 SCHEMA_VERSION = 1
 
@@ -152,7 +153,7 @@ class Report(_Model):
         return [v for v in self.verdicts if v.enforcement == "mandatory"]
 
     def write(self, path: Path) -> None:
-        path.write_text(self.model_dump_json(indent=2) + "\n")
+        atomic_write(path, self.model_dump_json(indent=2) + "\n")
 
     @classmethod
     def read(cls, path: Path) -> "Report":

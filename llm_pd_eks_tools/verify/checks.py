@@ -235,12 +235,27 @@ def check_ray_service(client: KubeClient, exp: Expected, ctx: Context) -> Check:
         if exc.status == 404:
             return Check("rayservice-ready", Status.FAIL, f"no RayService {NAMESPACE}/{RAY_SERVICE_NAME}")
         raise
-    conditions = {c["type"]: c for c in rs.get("status", {}).get("conditions", [])}
+    conditions = {c["type"]: c for c in _ray_service_conditions(rs)}
     ready = conditions.get("Ready", {})
     if ready.get("status") != "True":
         why = ready.get("message") or ready.get("reason") or "no Ready condition yet"
         return Check("rayservice-ready", Status.FAIL, f"RayService not Ready: {why}")
     return Check("rayservice-ready", Status.PASS, f"{NAMESPACE}/{RAY_SERVICE_NAME} Ready")
+
+
+def _ray_service_conditions(rs: dict[str, Any]) -> list[dict[str, Any]]:
+    """The RayService's `status.conditions` (metav1.Condition: `type` and `status` strings); a reply in
+    any other shape is a BadReply, so the check is UNVERIFIED, never a FAIL about a RayService it never saw."""
+    path = f"RayService {NAMESPACE}/{RAY_SERVICE_NAME}"
+    if rs.get("kind") != "RayService":
+        raise BadReply(f"{path}: the reply is a {one_line(str(rs.get('kind')), 40)!r}, not a RayService")
+    status = rs.get("status", {})
+    conditions = status.get("conditions", []) if isinstance(status, dict) else None
+    if not isinstance(conditions, list) or not all(
+        isinstance(c, dict) and isinstance(c.get("type"), str) and isinstance(c.get("status"), str) for c in conditions
+    ):
+        raise BadReply(f"{path}: status.conditions is not a list of conditions with `type` and `status` strings")
+    return conditions
 
 
 def check_pd_placement(client: KubeClient, exp: Expected, ctx: Context) -> Check:

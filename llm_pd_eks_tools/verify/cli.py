@@ -14,6 +14,7 @@ from typing import Optional
 from llm_pd_eks.catalog import gpu_instance_type
 from llm_pd_eks.config import ConfigError
 from llm_pd_eks_tools.cli import ROOT, ArgumentParser, Exit, ToolError, non_negative_seconds, one_line, seconds
+from llm_pd_eks_tools.io_safety import atomic_write, redact
 from llm_pd_eks_tools.preview.mockrun import stack_config
 
 from .checks import Check, Expected, Status, run_checks
@@ -84,11 +85,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     client = KubeClient(load_kubeconfig(text, deadline.request_timeout()), deadline)
 
     results = run_checks(client, expected, kv_wait_seconds=args.kv_wait)
+    for check in results:  # a server URL's user:password@, a token quoted back by a proxy
+        check.detail = redact(check.detail)
     code = exit_code(results)
     body = report(args.stack, results, code)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "verify.json").write_text(json.dumps(body, indent=2) + "\n")
+        atomic_write((out / "verify.json"), json.dumps(body, indent=2) + "\n")
     except OSError as exc:  # the checks ran: print them, then say the file could not be written
         print(json.dumps(body, indent=2) if args.json else render_table(args.stack, results, code))
         raise ToolError(Exit.USAGE, f"--out {out}: cannot write verify.json ({exc.strerror})") from None

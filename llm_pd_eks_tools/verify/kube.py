@@ -19,15 +19,15 @@ import ssl
 import struct
 import subprocess
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from typing import Any, Optional
 
 import yaml
 
 from llm_pd_eks_tools.cli import Exit, ToolError, one_line
+from llm_pd_eks_tools.io_safety import HttpTimeout, ReplyTooLarge, http_request, read_regular_file, redact
+from llm_pd_eks_tools.process_safety import run_process
 
 MAX_REQUEST_SECONDS = 30.0
 # Largest reply read from the API server (bytes). A NodeList of a few hundred nodes is a few MB; a Ray
@@ -93,7 +93,7 @@ def _exec_token(spec: dict[str, Any], timeout: float) -> str:
         )
     command = [spec["command"], *(str(a) for a in args)]
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+        result = run_process(command, timeout, env=env)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ToolError(Exit.UNVERIFIED, f"kubeconfig credential command {command[0]!r} failed: {exc}") from None
     if result.returncode != 0:
@@ -108,16 +108,8 @@ def _exec_token(spec: dict[str, Any], timeout: float) -> str:
 
 
 def read_kubeconfig(path: str) -> str:
-    """A kubeconfig file's text; unreadable, binary or oversized files are usage errors."""
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_KUBECONFIG_BYTES + 1)
-    except OSError as exc:
-        raise ToolError(Exit.USAGE, f"cannot read kubeconfig {path}: {exc.strerror}") from None
-    if len(data) > MAX_KUBECONFIG_BYTES:
-        raise ToolError(
-            Exit.USAGE, f"kubeconfig {path} is larger than {MAX_KUBECONFIG_BYTES} bytes; is it the right file?"
-        )
+    """A kubeconfig file's text; a missing, non-regular (a FIFO), binary or oversized file is a usage error."""
+    data = read_regular_file(path, MAX_KUBECONFIG_BYTES, "kubeconfig")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -146,8 +138,14 @@ def load_kubeconfig(text: str, timeout: float = MAX_REQUEST_SECONDS) -> Credenti
         server = str(cluster["server"]).rstrip("/")
         if not isinstance(cluster, dict) or not isinstance(user, dict):
             raise TypeError("a cluster or user entry is not a mapping")
-    except (yaml.YAMLError, KeyError, TypeError, StopIteration, AttributeError, ValueError) as exc:
-        raise _bad_kubeconfig(f"{type(exc).__name__}: {one_line(str(exc))}") from None
+    except yaml.MarkedYAMLError as exc:  # its text quotes the offending line, which may be a `token:`
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise _bad_kubeconfig(f"not valid YAML{where}: {one_line(str(exc.problem or exc.context), 120)}") from None
+    except (yaml.YAMLError, RecursionError):
+        raise _bad_kubeconfig("not valid YAML") from None
+    except (KeyError, TypeError, StopIteration, AttributeError, ValueError) as exc:
+        raise _bad_kubeconfig(f"{type(exc).__name__}: {one_line(redact(str(exc)), 120)}") from None
     try:
         url = urllib.parse.urlsplit(server)
         url.port  # noqa: B018 - raises ValueError on a port that is not a number
@@ -189,7 +187,7 @@ def kubeconfig_from_stack(stack: str, timeout: float) -> str:
     """`pulumi stack output kubeconfig --show-secrets` of `stack` (needs the Pulumi CLI and backend login)."""
     command = ["pulumi", "stack", "output", "kubeconfig", "--show-secrets", "--stack", stack]
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        result = run_process(command, timeout)
     except FileNotFoundError:
         raise ToolError(Exit.USAGE, "no --kubeconfig given and no `pulumi` CLI to read the stack's output") from None
     except subprocess.TimeoutExpired:
@@ -224,52 +222,26 @@ class KubeClient:
             headers["Content-Type"] = "application/json"
         if self.credentials.token:
             headers["Authorization"] = f"Bearer {self.credentials.token}"
-        request = urllib.request.Request(url, data=body, method=method, headers=headers)
-        timeout = self.deadline.request_timeout(cap)
-        end = time.monotonic() + timeout  # this request's own deadline, inside the run's
+        timeout = self.deadline.request_timeout(cap)  # this request's whole exchange, inside the run's
         try:
-            with urllib.request.urlopen(request, timeout=timeout, context=self.credentials.ssl_context) as response:
-                return self._read_bounded(response, path, end)
-        except urllib.error.HTTPError as exc:
-            try:
-                text = self._read_bounded(exc, path, end, limit=64 * 1024).decode(errors="replace")
-            except (BadReply, OSError):
-                text = ""
-            raise HttpError(exc.code, path, text) from None
-        except (BadReply, Unreachable):
-            raise
-        except (urllib.error.URLError, OSError, ValueError) as exc:  # ValueError: http.client's bad status lines
-            reason = getattr(exc, "reason", exc)
-            raise Unreachable(f"{self.credentials.server}: {one_line(str(reason))}") from None
-
-    def _read_bounded(self, response: Any, path: str, end: float, limit: Optional[int] = None) -> bytes:
-        """The body, at most `limit` bytes and read before `end`: a body that trickles in still ends on time.
-
-        `read1` returns after one receive; before each, the socket's timeout is cut to what is left.
-        """
-        limit = self.max_bytes if limit is None else limit
-        declared = response.headers.get("Content-Length") if response.headers else None
-        if declared and declared.isdigit() and int(declared) > limit:
-            raise BadReply(f"{path}: the reply is {int(declared)} bytes, more than the {limit} verify reads")
-        sock = _socket_of(response)
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            left = end - time.monotonic()
-            if left <= 0:
-                raise Unreachable(f"{path}: the reply did not arrive in time (timed out)")
-            if sock is not None:
-                sock.settimeout(left)
-            try:
-                chunk = response.read1(READ_CHUNK)
-            except TimeoutError:
-                raise Unreachable(f"{path}: the reply did not arrive in time (timed out)") from None
-            if not chunk:
-                return b"".join(chunks)
-            size += len(chunk)
-            if size > limit:
-                raise BadReply(f"{path}: the reply is larger than the {limit} bytes verify reads")
-            chunks.append(chunk)
+            reply = http_request(
+                method,
+                url,
+                timeout=timeout,
+                max_bytes=self.max_bytes,
+                body=body,
+                headers=headers,
+                ssl_context=self.credentials.ssl_context,
+            )
+        except ReplyTooLarge as exc:
+            raise BadReply(f"{path}: {exc}") from None
+        except HttpTimeout:
+            raise Unreachable(f"{path}: the reply did not arrive in time (timed out)") from None
+        except (OSError, ValueError) as exc:  # refused, reset, TLS, DNS; BadHttpReply: not HTTP at all
+            raise Unreachable(f"{self.credentials.server}: {one_line(str(exc))}") from None
+        if not 200 <= reply.status < 300:
+            raise HttpError(reply.status, path, reply.body[: 64 * 1024].decode(errors="replace"))
+        return reply.body
 
     def get_json(self, path: str, **query: str) -> Any:
         return _json(self._request("GET", _with_query(path, query)), path)
@@ -330,13 +302,6 @@ def _json(body: bytes, path: str) -> Any:
         return json.loads(body)
     except ValueError:
         raise BadReply(f"{path}: the reply is not JSON ({one_line(repr(body[:60]), 80)})") from None
-
-
-def _socket_of(response: Any) -> Optional[socket.socket]:
-    """The socket under an http.client response (to bound each receive), if it can be found."""
-    raw = getattr(getattr(response, "fp", None), "raw", None)
-    sock = getattr(raw, "_sock", None)
-    return sock if isinstance(sock, socket.socket) else None
 
 
 # RFC 6455 section 1.3: the GUID a server appends to Sec-WebSocket-Key before hashing it.
