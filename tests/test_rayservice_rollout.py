@@ -31,9 +31,12 @@ from llm_pd_eks_tools.rayservice_rollout import (
 
 
 def staging(**serving_changes) -> dict:
+    """Staging's RayService, under Recreate unless a test names the strategy (the stack itself runs
+    prod's NewCluster; both strategies are judged here)."""
     cfg = stack_config("staging")
     assert cfg.serving is not None
-    serving = ServingConfig.model_validate({**cfg.serving.model_dump(by_alias=True), **serving_changes})
+    base = {**cfg.serving.model_dump(by_alias=True), "upgradeStrategy": "Recreate"}
+    serving = ServingConfig.model_validate({**base, **serving_changes})
     return ray_service_spec(serving, GPU_INSTANCE_TYPES[cfg.gpu_nodes.instance_type], "hf-token")
 
 
