@@ -26,26 +26,39 @@ What each one relies on:
 
 from __future__ import annotations
 
-import enum
 import re
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from llm_pd_eks import metrics as m
-from llm_pd_eks.catalog import GpuInstanceType
-from llm_pd_eks.config import StackConfig
-from llm_pd_eks.device_plugins import EFA_CHART, NVIDIA_CHART
-from llm_pd_eks.device_plugins import NAMESPACE as PLUGIN_NAMESPACE
-from llm_pd_eks.efa_gpu_nodes import GPU_LABELS
-from llm_pd_eks.observability import NAMESPACE as MONITORING_NAMESPACE
-from llm_pd_eks.observability import PROMETHEUS_PORT_NAME, PROMETHEUS_SERVICE, RAY_GROUP_LABEL, RAY_NODE_TYPE_LABEL
-from llm_pd_eks.ray_worker_pod import EFA_ENV
 from llm_pd_eks.serving_names import NAMESPACE, RAY_SERVICE_NAME, ROLES, SERVE_PORT
 from llm_pd_eks_tools.cli import one_line
-from llm_pd_eks_tools.sizing import kv_rank_floor_gbps
 
+from .fabric import FabricProbe, check_efa_bytes, check_fi_provider, check_nixl_plugin
 from .kube import BadReply, HttpError, KubeClient, Unreachable
+from .results import Check, Context, Expected, Status, catalog_hugepages_mib, quantity_mib
+
+__all__ = ["Check", "Context", "Expected", "FabricProbe", "Status", "catalog_hugepages_mib", "quantity_mib"]
+
+
+def program_names() -> Any:
+    """The program's labels and names the checks look for, imported when a check runs: their modules
+    import Pulumi's AWS and Kubernetes SDKs, which `make verify --help` or a bad argument never needs."""
+    from types import SimpleNamespace
+
+    from llm_pd_eks import device_plugins, efa_gpu_nodes, observability
+
+    return SimpleNamespace(
+        GPU_LABELS=efa_gpu_nodes.GPU_LABELS,
+        PLUGIN_NAMESPACE=device_plugins.NAMESPACE,
+        CHARTS=(device_plugins.NVIDIA_CHART.name, device_plugins.EFA_CHART.name),
+        MONITORING_NAMESPACE=observability.NAMESPACE,
+        PROMETHEUS_SERVICE=observability.PROMETHEUS_SERVICE,
+        PROMETHEUS_PORT_NAME=observability.PROMETHEUS_PORT_NAME,
+        RAY_GROUP_LABEL=observability.RAY_GROUP_LABEL,
+        RAY_NODE_TYPE_LABEL=observability.RAY_NODE_TYPE_LABEL,
+    )
+
 
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
@@ -60,111 +73,13 @@ NIXL_LOG_LINES = "100000"
 # ~3,000 words, some 4,000 tokens: enough KV blocks that the transfer is measurable.
 LONG_PROMPT_WORDS = 3000
 COMPLETION_SECONDS = 180.0  # one request may queue behind a cold engine; still bounded by the total deadline
-EXPECTED_FI_PROVIDER = EFA_ENV["FI_PROVIDER"]  # what the worker pods are given (llm_pd_eks/ray_worker_pod.py)
-NIXL_LIBFABRIC_PLUGIN = "libplugin_LIBFABRIC.so"  # NIXL's plugin file name for the LIBFABRIC backend
-# EFA port counters that count bytes (EFA_DEFINE_PORT_STATS; rdma_write_* on devices with RDMA write).
-EFA_BYTE_COUNTERS = (
-    "tx_bytes",
-    "rx_bytes",
-    "send_bytes",
-    "recv_bytes",
-    "rdma_read_bytes",
-    "rdma_read_resp_bytes",
-    "rdma_write_bytes",
-    "rdma_write_recv_bytes",
-)
-# Run in the worker's Ray container (`sh -c`): one line per fact, nothing else. Only FI_* variables are
-# printed from a process's environment (never its secrets).
-FABRIC_PROBE = f"""\
-for d in /proc/[0-9]*; do
-  grep -qF '{NIXL_LIBFABRIC_PLUGIN}' "$d/maps" 2>/dev/null || continue
-  pid=${{d##*/}}
-  echo "proc $pid $(tr '\\000' ' ' < "$d/cmdline" 2>/dev/null | cut -c1-120)"
-  tr '\\000' '\\n' < "$d/environ" 2>/dev/null | grep '^FI_' | sed "s/^/env $pid /"
-done
-for f in /sys/class/infiniband/*/ports/*/hw_counters/*; do
-  [ -f "$f" ] || continue
-  case "${{f##*/}}" in {"|".join(EFA_BYTE_COUNTERS)}) echo "counter $f $(cat "$f")";; esac
-done
-"""
-
-
-class Status(enum.StrEnum):
-    PASS = "PASS"
-    FAIL = "FAIL"
-    UNVERIFIED = "UNVERIFIED"
-
-
-@dataclass
-class Check:
-    name: str
-    status: Status
-    detail: str
-    data: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Expected:
-    """What the stack config and the GPU catalog say the cluster must look like."""
-
-    gpu_nodes: int
-    availability_zone: str
-    instance: GpuInstanceType
-    hugepages_mib: Optional[int]
-    model_id: Optional[str]
-    endpoint_service: Optional[str]  # KubeRay's serve Service (`spec.serveService.metadata.name`)
-    floor_gbps: float
-
-    @classmethod
-    def from_config(cls, config: StackConfig, instance: GpuInstanceType) -> "Expected":
-        return cls(
-            gpu_nodes=config.gpu_nodes.min_size,  # at least: Cluster Autoscaler owns the count above it
-            availability_zone=config.gpu_nodes.availability_zone,
-            instance=instance,
-            hugepages_mib=catalog_hugepages_mib(instance),
-            model_id=config.serving.model_id if config.serving else None,
-            endpoint_service=config.serving.endpoint_name if config.serving else None,
-            # per rank, from the one KV-transfer model (llm_pd_eks_tools/sizing/: kv_band)
-            floor_gbps=kv_rank_floor_gbps(instance, config.observability.kv_throughput_floor_fraction),
-        )
-
-
-def catalog_hugepages_mib(instance: GpuInstanceType) -> Optional[int]:
-    """2 MiB hugepages the catalog says an EFA GPU node reserves (`efa_hugepages_2mi_mib`).
-
-    Read by name so this check starts biting the moment the catalog carries the figure.
-    """
-    value = getattr(instance, "efa_hugepages_2mi_mib", None)
-    return int(value) if value is not None else None
-
-
-@dataclass
-class Context:
-    """What earlier checks found that later ones use."""
-
-    pods: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # role -> worker pods
-    completion_seconds: Optional[float] = None
-    probes: dict[str, "FabricProbe"] = field(default_factory=dict)  # pod name -> before the test request
-    probe_errors: dict[str, str] = field(default_factory=dict)  # pod name -> why it could not be probed
-
-    def worker_pods(self) -> list[tuple[str, dict[str, Any]]]:
-        return [(role, pod) for role in ROLES for pod in self.pods.get(role, [])]
-
-
-def quantity_mib(value: str) -> float:
-    """A Kubernetes memory quantity in MiB (binary and decimal suffixes)."""
-    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]i?|k)?", value.strip())
-    if not match:
-        raise ValueError(f"not a quantity: {value!r}")
-    return float(match[1]) * units.get(match[2] or "", 1) / 2**20
 
 
 # --- cluster ------------------------------------------------------------------------------------
 
 
 def check_nodes(client: KubeClient, exp: Expected, ctx: Context) -> Check:
-    selector = ",".join(f"{k}={v}" for k, v in GPU_LABELS.items())
+    selector = ",".join(f"{k}={v}" for k, v in program_names().GPU_LABELS.items())
     nodes = client.get_items("/api/v1/nodes", labelSelector=selector)
     problems, rows = [], []
     ready = 0
@@ -211,12 +126,13 @@ def check_nodes(client: KubeClient, exp: Expected, ctx: Context) -> Check:
 
 
 def check_device_plugins(client: KubeClient, exp: Expected, ctx: Context) -> Check:
-    sets = client.get_items(f"/apis/apps/v1/namespaces/{PLUGIN_NAMESPACE}/daemonsets")
+    names = program_names()
+    sets = client.get_items(f"/apis/apps/v1/namespaces/{names.PLUGIN_NAMESPACE}/daemonsets")
     problems, found = [], {}
-    for chart in (NVIDIA_CHART.name, EFA_CHART.name):
+    for chart in names.CHARTS:
         matching = [d for d in sets if d["metadata"]["name"].startswith(chart)]
         if not matching:
-            problems.append(f"no {chart} DaemonSet in {PLUGIN_NAMESPACE}")
+            problems.append(f"no {chart} DaemonSet in {names.PLUGIN_NAMESPACE}")
             continue
         status = matching[0].get("status", {})
         desired, ready = status.get("desiredNumberScheduled", 0), status.get("numberReady", 0)
@@ -259,12 +175,13 @@ def _ray_service_conditions(rs: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def check_pd_placement(client: KubeClient, exp: Expected, ctx: Context) -> Check:
-    pods = client.get_items(f"/api/v1/namespaces/{NAMESPACE}/pods", labelSelector=f"{RAY_NODE_TYPE_LABEL}=worker")
+    names = program_names()
+    pods = client.get_items(f"/api/v1/namespaces/{NAMESPACE}/pods", labelSelector=f"{names.RAY_NODE_TYPE_LABEL}=worker")
     for role in ROLES:
         ctx.pods[role] = [
             p
             for p in pods
-            if p["metadata"].get("labels", {}).get(RAY_GROUP_LABEL) == role
+            if p["metadata"].get("labels", {}).get(names.RAY_GROUP_LABEL) == role
             and p.get("status", {}).get("phase") == "Running"
         ]
     nodes = {role: {p["spec"].get("nodeName") for p in ctx.pods[role]} for role in ROLES}
@@ -390,174 +307,15 @@ def check_nixl_backend(client: KubeClient, exp: Expected, ctx: Context) -> Check
     return Check("nixl-backend", Status.PASS, f"{EXPECTED_BACKEND} on {len(per_pod)} pod(s)", per_pod)
 
 
-# --- the fabric, as the running worker sees it (pod exec) ----------------------------------------
-
-
-@dataclass
-class FabricProbe:
-    """What FABRIC_PROBE printed in one pod."""
-
-    processes: dict[str, str] = field(default_factory=dict)  # pid -> command line, for each plugin user
-    env: dict[str, dict[str, str]] = field(default_factory=dict)  # pid -> FI_* variables
-    counters: dict[str, int] = field(default_factory=dict)  # sysfs path -> value
-
-    @classmethod
-    def parse(cls, text: str) -> "FabricProbe":
-        probe = cls()
-        for line in text.splitlines():
-            kind, _, rest = line.partition(" ")
-            if kind == "proc":
-                pid, _, command = rest.partition(" ")
-                probe.processes[pid] = command.strip()
-            elif kind == "env":
-                pid, _, assignment = rest.partition(" ")
-                name, _, value = assignment.partition("=")
-                probe.env.setdefault(pid, {})[name] = value
-            elif kind == "counter":
-                path, _, value = rest.rpartition(" ")
-                if value.strip().isdigit():
-                    probe.counters[path] = int(value)
-        return probe
-
-    def bytes_moved_since(self, before: "FabricProbe") -> int:
-        """Bytes the pod's EFA devices counted since `before` (a counter that went down: reset, not counted)."""
-        return sum(
-            max(0, value - before.counters[path]) for path, value in self.counters.items() if path in before.counters
-        )
-
-
-def ray_container(pod: dict[str, Any]) -> str:
-    """The Ray container's name: KubeRay's RayContainerIndex (0) in the pod's containers."""
-    containers = pod.get("spec", {}).get("containers") or []
-    if not containers or not isinstance(containers[0], dict) or not containers[0].get("name"):
-        raise BadReply(f"pod {pod['metadata']['name']} lists no containers")
-    return str(containers[0]["name"])
-
-
-def probe_fabric(client: KubeClient, pod: dict[str, Any]) -> FabricProbe:
-    name = pod["metadata"]["name"]
-    return FabricProbe.parse(client.exec_output(NAMESPACE, name, ray_container(pod), ["sh", "-c", FABRIC_PROBE]))
-
-
-def check_nixl_plugin(client: KubeClient, exp: Expected, ctx: Context) -> Check:
-    """A process in each worker pod has NIXL's LIBFABRIC plugin loaded (and the counters before the request)."""
-    pods = ctx.worker_pods()
-    if not pods:  # a check over nothing is not a pass
-        return Check("nixl-plugin", Status.UNVERIFIED, "no Running prefill/decode pod to look into")
-    missing, data = [], {}
-    for _role, pod in pods:
-        name = pod["metadata"]["name"]
-        try:
-            ctx.probes[name] = probe = probe_fabric(client, pod)
-        except (HttpError, Unreachable, BadReply) as exc:
-            ctx.probe_errors[name] = str(exc)
-            continue
-        data[name] = sorted(probe.processes)
-        if not probe.processes:
-            missing.append(name)
-    if missing:
-        return Check(
-            "nixl-plugin",
-            Status.FAIL,
-            f"no process in {', '.join(missing)} has NIXL's {NIXL_LIBFABRIC_PLUGIN} loaded: the KV "
-            "connector is not on LIBFABRIC (plugin missing from the image, or it failed to load)",
-            data,
-        )
-    if ctx.probe_errors:
-        return Check(
-            "nixl-plugin",
-            Status.UNVERIFIED,
-            "could not exec into " + "; ".join(f"{k}: {v}" for k, v in ctx.probe_errors.items()),
-            data,
-        )
-    return Check(
-        "nixl-plugin",
-        Status.PASS,
-        f"{NIXL_LIBFABRIC_PLUGIN} loaded in {sum(len(v) for v in data.values())} process(es) on {len(data)} pod(s)",
-        data,
-    )
-
-
-def check_fi_provider(client: KubeClient, exp: Expected, ctx: Context) -> Check:
-    """FI_PROVIDER in the environment of the processes that loaded the plugin, as they run."""
-    if not ctx.probes:
-        why = "; ".join(f"{k}: {v}" for k, v in ctx.probe_errors.items()) or "no worker pod was probed"
-        return Check("fi-provider", Status.UNVERIFIED, f"nothing to read: {why}")
-    wrong, seen = [], {}
-    for name, probe in ctx.probes.items():
-        for pid in probe.processes:
-            value = probe.env.get(pid, {}).get("FI_PROVIDER")
-            seen[f"{name}/{pid}"] = value
-            if value != EXPECTED_FI_PROVIDER:
-                wrong.append(
-                    f"{name} pid {pid} ({one_line(probe.processes[pid], 60)}) runs with "
-                    + (f"FI_PROVIDER={value}" if value is not None else "no FI_PROVIDER")
-                )
-    if wrong:
-        return Check(
-            "fi-provider",
-            Status.FAIL,
-            f"{'; '.join(wrong)}; libfabric must use {EXPECTED_FI_PROVIDER!r} (any other provider, or "
-            "its own choice, can leave EFA)",
-            seen,
-        )
-    if not seen:
-        return Check("fi-provider", Status.UNVERIFIED, "no process loaded NIXL's LIBFABRIC plugin to read", seen)
-    return Check(
-        "fi-provider", Status.PASS, f"FI_PROVIDER={EXPECTED_FI_PROVIDER} in all {len(seen)} NIXL process(es)", seen
-    )
-
-
-def check_efa_bytes(client: KubeClient, exp: Expected, ctx: Context) -> Check:
-    """The EFA devices of every prefill and decode pod counted bytes during the test request."""
-    if ctx.completion_seconds is None:
-        return Check("efa-bytes", Status.UNVERIFIED, "no test request was answered to measure")
-    if not ctx.probes:
-        return Check("efa-bytes", Status.UNVERIFIED, "no counters were read before the test request")
-    moved, still, blind, errors = {}, [], [], []
-    for role, pod in ctx.worker_pods():
-        name = pod["metadata"]["name"]
-        before = ctx.probes.get(name)
-        if before is None:
-            continue
-        if not before.counters:
-            blind.append(name)
-            continue
-        try:
-            after = probe_fabric(client, pod)
-        except (HttpError, Unreachable, BadReply) as exc:
-            errors.append(f"{name}: {exc}")
-            continue
-        moved[name] = after.bytes_moved_since(before)
-        if moved[name] <= 0:
-            still.append(f"{role} pod {name}")
-    if still:
-        return Check(
-            "efa-bytes",
-            Status.FAIL,
-            f"no bytes crossed the EFA devices of {', '.join(still)} during the test request: "
-            "the KV cache did not travel over EFA",
-            {"bytes": moved},
-        )
-    if blind or errors or not moved:
-        why = ([f"no EFA hw_counters visible in {', '.join(blind)}"] if blind else []) + errors
-        return Check("efa-bytes", Status.UNVERIFIED, "; ".join(why) or "no pod to measure", {"bytes": moved})
-    return Check(
-        "efa-bytes",
-        Status.PASS,
-        "EFA devices counted "
-        + ", ".join(f"{n} ~{b / 2**20:.1f} MiB" for n, b in moved.items())
-        + " during the test request",
-        {"bytes": moved},
-    )
-
-
 # --- KV transfer (Prometheus) -------------------------------------------------------------------
 
 
 def prom_query(client: KubeClient, expr: str) -> Optional[float]:
     """One instant query through the API server's proxy to Prometheus; None when the result is empty."""
-    path = KubeClient.service_proxy(MONITORING_NAMESPACE, PROMETHEUS_SERVICE, PROMETHEUS_PORT_NAME, "/api/v1/query")
+    names = program_names()
+    path = KubeClient.service_proxy(
+        names.MONITORING_NAMESPACE, names.PROMETHEUS_SERVICE, names.PROMETHEUS_PORT_NAME, "/api/v1/query"
+    )
     reply = client.get_object(path, query=expr)
     if reply.get("status") != "success":
         raise HttpError(200, path, str(reply.get("error")))
