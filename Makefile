@@ -72,7 +72,7 @@ venv-dev: $(DEV_STAMP)
 test-binaries:
 	@bash scripts/test-binaries.sh
 
-# Every test, on pytest-xdist workers (`-n auto`: one more than the cores, tests/conftest.py says
+# Every test, on pytest-xdist workers (`-n auto`: two more than the cores, tests/conftest.py says
 # why); `--dist loadfile` gives each module to one worker, so a module's fixtures (one Ray cluster,
 # one provider process) start once, longest modules first (`--no-loadscope-reorder` keeps
 # conftest's order). The three stacks' recorded runs are shared between the workers.

@@ -22,10 +22,11 @@ LONGEST_FIRST = ("test_ray_placement.py", "test_preview_diff.py", "test_verify.p
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto`: one worker more than the cores this process may use. Much of the suite waits on
+    """`-n auto`: two workers more than the cores this process may use. Much of the suite waits on
     servers it started (Prometheus scrapes and rule evaluation, Alertmanager, moto, a tool's
-    subprocess starting up), so the extra worker keeps the cores busy meanwhile."""
-    return len(os.sched_getaffinity(0)) + 1
+    subprocess starting up, a deadline running out), so the extra workers keep the cores busy meanwhile
+    (with one extra, a 2-core run left a fifth of its CPU time idle)."""
+    return len(os.sched_getaffinity(0)) + 2
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -7,6 +7,7 @@ The recorded stack runs are the session fixture `programs` (conftest.py), not a 
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import shutil
 import sys
@@ -124,3 +125,30 @@ class QuietHTTPServer(__import__("http.server").server.ThreadingHTTPServer):
         if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)):
             return
         self.errors.append(f"{client_address}: {traceback.format_exc()}")
+
+
+RAYSERVICE_CRD = DATA / "kuberay" / "ray.io_rayservices.yaml"  # vendored: tests/data/kuberay/SOURCE
+
+
+@functools.cache
+def rayservice_schema() -> dict[str, Any]:
+    """The RayService CRD's v1 openAPIV3Schema, read once a process (a 1 MB YAML file; libyaml's loader
+    where PyYAML has it)."""
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    crd = yaml.load(RAYSERVICE_CRD.read_text(), Loader=loader)
+    (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    return v1["schema"]["openAPIV3Schema"]
+
+
+@functools.cache
+def rayservice_validator() -> Any:
+    """What `jsonschema.validate(instance, rayservice_schema())` builds each call (the schema's own
+    check, then its draft's validator), built once a process."""
+    import jsonschema
+
+    schema = rayservice_schema()
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)

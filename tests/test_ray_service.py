@@ -13,7 +13,15 @@ import json
 import pytest
 import yaml
 from google.protobuf import json_format
-from helpers import DATA, MOVED_TO_RAID0, NODE_GROUP, RAY_SERVICE, engine_config_with
+from helpers import (
+    DATA,
+    MOVED_TO_RAID0,
+    NODE_GROUP,
+    RAY_SERVICE,
+    engine_config_with,
+    rayservice_schema,
+    rayservice_validator,
+)
 
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.gpu_cutover import NODE_GROUP_LABEL
@@ -218,17 +226,16 @@ def test_prefill_and_decode_replicas_never_share_a_node(run: ProgramRun):
 def test_manifest_validates_against_the_kuberay_crd(run: ProgramRun):
     import jsonschema
 
-    crd = yaml.safe_load(CRD.read_text())
-    (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    validator = rayservice_validator()
     rs = ray_service(run)
     manifest = ints({k: rs.inputs[k] for k in ("apiVersion", "kind", "metadata", "spec")})
     assert (manifest["apiVersion"], manifest["kind"]) == ("ray.io/v1", "RayService")
-    jsonschema.validate(manifest, v1["schema"]["openAPIV3Schema"])
+    validator.validate(manifest)
     # and the schema does bite: a worker group without maxReplicas is refused
     broken = json.loads(json.dumps(manifest))
     del broken["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["maxReplicas"]
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(broken, v1["schema"]["openAPIV3Schema"])
+        validator.validate(broken)
 
 
 def test_up_waits_for_the_ready_condition_within_the_configured_time(run: ProgramRun):
@@ -560,9 +567,7 @@ def test_new_cluster_strategy_waits_for_the_upgrade_to_finish(register_requests)
 def test_upgrade_strategies_are_kuberay_1_7_values():
     from llm_pd_eks.ray_service import UPGRADE_STRATEGIES
 
-    crd = yaml.safe_load(CRD.read_text())
-    (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-    field = v1["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["upgradeStrategy"]
+    field = rayservice_schema()["properties"]["spec"]["properties"]["upgradeStrategy"]
     assert field["properties"]["type"]["type"] == "string"  # the CRD has no enum: KubeRay's Go constants decide
     # rayservice_types.go (v1.7.0): NewCluster, NewClusterWithIncrementalUpgrade, None
     assert set(UPGRADE_STRATEGIES.values()) <= {"NewCluster", "NewClusterWithIncrementalUpgrade", "None"}
