@@ -24,7 +24,10 @@ ifeq ($(INSTALLER),pip)
 INSTALL := $(PY) -m pip install -q
 BOOTSTRAP := true
 else
-INSTALL := $(VENV)/bin/uv pip install -q --python $(PY)
+# --compile-bytecode: the .pyc files written once at install. Where PYTHONDONTWRITEBYTECODE is set (as on
+# this project's machines) Python never writes them itself, so every process would compile every module
+# it imports (Pulumi's AWS SDK alone: a second), every tool run and every test's subprocess again.
+INSTALL := $(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY)
 BOOTSTRAP := test -x $(VENV)/bin/uv || $(PY) -m pip install -q uv==$(UV_VERSION)
 endif
 
@@ -76,7 +79,9 @@ test-binaries:
 # why); `--dist loadfile` gives each module to one worker, so a module's fixtures (one Ray cluster,
 # one provider process) start once, longest modules first (`--no-loadscope-reorder` keeps
 # conftest's order). The three stacks' recorded runs are shared between the workers.
+# The project's own modules are compiled first, for the reason given at INSTALL.
 test: $(DEV_STAMP) test-binaries
+	@$(PY) -m compileall -q -j 0 llm_pd_eks llm_pd_eks_tools policies tests __main__.py >/dev/null
 	$(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder
 
 # The fast tier alone: components and policies in-process with Pulumi's public mocks (seconds).
