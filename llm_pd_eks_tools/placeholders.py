@@ -227,7 +227,8 @@ def _strings(value: object, path: str) -> Iterator[tuple[str, str]]:
 
 def environment_placeholders(envs: list[str], root: Path) -> list[Placeholder]:
     """Placeholders in the checked-in definitions (esc/<env>.yaml) of the imported ESC environments."""
-    from llm_pd_eks_tools.stackfile import ESC_DIR, parse
+    from llm_pd_eks_tools.esc_imports import ESC_DIR
+    from llm_pd_eks_tools.stackfile import parse
 
     found = []
     for env in envs:
@@ -250,7 +251,7 @@ def shadowed_keys(stack_keys: list[str], envs: list[str], root: Path) -> list[Pl
     """Keys set both in the stack file and by an imported environment: the stack file's value is the one
     the program reads (Pulumi ESC docs, "Integrate with Pulumi IaC": stack configuration takes precedence
     over imported environment values), so the environment's value never takes effect."""
-    from llm_pd_eks_tools.stackfile import environment_keys
+    from llm_pd_eks_tools.esc_imports import environment_keys
 
     from_envs = set(environment_keys(envs, root))
     return [
@@ -266,7 +267,8 @@ def shadowed_keys(stack_keys: list[str], envs: list[str], root: Path) -> list[Pl
 
 def stack_file_placeholders(stack: str, root: Path) -> list[Placeholder]:
     """What the stack file itself and its imported environments' definitions hold (beyond StackConfig)."""
-    from llm_pd_eks_tools.stackfile import imported_environments, read
+    from llm_pd_eks_tools.esc_imports import imported_environments
+    from llm_pd_eks_tools.stackfile import read
 
     raw = read(stack, root)
     keys = [k if ":" in k else f"{PROJECT}:{k}" for k in raw]

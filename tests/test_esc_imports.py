@@ -17,10 +17,11 @@ import pytest
 import yaml
 from helpers import DATA, ROOT, copy_checkout
 
-from llm_pd_eks_tools import stackfile
+from llm_pd_eks_tools import esc_imports, stackfile
 from llm_pd_eks_tools.cli import Exit
+from llm_pd_eks_tools.esc_imports import EnvironmentImportError, imported_environments
 from llm_pd_eks_tools.preview.mockrun import stack_config
-from llm_pd_eks_tools.stackfile import EnvironmentImportError, imported_environments, load
+from llm_pd_eks_tools.stackfile import load
 
 RECORDED = DATA / "pulumi-config-json" / "dev.json"
 ENV = "llm-pd-eks/dev"
@@ -90,7 +91,7 @@ def test_definitions_set_every_secret_only_key_as_a_secret():
         assert sorted(values["pulumiConfig"]) == sorted(f"llm-pd-eks:{k}" for k in SECRET_ONLY_KEYS)
         assert all(v.startswith("${secrets.") for v in values["pulumiConfig"].values())
         assert "aws" not in values and "environmentVariables" not in values, path
-    assert stackfile.environment_keys([ENV], ROOT) == ENV_KEYS
+    assert esc_imports.environment_keys([ENV], ROOT) == ENV_KEYS
 
 
 def test_people_log_in_by_oidc_through_an_environment_no_stack_imports():
