@@ -6,13 +6,14 @@ The recorded stack runs are the session fixture `programs` (conftest.py), not a 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 import pytest
 
@@ -152,3 +153,20 @@ def rayservice_validator() -> Any:
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
     return cls(schema)
+
+
+STANDINS = Path(__file__).resolve().parent / "ray_standins"
+
+
+@contextlib.contextmanager
+def ray_engine_standins() -> Iterator[None]:
+    """Ray Serve LLM's modules import a few vLLM/SGLang names (tests/ray_standins/README.md): the
+    stand-ins on the path for one module's tests, then gone, so later imports of vllm/sglang find the
+    real thing or nothing."""
+    sys.path.insert(0, str(STANDINS))
+    try:
+        yield
+    finally:
+        sys.path.remove(str(STANDINS))
+        for name in [m for m in sys.modules if m.split(".")[0] in ("vllm", "sglang")]:
+            del sys.modules[name]

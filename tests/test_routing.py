@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import sys
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 import yaml
+from helpers import ray_engine_standins
 
 from llm_pd_eks import serve_routing
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
@@ -23,20 +23,14 @@ from llm_pd_eks_tools.preview.mockrun import stack_config
 DATA = Path(__file__).resolve().parent / "data"
 # Ray 2.58's LLMServer defines an async __del__; the servers built here without __init__ are dropped unawaited.
 pytestmark = pytest.mark.filterwarnings("ignore:coroutine .LLMServer.__del__. was never awaited")
-STANDINS = Path(__file__).resolve().parent / "ray_standins"
 CRD = DATA / "kuberay" / "ray.io_rayservices.yaml"
 
 
 @pytest.fixture(scope="module", autouse=True)
 def standins() -> Iterator[None]:
-    """Ray Serve LLM's modules import a few vLLM names: tests/ray_standins/README.md."""
-    sys.path.insert(0, str(STANDINS))
-    try:
+    """Ray Serve LLM's modules import a few vLLM names (helpers.ray_engine_standins)."""
+    with ray_engine_standins():
         yield
-    finally:
-        sys.path.remove(str(STANDINS))
-        for name in [m for m in sys.modules if m.split(".")[0] in ("vllm", "sglang")]:
-            del sys.modules[name]
 
 
 def serving(**routing: Any) -> tuple[ServingConfig, Any]:

@@ -14,31 +14,23 @@ model wants every replica.
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
 import yaml
-from helpers import RAY_SERVICE, STACKS
+from helpers import RAY_SERVICE, STACKS, ray_engine_standins
 
 from llm_pd_eks.config.serving import ReplicaGroupConfig
 from llm_pd_eks_tools.size import MAX_ONGOING_HEADROOM, autoscaling_values
 
 TICK_S = 1.0
-STANDINS = Path(__file__).resolve().parent / "ray_standins"
 
 
 @pytest.fixture(scope="module", autouse=True)
 def standins() -> Iterator[None]:
-    """Ray Serve LLM's config models import a few vLLM names: tests/ray_standins/README.md."""
-    sys.path.insert(0, str(STANDINS))
-    try:
+    """Ray Serve LLM's modules import a few vLLM names (helpers.ray_engine_standins)."""
+    with ray_engine_standins():
         yield
-    finally:
-        sys.path.remove(str(STANDINS))
-        for name in [m for m in sys.modules if m.split(".")[0] in ("vllm", "sglang")]:
-            del sys.modules[name]
 
 
 def effective_options(llm: dict[str, Any]) -> dict[str, Any]:
