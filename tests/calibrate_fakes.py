@@ -26,9 +26,10 @@ class FakeOpenAi:
         stall_s: float = 0.0,
         token_factor: int = 1,
         error_line: bool = False,
+        prompt_factor: int = 1,
     ):
         self.ttft, self.itl, self.fail_after, self.stall_s = ttft, itl, fail_after, stall_s
-        self.token_factor, self.error_line = token_factor, error_line
+        self.token_factor, self.error_line, self.prompt_factor = token_factor, error_line, prompt_factor
         self.active = 0
         self.served = 0
         self.lock = threading.Lock()
@@ -65,6 +66,10 @@ class FakeOpenAi:
                         chunk = {"choices": [{"index": 0, "text": " tok", "finish_reason": None}]}
                         self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                         self.wfile.flush()
+                    if (body.get("stream_options") or {}).get("include_usage"):  # as vLLM: choices empty
+                        completion = int(body["max_tokens"]) * fake.token_factor
+                        usage = {"prompt_tokens": prompt_tokens * fake.prompt_factor, "completion_tokens": completion}
+                        self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
                     self.wfile.write(b"data: [DONE]\n\n")
                 finally:
                     with fake.lock:

@@ -240,8 +240,10 @@ def _instant(**kwargs) -> FakeOpenAi:
         ({}, "at or past the GPU's roofline"),  # streams instantly: no roofline allows it
         ({"error_line": True}, "streamed an error line"),
         ({"token_factor": 10}, "tokens streamed for max_tokens 10"),
+        # the server counts three tokens a prompt word (another vocabulary): not the point's prompt length
+        ({"prompt_factor": 3}, "input tokens a request against"),
     ],
-    ids=["instant", "error-line", "ten-times-the-tokens"],
+    ids=["instant", "error-line", "ten-times-the-tokens", "server-counts-another-prompt"],
 )
 def test_an_impossible_measurement_writes_nothing(tmp_path, capsys, fake, needle):
     root = _checkout(tmp_path)

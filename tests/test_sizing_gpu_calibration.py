@@ -31,12 +31,32 @@ def test_the_runner_imports_nothing_of_this_project():
     assert not imported & {"llm_pd_eks", "llm_pd_eks_tools", "pydantic", "yaml"}, imported
 
 
+def test_the_harness_level_is_make_calibrates_own_client_and_needs_no_pulumi():
+    """The one project module the GPU run loads (by name, for its harness level) is the measuring client
+    `make calibrate ENDPOINT=` uses, and it loads on what vLLM brings (no Pulumi, no YAML library)."""
+    import subprocess
+    import sys
+
+    from llm_pd_eks_tools.calibrate import bench, cli
+
+    assert gpu_calibration.HARNESS == bench.__name__ and cli.measure is bench.measure
+    probe = (
+        f"import sys, importlib; importlib.import_module({gpu_calibration.HARNESS!r}); "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'pulumi', 'yaml', 'grpc', 'boto3', 'ruamel'}))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr
+
+
 def test_the_runner_plans_the_three_measurements():
     runs = gpu_calibration.plan()
     prefill = [r for r in runs if r[0] == "prefill"]
     assert [r[2] for r in prefill] == [128, 256, 512, 1024, 2048, 4096, 8192, 16384] and {r[4] for r in prefill} == {1}
     decode = [r for r in runs if r[0] == "decode"]
     assert [r[2] for r in decode] == [256, 1024, 4096, 16384] and {r[4] for r in decode} == {1}
+    harness = [r for r in runs if r[0] == "harness"]
+    assert {(r[2], r[4]) for r in harness} == {(1024, c) for c in gpu_calibration.HARNESS_CLIENTS}
+    assert runs.index(harness[-1]) < min(runs.index(r) for r in runs if r[0] == "sweep")  # before a budget stop
     sweep = [r for r in runs if r[0] == "sweep"]
     assert {r[2] for r in sweep} == {128, 1024, 8192} and {r[4] for r in sweep} == {1, 2, 4, 8, 16, 32, 64, 128, 256}
     assert all(r[5] >= r[4] for r in runs)  # at least one prompt a client: the loop is closed at that level

@@ -167,7 +167,7 @@ def check_physical(point: SweepPoint, values: dict[str, float]) -> dict[str, flo
             raise ToolError(
                 Exit.FAILED,
                 f"{point.name}: {mean:,.0f} {key.split('_')[1]} tokens a request against {asked:,} asked; "
-                "not this sweep point's measurement",
+                "not this sweep point's measurement; nothing written",
             )
     return values
 
@@ -221,6 +221,9 @@ def _one_request(
             "max_tokens": point.output_tokens,
             "ignore_eos": True,
             "stream": True,
+            # the server's own token counts in a last chunk (OpenAI's stream_options, which vLLM honours):
+            # the prompt of n words is n tokens only on some vocabularies
+            "stream_options": {"include_usage": True},
         }
     ).encode()
     from llm_pd_eks_tools.io_safety import http_lines
@@ -229,6 +232,7 @@ def _one_request(
         raise TimeoutError("deadline passed")
     start = time.monotonic()
     stamps: list[float] = []
+    usage: dict[str, Any] = {}
     lines = http_lines(
         "POST",
         f"http://{url.netloc}{url.path.rstrip('/')}/v1/completions",
@@ -247,7 +251,15 @@ def _one_request(
                 break
             if '"error"' in data:  # vLLM streams a failure as a data line with an error object
                 raise RuntimeError(one_line(f"the server streamed an error line: {data}", 160))
-            stamps.append(time.monotonic())
+            now = time.monotonic()
+            try:
+                event = json.loads(data)
+            except ValueError:
+                raise RuntimeError(one_line(f"the server streamed a line that is not JSON: {data}", 160)) from None
+            if isinstance(event, dict) and isinstance(event.get("usage"), dict):
+                usage = event["usage"]
+            if not isinstance(event, dict) or event.get("choices"):  # the usage chunk carries no choice
+                stamps.append(now)
     finally:
         lines.close()
     if len(stamps) < point.output_tokens:
@@ -258,9 +270,15 @@ def _one_request(
         stats.ttft.append(stamps[0] - start)
         stats.itl.extend(b - a for a, b in itertools.pairwise(stamps))
         stats.tpot.append((stamps[-1] - stamps[0]) / max(1, len(stamps) - 1))
-        stats.input_tokens += point.input_tokens
-        stats.output_tokens += len(stamps)
+        stats.input_tokens += _counted(usage, "prompt_tokens", point.input_tokens)
+        stats.output_tokens += _counted(usage, "completion_tokens", len(stamps))
         stats.completed += 1
+
+
+def _counted(usage: dict[str, Any], key: str, fallback: int) -> int:
+    """The server's count where it gave one (a prompt of n words may be more or fewer tokens), else ours."""
+    value = usage.get(key)
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else fallback
 
 
 def measure(endpoint: str, model_id: str, point: SweepPoint, deadline: float) -> dict[str, Any]:

