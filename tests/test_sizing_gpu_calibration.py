@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -61,6 +62,13 @@ def test_the_runner_plans_the_three_measurements():
     assert {r[2] for r in sweep} == {128, 1024, 8192} and {r[4] for r in sweep} == {1, 2, 4, 8, 16, 32, 64, 128, 256}
     assert all(r[5] >= r[4] for r in runs)  # at least one prompt a client: the loop is closed at that level
     assert gpu_calibration.MAX_MODEL_LEN >= 16384 + gpu_calibration.DECODE_OUTPUT
+
+
+def test_a_second_call_runs_only_the_levels_a_budget_cut():
+    rest = gpu_calibration.plan(re.compile(r"sweep-in8192|sweep-in128-c256$"))
+    assert [r[1] for r in rest][0] == "sweep-in128-c256" and {r[0] for r in rest} == {"sweep"}
+    assert [r[4] for r in rest if r[2] == 8192] == list(gpu_calibration.SWEEP_CLIENTS)
+    assert len(rest) == 1 + len(gpu_calibration.SWEEP_CLIENTS)
 
 
 @pytest.mark.parametrize("model_id", (*gpu_calibration.DEFAULT_MODELS, "Qwen/Qwen2.5-7B-Instruct"))

@@ -223,9 +223,9 @@ def test_known_miss_is_still_a_miss(point):
 
 
 def test_a_convoy_would_miss_nims_load_points():
-    # the lockstep convoy (fixed-length vllm bench serve on vLLM) is not what NIM's figures show
+    # fixed lengths stepped (vllm bench serve's random prompts on vLLM) is not what NIM's figures show
     point = CALIBRATION["load_points"][0]
-    assert _ratio(_nim_loop(point, lockstep=True).ttft_s, point["ttft_ms"]) > 2
+    assert _ratio(_nim_loop(point, lockstep=True).ttft_s, point["ttft_ms"]) > 1 + CALIBRATION["load_tolerance"]
 
 
 def test_held_out_vllm_decode_point_through_the_point_query():

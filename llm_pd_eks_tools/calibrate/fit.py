@@ -52,7 +52,8 @@ def _allreduce(p: Point) -> float:
     return p.batch * prefill + (p.output - 1) * decode
 
 
-def _row(p: Point, tp_eff: float) -> list[float]:
+def _row(p: Point, tp_eff: float, per_layer: bool = False) -> list[float]:
+    one = float(p.model.layers) if per_layer else 1.0  # what an intercept counts: steps, or layers of a step
     factor = tp_eff ** __import__("math").log2(p.tp)
     peak = p.tp * p.instance.peak_bf16_dense_tflops * 1e12 * p.compute_scale * factor
     bandwidth = p.tp * p.instance.memory_bandwidth_gbytes_s * 1e9
@@ -62,11 +63,11 @@ def _row(p: Point, tp_eff: float) -> list[float]:
         decode_weight_bytes(p.model, p.weight_bytes) + p.batch * context * p.model.kv_bytes_per_token(p.kv_dtype_bytes)
     ) / bandwidth
     if p.kind == "ttft":
-        return [1.0, flops, 0.0, 0.0]
+        return [one, flops, 0.0, 0.0]
     if p.kind == "itl":
-        return [0.0, 0.0, 1.0, nbytes]
+        return [0.0, 0.0, one, nbytes]
     if p.kind == "latency":
-        return [p.batch, p.batch * flops, p.output - 1, (p.output - 1) * nbytes]
+        return [p.batch * one, p.batch * flops, (p.output - 1) * one, (p.output - 1) * nbytes]
     raise ValueError(f"unknown point kind {p.kind!r}: expected ttft, itl or latency")
 
 
@@ -107,8 +108,8 @@ def _least_squares(rows: Sequence[Sequence[float]], targets: Sequence[float], fi
     return [out[j] for j in range(4)]
 
 
-def _fit_at(points: Sequence[Point], tp_eff: float) -> tuple[list[float], float]:
-    rows = [_row(p, tp_eff) for p in points]
+def _fit_at(points: Sequence[Point], tp_eff: float, per_layer: bool = False) -> tuple[list[float], float]:
+    rows = [_row(p, tp_eff, per_layer) for p in points]
     targets = [max(p.measured_ms / 1e3 - _allreduce(p), 1e-9) for p in points]
     fixed: dict[int, float] = {}
     theta = _least_squares(rows, targets, fixed)
@@ -127,21 +128,27 @@ def _fit_at(points: Sequence[Point], tp_eff: float) -> tuple[list[float], float]
     return theta, residual
 
 
-def fit(points: Iterable[Point], source: str, tp_grid: Optional[Sequence[float]] = None) -> EngineConstants:
-    """The constants that best explain `points` (relative least squares; see the module docstring)."""
+def fit(
+    points: Iterable[Point], source: str, tp_grid: Optional[Sequence[float]] = None, per_layer: bool = False
+) -> EngineConstants:
+    """The constants that best explain `points` (relative least squares; see the module docstring).
+    `per_layer`: the intercepts are seconds a layer (`EngineConstants.intercepts_per_layer`), so points of
+    models of different depths share one row."""
     pts = list(points)
     if not pts:
         raise ValueError("no points to fit")
     grid = tp_grid if tp_grid is not None else (TP_GRID if len({p.tp for p in pts}) > 1 else (1.0,))
-    best = min(((_fit_at(pts, e), e) for e in grid), key=lambda item: item[0][1])
+    best = min(((_fit_at(pts, e, per_layer), e) for e in grid), key=lambda item: item[0][1])
     (theta, _), tp_eff = best
+    digits = 7 if per_layer else 5
     return EngineConstants(
         prefill_mfu=round(1 / theta[1], 4),
-        prefill_step_s=round(theta[0], 5),
+        prefill_step_s=round(theta[0], digits),
         decode_mbu=round(1 / theta[3], 4),
-        decode_step_s=round(theta[2], 5),
+        decode_step_s=round(theta[2], digits),
         tp_efficiency=tp_eff,
         source=source,
+        intercepts_per_layer=per_layer,
     )
 
 

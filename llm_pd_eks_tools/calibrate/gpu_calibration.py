@@ -273,8 +273,9 @@ def keep_log_tail(log_path: Path, into: Path) -> None:
         into.write_bytes(data[:20_000] + b"\n...\n" + data[-LOG_TAIL_BYTES:] if len(data) > LOG_TAIL_BYTES else data)
 
 
-def plan() -> list[tuple[str, str, int, int, int, int]]:
-    """(kind, label, input, output, clients, prompts) of every run, in order."""
+def plan(only: re.Pattern[str] | None = None) -> list[tuple[str, str, int, int, int, int]]:
+    """(kind, label, input, output, clients, prompts) of every run, in order; `only` keeps the labels it
+    matches (searched, not anchored)."""
     runs = [("prefill", f"prefill-in{p}", p, 1, 1, 3) for p in PREFILL_LENGTHS]
     runs += [("decode", f"decode-in{c}", c, DECODE_OUTPUT, 1, 2) for c in DECODE_CONTEXTS]
     runs += [("harness", f"harness-in1024-c{c}", 1024, SWEEP_OUTPUT, c, 4 * c) for c in HARNESS_CLIENTS]
@@ -282,7 +283,7 @@ def plan() -> list[tuple[str, str, int, int, int, int]]:
         for clients in SWEEP_CLIENTS:
             prompts = max(4, PROMPTS_PER_CLIENT * clients)
             runs.append(("sweep", f"sweep-in{inp}-c{clients}", inp, SWEEP_OUTPUT, clients, prompts))
-    return runs
+    return [run for run in runs if only is None or only.search(run[1])]
 
 
 def versions() -> dict[str, str]:
@@ -310,6 +311,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", action="append", help="Hugging Face id under realrun/models (repeatable)")
     parser.add_argument("--budget-s", type=float, default=500.0, help="stop starting runs after this many seconds")
     parser.add_argument("--instance-type", default="p5en.48xlarge", help="the EC2 type whose GPU this is")
+    parser.add_argument(
+        "--only",
+        type=re.compile,
+        help="run only the levels whose label matches this regex (the rest of a model a budget cut: a second call)",
+    )
     args = parser.parse_args(argv)
     deadline = time.monotonic() + args.budget_s
     args.out.mkdir(parents=True, exist_ok=True)
@@ -345,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         entry["engine"] = engine_limits(server_log)
         path.write_text(json.dumps(record, indent=1))
         try:
-            for kind, label, inp, outp, clients, prompts in plan():
+            for kind, label, inp, outp, clients, prompts in plan(args.only):
                 if time.monotonic() > deadline:
                     entry["skipped"].append(f"{label}: the budget ran out")
                     continue

@@ -1,6 +1,6 @@
 """Fit the vLLM constants from a GPU calibration run and judge the point query on what it held out.
 
-    python -m llm_pd_eks_tools.calibrate.gpu_fit OUT/gpu-calibration.json [--json] [--stack NAME]
+    python -m llm_pd_eks_tools.calibrate.gpu_fit FILE [FILE ...] [--json] [--stack NAME]
 
 The input is what llm_pd_eks_tools/calibrate/gpu_calibration.py wrote on the GPU machine. The prefill
 runs (TTFT at one client against prompt length) and the decode runs (ITL at one client against context)
@@ -8,7 +8,8 @@ are fitted (llm_pd_eks_tools/calibrate/fit.py: relative least squares; one TP me
 stays the default row's); the closed-loop sweep is held out and each of its levels is asked of the point
 query (`vllm bench serve`'s clients and prompts) at the fitted constants. `--stack NAME` prints the fit
 as a calibration/NAME.yaml document (`make size` and the preview read it). A run that cannot be a
-measurement (a failed level, no timings, constants at the roofline) is refused in one line.
+measurement (a failed level, no timings, constants at the roofline) is refused in one line. Several files are one run in parts (a second call measured the levels a budget
+cut): their models' levels are merged by label, a label measured twice is refused.
 """
 
 from __future__ import annotations
@@ -48,12 +49,11 @@ def _measured(run: dict[str, Any], key: str) -> float:
     return float(value)
 
 
-def fit_model(model_id: str, entry: dict[str, Any], instance_type: str, source: str, date: str) -> Any:
-    """The constants the prefill and decode runs of one model give (an `EngineConstants`)."""
+def _points(model_id: str, entry: dict[str, Any], instance_type: str) -> list[Any]:
+    """The prefill (TTFT at one client) and decode (ITL at one client) levels of one model as fit points."""
     from llm_pd_eks.catalog import gpu_instance_type
     from llm_pd_eks.models import MODELS
-    from llm_pd_eks_tools.calibrate.fit import Point, fit
-    from llm_pd_eks_tools.sizing import VLLM_BF16
+    from llm_pd_eks_tools.calibrate.fit import Point
 
     model, instance = MODELS[model_id], gpu_instance_type(instance_type)
     points = []
@@ -65,18 +65,38 @@ def fit_model(model_id: str, entry: dict[str, Any], instance_type: str, source: 
             points.append(Point("itl", model, instance, 1, 1, run["input_len"], run["output_len"], itl))
     if len({p.kind for p in points}) < 2:
         raise ToolError(Exit.FAILED, f"{model_id}: the run has no prefill or no decode levels to fit")
-    found = fit(points, f"GPU calibration {date}", tp_grid=(VLLM_BF16.tp_efficiency,))
-    for name, value in (("prefill MFU", found.prefill_mfu), ("decode MBU", found.decode_mbu)):
-        if not 0 < value < 1:
-            raise ToolError(Exit.FAILED, f"{model_id}: a {name} of {value:g} is at or past the roofline; not fitted")
+    return points
+
+
+def _fitted(points: list[Any], label: str, source: str, date: str, per_layer: bool) -> Any:
     from dataclasses import replace
 
+    from llm_pd_eks_tools.calibrate.fit import fit
+    from llm_pd_eks_tools.sizing import VLLM_BF16
+
+    found = fit(points, f"GPU calibration {date}", tp_grid=(VLLM_BF16.tp_efficiency,), per_layer=per_layer)
+    for name, value in (("prefill MFU", found.prefill_mfu), ("decode MBU", found.decode_mbu)):
+        if not 0 < value < 1:
+            raise ToolError(Exit.FAILED, f"{label}: a {name} of {value:g} is at or past the roofline; not fitted")
+    per = "; intercepts a layer" if per_layer else ""
     return replace(
         found,
-        data=f"{source} ({model_id}: {len(points)} prefill and decode levels)",
+        data=f"{source} ({label}: {len(points)} prefill and decode levels)",
         date=date,
-        method="relative least squares (llm_pd_eks_tools/calibrate/fit.py); TP term the default row's",
+        method=f"relative least squares (llm_pd_eks_tools/calibrate/fit.py){per}; TP term the default row's",
     )
+
+
+def fit_model(model_id: str, entry: dict[str, Any], instance_type: str, source: str, date: str) -> Any:
+    """The constants the prefill and decode runs of one model give (an `EngineConstants`)."""
+    return _fitted(_points(model_id, entry, instance_type), model_id, source, date, per_layer=False)
+
+
+def fit_row(record: dict[str, Any], source: str) -> Any:
+    """One row for every model of the run: the same fit over all their prefill and decode levels, the
+    intercepts a layer (what the stacks' vLLM row is: `llm_pd_eks_tools/sizing/engine.py: VLLM_BF16`)."""
+    points = [p for m, e in record["models"].items() for p in _points(m, e, record["instance_type"])]
+    return _fitted(points, " + ".join(record["models"]), source, record["date_utc"], per_layer=True)
 
 
 def judge(model_id: str, entry: dict[str, Any], instance_type: str, constants: Any) -> list[Judged]:
@@ -122,23 +142,61 @@ def calibration_document(stack: str, model_id: str, instance_type: str, constant
     }
 
 
+def _constants_line(c: Any) -> str:
+    unit = " a layer" if c.intercepts_per_layer else ""
+    return (
+        f"prefill MFU {c.prefill_mfu:.3f} + {c.prefill_step_s * 1e3:.4g} ms{unit}, "
+        f"decode MBU {c.decode_mbu:.3f} + {c.decode_step_s * 1e3:.4g} ms{unit}"
+    )
+
+
+def load_records(paths: list[Path]) -> dict[str, Any]:
+    """One record from the files of one run: the same instance type, each level measured once."""
+    merged: dict[str, Any] = {}
+    for path in paths:
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise ToolError(Exit.USAGE, one_line(f"{path}: {exc}")) from None
+        if not isinstance(record, dict) or record.get("kind") != "vllm-gpu-calibration":
+            raise ToolError(Exit.USAGE, f"{path}: not a gpu_calibration.py record")
+        if not merged:
+            merged = {**record, "models": {}, "files": []}
+        elif record["instance_type"] != merged["instance_type"]:
+            raise ToolError(Exit.USAGE, f"{path}: {record['instance_type']}, not {merged['instance_type']}: two runs")
+        merged["files"].append(str(path))
+        merged["date_utc"] = min(merged["date_utc"], record["date_utc"])
+        for model_id, entry in record["models"].items():
+            into = merged["models"].setdefault(model_id, {"runs": [], "skipped": []})
+            have = {run["label"] for run in into["runs"]}
+            for run in entry["runs"]:
+                if run["label"] in have:
+                    raise ToolError(Exit.USAGE, f"{path}: {model_id} {run['label']} is measured twice")
+                into["runs"].append(run)
+            into["skipped"] += entry.get("skipped", [])
+            into["engine"] = into.get("engine") or entry.get("engine")
+    for entry in merged["models"].values():  # a level one part skipped and another measured is measured
+        labels = {run["label"] for run in entry["runs"]}
+        entry["skipped"] = [s for s in dict.fromkeys(entry["skipped"]) if s.split(":")[0] not in labels]
+    return merged
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    parser.add_argument("file", type=Path, help="gpu-calibration.json from the GPU run")
+    parser.add_argument("file", type=Path, nargs="+", help="gpu-calibration.json from the GPU run (its parts)")
     parser.add_argument("--json", action="store_true", help="print the fit and the judged levels as JSON")
     parser.add_argument("--stack", help="print the fit as calibration/STACK.yaml (one model in the file)")
     args = parser.parse_args(argv)
-    try:
-        record = json.loads(args.file.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ToolError(Exit.USAGE, one_line(f"{args.file}: {exc}")) from None
-    if not isinstance(record, dict) or record.get("kind") != "vllm-gpu-calibration":
-        raise ToolError(Exit.USAGE, f"{args.file}: not a gpu_calibration.py record")
-    report: dict[str, Any] = {}
+    record = load_records(args.file)
+    source = " + ".join(record["files"])
+    row = fit_row(record, source)
+    report: dict[str, Any] = {"row": asdict(row), "models": {}}
+    if not args.json and not args.stack:
+        print(f"one row, intercepts a layer: {_constants_line(row)}")
     for model_id, entry in record["models"].items():
-        constants = fit_model(model_id, entry, record["instance_type"], str(args.file), record["date_utc"])
-        judged = judge(model_id, entry, record["instance_type"], constants)
-        report[model_id] = {
+        constants = fit_model(model_id, entry, record["instance_type"], source, record["date_utc"])
+        judged = judge(model_id, entry, record["instance_type"], row)
+        report["models"][model_id] = {
             "constants": asdict(constants),
             "held_out": [{**asdict(j), "ratio": j.ratio} for j in judged],
         }
@@ -149,11 +207,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             doc = calibration_document(args.stack, model_id, record["instance_type"], constants, points)
             print(yaml.safe_dump(doc, sort_keys=False), end="")
         elif not args.json:
-            c = constants
-            print(
-                f"{model_id}: prefill MFU {c.prefill_mfu:.3f} + {c.prefill_step_s * 1e3:.2f} ms, decode MBU "
-                f"{c.decode_mbu:.3f} + {c.decode_step_s * 1e3:.3f} ms"
-            )
+            print(f"{model_id} alone: {_constants_line(constants)}; held out, asked at the one row:")
             for j in judged:
                 mark = (
                     "ok" if abs(j.ratio - 1) <= TOLERANCE else ("MISS" if 1 / LIMIT <= j.ratio <= LIMIT else "OFF 2x")

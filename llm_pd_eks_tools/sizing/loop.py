@@ -16,9 +16,10 @@ Steady state, with fixed lengths P in and O out, in units of steps:
 * **past capacity**: the resident sequences are capped (`max_num_seqs`, KV blocks) and the rest queue.
 
 A closed loop of N clients (each sends its next request when the last ends, after `think_s`: `vllm bench
-serve --max-concurrency N`) settles where N = X (TTFT + (O - 1) ITL + think) (mean-value analysis; the
-cycle time is iterated). Its TTFT is whatever of the cycle is not decoding, so the N - 1 prefills ahead
-and the queue past capacity appear in it. An open loop (a rate) uses the same step and queues prompts
+serve --max-concurrency N`) of fixed lengths is the scheduler stepped (stepped.py): the N - 1 prefills
+ahead, prompts that share or straddle a step, and the queue past capacity appear in its TTFT as the
+engine makes them. Clients whose requests drift apart (lengths that vary) settle where N = X (TTFT +
+(O - 1) ITL + think) (mean-value analysis; the cycle time is iterated). An open loop (a rate) uses the same step and queues prompts
 on the budget as an M/D/1 server. Step times mix integer batches (a step carries a whole chunk or none),
 not a fractional mean batch.
 """
@@ -29,6 +30,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
+from llm_pd_eks_tools.sizing import stepped
 from llm_pd_eks_tools.sizing.engine import Replica, vllm_step_budget
 from llm_pd_eks_tools.sizing.kv import VLLM_BLOCK_TOKENS
 
@@ -97,44 +99,6 @@ def _steps(
     with_chunk = _decode_step(replica, 1 + seen, context, chunk, attended)
     plain = _decode_step(replica, 1 + seen, context, 0.0, 0.0)
     return kp, share * with_chunk + (1 - share) * plain, prompt_step, bound
-
-
-def _convoy(replica: Replica, p: int, o: int, n: float) -> tuple[float, float, float, float, float, bool]:
-    """One cycle of `n` resident clients in lockstep: (engine seconds, TTFT, prompt step, prefill steps
-    a cycle, a prompt's own steps, budget-bound).
-
-    Requests prefilled in one step finish in one step and come back together, so the prompts of a
-    cycle run as consecutive prefill steps (a convoy) that the other requests decode through; a request
-    coming back waits for the convoy's running step, then its own. All of them fit one step: one group,
-    and the engine is idle when it comes back (no wait)."""
-    budget = vllm_step_budget(replica.instance)[0]
-    context = p + o / 2
-    decode_steps = max(o - 1, 0)
-    grouped = n * p <= budget - 0  # every prompt of the cycle in one step
-    decoding = 0.0 if grouped else n
-    for _ in range(MAX_ITERATIONS):
-        left = max(1.0, budget - decoding)
-        grouped = n * p <= left
-        prefill_steps = 1.0 if grouped else n * p / left
-        own = 1.0 if grouped else 1 + (p - 1) / left
-        wait = 0 if grouped or n <= 1 else 1
-        per_step = n / prefill_steps  # prompts finishing a prefill step
-        new = 0.0 if grouped else max(0.0, n - per_step * (own + wait))
-        if abs(new - decoding) < 1e-9:
-            break
-        decoding = 0.5 * (decoding + new)
-    chunk = min(left, n * p)
-    prompt_step = _decode_step(replica, decoding, context, chunk, p / 2)
-    decode_step = _decode_step(replica, n, context, 0.0, 0.0)
-    life = wait + own + decode_steps
-    bound = prefill_steps > life
-    if bound:
-        engine = prefill_steps * prompt_step
-        ttft = engine - decode_steps * prompt_step
-    else:
-        engine = prefill_steps * prompt_step + (life - prefill_steps) * decode_step
-        ttft = (wait + own) * prompt_step
-    return engine, ttft, prompt_step, prefill_steps, own, bound
 
 
 def _desynchronized(
@@ -216,36 +180,41 @@ def closed_loop(
             saturated=bound or limited,
             queued=max(0.0, clients - think_s * throughput - resident),
         )
-    n = float(min(clients, cap))
-    for _ in range(MAX_ITERATIONS):  # think time: only part of the clients is in the engine
-        engine, ttft, prompt_step, prefill_steps, own, bound = _convoy(replica, p, o, n)
-        if think_s <= 0:
-            break
-        new = min(float(cap), clients * engine / (engine + think_s))
-        if abs(new - n) < 1e-6:
-            break
-        n = 0.5 * (n + new)
-    limited = clients * engine / (engine + think_s) > cap + 1e-9
-    throughput = n / engine if limited else clients / (engine + think_s)
-    itl = (engine - ttft) / decode_steps if decode_steps else 0.0
-    if limited:  # past capacity: the rest wait in the engine's queue (Little's law over the loop)
-        ttft = clients / throughput - think_s - decode_steps * itl
-    if prompts is not None and prompts > 0:
-        first_wave = (prefill_steps + 1) / 2 * prompt_step + (own - 1) * prompt_step
-        started = min(float(prompts), n)
-        ttft = (started * max(first_wave, 0.0) + (prompts - started) * ttft) / prompts
+    return _stepped(replica, p, o, clients, think_s, prompts, cap)
+
+
+def _stepped(
+    replica: Replica, p: int, o: int, clients: int, think_s: float, prompts: Optional[int], cap: int
+) -> EngineLoad:
+    """Fixed lengths: the scheduler stepped (stepped.py). With `prompts`, the run `vllm bench serve`
+    makes (the first wave and the drain included); without, a steady state: four requests a client,
+    the means over those sent after the first wave and before the drain. Past twice the resident cap
+    the queue only lengthens: the run at that many clients gives the throughput, and each client more
+    waits 1 / X longer for its first token (Little's law over the loop)."""
+    simulated = min(clients, max(2 * cap, 1))
+    if prompts is not None and prompts > 0 and clients <= simulated:
+        requests, measured = min(prompts, stepped.MAX_REQUESTS), None
+    else:
+        requests = min(4 * simulated, stepped.MAX_REQUESTS)
+        measured = (simulated, max(requests - simulated, simulated + 1))
+    found = stepped.run(replica, p, o, simulated, requests, cap, think_s, measured)
+    ttft, x = found.ttft_s, found.throughput_rps
+    queued = found.waiting
+    if clients > simulated:  # the extra clients queue at the same throughput
+        ttft += (clients - simulated) / x
+        queued += clients - simulated
     return EngineLoad(
-        resident=n,
-        decoding=max(0.0, n - n / prefill_steps * own),
-        steps_prefilling=own,
-        step_s=itl,
-        prompt_step_s=prompt_step,
-        requests_per_step=n / (own + decode_steps),
+        resident=found.resident,
+        decoding=found.decoding,
+        steps_prefilling=found.steps_prefilling,
+        step_s=found.itl_s,
+        prompt_step_s=found.prompt_step_s,
+        requests_per_step=found.requests_per_step,
         ttft_s=ttft,
-        itl_s=itl,
-        throughput_rps=throughput,
-        saturated=bound or limited,
-        queued=max(0.0, clients - think_s * throughput - n),
+        itl_s=found.itl_s,
+        throughput_rps=x,
+        saturated=found.budget_bound or clients > cap,
+        queued=queued,
     )
 
 
