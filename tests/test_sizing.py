@@ -69,7 +69,7 @@ def test_prefill_is_intercept_plus_compute_over_peak_mfu_and_tp_efficiency_plus_
     # two all-reduces a layer of 4000 x 8192 bf16 activations over NVLink: latency + ring 2 x 7/8 of the bytes
     allreduce = 2 * 80 * (8e-6 + 2 * 7 / 8 * 4000 * 8192 * 2 / 450e9)
     expected = (
-        constants.prefill_step_s
+        constants.intercepts(L70)[0]
         + prefill_flops(L70, 4000) / (8 * 989e12 * constants.prefill_mfu * tp_factor)
         + allreduce
     )
@@ -98,12 +98,12 @@ def test_decode_step_is_intercept_plus_weights_kv_and_allreduce_until_the_comput
         return 2 * 80 * (8e-6 + 2 * 7 / 8 * tokens * 8192 * 2 / 450e9)
 
     assert replica.decode_step_seconds(32, 3000) == pytest.approx(
-        constants.decode_step_s + max(dense * 32 / compute, weights / bandwidth) + kv / bandwidth + allreduce(32)
+        constants.intercepts(L70)[1] + max(dense * 32 / compute, weights / bandwidth) + kv / bandwidth + allreduce(32)
     )
     # a huge batch of short sequences crosses the roofline into compute for the linear layers
     huge = replica.decode_step_seconds(20000, 10)
     assert huge == pytest.approx(
-        constants.decode_step_s + dense * 20000 / compute + 20000 * 10 * 327_680 / bandwidth + allreduce(20000)
+        constants.intercepts(L70)[1] + dense * 20000 / compute + 20000 * 10 * 327_680 / bandwidth + allreduce(20000)
     )
 
 
@@ -326,7 +326,9 @@ def test_fit_recovers_known_constants_with_a_tp_term():
 
     from llm_pd_eks_tools.calibrate.fit import Point, fit
 
-    truth = replace(VLLM_BF16, prefill_step_s=0.012, decode_step_s=0.002, tp_efficiency=0.88)
+    truth = replace(
+        VLLM_BF16, prefill_step_s=0.012, decode_step_s=0.002, tp_efficiency=0.88, intercepts_per_layer=False
+    )
     points = []
     for tp in (1, 2, 4, 8):
         replica = Replica(L70, P5, tp, constants=truth)
@@ -350,6 +352,7 @@ def test_calibration_would_catch_a_wrong_formula():
         point["tp"],
         weight_dtype_bytes=point["weight_bytes"],
         decode_mbu=1.0,
+        constants=engine_constants(point["engine"], point["dtype"]),
     )
     predicted = replica.decode_step_seconds(1, point["input"] + point["output"] / 2) * 1e3
     assert abs(predicted / point["measured_ms"] - 1) > CALIBRATION["tolerance"]
@@ -843,7 +846,7 @@ def test_gpu_memory_is_ec2s_figure_as_moto_carries_it():
     assert gpu_memory_gib(GPU_INSTANCE_TYPES["g6e.12xlarge"]) == pytest.approx(44.7, abs=0.05)  # not 48
 
 
-def test_vllm_bf16_row_rests_on_the_h200_probe():
+def test_vllm_bf16_row_is_bounded_by_the_h200_probe():
     import json
 
     probe = json.loads((ROOT / "llm_pd_eks_tools" / "calibrate" / "data" / "h200-probe.json").read_text())
@@ -853,8 +856,8 @@ def test_vllm_bf16_row_rests_on_the_h200_probe():
     attention = [r["tflops"] / peak for r in probe["attention"] if r["tp"] == 1]
     # prefill MFU below the GEMMs' own fraction of peak (attention and non-GEMM ops pull it down)
     assert max(attention) < VLLM_BF16.prefill_mfu < min(gemm)
-    stream = [r["gb_per_s"] / bandwidth for r in probe["decode_weights"] if r["tp"] in (1, 4)]
-    assert VLLM_BF16.decode_mbu == pytest.approx(sum(stream) / len(stream), abs=0.02)
+    # a decode step streams the weights no faster than the device copies memory
+    assert VLLM_BF16.decode_mbu < probe["copy"]["gb_per_s_read_plus_write"] / bandwidth
     tp8 = next(r["tflops"] for r in probe["gemm"] if r["tp"] == 8 and r["tokens"] == 1024)
     tp1 = next(r["tflops"] for r in probe["gemm"] if r["tp"] == 1 and r["tokens"] == 1024)
     assert VLLM_BF16.tp_efficiency == pytest.approx((tp8 / tp1) ** (1 / 3), abs=0.01)

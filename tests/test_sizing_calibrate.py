@@ -28,7 +28,14 @@ CALIBRATION_DATA = DATA / "sizing-calibration"
 QWEN = MODELS["Qwen/Qwen2.5-7B-Instruct"]  # dev: Qwen 7B on p4d.24xlarge, TP 1
 P4D = GPU_INSTANCE_TYPES["p4d.24xlarge"]
 # a slow decode (MBU 0.15: ~80 ms a token) keeps sleep overshoot on a loaded machine small beside it
-TRUTH = replace(VLLM_BF16, prefill_mfu=0.5, prefill_step_s=0.02, decode_mbu=0.15, decode_step_s=0.004)
+TRUTH = replace(
+    VLLM_BF16,
+    prefill_mfu=0.5,
+    prefill_step_s=0.02,
+    decode_mbu=0.15,
+    decode_step_s=0.004,
+    intercepts_per_layer=False,  # make calibrate fits a stack's one model: intercepts a step
+)
 WORKLOAD = {
     "requestRate": 1,
     "inputTokens": {"mean": 1200},

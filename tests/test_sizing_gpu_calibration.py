@@ -22,7 +22,15 @@ RUNNER = ROOT / "llm_pd_eks_tools" / "calibrate" / "gpu_calibration.py"
 CONFIGS = ROOT / "llm_pd_eks_tools" / "realrun" / "models"
 L8 = MODELS["meta-llama/Llama-3.1-8B-Instruct"]
 P5EN = GPU_INSTANCE_TYPES["p5en.48xlarge"]
-TRUTH = replace(VLLM_BF16, prefill_mfu=0.62, prefill_step_s=0.004, decode_mbu=0.68, decode_step_s=0.0006)
+TRUTH = replace(
+    VLLM_BF16,
+    prefill_mfu=0.62,
+    prefill_step_s=0.004,
+    decode_mbu=0.68,
+    decode_step_s=0.0006,
+    intercepts_per_layer=False,
+    stream_token_s=0.0,
+)
 
 
 def test_the_runner_imports_nothing_of_this_project():

@@ -17,7 +17,7 @@ P5EN = GPU_INSTANCE_TYPES["p5en.48xlarge"]
 
 
 def test_the_threshold_is_where_the_hop_and_handoff_start_to_cost_less_than_the_stall() -> None:
-    found = decode_only_threshold(QWEN, P5EN)
+    found = decode_only_threshold(QWEN, P5EN, hop_s=0.02)
     assert found.tokens is not None and found.tokens > 1
     replica = Replica(QWEN, P5EN, 1)
     assert _disaggregation_pays(replica, P5EN, found.tokens, found.hop_s)

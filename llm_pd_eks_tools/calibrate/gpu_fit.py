@@ -99,8 +99,53 @@ def fit_row(record: dict[str, Any], source: str) -> Any:
     return _fitted(points, " + ".join(record["models"]), source, record["date_utc"], per_layer=True)
 
 
-def judge(model_id: str, entry: dict[str, Any], instance_type: str, constants: Any) -> list[Judged]:
-    """Each held-out sweep level asked of the point query at `constants`."""
+def ceiling_level(record: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(model, run) of the sweep level with the highest output throughput: where the API server's
+    stream, not the GPU, is likeliest to be the ceiling (the level the stream cost is fitted on)."""
+    levels = [(m, r) for m, e in record["models"].items() for r in e["runs"] if r["kind"] == "sweep"]
+    if not levels:
+        raise ToolError(Exit.FAILED, "the run has no sweep levels: nothing to hold out")
+    return max(levels, key=lambda level: _measured(level[1], "output_throughput"))
+
+
+def fit_stream(record: dict[str, Any], row: Any) -> Any:
+    """`row` with the API server's seconds a streamed token that make the ceiling level's output
+    throughput what was measured (bisection: the throughput falls as the cost grows); 0 where the GPU
+    alone already comes out at or below the measurement."""
+    from dataclasses import replace
+
+    from llm_pd_eks.catalog import gpu_instance_type
+    from llm_pd_eks.models import MODELS
+    from llm_pd_eks_tools.sizing import point_query
+
+    model_id, run = ceiling_level(record)
+    model, instance = MODELS[model_id], gpu_instance_type(record["instance_type"])
+    measured = _measured(run, "output_throughput")
+
+    def throughput(cost: float) -> float:
+        at = replace(row, stream_token_s=cost)
+        p, o, n = run["input_len"], run["output_len"], run["clients"]
+        return point_query(model, instance, 1, p, o, n, constants=at, prompts=run["prompts"]).output_tokens_per_s
+
+    if throughput(0.0) <= measured:
+        return row
+    low, high = 0.0, 1e-3
+    for _ in range(40):
+        mid = (low + high) / 2
+        low, high = (mid, high) if throughput(mid) > measured else (low, mid)
+    return replace(
+        row,
+        stream_token_s=round((low + high) / 2, 7),
+        method=row.method + f"; stream cost fitted on {model_id} {run['label']}",
+    )
+
+
+def judge(
+    model_id: str, entry: dict[str, Any], instance_type: str, constants: Any, fitted: tuple[str, str] = ("", "")
+) -> list[Judged]:
+    """Each held-out level (the sweep, and the harness levels make calibrate's own client measured)
+    asked of the point query at `constants` (`fitted`: the (model, label) the stream cost was fitted
+    on, not held out)."""
     from llm_pd_eks.catalog import gpu_instance_type
     from llm_pd_eks.models import MODELS
     from llm_pd_eks_tools.sizing import point_query
@@ -108,7 +153,7 @@ def judge(model_id: str, entry: dict[str, Any], instance_type: str, constants: A
     model, instance = MODELS[model_id], gpu_instance_type(instance_type)
     out = []
     for run in entry["runs"]:
-        if run["kind"] != "sweep":
+        if run["kind"] not in ("sweep", "harness") or (model_id, run["label"]) == fitted:
             continue
         p, o, n = run["input_len"], run["output_len"], run["clients"]
         answer = point_query(model, instance, 1, p, o, n, constants=constants, prompts=run["prompts"])
@@ -189,13 +234,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     record = load_records(args.file)
     source = " + ".join(record["files"])
-    row = fit_row(record, source)
-    report: dict[str, Any] = {"row": asdict(row), "models": {}}
+    row = fit_stream(record, fit_row(record, source))
+    ceiling_model, ceiling = ceiling_level(record)
+    fitted = (ceiling_model, ceiling["label"])
+    report: dict[str, Any] = {"row": asdict(row), "stream_fitted_on": list(fitted), "models": {}}
     if not args.json and not args.stack:
         print(f"one row, intercepts a layer: {_constants_line(row)}")
+        print(f"  stream {row.stream_token_s * 1e6:.1f} us a token, fitted on {fitted[0]} {fitted[1]} (not held out)")
     for model_id, entry in record["models"].items():
         constants = fit_model(model_id, entry, record["instance_type"], source, record["date_utc"])
-        judged = judge(model_id, entry, record["instance_type"], row)
+        judged = judge(model_id, entry, record["instance_type"], row, fitted)
         report["models"][model_id] = {
             "constants": asdict(constants),
             "held_out": [{**asdict(j), "ratio": j.ratio} for j in judged],

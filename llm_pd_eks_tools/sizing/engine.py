@@ -43,6 +43,7 @@ class EngineConstants:
     date: str = ""
     method: str = ""
     intercepts_per_layer: bool = False
+    stream_token_s: float = 0.0  # API-server seconds a streamed output token (the closed loop's host ceiling)
 
     def intercepts(self, model: ModelSpec) -> tuple[float, float]:
         """(prefill, decode) seconds a step adds beyond the roofline for `model`."""
@@ -53,40 +54,31 @@ class EngineConstants:
         return float(self.tp_efficiency ** math.log2(tp))
 
 
-# The H200 row rests on the kernel probe (llm_pd_eks_tools/calibrate/gpu_probe.py, numbers in
-# llm_pd_eks_tools/calibrate/data/h200-probe.json): bf16 GEMMs of Llama-3.1 layer shards reach 0.73-0.80 of the
-# 989 TF dense peak at 1-8k tokens (0.55 at 256), causal flash attention 0.40-0.57; batched GEMV over a
-# TP1/TP4 shard streams weights at 3.45 TB/s (0.72 of 4.8 TB/s). Per doubling of TP the GEMM shards at 1k
-# tokens keep 0.74^(1/3) = 0.90 (TP8 560 TF vs TP1 755 TF); the GEMV rate held at TP4, so bandwidth
-# carries no TP factor. vLLM runs CUDA graphs for decode and the same cuBLAS/flash kernels for prefill on
-# every NVIDIA GPU here, so the probe's fractions of peak are the bf16 vLLM row for each GPU until `make
-# calibrate` measures the stack's own. The decode intercept is fitted (`DECODE_INTERCEPT_POINT`, by
-# llm_pd_eks_tools/calibrate/fit.py: fit_decode_intercept) on the one vLLM 0.26.0 measurement in the
-# repository; no prefill measurement of vLLM alone exists in it, so the prefill intercept stays 0 and the
-# answer says so. The published vLLM bf16 points in tests/data/sizing-calibration/points.yaml are not
-# fitted on: they are held out and judge this row.
-DECODE_INTERCEPT_DATA = "llm_pd_eks_tools/realrun/data/2026-12-02T1038Z/evidence-pd.json (bench[0], clients 1)"
-DECODE_INTERCEPT_POINT: dict[str, Any] = {
-    "data": DECODE_INTERCEPT_DATA,
-    "model": "Qwen/Qwen2.5-7B-Instruct",
-    "instance": "p5en.48xlarge",
-    "tp": 1,
-    "input": 1024,
-    "output": 128,
-    "mean_itl_ms": 4.280671565944645,
-}
+# The vLLM bf16 row is the GPU calibration of the release's engine (vLLM 0.26.0, torch 2.11.0+cu130) on one
+# NVIDIA H200, the GPU of p5en (llm_pd_eks_tools/calibrate/data/gpu-calibration-2026-12-04/, SOURCE):
+# TTFT at one client for prompts of 128 to 16k tokens and ITL at one client for contexts of 256 to 16k,
+# for Llama-3.1-8B (32 layers) and Qwen2.5-32B (64 layers), fitted together (calibrate/gpu_fit.py:
+# fit_row) with the intercepts a layer; the API server's cost a streamed token is fitted on the run's
+# highest-throughput level (fit_stream). The closed-loop sweeps (1 to 256 clients at 128, 1k and 8k-token
+# prompts) are held out and judge it (tests/test_sizing_gpu_replay.py). The TP term is the H200 kernel
+# probe's (llm_pd_eks_tools/calibrate/data/h200-probe.json: a TP8 GEMM shard keeps 0.74^(1/3) = 0.90 of
+# the TP1 rate a doubling); the run was TP 1, so a TP > 1 answer says the term is assumed.
+CALIBRATION_RUN = "llm_pd_eks_tools/calibrate/data/gpu-calibration-2026-12-04"
 VLLM_BF16 = EngineConstants(
-    prefill_mfu=0.70,
-    prefill_step_s=0.0,
-    decode_mbu=0.72,
-    decode_step_s=0.00017,
+    prefill_mfu=0.6578,
+    prefill_step_s=0.0003121,
+    decode_mbu=0.8774,
+    decode_step_s=0.0000376,
     tp_efficiency=0.90,
-    source="H200 kernel probe 2026-12-01 (llm_pd_eks_tools/calibrate/data/h200-probe.json); decode intercept "
-    "fitted on the vLLM 0.26.0 real run 2026-12-02",
-    data="llm_pd_eks_tools/calibrate/data/h200-probe.json; " + DECODE_INTERCEPT_DATA,
-    date="2026-12-01 (probe), 2026-12-02 (real run)",
-    method="fractions of peak from kernel timings; decode intercept = measured ITL at one client minus the "
-    "roofline step at the probe's MBU; prefill intercept not measured (0)",
+    source="GPU calibration 2026-12-04: vLLM 0.26.0 on one H200, Llama-3.1-8B and Qwen2.5-32B "
+    f"({CALIBRATION_RUN}); TP term from the H200 kernel probe",
+    data=f"{CALIBRATION_RUN} (24 prefill and decode levels); llm_pd_eks_tools/calibrate/data/h200-probe.json",
+    date="2026-12-04 (engine), 2026-12-01 (probe)",
+    method="relative least squares over both models' one-client levels, intercepts a layer "
+    "(llm_pd_eks_tools/calibrate/gpu_fit.py: fit_row); stream cost fitted on the highest-throughput level "
+    "(fit_stream); TP efficiency a doubling from the probe's GEMM shards",
+    intercepts_per_layer=True,
+    stream_token_s=0.0000633,
 )
 # Rows fitted (llm_pd_eks_tools/calibrate/fit.py, on the points not marked held_out) to the engines the published
 # points ran; kept to check the fit method, not used for the stacks (they run vLLM bf16).

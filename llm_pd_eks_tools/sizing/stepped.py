@@ -11,7 +11,10 @@ resident cap) falls out of the same few lines. The rule (vllm/v1/core/sched/sche
   whole KV blocks of a full-length request, `loop.resident_cap`), waiting requests are admitted in
   arrival order and start their first chunk;
 * a prompt emits its first token at the end of the step that carries its last chunk, then one token a
-  step; the step's time is `Replica.step_seconds` of what it carries.
+  step; the step's time is `Replica.step_seconds` of what it carries;
+* one API-server process streams every token, `stream_token_s` of its time each, in the order the steps
+  emit them: a client sees a token when it is sent (past that rate the stream, not the GPU, is the
+  ceiling: `vllm serve` runs one API-server process unless `--api-server-count` says more).
 
 The clients are `vllm bench serve --max-concurrency N --num-prompts M`: all N start at once, each sends
 its next request when the last ends (after `think_s`), M in all. A request that ends as a step ends is
@@ -85,6 +88,8 @@ def run(
     decoding = 0
     context_sum = 0.0  # tokens of the decoding sequences
     t = 0.0
+    stream_s = replica.constants.stream_token_s
+    streamed = 0.0  # when the API server has sent every token so far
     step = 0
     ended = 0
     area_resident = area_decoding = area_waiting = 0.0
@@ -135,14 +140,17 @@ def run(
         t += dt
         step += 1
         context_sum += decoding
+        # one API-server process streams every token the step emitted, one after another
+        streamed = max(streamed, t) + stream_s * (decoding + completing)
+        seen = streamed if stream_s else t  # when the client has them
 
         def end(request: int) -> None:
             nonlocal ended, issued
-            done[request] = t
+            done[request] = seen
             ended += 1
             if issued < requests:
-                arrival[issued] = t + think_s
-                heapq.heappush(arrivals, (t + think_s, issued))
+                arrival[issued] = seen + think_s
+                heapq.heappush(arrivals, (seen + think_s, issued))
                 issued += 1
 
         while finishing and finishing[0][0] == step:
@@ -152,7 +160,7 @@ def run(
             end(request)
         for _ in range(completing):
             request = prefilling.popleft()[0]
-            first[request] = t
+            first[request] = seen
             steps_to_first[request] += step
             if o <= 1:
                 end(request)
@@ -161,6 +169,7 @@ def run(
                 context_sum += p + 1
                 finishing.append((step + o - 1, request))
 
+    t = max(t, streamed)
     chosen = range(first_idx, end_idx)
     count = max(len(chosen), 1)
     ttft = sum(first[i] - arrival[i] for i in chosen) / count
