@@ -100,10 +100,12 @@ def constants_line(result: Sizing) -> str:
     if c is None:
         return ""
     where = f"{result.calibration} (make calibrate)" if result.calibration else c.source
+    unit = " a layer" if c.intercepts_per_layer else ""
+    stream = f", API-server stream {c.stream_token_s * 1e6:.0f} us a token" if c.stream_token_s else ""
     return (
-        f"constants: prefill MFU {c.prefill_mfu:.3f} + {c.prefill_step_s * 1e3:.1f} ms a forward, decode MBU "
-        f"{c.decode_mbu:.3f} + {c.decode_step_s * 1e3:.1f} ms a step, TP efficiency {c.tp_efficiency:.2f} "
-        f"a doubling, from {where}"
+        f"constants: prefill MFU {c.prefill_mfu:.3f} + {c.prefill_step_s * 1e3:.3g} ms{unit} a forward, decode MBU "
+        f"{c.decode_mbu:.3f} + {c.decode_step_s * 1e3:.3g} ms{unit} a step, TP efficiency {c.tp_efficiency:.2f} "
+        f"a doubling{stream}, from {where}"
     )
 
 

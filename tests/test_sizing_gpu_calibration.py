@@ -74,7 +74,7 @@ def test_the_runner_plans_the_three_measurements():
 
 def test_a_second_call_runs_only_the_levels_a_budget_cut():
     rest = gpu_calibration.plan(re.compile(r"sweep-in8192|sweep-in128-c256$"))
-    assert [r[1] for r in rest][0] == "sweep-in128-c256" and {r[0] for r in rest} == {"sweep"}
+    assert next(r[1] for r in rest) == "sweep-in128-c256" and {r[0] for r in rest} == {"sweep"}
     assert [r[4] for r in rest if r[2] == 8192] == list(gpu_calibration.SWEEP_CLIENTS)
     assert len(rest) == 1 + len(gpu_calibration.SWEEP_CLIENTS)
 

@@ -76,5 +76,5 @@ def test_make_size_says_where_each_routing_feature_pays(tmp_path, capsys) -> Non
     )
     assert run("size", size_cli.main, ["--stack", "dev", "--workload", str(workload)]) == Exit.OK
     out = capsys.readouterr().out
-    assert "decodeOnlyBelowTokens: disaggregate prompts of" in out
+    assert "decodeOnlyBelowTokens: decode-only never pays here" in out  # p5en: the stall exceeds the hop
     assert "prefixAware (prefill): hit rate" in out

@@ -8,8 +8,9 @@ are fitted (llm_pd_eks_tools/calibrate/fit.py: relative least squares; one TP me
 stays the default row's); the closed-loop sweep is held out and each of its levels is asked of the point
 query (`vllm bench serve`'s clients and prompts) at the fitted constants. `--stack NAME` prints the fit
 as a calibration/NAME.yaml document (`make size` and the preview read it). A run that cannot be a
-measurement (a failed level, no timings, constants at the roofline) is refused in one line. Several files are one run in parts (a second call measured the levels a budget
-cut): their models' levels are merged by label, a label measured twice is refused.
+measurement (a failed level, no timings, constants at the roofline) is refused in one line. Several
+files are one run in parts (a second call measured the levels a budget cut): their models' levels are
+merged by label, a label measured twice is refused.
 """
 
 from __future__ import annotations

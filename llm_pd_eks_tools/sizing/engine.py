@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 from llm_pd_eks.catalog import GpuInstanceType
 from llm_pd_eks.config import GPU_MEMORY_BUDGET

@@ -19,9 +19,9 @@ A closed loop of N clients (each sends its next request when the last ends, afte
 serve --max-concurrency N`) of fixed lengths is the scheduler stepped (stepped.py): the N - 1 prefills
 ahead, prompts that share or straddle a step, and the queue past capacity appear in its TTFT as the
 engine makes them. Clients whose requests drift apart (lengths that vary) settle where N = X (TTFT +
-(O - 1) ITL + think) (mean-value analysis; the cycle time is iterated). An open loop (a rate) uses the same step and queues prompts
-on the budget as an M/D/1 server. Step times mix integer batches (a step carries a whole chunk or none),
-not a fractional mean batch.
+(O - 1) ITL + think) (mean-value analysis; the cycle time is iterated). An open loop (a rate) uses the
+same step and queues prompts on the budget as an M/D/1 server. Step times mix integer batches (a step
+carries a whole chunk or none), not a fractional mean batch.
 """
 
 from __future__ import annotations

@@ -45,6 +45,11 @@ class DecodeOnlyThreshold:
         if self.tokens is None:
             limit = f"{SEARCH_LIMIT_TOKENS:,}"
             return f"decode-only never loses here (no prompt up to {limit} tokens pays the hop): {self.basis}"
+        if self.tokens <= 1:
+            return (
+                "decode-only never pays here (a prompt of any length stalls the decode batch longer than the hop "
+                f"and the handoff cost): {self.basis}"
+            )
         return f"disaggregate prompts of {self.tokens:,} tokens and more: {self.basis}"
 
 

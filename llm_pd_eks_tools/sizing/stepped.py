@@ -96,6 +96,16 @@ def run(
     prompt_steps = prompt_time = 0.0
     full_steps = 0
 
+    def end(request: int, at: float) -> None:
+        """The request's last token reached its client at `at`: the client sends its next one."""
+        nonlocal ended, issued
+        done[request] = at
+        ended += 1
+        if issued < requests:
+            arrival[issued] = at + think_s
+            heapq.heappush(arrivals, (at + think_s, issued))
+            issued += 1
+
     while ended < requests:
         busy = decoding > 0 or bool(prefilling)
         # a request that arrives as this step starts waits for the next one while the engine is busy
@@ -129,7 +139,9 @@ def run(
             completing += chunk == p
             resident += 1
         width = decoding
-        dt = replica.step_seconds(width, context_sum / width if width else 0.0, tokens, attention / tokens if tokens else 0.0)
+        dt = replica.step_seconds(
+            width, context_sum / width if width else 0.0, tokens, attention / tokens if tokens else 0.0
+        )
         area_resident += resident * dt
         area_decoding += decoding * dt
         area_waiting += len(waiting) * dt
@@ -144,26 +156,17 @@ def run(
         streamed = max(streamed, t) + stream_s * (decoding + completing)
         seen = streamed if stream_s else t  # when the client has them
 
-        def end(request: int) -> None:
-            nonlocal ended, issued
-            done[request] = seen
-            ended += 1
-            if issued < requests:
-                arrival[issued] = seen + think_s
-                heapq.heappush(arrivals, (seen + think_s, issued))
-                issued += 1
-
         while finishing and finishing[0][0] == step:
             request = finishing.popleft()[1]
             decoding -= 1
             context_sum -= p + o
-            end(request)
+            end(request, seen)
         for _ in range(completing):
             request = prefilling.popleft()[0]
             first[request] = seen
             steps_to_first[request] += step
             if o <= 1:
-                end(request)
+                end(request, seen)
             else:
                 decoding += 1
                 context_sum += p + 1
