@@ -548,15 +548,77 @@ def _exec_kubeconfig(script: str) -> str:
     )
 
 
-def test_exec_credentials_are_run_like_kubectl_does():
-    """pulumi-eks kubeconfigs authenticate with `aws eks get-token`: an ExecCredential on stdout."""
+def _credential_script(expires: str, runs: Path) -> str:
+    """An `aws eks get-token` stand-in: counts its runs in `runs`, prints token `tok-<run>`."""
+    return (
+        "import json, os, pathlib; p = pathlib.Path(%r); n = len(p.read_text()) + 1 if p.exists() else 1; "
+        "p.write_text('x' * n); info = json.loads(os.environ['KUBERNETES_EXEC_INFO']); "
+        "print(json.dumps({'apiVersion': info['apiVersion'], 'kind': 'ExecCredential', "
+        "'status': {'token': 'tok-%%d-' %% n + os.environ['AWS_PROFILE'], 'expirationTimestamp': %r}}))"
+    ) % (str(runs), expires)
+
+
+def test_exec_credentials_are_run_like_kubectl_does(tmp_path):
+    """pulumi-eks kubeconfigs authenticate with `aws eks get-token`: an ExecCredential on stdout, given
+    KUBERNETES_EXEC_INFO and the entry's env; a token still valid is not asked for again."""
     from llm_pd_eks_tools.verify.kube import load_kubeconfig
 
-    script = (
-        "import json, os; print(json.dumps({'kind': 'ExecCredential', 'status': "
-        "{'token': 'k8s-aws-v1.' + os.environ['AWS_PROFILE']}}))"
-    )
-    assert load_kubeconfig(_exec_kubeconfig(script)).token == "k8s-aws-v1.deploy"
+    runs = tmp_path / "runs"
+    credentials = load_kubeconfig(_exec_kubeconfig(_credential_script("2999-01-01T00:00:00Z", runs)))
+    assert credentials.authorization() == "Bearer tok-1-deploy"
+    assert credentials.authorization() == "Bearer tok-1-deploy"
+    assert runs.read_text() == "x"
+
+
+def test_an_expired_exec_token_is_asked_for_again(tmp_path):
+    """The library's refresh hook re-runs the plugin once `expirationTimestamp` has passed (EKS tokens
+    live 15 minutes; a long verify or calibrate outlives one), each request with the fresh token."""
+    from llm_pd_eks_tools.verify.kube import load_kubeconfig
+
+    runs = tmp_path / "runs"
+    credentials = load_kubeconfig(_exec_kubeconfig(_credential_script("2020-01-01T00:00:00Z", runs)))
+    assert runs.read_text() == "x"
+    assert credentials.authorization() == "Bearer tok-2-deploy"
+    assert credentials.authorization() == "Bearer tok-3-deploy"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")  # a killed grandchild may wait, a zombie, for its reaper
+
+
+def test_a_hung_credential_command_is_killed_at_the_deadline(tmp_path, capsys):
+    """A credential command that never answers (a login prompt, a metadata endpoint that hangs) ends
+    when verify's time is up: the command and its children are killed, one line names it."""
+    import os
+    import time
+
+    import yaml
+
+    pids = tmp_path / "pids"
+    hung = tmp_path / "aws-hung"
+    hung.write_text(f"#!/bin/sh\nsleep 300 &\necho $$ $! > {pids}\nwait\n")
+    hung.chmod(0o755)
+    config = yaml.safe_load(_exec_kubeconfig(""))
+    config["users"][0]["user"]["exec"].update(command=str(hung), args=["eks", "get-token"])
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(config))
+    started = time.monotonic()
+    code = run("verify", main, ["--stack", "dev", "--kubeconfig", str(kubeconfig), "--timeout", "2"])
+    elapsed = time.monotonic() - started
+    err = capsys.readouterr().err
+    assert code == Exit.UNVERIFIED and elapsed < 30, (code, elapsed)
+    assert err.count("\n") == 1 and f"credential command {str(hung)!r} did not answer in 2s" in err, err
+    shell, sleeper = (int(pid) for pid in pids.read_text().split())
+    for _ in range(50):
+        if not (_alive(shell) or _alive(sleeper)):
+            break
+        time.sleep(0.1)
+    assert not _alive(shell) and not _alive(sleeper)
+    assert os.getpid() not in (shell, sleeper)
 
 
 def test_a_failing_credential_command_is_unverified_not_a_crash():
@@ -565,7 +627,7 @@ def test_a_failing_credential_command_is_unverified_not_a_crash():
 
     with pytest.raises(ToolError) as info:
         load_kubeconfig(_exec_kubeconfig("import sys; sys.exit('ExpiredToken: the security token has expired')"))
-    assert info.value.exit_code == Exit.UNVERIFIED and "ExpiredToken" in str(info.value)
+    assert info.value.exit_code == Exit.UNVERIFIED and "exited 1: ExpiredToken" in str(info.value)
 
 
 def test_tls_api_server_is_trusted_only_through_the_kubeconfig_ca(tmp_path, capsys):
@@ -791,6 +853,9 @@ def test_a_body_that_trickles_in_ends_at_the_deadline(tmp_path, capsys):
 # --- broken kubeconfigs -----------------------------------------------------------------------------
 
 
+EXEC_API = "client.authentication.k8s.io/v1beta1"
+
+
 def kubeconfig_with(cluster: dict[str, Any], user: Optional[dict[str, Any]] = None) -> str:
     import yaml
 
@@ -810,7 +875,7 @@ def kubeconfig_with(cluster: dict[str, Any], user: Optional[dict[str, Any]] = No
         (b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)), "is not UTF-8 text"),
         (
             kubeconfig_with({"server": "https://10.0.0.1", "certificate-authority-data": "%%%not-base64%%%"}).encode(),
-            "certificate-authority-data is not base64",
+            "certificate-authority-data, client-certificate-data or client-key-data is not base64",
         ),
         (
             kubeconfig_with({"server": "https://10.0.0.1", "certificate-authority-data": "aGVsbG8="}).encode(),
@@ -818,7 +883,7 @@ def kubeconfig_with(cluster: dict[str, Any], user: Optional[dict[str, Any]] = No
         ),
         (
             kubeconfig_with({"server": "https://10.0.0.1", "certificate-authority": "/nonexistent/ca.crt"}).encode(),
-            "certificate-authority file /nonexistent/ca.crt does not exist",
+            "File does not exist: /nonexistent/ca.crt",
         ),
         (kubeconfig_with({"server": "10.0.0.1:443"}).encode(), "is not an https:// URL"),
         (kubeconfig_with({"server": "https://10.0.0.1:port"}).encode(), "Port could not be cast"),
@@ -826,11 +891,23 @@ def kubeconfig_with(cluster: dict[str, Any], user: Optional[dict[str, Any]] = No
         (
             kubeconfig_with(
                 {"server": "https://10.0.0.1", "insecure-skip-tls-verify": True},
-                {"exec": {"command": "aws", "env": [{"name": "AWS_PROFILE"}]}},
+                {"exec": {"apiVersion": EXEC_API, "command": "aws", "env": [{"name": "AWS_PROFILE"}]}},
             ).encode(),
-            "exec env entry {'name': 'AWS_PROFILE'} needs `name` and `value`",
+            "Expected key value in kube-config/users[name=u]/user/exec/env/0",
         ),
-        (kubeconfig_with({"server": "https://10.0.0.1"}, {"exec": {"args": ["x"]}}).encode(), "needs a `command`"),
+        (
+            kubeconfig_with({"server": "https://10.0.0.1"}, {"exec": {"apiVersion": EXEC_API, "args": ["x"]}}).encode(),
+            "exec: malformed request. missing key 'command'",
+        ),
+        (
+            kubeconfig_with({"server": "https://10.0.0.1"}, {"exec": {"command": "aws", "args": ["x"]}}).encode(),
+            "exec: malformed request. missing key 'apiVersion'",
+        ),
+        (
+            kubeconfig_with({"server": "https://10.0.0.1", "insecure-skip-tls-verify": "false"}).encode(),
+            "insecure-skip-tls-verify is not true or false",
+        ),
+        (kubeconfig_with({"certificate-authority-data": "aGVsbG8="}).encode(), "Expected key server in"),
         (kubeconfig_with({"server": "https://10.0.0.1"}, {"token": 12345}).encode(), "token is not a string"),
     ],
     ids=[
@@ -843,6 +920,9 @@ def kubeconfig_with(cluster: dict[str, Any], user: Optional[dict[str, Any]] = No
         "server-bad-ipv6",
         "exec-env-no-value",
         "exec-no-command",
+        "exec-no-api-version",
+        "skip-tls-verify-a-string",
+        "cluster-no-server",
         "token-number",
     ],
 )
