@@ -70,11 +70,13 @@ class FrameReader:
         return data
 
     def frame(self) -> tuple[int, bytes]:
-        """One server frame (RFC 6455 section 5.2), unmasked if the server masked it; fragments are joined."""
-        payload = b""
+        """One server message (RFC 6455 section 5.2), unmasked if the server masked it: its fragments
+        joined, with the first frame's opcode (the continuations carry 0)."""
+        payload, message_opcode = b"", None
         while True:
             first, second = self.exactly(2)
             opcode, length = first & 0x0F, second & 0x7F
+            message_opcode = opcode if message_opcode is None else message_opcode
             if length == 126:
                 length = struct.unpack(">H", self.exactly(2))[0]
             elif length == 127:
@@ -85,7 +87,7 @@ class FrameReader:
                 data = bytes(b ^ mask[i % 4] for i, b in enumerate(data))
             payload += data
             if first & 0x80:  # FIN
-                return opcode, payload
+                return message_opcode, payload
 
 
 def exec_channels(reader: FrameReader) -> tuple[bytes, bytes]:
