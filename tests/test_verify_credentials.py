@@ -90,6 +90,20 @@ def test_an_expired_exec_token_is_asked_for_again(tmp_path):
     assert credentials.authorization() == "Bearer tok-3-deploy"
 
 
+def test_a_failed_re_run_makes_the_request_unreachable_naming_the_command(tmp_path):
+    """The token expired and `aws eks get-token` now fails (the role's session ended): the check that
+    asked is UNVERIFIED with the command's own words, and no request goes out without a token."""
+    from llm_pd_eks_tools.verify.kube import Deadline, KubeClient, Unreachable, load_kubeconfig
+
+    runs = tmp_path / "runs"
+    script = CREDENTIAL_SCRIPT.replace(
+        "runs.write_text", "n > 1 and sys.exit('ExpiredToken: session ended')\nruns.write_text"
+    )
+    client = KubeClient(load_kubeconfig(_exec_kubeconfig(script, str(runs), "2020-01-01T00:00:00Z")), Deadline(10))
+    with pytest.raises(Unreachable, match=r"credential command '.*python.*' exited 1: ExpiredToken: session ended"):
+        client.get_json("/version")
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

@@ -126,7 +126,8 @@ def load_kubeconfig(text: str, deadline: Optional[Deadline] = None) -> Credentia
     except (yaml.YAMLError, RecursionError):
         raise bad_kubeconfig("not valid YAML") from None
     if not isinstance(config, dict):
-        raise bad_kubeconfig(f"a YAML {type(config).__name__}, not a mapping with contexts, clusters and users")
+        what = "an empty file" if config is None else f"a YAML {type(config).__name__}"
+        raise bad_kubeconfig(f"{what}, not a mapping with contexts, clusters and users")
     try:
         from . import kubeconfig
     except ImportError as exc:  # `make verify` installs the tools extra (requirements-dev.txt)

@@ -1,16 +1,16 @@
 """A kubeconfig's current context, credentials and TLS trust, read by the official `kubernetes` package.
 
 `kubernetes.config.kube_config.KubeConfigLoader` picks the current context, its cluster and user, and
-the user's credentials in kubectl's order (auth-provider, token or tokenFile, exec plugin, basic auth);
+the user's credentials in its order (auth-provider, token or tokenFile, exec plugin, basic auth);
 it writes certificate-authority-data and client certificates to files it removes at exit, and it
 installs `Configuration.refresh_api_key_hook`, which re-runs an exec plugin (`aws eks get-token`)
 once its token's `expirationTimestamp` is within five minutes. Its REST client is not used
-(kube.py says why). Changed here, in a subclass:
+(kube.py says why). Changed here, in subclasses of its loader and exec provider:
 
 - the exec plugin: the library runs the command with no timeout (`Popen().communicate()`), so a
   hung credential command (a login prompt, a metadata endpoint that never answers) would hang
-  verify past its deadline. `DeadlineExec.run` runs it through `process_safety.run_process` with
-  what is left of the run's deadline (the whole process group is killed on timeout). The library
+  verify past its deadline. `DeadlineExec.run` runs it through `process_safety.run_process` within
+  one request's time, cut to what is left of the run (the process group is killed on timeout). The library
   logs a failed plugin and carries on without credentials (every request is then a 401); here the
   failure is raised as one line that names the command;
 - the types the library takes on trust: a `token` that is not a string, an
