@@ -1,9 +1,9 @@
 # Two commands on a fresh machine: `make preview` and `make test`. Each builds the virtualenv on
 # first use (and again when its lock changes). The locks are compiled from pyproject.toml (`make lock`),
 # every version and hash pinned: `make preview` installs requirements-preview.txt (the runtime set
-# `pulumi up` installs, requirements.txt, plus the policy pack's host), `make test`/`lint`/`preflight`
-# requirements-dev.txt (plus the tools' AWS client, Ray, moto, pytest, ruff, mypy, ...). The project
-# itself is installed editable (`llm-pd-eks` console script, importable packages).
+# `pulumi up` installs, requirements.txt, plus the policy pack's host), `make test`/`lint`/`preflight`/
+# `verify` requirements-dev.txt (plus the tools' AWS and Kubernetes clients, Ray, moto, pytest, ruff,
+# mypy, ...). The project itself is installed editable (`llm-pd-eks` console script, importable packages).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -142,11 +142,12 @@ resolve-image: $(STAMP)
 	@$(PY) -m llm_pd_eks_tools.resolve_image --stack=$(call q,$(STACK))
 
 # After `pulumi up`: proves the deployed stack (nodes, EFA devices, P/D placement, one completion,
-# NIXL on LIBFABRIC, KV bytes/failures/throughput). Kubeconfig from KUBECONFIG or the stack output.
+# NIXL on LIBFABRIC, KV bytes/failures/throughput). Kubeconfig from KUBECONFIG or the stack output,
+# read by the `kubernetes` package of the tools set (requirements-dev.txt), as calibrate reads it.
 .PHONY: verify
 # TIMEOUT is each tool's own budget: verify's 600 s unless given, calibrate's 1800 s (a sweep takes longer).
 VERIFY_TIMEOUT = $(or $(TIMEOUT),600)
-verify: $(STAMP)
+verify: $(DEV_STAMP)
 	@$(PY) -m llm_pd_eks_tools.verify --stack=$(call q,$(STACK)) --timeout=$(call q,$(VERIFY_TIMEOUT)) $(if $(KUBECONFIG),--kubeconfig=$(call q,$(KUBECONFIG))) $(if $(JSON),--json)
 
 # Sizes the stack for a workload, offline (llm_pd_eks_tools/sizing/); WRITE=1 puts the sized replica bounds and

@@ -8,6 +8,8 @@
 - `http_request`: one HTTP exchange under ONE deadline that covers connecting, the TLS handshake,
   sending, the status line, the headers and the body (a socket timeout alone bounds each receive, so
   a server trickling a byte at a time keeps a client forever), and a byte cap on the reply.
+  `http_exchange` is the same exchange open (a streamed reply, a WebSocket upgrade), `read_body` its
+  capped body.
 - `redact`: the one filter every message passes through (URL user:password@, kubeconfig tokens and
   keys, bearer tokens).
 
@@ -208,7 +210,7 @@ class _DeadlineSocket:
 
     def close(self) -> None:
         """http.client closes its socket once a reply will close the connection but still reads the
-        body from it; the exchange closes the real socket when it is done (`_exchange`)."""
+        body from it; the exchange closes the real socket when it is done (`http_exchange`)."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sock, name)
@@ -240,14 +242,19 @@ class _Connection(http.client.HTTPConnection):
 
 
 @contextlib.contextmanager
-def _exchange(
+def http_exchange(
     method: str,
     url: str,
     end: float,
-    body: Optional[bytes],
-    headers: Optional[dict[str, str]],
-    ssl_context: Optional[ssl.SSLContext],
+    body: Optional[bytes] = None,
+    headers: Optional[dict[str, str]] = None,
+    ssl_context: Optional[ssl.SSLContext] = None,
 ) -> Iterator[http.client.HTTPResponse]:
+    """One exchange with `url` whose every send and receive ends by the monotonic time `end`, open while
+    the `with` lasts: the reply's status and headers are read, its body is the caller's (`read_body`,
+    or `response.fp` after a `101 Switching Protocols`, still bound to `end`). The socket is closed on
+    leaving. Raises HttpTimeout, BadHttpReply, ValueError (not an http(s) URL), OSError (unreachable).
+    """
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{redact(one_line(url, 80))} is not an http(s) URL")
@@ -282,21 +289,27 @@ def http_request(
     or OSError when the server cannot be reached.
     """
     end = time.monotonic() + timeout
-    with _exchange(method, url, end, body, headers, ssl_context) as response:
-        declared = response.getheader("Content-Length")
-        if declared and declared.isdigit() and int(declared) > max_bytes:
-            raise ReplyTooLarge(f"the reply is {int(declared)} bytes, more than the {max_bytes} read")
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            chunk = response.read(min(64 * 1024, max_bytes + 1 - size))
-            if not chunk:
-                break
-            size += len(chunk)
-            if size > max_bytes:
-                raise ReplyTooLarge(f"the reply is larger than the {max_bytes} bytes read")
-            chunks.append(chunk)
-        return Reply(response.status, response.msg, b"".join(chunks))
+    with http_exchange(method, url, end, body, headers, ssl_context) as response:
+        return Reply(response.status, response.msg, read_body(response, max_bytes))
+
+
+def read_body(response: http.client.HTTPResponse, max_bytes: int) -> bytes:
+    """The reply's body, at most `max_bytes` (a larger declared Content-Length is refused unread);
+    ReplyTooLarge past the cap. Each read is bound to the exchange's deadline (`http_exchange`)."""
+    declared = response.getheader("Content-Length")
+    if declared and declared.isdigit() and int(declared) > max_bytes:
+        raise ReplyTooLarge(f"the reply is {int(declared)} bytes, more than the {max_bytes} read")
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = response.read(min(64 * 1024, max_bytes + 1 - size))
+        if not chunk:
+            break
+        size += len(chunk)
+        if size > max_bytes:
+            raise ReplyTooLarge(f"the reply is larger than the {max_bytes} bytes read")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def http_lines(
@@ -311,7 +324,7 @@ def http_lines(
     """A streamed reply (server-sent events) line by line, the whole exchange before the monotonic
     time `end` and at most `max_bytes` in all (a line without an end counts too). A status other than
     200 raises UnexpectedStatus before any line."""
-    with _exchange(method, url, end, body, headers, None) as response:
+    with http_exchange(method, url, end, body, headers, None) as response:
         if response.status != 200:
             raise UnexpectedStatus(f"HTTP {response.status}")
         size = 0

@@ -519,55 +519,6 @@ def test_nixl_line_is_recognised_only_as_nixl_writes_it():
     assert NIXL_BACKEND_LINE.findall("Backend UCX was requested") == []
 
 
-def _exec_kubeconfig(script: str) -> str:
-    import sys
-
-    import yaml
-
-    return yaml.safe_dump(
-        {
-            "current-context": "eks",
-            "clusters": [
-                {"name": "eks", "cluster": {"server": "https://example.invalid", "insecure-skip-tls-verify": True}}
-            ],
-            "contexts": [{"name": "eks", "context": {"cluster": "eks", "user": "aws"}}],
-            "users": [
-                {
-                    "name": "aws",
-                    "user": {
-                        "exec": {
-                            "apiVersion": "client.authentication.k8s.io/v1beta1",
-                            "command": sys.executable,
-                            "args": ["-c", script],
-                            "env": [{"name": "AWS_PROFILE", "value": "deploy"}],
-                        }
-                    },
-                }
-            ],
-        }
-    )
-
-
-def test_exec_credentials_are_run_like_kubectl_does():
-    """pulumi-eks kubeconfigs authenticate with `aws eks get-token`: an ExecCredential on stdout."""
-    from llm_pd_eks_tools.verify.kube import load_kubeconfig
-
-    script = (
-        "import json, os; print(json.dumps({'kind': 'ExecCredential', 'status': "
-        "{'token': 'k8s-aws-v1.' + os.environ['AWS_PROFILE']}}))"
-    )
-    assert load_kubeconfig(_exec_kubeconfig(script)).token == "k8s-aws-v1.deploy"
-
-
-def test_a_failing_credential_command_is_unverified_not_a_crash():
-    from llm_pd_eks_tools.cli import ToolError
-    from llm_pd_eks_tools.verify.kube import load_kubeconfig
-
-    with pytest.raises(ToolError) as info:
-        load_kubeconfig(_exec_kubeconfig("import sys; sys.exit('ExpiredToken: the security token has expired')"))
-    assert info.value.exit_code == Exit.UNVERIFIED and "ExpiredToken" in str(info.value)
-
-
 def test_tls_api_server_is_trusted_only_through_the_kubeconfig_ca(tmp_path, capsys):
     """EKS serves its API over TLS with the CA in `certificate-authority-data`: verified, not skipped."""
     from verify_fakes import TlsKubeApi, self_signed
@@ -791,6 +742,9 @@ def test_a_body_that_trickles_in_ends_at_the_deadline(tmp_path, capsys):
 # --- broken kubeconfigs -----------------------------------------------------------------------------
 
 
+EXEC_API = "client.authentication.k8s.io/v1beta1"
+
+
 def kubeconfig_with(cluster: dict[str, Any], user: Optional[dict[str, Any]] = None) -> str:
     import yaml
 
@@ -810,7 +764,7 @@ def kubeconfig_with(cluster: dict[str, Any], user: Optional[dict[str, Any]] = No
         (b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)), "is not UTF-8 text"),
         (
             kubeconfig_with({"server": "https://10.0.0.1", "certificate-authority-data": "%%%not-base64%%%"}).encode(),
-            "certificate-authority-data is not base64",
+            "certificate-authority-data, client-certificate-data or client-key-data is not base64",
         ),
         (
             kubeconfig_with({"server": "https://10.0.0.1", "certificate-authority-data": "aGVsbG8="}).encode(),
@@ -818,7 +772,7 @@ def kubeconfig_with(cluster: dict[str, Any], user: Optional[dict[str, Any]] = No
         ),
         (
             kubeconfig_with({"server": "https://10.0.0.1", "certificate-authority": "/nonexistent/ca.crt"}).encode(),
-            "certificate-authority file /nonexistent/ca.crt does not exist",
+            "File does not exist: /nonexistent/ca.crt",
         ),
         (kubeconfig_with({"server": "10.0.0.1:443"}).encode(), "is not an https:// URL"),
         (kubeconfig_with({"server": "https://10.0.0.1:port"}).encode(), "Port could not be cast"),
@@ -826,11 +780,23 @@ def kubeconfig_with(cluster: dict[str, Any], user: Optional[dict[str, Any]] = No
         (
             kubeconfig_with(
                 {"server": "https://10.0.0.1", "insecure-skip-tls-verify": True},
-                {"exec": {"command": "aws", "env": [{"name": "AWS_PROFILE"}]}},
+                {"exec": {"apiVersion": EXEC_API, "command": "aws", "env": [{"name": "AWS_PROFILE"}]}},
             ).encode(),
-            "exec env entry {'name': 'AWS_PROFILE'} needs `name` and `value`",
+            "Expected key value in kube-config/users[name=u]/user/exec/env/0",
         ),
-        (kubeconfig_with({"server": "https://10.0.0.1"}, {"exec": {"args": ["x"]}}).encode(), "needs a `command`"),
+        (
+            kubeconfig_with({"server": "https://10.0.0.1"}, {"exec": {"apiVersion": EXEC_API, "args": ["x"]}}).encode(),
+            "exec: malformed request. missing key 'command'",
+        ),
+        (
+            kubeconfig_with({"server": "https://10.0.0.1"}, {"exec": {"command": "aws", "args": ["x"]}}).encode(),
+            "exec: malformed request. missing key 'apiVersion'",
+        ),
+        (
+            kubeconfig_with({"server": "https://10.0.0.1", "insecure-skip-tls-verify": "false"}).encode(),
+            "insecure-skip-tls-verify is not true or false",
+        ),
+        (kubeconfig_with({"certificate-authority-data": "aGVsbG8="}).encode(), "Expected key server in"),
         (kubeconfig_with({"server": "https://10.0.0.1"}, {"token": 12345}).encode(), "token is not a string"),
     ],
     ids=[
@@ -843,6 +809,9 @@ def kubeconfig_with(cluster: dict[str, Any], user: Optional[dict[str, Any]] = No
         "server-bad-ipv6",
         "exec-env-no-value",
         "exec-no-command",
+        "exec-no-api-version",
+        "skip-tls-verify-a-string",
+        "cluster-no-server",
         "token-number",
     ],
 )

@@ -152,7 +152,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         left = Deadline(args.timeout)
         path = args.kubeconfig or os.environ.get("KUBECONFIG")
         text = read_kubeconfig(str(path)) if path else kubeconfig_from_stack(args.stack, left.request_timeout())
-        client = KubeClient(load_kubeconfig(text, left.request_timeout()), left)
+        client = KubeClient(load_kubeconfig(text, left), left)
         job = calibration_job(
             args.stack, serving.image, serving.model_id, serving.endpoint_name, plan, int(args.timeout)
         )

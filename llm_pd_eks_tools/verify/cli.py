@@ -84,7 +84,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         text = read_kubeconfig(path)
     else:
         text = kubeconfig_from_stack(args.stack, deadline.request_timeout())
-    client = KubeClient(load_kubeconfig(text, deadline.request_timeout()), deadline)
+    client = KubeClient(load_kubeconfig(text, deadline), deadline)
 
     results = run_checks(client, expected, kv_wait_seconds=args.kv_wait)
     for check in results:  # a server URL's user:password@, a token quoted back by a proxy

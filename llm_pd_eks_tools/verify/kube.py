@@ -1,39 +1,48 @@
-"""A minimal Kubernetes API client for `verify`: the kubeconfig's server, CA and credentials, plain HTTPS.
+"""The Kubernetes API client of `verify` (and `make calibrate`): the kubeconfig read by the official
+`kubernetes` package, every request made by io_safety.
 
-Why not the `kubernetes` PyPI client: verify needs GET/POST on a handful of paths (nodes, pods,
-DaemonSets, one custom resource, the service proxy), and the EKS kubeconfig's exec credential
-(`aws eks get-token`) is a documented, small protocol (client.authentication.k8s.io ExecCredential:
-run the command, read `status.token`). Plain urllib keeps the tool dependency-free and every
-timeout under our control, which the total deadline needs.
+The package (verify/kubeconfig.py) reads the kubeconfig as kubectl does: the current context, TLS trust,
+tokens, basic auth and `exec` credential plugins (`aws eks get-token`), re-running a plugin whose token
+has expired. Its REST client (urllib3) and its exec stream (websocket-client) are not used: their
+timeouts bound each connect and each socket read, never a whole exchange (a server trickling one
+byte at a time keeps them waiting forever), and they read a reply whole, however large. verify's
+total deadline needs both bounds, so every request is an io_safety `http_request`, and the pod exec
+WebSocket an io_safety `http_exchange` read by ws_frames.py: one deadline over connecting, TLS, the
+headers and the body, and a byte cap.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
 import json
-import os
-import socket
 import ssl
-import struct
 import subprocess
 import time
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import yaml
 
 from llm_pd_eks_tools.cli import Exit, ToolError, one_line
-from llm_pd_eks_tools.io_safety import HttpTimeout, ReplyTooLarge, http_request, read_regular_file, redact
+from llm_pd_eks_tools.io_safety import (
+    HttpTimeout,
+    ReplyTooLarge,
+    http_exchange,
+    http_request,
+    read_body,
+    read_regular_file,
+)
 from llm_pd_eks_tools.process_safety import run_process
+
+from . import ws_frames
+
+if TYPE_CHECKING:
+    from kubernetes.client import Configuration
 
 MAX_REQUEST_SECONDS = 30.0
 # Largest reply read from the API server (bytes). A NodeList of a few hundred nodes is a few MB; a Ray
 # worker log tail a few more. Anything larger is refused unread rather than held in memory.
 MAX_RESPONSE_BYTES = 32 * 2**20
-READ_CHUNK = 64 * 1024
 # Largest kubeconfig read (bytes); EKS's is ~2 KB.
 MAX_KUBECONFIG_BYTES = 1 * 2**20
 
@@ -72,39 +81,17 @@ class Deadline:
 @dataclass
 class Credentials:
     server: str
-    ssl_context: ssl.SSLContext
-    token: Optional[str] = None
+    ssl_context: Optional[ssl.SSLContext]
+    configuration: Optional[Configuration] = None  # the library's: the Authorization value and its refresh
 
+    def authorization(self) -> Optional[str]:
+        """The Authorization header (None: the kubeconfig's user has no credentials); an expired exec token
+        is re-run first, a failure of that run is a ToolError."""
+        if self.configuration is None:
+            return None
+        from .kubeconfig import authorization
 
-def _exec_token(spec: dict[str, Any], timeout: float) -> str:
-    """Run a kubeconfig `exec` credential plugin (e.g. `aws eks get-token`) and return its token."""
-    env = dict(os.environ)
-    for entry in spec.get("env") or []:  # client.authentication.k8s.io ExecEnvVar: name and value, both required
-        if not (isinstance(entry, dict) and isinstance(entry.get("name"), str) and isinstance(entry.get("value"), str)):
-            raise ToolError(
-                Exit.USAGE,
-                f"not a usable kubeconfig: exec env entry {one_line(repr(entry), 80)} needs `name` and `value` strings",
-            )
-        env[entry["name"]] = entry["value"]
-    args = spec.get("args") or []
-    if not isinstance(spec.get("command"), str) or not spec["command"] or not isinstance(args, list):
-        raise ToolError(
-            Exit.USAGE, "not a usable kubeconfig: the user's exec needs a `command` string and `args` as a list"
-        )
-    command = [spec["command"], *(str(a) for a in args)]
-    try:
-        result = run_process(command, timeout, env=env)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ToolError(Exit.UNVERIFIED, f"kubeconfig credential command {command[0]!r} failed: {exc}") from None
-    if result.returncode != 0:
-        raise ToolError(
-            Exit.UNVERIFIED,
-            f"kubeconfig credential command {command[0]!r} exited {result.returncode}: {one_line(result.stderr)}",
-        )
-    try:
-        return str(json.loads(result.stdout)["status"]["token"])
-    except (ValueError, KeyError, TypeError):
-        raise ToolError(Exit.UNVERIFIED, f"credential command {command[0]!r} printed no ExecCredential token") from None
+        return authorization(self.configuration)
 
 
 def read_kubeconfig(path: str) -> str:
@@ -116,71 +103,47 @@ def read_kubeconfig(path: str) -> str:
         raise ToolError(Exit.USAGE, f"kubeconfig {path} is not UTF-8 text; is it the right file?") from None
 
 
-def _bad_kubeconfig(why: str) -> ToolError:
-    return ToolError(Exit.USAGE, f"not a usable kubeconfig: {why}")
+def bad_kubeconfig(why: str) -> ToolError:
+    """What is wrong with the kubeconfig, on one line with what to do about it."""
+    return ToolError(Exit.USAGE, f"not a usable kubeconfig: {why}; fix the file or give another with --kubeconfig")
 
 
-def load_kubeconfig(text: str, timeout: float = MAX_REQUEST_SECONDS) -> Credentials:
-    """The current context's server, TLS trust and bearer token (static or from an exec plugin).
+def load_kubeconfig(text: str, deadline: Optional[Deadline] = None) -> Credentials:
+    """The current context's server, TLS trust and credentials (verify/kubeconfig.py, the `kubernetes`
+    package); an exec plugin runs within `deadline` (default: one request's time).
 
-    Every defect of the file is a usage error naming the field: no YAML mapping, a missing context,
-    cluster or server, a server that is not an http(s) URL, CA data that is not base64 PEM, a CA file
-    that is missing or not a certificate, an exec entry without its required fields.
+    Every defect of the file is a one-line usage error: not YAML (the line and column, never the line's
+    text, which may be a `token:`), what the library names (a missing context, cluster, server or
+    exec field, a missing CA file), CA or certificate data that is not base64 PEM, a server that is not
+    an http(s) URL. A credential command that fails, hangs or prints no token is UNVERIFIED.
     """
     try:
-        config = yaml.safe_load(text) or {}
-        current = config.get("current-context")
-        contexts = {c["name"]: c["context"] for c in config.get("contexts") or []}
-        context = contexts[current] if current else next(iter(contexts.values()))
-        clusters = {c["name"]: c["cluster"] for c in config.get("clusters") or []}
-        users = {u["name"]: u.get("user") or {} for u in config.get("users") or []}
-        cluster, user = clusters[context["cluster"]], users.get(context.get("user"), {})
-        server = str(cluster["server"]).rstrip("/")
-        if not isinstance(cluster, dict) or not isinstance(user, dict):
-            raise TypeError("a cluster or user entry is not a mapping")
+        config = yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:  # its text quotes the offending line, which may be a `token:`
         mark = exc.problem_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise _bad_kubeconfig(f"not valid YAML{where}: {one_line(str(exc.problem or exc.context), 120)}") from None
+        raise bad_kubeconfig(f"not valid YAML{where}: {one_line(str(exc.problem or exc.context), 120)}") from None
     except (yaml.YAMLError, RecursionError):
-        raise _bad_kubeconfig("not valid YAML") from None
-    except (KeyError, TypeError, StopIteration, AttributeError, ValueError) as exc:
-        raise _bad_kubeconfig(f"{type(exc).__name__}: {one_line(redact(str(exc)), 120)}") from None
+        raise bad_kubeconfig("not valid YAML") from None
+    if not isinstance(config, dict):
+        what = "an empty file" if config is None else f"a YAML {type(config).__name__}"
+        raise bad_kubeconfig(f"{what}, not a mapping with contexts, clusters and users")
+    try:
+        from . import kubeconfig
+    except ImportError as exc:  # `make verify` installs the tools extra (requirements-dev.txt)
+        raise ToolError(
+            Exit.USAGE, f"reading a kubeconfig needs the `kubernetes` package ({exc}); run `make venv-dev`"
+        ) from None
+    configuration, context = kubeconfig.load(config, (deadline or Deadline(MAX_REQUEST_SECONDS)).request_timeout)
+    server = str(configuration.host).rstrip("/")
     try:
         url = urllib.parse.urlsplit(server)
         url.port  # noqa: B018 - raises ValueError on a port that is not a number
     except ValueError as exc:
-        raise _bad_kubeconfig(f"cluster server {one_line(server, 80)!r}: {exc}") from None
+        raise bad_kubeconfig(f"cluster server {one_line(server, 80)!r}: {exc}") from None
     if url.scheme not in ("https", "http") or not url.hostname:
-        raise _bad_kubeconfig(f"cluster server {one_line(server, 80)!r} is not an https:// URL")
-    context_ = ssl.create_default_context()
-    try:
-        if cluster.get("insecure-skip-tls-verify") is True:
-            context_.check_hostname = False
-            context_.verify_mode = ssl.CERT_NONE
-        elif cluster.get("certificate-authority-data"):
-            pem = base64.b64decode(str(cluster["certificate-authority-data"]), validate=True).decode()
-            context_.load_verify_locations(cadata=pem)
-        elif cluster.get("certificate-authority"):
-            context_.load_verify_locations(cafile=str(cluster["certificate-authority"]))
-    except (binascii.Error, UnicodeDecodeError):
-        raise _bad_kubeconfig("certificate-authority-data is not base64 of a PEM certificate") from None
-    except FileNotFoundError:
-        raise _bad_kubeconfig(
-            f"certificate-authority file {cluster.get('certificate-authority')} does not exist"
-        ) from None
-    except (ssl.SSLError, OSError, ValueError) as exc:
-        raise _bad_kubeconfig(
-            f"the cluster's certificate authority is not a usable certificate ({one_line(str(exc), 120)})"
-        ) from None
-    token = user.get("token")
-    if token is not None and not isinstance(token, str):
-        raise _bad_kubeconfig("the user's token is not a string")
-    if token is None and user.get("exec"):
-        if not isinstance(user["exec"], dict):
-            raise _bad_kubeconfig("the user's exec is not a mapping")
-        token = _exec_token(user["exec"], timeout)
-    return Credentials(server=server, ssl_context=context_, token=token)
+        raise bad_kubeconfig(f"cluster server {one_line(server, 80)!r} is not an https:// URL")
+    return Credentials(server=server, ssl_context=context, configuration=configuration)
 
 
 def kubeconfig_from_stack(stack: str, timeout: float) -> str:
@@ -217,11 +180,9 @@ class KubeClient:
         cap: float = MAX_REQUEST_SECONDS,
     ) -> bytes:
         url = self.credentials.server + path
-        headers = {"Accept": accept}
+        headers = {"Accept": accept, **self._authorization()}
         if body is not None:
             headers["Content-Type"] = "application/json"
-        if self.credentials.token:
-            headers["Authorization"] = f"Bearer {self.credentials.token}"
         timeout = self.deadline.request_timeout(cap)  # this request's whole exchange, inside the run's
         try:
             reply = http_request(
@@ -242,6 +203,13 @@ class KubeClient:
         if not 200 <= reply.status < 300:
             raise HttpError(reply.status, path, reply.body[: 64 * 1024].decode(errors="replace"))
         return reply.body
+
+    def _authorization(self) -> dict[str, str]:
+        try:
+            value = self.credentials.authorization()
+        except ToolError as exc:  # an expired exec token whose re-run failed: no request can be made
+            raise Unreachable(str(exc)) from None
+        return {"Authorization": value} if value else {}
 
     def get_json(self, path: str, **query: str) -> Any:
         return _json(self._request("GET", _with_query(path, query)), path)
@@ -271,25 +239,38 @@ class KubeClient:
     ) -> str:
         """`kubectl exec`'s stdout: the pod exec API over a WebSocket (subprotocol v4.channel.k8s.io).
 
-        The protocol (kubernetes staging/src/k8s.io/apimachinery/pkg/util/remotecommand/constants.go,
-        StreamProtocolV4Name; k8s.io/apiserver/pkg/util/wsstream/conn.go): GET
-        `/api/v1/namespaces/{ns}/pods/{pod}/exec?command=...&container=...&stdout=true&stderr=true` with a
-        WebSocket upgrade (RFC 6455); every binary message starts with its channel byte (1 stdout,
-        2 stderr, 3 error: a v1 Status, `Success` or `Failure` with the exit code in `details.causes`).
-        A non-zero exit or any Failure status raises HttpError; a reply larger than the cap, BadReply.
+        GET `/api/v1/namespaces/{ns}/pods/{pod}/exec?command=...&container=...&stdout=true&stderr=true`
+        with a WebSocket upgrade (RFC 6455) through io_safety's `http_exchange`, so the handshake and every
+        frame arrive within this request's share of the deadline; ws_frames reads the channels under the
+        byte cap. A non-zero exit or any Failure status raises HttpError; a reply larger than the cap,
+        BadReply.
         """
         query = urllib.parse.urlencode(
             [("command", c) for c in command] + [("container", container), ("stdout", "true"), ("stderr", "true")]
         )
-        path = f"/api/v1/namespaces/{namespace}/pods/{pod}/exec?{query}"
-        timeout = self.deadline.request_timeout(cap)
-        end = time.monotonic() + timeout
+        path = f"/api/v1/namespaces/{namespace}/pods/{pod}/exec"
+        key = ws_frames.websocket_key()
+        headers = {**ws_frames.upgrade_headers(key), **self._authorization()}
+        end = time.monotonic() + self.deadline.request_timeout(cap)
+        url = f"{self.credentials.server}{path}?{query}"
         try:
-            return _websocket_exec(self.credentials, path, end, self.max_bytes)
+            with http_exchange("GET", url, end, None, headers, self.credentials.ssl_context) as response:
+                if response.status != 101:
+                    raise HttpError(response.status, path, read_body(response, 64 * 1024).decode(errors="replace"))
+                if response.getheader("Sec-WebSocket-Accept") != ws_frames.websocket_accept(key):
+                    raise BadReply(f"{path}: the WebSocket handshake's accept key is wrong")
+                out, error = ws_frames.exec_channels(ws_frames.FrameReader(response.fp, self.max_bytes))
         except (BadReply, Unreachable, HttpError):
             raise
-        except (OSError, ValueError, struct.error) as exc:
+        except (ws_frames.FrameError, ReplyTooLarge) as exc:
+            raise BadReply(f"{path}: {exc}") from None
+        except HttpTimeout:
+            raise Unreachable("exec: the reply did not arrive in time (timed out)") from None
+        except (OSError, ValueError) as exc:  # refused, reset, TLS, DNS; BadHttpReply: not HTTP at all
             raise Unreachable(f"{self.credentials.server}: exec in {pod}: {one_line(str(exc))}") from None
+        if error:
+            _raise_exec_status(error, path)
+        return out.decode(errors="replace")
 
     @staticmethod
     def service_proxy(namespace: str, service: str, port: str, path: str) -> str:
@@ -302,68 +283,6 @@ def _json(body: bytes, path: str) -> Any:
         return json.loads(body)
     except ValueError:
         raise BadReply(f"{path}: the reply is not JSON ({one_line(repr(body[:60]), 80)})") from None
-
-
-# RFC 6455 section 1.3: the GUID a server appends to Sec-WebSocket-Key before hashing it.
-WEBSOCKET_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
-EXEC_PROTOCOL = "v4.channel.k8s.io"
-STDOUT_CHANNEL, STDERR_CHANNEL, ERROR_CHANNEL = 1, 2, 3
-
-
-def websocket_accept(key: str) -> str:
-    """Sec-WebSocket-Accept for `key` (RFC 6455 section 4.2.2, step 5.4)."""
-    return base64.b64encode(hashlib.sha1((key + WEBSOCKET_GUID).encode()).digest()).decode()
-
-
-def _websocket_exec(credentials: Credentials, path: str, end: float, max_bytes: int) -> str:
-    url = urllib.parse.urlsplit(credentials.server)
-    host, port = url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
-    left = max(0.01, end - time.monotonic())
-    raw = socket.create_connection((host, port), timeout=left)
-    sock: socket.socket = (
-        credentials.ssl_context.wrap_socket(raw, server_hostname=host) if url.scheme == "https" else raw
-    )
-    with sock:
-        key = base64.b64encode(os.urandom(16)).decode()
-        lines = [
-            f"GET {url.path.rstrip('/')}{path} HTTP/1.1",
-            f"Host: {url.netloc}",
-            "Upgrade: websocket",
-            "Connection: Upgrade",
-            f"Sec-WebSocket-Key: {key}",
-            "Sec-WebSocket-Version: 13",
-            f"Sec-WebSocket-Protocol: {EXEC_PROTOCOL}",
-        ]
-        if credentials.token:
-            lines.append(f"Authorization: Bearer {credentials.token}")
-        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
-        reader = _Reader(sock, end, max_bytes)
-        head = reader.until(b"\r\n\r\n", 64 * 1024).decode("latin-1")
-        status_line, *header_lines = head.split("\r\n")
-        parts = status_line.split(" ", 2)
-        code = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
-        headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines if h)}
-        if code != 101:
-            length = headers.get("content-length", "0")
-            body = reader.exactly(min(int(length) if length.isdigit() else 0, 64 * 1024))
-            raise HttpError(code, path.split("?")[0], body.decode(errors="replace"))
-        if headers.get("sec-websocket-accept") != websocket_accept(key):
-            raise BadReply(f"{path.split('?')[0]}: the WebSocket handshake's accept key is wrong")
-        out: list[bytes] = []
-        error = b""
-        while True:
-            opcode, payload = reader.frame()
-            if opcode == 8:  # close
-                break
-            if opcode in (1, 2) and payload:
-                channel, data = payload[0], payload[1:]
-                if channel == STDOUT_CHANNEL:
-                    out.append(data)
-                elif channel == ERROR_CHANNEL:
-                    error += data
-        if error:
-            _raise_exec_status(error, path.split("?")[0])
-        return b"".join(out).decode(errors="replace")
 
 
 def _raise_exec_status(error: bytes, path: str) -> None:
@@ -382,63 +301,6 @@ def _raise_exec_status(error: bytes, path: str) -> None:
         path,
         f"command failed{' with exit code ' + str(exit_code) if exit_code else ''}: {status.get('message', '')}",
     )
-
-
-class _Reader:
-    """Bounded, deadline-bound reads from a socket (the WebSocket half of exec)."""
-
-    def __init__(self, sock: socket.socket, end: float, max_bytes: int):
-        self.sock, self.end, self.max_bytes, self.buffer, self.total = sock, end, max_bytes, b"", 0
-
-    def _more(self) -> None:
-        left = self.end - time.monotonic()
-        if left <= 0:
-            raise Unreachable("exec: the reply did not arrive in time (timed out)")
-        self.sock.settimeout(left)
-        try:
-            chunk = self.sock.recv(READ_CHUNK)
-        except TimeoutError:
-            raise Unreachable("exec: the reply did not arrive in time (timed out)") from None
-        if not chunk:
-            raise BadReply("exec: the connection closed mid-reply")
-        self.total += len(chunk)
-        if self.total > self.max_bytes:
-            raise BadReply(f"exec: the reply is larger than the {self.max_bytes} bytes verify reads")
-        self.buffer += chunk
-
-    def exactly(self, n: int) -> bytes:
-        while len(self.buffer) < n:
-            self._more()
-        data, self.buffer = self.buffer[:n], self.buffer[n:]
-        return data
-
-    def until(self, marker: bytes, limit: int) -> bytes:
-        while marker not in self.buffer:
-            if len(self.buffer) > limit:
-                raise BadReply("exec: the reply's header is too long")
-            self._more()
-        data, _, self.buffer = self.buffer.partition(marker)
-        return data
-
-    def frame(self) -> tuple[int, bytes]:
-        """One unmasked server frame (RFC 6455 section 5.2); fragments are joined."""
-        payload = b""
-        while True:
-            first, second = self.exactly(2)
-            opcode, length = first & 0x0F, second & 0x7F
-            if length == 126:
-                length = struct.unpack(">H", self.exactly(2))[0]
-            elif length == 127:
-                length = struct.unpack(">Q", self.exactly(8))[0]
-            if length > self.max_bytes:
-                raise BadReply(f"exec: a frame of {length} bytes is larger than verify reads")
-            mask = self.exactly(4) if second & 0x80 else b""
-            data = self.exactly(length)
-            if mask:
-                data = bytes(b ^ mask[i % 4] for i, b in enumerate(data))
-            payload += data
-            if first & 0x80:  # FIN
-                return opcode, payload
 
 
 def _with_query(path: str, query: dict[str, str]) -> str:
