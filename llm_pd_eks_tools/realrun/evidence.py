@@ -120,6 +120,15 @@ def overrides_section(overrides: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def prefix_overrides_section(overrides: dict[str, Any]) -> str:
+    """overrides.yaml's `prefix_run` entries, the prefix-routing arms' changes on top of the table above."""
+    lines = ["| where | what | value | why |", "| --- | --- | --- | --- |"]
+    for section in ("llm_config", "raylet"):
+        for item in overrides["prefix_run"][section]:
+            lines.append(f"| {section} | `{item['path']}` | `{json.dumps(item['value'])}` | {item['reason']} |")
+    return "\n".join(lines)
+
+
 def _ms(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
 
@@ -230,7 +239,9 @@ def with_section(text: str, name: str, body: str) -> str:
 def rendered_doc(text: str) -> str:
     from llm_pd_eks_tools.realrun.render import load_overrides
 
-    text = with_section(text, "overrides", overrides_section(load_overrides()))
+    overrides = load_overrides()
+    text = with_section(text, "overrides", overrides_section(overrides))
+    text = with_section(text, "prefix-overrides", prefix_overrides_section(overrides))
     return with_section(text, "results", results_section(latest()))
 
 
