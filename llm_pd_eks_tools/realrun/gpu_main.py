@@ -53,7 +53,7 @@ MIX_LOADS = ((8, 48, 128), (8, 48, 4096))  # (clients, prompts, input tokens)
 THRESHOLD_KEY = "llm_pd_eks_decode_only_below_tokens"  # the decode LLMConfig's experimental_configs key
 START_TIMEOUT_S = 420
 ROLES = ("prefill", "decode")
-# The prefix-routing arms: what one command may spend (the machine's limit is ten minutes), and the
+# The prefix-routing arms: what one phase may spend (so one command ends within ten minutes), and the
 # Ray metrics export interval (10 s) plus a margin, waited before each scrape.
 PREFIX_PHASES = {"mix-prefix-pd": "prefix-pd", "mix-prefix": "prefix"}  # phase -> the bundle's serve-<arm>.json
 PREFIX_PHASE_BUDGET_S, EXPORT_WAIT_S = 540, 12
