@@ -521,3 +521,48 @@ def test_a_prefix_phase_runs_on_fresh_prefix_raylets_and_writes_its_loads(
     assert got["routers"]["decode"]["request_router_class"] == serve_routing.PREFIX_ROUTER_CLASS
     assert loads["count"] == 4 and loads["model"] == "Qwen/Qwen2.5-7B-Instruct"  # the tokenizer's count
     assert (out / "metrics-mix-prefix.prom").read_text().startswith("# node prefill\n")
+
+
+# --- the saved evidence, read back for docs/real-run.md ---------------------------------------------
+
+
+def level(clients: int, p50: float, prefill: float | None, decode: float, pulls: float) -> dict[str, Any]:
+    summary = {"completed": 96, "p50_ttft_ms": p50, "p90_ttft_ms": 2 * p50, "p50_itl_ms": 4.5, "output_tok_s": 321.0}
+    return {
+        "clients": clients,
+        "summary": summary,
+        "prefix_cache": {"prefill": {"hit_rate": prefill}, "decode": {"hit_rate": decode}},
+        "kv_pulls": {"decode": pulls, "prefill": 0},
+    }
+
+
+def test_the_page_table_has_a_row_per_arm_and_load_from_the_saved_evidence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = tmp_path / "2026-12-05T1000Z"
+    run.mkdir()
+    (run / "run.json").write_text("{}")
+    plain = {"loads": [level(4, 900.0, 0.3, 0.25, 96), {"clients": 16, "skipped": "the phase's time budget"}]}
+    routed = {"loads": [level(4, 400.0, 0.7, 0.72, 96), level(16, 700.0, None, 0.7, 96)]}
+    (run / "evidence-mix-prefix-pd.json").write_text(json.dumps(plain))
+    (run / "evidence-mix-prefix.json").write_text(json.dumps(routed))
+    rows = evidence.prefix_rows(run)
+    assert [(r["arm"], r["clients"]) for r in rows] == [
+        ("P/D, Serve's default router", 4),
+        ("P/D, prefix-aware routing", 4),
+        ("P/D, prefix-aware routing", 16),  # the skipped load has no row
+    ]
+    assert rows[1]["prefill_hit_rate"] == 0.7 and rows[0]["decode_kv_pulls"] == 96
+    table = evidence.prefix_results_section(run)
+    assert "| P/D, prefix-aware routing | 4 | 96 | 400 | 800 | 4.50 | 321 | 70% | 72% | 96 |" in table
+    assert "| n/a |" in table  # a role with nothing looked up has no rate
+    monkeypatch.setattr(evidence, "DATA", tmp_path)
+    assert evidence.prefix_run() == run
+    with pytest.raises(FileNotFoundError):  # the P/D phase's replay reads only runs that have it
+        evidence.latest()
+
+
+def test_the_page_says_the_arms_have_not_run_until_their_evidence_is_saved() -> None:
+    assert evidence.prefix_run() is None
+    assert "Not run yet" in evidence.prefix_results_section(None)
+    assert evidence.prefix_results_section(None) in evidence.DOC.read_text()
