@@ -170,3 +170,63 @@ def ray_engine_standins() -> Iterator[None]:
         sys.path.remove(str(STANDINS))
         for name in [m for m in sys.modules if m.split(".")[0] in ("vllm", "sglang")]:
             del sys.modules[name]
+
+
+@contextlib.contextmanager
+def runtime_module_on_path() -> Iterator[Path]:
+    """The runtime ConfigMap's files in a folder on sys.path, as the pods mount them
+    (llm_pd_eks/serve_routing.py RUNTIME_MOUNT): `import_path` then imports them by the same name."""
+    import tempfile
+
+    from llm_pd_eks.serve_routing import RUNTIME_MODULE, runtime_configmap_data
+
+    with tempfile.TemporaryDirectory() as folder:
+        for filename, source in runtime_configmap_data().items():
+            Path(folder, filename).write_text(source)
+        sys.path.insert(0, folder)
+        try:
+            yield Path(folder)
+        finally:
+            sys.path.remove(folder)
+            sys.modules.pop(RUNTIME_MODULE, None)
+
+
+def serve_build(application: dict[str, Any]) -> Any:
+    """Ray Serve's own build of one `serveConfigV2` application, in this process and without a cluster.
+
+    The steps the controller's build task takes (Ray 2.58.0 ray/serve/_private/application_state.py
+    `build_serve_application`): import `import_path`, call the builder with `args`
+    (`call_user_app_builder_with_args_if_necessary`, which validates them), `build_app`, one FastAPI
+    ingress; then each deployment's config through the proto bytes the controller is handed
+    (`DeploymentConfig.to_proto_bytes` / `from_proto_bytes`). What needs a running Ray is the build
+    task's own runtime context: Ray Serve LLM's `LLMServer.get_deployment_options` reads
+    `ray.get_runtime_context().runtime_env` (which would start a local Ray here), so the build sees
+    the empty `RuntimeEnv` of an application with no `runtime_env`, as this project's are. Returns
+    Ray's `BuiltApplication`, each deployment's `_deployment_config` replaced by its round-tripped copy."""
+    from unittest import mock
+
+    import ray
+    from ray._common.utils import import_attr
+    from ray.runtime_env import RuntimeEnv
+    from ray.serve._private.api import call_user_app_builder_with_args_if_necessary
+    from ray.serve._private.build_app import build_app
+    from ray.serve._private.config import DeploymentConfig
+
+    class BuildTaskContext:  # what the build task's `ray.get_runtime_context()` answers
+        @property
+        def runtime_env(self) -> RuntimeEnv:
+            return RuntimeEnv()
+
+    with (
+        ray_engine_standins(),
+        runtime_module_on_path(),
+        mock.patch.object(ray, "get_runtime_context", BuildTaskContext),
+    ):
+        builder = import_attr(application["import_path"])
+        app = call_user_app_builder_with_args_if_necessary(builder, copy.deepcopy(application["args"]))
+        built = build_app(app, name=application["name"], default_runtime_env=RuntimeEnv())
+    built.validate_single_fastapi_ingress()
+    for deployment in built.deployments:
+        sent = DeploymentConfig.from_proto_bytes(deployment._deployment_config.to_proto_bytes())
+        deployment._deployment_config = sent
+    return built

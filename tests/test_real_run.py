@@ -177,31 +177,41 @@ def test_the_vendored_model_config_is_the_model_table() -> None:
     assert config["num_attention_heads"] == spec.attention_heads
 
 
-def test_the_gpu_side_runner_needs_nothing_of_this_project() -> None:
-    """gpu_main runs under the GPU machine's Python with only the release's wheels."""
+@pytest.mark.parametrize("name", ["gpu_main.py", "gpu_load.py"])
+def test_the_gpu_side_runner_needs_nothing_of_this_project(name: str) -> None:
+    """gpu_main (and gpu_load beside it) run under the GPU machine's Python with only the release's wheels."""
     import ast
 
-    source = (ROOT / "llm_pd_eks_tools" / "realrun" / "gpu_main.py").read_text()
+    path = ROOT / "llm_pd_eks_tools" / "realrun" / name
     imported = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             imported |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module.split(".")[0])
     assert not {"llm_pd_eks", "llm_pd_eks_tools"} & imported
-    assert imported <= set(sys.stdlib_module_names) | {"__future__", "tokenizers"}  # tokenizers: a wheel
+    siblings = {"gpu_load"}  # copied with it: the folder is what the machine runs
+    assert imported <= set(sys.stdlib_module_names) | {"__future__", "tokenizers"} | siblings  # tokenizers: a wheel
     proc = subprocess.run(
-        [
-            "python3",
-            "-c",
-            "import ast,sys; ast.parse(open(sys.argv[1]).read())",
-            str(ROOT / "llm_pd_eks_tools/realrun/gpu_main.py"),
-        ],
+        ["python3", "-c", "import ast,sys; ast.parse(open(sys.argv[1]).read())", str(path)],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_runner_imports_its_load_module_beside_it_with_no_package() -> None:
+    """As `python3 gpu_main.py` runs it on the GPU machine: a fresh interpreter, the file's own folder."""
+    path = ROOT / "llm_pd_eks_tools" / "realrun" / "gpu_main.py"
+    code = (
+        "import importlib.util, sys; spec = importlib.util.spec_from_file_location('gpu_main', sys.argv[1]); "
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
+        "print(m.gpu_load.__file__, m.bench is m.gpu_load.bench)"
+    )
+    proc = subprocess.run([sys.executable, "-I", "-c", code, str(path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(path.parent / "gpu_load.py"), "True"]
 
 
 # --- the evidence: what the saved run showed, replayed ----------------------------------------------

@@ -4,12 +4,16 @@
     python3 gpu_main.py BUNDLE OUT agg    # the aggregated app on the same raylets, bench
     python3 gpu_main.py BUNDLE OUT mix-pd     # short and long prompts through plain P/D
     python3 gpu_main.py BUNDLE OUT mix-cond   # the same through P/D with decode-only below the sized threshold
+    python3 gpu_main.py BUNDLE OUT mix-prefix-pd  # shared prefixes, 2 + 2 replicas, Serve's default router
+    python3 gpu_main.py BUNDLE OUT mix-prefix     # the same with prefix-cache-aware routing on both roles
     python3 gpu_main.py BUNDLE OUT stop
 
 Standard library only (plus the wheels' `ray`, `vllm` and `tokenizers`), so it runs under the
 machine's Python with nothing of this project installed. BUNDLE is what `render` wrote; everything the
 run shows goes to OUT as JSON and text (evidence-<phase>.json, metrics-<phase>.prom, ...).
-The raylets are started in their own process session so the `agg` phase finds them still running.
+The raylets are started in their own process session so the `agg` phase finds them still running;
+the prefix-routing arms start raylets of their own (raylets-prefix.json: two replica slots a role).
+The load and what is read back from it are gpu_load's, beside this file.
 """
 
 from __future__ import annotations
@@ -20,41 +24,39 @@ import re
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
+
+if __package__:
+    from . import gpu_load
+else:  # `python3 gpu_main.py` on the GPU machine, or loaded from its file: the module beside it
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import gpu_load  # type: ignore[import-not-found,no-redef]
+
+MODEL_DIR, SERVE, http, log = gpu_load.MODEL_DIR, gpu_load.SERVE, gpu_load.http, gpu_load.log
+bench, chat, stream = gpu_load.bench, gpu_load.chat, gpu_load.stream
 
 HEAD_PORT = 6379
 DASHBOARD = "http://127.0.0.1:8265"
-SERVE = "http://127.0.0.1:8000"
 METRICS_PORTS = {"head": 8080, "prefill": 8081, "decode": 8082}
-MODEL_DIR = Path("/tmp/realrun/model")
 TEMP_DIR = "/tmp/ray"
+# Each raylet's own ports (node manager, object manager, dashboard agent, runtime-env agent) and its
+# workers' range: raylet n (head 0, prefill 1, decode 2) takes RAYLET_PORT_BASE + n * RAYLET_PORT_SPAN
+# onwards. Clear of NIXL's side channels, which Ray Serve LLM opens at 20000 + replica rank (prefill)
+# and 22000 + rank (decode) (NixlConnectorBackend, PDServingArgs), and below Linux's default
+# ephemeral range (net.ipv4.ip_local_port_range starts at 32768).
+RAYLET_PORT_BASE, RAYLET_PORT_SPAN = 30000, 900
 # What NIXL prints when a backend comes up (the pattern `make verify` reads the worker logs with).
 NIXL_BACKEND_LINE = re.compile(r"NIXL\s+\w+\s+\S+\s+Backend (\w+) was instantiated")
 LONG_PROMPT_WORDS = 3000  # as verify's chat-completion check
-LOADS = ((1, 8), (8, 48), (32, 128))  # (clients, prompts): vllm bench serve --max-concurrency / --num-prompts
-INPUT_LEN, OUTPUT_LEN = 1024, 128
 # The decode-only arm against plain P/D: prompts well below and well above the sized threshold.
 MIX_LOADS = ((8, 48, 128), (8, 48, 4096))  # (clients, prompts, input tokens)
 THRESHOLD_KEY = "llm_pd_eks_decode_only_below_tokens"  # the decode LLMConfig's experimental_configs key
 START_TIMEOUT_S = 420
-
-
-def log(*parts: object) -> None:
-    print(time.strftime("%H:%M:%S"), *parts, flush=True)
-
-
-def http(method: str, url: str, body: object | None = None, timeout: float = 60) -> tuple[int, str]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as reply:
-            return reply.status, reply.read().decode(errors="replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(errors="replace")
-    except (urllib.error.URLError, OSError) as exc:
-        return 0, str(exc)
+ROLES = ("prefill", "decode")
+# The prefix-routing arms: what one phase may spend (so one command ends within ten minutes), and the
+# Ray metrics export interval (10 s) plus a margin, waited before each scrape.
+PREFIX_PHASES = {"mix-prefix-pd": "prefix-pd", "mix-prefix": "prefix"}  # phase -> the bundle's serve-<arm>.json
+PREFIX_PHASE_BUDGET_S, EXPORT_WAIT_S = 540, 12
 
 
 # --- the model: the real config.json, dummy weights, a tokenizer built here --------------------------
@@ -75,7 +77,7 @@ def build_tokenizer(bundle: Path) -> None:
     config = json.loads((bundle / "model" / "config.json").read_text())
     (MODEL_DIR / "config.json").write_text(json.dumps(config))
     vocab_size = config["vocab_size"]
-    words = "the prefill phase reads every token of this prompt once decode receives kv cache over network".split()
+    words = gpu_load.WORDS
     corpus = [
         " ".join(words[(i * 7 + j) % len(words)] for j in range(40)) + f" {i} {i * 31 % 977}" for i in range(4000)
     ]
@@ -120,8 +122,22 @@ def ray_cmd() -> list[str]:
     return [sys.executable, "-c", "import sys; from ray.scripts.scripts import main; sys.argv[0] = 'ray'; main()"]
 
 
-def start_raylets(bundle: Path) -> dict[str, list[str]]:
-    raylets = json.loads((bundle / "raylets.json").read_text())
+def raylet_ports(n: int) -> dict[str, int]:
+    """Raylet n's fixed ports, `ray start` flag -> port (RAYLET_PORT_BASE says why there)."""
+    base = RAYLET_PORT_BASE + n * RAYLET_PORT_SPAN
+    return {
+        "node-manager-port": base + 1,
+        "object-manager-port": base + 2,
+        "dashboard-agent-listen-port": base + 3,
+        "dashboard-agent-grpc-port": base + 4,
+        "runtime-env-agent-port": base + 5,
+        "min-worker-port": base + 100,
+        "max-worker-port": base + RAYLET_PORT_SPAN - 1,
+    }
+
+
+def start_raylets(bundle: Path, name: str = "raylets.json") -> dict[str, list[str]]:
+    raylets = json.loads((bundle / name).read_text())
     # the decode-only arm's runtime module on the Python path, as the ConfigMap puts it in the pods
     runtime = str((bundle / "runtime").resolve())
     path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH", ""), runtime) if p)
@@ -139,12 +155,13 @@ def start_raylets(bundle: Path) -> dict[str, list[str]]:
         "--dashboard-host=127.0.0.1",
         f"--metrics-export-port={METRICS_PORTS['head']}",
         "--object-store-memory=2000000000",
+        # the head's workers (Serve's controller and proxy) too; its daemons keep Ray's default ports
+        *(f"--{flag}={port}" for flag, port in raylet_ports(0).items() if flag.endswith("worker-port")),
     ]
     started = {"head": cmd[3:]}
     run_detached(cmd, env)
-    for n, role in enumerate(("prefill", "decode")):
+    for n, role in enumerate(ROLES, start=1):
         spec = raylets[role]["start"]
-        base = 20000 + n * 1000
         cmd = [
             *ray_cmd(),
             "start",
@@ -155,13 +172,7 @@ def start_raylets(bundle: Path) -> dict[str, list[str]]:
             f"--resources={json.dumps(spec['resources'])}",
             f"--object-store-memory={spec['object-store-memory']}",
             f"--metrics-export-port={METRICS_PORTS[role]}",
-            f"--node-manager-port={base + 1}",
-            f"--object-manager-port={base + 2}",
-            f"--dashboard-agent-listen-port={base + 3}",
-            f"--dashboard-agent-grpc-port={base + 4}",
-            f"--runtime-env-agent-port={base + 5}",
-            f"--min-worker-port={base + 100}",
-            f"--max-worker-port={base + 999}",
+            *(f"--{flag}={port}" for flag, port in raylet_ports(n).items()),
         ]
         role_env = dict(env, **raylets[role]["env"], VLLM_HOST_IP="127.0.0.1")
         started[role] = cmd[3:]
@@ -187,14 +198,14 @@ def ray_status() -> str:
 # --- Serve: deploy as KubeRay does (PUT the serve config to the dashboard), wait for RUNNING ----------
 
 
-def deploy(config: dict) -> dict:
+def deploy(config: dict, timeout_s: float = START_TIMEOUT_S) -> dict:
     for _ in range(12):  # the dashboard may still be coming up
         status, text = http("PUT", f"{DASHBOARD}/api/serve/applications/", config, timeout=60)
         log("PUT serve config ->", status, text[:300])
         if status == 200:
             break
         time.sleep(5)
-    deadline = time.monotonic() + START_TIMEOUT_S
+    deadline = time.monotonic() + timeout_s
     last: dict = {}
     while time.monotonic() < deadline:
         status, text = http("GET", f"{DASHBOARD}/api/serve/applications/", timeout=30)
@@ -220,52 +231,6 @@ def long_prompt() -> str:
         "cache over the network and continues. "
     ).split()
     return " ".join(words[i % len(words)] for i in range(LONG_PROMPT_WORDS)) + "\nSummarise the text in one sentence."
-
-
-def chat(model: str, content: str, max_tokens: int = 16) -> dict:
-    started = time.monotonic()
-    body = {
-        "model": model,
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "messages": [{"role": "user", "content": content}],
-    }
-    status, text = http("POST", f"{SERVE}/v1/chat/completions", body, timeout=300)
-    out: dict[str, object] = {"status": status, "seconds": round(time.monotonic() - started, 3)}
-    try:
-        reply = json.loads(text)
-        out["usage"] = reply.get("usage")
-        out["content_chars"] = len(reply["choices"][0]["message"]["content"] or "")
-        out["finish_reason"] = reply["choices"][0].get("finish_reason")
-    except (ValueError, KeyError, IndexError, TypeError):
-        out["error"] = text[:500]
-    return out
-
-
-def stream(model: str) -> dict:
-    body = {"model": model, "prompt": "The decode phase", "max_tokens": 24, "stream": True, "ignore_eos": True}
-    req = urllib.request.Request(
-        f"{SERVE}/v1/completions",
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json"},
-    )
-    chunks, done, first = 0, False, None
-    started = time.monotonic()
-    try:
-        with urllib.request.urlopen(req, timeout=300) as reply:
-            for raw in reply:
-                line = raw.decode(errors="replace").strip()
-                if not line.startswith("data:"):
-                    continue
-                if line == "data: [DONE]":
-                    done = True
-                    break
-                chunks += 1
-                first = first or round(time.monotonic() - started, 3)
-    except (urllib.error.URLError, OSError) as exc:
-        return {"error": str(exc), "chunks": chunks}
-    return {"chunks": chunks, "done": done, "first_chunk_s": first, "seconds": round(time.monotonic() - started, 3)}
 
 
 def scrape() -> dict[str, str]:
@@ -294,60 +259,6 @@ def nixl_log_lines() -> list[str]:
             if NIXL_BACKEND_LINE.search(line) or ("NixlConnector" in line and "backend" in line.lower()):
                 lines.append(f"{path.name}: {line[:400]}")
     return lines[:200]
-
-
-def bench(model: str, label: str, out: Path, loads: tuple = ()) -> list[dict]:
-    results = []
-    for clients, prompts, input_len in loads or tuple((c, p, INPUT_LEN) for c, p in LOADS):
-        name = f"bench-{label}-c{clients}-i{input_len}.json" if loads else f"bench-{label}-c{clients}.json"
-        cmd = [
-            sys.executable,
-            "-m",
-            "vllm.entrypoints.cli.main",
-            "bench",
-            "serve",
-            "--backend",
-            "openai",
-            "--base-url",
-            SERVE,
-            "--endpoint",
-            "/v1/completions",
-            "--model",
-            model,
-            "--tokenizer",
-            str(MODEL_DIR),
-            "--dataset-name",
-            "random",
-            f"--random-input-len={input_len}",
-            f"--random-output-len={OUTPUT_LEN}",
-            f"--num-prompts={prompts}",
-            f"--max-concurrency={clients}",
-            "--ignore-eos",
-            "--seed=0",
-            "--percentile-metrics=ttft,tpot,itl,e2el",
-            "--metric-percentiles=50,90,99",
-            "--save-result",
-            f"--result-dir={out / 'bench'}",
-            f"--result-filename={name}",
-            "--disable-tqdm",
-        ]
-        started = time.monotonic()
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
-        log(f"bench {label} c={clients} ->", proc.returncode, f"{time.monotonic() - started:.0f}s")
-        row: dict = {
-            "clients": clients,
-            "prompts": prompts,
-            "input_len": input_len,
-            "output_len": OUTPUT_LEN,
-            "rc": proc.returncode,
-        }
-        try:
-            data = json.loads((out / "bench" / name).read_text())
-            row.update({k: v for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
-        except (OSError, ValueError):
-            row["stderr"] = proc.stderr[-1500:]
-        results.append(row)
-    return results
 
 
 def versions() -> dict[str, str]:
@@ -450,6 +361,41 @@ def phase_mix(bundle: Path, out: Path, arm: str) -> dict:
     return evidence
 
 
+def phase_prefix(bundle: Path, out: Path, phase: str) -> dict:
+    """Shared prefixes through two replicas a role on fresh raylets: `mix-prefix-pd` with Serve's default
+    router, `mix-prefix` with PrefixCacheAffinityRouter on both roles; the loads are gpu_load's."""
+    started = time.monotonic()
+    evidence: dict = {"phase": phase, "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    evidence["versions"] = versions()
+    if http("GET", f"{DASHBOARD}/api/version", timeout=10)[0] == 200:  # another phase's raylets: one slot a role
+        subprocess.run([*ray_cmd(), "stop", "--force"], timeout=120)
+    build_tokenizer(bundle)
+    evidence["ray_start"] = start_raylets(bundle, "raylets-prefix.json")
+    config = json.loads((bundle / f"serve-{PREFIX_PHASES[phase]}.json").read_text())
+    args = config["applications"][0]["args"]
+    model = args["decode_config"]["model_loading_config"]["model_id"]
+    evidence["routers"] = {r: args[f"{r}_config"]["deployment_config"].get("request_router_config") for r in ROLES}
+    evidence["serve_status"] = deploy(config)
+    app = evidence["serve_status"].get("applications", {}).get("llm", {})
+    evidence["app_status"] = app.get("status")
+    if app.get("status") != "RUNNING":
+        return evidence
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(MODEL_DIR / "tokenizer.json"))
+    evidence["warmup"] = [gpu_load.streamed_completion(model, f"Warm up {i}.", 8) for i in range(4)]
+    time.sleep(EXPORT_WAIT_S)
+    evidence["loads"] = gpu_load.prefix_loads(
+        model,
+        scrape,
+        lambda text: len(tokenizer.encode(text).ids),
+        deadline=started + PREFIX_PHASE_BUDGET_S,
+        wait_s=EXPORT_WAIT_S,
+    )
+    (out / f"metrics-{phase}.prom").write_text("".join(f"# node {n}\n{t}\n" for n, t in scrape().items()))
+    return evidence
+
+
 def failure_logs(out: Path) -> None:
     """The lines that say why, from the Serve controller, replicas and workers' stderr."""
     logs = Path(TEMP_DIR, "session_latest", "logs")
@@ -470,7 +416,9 @@ def main() -> int:
     if phase == "stop":
         subprocess.run([*ray_cmd(), "stop", "--force"], timeout=120)
         return 0
-    if phase in ("mix-pd", "mix-cond"):
+    if phase in PREFIX_PHASES:
+        evidence = phase_prefix(bundle, out, phase)
+    elif phase in ("mix-pd", "mix-cond"):
         evidence = phase_mix(bundle, out, phase.split("-")[1])
     else:
         evidence = {"pd": phase_pd, "agg": phase_agg}[phase](bundle, out)

@@ -6,7 +6,10 @@ writes `serve-pd.json` (the P/D application exactly as `serveConfigV2` renders i
 `serve-cond.json` (the same with serving.routing.decodeOnlyBelowTokens at the threshold `make size` gives
 for the run's model and GPU, and `runtime/` the module that arm imports),
 `serve-agg.json` (the same decode LLMConfig served alone by `build_openai_app`, no KV connector, with
-both roles' GPU memory: the baseline the P/D figures are compared with), `raylets.json` (the `ray start`
+both roles' GPU memory: the baseline the P/D figures are compared with), `serve-prefix-pd.json` and
+`serve-prefix.json` (the prefix-routing arms: the P/D app with overrides.yaml's `prefix_run` entries
+too, the second with serving.routing.prefixAware on for both roles) and `raylets-prefix.json` (their
+raylets), `raylets.json` (the `ray start`
 resources of each worker group as KubeRay derives them from the group spec, overrides applied, and the
 worker pods' plain environment), `model/config.json` and `meta.json` (versions, commit, overrides).
 """
@@ -34,6 +37,9 @@ OVERRIDES = HERE / "overrides.yaml"
 MODEL_CONFIGS = HERE / "models"
 ROLE_SLOT = "ROLE_SLOT"  # in a raylet override path: the role's own resource (prefill_slot / decode_slot)
 OVERRIDE_SECTIONS = ("stack_config", "serve_config", "llm_config", "raylet")
+PREFIX_SECTIONS = ("llm_config", "raylet")  # overrides.yaml `prefix_run`: the prefix-routing arms only
+# arm -> serving.routing.prefixAware for both roles (the bundle's serve-<arm>.json)
+PREFIX_ARMS = {"prefix-pd": False, "prefix": True}
 AGGREGATED_IMPORT_PATH = "ray.serve.llm:build_openai_app"
 # Worker environment the real run drops: the EFA provider settings (no EFA device there) and what
 # points at the node's weights cache and Hugging Face (no hub there).
@@ -42,8 +48,11 @@ DROPPED_ENV = ("FI_PROVIDER", "FI_EFA_FORK_SAFE", "FI_EFA_USE_DEVICE_RDMA", "HF_
 
 def load_overrides(path: Path = OVERRIDES) -> dict[str, Any]:
     data = yaml.safe_load(path.read_text())
-    for section in OVERRIDE_SECTIONS:
-        for item in data[section]:
+    sections = [(s, data[s]) for s in OVERRIDE_SECTIONS] + [
+        (f"prefix_run.{s}", data["prefix_run"][s]) for s in PREFIX_SECTIONS
+    ]
+    for section, items in sections:
+        for item in items:
             if not str(item.get("reason", "")).strip():
                 raise ValueError(f"{path.name}: {section} override {item.get('path')} has no reason")
     return data
@@ -80,13 +89,21 @@ def rendered_stack(overrides: dict[str, Any]) -> Any:
     return config
 
 
-def rendered_spec(overrides: dict[str, Any], decode_only_below: int | None = None) -> dict[str, Any]:
+def rendered_spec(
+    overrides: dict[str, Any], decode_only_below: int | None = None, prefix_aware: bool = False
+) -> dict[str, Any]:
     """The RayService spec the program renders for the stack (stack_config overrides applied), or with
-    serving.routing.decodeOnlyBelowTokens set (the decode-only arm)."""
+    serving.routing.decodeOnlyBelowTokens set (the decode-only arm), or with serving.routing.prefixAware
+    on for both roles (the prefix-routing arm)."""
     config = rendered_stack(overrides)
     serving = config.serving
+    routing = serving.routing
     if decode_only_below is not None:
-        routing = serving.routing.model_copy(update={"decode_only_below_tokens": decode_only_below})
+        routing = routing.model_copy(update={"decode_only_below_tokens": decode_only_below})
+    if prefix_aware:
+        roles = routing.prefix_aware.model_copy(update={"prefill": True, "decode": True})
+        routing = routing.model_copy(update={"prefix_aware": roles})
+    if routing is not serving.routing:
         serving = serving.model_copy(update={"routing": routing})
     return ray_service_spec(serving, GPU_INSTANCE_TYPES[config.gpu_nodes.instance_type])
 
@@ -118,11 +135,15 @@ def kuberay_raylet(group: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def overridden_serve_config(spec: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+def overridden_serve_config(
+    spec: dict[str, Any], overrides: dict[str, Any], prefix_run: bool = False
+) -> dict[str, Any]:
+    """The rendered serve config with overrides.yaml's entries applied (and its `prefix_run` ones after)."""
     serve = yaml.safe_load(spec["serveConfigV2"])
     app = serve["applications"][0]
+    llm = overrides["llm_config"] + (overrides["prefix_run"]["llm_config"] if prefix_run else [])
     for role in ROLES:
-        for item in overrides["llm_config"]:
+        for item in llm:
             set_path(app["args"][f"{role}_config"], item["path"], item["value"])
     for item in overrides["serve_config"]:
         set_path(serve, item["path"], item["value"])
@@ -150,12 +171,30 @@ def run_inputs(overrides: dict[str, Any]) -> dict[str, Any]:
             }
         ],
     }
+    prefix = {
+        arm: overridden_serve_config(rendered_spec(overrides, prefix_aware=on), overrides, prefix_run=True)
+        for arm, on in PREFIX_ARMS.items()
+    }
+    head = spec["rayClusterConfig"]["headGroupSpec"]["rayStartParams"]
+    return {
+        "serve_pd": serve,
+        "serve_agg": aggregated,
+        "serve_cond": conditional,
+        "serve_prefix": prefix,
+        "raylets": run_raylets(spec, overrides["raylet"]),
+        "raylets_prefix": run_raylets(spec, overrides["raylet"] + overrides["prefix_run"]["raylet"]),
+        "head": head,
+    }
+
+
+def run_raylets(spec: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each role's `ray start` resources (KubeRay's, `items` applied) and its pods' plain environment."""
     raylets = {}
     groups = {g["groupName"]: g for g in spec["rayClusterConfig"]["workerGroupSpecs"]}
     for role in ROLES:
         raylet = kuberay_raylet(groups[role])
         raylet.pop("memory")  # the pod's memory limit: Ray's own detection on the shared machine instead
-        for item in overrides["raylet"]:
+        for item in items:
             path = item["path"].replace(ROLE_SLOT, role_resource(role))
             set_path(raylet, path, item["value"])
         env = {
@@ -164,8 +203,7 @@ def run_inputs(overrides: dict[str, Any]) -> dict[str, Any]:
             if "value" in e and e["name"] not in DROPPED_ENV
         }
         raylets[role] = {"start": raylet, "env": env}
-    head = spec["rayClusterConfig"]["headGroupSpec"]["rayStartParams"]
-    return {"serve_pd": serve, "serve_agg": aggregated, "serve_cond": conditional, "raylets": raylets, "head": head}
+    return raylets
 
 
 def git_commit() -> str:
@@ -184,7 +222,10 @@ def write_bundle(out: Path, overrides: dict[str, Any]) -> list[Path]:
     (out / "model").mkdir(exist_ok=True)
     written = []
     served = (("serve-pd.json", "serve_pd"), ("serve-agg.json", "serve_agg"), ("serve-cond.json", "serve_cond"))
-    for name, data in ((name, inputs[key]) for name, key in served):
+    files = [(name, inputs[key]) for name, key in served]
+    files += [(f"serve-{arm}.json", inputs["serve_prefix"][arm]) for arm in PREFIX_ARMS]
+    files.append(("raylets-prefix.json", {"head": inputs["head"], **inputs["raylets_prefix"]}))
+    for name, data in files:
         (out / name).write_text(json.dumps(data, indent=1) + "\n")
         written.append(out / name)
     (out / "raylets.json").write_text(json.dumps({"head": inputs["head"], **inputs["raylets"]}, indent=1) + "\n")

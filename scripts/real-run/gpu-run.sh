@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root: install the release's wheels (once per machine, from
-# the chunks copied to /tmp/w), then run one phase of the real run (pd | agg | stop) on the bundle that
+# the chunks copied to /tmp/w), then run one phase of the real run on the bundle that
 # `python -m llm_pd_eks_tools.realrun.render` wrote to .gpu/realrun. What it shows lands in $OUT.
+# Phases: pd | agg | mix-pd | mix-cond | mix-prefix-pd | mix-prefix | stop (docs/real-run.md).
 set -euo pipefail
-phase=${1:?pd, agg, mix-pd, mix-cond or stop}
+phase=${1:?usage: gpu-run.sh pd|agg|mix-pd|mix-cond|mix-prefix-pd|mix-prefix|stop}
 here=$(cd "$(dirname "$0")" && pwd)
 bash "$here/unpack-wheels.sh"
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1

@@ -11,3 +11,8 @@ class AsyncEngineArgs:
     kv_cache_dtype: str = "auto"
     kv_transfer_config: Optional[Any] = None
     enable_prefix_caching: Optional[bool] = None
+    # what the one-GPU real run sets beside them (llm_pd_eks_tools/realrun/overrides.yaml)
+    load_format: str = "auto"
+    gpu_memory_utilization: float = 0.9
+    kv_cache_memory_bytes: Optional[int] = None
+    compilation_config: Optional[Any] = None
