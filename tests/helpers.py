@@ -230,3 +230,19 @@ def serve_build(application: dict[str, Any]) -> Any:
         sent = DeploymentConfig.from_proto_bytes(deployment._deployment_config.to_proto_bytes())
         deployment._deployment_config = sent
     return built
+
+
+def leaves(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """Every leaf of a nested dict by its dotted path (an empty dict is a leaf)."""
+    if isinstance(tree, dict):
+        out: dict[str, Any] = {}
+        for key, value in tree.items():
+            out.update(leaves(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out or {prefix: {}}
+    return {prefix: tree}
+
+
+def changed_paths(before: Any, after: Any) -> set[str]:
+    """The dotted paths whose leaf differs between two nested dicts (added and removed included)."""
+    a, b = leaves(before), leaves(after)
+    return {k for k in a.keys() | b.keys() if a.get(k, object()) != b.get(k, object())}

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers import changed_paths
 from kuberay_start_params import raylet_resources, worker_ray_start
 
 from llm_pd_eks import metrics as m
@@ -40,20 +41,6 @@ ROOT = Path(__file__).resolve().parents[1]
 OVERRIDES = load_overrides()
 # A deviation is a cost: each one is a way the run is not the deployment. Keep the list short.
 MOST_OVERRIDES = 12
-
-
-def leaves(tree: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(tree, dict):
-        out: dict[str, Any] = {}
-        for key, value in tree.items():
-            out.update(leaves(value, f"{prefix}.{key}" if prefix else str(key)))
-        return out or {prefix: {}}
-    return {prefix: tree}
-
-
-def changed_paths(before: Any, after: Any) -> set[str]:
-    a, b = leaves(before), leaves(after)
-    return {k for k in a.keys() | b.keys() if a.get(k, object()) != b.get(k, object())}
 
 
 def rendered_serve() -> dict[str, Any]:

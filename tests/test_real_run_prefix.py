@@ -21,7 +21,7 @@ from typing import Any, Iterator
 from unittest import mock
 
 import pytest
-from helpers import QuietHTTPServer, ray_engine_standins, serve_build
+from helpers import QuietHTTPServer, changed_paths, ray_engine_standins, serve_build
 
 from llm_pd_eks import metrics as m
 from llm_pd_eks import serve_routing
@@ -51,20 +51,6 @@ def standins() -> Iterator[None]:
         yield
 
 
-def leaves(tree: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(tree, dict):
-        out: dict[str, Any] = {}
-        for key, value in tree.items():
-            out.update(leaves(value, f"{prefix}.{key}" if prefix else str(key)))
-        return out or {prefix: {}}
-    return {prefix: tree}
-
-
-def changed(before: Any, after: Any) -> set[str]:
-    a, b = leaves(before), leaves(after)
-    return {k for k in a.keys() | b.keys() if a.get(k, object()) != b.get(k, object())}
-
-
 def app(arm: str) -> dict[str, Any]:
     (application,) = INPUTS["serve_prefix"][arm]["applications"]
     return application
@@ -75,7 +61,7 @@ def app(arm: str) -> dict[str, Any]:
 
 def test_the_two_arms_differ_only_in_each_roles_request_router() -> None:
     plain, routed = app("prefix-pd"), app("prefix")
-    diff = changed(plain, routed)
+    diff = changed_paths(plain, routed)
     assert diff and all(".deployment_config.request_router_config." in p for p in diff), diff
     assert {p.split(".")[1] for p in diff} == {f"{role}_config" for role in ROLES}
     for role in ROLES:
@@ -88,7 +74,7 @@ def test_the_two_arms_differ_only_in_each_roles_request_router() -> None:
 
 def test_the_prefix_arms_are_the_pd_run_but_for_the_prefix_run_entries() -> None:
     (pd,) = INPUTS["serve_pd"]["applications"]
-    diff = {p.removesuffix(".0").removesuffix(".1") for p in changed(pd, app("prefix-pd"))}
+    diff = {p.removesuffix(".0").removesuffix(".1") for p in changed_paths(pd, app("prefix-pd"))}
     # compilation_config is new, so its one leaf is what changes
     expected = {f"args.{r}_config.{i['path']}" for r in ROLES for i in PREFIX_LLM}
     assert {p.removesuffix(".cudagraph_capture_sizes") for p in diff} == expected

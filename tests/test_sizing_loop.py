@@ -224,7 +224,7 @@ def test_known_miss_is_still_a_miss(point):
     assert abs(_ratio(_nim_loop(point).ttft_s, point["ttft_ms"]) - 1) > CALIBRATION["load_tolerance"]
 
 
-def test_a_convoy_would_miss_nims_load_points():
+def test_fixed_lengths_stepped_would_miss_nims_load_points():
     # fixed lengths stepped (vllm bench serve's random prompts on vLLM) is not what NIM's figures show
     point = CALIBRATION["load_points"][0]
     assert _ratio(_nim_loop(point, lockstep=True).ttft_s, point["ttft_ms"]) > 1 + CALIBRATION["load_tolerance"]

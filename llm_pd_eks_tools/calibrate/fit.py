@@ -150,23 +150,3 @@ def fit(
         source=source,
         intercepts_per_layer=per_layer,
     )
-
-
-def fit_decode_intercept(
-    model: ModelSpec,
-    instance: GpuInstanceType,
-    tp: int,
-    input: int,
-    output: int,
-    mean_itl_ms: float,
-    base: EngineConstants,
-) -> float:
-    """The per-step decode intercept one measured ITL at one client leaves over the roofline step at
-    `base`'s MBU (seconds, 5 decimals); ValueError when the measurement is faster than the roofline."""
-    from dataclasses import replace
-
-    replica = Replica(model, instance, tp, constants=replace(base, decode_step_s=0.0))
-    left = mean_itl_ms / 1e3 - replica.decode_step_seconds(1, input + output / 2)
-    if left < 0:
-        raise ValueError(f"an ITL of {mean_itl_ms:g} ms is below the roofline step at MBU {base.decode_mbu:g}")
-    return round(left, 5)

@@ -138,9 +138,8 @@ def run(
             tokens += chunk
             completing += chunk == p
             resident += 1
-        width = decoding
         dt = replica.step_seconds(
-            width, context_sum / width if width else 0.0, tokens, attention / tokens if tokens else 0.0
+            decoding, context_sum / decoding if decoding else 0.0, tokens, attention / tokens if tokens else 0.0
         )
         area_resident += resident * dt
         area_decoding += decoding * dt
@@ -154,7 +153,7 @@ def run(
         context_sum += decoding
         # one API-server process streams every token the step emitted, one after another
         streamed = max(streamed, t) + stream_s * (decoding + completing)
-        seen = streamed if stream_s else t  # when the client has them
+        seen = streamed  # when the client has them (the step's end, with no stream cost)
 
         while finishing and finishing[0][0] == step:
             request = finishing.popleft()[1]
