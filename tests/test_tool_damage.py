@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -36,19 +35,23 @@ def stack_root(tmp_path: Path) -> Path:
 
 
 def size_write(root: Path, limit_bytes: int | None = None) -> subprocess.CompletedProcess:
-    def limit() -> None:
-        if limit_bytes is not None:
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+    """`size --write` in a child process, its file-size limit set by the child's own first step.
 
+    The limit is set in a `python -c` step that then execs the tool, not in a `preexec_fn`: this
+    process has gRPC loaded (through pulumi), and a `preexec_fn` makes subprocess fork without exec
+    first, where gRPC's fork handler restarts its poller while subprocess closes the inherited file
+    descriptors, and the child can abort on the closed epoll descriptor.
+    """
     command = [sys.executable, "-m", "llm_pd_eks_tools.size", "--stack", "dev", "--write", "--root", str(root)]
-    return subprocess.run(
-        [*command, "--workload", str(ROOT / "workloads" / "dev.yaml")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        preexec_fn=limit,
-    )
+    command += ["--workload", str(ROOT / "workloads" / "dev.yaml")]
+    if limit_bytes is not None:
+        setter = (
+            "import os, resource, sys; "
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1]))); "
+            "os.execv(sys.argv[2], sys.argv[2:])"
+        )
+        command = [sys.executable, "-c", setter, str(limit_bytes), *command]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
 def test_size_write_that_cannot_finish_leaves_the_stack_file_whole(tmp_path):
