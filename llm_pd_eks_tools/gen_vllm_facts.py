@@ -7,8 +7,9 @@ a GPU stack the tools do not install). Without --wheel the wheel of `--version` 
 llm_pd_eks/versions.py) is downloaded from PyPI with pip (`make facts`; the tests never download).
 
 What is read, each from the file named:
-- engine-args-<v>.json: the dataclass fields of `EngineArgs` (vllm/engine/arg_utils.py) and of
-  `KVTransferConfig` (vllm/config/kv_transfer.py), the `KVRole` literals there (`KVProducer` /
+- engine-args-<v>.json: the dataclass fields of `EngineArgs` (vllm/engine/arg_utils.py), of
+  `KVTransferConfig` (vllm/config/kv_transfer.py) and the settable ones of `CompilationConfig`
+  (vllm/config/compilation.py: `field(init=False)` left out, as the config refuses them), the `KVRole` literals there (`KVProducer` /
   `KVConsumer`), the connector names `KVConnectorFactory.register_connector` registers
   (vllm/distributed/kv_transfer/kv_connector/factory.py), the `CacheDType` literals (vllm/config/cache.py),
   and the `kv_connector_extra_config` key NIXL's worker reads its backends from (the
@@ -41,6 +42,7 @@ OUT = ROOT / "tests" / "data" / "vllm"
 ARG_UTILS = "vllm/engine/arg_utils.py"
 KV_TRANSFER = "vllm/config/kv_transfer.py"
 CACHE = "vllm/config/cache.py"
+COMPILATION = "vllm/config/compilation.py"
 FACTORY = "vllm/distributed/kv_transfer/kv_connector/factory.py"
 NIXL_DIR = "vllm/distributed/kv_transfer/kv_connector/v1/nixl/"
 LOGGERS = "vllm/v1/metrics/loggers.py"
@@ -73,15 +75,26 @@ def _class(tree: ast.Module, name: str, where: str) -> ast.ClassDef:
     raise ToolError(Exit.FAILED, f"{where}: no class {name}")
 
 
-def dataclass_fields(tree: ast.Module, name: str, where: str) -> list[str]:
-    """The annotated assignments of a class body (its dataclass fields), ClassVars left out."""
+def dataclass_fields(tree: ast.Module, name: str, where: str, settable: bool = False) -> list[str]:
+    """The annotated assignments of a class body (its dataclass fields), ClassVars left out; with
+    `settable`, also those declared `field(..., init=False)` (a constructor argument cannot set them)."""
     fields = []
     for node in _class(tree, name, where).body:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             if "ClassVar" in ast.unparse(node.annotation):
                 continue
+            if settable and _init_false(node.value):
+                continue
             fields.append(node.target.id)
     return sorted(fields)
+
+
+def _init_false(value: Optional[ast.expr]) -> bool:
+    return (
+        isinstance(value, ast.Call)
+        and ast.unparse(value.func).endswith("field")
+        and any(k.arg == "init" and isinstance(k.value, ast.Constant) and k.value.value is False for k in value.keywords)
+    )
 
 
 def literal_field(tree: ast.Module, name: str, field: str, where: str) -> dict[str, Any]:
@@ -202,6 +215,10 @@ def engine_args(wheel: Wheel) -> dict[str, Any]:
     return {
         "engine_args_fields": dataclass_fields(wheel.tree(ARG_UTILS), "EngineArgs", ARG_UTILS),
         "kv_transfer_config_fields": dataclass_fields(kv, "KVTransferConfig", KV_TRANSFER),
+        # engine_kwargs.compilation_config is built into this config (EngineArgs.__post_init__)
+        "compilation_config_fields": dataclass_fields(
+            wheel.tree(COMPILATION), "CompilationConfig", COMPILATION, settable=True
+        ),
         "kv_roles": literal_values(kv, "KVRole", KV_TRANSFER),
         # what a decode replica does when a KV read fails (vllm/v1/core/sched/scheduler.py reads it)
         "kv_load_failure_policy": literal_field(kv, "KVTransferConfig", "kv_load_failure_policy", KV_TRANSFER),
@@ -237,13 +254,14 @@ def source_note(wheel: Path, version: str, commit: str, today: str) -> str:
         "bucket bounds of vllm:time_to_first_token_seconds and vllm:inter_token_latency_seconds.\n"
         "Use: tests/test_metric_names.py judges llm_pd_eks/metrics.py by it.\n"
         "\n"
-        f"engine-args-{version}.json: the dataclass fields of `EngineArgs` ({ARG_UTILS}) and\n"
-        f"`KVTransferConfig` ({KV_TRANSFER}), the `KVRole` literals and `kv_load_failure_policy`'s values\n"
+        f"engine-args-{version}.json: the dataclass fields of `EngineArgs` ({ARG_UTILS}),\n"
+        f"`KVTransferConfig` ({KV_TRANSFER}) and `CompilationConfig` ({COMPILATION}, its\n"
+        "`field(init=False)` ones left out), the `KVRole` literals and `kv_load_failure_policy`'s values\n"
         "and default there, the connector names\n"
         f"registered in {FACTORY}, the `CacheDType` literals ({CACHE}),\n"
         "and the `kv_connector_extra_config` key NIXL's worker reads its backends from\n"
         f'(`self.nixl_backends = ...get_from_extra_config("<key>", ...)` under {NIXL_DIR}).\n'
-        "Use: tests/test_ray_service.py.\n"
+        "Use: tests/test_ray_service.py, tests/test_real_run.py.\n"
     )
 
 

@@ -29,6 +29,10 @@ SOURCES = {
         '    kv_load_failure_policy: Literal["recompute", "fail"] = "fail"\n'
     ),
     "vllm/config/cache.py": 'CacheDType = Literal["auto", "fp8", "bfloat16"]\n',
+    "vllm/config/compilation.py": (
+        "@config\nclass CompilationConfig:\n    cudagraph_capture_sizes: list[int] = None\n"
+        "    compilation_time: float = field(default=0.0, init=False)\n    mode: int = 0\n"
+    ),
     "vllm/distributed/kv_transfer/kv_connector/factory.py": (
         'KVConnectorFactory.register_connector("NixlConnector", "m", "C")\n'
         'KVConnectorFactory.register_connector("ExampleConnector", "m", "C")\n'
@@ -80,6 +84,7 @@ def test_the_facts_are_read_from_the_wheels_source(tmp_path):
     assert args == {
         "engine_args_fields": ["_rank", "model"],  # the ClassVar and a method's local are no fields
         "kv_transfer_config_fields": ["kv_connector", "kv_load_failure_policy", "kv_role"],
+        "compilation_config_fields": ["cudagraph_capture_sizes", "mode"],  # init=False is not settable
         "kv_roles": ["kv_producer", "kv_both", "kv_consumer"],  # typing.get_args order of the nested Literal
         "kv_load_failure_policy": {"values": ["recompute", "fail"], "default": "fail"},
         "kv_connectors": ["ExampleConnector", "NixlConnector"],
@@ -129,6 +134,7 @@ def test_the_vendored_facts_have_the_generators_shape():
     assert list(args) == [
         "engine_args_fields",
         "kv_transfer_config_fields",
+        "compilation_config_fields",
         "kv_roles",
         "kv_load_failure_policy",
         "kv_connectors",

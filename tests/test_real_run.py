@@ -111,6 +111,33 @@ def test_the_aggregated_baseline_is_the_decode_config_without_the_connector() ->
     )
 
 
+def run_serve_configs() -> dict[str, dict[str, Any]]:
+    """Every serve config the run deploys, by arm (the prefix arms are one input of two configs)."""
+    inputs = run_inputs(OVERRIDES)
+    arms = {name: inputs[name] for name in ("serve_pd", "serve_agg", "serve_cond")}
+    arms.update({f"serve_{arm}": config for arm, config in inputs["serve_prefix"].items()})
+    return arms
+
+
+@pytest.mark.parametrize("arm", sorted(run_serve_configs()))
+def test_every_engine_setting_the_run_passes_is_one_the_released_vllm_accepts(arm: str) -> None:
+    """The overrides add engine settings (dummy weights, a memory share, CUDA graph sizes): each key is
+    judged by vLLM 0.26.0's own dataclasses (tests/data/vllm/, read from the release wheel), where the
+    config refuses an unknown one only when the engine starts on the GPU."""
+    from llm_pd_eks.versions import DLC_VLLM_VERSION
+
+    vllm = json.loads((ROOT / "tests" / "data" / "vllm" / f"engine-args-{DLC_VLLM_VERSION}.json").read_text())
+    args = run_serve_configs()[arm]["applications"][0]["args"]
+    configs = args["llm_configs"] if "llm_configs" in args else [args[f"{role}_config"] for role in ROLES]
+    for config in configs:
+        engine = config["engine_kwargs"]
+        assert set(engine) <= set(vllm["engine_args_fields"])
+        assert set(engine.get("kv_transfer_config", {})) <= set(vllm["kv_transfer_config_fields"])
+        assert set(engine.get("compilation_config", {})) <= set(vllm["compilation_config_fields"])
+    if arm.startswith("serve_prefix"):  # the arms that set CUDA graph sizes: the key is the release's
+        assert all("cudagraph_capture_sizes" in c["engine_kwargs"]["compilation_config"] for c in configs)
+
+
 def test_the_decode_only_arm_is_the_pd_app_with_only_the_sized_threshold_added(tmp_path: Path) -> None:
     from llm_pd_eks import serve_routing
     from llm_pd_eks_tools.realrun import gpu_main
