@@ -93,7 +93,9 @@ def _init_false(value: Optional[ast.expr]) -> bool:
     return (
         isinstance(value, ast.Call)
         and ast.unparse(value.func).endswith("field")
-        and any(k.arg == "init" and isinstance(k.value, ast.Constant) and k.value.value is False for k in value.keywords)
+        and any(
+            k.arg == "init" and isinstance(k.value, ast.Constant) and k.value.value is False for k in value.keywords
+        )
     )
 
 

@@ -246,3 +246,52 @@ def changed_paths(before: Any, after: Any) -> set[str]:
     """The dotted paths whose leaf differs between two nested dicts (added and removed included)."""
     a, b = leaves(before), leaves(after)
     return {k for k in a.keys() | b.keys() if a.get(k, object()) != b.get(k, object())}
+
+
+class FakeCompletions:
+    """/v1/completions streaming `tokens` text chunks `gap_s` apart, then vLLM's usage chunk."""
+
+    def __init__(self, tokens: int = 5, gap_s: float = 0.02) -> None:
+        import http.server
+        import threading
+        import time
+
+        self.bodies: list[dict[str, Any]] = []
+        self.active = self.most = 0
+        lock = threading.Lock()
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with lock:
+                    fake.bodies.append(body)
+                    fake.active += 1
+                    fake.most = max(fake.most, fake.active)
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.end_headers()
+                    for _ in range(tokens):
+                        time.sleep(gap_s)
+                        chunk = {"choices": [{"index": 0, "text": " tok"}]}
+                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                        self.wfile.flush()
+                    usage = {"prompt_tokens": len(body["prompt"].split()), "completion_tokens": tokens}
+                    self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
+                    self.wfile.write(b"data: [DONE]\n\n")
+                finally:
+                    with lock:
+                        fake.active -= 1
+
+        self.server = QuietHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

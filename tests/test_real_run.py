@@ -191,9 +191,9 @@ def test_the_vendored_model_config_is_the_model_table() -> None:
     assert config["num_attention_heads"] == spec.attention_heads
 
 
-@pytest.mark.parametrize("name", ["gpu_main.py", "gpu_load.py"])
+@pytest.mark.parametrize("name", ["gpu_main.py", "gpu_load.py", "gpu_mix.py", "gpu_model.py"])
 def test_the_gpu_side_runner_needs_nothing_of_this_project(name: str) -> None:
-    """gpu_main (and gpu_load beside it) run under the GPU machine's Python with only the release's wheels."""
+    """gpu_main (and the modules beside it) run under the GPU machine's Python with only the release's wheels."""
     import ast
 
     path = ROOT / "llm_pd_eks_tools" / "realrun" / name
@@ -204,7 +204,7 @@ def test_the_gpu_side_runner_needs_nothing_of_this_project(name: str) -> None:
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module.split(".")[0])
     assert not {"llm_pd_eks", "llm_pd_eks_tools"} & imported
-    siblings = {"gpu_load"}  # copied with it: the folder is what the machine runs
+    siblings = {"gpu_load", "gpu_mix", "gpu_model"}  # copied with it: the folder is what the machine runs
     assert imported <= set(sys.stdlib_module_names) | {"__future__", "tokenizers"} | siblings  # tokenizers: a wheel
     proc = subprocess.run(
         ["python3", "-c", "import ast,sys; ast.parse(open(sys.argv[1]).read())", str(path)],
@@ -215,17 +215,20 @@ def test_the_gpu_side_runner_needs_nothing_of_this_project(name: str) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-def test_the_runner_imports_its_load_module_beside_it_with_no_package() -> None:
-    """As `python3 gpu_main.py` runs it on the GPU machine: a fresh interpreter, the file's own folder."""
+def test_the_runner_imports_its_modules_beside_it_with_no_package() -> None:
+    """As `python3 gpu_main.py` runs it on the GPU machine: a fresh interpreter, the file's own folder,
+    and one gpu_load for all three (the model's folder named once)."""
     path = ROOT / "llm_pd_eks_tools" / "realrun" / "gpu_main.py"
     code = (
         "import importlib.util, sys; spec = importlib.util.spec_from_file_location('gpu_main', sys.argv[1]); "
         "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
-        "print(m.gpu_load.__file__, m.bench is m.gpu_load.bench)"
+        "print(m.gpu_load.__file__, m.gpu_mix.__file__, m.gpu_model.__file__, m.bench is m.gpu_load.bench, "
+        "m.gpu_mix.gpu_load is m.gpu_model.gpu_load is m.gpu_load, m.gpu_model.MODEL_DIR == m.MODEL_DIR)"
     )
     proc = subprocess.run([sys.executable, "-I", "-c", code, str(path)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == [str(path.parent / "gpu_load.py"), "True"]
+    files = [str(path.parent / f"{name}.py") for name in ("gpu_load", "gpu_mix", "gpu_model")]
+    assert proc.stdout.split() == [*files, "True", "True", "True"]
 
 
 # --- the evidence: what the saved run showed, replayed ----------------------------------------------

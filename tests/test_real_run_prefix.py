@@ -13,7 +13,6 @@ import json
 import os
 import re
 import sys
-import threading
 import time
 import types
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any, Iterator
 from unittest import mock
 
 import pytest
-from helpers import QuietHTTPServer, changed_paths, ray_engine_standins, serve_build
+from helpers import FakeCompletions, changed_paths, ray_engine_standins, serve_build
 
 from llm_pd_eks import metrics as m
 from llm_pd_eks import serve_routing
@@ -223,53 +222,6 @@ def test_a_prefix_is_fitted_by_the_tokenizer_it_is_given() -> None:
 # --- the closed loop, against a fake streaming server ----------------------------------------------
 
 
-class FakeCompletions:
-    """/v1/completions streaming `tokens` text chunks `gap_s` apart, then vLLM's usage chunk."""
-
-    def __init__(self, tokens: int = 5, gap_s: float = 0.02) -> None:
-        import http.server
-
-        self.bodies: list[dict[str, Any]] = []
-        self.active = self.most = 0
-        lock = threading.Lock()
-        fake = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with lock:
-                    fake.bodies.append(body)
-                    fake.active += 1
-                    fake.most = max(fake.most, fake.active)
-                try:
-                    self.send_response(200)
-                    self.send_header("Content-Type", "text/event-stream")
-                    self.end_headers()
-                    for _ in range(tokens):
-                        time.sleep(gap_s)
-                        chunk = {"choices": [{"index": 0, "text": " tok"}]}
-                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                        self.wfile.flush()
-                    usage = {"prompt_tokens": len(body["prompt"].split()), "completion_tokens": tokens}
-                    self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
-                    self.wfile.write(b"data: [DONE]\n\n")
-                finally:
-                    with lock:
-                        fake.active -= 1
-
-        self.server = QuietHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCompletions]:
     server = FakeCompletions()
@@ -457,7 +409,9 @@ def test_the_raylets_start_with_those_ports(tmp_path: Path, monkeypatch: pytest.
     write_bundle(tmp_path, OVERRIDES)
     started: list[list[str]] = []
     monkeypatch.setattr(gpu_main, "run_detached", lambda cmd, env: started.append(cmd))
+    monkeypatch.setattr(gpu_main, "RAYLETS_MARK", tmp_path / "mark")
     gpu_main.start_raylets(tmp_path, "raylets-prefix.json")
+    assert (tmp_path / "mark").read_text() == "raylets-prefix.json"  # what the next arm may reuse
     head, *roles = started
     assert "--min-worker-port=30100" in head and "--max-worker-port=30899" in head
     assert not any(a.startswith("--node-manager-port") for a in head)  # the head's daemons: Ray's defaults
@@ -468,22 +422,36 @@ def test_the_raylets_start_with_those_ports(tmp_path: Path, monkeypatch: pytest.
         assert resources[role_resource(role)] == 2
 
 
-def test_a_prefix_phase_runs_on_fresh_prefix_raylets_and_writes_its_loads(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """phase_prefix's order with the cluster faked: running raylets stopped, the prefix raylets
-    started, the arm's serve config deployed, the loads run with the run's tokenizer."""
+def fake_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mark: str | None
+) -> tuple[Path, Path, list[Any], dict[str, Any]]:
+    """gpu_main with its cluster faked: a running dashboard whose raylets came from `mark` (None: from
+    no run of this script), Serve answering RUNNING, the loads recorded."""
     bundle, out = tmp_path / "bundle", tmp_path / "out"
     write_bundle(bundle, OVERRIDES)
     out.mkdir()
+    if mark is not None:
+        (tmp_path / "mark").write_text(mark)
+    monkeypatch.setattr(gpu_main, "RAYLETS_MARK", tmp_path / "mark")
     calls: list[Any] = []
-    monkeypatch.setattr(gpu_main, "http", lambda method, url, *a, **k: (200, "{}"))
+    apps = {"applications": {"llm": {"status": "RUNNING"}}}
+
+    def http(method: str, url: str, *a: Any, **k: Any) -> tuple[int, str]:
+        if method == "DELETE":
+            calls.append(("delete", url))
+            apps["applications"] = {}
+        return 200, json.dumps(apps if url.endswith("/api/serve/applications/") else {})
+
+    def deploy(config: dict[str, Any]) -> dict[str, Any]:
+        calls.append(("deploy", config))
+        return {"applications": {"llm": {"status": "RUNNING"}}}
+
+    monkeypatch.setattr(gpu_main, "http", http)
     monkeypatch.setattr(gpu_main.subprocess, "run", lambda cmd, **k: calls.append(("run", cmd[-2:])))
     monkeypatch.setattr(gpu_main, "versions", lambda: {"ray": "2.58.0"})
     monkeypatch.setattr(gpu_main, "build_tokenizer", lambda b: calls.append(("tokenizer", b)))
     monkeypatch.setattr(gpu_main, "start_raylets", lambda b, name: calls.append(("raylets", name)) or {})
-    running = {"applications": {"llm": {"status": "RUNNING"}}}
-    monkeypatch.setattr(gpu_main, "deploy", lambda config: calls.append(("deploy", config)) or running)
+    monkeypatch.setattr(gpu_main, "deploy", deploy)
     monkeypatch.setattr(gpu_main, "scrape", lambda: {"prefill": text(qa=10, ha=5)})
     monkeypatch.setattr(gpu_main.time, "sleep", lambda s: None)
     monkeypatch.setattr(gpu_load, "streamed_completion", lambda model, prompt, n=32: {"status": 200})
@@ -500,14 +468,48 @@ def test_a_prefix_phase_runs_on_fresh_prefix_raylets_and_writes_its_loads(
         from_file=lambda path: types.SimpleNamespace(encode=lambda t: encoded)
     )
     monkeypatch.setitem(sys.modules, "tokenizers", tokenizers)
+    return bundle, out, calls, loads
+
+
+def test_a_prefix_phase_runs_on_fresh_prefix_raylets_and_writes_its_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """phase_prefix's order on raylets another phase started: those stopped, the prefix raylets
+    started, the arm's serve config deployed, the loads run with the run's tokenizer, the timings kept."""
+    bundle, out, calls, loads = fake_cluster(tmp_path, monkeypatch, mark="raylets.json")
     got = gpu_main.phase_prefix(bundle, out, "mix-prefix")
     assert [c[0] for c in calls] == ["run", "tokenizer", "raylets", "deploy"]
     assert calls[0][1] == ["stop", "--force"] and calls[2][1] == "raylets-prefix.json"
     assert calls[3][1] == INPUTS["serve_prefix"]["prefix"]
     assert got["app_status"] == "RUNNING" and got["loads"] == [{"clients": 4}]
+    assert got["raylets"] == "started (raylets-prefix.json)"
     assert got["routers"]["decode"]["request_router_class"] == serve_routing.PREFIX_ROUTER_CLASS
     assert loads["count"] == 4 and loads["model"] == "Qwen/Qwen2.5-7B-Instruct"  # the tokenizer's count
+    assert loads["deadline"] > time.monotonic()  # the phase's own budget, from its start
     assert (out / "metrics-mix-prefix.prom").read_text().startswith("# node prefill\n")
+    assert set(got["timings"]) == {"raylets_s", "deploy_s", "loads_s", "phase_s"}
+
+
+def test_the_second_prefix_arm_reuses_the_first_arms_raylets_with_serve_cleared(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Raylets started from raylets-prefix.json are kept: Serve is shut down (its replicas' GPU memory
+    freed) and the arm deployed on them, no `ray stop`, no new `ray start`."""
+    bundle, out, calls, _ = fake_cluster(tmp_path, monkeypatch, mark="raylets-prefix.json")
+    got = gpu_main.phase_prefix(bundle, out, "mix-prefix-pd")
+    assert [c[0] for c in calls] == ["delete", "deploy"]
+    assert calls[0][1].endswith("/api/serve/applications/")
+    assert calls[1][1] == INPUTS["serve_prefix"]["prefix-pd"]
+    assert got["raylets"] == "reused (raylets-prefix.json)" and got["app_status"] == "RUNNING"
+
+
+def test_serve_that_does_not_shut_down_ends_the_phase_with_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpu_main, "http", lambda method, url, *a, **k: (200, '{"applications": {"llm": {}}}'))
+    clock = iter(range(0, 10_000, 60))
+    monkeypatch.setattr(gpu_main.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(gpu_main.time, "sleep", lambda s: None)
+    with pytest.raises(SystemExit, match="still there after 180 s"):
+        gpu_main.clear_apps()
 
 
 # --- the saved evidence, read back for docs/real-run.md ---------------------------------------------

@@ -29,6 +29,8 @@ from typing import Any, Callable, Optional
 SERVE = "http://127.0.0.1:8000"
 MODEL_DIR = Path("/tmp/realrun/model")
 LOADS = ((1, 8), (8, 48), (32, 128))  # (clients, prompts): vllm bench serve --max-concurrency / --num-prompts
+# allowed for one `vllm bench serve` before the first has shown its time: its vLLM import, then the load
+BENCH_FLOOR_S = 45.0
 INPUT_LEN, OUTPUT_LEN = 1024, 128
 # The words the run's tokenizer is trained on (gpu_main.build_tokenizer): each a token of its own there,
 # so a prefix of N of them is close to N tokens before it is fitted exactly.
@@ -108,10 +110,17 @@ def stream(model: str) -> dict:
     return {"chunks": chunks, "done": done, "first_chunk_s": first, "seconds": round(time.monotonic() - started, 3)}
 
 
-def bench(model: str, label: str, out: Path, loads: tuple = ()) -> list[dict]:
+def bench(model: str, label: str, out: Path, loads: tuple = (), deadline: Optional[float] = None) -> list[dict]:
+    """`vllm bench serve` at each load in turn. A load that would run past `deadline` (time.monotonic:
+    1.5x the load before, and never less than BENCH_FLOOR_S) is a skipped row."""
     results = []
+    last = 0.0
     for clients, prompts, input_len in loads or tuple((c, p, INPUT_LEN) for c, p in LOADS):
         name = f"bench-{label}-c{clients}-i{input_len}.json" if loads else f"bench-{label}-c{clients}.json"
+        row: dict = {"clients": clients, "prompts": prompts, "input_len": input_len, "output_len": OUTPUT_LEN}
+        if deadline is not None and time.monotonic() + max(BENCH_FLOOR_S, 1.5 * last) > deadline:
+            results.append({**row, "skipped": "the phase's time budget"})
+            continue
         cmd = [
             sys.executable,
             "-m",
@@ -145,14 +154,9 @@ def bench(model: str, label: str, out: Path, loads: tuple = ()) -> list[dict]:
         ]
         started = time.monotonic()
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
-        log(f"bench {label} c={clients} ->", proc.returncode, f"{time.monotonic() - started:.0f}s")
-        row: dict = {
-            "clients": clients,
-            "prompts": prompts,
-            "input_len": input_len,
-            "output_len": OUTPUT_LEN,
-            "rc": proc.returncode,
-        }
+        last = time.monotonic() - started
+        log(f"bench {label} c={clients} ->", proc.returncode, f"{last:.0f}s")
+        row["rc"] = proc.returncode
         try:
             data = json.loads((out / "bench" / name).read_text())
             row.update({k: v for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})

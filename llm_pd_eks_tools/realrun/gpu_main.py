@@ -3,7 +3,7 @@
     python3 gpu_main.py BUNDLE OUT pd     # raylets, P/D app, probes, NIXL counters, verify's checks, bench
     python3 gpu_main.py BUNDLE OUT agg    # the aggregated app on the same raylets, bench
     python3 gpu_main.py BUNDLE OUT mix-pd     # short and long prompts through plain P/D
-    python3 gpu_main.py BUNDLE OUT mix-cond   # the same through P/D with decode-only below the sized threshold
+    python3 gpu_main.py BUNDLE OUT mix-cond   # the same through P/D with decode-only for the short ones
     python3 gpu_main.py BUNDLE OUT mix-prefix-pd  # shared prefixes, 2 + 2 replicas, Serve's default router
     python3 gpu_main.py BUNDLE OUT mix-prefix     # the same with prefix-cache-aware routing on both roles
     python3 gpu_main.py BUNDLE OUT stop
@@ -13,7 +13,8 @@ machine's Python with nothing of this project installed. BUNDLE is what `render`
 run shows goes to OUT as JSON and text (evidence-<phase>.json, metrics-<phase>.prom, ...).
 The raylets are started in their own process session so the `agg` phase finds them still running;
 the prefix-routing arms start raylets of their own (raylets-prefix.json: two replica slots a role).
-The load and what is read back from it are gpu_load's, beside this file.
+Beside this file: gpu_load (the probes, `vllm bench serve`, the prefix loads and what is read back
+from them), gpu_mix (the decode-only arms' loads) and gpu_model (the model's tokenizer).
 """
 
 from __future__ import annotations
@@ -27,13 +28,16 @@ import time
 from pathlib import Path
 
 if __package__:
-    from . import gpu_load
-else:  # `python3 gpu_main.py` on the GPU machine, or loaded from its file: the module beside it
+    from . import gpu_load, gpu_mix, gpu_model
+else:  # `python3 gpu_main.py` on the GPU machine, or loaded from its file: the modules beside it
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import gpu_load  # type: ignore[import-not-found,no-redef]
+    import gpu_mix  # type: ignore[import-not-found,no-redef]
+    import gpu_model  # type: ignore[import-not-found,no-redef]
 
 MODEL_DIR, SERVE, http, log = gpu_load.MODEL_DIR, gpu_load.SERVE, gpu_load.http, gpu_load.log
 bench, chat, stream = gpu_load.bench, gpu_load.chat, gpu_load.stream
+build_tokenizer, run_tokenizer = gpu_model.build_tokenizer, gpu_model.run_tokenizer
 
 HEAD_PORT = 6379
 DASHBOARD = "http://127.0.0.1:8265"
@@ -48,71 +52,18 @@ RAYLET_PORT_BASE, RAYLET_PORT_SPAN = 30000, 900
 # What NIXL prints when a backend comes up (the pattern `make verify` reads the worker logs with).
 NIXL_BACKEND_LINE = re.compile(r"NIXL\s+\w+\s+\S+\s+Backend (\w+) was instantiated")
 LONG_PROMPT_WORDS = 3000  # as verify's chat-completion check
-# The decode-only arm against plain P/D: prompts well below and well above the sized threshold.
-MIX_LOADS = ((8, 48, 128), (8, 48, 4096))  # (clients, prompts, input tokens)
 THRESHOLD_KEY = "llm_pd_eks_decode_only_below_tokens"  # the decode LLMConfig's experimental_configs key
-START_TIMEOUT_S = 420
+START_TIMEOUT_S, POLL_S = 420, 5
 ROLES = ("prefill", "decode")
-# The prefix-routing arms: what one phase may spend (so one command ends within ten minutes), and the
-# Ray metrics export interval (10 s) plus a margin, waited before each scrape.
+# What one phase may spend from its start (one command ends within the machine's ten minutes; a
+# shorter REALRUN_PHASE_BUDGET_S leaves GPU time for the other arms): a load that would run past it
+# is recorded as skipped, not started. And the Ray metrics export interval (10 s) plus a margin,
+# waited before each scrape.
+PHASE_BUDGET_S = float(os.environ.get("REALRUN_PHASE_BUDGET_S", "540"))
+EXPORT_WAIT_S = 12
 PREFIX_PHASES = {"mix-prefix-pd": "prefix-pd", "mix-prefix": "prefix"}  # phase -> the bundle's serve-<arm>.json
-PREFIX_PHASE_BUDGET_S, EXPORT_WAIT_S = 540, 12
-
-
-# --- the model: the real config.json, dummy weights, a tokenizer built here --------------------------
-
-SPECIALS = {"<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645}
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
-
-def build_tokenizer(bundle: Path) -> None:
-    """A byte-level BPE trained in seconds on generated text, padded to the model's vocabulary so every
-    id a dummy-weight model samples decodes (filler tokens are ASCII, which byte-level maps to itself)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # type: ignore[import-not-found]
-
-    MODEL_DIR.mkdir(parents=True, exist_ok=True)
-    config = json.loads((bundle / "model" / "config.json").read_text())
-    (MODEL_DIR / "config.json").write_text(json.dumps(config))
-    vocab_size = config["vocab_size"]
-    words = gpu_load.WORDS
-    corpus = [
-        " ".join(words[(i * 7 + j) % len(words)] for j in range(40)) + f" {i} {i * 31 % 977}" for i in range(4000)
-    ]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(
-        corpus, trainers.BpeTrainer(vocab_size=2048, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    )
-    spec = json.loads(tok.to_str())
-    vocab = spec["model"]["vocab"]
-    taken = set(vocab.values()) | set(SPECIALS.values())
-    for n, i in enumerate(i for i in range(vocab_size) if i not in taken):
-        vocab[f"zz{n:06d}"] = i
-    vocab.update(SPECIALS)
-    added = {
-        t: {"content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}
-        for t in SPECIALS
-    }
-    spec["added_tokens"] = [{"id": i, **added[t]} for t, i in SPECIALS.items()]
-    (MODEL_DIR / "tokenizer.json").write_text(json.dumps(spec))
-    (MODEL_DIR / "tokenizer_config.json").write_text(
-        json.dumps(
-            {
-                "tokenizer_class": "PreTrainedTokenizerFast",
-                "eos_token": "<|im_end|>",
-                "pad_token": "<|endoftext|>",
-                "bos_token": None,
-                "model_max_length": config["max_position_embeddings"],
-                "chat_template": CHAT_TEMPLATE,
-                "added_tokens_decoder": {str(i): added[t] for t, i in SPECIALS.items()},
-            }
-        )
-    )
-    (MODEL_DIR / "generation_config.json").write_text(json.dumps({"eos_token_id": [151645, 151643]}))
+# Which raylets file the running cluster was started from (a prefix arm reuses the other's raylets).
+RAYLETS_MARK = Path(TEMP_DIR, "realrun-raylets")
 
 
 # --- the cluster: the head and one raylet per role, as KubeRay would start them ---------------------
@@ -177,7 +128,60 @@ def start_raylets(bundle: Path, name: str = "raylets.json") -> dict[str, list[st
         role_env = dict(env, **raylets[role]["env"], VLLM_HOST_IP="127.0.0.1")
         started[role] = cmd[3:]
         run_detached(cmd, role_env)
+    RAYLETS_MARK.parent.mkdir(parents=True, exist_ok=True)
+    RAYLETS_MARK.write_text(name)
     return started
+
+
+def cluster_up() -> bool:
+    return http("GET", f"{DASHBOARD}/api/version", timeout=10)[0] == 200
+
+
+def ensure_raylets(bundle: Path, evidence: dict, name: str = "raylets.json") -> None:
+    """The raylets of `name` with no Serve application on them: the running ones when they were started
+    from the same file (the app of the arm before is deleted), else fresh ones (any others stopped).
+    A fresh start also builds the model's tokenizer and records the versions."""
+    if cluster_up():
+        if RAYLETS_MARK.is_file() and RAYLETS_MARK.read_text() == name:
+            evidence["raylets"] = f"reused ({name})"
+            clear_apps()
+            return
+        subprocess.run([*ray_cmd(), "stop", "--force"], timeout=120)
+    build_tokenizer(bundle)
+    evidence["versions"] = versions()
+    evidence["ray_start"] = start_raylets(bundle, name)
+    evidence["raylets"] = f"started ({name})"
+
+
+def clear_apps(timeout_s: float = 180) -> None:
+    """Serve shut down (the dashboard's DELETE /api/serve/applications/ is `serve.shutdown()`) and
+    waited for, so the next arm's replicas start together on freed GPU memory rather than one by one
+    in a rolling update of the arm before."""
+    log("DELETE serve applications ->", http("DELETE", f"{DASHBOARD}/api/serve/applications/", timeout=120)[0])
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status, text = http("GET", f"{DASHBOARD}/api/serve/applications/", timeout=30)
+        if status == 200 and not json.loads(text).get("applications"):
+            return
+        time.sleep(POLL_S)
+    raise SystemExit(f"the arm before's Serve applications were still there after {timeout_s:.0f} s")
+
+
+class Clock:
+    """A phase's deadline (PHASE_BUDGET_S from its start) and the seconds each of its steps took,
+    which the evidence keeps so the next run can plan its GPU time."""
+
+    def __init__(self) -> None:
+        self.started = self.last = time.monotonic()
+        self.deadline = self.started + PHASE_BUDGET_S
+        self.timings: dict[str, float] = {}
+
+    def lap(self, step: str) -> None:
+        now = time.monotonic()
+        self.timings[f"{step}_s"] = round(now - self.last, 1)
+        self.timings["phase_s"] = round(now - self.started, 1)
+        self.last = now
+        log(f"{step}: {self.timings[f'{step}_s']} s ({self.timings['phase_s']} s into the phase)")
 
 
 def run_detached(cmd: list[str], env: dict[str, str]) -> None:
@@ -218,7 +222,7 @@ def deploy(config: dict, timeout_s: float = START_TIMEOUT_S) -> dict:
                 return last
             if state in ("DEPLOY_FAILED", "UNHEALTHY"):
                 break
-        time.sleep(10)
+        time.sleep(POLL_S)
     return last
 
 
@@ -281,22 +285,30 @@ def versions() -> dict[str, str]:
     return out
 
 
+def begin(phase: str, clock: Clock) -> dict:
+    """A phase's evidence: its name, date, the software it runs on, and its clock's timings."""
+    date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {"phase": phase, "date_utc": date, "versions": versions(), "timings": clock.timings}
+
+
+def deployed(evidence: dict, config: dict, clock: Clock) -> bool:
+    """Deploy `config`, record its status and how long it took to start; True when RUNNING."""
+    evidence["serve_status"] = deploy(config)
+    evidence["app_status"] = evidence["serve_status"].get("applications", {}).get("llm", {}).get("status")
+    clock.lap("deploy")
+    return evidence["app_status"] == "RUNNING"
+
+
 def phase_pd(bundle: Path, out: Path) -> dict:
-    build_tokenizer(bundle)
-    evidence: dict = {
-        "phase": "pd",
-        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "versions": versions(),
-    }
-    evidence["ray_start"] = start_raylets(bundle)
+    clock = Clock()
+    evidence = begin("pd", clock)
+    ensure_raylets(bundle, evidence)
+    clock.lap("raylets")
     time.sleep(5)
     evidence["ray_status_before"] = ray_status()
     config = json.loads((bundle / "serve-pd.json").read_text())
     model = config["applications"][0]["args"]["decode_config"]["model_loading_config"]["model_id"]
-    evidence["serve_status"] = deploy(config)
-    app = evidence["serve_status"].get("applications", {}).get("llm", {})
-    evidence["app_status"] = app.get("status")
-    if app.get("status") != "RUNNING":
+    if not deployed(evidence, config, clock):
         return evidence
     evidence["ray_status_running"] = ray_status()
     status, text = http("GET", f"{SERVE}/v1/models")
@@ -308,14 +320,16 @@ def phase_pd(bundle: Path, out: Path) -> dict:
     evidence["chat_verify"] = chat(model, long_prompt())  # verify's chat-completion request
     evidence["chat_short"] = chat(model, "Say hello.", max_tokens=8)
     evidence["stream"] = stream(model)
-    time.sleep(12)  # a metrics export interval (Ray: 10 s) after the requests
+    time.sleep(EXPORT_WAIT_S)  # a metrics export interval (Ray: 10 s) after the requests
     after = scrape()
     evidence["nixl_before"] = {n: nixl_samples(t) for n, t in before.items()}
     evidence["nixl_after"] = {n: nixl_samples(t) for n, t in after.items()}
     (out / "metrics-pd.prom").write_text("".join(f"# node {n}\n{t}\n" for n, t in after.items()))
     evidence["nixl_log_lines"] = nixl_log_lines()
-    evidence["bench"] = bench(model, "pd", out)
-    time.sleep(12)
+    clock.lap("probes")
+    evidence["bench"] = bench(model, "pd", out, deadline=clock.deadline)
+    clock.lap("loads")
+    time.sleep(EXPORT_WAIT_S)
     final = scrape()
     evidence["nixl_after_bench"] = {n: nixl_samples(t) for n, t in final.items()}
     (out / "metrics-pd-after-bench.prom").write_text("".join(f"# node {n}\n{t}\n" for n, t in final.items()))
@@ -323,75 +337,66 @@ def phase_pd(bundle: Path, out: Path) -> dict:
 
 
 def phase_agg(bundle: Path, out: Path) -> dict:
-    evidence: dict = {"phase": "agg", "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    if http("GET", f"{DASHBOARD}/api/version", timeout=10)[0] != 200:  # a fresh machine: start the cluster
-        build_tokenizer(bundle)
-        evidence["versions"] = versions()
-        evidence["ray_start"] = start_raylets(bundle)
+    clock = Clock()
+    evidence = begin("agg", clock)
+    ensure_raylets(bundle, evidence)
+    clock.lap("raylets")
     config = json.loads((bundle / "serve-agg.json").read_text())
     model = config["applications"][0]["args"]["llm_configs"][0]["model_loading_config"]["model_id"]
-    evidence["serve_status"] = deploy(config)
-    app = evidence["serve_status"].get("applications", {}).get("llm", {})
-    evidence["app_status"] = app.get("status")
-    if app.get("status") == "RUNNING":
+    if deployed(evidence, config, clock):
         evidence["chat_short"] = chat(model, "Say hello.", max_tokens=8)
-        evidence["bench"] = bench(model, "agg", out)
+        evidence["bench"] = bench(model, "agg", out, deadline=clock.deadline)
+        clock.lap("loads")
     return evidence
 
 
 def phase_mix(bundle: Path, out: Path, arm: str) -> dict:
-    """Short and long prompts through one P/D arm: `pd` as rendered, or `cond` (decode-only below the
-    sized threshold); the decode-only path's counter scraped after."""
-    evidence: dict = {"phase": f"mix-{arm}", "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    if http("GET", f"{DASHBOARD}/api/version", timeout=10)[0] != 200:
-        build_tokenizer(bundle)
-        evidence["versions"] = versions()
-        evidence["ray_start"] = start_raylets(bundle)
+    """Short and long prompts (gpu_mix's loads) through one P/D arm: `pd` as rendered, or `cond`
+    (decode-only below overrides.yaml's threshold), with what `make size` says of decode-only beside."""
+    clock = Clock()
+    evidence = begin(f"mix-{arm}", clock)
+    ensure_raylets(bundle, evidence)
+    clock.lap("raylets")
     config = json.loads((bundle / f"serve-{arm}.json").read_text())
     decode = config["applications"][0]["args"]["decode_config"]
     model = decode["model_loading_config"]["model_id"]
     evidence["decode_only_below_tokens"] = decode.get("experimental_configs", {}).get(THRESHOLD_KEY)
-    evidence["serve_status"] = deploy(config)
-    app = evidence["serve_status"].get("applications", {}).get("llm", {})
-    evidence["app_status"] = app.get("status")
-    if app.get("status") == "RUNNING":
-        evidence["bench"] = bench(model, f"mix-{arm}", out, MIX_LOADS)
-        time.sleep(12)
-        evidence["paths"] = {node: nixl_samples(text, "ray_llm_pd_eks_pd_path") for node, text in scrape().items()}
+    evidence["sized_decode_only"] = json.loads((bundle / "meta.json").read_text()).get("sized_decode_only")
+    if not deployed(evidence, config, clock):
+        return evidence
+    tokenizer = run_tokenizer()
+    evidence["loads"] = gpu_mix.mix_loads(
+        model, scrape, lambda text: len(tokenizer.encode(text).ids), deadline=clock.deadline, wait_s=EXPORT_WAIT_S
+    )
+    clock.lap("loads")
     return evidence
 
 
 def phase_prefix(bundle: Path, out: Path, phase: str) -> dict:
-    """Shared prefixes through two replicas a role on fresh raylets: `mix-prefix-pd` with Serve's default
-    router, `mix-prefix` with PrefixCacheAffinityRouter on both roles; the loads are gpu_load's."""
-    started = time.monotonic()
-    evidence: dict = {"phase": phase, "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    evidence["versions"] = versions()
-    if http("GET", f"{DASHBOARD}/api/version", timeout=10)[0] == 200:  # another phase's raylets: one slot a role
-        subprocess.run([*ray_cmd(), "stop", "--force"], timeout=120)
-    build_tokenizer(bundle)
-    evidence["ray_start"] = start_raylets(bundle, "raylets-prefix.json")
+    """Shared prefixes through two replicas a role, on the prefix raylets (the other prefix arm's when
+    they run): `mix-prefix-pd` with Serve's default router, `mix-prefix` with PrefixCacheAffinityRouter
+    on both roles; the loads are gpu_load's."""
+    clock = Clock()
+    evidence = begin(phase, clock)
+    ensure_raylets(bundle, evidence, "raylets-prefix.json")
+    clock.lap("raylets")
     config = json.loads((bundle / f"serve-{PREFIX_PHASES[phase]}.json").read_text())
     args = config["applications"][0]["args"]
     model = args["decode_config"]["model_loading_config"]["model_id"]
     evidence["routers"] = {r: args[f"{r}_config"]["deployment_config"].get("request_router_config") for r in ROLES}
-    evidence["serve_status"] = deploy(config)
-    app = evidence["serve_status"].get("applications", {}).get("llm", {})
-    evidence["app_status"] = app.get("status")
-    if app.get("status") != "RUNNING":
+    if not deployed(evidence, config, clock):
         return evidence
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(MODEL_DIR / "tokenizer.json"))
+    tokenizer = run_tokenizer()
     evidence["warmup"] = [gpu_load.streamed_completion(model, f"Warm up {i}.", 8) for i in range(4)]
     time.sleep(EXPORT_WAIT_S)
     evidence["loads"] = gpu_load.prefix_loads(
         model,
         scrape,
         lambda text: len(tokenizer.encode(text).ids),
-        deadline=started + PREFIX_PHASE_BUDGET_S,
+        deadline=clock.deadline,
         wait_s=EXPORT_WAIT_S,
     )
+    clock.lap("loads")
     (out / f"metrics-{phase}.prom").write_text("".join(f"# node {n}\n{t}\n" for n, t in scrape().items()))
     return evidence
 

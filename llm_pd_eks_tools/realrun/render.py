@@ -3,15 +3,16 @@
     python -m llm_pd_eks_tools.realrun.render --out .gpu/realrun
 
 writes `serve-pd.json` (the P/D application exactly as `serveConfigV2` renders it, overrides applied),
-`serve-cond.json` (the same with serving.routing.decodeOnlyBelowTokens at the threshold `make size` gives
-for the run's model and GPU, and `runtime/` the module that arm imports),
+`serve-cond.json` (the same with serving.routing.decodeOnlyBelowTokens at overrides.yaml's `mix_run`
+threshold, between the mix's short and long prompts, and `runtime/` the module that arm imports),
 `serve-agg.json` (the same decode LLMConfig served alone by `build_openai_app`, no KV connector, with
 both roles' GPU memory: the baseline the P/D figures are compared with), `serve-prefix-pd.json` and
 `serve-prefix.json` (the prefix-routing arms: the P/D app with overrides.yaml's `prefix_run` entries
 too, the second with serving.routing.prefixAware on for both roles) and `raylets-prefix.json` (their
 raylets), `raylets.json` (the `ray start`
 resources of each worker group as KubeRay derives them from the group spec, overrides applied, and the
-worker pods' plain environment), `model/config.json` and `meta.json` (versions, commit, overrides).
+worker pods' plain environment), `model/config.json` and `meta.json` (versions, commit, overrides, and
+what `make size` says of decode-only for the run's model and GPU).
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ def load_overrides(path: Path = OVERRIDES) -> dict[str, Any]:
         for item in items:
             if not str(item.get("reason", "")).strip():
                 raise ValueError(f"{path.name}: {section} override {item.get('path')} has no reason")
+    mix = data["mix_run"]
+    if not (isinstance(mix.get("decode_only_below_tokens"), int) and str(mix.get("reason", "")).strip()):
+        raise ValueError(f"{path.name}: mix_run needs an integer decode_only_below_tokens and its reason")
     return data
 
 
@@ -108,15 +112,20 @@ def rendered_spec(
     return ray_service_spec(serving, GPU_INSTANCE_TYPES[config.gpu_nodes.instance_type])
 
 
-def decode_only_threshold(overrides: dict[str, Any]) -> int:
-    """The decode-only arm's threshold: what `make size` says for the run's model and GPU."""
+def sized_decode_only_threshold(overrides: dict[str, Any]) -> dict[str, Any]:
+    """What `make size` says of decode-only for the run's model and GPU: its threshold and its words
+    (kept beside the run, which tests the claim at overrides.yaml's `mix_run` threshold)."""
     from llm_pd_eks.models import MODELS
     from llm_pd_eks_tools.sizing.routing import decode_only_threshold as sized
 
     config = rendered_stack(overrides)
     found = sized(MODELS[config.serving.model_id], GPU_INSTANCE_TYPES[config.gpu_nodes.instance_type])
-    assert found.tokens is not None, found.text()
-    return found.tokens
+    return {"tokens": found.tokens, "hop_s": found.hop_s, "text": found.text()}
+
+
+def decode_only_threshold(overrides: dict[str, Any]) -> int:
+    """The decode-only arm's serving.routing.decodeOnlyBelowTokens (overrides.yaml `mix_run`)."""
+    return int(overrides["mix_run"]["decode_only_below_tokens"])
 
 
 def kuberay_raylet(group: dict[str, Any]) -> dict[str, Any]:
@@ -245,6 +254,7 @@ def write_bundle(out: Path, overrides: dict[str, Any]) -> list[Path]:
         "vllm": versions.DLC_VLLM_VERSION,
         "nixl": versions.DLC_NIXL_VERSION,
         "overrides": overrides,
+        "sized_decode_only": sized_decode_only_threshold(overrides),
     }
     (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     return [*written, out / "raylets.json", out / "model" / "config.json", out / "meta.json"]
