@@ -138,7 +138,7 @@ def test_every_engine_setting_the_run_passes_is_one_the_released_vllm_accepts(ar
         assert all("cudagraph_capture_sizes" in c["engine_kwargs"]["compilation_config"] for c in configs)
 
 
-def test_the_decode_only_arm_is_the_pd_app_with_only_the_sized_threshold_added(tmp_path: Path) -> None:
+def test_the_decode_only_arm_is_the_pd_app_with_only_its_threshold_added(tmp_path: Path) -> None:
     from llm_pd_eks import serve_routing
     from llm_pd_eks_tools.realrun import gpu_main
     from llm_pd_eks_tools.realrun.render import decode_only_threshold, write_bundle

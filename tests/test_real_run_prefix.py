@@ -27,7 +27,7 @@ from llm_pd_eks import serve_routing
 from llm_pd_eks.models import MODELS
 from llm_pd_eks.ray_resources import role_resource
 from llm_pd_eks.serving_names import ROLES
-from llm_pd_eks_tools.realrun import evidence, gpu_load, gpu_main
+from llm_pd_eks_tools.realrun import evidence, gpu_load, gpu_main, routing_evidence
 from llm_pd_eks_tools.realrun.render import (
     PREFIX_ARMS,
     ROLE_SLOT,
@@ -535,23 +535,24 @@ def test_the_page_table_has_a_row_per_arm_and_load_from_the_saved_evidence(
     routed = {"loads": [level(4, 400.0, 0.7, 0.72, 96), level(16, 700.0, None, 0.7, 96)]}
     (run / "evidence-mix-prefix-pd.json").write_text(json.dumps(plain))
     (run / "evidence-mix-prefix.json").write_text(json.dumps(routed))
-    rows = evidence.prefix_rows(run)
+    rows = routing_evidence.prefix_rows(run)
     assert [(r["arm"], r["clients"]) for r in rows] == [
         ("P/D, Serve's default router", 4),
         ("P/D, prefix-aware routing", 4),
         ("P/D, prefix-aware routing", 16),  # the skipped load has no row
     ]
     assert rows[1]["prefill_hit_rate"] == 0.7 and rows[0]["decode_kv_pulls"] == 96
-    table = evidence.prefix_results_section(run)
-    assert "| P/D, prefix-aware routing | 4 | 96 | 400 | 800 | 4.50 | 321 | 70% | 72% | 96 |" in table
+    table = routing_evidence.prefix_results_section(run)
+    assert "| P/D, prefix-aware routing | 4 | 96 | 400 | 800 | 4.50 | 321 | 70% | 72% | 75% | 96 |" in table
+    assert "| P/D, Serve's default router | 4 | 96 | 900 | 1,800 | 4.50 | 321 | 30% | 25% | 40% | 96 |" in table
     assert "| n/a |" in table  # a role with nothing looked up has no rate
     monkeypatch.setattr(evidence, "DATA", tmp_path)
-    assert evidence.prefix_run() == run
+    assert routing_evidence.prefix_run() == run
     with pytest.raises(FileNotFoundError):  # the P/D phase's replay reads only runs that have it
         evidence.latest()
 
 
 def test_the_page_says_the_arms_have_not_run_until_their_evidence_is_saved() -> None:
-    assert evidence.prefix_run() is None
-    assert "Not run yet" in evidence.prefix_results_section(None)
-    assert evidence.prefix_results_section(None) in evidence.DOC.read_text()
+    assert routing_evidence.prefix_run() is None
+    assert "Not run yet" in routing_evidence.prefix_results_section(None)
+    assert routing_evidence.prefix_results_section(None) in evidence.DOC.read_text()

@@ -52,6 +52,24 @@ def test_prefix_affinity_pays_when_the_prefixes_outgrow_one_replicas_cache() -> 
     assert many.hit_rate_affinity == pytest.approx(min(1.0, 4 * many.hit_rate_random))
 
 
+def test_a_prefix_asked_a_few_times_misses_once_on_each_replica_it_reaches() -> None:
+    """Four asks of prefixes that fit: affinity misses the first (3/4 hit); spread over two replicas
+    the asks reach 2(1 - 1/16) = 1.875 of them on average, each a first miss (2.125/4 hit)."""
+    fits = prefix_routing(QWEN, P5EN, shared_prefix_tokens=2000, distinct_prefixes=3, replicas=2, asks=4)
+    assert fits.hit_rate_affinity == pytest.approx(0.75)
+    assert fits.hit_rate_random == pytest.approx(2.125 / 4)
+    one = prefix_routing(QWEN, P5EN, shared_prefix_tokens=2000, distinct_prefixes=3, replicas=1, asks=4)
+    assert one.hit_rate_random == one.hit_rate_affinity == pytest.approx(0.75)
+
+
+def test_a_kv_cache_set_in_bytes_is_the_cache_the_prefixes_compete_for() -> None:
+    """2 GiB of Qwen2.5-7B's 57,344-byte tokens holds 37,449 tokens: 0.76 of 24 x 2,048 spread over
+    every replica, all of it with affinity over two."""
+    small = prefix_routing(QWEN, P5EN, 2048, 24, replicas=2, cache_bytes=2 * 2**30)
+    assert small.hit_rate_random == pytest.approx(2 * 2**30 / 57_344 / (24 * 2048))
+    assert small.hit_rate_affinity == 1.0
+
+
 def test_a_workload_may_name_its_shared_prefix_and_nothing_else_new() -> None:
     base = {
         "requestRate": 1,

@@ -4,10 +4,11 @@ A run folder holds `run.json` (when, on what, with which command and commit), `e
 `evidence-agg.json` (what `gpu_main` wrote: Serve's status, the probes, NIXL's counters before and
 after, the NIXL log lines, `vllm bench serve` rows) and `metrics-pd.prom.gz` (every node's Ray metrics
 endpoint after the probe requests, each block headed `# node <raylet>`; its `ray_vllm_*` and `ray_serve_*`
-families with every label, gzip). A run of the prefix-routing arms holds `evidence-mix-prefix-pd.json` and
+families with every label, gzip). A run of the routing arms holds `evidence-mix-prefix-pd.json` and
 `evidence-mix-prefix.json` (per client count: every request's timings, the load's percentiles, each
-role's and replica's prefix-cache hit rate, NIXL's pulls), beside the P/D run's files or in a folder of
-its own.
+role's and replica's prefix-cache hit rate, NIXL's pulls) and `evidence-mix-pd.json` and
+`evidence-mix-cond.json` (per load and prompt class the same, and the P/D path counter), beside the P/D
+run's files or in a folder of its own; routing_evidence.py reads those.
 """
 
 from __future__ import annotations
@@ -124,6 +125,19 @@ def overrides_section(overrides: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def mix_overrides_section(overrides: dict[str, Any]) -> str:
+    """overrides.yaml's `mix_run`: the one stack setting the decode-only arm adds."""
+    mix = overrides["mix_run"]
+    return "\n".join(
+        [
+            "| where | what | value | why |",
+            "| --- | --- | --- | --- |",
+            f"| stack_config | `serving.routing.decodeOnlyBelowTokens` | `{mix['decode_only_below_tokens']}` "
+            f"| {' '.join(str(mix['reason']).split())} |",
+        ]
+    )
+
+
 def prefix_overrides_section(overrides: dict[str, Any]) -> str:
     """overrides.yaml's `prefix_run` entries, the prefix-routing arms' changes on top of the table above."""
     lines = ["| where | what | value | why |", "| --- | --- | --- | --- |"]
@@ -133,7 +147,7 @@ def prefix_overrides_section(overrides: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _ms(value: float) -> str:
+def ms(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
 
 
@@ -182,71 +196,13 @@ def results_section(run: Path) -> str:
             if not r or "median_ttft_ms" not in r:
                 continue
             lines.append(
-                f"| {arm} | {r['clients']} | {r['completed']} | {_ms(r['median_ttft_ms'])} | {_ms(r['p99_ttft_ms'])} "
+                f"| {arm} | {r['clients']} | {r['completed']} | {ms(r['median_ttft_ms'])} | {ms(r['p99_ttft_ms'])} "
                 f"| {r['median_tpot_ms']:.2f} | {r['p99_tpot_ms']:.2f} | {r['output_throughput']:,.0f} |"
             )
     if agg_rows:
         lines += ["", comparison_line(pd["bench"], agg_rows)]
     else:
         lines += ["", "The aggregated arm has not run yet (`bash scripts/real-run/gpu-run.sh agg`)."]
-    return "\n".join(lines)
-
-
-# The prefix-routing arms' evidence files (gpu_main's mix-prefix-pd / mix-prefix phases) and their rows' names.
-PREFIX_EVIDENCE = (("mix-prefix-pd", "P/D, Serve's default router"), ("mix-prefix", "P/D, prefix-aware routing"))
-
-
-def prefix_run() -> Path | None:
-    """The newest saved run holding a prefix-routing arm's evidence, if any."""
-    found = [r for r in runs() if any((r / f"evidence-{phase}.json").is_file() for phase, _ in PREFIX_EVIDENCE)]
-    return found[-1] if found else None
-
-
-def prefix_rows(run: Path) -> list[dict[str, Any]]:
-    """One row per arm and client count: TTFT / ITL percentiles, throughput, each role's prefix-cache
-    hit rate, and the KV pulls NIXL made on decode (a load skipped for time has no row)."""
-    rows = []
-    for phase, arm in PREFIX_EVIDENCE:
-        if not (run / f"evidence-{phase}.json").is_file():
-            continue
-        for level in load(run, f"evidence-{phase}.json").get("loads", []):
-            if "summary" not in level:
-                continue
-            cache = level["prefix_cache"]
-            rows.append(
-                {
-                    "arm": arm,
-                    "clients": level["clients"],
-                    **{k: level["summary"][k] for k in ("completed", "p50_ttft_ms", "p90_ttft_ms", "p50_itl_ms")},
-                    "output_tok_s": level["summary"]["output_tok_s"],
-                    "prefill_hit_rate": cache.get("prefill", {}).get("hit_rate"),
-                    "decode_hit_rate": cache.get("decode", {}).get("hit_rate"),
-                    "decode_kv_pulls": level["kv_pulls"].get("decode"),
-                }
-            )
-    return sorted(rows, key=lambda r: (r["clients"], [a for _, a in PREFIX_EVIDENCE].index(r["arm"])))
-
-
-def _rate(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.0%}"
-
-
-def prefix_results_section(run: Path | None) -> str:
-    if run is None:
-        return "Not run yet (`bash scripts/real-run/gpu-run.sh mix-prefix-pd`, then `mix-prefix`)."
-    lines = [
-        f"Run `{run.name}`. Hit rate: prefix-cache tokens found over tokens looked up, per role, over the load.",
-        "",
-        "| arm | clients | requests | median TTFT ms | p90 TTFT ms | median ITL ms | output tok/s "
-        "| prefill hit rate | decode hit rate | decode KV pulls |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for r in prefix_rows(run):
-        lines.append(
-            f"| {r['arm']} | {r['clients']} | {r['completed']} | {_ms(r['p50_ttft_ms'])} | {_ms(r['p90_ttft_ms'])} "
-            f"| {r['p50_itl_ms']:.2f} | {r['output_tok_s']:,.0f} | {_rate(r['prefill_hit_rate'])} "
-            f"| {_rate(r['decode_hit_rate'])} | {r['decode_kv_pulls'] or 0:.0f} |"
-        )
     return "\n".join(lines)
 
 
@@ -299,12 +255,15 @@ def with_section(text: str, name: str, body: str) -> str:
 
 
 def rendered_doc(text: str) -> str:
+    from llm_pd_eks_tools.realrun import routing_evidence as routing
     from llm_pd_eks_tools.realrun.render import load_overrides
 
     overrides = load_overrides()
     text = with_section(text, "overrides", overrides_section(overrides))
     text = with_section(text, "prefix-overrides", prefix_overrides_section(overrides))
-    text = with_section(text, "prefix-results", prefix_results_section(prefix_run()))
+    text = with_section(text, "mix-overrides", mix_overrides_section(overrides))
+    text = with_section(text, "prefix-results", routing.prefix_results_section(routing.prefix_run()))
+    text = with_section(text, "mix-results", routing.mix_results_section(routing.mix_run()))
     return with_section(text, "results", results_section(latest()))
 
 

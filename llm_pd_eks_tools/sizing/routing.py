@@ -100,6 +100,8 @@ def prefix_routing(
     replicas: int,
     tp: int = 1,
     kv_dtype_bytes: int = 2,
+    asks: int | None = None,
+    cache_bytes: int | None = None,
 ) -> PrefixRouting:
     """What affinity buys over power-of-two choice for `distinct_prefixes` prefixes of
     `shared_prefix_tokens` each, spread over `replicas` replicas whose KV cache holds C tokens.
@@ -107,14 +109,25 @@ def prefix_routing(
     (hit = min(1, C / (P*S))); with affinity a replica holds its own 1/R share
     (hit = min(1, C*R / (P*S))). Eviction is treated as LRU over whole prefixes (vLLM's prefix
     cache evicts least recently used blocks) and running requests' own KV is ignored: an upper bound
-    on both hit rates, and so on neither's difference."""
+    on both hit rates, and so on neither's difference.
+
+    `asks`: each prefix asked that many times in all (None: so often that first asks do not count).
+    A replica's first ask of a prefix misses: with affinity one replica takes all k asks (k - 1 can
+    hit); spread evenly over R replicas the k asks reach R(1 - (1 - 1/R)^k) replicas on average, each
+    a miss. `cache_bytes`: the engine's KV cache where it is set (vLLM's kv_cache_memory_bytes), not
+    the share of GPU memory the sizing leaves it."""
     replica = Replica(model, instance, tp, kv_dtype_bytes=kv_dtype_bytes)
-    cache_tokens = replica.kv_budget_bytes / replica.kv_bytes_per_token
+    cache_tokens = (cache_bytes or replica.kv_budget_bytes) / replica.kv_bytes_per_token
     if shared_prefix_tokens <= 0 or distinct_prefixes <= 0:
         return PrefixRouting(0.0, 0.0, 0.0, "no shared prefix in the workload")
     held = distinct_prefixes * shared_prefix_tokens
+    spread = max(replicas, 1)
     random_hit = min(1.0, cache_tokens / held)
-    affinity_hit = min(1.0, cache_tokens * max(replicas, 1) / held)
+    affinity_hit = min(1.0, cache_tokens * spread / held)
+    if asks is not None and asks > 0:
+        reached = spread * (1 - (1 - 1 / spread) ** asks)
+        random_hit *= (asks - reached) / asks
+        affinity_hit *= (asks - 1) / asks
     saved = replica.prefill_seconds(shared_prefix_tokens) * (affinity_hit - random_hit)
     basis = (
         f"{distinct_prefixes} prefixes x {shared_prefix_tokens:,} tokens over {replicas} replica(s), "

@@ -1,0 +1,216 @@
+"""The routing arms' saved evidence, read back as docs/real-run.md's tables, each beside the sizing model.
+
+- Prefix-aware routing (`evidence-mix-prefix-pd.json`, `evidence-mix-prefix.json`): per arm and client
+  count the TTFT / ITL percentiles, throughput, each role's prefix-cache hit rate, and the hit rate the
+  sizing model gives for that workload and router (llm_pd_eks_tools/sizing/routing.py `prefix_routing`,
+  with first asks counted and the run's KV cache size).
+- Decode-only below a threshold (`evidence-mix-pd.json`, `evidence-mix-cond.json`): per load (both
+  prompt classes together, each alone), class and arm the same figures and the P/D path counter, then
+  what `make size` says of decode-only against what the arms measured.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from llm_pd_eks_tools.realrun import gpu_load, gpu_mix
+from llm_pd_eks_tools.realrun.evidence import load, ms, runs
+
+# The prefix-routing arms' evidence files (gpu_main's mix-prefix-pd / mix-prefix phases), their rows'
+# names, and whether the arm routes by prefix.
+PREFIX_EVIDENCE = (
+    ("mix-prefix-pd", "P/D, Serve's default router", False),
+    ("mix-prefix", "P/D, prefix-aware routing", True),
+)
+MIX_EVIDENCE = (("mix-pd", "P/D"), ("mix-cond", "P/D, decode-only below the threshold"))
+NOT_RUN = "Not run yet (`bash scripts/real-run/gpu-run.sh {}`, then `{}`)."
+
+
+def newest_with(phases: tuple[str, ...]) -> Optional[Path]:
+    """The newest saved run holding the evidence of any of `phases`, if any."""
+    found = [r for r in runs() if any((r / f"evidence-{phase}.json").is_file() for phase in phases)]
+    return found[-1] if found else None
+
+
+def prefix_run() -> Optional[Path]:
+    return newest_with(tuple(p for p, _, _ in PREFIX_EVIDENCE))
+
+
+def mix_run() -> Optional[Path]:
+    return newest_with(tuple(p for p, _ in MIX_EVIDENCE))
+
+
+def _rate(value: Optional[float]) -> str:
+    return "n/a" if value is None else f"{value:.0%}"
+
+
+# --- prefix-aware routing ---------------------------------------------------------------------------
+
+
+def model_hit_rate(routed: bool, prefix_share: float) -> float:
+    """The sizing model's prefix-cache hit rate (tokens found over tokens looked up) for the arms'
+    workload as rendered: the prefix-run overrides' replicas and KV cache bytes, gpu_load's prefixes."""
+    from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+    from llm_pd_eks.models import MODELS
+    from llm_pd_eks_tools.realrun.render import load_overrides, rendered_stack
+    from llm_pd_eks_tools.sizing.routing import prefix_routing
+
+    overrides = load_overrides()
+    config = rendered_stack(overrides)
+    prefix_llm = {item["path"]: item["value"] for item in overrides["prefix_run"]["llm_config"]}
+    found = prefix_routing(
+        MODELS[config.serving.model_id],
+        GPU_INSTANCE_TYPES[config.gpu_nodes.instance_type],
+        gpu_load.PREFIX_TOKENS,
+        gpu_load.PREFIX_COUNT,
+        replicas=int(prefix_llm["deployment_config.autoscaling_config.min_replicas"]),
+        asks=gpu_load.PREFIX_REPEATS,
+        cache_bytes=int(prefix_llm["engine_kwargs.kv_cache_memory_bytes"]),
+    )
+    return (found.hit_rate_affinity if routed else found.hit_rate_random) * prefix_share
+
+
+def prefix_share(level: dict[str, Any]) -> float:
+    """The shared prefix's share of the prompt tokens looked up (each request's own suffix never hits)."""
+    rows = [r for r in level.get("requests", []) if r.get("prompt_tokens") and r.get("prefix_tokens")]
+    if not rows:
+        return 1.0
+    return sum(r["prefix_tokens"] for r in rows) / sum(r["prompt_tokens"] for r in rows)
+
+
+def prefix_rows(run: Path) -> list[dict[str, Any]]:
+    """One row per arm and client count: TTFT / ITL percentiles, throughput, each role's prefix-cache
+    hit rate and the model's, and the KV pulls NIXL made on decode (a load skipped for time has no row)."""
+    rows = []
+    for phase, arm, routed in PREFIX_EVIDENCE:
+        if not (run / f"evidence-{phase}.json").is_file():
+            continue
+        for level in load(run, f"evidence-{phase}.json").get("loads", []):
+            if "summary" not in level:
+                continue
+            cache = level["prefix_cache"]
+            rows.append(
+                {
+                    "arm": arm,
+                    "clients": level["clients"],
+                    **{k: level["summary"][k] for k in ("completed", "p50_ttft_ms", "p90_ttft_ms", "p50_itl_ms")},
+                    "output_tok_s": level["summary"]["output_tok_s"],
+                    "prefill_hit_rate": cache.get("prefill", {}).get("hit_rate"),
+                    "decode_hit_rate": cache.get("decode", {}).get("hit_rate"),
+                    "model_hit_rate": model_hit_rate(routed, prefix_share(level)),
+                    "decode_kv_pulls": level["kv_pulls"].get("decode"),
+                }
+            )
+    order = [a for _, a, _ in PREFIX_EVIDENCE]
+    return sorted(rows, key=lambda r: (r["clients"], order.index(r["arm"])))
+
+
+def prefix_results_section(run: Optional[Path]) -> str:
+    if run is None:
+        return NOT_RUN.format("mix-prefix-pd", "mix-prefix")
+    lines = [
+        f"Run `{run.name}`. Hit rate: prefix-cache tokens found over tokens looked up, per role, over the load; "
+        "model: the sizing model's rate for the arm's router (`make size`'s `prefix_routing`, each prefix's "
+        "first ask on a replica a miss, the arms' 2 GiB KV cache).",
+        "",
+        "| arm | clients | requests | median TTFT ms | p90 TTFT ms | median ITL ms | output tok/s "
+        "| prefill hit rate | decode hit rate | model hit rate | decode KV pulls |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in prefix_rows(run):
+        lines.append(
+            f"| {r['arm']} | {r['clients']} | {r['completed']} | {ms(r['p50_ttft_ms'])} | {ms(r['p90_ttft_ms'])} "
+            f"| {r['p50_itl_ms']:.2f} | {r['output_tok_s']:,.0f} | {_rate(r['prefill_hit_rate'])} "
+            f"| {_rate(r['decode_hit_rate'])} | {_rate(r['model_hit_rate'])} | {r['decode_kv_pulls'] or 0:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+# --- decode-only below a threshold ------------------------------------------------------------------
+
+
+def mix_rows(run: Path) -> list[dict[str, Any]]:
+    """One row per load, prompt class and arm (a load skipped for time has none): the class's figures
+    and how many requests of the load took each P/D path."""
+    rows = []
+    for phase, arm in MIX_EVIDENCE:
+        if not (run / f"evidence-{phase}.json").is_file():
+            continue
+        found = load(run, f"evidence-{phase}.json")
+        for level in found.get("loads", []):
+            for name, c in level.get("classes", {}).items():
+                s = c["summary"]
+                rows.append(
+                    {
+                        "load": level["load"],
+                        "class": name,
+                        "arm": arm,
+                        "threshold": found.get("decode_only_below_tokens"),
+                        "clients": c["clients"],
+                        **{k: s[k] for k in ("completed", "p50_ttft_ms", "p90_ttft_ms", "p50_itl_ms", "output_tok_s")},
+                        "decode_only": level.get("paths", {}).get("decode_only", 0.0),
+                        "disaggregated": level.get("paths", {}).get("disaggregated", 0.0),
+                    }
+                )
+    loads, classes = [name for name, _ in gpu_mix.LOADS], [c[0] for c in gpu_mix.MIX_CLASSES]
+    arms = [a for _, a in MIX_EVIDENCE]
+    return sorted(rows, key=lambda r: (loads.index(r["load"]), classes.index(r["class"]), arms.index(r["arm"])))
+
+
+def _change(before: Optional[float], after: Optional[float], unit: str = " ms") -> str:
+    if before is None or after is None:
+        return "not measured"
+    share = f" ({(after - before) / before:+.0%})" if before else ""
+    return f"from {before:.1f} to {after:.1f}{unit}{share}"
+
+
+def mix_check(run: Path) -> list[str]:
+    """What `make size` said of decode-only for the run's model and GPU, and what the two arms showed:
+    with both classes at once, the short prompts' TTFT and the long prompts' ITL; alone, how much
+    longer a short prompt's first token took through P/D (the hop and the KV handoff, measured)."""
+    rows = {(r["load"], r["class"], r["arm"]): r for r in mix_rows(run)}
+    pd, cond = (a for _, a in MIX_EVIDENCE)
+
+    def figure(load_name: str, name: str, arm: str, key: str) -> Optional[float]:
+        return rows.get((load_name, name, arm), {}).get(key)
+
+    saved = [load(run, f"evidence-{p}.json") for p, _ in MIX_EVIDENCE if (run / f"evidence-{p}.json").is_file()]
+    sized = next((e["sized_decode_only"] for e in saved if e.get("sized_decode_only")), None)
+    lines = [f"- `make size` for this model on p5en: {sized['text']}." if sized else "- `make size`: not recorded."]
+    lines.append(
+        "- Both classes at once, decode-only moved the short prompts' median TTFT "
+        f"{_change(figure('together', 'short', pd, 'p50_ttft_ms'), figure('together', 'short', cond, 'p50_ttft_ms'))} "
+        "and the long prompts' median ITL "
+        f"{_change(figure('together', 'long', pd, 'p50_itl_ms'), figure('together', 'long', cond, 'p50_itl_ms'))}."
+    )
+    alone_pd, alone_cond = (figure("short alone", "short", arm, "p50_ttft_ms") for arm in (pd, cond))
+    if alone_pd is not None and alone_cond is not None:
+        hop = f"{sized['hop_s'] * 1e3:.0f} ms" if sized else "a fixed hop"
+        lines.append(
+            f"- Short prompts alone: P/D's median TTFT is {alone_pd - alone_cond:.1f} ms over decode-only's, what the "
+            f"prefill hop and the KV handoff cost here (UCX on one GPU; `make size` assumes {hop} plus the handoff)."
+        )
+    return lines
+
+
+def mix_results_section(run: Optional[Path]) -> str:
+    if run is None:
+        return NOT_RUN.format("mix-pd", "mix-cond")
+    lines = [
+        f"Run `{run.name}`. Requests by path: the project's `ray_llm_pd_eks_pd_path_requests_total` over the load.",
+        "",
+        "| load | prompts | arm | clients | requests | median TTFT ms | p90 TTFT ms | median ITL ms | output tok/s "
+        "| decode-only / P/D requests |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    tokens = {c[0]: c[3] for c in gpu_mix.MIX_CLASSES}
+    for r in mix_rows(run):
+        arm = r["arm"] if r["threshold"] is None else r["arm"].replace("the threshold", f"{r['threshold']:,} tokens")
+        itl = "n/a" if r["p50_itl_ms"] is None else f"{r['p50_itl_ms']:.2f}"
+        lines.append(
+            f"| {r['load']} | {r['class']} ({tokens[r['class']]:,}) | {arm} | {r['clients']} | {r['completed']} "
+            f"| {ms(r['p50_ttft_ms'])} | {ms(r['p90_ttft_ms'])} | {itl} | {r['output_tok_s']:,.0f} "
+            f"| {r['decode_only']:.0f} / {r['disaggregated']:.0f} |"
+        )
+    return "\n".join([*lines, "", *mix_check(run)])

@@ -1,0 +1,214 @@
+"""The decode-only arms of the real run (`mix-pd`, `mix-cond`): their threshold, their loads against a
+fake streaming server, the phase's order with the cluster faked, and the table the saved evidence gives."""
+
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from helpers import FakeCompletions
+
+from llm_pd_eks import serve_routing
+from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+from llm_pd_eks.models import MODELS
+from llm_pd_eks_tools.realrun import evidence, gpu_load, gpu_main, gpu_mix, routing_evidence
+from llm_pd_eks_tools.realrun.render import decode_only_threshold, load_overrides, run_inputs, write_bundle
+from llm_pd_eks_tools.sizing.routing import decode_only_threshold as sized_threshold
+
+OVERRIDES = load_overrides()
+SMALL = (("short", 2, 4, 10), ("long", 2, 4, 30))  # the classes' shape, small enough for a fake server
+
+
+def test_the_arms_threshold_sends_the_short_prompts_decode_only_and_the_long_ones_through_pd() -> None:
+    (short, *_), (long, *_) = gpu_mix.MIX_CLASSES
+    tokens = {name: t for name, _, _, t in gpu_mix.MIX_CLASSES}
+    threshold = decode_only_threshold(OVERRIDES)
+    # a short prompt is its class's tokens plus its request name (a few tokens); a long one is never below
+    assert tokens[short] + 32 < threshold <= tokens[long]
+    decode = run_inputs(OVERRIDES)["serve_cond"]["applications"][0]["args"]["decode_config"]
+    assert decode["experimental_configs"] == {serve_routing.THRESHOLD_KEY: threshold}
+
+
+def test_the_bundle_keeps_what_make_size_says_of_decode_only_beside_the_arm(tmp_path: Path) -> None:
+    write_bundle(tmp_path, OVERRIDES)
+    sized = json.loads((tmp_path / "meta.json").read_text())["sized_decode_only"]
+    found = sized_threshold(MODELS["Qwen/Qwen2.5-7B-Instruct"], GPU_INSTANCE_TYPES["p5en.48xlarge"])
+    assert sized == {"tokens": found.tokens, "hop_s": found.hop_s, "text": found.text()}
+
+
+def test_each_load_has_prompts_of_its_own_of_about_its_classes_length() -> None:
+    first, again, other = (gpu_mix.mix_workload(seed, gpu_load.word_count) for seed in (0, 0, 1))
+    assert first == again and first != other
+    for name, _, requests, tokens in gpu_mix.MIX_CLASSES:
+        rows = first[name]
+        assert len(rows) == requests and {r["class"] for r in rows} == {name}
+        assert all(tokens <= gpu_load.word_count(r["prompt"]) <= tokens + 3 for r in rows)  # + "Request x-0-n:"
+    prompts = [r["prompt"] for rows in (*first.values(), *other.values()) for r in rows]
+    assert len({p.split(":")[0] for p in prompts}) == len(prompts)  # every prompt opens with its own name
+
+
+def test_the_path_counter_is_summed_by_path_over_nodes_and_replicas() -> None:
+    name = gpu_mix.PATH_REQUESTS
+    scrape = {
+        "decode": f'{name}{{path="decode_only",ReplicaId="a"}} 3.0\n{name}{{path="decode_only",ReplicaId="b"}} 2.0\n'
+        f'{name}{{path="disaggregated",ReplicaId="a"}} 7.0\nother_total{{path="decode_only"}} 100.0\n',
+        "head": f'# HELP {name} x\n{name}{{path="disaggregated"}} 1.0\n',
+    }
+    assert gpu_mix.label_sums(scrape, name, "path") == {"decode_only": 5.0, "disaggregated": 8.0}
+
+
+@pytest.fixture
+def slow_fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCompletions]:
+    server = FakeCompletions(tokens=5, gap_s=0.05)
+    monkeypatch.setattr(gpu_load, "SERVE", server.url)
+    monkeypatch.setattr(gpu_mix, "MIX_CLASSES", SMALL)
+    yield server
+    server.close()
+    assert not server.server.errors
+
+
+def path_scrapes() -> Any:
+    """Scrapes whose path counter grows by 4 of each path over every load (scrape 2k+1 is load k's
+    before, 2k+2 its after)."""
+    numbers = iter(range(1, 100))
+
+    def scrape() -> dict[str, str]:
+        i = next(numbers)
+        grown = 4 * ((i - 1) // 2) if i % 2 else 2 * i
+        name = gpu_mix.PATH_REQUESTS
+        return {"decode": f'{name}{{path="decode_only"}} {grown}\n{name}{{path="disaggregated"}} {grown}\n'}
+
+    return scrape
+
+
+def test_the_together_load_runs_both_classes_at_once_then_each_runs_alone(slow_fake: FakeCompletions) -> None:
+    loads = gpu_mix.mix_loads("m", path_scrapes(), gpu_load.word_count, wait_s=0, sleep=lambda s: None)
+    assert [(ld["load"], ld["seed"], sorted(ld["classes"])) for ld in loads] == [
+        ("together", 0, ["long", "short"]),
+        ("short alone", 1, ["short"]),
+        ("long alone", 2, ["long"]),
+    ]
+    assert slow_fake.most > 2  # more than one class's two clients in flight: the classes overlapped
+    for ld in loads:
+        assert ld["paths"] == {"decode_only": 4.0, "disaggregated": 4.0}
+        for c in ld["classes"].values():
+            assert c["clients"] == 2 and c["summary"]["completed"] == 4 and len(c["requests"]) == 4
+    bodies = [b for b in slow_fake.bodies if b["prompt"].startswith("Request long-0-")]
+    assert len(bodies) == 4 and all(b["max_tokens"] == gpu_mix.MIX_OUTPUT_TOKENS for b in bodies)
+
+
+def test_a_load_that_would_run_past_the_phases_deadline_is_skipped_but_the_first_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(gpu_mix, "MIX_CLASSES", SMALL)
+    sent: list[str] = []
+    loads = gpu_mix.mix_loads(
+        "m",
+        lambda: {},
+        gpu_load.word_count,
+        deadline=0.0,  # long past
+        send=lambda model, prompt: sent.append(prompt) or {"status": 200, "ttft_s": 0.01, "output_tokens": 2},
+        sleep=lambda s: None,
+    )
+    assert [ld.get("skipped") for ld in loads] == [None, "the phase's time budget", "the phase's time budget"]
+    assert len(sent) == 8 and loads[0]["classes"]["short"]["summary"]["completed"] == 4
+
+
+def test_a_mix_phase_deploys_its_arm_and_keeps_the_threshold_the_sized_claim_and_its_timings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bundle, out = tmp_path / "bundle", tmp_path / "out"
+    write_bundle(bundle, OVERRIDES)
+    out.mkdir()
+    calls: list[Any] = []
+    monkeypatch.setattr(gpu_main, "versions", lambda: {"ray": "2.58.0"})
+    monkeypatch.setattr(gpu_main, "ensure_raylets", lambda b, ev, name="raylets.json": calls.append(("raylets", name)))
+    monkeypatch.setattr(
+        gpu_main,
+        "deploy",
+        lambda config: calls.append(("deploy", config)) or {"applications": {"llm": {"status": "RUNNING"}}},
+    )
+    monkeypatch.setattr(
+        gpu_main, "run_tokenizer", lambda: types.SimpleNamespace(encode=lambda t: types.SimpleNamespace(ids=t.split()))
+    )
+    seen: dict[str, Any] = {}
+
+    def mix_loads(model: str, scrape: Any, count: Any, **kw: Any) -> list[dict[str, Any]]:
+        seen.update(model=model, count=count("a b"), **kw)
+        return [{"load": "together"}]
+
+    monkeypatch.setattr(gpu_mix, "mix_loads", mix_loads)
+    got = gpu_main.phase_mix(bundle, out, "cond")
+    assert calls == [("raylets", "raylets.json"), ("deploy", run_inputs(OVERRIDES)["serve_cond"])]
+    assert got["decode_only_below_tokens"] == decode_only_threshold(OVERRIDES)
+    assert got["sized_decode_only"]["tokens"] == 1 and "never pays" in got["sized_decode_only"]["text"]
+    assert got["loads"] == [{"load": "together"}] and seen["count"] == 2 and seen["model"] == "Qwen/Qwen2.5-7B-Instruct"
+    assert set(got["timings"]) == {"raylets_s", "deploy_s", "loads_s", "phase_s"}
+    plain = gpu_main.phase_mix(bundle, out, "pd")
+    assert plain["decode_only_below_tokens"] is None
+
+
+# --- the saved evidence, read back for docs/real-run.md ---------------------------------------------
+
+
+def mix_class(clients: int, ttft: float, itl: float) -> dict[str, Any]:
+    summary = {"completed": 48, "p50_ttft_ms": ttft, "p90_ttft_ms": 2 * ttft, "p50_itl_ms": itl, "output_tok_s": 900.0}
+    return {"clients": clients, "summary": summary}
+
+
+def mix_evidence(short_ttft: float, long_itl: float, alone_ttft: float, decode_only: float) -> dict[str, Any]:
+    paths = {"decode_only": decode_only, "disaggregated": 48.0}
+    return {
+        "loads": [
+            {
+                "load": "together",
+                "classes": {"short": mix_class(8, short_ttft, 5.0), "long": mix_class(8, 300.0, long_itl)},
+                "paths": paths,
+            },
+            {"load": "short alone", "classes": {"short": mix_class(8, alone_ttft, 4.5)}, "paths": paths},
+            {"load": "long alone", "skipped": "the phase's time budget"},
+        ]
+    }
+
+
+def test_the_mix_table_has_a_row_per_load_class_and_arm_and_ends_with_the_sized_claim(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = tmp_path / "2026-12-05T1100Z"
+    run.mkdir()
+    (run / "run.json").write_text("{}")
+    sized = {"tokens": 1, "hop_s": 0.005, "text": "decode-only never pays here (...)"}
+    pd = {**mix_evidence(80.0, 5.0, 60.0, 0.0), "decode_only_below_tokens": None, "sized_decode_only": sized}
+    cond = {**mix_evidence(40.0, 6.0, 35.0, 48.0), "decode_only_below_tokens": 1024, "sized_decode_only": sized}
+    (run / "evidence-mix-pd.json").write_text(json.dumps(pd))
+    (run / "evidence-mix-cond.json").write_text(json.dumps(cond))
+    rows = routing_evidence.mix_rows(run)
+    assert [(r["load"], r["class"], r["arm"]) for r in rows] == [
+        ("together", "short", "P/D"),
+        ("together", "short", "P/D, decode-only below the threshold"),
+        ("together", "long", "P/D"),
+        ("together", "long", "P/D, decode-only below the threshold"),
+        ("short alone", "short", "P/D"),
+        ("short alone", "short", "P/D, decode-only below the threshold"),
+    ]  # the skipped load has no row
+    table = routing_evidence.mix_results_section(run)
+    assert (
+        "| together | short (128) | P/D, decode-only below 1,024 tokens | 8 | 48 | 40.0 | 80.0 | 5.00 | 900 | 48 / 48 |"
+        in table
+    )
+    assert "| together | long (4,096) | P/D | 8 | 48 | 300 | 600 | 5.00 | 900 | 0 / 48 |" in table
+    assert "- `make size` for this model on p5en: decode-only never pays here (...)." in table
+    assert "short prompts' median TTFT from 80.0 to 40.0 ms (-50%)" in table
+    assert "long prompts' median ITL from 5.0 to 6.0 ms (+20%)" in table
+    assert "P/D's median TTFT is 25.0 ms over decode-only's" in table and "assumes 5 ms" in table
+    monkeypatch.setattr(evidence, "DATA", tmp_path)
+    assert routing_evidence.mix_run() == run and routing_evidence.prefix_run() is None
+
+
+def test_the_page_says_the_mix_arms_have_not_run_until_their_evidence_is_saved() -> None:
+    assert routing_evidence.mix_run() is None
+    assert routing_evidence.mix_results_section(None) in evidence.DOC.read_text()
+    assert "decodeOnlyBelowTokens` | `1024`" in evidence.DOC.read_text()  # the arm's setting, from overrides.yaml
