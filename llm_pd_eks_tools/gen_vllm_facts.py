@@ -9,9 +9,10 @@ llm_pd_eks/versions.py) is downloaded from PyPI with pip (`make facts`; the test
 What is read, each from the file named:
 - engine-args-<v>.json: the dataclass fields of `EngineArgs` (vllm/engine/arg_utils.py), of
   `KVTransferConfig` (vllm/config/kv_transfer.py) and the settable ones of `CompilationConfig`
-  (vllm/config/compilation.py: `field(init=False)` left out, as the config refuses them), the `KVRole` literals there (`KVProducer` /
-  `KVConsumer`), the connector names `KVConnectorFactory.register_connector` registers
-  (vllm/distributed/kv_transfer/kv_connector/factory.py), the `CacheDType` literals (vllm/config/cache.py),
+  (vllm/config/compilation.py: `field(init=False)` left out, as the config refuses them), the
+  `KVRole` literals there (`KVProducer` / `KVConsumer`), the connector names
+  `KVConnectorFactory.register_connector` registers (vllm/distributed/kv_transfer/kv_connector/factory.py),
+  the `CacheDType` literals (vllm/config/cache.py),
   and the `kv_connector_extra_config` key NIXL's worker reads its backends from (the
   `self.nixl_backends = ....get_from_extra_config("<key>", ...)` assignment under .../v1/nixl/);
 - metrics-<v>.json: every `self._{gauge,counter,histogram}_cls(name="vllm:...")` call in

@@ -116,19 +116,11 @@ def mix_loads(
         sleep(wait_s)
         after = scrape()
         old, new = label_sums(before, PATH_REQUESTS, "path"), label_sums(after, PATH_REQUESTS, "path")
-        result = {
-            "load": load,
-            "seed": seed,
-            "classes": {
-                name: {
-                    "clients": r["clients"],
-                    "summary": gpu_load.summary(r["rows"], r["wall_s"]),
-                    "requests": r["rows"],
-                }
-                for name, r in ran.items()
-            },
-            "paths": {path: value - old.get(path, 0.0) for path, value in new.items()},
+        figures = {
+            name: {"clients": r["clients"], "summary": gpu_load.summary(r["rows"], r["wall_s"]), "requests": r["rows"]}
+            for name, r in ran.items()
         }
-        gpu_load.log(f"mix load {load}:", {n: c["summary"] for n, c in result["classes"].items()}, result["paths"])
-        done.append(result)
+        paths = {path: value - old.get(path, 0.0) for path, value in new.items()}
+        gpu_load.log(f"mix load {load}:", {n: c["summary"] for n, c in figures.items()}, paths)
+        done.append({"load": load, "seed": seed, "classes": figures, "paths": paths})
     return done
