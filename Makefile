@@ -51,6 +51,7 @@ help:
 	@echo "make size [STACK=dev] [WORKLOAD=workloads/<stack>.yaml] [WRITE=1] [JSON=1]   replicas, nodes, P:D, \$$/Mtok for a workload"
 	@echo "make facts                 regenerate the GPU instance-type table (llm_pd_eks/data, policies/data) from EC2 data, the pack's KubeRay resource-name rules, the vLLM facts (downloads the wheel)"
 	@echo "make calibrate STACK=dev [ENDPOINT=http://host:port] [NIXLBENCH=file] [TIMEOUT=1800]   after up: measure, fit, write calibration/<stack>.yaml"
+	@echo "make realrun-dry           the GPU real run's cluster steps on this CPU with a stand-in app (docs/real-run.md)"
 
 $(STAMP): requirements-preview.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -174,6 +175,11 @@ facts: $(DEV_STAMP)
 CALIBRATE_TIMEOUT = $(or $(TIMEOUT),1800)
 calibrate: $(DEV_STAMP)
 	@$(PY) -m llm_pd_eks_tools.calibrate --stack=$(call q,$(STACK)) $(if $(ENDPOINT),--endpoint=$(call q,$(ENDPOINT))) $(if $(NIXLBENCH),--nixlbench-output=$(call q,$(NIXLBENCH))) --timeout=$(call q,$(CALIBRATE_TIMEOUT)) $(if $(KUBECONFIG),--kubeconfig=$(call q,$(KUBECONFIG)))
+# Before GPU time goes on the real run (docs/real-run.md): its cluster steps (raylets, deploys, Serve
+# shutdowns, scrapes) on this machine's CPU with the tools' Ray and a stand-in application, timed.
+.PHONY: realrun-dry
+realrun-dry: $(DEV_STAMP)
+	@$(PY) -m llm_pd_eks_tools.realrun.dry_run
 # What the stack cost and served over SINCE (Cost Explorer by tag, the cluster's Prometheus at
 # PROMETHEUS, the GPU quota, make size's prediction): build/cost-audit/<stack>/report.{md,json}, spend.png.
 .PHONY: cost-audit

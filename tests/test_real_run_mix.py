@@ -14,7 +14,7 @@ from helpers import FakeCompletions
 from llm_pd_eks import serve_routing
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.models import MODELS
-from llm_pd_eks_tools.realrun import evidence, gpu_load, gpu_main, gpu_mix, routing_evidence
+from llm_pd_eks_tools.realrun import evidence, gpu_load, gpu_main, gpu_mix, gpu_model, routing_evidence
 from llm_pd_eks_tools.realrun.render import decode_only_threshold, load_overrides, run_inputs, write_bundle
 from llm_pd_eks_tools.sizing.routing import decode_only_threshold as sized_threshold
 
@@ -212,3 +212,71 @@ def test_the_page_says_the_mix_arms_have_not_run_until_their_evidence_is_saved()
     assert routing_evidence.mix_run() is None
     assert routing_evidence.mix_results_section(None) in evidence.DOC.read_text()
     assert "decodeOnlyBelowTokens` | `1024`" in evidence.DOC.read_text()  # the arm's setting, from overrides.yaml
+
+
+# --- make realrun-dry: the cluster steps on this machine's Ray, here with gpu_main faked -------------
+
+
+def fake_steps(monkeypatch: pytest.MonkeyPatch, status: str = "RUNNING") -> list[str]:
+    calls: list[str] = []
+    marks = iter(["started", "reused", "started"])
+
+    def ensure(bundle: Path, evidence: dict[str, Any], name: str = "raylets.json") -> None:
+        calls.append(f"raylets {name}")
+        evidence["raylets"] = f"{next(marks)} ({name})"
+
+    monkeypatch.setattr(gpu_main, "ensure_raylets", ensure)
+    monkeypatch.setattr(
+        gpu_main,
+        "deploy",
+        lambda config, timeout_s: (
+            calls.append(f"deploy {config['applications'][0]['import_path']}")
+            or {"applications": {"llm": {"status": status}}}
+        ),
+    )
+    monkeypatch.setattr(gpu_main, "scrape", lambda: calls.append("scrape") or {"head": "ray_x 1", "decode": "ray_y 2"})
+    monkeypatch.setattr(gpu_main, "ray_stop", lambda: calls.append("stop"))
+    return calls
+
+
+def test_the_dry_run_walks_the_arms_cluster_order_and_stops_ray(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from llm_pd_eks_tools.realrun import dry_run
+
+    calls = fake_steps(monkeypatch)
+    timings = dry_run.walk(tmp_path, lambda line: None)
+    assert calls == [
+        "raylets raylets.json",
+        "deploy realrun_standin:app",
+        "scrape",
+        "raylets raylets.json",
+        "deploy realrun_standin:app",
+        "raylets raylets-prefix.json",
+        "deploy realrun_standin:app",
+        "stop",
+    ]
+    assert [name for name, _ in timings][3] == "raylets reused, Serve shut down (raylets.json)"
+    assert gpu_main.build_tokenizer is gpu_model.build_tokenizer  # walk's stand-in for it is gone again
+
+
+def test_a_dry_run_step_that_fails_names_itself_and_still_stops_ray(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from llm_pd_eks_tools.cli import Exit, ToolError
+    from llm_pd_eks_tools.realrun import dry_run
+
+    calls = fake_steps(monkeypatch, status="DEPLOY_FAILED")
+    with pytest.raises(ToolError, match="first arm deployed: the stand-in application is DEPLOY_FAILED") as error:
+        dry_run.walk(tmp_path, lambda line: None)
+    assert error.value.exit_code == Exit.FAILED and calls[-1] == "stop"
+
+
+def test_the_dry_run_refuses_to_run_beside_a_ray_cluster_it_would_stop(monkeypatch: pytest.MonkeyPatch) -> None:
+    from llm_pd_eks_tools.cli import Exit, ToolError
+    from llm_pd_eks_tools.realrun import dry_run
+
+    monkeypatch.setattr(gpu_main, "cluster_up", lambda: True)
+    with pytest.raises(ToolError, match="already answers") as error:
+        dry_run.main([])
+    assert error.value.exit_code == Exit.USAGE

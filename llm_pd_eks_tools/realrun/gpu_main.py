@@ -133,6 +133,13 @@ def start_raylets(bundle: Path, name: str = "raylets.json") -> dict[str, list[st
     return started
 
 
+def ray_stop() -> None:
+    """`ray stop --force`, its one line per process it kills kept out of the command's output (whose
+    last 12,000 characters are all that comes back from the machine)."""
+    proc = subprocess.run([*ray_cmd(), "stop", "--force"], capture_output=True, text=True, timeout=120)
+    log("ray stop ->", proc.returncode, (proc.stdout.strip().splitlines() or [""])[-1][-200:])
+
+
 def cluster_up() -> bool:
     return http("GET", f"{DASHBOARD}/api/version", timeout=10)[0] == 200
 
@@ -140,15 +147,14 @@ def cluster_up() -> bool:
 def ensure_raylets(bundle: Path, evidence: dict, name: str = "raylets.json") -> None:
     """The raylets of `name` with no Serve application on them: the running ones when they were started
     from the same file (the app of the arm before is deleted), else fresh ones (any others stopped).
-    A fresh start also builds the model's tokenizer and records the versions."""
+    A fresh start also builds the model's tokenizer and records the `ray start` commands."""
     if cluster_up():
         if RAYLETS_MARK.is_file() and RAYLETS_MARK.read_text() == name:
             evidence["raylets"] = f"reused ({name})"
             clear_apps()
             return
-        subprocess.run([*ray_cmd(), "stop", "--force"], timeout=120)
+        ray_stop()
     build_tokenizer(bundle)
-    evidence["versions"] = versions()
     evidence["ray_start"] = start_raylets(bundle, name)
     evidence["raylets"] = f"started ({name})"
 
@@ -419,7 +425,7 @@ def main() -> int:
     bundle, out, phase = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
     out.mkdir(parents=True, exist_ok=True)
     if phase == "stop":
-        subprocess.run([*ray_cmd(), "stop", "--force"], timeout=120)
+        ray_stop()
         return 0
     if phase in PREFIX_PHASES:
         evidence = phase_prefix(bundle, out, phase)
