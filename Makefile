@@ -52,6 +52,7 @@ help:
 	@echo "make facts                 regenerate the GPU instance-type table (llm_pd_eks/data, policies/data) from EC2 data, the pack's KubeRay resource-name rules, the vLLM facts (downloads the wheel)"
 	@echo "make calibrate STACK=dev [ENDPOINT=http://host:port] [NIXLBENCH=file] [TIMEOUT=1800]   after up: measure, fit, write calibration/<stack>.yaml"
 	@echo "make realrun-dry           the GPU real run's cluster steps on this CPU with a stand-in app (docs/real-run.md)"
+	@echo "make realrun-router        Ray Serve's routers on this CPU: where the prefix arms' requests land, saved as data"
 
 $(STAMP): requirements-preview.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -180,6 +181,11 @@ calibrate: $(DEV_STAMP)
 .PHONY: realrun-dry
 realrun-dry: $(DEV_STAMP)
 	@$(PY) -m llm_pd_eks_tools.realrun.dry_run
+# Ray Serve's own routers (default, PrefixCacheAffinityRouter as the prefix arm renders it) on this CPU,
+# stand-in replicas with a prefix cache: where the prefix arms' requests land -> realrun/data/router/.
+.PHONY: realrun-router
+realrun-router: $(DEV_STAMP)
+	@$(PY) -m llm_pd_eks_tools.realrun.router_run
 # What the stack cost and served over SINCE (Cost Explorer by tag, the cluster's Prometheus at
 # PROMETHEUS, the GPU quota, make size's prediction): build/cost-audit/<stack>/report.{md,json}, spend.png.
 .PHONY: cost-audit

@@ -280,3 +280,18 @@ def test_the_dry_run_refuses_to_run_beside_a_ray_cluster_it_would_stop(monkeypat
     with pytest.raises(ToolError, match="already answers") as error:
         dry_run.main([])
     assert error.value.exit_code == Exit.USAGE
+
+
+def test_the_probe_timeouts_are_counted_per_serve_log_and_only_where_they_rose(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logs = tmp_path / "session_latest" / "logs" / "serve"
+    logs.mkdir(parents=True)
+    line = f"WARNING ... -- {gpu_main.PROBE_TIMEOUT} Replica(id='a', deployment='prefill') within 0.1s."
+    (logs / "replica_llm_decode_x.log").write_text(f"{line}\nINFO fine\n{line}\n")
+    (logs / "replica_llm_prefill_y.log").write_text("INFO fine\n")
+    monkeypatch.setattr(gpu_main, "TEMP_DIR", str(tmp_path))
+    before = gpu_main.probe_timeouts()
+    assert before == {"replica_llm_decode_x.log": 2}
+    (logs / "proxy_z.log").write_text(line + "\n")
+    assert gpu_main.grown(before, gpu_main.probe_timeouts()) == {"proxy_z.log": 1}

@@ -545,7 +545,7 @@ def test_the_page_table_has_a_row_per_arm_and_load_from_the_saved_evidence(
     assert rows[1]["prefill_hit_rate"] == 0.7 and rows[0]["decode_kv_pulls"] == 96
     table = routing_evidence.prefix_results_section(run)
     assert "| P/D, prefix-aware routing | 4 | 96 | 400 | 800 | 4.50 | 321 | 70% | 72% | 75% | 96 |" in table
-    assert "| P/D, Serve's default router | 4 | 96 | 900 | 1,800 | 4.50 | 321 | 30% | 25% | 40% | 96 |" in table
+    assert "| P/D, Serve's default router | 4 | 96 | 900 | 1,800 | 4.50 | 321 | 30% | 25% | 43% | 96 |" in table
     assert "| n/a |" in table  # a role with nothing looked up has no rate
     monkeypatch.setattr(evidence, "DATA", tmp_path)
     assert routing_evidence.prefix_run() == run

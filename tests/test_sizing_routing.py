@@ -70,6 +70,15 @@ def test_a_kv_cache_set_in_bytes_is_the_cache_the_prefixes_compete_for() -> None
     assert small.hit_rate_affinity == 1.0
 
 
+def test_a_replica_sent_a_few_asks_holds_only_the_prefixes_it_was_sent() -> None:
+    """Four asks over two replicas: each replica is sent 15/16 of the 24 prefixes (22.5), so a cache
+    of 18 holds 0.8 of what it sees, not 0.75 of all; times the 2.125/4 of asks that can hit."""
+    cache = 18 * 2048 * 57_344
+    spread = prefix_routing(QWEN, P5EN, 2048, 24, replicas=2, asks=4, cache_bytes=cache)
+    assert spread.hit_rate_random == pytest.approx(18 / 22.5 * 2.125 / 4)
+    assert spread.hit_rate_affinity == pytest.approx(0.75)
+
+
 def test_a_workload_may_name_its_shared_prefix_and_nothing_else_new() -> None:
     base = {
         "requestRate": 1,

@@ -264,6 +264,7 @@ def rendered_doc(text: str) -> str:
     text = with_section(text, "mix-overrides", mix_overrides_section(overrides))
     text = with_section(text, "prefix-results", routing.prefix_results_section(routing.prefix_run()))
     text = with_section(text, "mix-results", routing.mix_results_section(routing.mix_run()))
+    text = with_section(text, "router-results", routing.router_section(routing.router_run()))
     return with_section(text, "results", results_section(latest()))
 
 

@@ -371,10 +371,12 @@ def phase_mix(bundle: Path, out: Path, arm: str) -> dict:
     if not deployed(evidence, config, clock):
         return evidence
     tokenizer = run_tokenizer()
+    probes_before = probe_timeouts()
     evidence["loads"] = gpu_mix.mix_loads(
         model, scrape, lambda text: len(tokenizer.encode(text).ids), deadline=clock.deadline, wait_s=EXPORT_WAIT_S
     )
     clock.lap("loads")
+    evidence["probe_timeouts"] = grown(probes_before, probe_timeouts())
     return evidence
 
 
@@ -395,6 +397,7 @@ def phase_prefix(bundle: Path, out: Path, phase: str) -> dict:
     tokenizer = run_tokenizer()
     evidence["warmup"] = [gpu_load.streamed_completion(model, f"Warm up {i}.", 8) for i in range(4)]
     time.sleep(EXPORT_WAIT_S)
+    probes_before = probe_timeouts()
     evidence["loads"] = gpu_load.prefix_loads(
         model,
         scrape,
@@ -403,8 +406,29 @@ def phase_prefix(bundle: Path, out: Path, phase: str) -> dict:
         wait_s=EXPORT_WAIT_S,
     )
     clock.lap("loads")
+    evidence["probe_timeouts"] = grown(probes_before, probe_timeouts())
     (out / f"metrics-{phase}.prom").write_text("".join(f"# node {n}\n{t}\n" for n, t in scrape().items()))
     return evidence
+
+
+PROBE_TIMEOUT = "Failed to get queue length from"  # Ray Serve's router, when a replica's probe misses its deadline
+
+
+def probe_timeouts() -> dict[str, int]:
+    """Serve log file -> how many times its routers' queue-length probes missed their deadline. A
+    router that misses them keeps re-probing instead of routing (seen with PrefixCacheAffinityRouter
+    on a 2-core machine, docs/routing.md); a count here says whether it happened on this one."""
+    counts = {}
+    for path in sorted(Path(TEMP_DIR, "session_latest", "logs", "serve").glob("*.log")):
+        found = sum(PROBE_TIMEOUT in line for line in path.read_text(errors="replace").splitlines())
+        if found:
+            counts[path.name] = found
+    return counts
+
+
+def grown(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """The counts that rose between two readings (an arm before may share the Ray session's logs)."""
+    return {name: n - before.get(name, 0) for name, n in after.items() if n > before.get(name, 0)}
 
 
 def failure_logs(out: Path) -> None:

@@ -7,10 +7,13 @@
 - Decode-only below a threshold (`evidence-mix-pd.json`, `evidence-mix-cond.json`): per load (both
   prompt classes together, each alone), class and arm the same figures and the P/D path counter, then
   what `make size` says of decode-only against what the arms measured.
+- Ray's routers on the CPU (`make realrun-router`, data/router/<date>.json): per router and client
+  count where the prefix workload's requests landed on stand-in replicas, beside the model's hit rate.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Optional
 
@@ -214,3 +217,67 @@ def mix_results_section(run: Optional[Path]) -> str:
             f"| {r['decode_only']:.0f} / {r['disaggregated']:.0f} |"
         )
     return "\n".join([*lines, "", *mix_check(run)])
+
+
+# --- Ray's routers on the CPU (make realrun-router) -------------------------------------------------
+
+
+def router_run() -> Optional[Path]:
+    """The newest saved `make realrun-router` run, if any."""
+    from llm_pd_eks_tools.realrun.router_run import DATA as ROUTER_DATA
+
+    found = sorted(ROUTER_DATA.glob("*.json")) if ROUTER_DATA.is_dir() else []
+    return found[-1] if found else None
+
+
+def router_model(record: dict[str, Any], routed: bool) -> float:
+    """The sizing model's hit rate for the run's workload and stand-in cache (prefix_routing: each
+    prefix's first ask on a replica a miss, whole prefixes held), for the arm's router."""
+    from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+    from llm_pd_eks.models import MODELS
+    from llm_pd_eks_tools.sizing.routing import prefix_routing
+
+    work, replica = record["workload"], record["replica"]
+    model = MODELS[replica["model_id"]]
+    cache_bytes = replica["capacity_prefixes"] * work["prefix_tokens"] * model.kv_bytes_per_token(2)
+    found = prefix_routing(
+        model,
+        GPU_INSTANCE_TYPES[replica["instance"]],
+        work["prefix_tokens"],
+        work["prefixes"],
+        replicas=record["options"]["prefix"]["num_replicas"],
+        asks=work["asks"],
+        cache_bytes=cache_bytes,
+    )
+    return found.hit_rate_affinity if routed else found.hit_rate_random
+
+
+def router_section(path: Optional[Path]) -> str:
+    if path is None:
+        return "Not run yet (`make realrun-router`)."
+    from llm_pd_eks_tools.realrun.router_run import ARMS
+
+    record = json.loads(path.read_text())
+    lines = [
+        f"Run `{path.name}` (Ray {record['versions']['ray']}, {record['date']}, `{record['command']}`): "
+        f"{record['workload']['prefixes']} prefixes asked {record['workload']['asks']} times each, two stand-in "
+        f"replicas holding {record['replica']['capacity_prefixes']} whole prefixes each. Hit rate: asks that "
+        "found their prefix on the replica they reached; model: `prefix_routing` for that router.",
+        "",
+        "| router | clients | answered | replicas a prefix | hit rate | model hit rate | load split |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for arm, name in ARMS:
+        model = router_model(record, routed=record["options"][arm]["request_router_config"] is not None)
+        for lv in record["arms"].get(arm, []):
+            if "skipped" in lv:
+                lines.append(f"| {name} | {lv['clients']} | skipped: {lv['skipped']} | | | {_rate(model)} | |")
+                continue
+            answered = f"{lv['answered']} of {lv['requests']}" + (
+                f", stalled at {lv['wall_s']:.0f} s" if lv["stalled"] else ""
+            )
+            reached = "n/a" if lv["mean_replicas_per_prefix"] is None else f"{lv['mean_replicas_per_prefix']:.2f}"
+            split = " / ".join(f"{share:.0%}" for share in lv["replica_shares"]) or "n/a"
+            rates = f"{_rate(lv['hit_rate'])} | {_rate(model)}"
+            lines.append(f"| {name} | {lv['clients']} | {answered} | {reached} | {rates} | {split} |")
+    return "\n".join(lines)

@@ -114,8 +114,9 @@ def prefix_routing(
     `asks`: each prefix asked that many times in all (None: so often that first asks do not count).
     A replica's first ask of a prefix misses: with affinity one replica takes all k asks (k - 1 can
     hit); spread evenly over R replicas the k asks reach R(1 - (1 - 1/R)^k) replicas on average, each
-    a miss. `cache_bytes`: the engine's KV cache where it is set (vLLM's kv_cache_memory_bytes), not
-    the share of GPU memory the sizing leaves it."""
+    a miss, and a replica holds only the prefixes it is sent, P(1 - (1 - 1/R)^k) of them.
+    `cache_bytes`: the engine's KV cache where it is set (vLLM's kv_cache_memory_bytes), not the share
+    of GPU memory the sizing leaves it."""
     replica = Replica(model, instance, tp, kv_dtype_bytes=kv_dtype_bytes)
     cache_tokens = (cache_bytes or replica.kv_budget_bytes) / replica.kv_bytes_per_token
     if shared_prefix_tokens <= 0 or distinct_prefixes <= 0:
@@ -125,8 +126,8 @@ def prefix_routing(
     random_hit = min(1.0, cache_tokens / held)
     affinity_hit = min(1.0, cache_tokens * spread / held)
     if asks is not None and asks > 0:
-        reached = spread * (1 - (1 - 1 / spread) ** asks)
-        random_hit *= (asks - reached) / asks
+        sent = 1 - (1 - 1 / spread) ** asks  # the share of the prefixes one replica is ever sent
+        random_hit = min(1.0, cache_tokens / (held * sent)) * (asks - spread * sent) / asks
         affinity_hit *= (asks - 1) / asks
     saved = replica.prefill_seconds(shared_prefix_tokens) * (affinity_hit - random_hit)
     basis = (

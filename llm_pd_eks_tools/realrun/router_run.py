@@ -1,0 +1,273 @@
+"""Ray Serve's own request routers on this machine's CPU: where the prefix arms' requests land.
+
+    make realrun-router      # about a minute: both arms' routers, the arms' prefix workload, saved as data
+
+The prefix-routing arms (docs/real-run.md) differ only in the router a role's handle uses: Serve's
+default (power of two choices) or Ray Serve LLM's PrefixCacheAffinityRouter with the project's
+arguments. Which replica each request reaches is the router's doing, not the GPU's, so it runs here:
+a local Ray 2.58 cluster, two replicas under exactly the prefill deployment options the arm renders
+(`max_ongoing_requests`, `request_router_config`), and gpu_load's prefix workload (24 prefixes of
+2,048 tokens, each asked 4 times) at 4, 8 and 16 clients through a closed loop on a handle.
+
+Each replica stands in for a vLLM engine by its prefix cache alone: the prefixes it holds, whole and
+least recently used evicted, as many as the arm's KV cache holds (2 GiB over the model's bytes a
+token), and a service time from the sizing model (prefill of the whole prompt on a miss, of the
+suffix on a hit). Per router and client count the run keeps each request's replica and hit, the hit
+rate, how many replicas each prefix reached, and the load split; `--out` (default
+llm_pd_eks_tools/realrun/data/router/<date>.json) with Ray's version, the date and the command.
+It refuses to run beside a Ray cluster already on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import datetime
+import json
+import sys
+import tempfile
+import time
+import types
+from pathlib import Path
+from typing import Any, Optional
+
+from llm_pd_eks_tools.cli import ArgumentParser, Exit, ToolError, exit_with
+from llm_pd_eks_tools.io_safety import atomic_write
+
+PROG = "realrun-router"
+DATA = Path(__file__).resolve().parent / "data" / "router"
+ARMS = (("prefix-pd", "Serve's default router"), ("prefix", "PrefixCacheAffinityRouter"))
+SUFFIX_TOKENS = 16  # "Request <seed>-<n>:" and eight words, about
+# One client (every routing decision on an idle router), then the GPU arms' client counts. A load
+# that has not finished after LEVEL_TIMEOUT_S is recorded as stalled with what it finished, and the
+# arm's later loads are not started.
+CONCURRENCIES = (1, 4, 8, 16)
+LEVEL_TIMEOUT_S = 30.0
+ARM_SETUP_S = 60.0  # a child's local Ray and Serve start before its first load
+
+
+class CacheReplica:
+    """One engine's prefix cache, whole prefixes, least recently used evicted, and its service time."""
+
+    def __init__(self, capacity: int, hit_s: float, miss_s: float) -> None:
+        self.capacity, self.hit_s, self.miss_s = capacity, hit_s, miss_s
+        self.held: collections.OrderedDict[str, None] = collections.OrderedDict()
+
+    async def __call__(self, request: Any) -> dict[str, Any]:
+        from ray import serve
+
+        hit = request.prefix in self.held
+        self.held[request.prefix] = None
+        self.held.move_to_end(request.prefix)
+        while len(self.held) > self.capacity:
+            self.held.popitem(last=False)
+        await asyncio.sleep(self.hit_s if hit else self.miss_s)
+        return {"replica": serve.get_replica_context().replica_id.unique_id, "hit": hit}
+
+
+def arm_options() -> dict[str, dict[str, Any]]:
+    """arm -> the prefill deployment's options as the arm's serve config renders them."""
+    from llm_pd_eks_tools.realrun.render import load_overrides, run_inputs
+
+    inputs = run_inputs(load_overrides())["serve_prefix"]
+    out = {}
+    for arm, _ in ARMS:
+        config = inputs[arm]["applications"][0]["args"]["prefill_config"]["deployment_config"]
+        out[arm] = {
+            "num_replicas": config["autoscaling_config"]["min_replicas"],
+            "max_ongoing_requests": config["max_ongoing_requests"],
+            "request_router_config": config.get("request_router_config"),
+        }
+    return out
+
+
+def replica_shape() -> dict[str, Any]:
+    """The stand-in engine's cache (whole prefixes the arm's KV cache holds) and service times."""
+    from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+    from llm_pd_eks.models import MODELS
+    from llm_pd_eks_tools.realrun import gpu_load
+    from llm_pd_eks_tools.realrun.render import load_overrides, rendered_stack
+    from llm_pd_eks_tools.sizing.engine import Replica
+
+    overrides = load_overrides()
+    config = rendered_stack(overrides)
+    prefix_llm = {item["path"]: item["value"] for item in overrides["prefix_run"]["llm_config"]}
+    replica = Replica(MODELS[config.serving.model_id], GPU_INSTANCE_TYPES[config.gpu_nodes.instance_type], 1)
+    cache_bytes = int(prefix_llm["engine_kwargs.kv_cache_memory_bytes"])
+    return {
+        "capacity_prefixes": int(cache_bytes / replica.kv_bytes_per_token // gpu_load.PREFIX_TOKENS),
+        "hit_s": round(replica.prefill_seconds(SUFFIX_TOKENS), 5),
+        "miss_s": round(replica.prefill_seconds(gpu_load.PREFIX_TOKENS + SUFFIX_TOKENS), 5),
+        "model_id": config.serving.model_id,
+        "instance": config.gpu_nodes.instance_type,
+    }
+
+
+async def closed_loop(
+    handle: Any, requests: list[dict[str, Any]], clients: int, timeout_s: float
+) -> tuple[list[dict[str, Any]], bool]:
+    """`clients` tasks, each sending the next request once its previous one answered, in list order:
+    the rows answered, and whether the load stalled (`timeout_s` passed first)."""
+    rows: list[dict[str, Any]] = [{} for _ in requests]
+    queue = iter(range(len(requests)))
+
+    async def client() -> None:
+        for i in queue:
+            r = requests[i]
+            started = time.monotonic()
+            answer = await handle.remote(types.SimpleNamespace(prompt=r["prompt"], prefix=r["key"]))
+            rows[i] = {"n": r["n"], "prefix": r["prefix"], "s": round(time.monotonic() - started, 4), **answer}
+
+    try:
+        await asyncio.wait_for(asyncio.gather(*(client() for _ in range(clients))), timeout_s)
+    except TimeoutError:
+        return [r for r in rows if r], True
+    return rows, False
+
+
+def level(rows: list[dict[str, Any]], clients: int, asked: int) -> dict[str, Any]:
+    """A load's figures: hits over asks, the replicas each prefix reached, each replica's share."""
+    reached = collections.defaultdict(set)
+    for r in rows:
+        reached[r["prefix"]].add(r["replica"])
+    per_replica = collections.Counter(r["replica"] for r in rows)
+    return {
+        "clients": clients,
+        "requests": asked,
+        "answered": len(rows),
+        "hit_rate": round(sum(r["hit"] for r in rows) / len(rows), 4) if rows else None,
+        "mean_replicas_per_prefix": round(sum(len(v) for v in reached.values()) / len(reached), 4) if rows else None,
+        "replica_shares": sorted(round(n / len(rows), 4) for n in per_replica.values()),
+        "rows": rows,
+    }
+
+
+def router_class(config: dict[str, Any]) -> Any:
+    """The configured router class itself. Its public path (`ray.serve.llm.request_router`) also
+    re-exports the KV-aware router, whose import needs vLLM; the class is taken from the module that
+    defines it, the one the public name re-exports."""
+    from ray.llm._internal.serve.routing_policies.prefix_aware.prefix_aware_router import PrefixCacheAffinityRouter
+
+    from llm_pd_eks.serve_routing import PREFIX_ROUTER_CLASS
+
+    if config["request_router_class"] != PREFIX_ROUTER_CLASS:
+        raise ToolError(Exit.FAILED, f"the arm routes with {config['request_router_class']}, not {PREFIX_ROUTER_CLASS}")
+    return PrefixCacheAffinityRouter
+
+
+def run_arm(arm: str, shape: dict[str, Any], options: dict[str, Any], out: Path) -> None:
+    """One arm on a local Ray of its own, in this (child) process: its loads in turn, the levels so
+    far rewritten to `out` after each, so what a stalled or killed child finished is kept."""
+    import ray
+    from ray import serve
+
+    from llm_pd_eks_tools.realrun import gpu_load
+
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    router = options["request_router_config"]
+    deployment = serve.deployment(name="prefill")(CacheReplica).options(
+        num_replicas=options["num_replicas"],
+        max_ongoing_requests=options["max_ongoing_requests"],
+        **({"request_router_config": {**router, "request_router_class": router_class(router)}} if router else {}),
+    )
+    handle = serve.run(
+        deployment.bind(shape["capacity_prefixes"], shape["hit_s"], shape["miss_s"]), name=arm, route_prefix=None
+    )
+    levels: list[dict[str, Any]] = []
+    for seed, clients in enumerate(CONCURRENCIES):
+        if any(lv.get("stalled") for lv in levels):
+            levels.append({"clients": clients, "skipped": "a load before it stalled"})
+        else:
+            requests = [{**r, "key": f"{seed}-{r['prefix']}"} for r in gpu_load.prefix_workload(seed=seed)]
+            started = time.monotonic()
+            rows, stalled = asyncio.run(closed_loop(handle, requests, clients, LEVEL_TIMEOUT_S))
+            wall = round(time.monotonic() - started, 2)
+            levels.append({**level(rows, clients, len(requests)), "wall_s": wall, "stalled": stalled})
+        out.write_text(json.dumps(levels))
+
+
+def run(shape: dict[str, Any], options: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Each arm in a child process of its own, ended (with every Ray process it started) once its
+    loads are done or its time is up: a stalled router keeps spinning, and growing, until killed."""
+    from llm_pd_eks_tools.process_safety import end_process, spawn
+    from llm_pd_eks_tools.realrun import gpu_main
+
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="realrun-router-") as tmp:
+        for arm, _ in ARMS:
+            out = Path(tmp) / f"{arm}.json"
+            spec = Path(tmp) / f"{arm}-spec.json"
+            spec.write_text(json.dumps({"arm": arm, "shape": shape, "options": options[arm], "out": str(out)}))
+            child = spawn([sys.executable, "-m", "llm_pd_eks_tools.realrun.router_run", "--child", str(spec)])
+            deadline = time.monotonic() + ARM_SETUP_S + LEVEL_TIMEOUT_S * len(CONCURRENCIES)
+            while child.poll() is None and time.monotonic() < deadline and not finished(out):
+                time.sleep(1)
+            end_process(child)
+            gpu_main.ray_stop()  # the child's local cluster, whatever of it is left
+            results[arm] = json.loads(out.read_text()) if out.is_file() else []
+    return results
+
+
+def finished(out: Path) -> bool:
+    try:
+        return len(json.loads(out.read_text())) == len(CONCURRENCIES)
+    except (OSError, ValueError):
+        return False
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = ArgumentParser(prog="python -m llm_pd_eks_tools.realrun.router_run", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="where the run is saved (default data/router/<date>.json)")
+    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)  # one arm, run by the tool itself
+    args = parser.parse_args(argv)
+    if args.child:
+        spec = json.loads(args.child.read_text())
+        run_arm(spec["arm"], spec["shape"], spec["options"], Path(spec["out"]))
+        return Exit.OK
+    import ray
+
+    from llm_pd_eks_tools.realrun import gpu_load, gpu_main
+
+    if gpu_main.cluster_up():
+        raise ToolError(
+            Exit.USAGE, "a Ray cluster already answers at 127.0.0.1:8265; stop it (`ray stop`) and run again"
+        )
+    today = datetime.date.today().isoformat()
+    shape, options = replica_shape(), arm_options()
+    results = run(shape, options)
+    record = {
+        "date": today,
+        "command": "make realrun-router",
+        "versions": {"ray": ray.__version__, "python": sys.version.split()[0]},
+        "machine": "this repository's CPU machine; no GPU: the routers are Ray's, the engines stand-ins",
+        "workload": {
+            "prefixes": gpu_load.PREFIX_COUNT,
+            "prefix_tokens": gpu_load.PREFIX_TOKENS,
+            "asks": gpu_load.PREFIX_REPEATS,
+            "concurrencies": list(CONCURRENCIES),
+            "level_timeout_s": LEVEL_TIMEOUT_S,
+        },
+        "replica": shape,
+        "options": options,
+        "arms": results,
+    }
+    out = args.out or DATA / f"{today}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(out, json.dumps(record, indent=1) + "\n")
+    for arm, name in ARMS:
+        for lv in results[arm]:
+            if "skipped" in lv:
+                print(f"{PROG}: {name}, {lv['clients']} clients: skipped ({lv['skipped']})")
+                continue
+            print(
+                f"{PROG}: {name}, {lv['clients']} clients: {lv['answered']}/{lv['requests']} answered in "
+                f"{lv['wall_s']} s{' (stalled)' if lv['stalled'] else ''}, hit rate {lv['hit_rate']}, "
+                f"{lv['mean_replicas_per_prefix']} replicas a prefix, shares {lv['replica_shares']}"
+            )
+    print(f"{PROG}: wrote {out}")
+    return Exit.OK
+
+
+if __name__ == "__main__":
+    exit_with(PROG, main)

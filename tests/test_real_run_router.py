@@ -1,0 +1,115 @@
+"""`make realrun-router`: Ray Serve's routers on the CPU with stand-in replicas. Its pieces here, and
+the saved run replayed: it ran the routers the prefix arms render, and its hit rates meet the model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import types
+from pathlib import Path
+
+import pytest
+
+from llm_pd_eks_tools.cli import Exit, ToolError
+from llm_pd_eks_tools.realrun import evidence, router_run, routing_evidence
+
+RUN = routing_evidence.router_run()
+RECORD = json.loads(RUN.read_text()) if RUN else {}
+
+
+def test_a_stand_in_replica_holds_whole_prefixes_and_evicts_the_least_recently_used() -> None:
+    replica = router_run.CacheReplica(capacity=2, hit_s=0.0, miss_s=0.0)
+    context = types.SimpleNamespace(replica_id=types.SimpleNamespace(unique_id="r1"))
+    import ray.serve
+
+    original = ray.serve.get_replica_context
+    ray.serve.get_replica_context = lambda: context  # type: ignore[assignment]
+    try:
+        hits = [asyncio.run(replica(types.SimpleNamespace(prefix=k)))["hit"] for k in ("a", "b", "a", "c", "b", "a")]
+    finally:
+        ray.serve.get_replica_context = original  # type: ignore[assignment]
+    # a, b miss; a hits (now most recent); c evicts b; b misses and evicts a; a misses
+    assert hits == [False, False, True, False, False, False]
+
+
+def test_a_loads_figures_count_hits_replicas_a_prefix_and_the_split() -> None:
+    rows = [
+        {"prefix": 0, "replica": "x", "hit": False},
+        {"prefix": 0, "replica": "x", "hit": True},
+        {"prefix": 1, "replica": "y", "hit": False},
+        {"prefix": 1, "replica": "x", "hit": False},
+    ]
+    got = router_run.level(rows, clients=2, asked=5)
+    assert (got["requests"], got["answered"], got["hit_rate"]) == (5, 4, 0.25)
+    assert got["mean_replicas_per_prefix"] == 1.5 and got["replica_shares"] == [0.25, 0.75]
+    assert router_run.level([], clients=4, asked=96)["hit_rate"] is None  # a load that answered nothing
+
+
+def test_a_load_that_does_not_finish_in_time_is_a_stall_with_what_it_answered() -> None:
+    class Handle:
+        def __init__(self) -> None:
+            self.sent = 0
+
+        async def answer(self, request: object) -> dict[str, object]:
+            self.sent += 1
+            if self.sent > 2:
+                await asyncio.sleep(60)  # the router stopped answering
+            return {"replica": "x", "hit": False}
+
+        def remote(self, request: object) -> object:
+            return self.answer(request)
+
+    requests = [{"n": n, "prefix": n, "key": f"0-{n}", "prompt": "p"} for n in range(5)]
+    rows, stalled = asyncio.run(router_run.closed_loop(Handle(), requests, clients=1, timeout_s=0.5))
+    assert stalled and [r["n"] for r in rows] == [0, 1]
+
+
+def test_only_the_projects_prefix_router_is_taken_from_its_defining_module() -> None:
+    from ray.llm._internal.serve.routing_policies.prefix_aware.prefix_aware_router import PrefixCacheAffinityRouter
+
+    assert router_run.router_class(
+        {"request_router_class": "ray.serve.llm.request_router.PrefixCacheAffinityRouter"}
+    ) is (PrefixCacheAffinityRouter)
+    with pytest.raises(ToolError, match=r"not ray\.serve\.llm") as error:
+        router_run.router_class({"request_router_class": "my.Router"})
+    assert error.value.exit_code == Exit.FAILED
+
+
+# --- the saved run, replayed --------------------------------------------------------------------------
+
+
+def test_the_saved_run_is_of_the_routers_the_prefix_arms_render_now() -> None:
+    assert RUN is not None, "no saved router run: `make realrun-router`"
+    assert RECORD["options"] == router_run.arm_options(), "the arms changed since the run: `make realrun-router`"
+    assert RECORD["replica"] == router_run.replica_shape()
+    assert RECORD["versions"]["ray"] == "2.58.0" and RECORD["command"] == "make realrun-router"
+
+
+def test_serve_default_router_meets_the_models_spread_hit_rate_at_every_load() -> None:
+    """Power of two choices spreads each prefix over both replicas about as an even coin does: the
+    model's (asks - R(1 - (1 - 1/R)^asks)) / asks of the cached share, within 25 %."""
+    model = routing_evidence.router_model(RECORD, routed=False)
+    levels = RECORD["arms"]["prefix-pd"]
+    assert [lv["clients"] for lv in levels] == list(router_run.CONCURRENCIES)
+    for lv in levels:
+        assert not lv["stalled"] and lv["answered"] == lv["requests"]
+        assert lv["hit_rate"] == pytest.approx(model, rel=0.25), lv["clients"]
+        assert lv["mean_replicas_per_prefix"] > 1.5  # most prefixes reach both replicas
+
+
+def test_the_prefix_router_keeps_each_prefix_on_one_replica_at_one_client_as_the_model_says() -> None:
+    one = RECORD["arms"]["prefix"][0]
+    assert one["clients"] == 1 and not one["stalled"]
+    assert one["mean_replicas_per_prefix"] == 1.0 and one["replica_shares"] == [0.5, 0.5]
+    assert one["hit_rate"] == pytest.approx(routing_evidence.router_model(RECORD, routed=True), abs=0.01)
+
+
+def test_the_page_shows_the_saved_router_run_and_the_stall_it_recorded() -> None:
+    text = evidence.DOC.read_text()
+    assert routing_evidence.router_section(RUN) in text
+    stalled = [lv for lv in RECORD["arms"]["prefix"] if lv.get("stalled")]
+    assert ("stalls from four" in text) == bool(stalled and stalled[0]["clients"] == 4)
+
+
+def test_the_router_table_says_not_run_without_a_saved_run(tmp_path: Path) -> None:
+    assert routing_evidence.router_section(None) == "Not run yet (`make realrun-router`)."
