@@ -295,3 +295,15 @@ class FakeCompletions:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def run_async(coroutine: Any) -> Any:
+    """Run on a loop of its own, leaving the thread's current loop alone (asyncio.run would unset it,
+    and the Pulumi mock runs in this worker's later modules need one)."""
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coroutine)
+    finally:
+        loop.close()

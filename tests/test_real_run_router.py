@@ -9,11 +9,13 @@ import types
 from pathlib import Path
 
 import pytest
+from helpers import run_async
 
 from llm_pd_eks_tools.cli import Exit, ToolError
 from llm_pd_eks_tools.realrun import evidence, router_run, routing_evidence
 
 RUN = routing_evidence.router_run()
+
 RECORD = json.loads(RUN.read_text()) if RUN else {}
 
 
@@ -25,7 +27,7 @@ def test_a_stand_in_replica_holds_whole_prefixes_and_evicts_the_least_recently_u
     original = ray.serve.get_replica_context
     ray.serve.get_replica_context = lambda: context  # type: ignore[assignment]
     try:
-        hits = [asyncio.run(replica(types.SimpleNamespace(prefix=k)))["hit"] for k in ("a", "b", "a", "c", "b", "a")]
+        hits = [run_async(replica(types.SimpleNamespace(prefix=k)))["hit"] for k in ("a", "b", "a", "c", "b", "a")]
     finally:
         ray.serve.get_replica_context = original  # type: ignore[assignment]
     # a, b miss; a hits (now most recent); c evicts b; b misses and evicts a; a misses
@@ -60,7 +62,7 @@ def test_a_load_that_does_not_finish_in_time_is_a_stall_with_what_it_answered() 
             return self.answer(request)
 
     requests = [{"n": n, "prefix": n, "key": f"0-{n}", "prompt": "p"} for n in range(5)]
-    rows, stalled = asyncio.run(router_run.closed_loop(Handle(), requests, clients=1, timeout_s=0.5))
+    rows, stalled = run_async(router_run.closed_loop(Handle(), requests, clients=1, timeout_s=0.5))
     assert stalled and [r["n"] for r in rows] == [0, 1]
 
 

@@ -4,7 +4,6 @@ KubeRay CRD, and the runtime module's decision logic run against Ray's own decod
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any, Iterator
 
 import pytest
 import yaml
-from helpers import ray_engine_standins
+from helpers import ray_engine_standins, run_async
 
 from llm_pd_eks import serve_routing
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
@@ -175,16 +174,6 @@ def test_rays_pd_builder_binds_the_module_level_decode_class_the_runtime_swaps()
         builder.build_pd_openai_app = original
     assert seen == [module.ConditionalPDDecodeServer]
     assert builder.PDDecodeServer is module.PDDecodeServer  # restored after the build
-
-
-def run_async(coroutine: Any) -> Any:
-    """Run on a loop of its own, leaving the thread's current loop alone (asyncio.run would unset it,
-    and the Pulumi mock runs in this worker's later modules need one)."""
-    loop = asyncio.new_event_loop()
-    try:
-        return loop.run_until_complete(coroutine)
-    finally:
-        loop.close()
 
 
 class FakeEngine:
