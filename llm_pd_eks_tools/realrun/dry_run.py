@@ -46,7 +46,7 @@ def walk(bundle: Path, say: Callable[[str], None]) -> list[tuple[str, float]]:
     from llm_pd_eks_tools.realrun import gpu_main
 
     build_tokenizer = gpu_main.build_tokenizer
-    gpu_main.build_tokenizer = lambda _bundle: None  # the engines' tokenizer: nothing here reads it
+    gpu_main.build_tokenizer = lambda bundle: None  # the engines' tokenizer: nothing here reads it
     config = standin_config("llm")
     timings: list[tuple[str, float]] = []
 

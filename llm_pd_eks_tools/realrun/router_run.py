@@ -167,10 +167,10 @@ def run_arm(arm: str, shape: dict[str, Any], options: dict[str, Any], out: Path)
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
     router = options["request_router_config"]
     deployment = serve.deployment(name="prefill")(CacheReplica).options(
-        num_replicas=options["num_replicas"],
-        max_ongoing_requests=options["max_ongoing_requests"],
-        **({"request_router_config": {**router, "request_router_class": router_class(router)}} if router else {}),
+        num_replicas=options["num_replicas"], max_ongoing_requests=options["max_ongoing_requests"]
     )
+    if router:  # Serve's default otherwise, as the arm without a request_router_config
+        deployment = deployment.options(request_router_config={**router, "request_router_class": router_class(router)})
     handle = serve.run(
         deployment.bind(shape["capacity_prefixes"], shape["hit_s"], shape["miss_s"]), name=arm, route_prefix=None
     )
