@@ -11,8 +11,10 @@
 Standard library only (plus the wheels' `ray`, `vllm` and `tokenizers`), so it runs under the
 machine's Python with nothing of this project installed. BUNDLE is what `render` wrote; everything the
 run shows goes to OUT as JSON and text (evidence-<phase>.json, metrics-<phase>.prom, ...).
-The raylets are started in their own process session so the `agg` phase finds them still running;
-the prefix-routing arms start raylets of their own (raylets-prefix.json: two replica slots a role).
+The raylets are started in their own process session so the next phase finds them still running:
+a phase reuses them when they came from the raylets file it needs (Serve shut down first), else
+stops them and starts its own (the prefix-routing arms: raylets-prefix.json, two replica slots a
+role). Every phase keeps to REALRUN_PHASE_BUDGET_S and records how long each of its steps took.
 Beside this file: gpu_load (the probes, `vllm bench serve`, the prefix loads and what is read back
 from them), gpu_mix (the decode-only arms' loads) and gpu_model (the model's tokenizer).
 """
