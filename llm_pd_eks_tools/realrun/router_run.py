@@ -175,13 +175,14 @@ def run_arm(arm: str, shape: dict[str, Any], options: dict[str, Any], out: Path)
         deployment.bind(shape["capacity_prefixes"], shape["hit_s"], shape["miss_s"]), name=arm, route_prefix=None
     )
     levels: list[dict[str, Any]] = []
+    loop = asyncio.new_event_loop()  # one loop for every load: a router may be bound to its caller's loop
     for seed, clients in enumerate(CONCURRENCIES):
         if any(lv.get("stalled") for lv in levels):
             levels.append({"clients": clients, "skipped": "a load before it stalled"})
         else:
             requests = [{**r, "key": f"{seed}-{r['prefix']}"} for r in gpu_load.prefix_workload(seed=seed)]
             started = time.monotonic()
-            rows, stalled = asyncio.run(closed_loop(handle, requests, clients, LEVEL_TIMEOUT_S))
+            rows, stalled = loop.run_until_complete(closed_loop(handle, requests, clients, LEVEL_TIMEOUT_S))
             wall = round(time.monotonic() - started, 2)
             levels.append({**level(rows, clients, len(requests)), "wall_s": wall, "stalled": stalled})
         out.write_text(json.dumps(levels))
