@@ -19,17 +19,15 @@ RUN = routing_evidence.router_run()
 RECORD = json.loads(RUN.read_text()) if RUN else {}
 
 
-def test_a_stand_in_replica_holds_whole_prefixes_and_evicts_the_least_recently_used() -> None:
-    replica = router_run.CacheReplica(capacity=2, hit_s=0.0, miss_s=0.0)
-    context = types.SimpleNamespace(replica_id=types.SimpleNamespace(unique_id="r1"))
+def test_a_stand_in_replica_holds_whole_prefixes_and_evicts_the_least_recently_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import ray.serve
 
-    original = ray.serve.get_replica_context
-    ray.serve.get_replica_context = lambda: context  # type: ignore[assignment]
-    try:
-        hits = [run_async(replica(types.SimpleNamespace(prefix=k)))["hit"] for k in ("a", "b", "a", "c", "b", "a")]
-    finally:
-        ray.serve.get_replica_context = original  # type: ignore[assignment]
+    context = types.SimpleNamespace(replica_id=types.SimpleNamespace(unique_id="r1"))
+    monkeypatch.setattr(ray.serve, "get_replica_context", lambda: context)
+    replica = router_run.CacheReplica(capacity=2, hit_s=0.0, miss_s=0.0)
+    hits = [run_async(replica(types.SimpleNamespace(prefix=k)))["hit"] for k in ("a", "b", "a", "c", "b", "a")]
     # a, b miss; a hits (now most recent); c evicts b; b misses and evicts a; a misses
     assert hits == [False, False, True, False, False, False]
 
@@ -67,7 +65,21 @@ def test_a_load_that_does_not_finish_in_time_is_a_stall_with_what_it_answered() 
 
 
 def test_only_the_projects_prefix_router_is_taken_from_its_defining_module() -> None:
+    """The public name the arm configures re-exports exactly that class: read from Ray 2.58's own
+    ray/serve/llm/request_router.py (importing it needs vLLM)."""
+    import ast
+
+    import ray
     from ray.llm._internal.serve.routing_policies.prefix_aware.prefix_aware_router import PrefixCacheAffinityRouter
+
+    public = Path(ray.__file__).parent / "serve" / "llm" / "request_router.py"
+    sources = {
+        alias.name: node.module
+        for node in ast.walk(ast.parse(public.read_text()))
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert sources["PrefixCacheAffinityRouter"] == PrefixCacheAffinityRouter.__module__
 
     assert router_run.router_class(
         {"request_router_class": "ray.serve.llm.request_router.PrefixCacheAffinityRouter"}

@@ -110,6 +110,12 @@ def stream(model: str) -> dict:
     return {"chunks": chunks, "done": done, "first_chunk_s": first, "seconds": round(time.monotonic() - started, 3)}
 
 
+def next_load_fits(deadline: Optional[float], last_s: float, wait_s: float = 0.0, floor_s: float = 0.0) -> bool:
+    """Whether a load started now ends before `deadline` (time.monotonic; None: no deadline), taking
+    1.5x the load before (never less than `floor_s`) and then `wait_s` for the scrape after it."""
+    return deadline is None or time.monotonic() + max(floor_s, 1.5 * last_s) + wait_s <= deadline
+
+
 def bench(model: str, label: str, out: Path, loads: tuple = (), deadline: Optional[float] = None) -> list[dict]:
     """`vllm bench serve` at each load in turn. A load that would run past `deadline` (time.monotonic:
     1.5x the load before, and never less than BENCH_FLOOR_S) is a skipped row."""
@@ -118,7 +124,7 @@ def bench(model: str, label: str, out: Path, loads: tuple = (), deadline: Option
     for clients, prompts, input_len in loads or tuple((c, p, INPUT_LEN) for c, p in LOADS):
         name = f"bench-{label}-c{clients}-i{input_len}.json" if loads else f"bench-{label}-c{clients}.json"
         row: dict = {"clients": clients, "prompts": prompts, "input_len": input_len, "output_len": OUTPUT_LEN}
-        if deadline is not None and time.monotonic() + max(BENCH_FLOOR_S, 1.5 * last) > deadline:
+        if not next_load_fits(deadline, last, floor_s=BENCH_FLOOR_S):
             results.append({**row, "skipped": "the phase's time budget"})
             continue
         cmd = [
@@ -324,8 +330,9 @@ def summary(rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
 # --- vLLM's prefix-cache counters, from the raylets' metrics endpoints ---------------------------------
 
 
-def counters(text: str, name: str) -> dict[str, float]:
-    """ReplicaId -> the value of counter `name` in one node's scrape (Prometheus text format)."""
+def counters(text: str, name: str, label: str = "ReplicaId") -> dict[str, float]:
+    """`label`'s value (ReplicaId unless told) -> the value of counter `name` in one node's scrape
+    (Prometheus text format), summed over its other labels."""
     out: dict[str, float] = {}
     for line in text.splitlines():
         match = SAMPLE.match(line)
@@ -336,8 +343,8 @@ def counters(text: str, name: str) -> dict[str, float]:
             value = float(match.group(3))
         except ValueError:
             continue
-        replica = labels.get("ReplicaId", "")
-        out[replica] = out.get(replica, 0.0) + value
+        key = labels.get(label, "")
+        out[key] = out.get(key, 0.0) + value
     return out
 
 
@@ -395,7 +402,7 @@ def prefix_loads(
     levels: list[dict[str, Any]] = []
     last_wall = 0.0
     for index, clients in enumerate(concurrencies):
-        if deadline is not None and time.monotonic() + 1.5 * last_wall + wait_s > deadline:
+        if not next_load_fits(deadline, last_wall, wait_s):
             levels.append({"clients": clients, "seed": index, "skipped": "the phase's time budget"})
             continue
         requests = prefix_workload(seed=index, count_tokens=count_tokens)

@@ -54,15 +54,8 @@ def label_sums(scrape: dict[str, str], name: str, label: str) -> dict[str, float
     """label value -> the sample `name` summed over every node and its other labels."""
     out: dict[str, float] = {}
     for text in scrape.values():
-        for line in text.splitlines():
-            match = gpu_load.SAMPLE.match(line)
-            if not match or match.group(1) != name:
-                continue
-            value = dict(gpu_load.LABEL.findall(match.group(2) or "")).get(label, "")
-            try:
-                out[value] = out.get(value, 0.0) + float(match.group(3))
-            except ValueError:
-                continue
+        for value, count in gpu_load.counters(text, name, label).items():
+            out[value] = out.get(value, 0.0) + count
     return out
 
 
@@ -105,7 +98,7 @@ def mix_loads(
     done: list[dict[str, Any]] = []
     last = 0.0
     for seed, (load, classes) in enumerate(LOADS):
-        if done and deadline is not None and time.monotonic() + 1.5 * last + wait_s > deadline:
+        if done and not gpu_load.next_load_fits(deadline, last, wait_s):
             done.append({"load": load, "seed": seed, "skipped": "the phase's time budget"})
             continue
         workload = mix_workload(seed, count_tokens)

@@ -196,6 +196,12 @@ def run_inputs(overrides: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def prefix_prefill_configs(overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """arm -> the prefill LLMConfig each prefix-routing arm deploys (its replicas, KV cache, router)."""
+    arms = run_inputs(overrides)["serve_prefix"]
+    return {arm: config["applications"][0]["args"]["prefill_config"] for arm, config in arms.items()}
+
+
 def run_raylets(spec: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, Any]:
     """Each role's `ray start` resources (KubeRay's, `items` applied) and its pods' plain environment."""
     raylets = {}

@@ -68,12 +68,12 @@ class CacheReplica:
 
 def arm_options() -> dict[str, dict[str, Any]]:
     """arm -> the prefill deployment's options as the arm's serve config renders them."""
-    from llm_pd_eks_tools.realrun.render import load_overrides, run_inputs
+    from llm_pd_eks_tools.realrun.render import load_overrides, prefix_prefill_configs
 
-    inputs = run_inputs(load_overrides())["serve_prefix"]
+    prefill = prefix_prefill_configs(load_overrides())
     out = {}
     for arm, _ in ARMS:
-        config = inputs[arm]["applications"][0]["args"]["prefill_config"]["deployment_config"]
+        config = prefill[arm]["deployment_config"]
         out[arm] = {
             "num_replicas": config["autoscaling_config"]["min_replicas"],
             "max_ongoing_requests": config["max_ongoing_requests"],
@@ -87,14 +87,13 @@ def replica_shape() -> dict[str, Any]:
     from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
     from llm_pd_eks.models import MODELS
     from llm_pd_eks_tools.realrun import gpu_load
-    from llm_pd_eks_tools.realrun.render import load_overrides, rendered_stack
+    from llm_pd_eks_tools.realrun.render import load_overrides, prefix_prefill_configs, rendered_stack
     from llm_pd_eks_tools.sizing.engine import Replica
 
     overrides = load_overrides()
     config = rendered_stack(overrides)
-    prefix_llm = {item["path"]: item["value"] for item in overrides["prefix_run"]["llm_config"]}
     replica = Replica(MODELS[config.serving.model_id], GPU_INSTANCE_TYPES[config.gpu_nodes.instance_type], 1)
-    cache_bytes = int(prefix_llm["engine_kwargs.kv_cache_memory_bytes"])
+    cache_bytes = int(prefix_prefill_configs(overrides)["prefix"]["engine_kwargs"]["kv_cache_memory_bytes"])
     return {
         "capacity_prefixes": int(cache_bytes / replica.kv_bytes_per_token // gpu_load.PREFIX_TOKENS),
         "hit_s": round(replica.prefill_seconds(SUFFIX_TOKENS), 5),

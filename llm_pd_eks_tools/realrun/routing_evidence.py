@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any, Optional
@@ -51,26 +52,32 @@ def _rate(value: Optional[float]) -> str:
 # --- prefix-aware routing ---------------------------------------------------------------------------
 
 
-def model_hit_rate(routed: bool, prefix_share: float) -> float:
-    """The sizing model's prefix-cache hit rate (tokens found over tokens looked up) for the arms'
-    workload as rendered: the prefix-run overrides' replicas and KV cache bytes, gpu_load's prefixes."""
+@functools.lru_cache(maxsize=1)
+def arms_model() -> Any:
+    """The sizing model's `prefix_routing` for the arms' workload as rendered: the prefill replicas and
+    KV cache bytes the arms deploy, gpu_load's prefixes."""
     from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
     from llm_pd_eks.models import MODELS
-    from llm_pd_eks_tools.realrun.render import load_overrides, rendered_stack
+    from llm_pd_eks_tools.realrun.render import load_overrides, prefix_prefill_configs, rendered_stack
     from llm_pd_eks_tools.sizing.routing import prefix_routing
 
     overrides = load_overrides()
     config = rendered_stack(overrides)
-    prefix_llm = {item["path"]: item["value"] for item in overrides["prefix_run"]["llm_config"]}
-    found = prefix_routing(
+    prefill = prefix_prefill_configs(overrides)["prefix"]
+    return prefix_routing(
         MODELS[config.serving.model_id],
         GPU_INSTANCE_TYPES[config.gpu_nodes.instance_type],
         gpu_load.PREFIX_TOKENS,
         gpu_load.PREFIX_COUNT,
-        replicas=int(prefix_llm["deployment_config.autoscaling_config.min_replicas"]),
+        replicas=int(prefill["deployment_config"]["autoscaling_config"]["min_replicas"]),
         asks=gpu_load.PREFIX_REPEATS,
-        cache_bytes=int(prefix_llm["engine_kwargs.kv_cache_memory_bytes"]),
+        cache_bytes=int(prefill["engine_kwargs"]["kv_cache_memory_bytes"]),
     )
+
+
+def model_hit_rate(routed: bool, prefix_share: float) -> float:
+    """The model's prefix-cache hit rate (tokens found over tokens looked up) for the arm's router."""
+    found = arms_model()
     return (found.hit_rate_affinity if routed else found.hit_rate_random) * prefix_share
 
 
