@@ -36,7 +36,19 @@ def test_the_bundle_keeps_what_make_size_says_of_decode_only_beside_the_arm(tmp_
     write_bundle(tmp_path, OVERRIDES)
     sized = json.loads((tmp_path / "meta.json").read_text())["sized_decode_only"]
     found = sized_threshold(MODELS["Qwen/Qwen2.5-7B-Instruct"], GPU_INSTANCE_TYPES["p5en.48xlarge"])
-    assert sized == {"tokens": found.tokens, "hop_s": found.hop_s, "text": found.text()}
+    assert sized == {"instance_type": "p5en.48xlarge", "tokens": found.tokens, "hop_s": found.hop_s, "text": found.text()}
+
+
+def test_a_bundle_for_another_gpu_renders_that_gpus_instance_type_and_make_sizes_claim_for_it(tmp_path: Path) -> None:
+    write_bundle(tmp_path, load_overrides(instance_type="p5.48xlarge"))
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    found = sized_threshold(MODELS["Qwen/Qwen2.5-7B-Instruct"], GPU_INSTANCE_TYPES["p5.48xlarge"])
+    assert meta["sized_decode_only"]["instance_type"] == "p5.48xlarge"
+    assert meta["sized_decode_only"]["text"] == found.text()
+    item = next(i for i in meta["overrides"]["stack_config"] if i["path"] == "gpuNodes.instanceType")
+    assert item["reason"] == "the machine's GPU is one NVIDIA H100 80GB HBM3, the GPU of p5.48xlarge"
+    prefill = json.loads((tmp_path / "serve-pd.json").read_text())["applications"][0]["args"]["prefill_config"]
+    assert prefill["accelerator_type"] == "H100"
 
 
 def test_each_load_has_prompts_of_its_own_of_about_its_classes_length() -> None:
@@ -115,6 +127,21 @@ def test_a_load_that_would_run_past_the_phases_deadline_is_skipped_but_the_first
     )
     assert [ld.get("skipped") for ld in loads] == [None, "the phase's time budget", "the phase's time budget"]
     assert len(sent) == 8 and loads[0]["classes"]["short"]["summary"]["completed"] == 4
+
+
+def test_the_mix_loads_after_one_that_stalled_are_skipped_not_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpu_mix, "MIX_CLASSES", SMALL)
+    sent: list[str] = []
+
+    def send(model: str, prompt: str) -> dict[str, Any]:
+        sent.append(prompt)
+        return {"status": 0, "error": "timed out", "stalled": True} if "long" in prompt else {"status": 200}
+
+    loads = gpu_mix.mix_loads("m", lambda: {}, gpu_load.word_count, send=send, sleep=lambda s: None)
+    assert loads[0]["classes"]["long"]["summary"]["stalled"] is True
+    assert "stalled" not in loads[0]["classes"]["short"]["summary"]
+    assert [ld.get("skipped") for ld in loads[1:]] == [gpu_load.STALLED_BEFORE] * 2
+    assert 1 <= sum("long" in p for p in sent) <= 2  # at most one stalled request per long client, then none
 
 
 def test_a_mix_phase_deploys_its_arm_and_keeps_the_threshold_the_sized_claim_and_its_timings(

@@ -260,6 +260,44 @@ def test_the_closed_loop_sends_every_request_once_with_at_most_its_clients_in_fl
     assert s["p50_ttft_ms"] <= s["p90_ttft_ms"] <= s["p99_ttft_ms"]
 
 
+def test_a_request_that_gets_no_byte_within_its_timeout_is_a_stalled_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    server = FakeCompletions(tokens=1, gap_s=1.0)
+    monkeypatch.setattr(gpu_load, "SERVE", server.url)
+    try:
+        row = gpu_load.streamed_completion("m", "x", timeout_s=0.2)
+    finally:
+        server.close()
+    assert row["stalled"] is True and row["status"] == 200 and "ttft_s" not in row
+
+
+def test_once_a_request_stalls_the_loop_sends_no_more_and_the_load_says_it_stalled() -> None:
+    requests = gpu_load.prefix_workload(seed=0, count=4, tokens=20, repeats=3)
+    sent: list[int] = []
+
+    def send(request: dict[str, Any]) -> dict[str, Any]:
+        sent.append(request["n"])
+        return {"status": 0, "error": "timed out", "stalled": True} if request["n"] == 1 else {"status": 200}
+
+    rows = gpu_load.closed_loop(requests, 1, send)
+    assert sent == [0, 1]
+    assert [r.get("not_sent", False) for r in rows] == [False, False] + [True] * 10
+    assert [r["n"] for r in rows] == [r["n"] for r in requests] and "prompt" not in rows[5]
+    assert gpu_load.summary(rows, wall_s=1.0)["stalled"] is True
+    assert "stalled" not in gpu_load.summary(rows[:1], wall_s=1.0)
+
+
+def test_the_prefix_loads_after_a_stalled_one_are_skipped_not_sent() -> None:
+    sent: list[str] = []
+
+    def send(model: str, prompt: str) -> dict[str, Any]:
+        sent.append(prompt)
+        return {"status": 0, "error": "timed out", "stalled": True}
+
+    levels = gpu_load.prefix_loads("m", dict, send=send, wait_s=0, concurrencies=(1, 4, 8), sleep=lambda s: None)
+    assert len(sent) == 1 and levels[0]["summary"]["stalled"] is True
+    assert [lv.get("skipped") for lv in levels[1:]] == [gpu_load.STALLED_BEFORE] * 2
+
+
 def test_percentiles_are_numpys_linear_ones() -> None:
     assert gpu_load.percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
     assert gpu_load.percentile([10.0, 0.0], 90) == pytest.approx(9.0)

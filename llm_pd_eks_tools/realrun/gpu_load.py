@@ -40,6 +40,11 @@ PREFIX_COUNT, PREFIX_TOKENS, PREFIX_REPEATS = 24, 2048, 4
 SUFFIX_WORDS = 8  # after "Request <n>:", so no two requests share more than their prefix
 PREFIX_OUTPUT_TOKENS = 32
 PREFIX_CONCURRENCIES = (4, 8, 16)
+# A request that gets no byte for this long ends its load as stalled (its clients send nothing more):
+# a router that stops routing (as PrefixCacheAffinityRouter did on a 2-core machine, docs/real-run.md)
+# then costs one timeout, not a timeout per request. Far above any TTFT the arms see under load.
+STALL_S = 60.0
+STALLED_BEFORE = "a load before it stalled"
 PREFIX_HITS, PREFIX_QUERIES = "ray_vllm_prefix_cache_hits_total", "ray_vllm_prefix_cache_queries_total"
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -220,10 +225,13 @@ def prefix_workload(
     return requests
 
 
-def streamed_completion(model: str, prompt: str, max_tokens: int = PREFIX_OUTPUT_TOKENS) -> dict[str, Any]:
+def streamed_completion(
+    model: str, prompt: str, max_tokens: int = PREFIX_OUTPUT_TOKENS, timeout_s: float = STALL_S
+) -> dict[str, Any]:
     """One streamed /v1/completions request, timed: TTFT (first text chunk), ITL (mean time per output
     token after the first: Ray Serve LLM sends several tokens a chunk, so chunk gaps are not token gaps),
-    end to end, and the token counts of the server's usage chunk."""
+    end to end, and the token counts of the server's usage chunk. No byte for `timeout_s`: a row with
+    `stalled` set."""
     body = {
         "model": model,
         "prompt": prompt,
@@ -244,7 +252,7 @@ def streamed_completion(model: str, prompt: str, max_tokens: int = PREFIX_OUTPUT
     usage: dict[str, Any] = {}
     status, chunks = 0, 0
     try:
-        with urllib.request.urlopen(req, timeout=300) as reply:
+        with urllib.request.urlopen(req, timeout=timeout_s) as reply:
             status = reply.status
             for raw in reply:
                 line = raw.decode(errors="replace").strip()
@@ -259,7 +267,8 @@ def streamed_completion(model: str, prompt: str, max_tokens: int = PREFIX_OUTPUT
     except urllib.error.HTTPError as exc:
         return {"status": exc.code, "error": exc.read().decode(errors="replace")[:300]}
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        return {"status": status, "error": str(exc)[:300]}
+        timed_out = isinstance(exc, TimeoutError) or isinstance(getattr(exc, "reason", None), TimeoutError)
+        return {"status": status, "error": str(exc)[:300], **({"stalled": True} if timed_out else {})}
     out = {"status": status, "chunks": chunks, "e2e_s": round(time.monotonic() - started, 4)}
     output = usage.get("completion_tokens")
     out.update(prompt_tokens=usage.get("prompt_tokens"), output_tokens=output)
@@ -274,13 +283,16 @@ def closed_loop(
     requests: list[dict[str, Any]], clients: int, send: Callable[[dict[str, Any]], dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """`clients` threads, each sending the next request as soon as its previous one finished, in list
-    order; one row per request (its workload fields, when it started, the client, what `send` measured)."""
-    rows: list[dict[str, Any]] = [{} for _ in requests]
-    lock, started = threading.Lock(), time.monotonic()
+    order; one row per request (its workload fields, when it started, the client, what `send` measured).
+    Once a row comes back `stalled`, no client sends another: the rest are rows with `not_sent` set."""
+    rows: list[dict[str, Any]] = [
+        {**{key: v for key, v in r.items() if key != "prompt"}, "not_sent": True} for r in requests
+    ]
+    lock, started, stalled = threading.Lock(), time.monotonic(), threading.Event()
     queue = iter(range(len(requests)))
 
     def client(k: int) -> None:
-        while True:
+        while not stalled.is_set():
             with lock:
                 i = next(queue, None)
             if i is None:
@@ -293,6 +305,8 @@ def closed_loop(
                 "start_s": round(at, 4),
                 **send(request),
             }
+            if rows[i].get("stalled"):
+                stalled.set()
 
     threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(clients)]
     for t in threads:
@@ -317,6 +331,8 @@ def summary(rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     """A load's figures: requests answered, TTFT and ITL median/p90/p99 in ms, output tokens per second."""
     ok = [r for r in rows if r.get("status") == 200 and "ttft_s" in r]
     out: dict[str, Any] = {"requests": len(rows), "completed": len(ok), "wall_s": round(wall_s, 2)}
+    if any(r.get("stalled") for r in rows):
+        out["stalled"] = True
     for key, name in (("ttft_s", "ttft_ms"), ("itl_s", "itl_ms")):
         values = [r[key] * 1000 for r in ok if key in r]
         for q in (50, 90, 99):
@@ -397,11 +413,15 @@ def prefix_loads(
     """The prefix workload at each client count in turn, each with prefixes of its own (seed = its
     index, the same in every arm), scraped before and `wait_s` after (Ray exports every 10 s): per
     load its summary, the prefix-cache hits per role and replica, NIXL's pulls, and every request's
-    row. A load that would run past `deadline` (time.monotonic) is recorded as skipped, not started."""
+    row. A load that would run past `deadline` (time.monotonic), or that follows one that stalled, is
+    recorded as skipped, not started."""
     send = send or (lambda m, prompt: streamed_completion(m, prompt))
     levels: list[dict[str, Any]] = []
     last_wall = 0.0
     for index, clients in enumerate(concurrencies):
+        if any(level.get("summary", {}).get("stalled") for level in levels):
+            levels.append({"clients": clients, "seed": index, "skipped": STALLED_BEFORE})
+            continue
         if not next_load_fits(deadline, last_wall, wait_s):
             levels.append({"clients": clients, "seed": index, "skipped": "the phase's time budget"})
             continue

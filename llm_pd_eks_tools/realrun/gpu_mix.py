@@ -92,12 +92,16 @@ def mix_loads(
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[dict[str, Any]]:
     """LOADS in turn: per load and class its summary and every request's row, and how the P/D path
-    counter grew. A load that would run past `deadline` (1.5x the load before, plus the wait) is
-    recorded as skipped, not started; the first always runs."""
+    counter grew. A load that would run past `deadline` (1.5x the load before, plus the wait), or that
+    follows one that stalled (gpu_load.STALL_S), is recorded as skipped, not started; the first always runs."""
     send = send or (lambda m, prompt: gpu_load.streamed_completion(m, prompt, MIX_OUTPUT_TOKENS))
     done: list[dict[str, Any]] = []
     last = 0.0
     for seed, (load, classes) in enumerate(LOADS):
+        stalled = any(c["summary"].get("stalled") for d in done for c in d.get("classes", {}).values())
+        if stalled:
+            done.append({"load": load, "seed": seed, "skipped": gpu_load.STALLED_BEFORE})
+            continue
         if done and not gpu_load.next_load_fits(deadline, last, wait_s):
             done.append({"load": load, "seed": seed, "skipped": "the phase's time budget"})
             continue

@@ -47,8 +47,15 @@ AGGREGATED_IMPORT_PATH = "ray.serve.llm:build_openai_app"
 DROPPED_ENV = ("FI_PROVIDER", "FI_EFA_FORK_SAFE", "FI_EFA_USE_DEVICE_RDMA", "HF_HOME", "HF_XET_HIGH_PERFORMANCE")
 
 
-def load_overrides(path: Path = OVERRIDES) -> dict[str, Any]:
+def load_overrides(path: Path = OVERRIDES, instance_type: str | None = None) -> dict[str, Any]:
+    """overrides.yaml, each entry's reason checked; `instance_type` (a GPU instance type of the catalog)
+    replaces its gpuNodes.instanceType where the machine lent has another GPU than the file names."""
     data = yaml.safe_load(path.read_text())
+    if instance_type is not None:
+        gpu = GPU_INSTANCE_TYPES[instance_type].nvml_gpu_name
+        for item in data["stack_config"]:
+            if item["path"] == "gpuNodes.instanceType":
+                item.update(value=instance_type, reason=f"the machine's GPU is one {gpu}, the GPU of {instance_type}")
     sections = [(s, data[s]) for s in OVERRIDE_SECTIONS] + [
         (f"prefix_run.{s}", data["prefix_run"][s]) for s in PREFIX_SECTIONS
     ]
@@ -120,7 +127,12 @@ def sized_decode_only_threshold(overrides: dict[str, Any]) -> dict[str, Any]:
 
     config = rendered_stack(overrides)
     found = sized(MODELS[config.serving.model_id], GPU_INSTANCE_TYPES[config.gpu_nodes.instance_type])
-    return {"tokens": found.tokens, "hop_s": found.hop_s, "text": found.text()}
+    return {
+        "instance_type": config.gpu_nodes.instance_type,
+        "tokens": found.tokens,
+        "hop_s": found.hop_s,
+        "text": found.text(),
+    }
 
 
 def decode_only_threshold(overrides: dict[str, Any]) -> int:
@@ -269,8 +281,13 @@ def write_bundle(out: Path, overrides: dict[str, Any]) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="llm-pd-eks realrun-render", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(".gpu/realrun"), help="bundle folder (default .gpu/realrun)")
+    parser.add_argument(
+        "--instance-type",
+        choices=sorted(t for t, spec in GPU_INSTANCE_TYPES.items() if spec.nvml_gpu_name),
+        help="the GPU instance type whose GPU the machine has (default: overrides.yaml's)",
+    )
     args = parser.parse_args(argv)
-    for path in write_bundle(args.out, load_overrides()):
+    for path in write_bundle(args.out, load_overrides(instance_type=args.instance_type)):
         print(path)
     return 0
 

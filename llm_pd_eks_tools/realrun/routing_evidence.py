@@ -187,7 +187,8 @@ def mix_check(run: Path) -> list[str]:
 
     saved = [load(run, f"evidence-{p}.json") for p, _ in MIX_EVIDENCE if (run / f"evidence-{p}.json").is_file()]
     sized = next((e["sized_decode_only"] for e in saved if e.get("sized_decode_only")), None)
-    lines = [f"- `make size` for this model on p5en: {sized['text']}." if sized else "- `make size`: not recorded."]
+    family = str(sized.get("instance_type", "p5en.48xlarge")).split(".")[0] if sized else ""
+    lines = [f"- `make size` for this model on {family}: {sized['text']}." if sized else "- `make size`: not recorded."]
     lines.append(
         "- Both classes at once, decode-only moved the short prompts' median TTFT "
         f"{_change(figure('together', 'short', pd, 'p50_ttft_ms'), figure('together', 'short', cond, 'p50_ttft_ms'))} "
