@@ -36,7 +36,12 @@ def test_the_bundle_keeps_what_make_size_says_of_decode_only_beside_the_arm(tmp_
     write_bundle(tmp_path, OVERRIDES)
     sized = json.loads((tmp_path / "meta.json").read_text())["sized_decode_only"]
     found = sized_threshold(MODELS["Qwen/Qwen2.5-7B-Instruct"], GPU_INSTANCE_TYPES["p5en.48xlarge"])
-    assert sized == {"instance_type": "p5en.48xlarge", "tokens": found.tokens, "hop_s": found.hop_s, "text": found.text()}
+    assert sized == {
+        "instance_type": "p5en.48xlarge",
+        "tokens": found.tokens,
+        "hop_s": found.hop_s,
+        "text": found.text(),
+    }
 
 
 def test_a_bundle_for_another_gpu_renders_that_gpus_instance_type_and_make_sizes_claim_for_it(tmp_path: Path) -> None:

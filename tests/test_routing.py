@@ -218,6 +218,66 @@ def test_short_prompts_stay_on_decode_and_long_ones_go_through_prefill() -> None
     assert isinstance(short.engine.asked[0], module.TokenizeCompletionRequest)  # the engine's own count
 
 
+class FakeTokenizer:
+    """One token a word; a chat template that frames each message."""
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return [0] * (len(text.split()) + (1 if add_special_tokens else 0))
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool, tokenize: bool) -> str:
+        assert add_generation_prompt and not tokenize
+        return " ".join(f"<start> {m['role']} {m['content']} <end>" for m in messages) + " <start> assistant"
+
+
+class FakeClient:
+    def get_tokenizer(self) -> FakeTokenizer:  # vLLM 0.26's AsyncLLM.get_tokenizer is a plain method
+        return FakeTokenizer()
+
+
+def vllm_engine_source() -> str:
+    """Ray 2.58's VLLMEngine source, read as text (importing it needs vLLM, which the tests do not install)."""
+    import importlib.util
+
+    (root,) = importlib.util.find_spec("ray").submodule_search_locations  # type: ignore[union-attr]
+    return Path(root, "llm/_internal/serve/engines/vllm/vllm_engine.py").read_text()
+
+
+class ReleasedEngine:
+    """Ray 2.58's VLLMEngine beside vLLM 0.26, as far as the runtime module touches it: `tokenize` yields
+    Ray's ErrorResponse (no `count`) because `_oai_serving_tokenization` is None, and the engine client
+    hands out its tokenizer."""
+
+    def __init__(self) -> None:
+        self._engine_client = FakeClient()
+
+    async def tokenize(self, request: Any) -> Any:
+        # Ray's ErrorResponse (which needs vLLM to import): an `error`, no `count`
+        yield type("ErrorResponse", (), {"error": "This model does not support the 'tokenization' task."})()
+
+
+def test_rays_engine_reads_a_tokenization_state_name_vllm_026_does_not_set() -> None:
+    source = vllm_engine_source()
+    assert 'state, "openai_serving_tokenization", None' in source  # vLLM 0.26 sets state.serving_tokenization
+    assert "if error := self._validate_openai_serving_tokenization():\n            yield error" in source
+
+
+def test_without_the_endpoint_the_engine_clients_tokenizer_counts_the_prompt() -> None:
+    module = runtime()
+    short, long = server(256, ReleasedEngine()), server(256, ReleasedEngine())
+    assert run_async(short._prompt_tokens(completion("a b c"))) == 4  # three words and a special token
+    assert run_async(short._decode_only(completion("hello world")))
+    assert not run_async(long._decode_only(completion("x " * 300)))
+    assert short._paths.paths == [module.DECODE_ONLY] and long._paths.paths == [module.DISAGGREGATED]
+
+
+def test_a_chat_request_is_counted_with_its_template_applied() -> None:
+    from ray.llm._internal.serve.core.configs.openai_api_models import ChatCompletionRequest
+
+    request = ChatCompletionRequest.model_construct(model="m", messages=[{"role": "user", "content": "one two"}])
+    # "<start> user one two <end> <start> assistant": the template's framing counted, no special token added
+    assert run_async(server(256, ReleasedEngine())._prompt_tokens(request)) == 7
+
+
 def test_token_id_prompts_are_counted_without_the_tokenizer() -> None:
     engine = FakeEngine(count=10_000)
     s = server(256, engine)

@@ -9,10 +9,15 @@ image's Ray 2.58.0 / vLLM 0.26.0:
   the duration of the call, so every other part of the graph (ingress, prefill, placement, NIXL port
   bases) is Ray's.
 - `PDDecodeServer.chat/completions` always hand the request to `_pd_handle_request` (remote prefill,
-  then local decode). The subclass counts the prompt with the decode engine's own tokenizer
-  (`LLMServer.engine.tokenize`, vLLM's tokenization endpoint, chat template applied) and, below the
-  threshold, runs `LLMServer.chat/completions` instead: the decode engine prefills locally, its
-  NixlConnector (kv_role kv_both) sees no kv_transfer_params and transfers nothing.
+  then local decode). The subclass counts the prompt with the decode engine's own tokenizer and,
+  below the threshold, runs `LLMServer.chat/completions` instead: the decode engine prefills locally,
+  its NixlConnector (kv_role kv_both) sees no kv_transfer_params and transfers nothing.
+- The count: vLLM's tokenization endpoint through `LLMServer.engine.tokenize` (chat template
+  applied) where Ray exposes it, else the engine client's tokenizer (`get_tokenizer()`). On the
+  released pair the endpoint is never there: Ray 2.58's VLLMEngine reads vLLM's app state as
+  `openai_serving_tokenization`, which vLLM 0.26 names `serving_tokenization`, so `tokenize` answers
+  "does not support the 'tokenization' task" (seen on the GPU run, where every request went through
+  prefill until the tokenizer counted).
 - Each decision is counted (`llm_pd_eks_pd_path_requests`, tag `path`: decode_only | disaggregated),
   exported by Ray as `ray_llm_pd_eks_pd_path_requests_total`.
 Anything that cannot be counted (a tokenizer error, an unknown request shape) goes through prefill:
@@ -21,6 +26,7 @@ the feature only ever removes a hop it is sure of.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Optional
 
 from ray.llm._internal.serve.core.configs.openai_api_models import (
@@ -72,16 +78,39 @@ class ConditionalPDDecodeServer(PDDecodeServer):
         known = prompt_token_ids(request)
         if known is not None:
             return known
-        asked = tokenize_request(request)
-        if asked is None or self.engine is None:
+        if self.engine is None:
             return None
         try:
-            async for reply in self.engine.tokenize(asked):
-                count = getattr(reply, "count", None)
-                return int(count) if isinstance(count, int) else None
+            counted = await self._endpoint_count(request)
+            return counted if counted is not None else await self._tokenizer_count(request)
         except Exception:  # any tokenizer failure means "cannot tell": disaggregate
             return None
+
+    async def _endpoint_count(self, request: Any) -> Optional[int]:
+        """vLLM's tokenization endpoint's count, or None where it answers with an error."""
+        asked = tokenize_request(request)
+        if asked is None:
+            return None
+        async for reply in self.engine.tokenize(asked):
+            count = getattr(reply, "count", None)
+            return int(count) if isinstance(count, int) else None
         return None
+
+    async def _tokenizer_count(self, request: Any) -> Optional[int]:
+        """The engine client's tokenizer's count: the chat template applied to chat messages, special
+        tokens added to a completion's prompt, as vLLM's own preprocessing does."""
+        client = getattr(self.engine, "_engine_client", None)
+        if client is None:
+            return None
+        tokenizer = client.get_tokenizer()
+        if inspect.isawaitable(tokenizer):  # a coroutine in older vLLM releases
+            tokenizer = await tokenizer
+        if isinstance(request, ChatCompletionRequest):
+            messages = [m if isinstance(m, dict) else m.model_dump(exclude_none=True) for m in request.messages]
+            text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            return len(tokenizer.encode(text, add_special_tokens=False))
+        prompt = getattr(request, "prompt", None)
+        return len(tokenizer.encode(prompt)) if isinstance(prompt, str) else None
 
     async def _decode_only(self, request: Any) -> bool:
         if self._decode_only_below <= 0:
