@@ -119,8 +119,14 @@ def test_ray_serve_builds_each_arm_with_two_quarter_gpu_replicas_a_role(arm: str
         (bundle,) = d._replica_config.placement_group_bundles
         assert bundle["GPU"] == 0.25 and bundle[role_resource(role)] == 1
         llm_config = d._replica_config.init_kwargs["llm_config"]
-        env = VLLMEngineConfig.from_llm_config(llm_config).get_runtime_env_with_local_env_vars()["env_vars"]
-        assert env["VLLM_RAY_PER_WORKER_GPUS"] == "0.25"  # vLLM's worker asks for the bundle's share
+        # vLLM's engine core, a child of the replica, reads VLLM_RAY_PER_WORKER_GPUS from the replica's own
+        # environment: Ray Serve's build puts the LLMConfig's runtime_env in the replica's actor options
+        replica_env = d._replica_config.ray_actor_options["runtime_env"]["env_vars"]
+        assert replica_env["VLLM_RAY_PER_WORKER_GPUS"] == "0.25"  # the bundle's share
+        # what Ray Serve LLM derives from the bundle itself goes to its callback, not to the replica (the
+        # run of 2026-12-06: every engine asked for a whole GPU without the entry above)
+        callback_env = VLLMEngineConfig.from_llm_config(llm_config).get_runtime_env_with_local_env_vars()["env_vars"]
+        assert callback_env["VLLM_RAY_PER_WORKER_GPUS"] == "0.25"
         engine = llm_config.engine_kwargs
         assert engine["kv_cache_memory_bytes"] == 2 * 2**30 and engine["max_model_len"] == 4096
         assert engine["compilation_config"] == {"cudagraph_capture_sizes": [1, 2, 4, 8, 16]}
@@ -591,7 +597,32 @@ def test_the_page_table_has_a_row_per_arm_and_load_from_the_saved_evidence(
         evidence.latest()
 
 
-def test_the_page_says_the_arms_have_not_run_until_their_evidence_is_saved() -> None:
-    assert routing_evidence.prefix_run() is None
+def test_an_arm_that_never_ran_is_a_line_with_its_state_and_the_first_saved_reason(tmp_path: Path) -> None:
+    run = tmp_path / "2026-12-05T1000Z"
+    run.mkdir()
+    failed = {"app_status": "DEPLOY_FAILED", "timings": {"deploy_s": 207.7}}
+    (run / "evidence-mix-prefix-pd.json").write_text(json.dumps(failed))
+    (run / "failure-mix-prefix-pd.txt").write_text("ValueError: no bundle fits\nmore\n")
+    table = routing_evidence.prefix_results_section(run)
+    assert "- `mix-prefix-pd`: DEPLOY_FAILED after 208 s: ValueError: no bundle fits" in table
+    (run / "failure-mix-prefix-pd.txt").unlink()
+    assert "DEPLOY_FAILED after 208 s: no failure lines saved" in routing_evidence.prefix_results_section(run)
+    assert routing_evidence.prefix_rows(run) == []
+
+
+def test_the_saved_prefix_arm_failed_on_a_whole_gpu_asked_inside_its_quarter_gpu_bundle() -> None:
+    run = evidence.DATA / "2026-12-06T0535Z"
+    found = json.loads((run / "evidence-mix-prefix-pd.json").read_text())
+    assert found["app_status"] == "DEPLOY_FAILED" and "loads" not in found
+    why = (run / "failure-mix-prefix-pd.txt").read_text().splitlines()[0]
+    assert "resource request {'CPU': 0, 'GPU': 1.0} cannot fit" in why and "'GPU': 0.25" in why
+    # what the next run deploys: the replica's own environment carries the quarter
+    for role in ROLES:
+        env = app("prefix-pd")["args"][f"{role}_config"]["runtime_env"]["env_vars"]
+        assert env == {"VLLM_RAY_PER_WORKER_GPUS": "0.25"}
+
+
+def test_the_page_carries_the_newest_saved_prefix_arms_and_says_when_none_ran() -> None:
     assert "Not run yet" in routing_evidence.prefix_results_section(None)
-    assert routing_evidence.prefix_results_section(None) in evidence.DOC.read_text()
+    run = routing_evidence.prefix_run()
+    assert run is not None and routing_evidence.prefix_results_section(run) in evidence.DOC.read_text()

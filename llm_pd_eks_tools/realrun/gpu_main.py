@@ -433,7 +433,7 @@ def grown(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {name: n - before.get(name, 0) for name, n in after.items() if n > before.get(name, 0)}
 
 
-def failure_logs(out: Path) -> None:
+def failure_logs(out: Path, phase: str) -> None:
     """The lines that say why, from the Serve controller, replicas and workers' stderr."""
     logs = Path(TEMP_DIR, "session_latest", "logs")
     keep = re.compile(r"Error|error|Traceback|exception|Exception|FAILED|failed|CUDA|NIXL|nixl|OOM|Killed")
@@ -444,7 +444,7 @@ def failure_logs(out: Path) -> None:
             if hits:
                 lines.append(f"== {path.name}")
                 lines.extend(hits[-60:])
-    (out / "failure.txt").write_text("\n".join(lines[-3000:]) + "\n")
+    (out / f"failure-{phase}.txt").write_text("\n".join(lines[-3000:]) + "\n")
 
 
 def main() -> int:
@@ -462,7 +462,7 @@ def main() -> int:
     (out / f"evidence-{phase}.json").write_text(json.dumps(evidence, indent=1, default=str) + "\n")
     log("evidence written:", phase, evidence.get("app_status"))
     if evidence.get("app_status") != "RUNNING":
-        failure_logs(out)
+        failure_logs(out, phase)
     return 0 if evidence.get("app_status") == "RUNNING" else 1
 
 

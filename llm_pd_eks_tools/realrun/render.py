@@ -82,8 +82,11 @@ def get_path(tree: dict[str, Any], path: str) -> Any:
 
 
 def set_path(tree: dict[str, Any], path: str, value: Any) -> None:
-    node, leaf = _walk(tree, path)
-    node[leaf] = copy.deepcopy(value)
+    """`value` at `path`, the dicts on the way made where the rendering has none (runtime_env.env_vars)."""
+    *parents, leaf = path.split(".")
+    for key in parents:
+        tree = tree.setdefault(key, {})
+    tree[leaf] = copy.deepcopy(value)
 
 
 def rendered_stack(overrides: dict[str, Any]) -> Any:

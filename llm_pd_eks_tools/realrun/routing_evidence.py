@@ -28,6 +28,7 @@ PREFIX_EVIDENCE = (
     ("mix-prefix", "P/D, prefix-aware routing", True),
 )
 MIX_EVIDENCE = (("mix-pd", "P/D"), ("mix-cond", "P/D, decode-only below the threshold"))
+LOADS_CLASSES = tuple((name, classes) for name, classes in gpu_mix.LOADS)
 NOT_RUN = "Not run yet (`bash scripts/real-run/gpu-run.sh {}`, then `{}`)."
 
 
@@ -116,6 +117,20 @@ def prefix_rows(run: Path) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["clients"], order.index(r["arm"])))
 
 
+def deploy_failure(run: Path, phase: str) -> list[str]:
+    """A line (and a blank one) for an arm whose application never ran: its state and the first line of
+    its saved failure-<phase>.txt, which says why."""
+    path = run / f"evidence-{phase}.json"
+    found = load(run, path.name) if path.is_file() else {}
+    if found.get("app_status") in (None, "RUNNING"):
+        return []
+    why_file = run / f"failure-{phase}.txt"
+    why = why_file.read_text().splitlines()[0].strip() if why_file.is_file() else "no failure lines saved"
+    took = found.get("timings", {}).get("deploy_s")
+    after = f" after {took:.0f} s" if took is not None else ""
+    return [f"- `{phase}`: {found['app_status']}{after}: {why}", ""]
+
+
 def prefix_results_section(run: Optional[Path]) -> str:
     if run is None:
         return NOT_RUN.format("mix-prefix-pd", "mix-prefix")
@@ -128,6 +143,7 @@ def prefix_results_section(run: Optional[Path]) -> str:
         "| prefill hit rate | decode hit rate | model hit rate | decode KV pulls |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
+    lines[2:2] = [line for phase, _, _ in PREFIX_EVIDENCE for line in deploy_failure(run, phase)]
     for r in prefix_rows(run):
         lines.append(
             f"| {r['arm']} | {r['clients']} | {r['completed']} | {ms(r['p50_ttft_ms'])} | {ms(r['p90_ttft_ms'])} "
@@ -141,14 +157,18 @@ def prefix_results_section(run: Optional[Path]) -> str:
 
 
 def mix_rows(run: Path) -> list[dict[str, Any]]:
-    """One row per load, prompt class and arm (a load skipped for time has none): the class's figures
-    and how many requests of the load took each P/D path."""
+    """One row per load, prompt class and arm: the class's figures and how many requests of the load
+    took each P/D path, or, for a load not run, why (`skipped`)."""
     rows = []
     for phase, arm in MIX_EVIDENCE:
         if not (run / f"evidence-{phase}.json").is_file():
             continue
         found = load(run, f"evidence-{phase}.json")
         for level in found.get("loads", []):
+            if "skipped" in level:
+                for name in dict(LOADS_CLASSES)[level["load"]]:
+                    rows.append({"load": level["load"], "class": name, "arm": arm, "skipped": level["skipped"]})
+                continue
             for name, c in level.get("classes", {}).items():
                 s = c["summary"]
                 rows.append(
@@ -159,8 +179,9 @@ def mix_rows(run: Path) -> list[dict[str, Any]]:
                         "threshold": found.get("decode_only_below_tokens"),
                         "clients": c["clients"],
                         **{k: s[k] for k in ("completed", "p50_ttft_ms", "p90_ttft_ms", "p50_itl_ms", "output_tok_s")},
-                        "decode_only": level.get("paths", {}).get("decode_only", 0.0),
-                        "disaggregated": level.get("paths", {}).get("disaggregated", 0.0),
+                        # None: no path counter (Ray's own decode server, which the P/D arm runs, has none)
+                        "decode_only": level["paths"].get("decode_only", 0.0) if level.get("paths") else None,
+                        "disaggregated": level["paths"].get("disaggregated", 0.0) if level.get("paths") else None,
                     }
                 )
     loads, classes = [name for name, _ in gpu_mix.LOADS], [c[0] for c in gpu_mix.MIX_CLASSES]
@@ -183,7 +204,7 @@ def mix_check(run: Path) -> list[str]:
     pd, cond = (a for _, a in MIX_EVIDENCE)
 
     def figure(load_name: str, name: str, arm: str, key: str) -> Optional[float]:
-        return rows.get((load_name, name, arm), {}).get(key)
+        return rows.get((load_name, name, arm), {}).get(key)  # a skipped load's row has no figures
 
     saved = [load(run, f"evidence-{p}.json") for p, _ in MIX_EVIDENCE if (run / f"evidence-{p}.json").is_file()]
     sized = next((e["sized_decode_only"] for e in saved if e.get("sized_decode_only")), None)
@@ -205,11 +226,133 @@ def mix_check(run: Path) -> list[str]:
     return lines
 
 
+MIX_FIT_LOAD = "long alone"  # the P/D arm's load the prefill stage's cost a token is fitted on
+
+
+def _means(rows: list[dict[str, Any]]) -> tuple[float, float]:
+    """Mean TTFT and ITL (seconds) of a class's answered requests."""
+    ok = [r for r in rows if r.get("status") == 200 and "ttft_s" in r and "itl_s" in r]
+    return sum(r["ttft_s"] for r in ok) / len(ok), sum(r["itl_s"] for r in ok) / len(ok)
+
+
+def mix_model_rows(run: Path) -> list[dict[str, Any]]:
+    """The sizing model's mix (sizing/mix.py) against every measured class of both arms: mean TTFT and
+    ITL, model and measured. The prefill stage's cost beyond the engine model's prefill (here UCX's
+    handoff on one shared GPU, which kv.py's EFA rates do not describe) is fitted on the P/D arm's
+    long-alone load, a saturated closed loop whose cycle is that stage's service time; every other
+    row is held out."""
+    from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+    from llm_pd_eks.models import MODELS
+    from llm_pd_eks_tools.sizing.engine import Replica
+    from llm_pd_eks_tools.sizing.mix import MixClass, mix_load
+
+    record = load(run, "run.json")
+    if not {"model_id", "instance_type"} <= record.keys() or not all(
+        (run / f"evidence-{phase}.json").is_file() for phase, _ in MIX_EVIDENCE
+    ):
+        return []  # a run that cannot be modelled: no model, GPU or arm saved
+    replica = Replica(MODELS[record["model_id"]], GPU_INSTANCE_TYPES[record["instance_type"]], 1)
+    arms = {arm: load(run, f"evidence-{phase}.json") for phase, arm in MIX_EVIDENCE}
+    pd = MIX_EVIDENCE[0][1]
+    fits = [ld for ld in arms[pd]["loads"] if ld["load"] == MIX_FIT_LOAD and "classes" in ld]
+    if not fits:
+        return []
+    (fit,) = fits
+    long_rows = fit["classes"]["long"]["requests"]
+    tokens = sum(r["prompt_tokens"] for r in long_rows) / len(long_rows)
+    service = fit["classes"]["long"]["summary"]["wall_s"] / fit["classes"]["long"]["summary"]["completed"]
+    per_token = (service - replica.prefill_seconds(tokens)) / tokens
+    rows = []
+    for arm, found in arms.items():
+        threshold = found.get("decode_only_below_tokens")
+        for ld in found.get("loads", []):
+            if "classes" not in ld:
+                continue
+            classes = []
+            for name, c in ld["classes"].items():
+                rs = c["requests"]
+                prompt = round(sum(r["prompt_tokens"] for r in rs) / len(rs))
+                output = round(sum(r["output_tokens"] for r in rs) / len(rs))
+                classes.append(MixClass(name, c["clients"], prompt, output))
+            model = mix_load(replica, classes, lambda n: per_token * n, decode_only_below=threshold)
+            for name, c in ld["classes"].items():
+                ttft, itl = _means(c["requests"])
+                rows.append(
+                    {
+                        "load": ld["load"],
+                        "class": name,
+                        "arm": arm,
+                        "fitted": arm == pd and ld["load"] == MIX_FIT_LOAD,
+                        "ttft_s": ttft,
+                        "model_ttft_s": model[name].ttft_s,
+                        "itl_s": itl,
+                        "model_itl_s": model[name].itl_s,
+                        "stage_s_per_token": per_token,
+                    }
+                )
+    return rows
+
+
+def mix_model_section(run: Path) -> list[str]:
+    rows = mix_model_rows(run)
+    if not rows:
+        return []
+    lines = [
+        "",
+        f"The sizing model's mix (`llm_pd_eks_tools/sizing/mix.py`: closed loops, the prefill stage one FCFS "
+        f"queue both classes share unless decode-only takes the short ones out of it), mean TTFT and ITL; the "
+        f"prefill stage's cost beyond the model's prefill, {rows[0]['stage_s_per_token'] * 1e6:.0f} µs a prompt "
+        f"token (UCX's handoff on one shared GPU), fitted on P/D's {MIX_FIT_LOAD} load, every other row held out:",
+        "",
+        "| load | prompts | arm | mean TTFT ms | model | ratio | mean ITL ms | model | ratio |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        arm = r["arm"] + (" (fitted)" if r["fitted"] else "")
+        lines.append(
+            f"| {r['load']} | {r['class']} | {arm} | {ms(r['ttft_s'] * 1e3)} | {ms(r['model_ttft_s'] * 1e3)} "
+            f"| {r['model_ttft_s'] / r['ttft_s']:.2f} | {r['itl_s'] * 1e3:.2f} | {r['model_itl_s'] * 1e3:.2f} "
+            f"| {r['model_itl_s'] / r['itl_s']:.2f} |"
+        )
+    return [*lines, "", deployment_mix_line(run)]
+
+
+def deployment_mix_line(run: Path) -> str:
+    """What the same model says of the run's mix on the deployment's fabric: the run's instance type
+    with kv.py's EFA handoff by message size and the assumed hop."""
+    from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+    from llm_pd_eks.models import MODELS
+    from llm_pd_eks_tools.sizing.engine import Replica
+    from llm_pd_eks_tools.sizing.kv import kv_transfer
+    from llm_pd_eks_tools.sizing.mix import MixClass, mix_load
+    from llm_pd_eks_tools.sizing.routing import HOP_ASSUMED_S
+
+    record = load(run, "run.json")
+    model, instance = MODELS[record["model_id"]], GPU_INSTANCE_TYPES[record["instance_type"]]
+    replica = Replica(model, instance, 1)
+    classes = [
+        MixClass(name, clients, tokens, gpu_mix.MIX_OUTPUT_TOKENS) for name, clients, _, tokens in gpu_mix.MIX_CLASSES
+    ]
+    threshold = load(run, "evidence-mix-cond.json")["decode_only_below_tokens"]
+    handoff = lambda n: kv_transfer(model, n, 2, instance, 1).seconds  # noqa: E731
+    pd, cond = mix_load(replica, classes, handoff), mix_load(replica, classes, handoff, threshold)
+    short, long = (c[0] for c in gpu_mix.MIX_CLASSES)
+    return (
+        f"- The same mix on {instance.name} over EFA (kv.py's handoff by message size, a {HOP_ASSUMED_S * 1e3:.0f} ms "
+        f"hop assumed), by the model: decode-only below {threshold:,} tokens moves the short prompts' mean TTFT "
+        f"from {pd[short].ttft_s * 1e3:.0f} to {cond[short].ttft_s * 1e3:.0f} ms, the long prompts' from "
+        f"{pd[long].ttft_s * 1e3:.0f} to {cond[long].ttft_s * 1e3:.0f} ms, and the ITL from "
+        f"{pd[long].itl_s * 1e3:.2f} to {cond[long].itl_s * 1e3:.2f} ms: the short prompts skip the prefill "
+        "queue the long ones fill, which `make size`'s idle-stage threshold above does not weigh."
+    )
+
+
 def mix_results_section(run: Optional[Path]) -> str:
     if run is None:
         return NOT_RUN.format("mix-pd", "mix-cond")
     lines = [
-        f"Run `{run.name}`. Requests by path: the project's `ray_llm_pd_eks_pd_path_requests_total` over the load.",
+        f"Run `{run.name}`. Requests by path: the project's `ray_llm_pd_eks_pd_path_requests_total` over the "
+        "whole load (both classes).",
         "",
         "| load | prompts | arm | clients | requests | median TTFT ms | p90 TTFT ms | median ITL ms | output tok/s "
         "| decode-only / P/D requests |",
@@ -217,14 +360,19 @@ def mix_results_section(run: Optional[Path]) -> str:
     ]
     tokens = {c[0]: c[3] for c in gpu_mix.MIX_CLASSES}
     for r in mix_rows(run):
+        if "skipped" in r:
+            lines.append(
+                f"| {r['load']} | {r['class']} ({tokens[r['class']]:,}) | {r['arm']} | skipped: {r['skipped']} | | | | | | |"
+            )
+            continue
         arm = r["arm"] if r["threshold"] is None else r["arm"].replace("the threshold", f"{r['threshold']:,} tokens")
         itl = "n/a" if r["p50_itl_ms"] is None else f"{r['p50_itl_ms']:.2f}"
+        paths = "no counter" if r["decode_only"] is None else f"{r['decode_only']:.0f} / {r['disaggregated']:.0f}"
         lines.append(
             f"| {r['load']} | {r['class']} ({tokens[r['class']]:,}) | {arm} | {r['clients']} | {r['completed']} "
-            f"| {ms(r['p50_ttft_ms'])} | {ms(r['p90_ttft_ms'])} | {itl} | {r['output_tok_s']:,.0f} "
-            f"| {r['decode_only']:.0f} / {r['disaggregated']:.0f} |"
+            f"| {ms(r['p50_ttft_ms'])} | {ms(r['p90_ttft_ms'])} | {itl} | {r['output_tok_s']:,.0f} | {paths} |"
         )
-    return "\n".join([*lines, "", *mix_check(run)])
+    return "\n".join([*lines, "", *mix_check(run), *mix_model_section(run)])
 
 
 # --- Ray's routers on the CPU (make realrun-router) -------------------------------------------------
