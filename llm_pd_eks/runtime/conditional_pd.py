@@ -89,7 +89,7 @@ class ConditionalPDDecodeServer(PDDecodeServer):
     async def _endpoint_count(self, request: Any) -> Optional[int]:
         """vLLM's tokenization endpoint's count, or None where it answers with an error."""
         asked = tokenize_request(request)
-        if asked is None:
+        if asked is None or self.engine is None:
             return None
         async for reply in self.engine.tokenize(asked):
             count = getattr(reply, "count", None)

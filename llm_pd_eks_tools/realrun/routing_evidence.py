@@ -144,7 +144,10 @@ def prefix_results_section(run: Optional[Path]) -> str:
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     lines[2:2] = [line for phase, _, _ in PREFIX_EVIDENCE for line in deploy_failure(run, phase)]
-    for r in prefix_rows(run):
+    rows = prefix_rows(run)
+    if not rows:
+        return "\n".join(lines[:-3]).rstrip()  # no load ran: no table
+    for r in rows:
         lines.append(
             f"| {r['arm']} | {r['clients']} | {r['completed']} | {ms(r['p50_ttft_ms'])} | {ms(r['p90_ttft_ms'])} "
             f"| {r['p50_itl_ms']:.2f} | {r['output_tok_s']:,.0f} | {_rate(r['prefill_hit_rate'])} "
@@ -347,12 +350,18 @@ def deployment_mix_line(run: Path) -> str:
     )
 
 
+def machine(run: Path) -> str:
+    """`, on <the machine run.json names>`, or nothing where it names none."""
+    named = load(run, "run.json").get("machine") if (run / "run.json").is_file() else None
+    return f", on {named}" if named else ""
+
+
 def mix_results_section(run: Optional[Path]) -> str:
     if run is None:
         return NOT_RUN.format("mix-pd", "mix-cond")
     lines = [
-        f"Run `{run.name}`. Requests by path: the project's `ray_llm_pd_eks_pd_path_requests_total` over the "
-        "whole load (both classes).",
+        f"Run `{run.name}`{machine(run)}. Requests by path: the project's `ray_llm_pd_eks_pd_path_requests_total` "
+        "over the whole load (both classes).",
         "",
         "| load | prompts | arm | clients | requests | median TTFT ms | p90 TTFT ms | median ITL ms | output tok/s "
         "| decode-only / P/D requests |",
@@ -361,9 +370,8 @@ def mix_results_section(run: Optional[Path]) -> str:
     tokens = {c[0]: c[3] for c in gpu_mix.MIX_CLASSES}
     for r in mix_rows(run):
         if "skipped" in r:
-            lines.append(
-                f"| {r['load']} | {r['class']} ({tokens[r['class']]:,}) | {r['arm']} | skipped: {r['skipped']} | | | | | | |"
-            )
+            prompts = f"{r['class']} ({tokens[r['class']]:,})"
+            lines.append(f"| {r['load']} | {prompts} | {r['arm']} | skipped: {r['skipped']} | | | | | | |")
             continue
         arm = r["arm"] if r["threshold"] is None else r["arm"].replace("the threshold", f"{r['threshold']:,} tokens")
         itl = "n/a" if r["p50_itl_ms"] is None else f"{r['p50_itl_ms']:.2f}"
