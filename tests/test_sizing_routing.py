@@ -103,5 +103,70 @@ def test_make_size_says_where_each_routing_feature_pays(tmp_path, capsys) -> Non
     )
     assert run("size", size_cli.main, ["--stack", "dev", "--workload", str(workload)]) == Exit.OK
     out = capsys.readouterr().out
-    assert "decodeOnlyBelowTokens: decode-only never pays here" in out  # p5en: the stall exceeds the hop
+    # an idle prefill stage: the stall exceeds the hop at every length
+    assert "decodeOnlyBelowTokens, idle prefill stage: decode-only never pays here" in out
+    # at the sized load the P/D path also waits in the prefill queue, so shorter prompts pay on decode
+    (line,) = [x for x in out.splitlines() if "decodeOnlyBelowTokens at this load" in x]
+    assert "requests/s a prefill replica, mean queue wait" in line and "disaggregate prompts of" in line
     assert "prefixAware (prefill): hit rate" in out
+
+
+# --- under load: the prefill queue the P/D path waits in and decode-only skips ----------------------
+
+
+def lognormal_partial_moment(mean: float, cv: float, k: int, at_least: float, steps: int = 200_000) -> float:
+    """E[L^k; L >= at_least] by the midpoint rule over the lognormal's log-density (the oracle)."""
+    import math
+
+    s2 = math.log1p(cv**2)
+    mu, s = math.log(mean) - s2 / 2, math.sqrt(s2)
+    lo, hi = max(math.log(at_least), mu - 12 * s), mu + 12 * s
+    width = (hi - lo) / steps
+    total = 0.0
+    for i in range(steps):
+        x = lo + (i + 0.5) * width
+        total += math.exp(k * x) * math.exp(-((x - mu) ** 2) / (2 * s2)) / (s * math.sqrt(2 * math.pi)) * width
+    return total
+
+
+@pytest.mark.parametrize(("k", "at_least"), [(0, 500.0), (1, 2000.0), (2, 4000.0), (4, 1000.0)])
+def test_the_tail_moments_are_the_lognormals(k: int, at_least: float) -> None:
+    from llm_pd_eks_tools.sizing.workload import TokenLengths
+
+    lengths = TokenLengths(mean=1500, cv=0.8)
+    oracle = lognormal_partial_moment(1500, 0.8, k, at_least)
+    assert lengths.partial_moment(k, at_least) == pytest.approx(oracle, rel=1e-6)
+    assert lengths.partial_moment(k, 0) == lengths.moment(k)
+
+
+def test_fixed_lengths_have_all_or_none_of_their_moment_above_a_threshold() -> None:
+    from llm_pd_eks_tools.sizing.workload import TokenLengths
+
+    fixed = TokenLengths(mean=1000, cv=0)
+    assert (fixed.partial_moment(2, 1000), fixed.partial_moment(2, 1001)) == (1e6, 0.0)
+
+
+def test_the_queue_wait_with_every_prompt_queued_is_the_prefill_sides_pollaczek_khinchine_mean() -> None:
+    from llm_pd_eks_tools.sizing.queueing import _service_moments
+    from llm_pd_eks_tools.sizing.routing import prefill_queue_wait
+    from llm_pd_eks_tools.sizing.workload import TokenLengths
+
+    replica, lengths, rate = Replica(QWEN, P5EN, 1), TokenLengths(mean=1500, cv=0.8), 4.0
+    mean_s, second_s = _service_moments(*replica.prefill_coefficients(), lengths)
+    wait = prefill_queue_wait(replica, lengths, rate)
+    assert wait(1) == pytest.approx(rate * second_s / (2 * (1 - rate * mean_s)), rel=1e-9)
+    waits = [wait(t) for t in (1, 256, 1024, 4096, 16384)]
+    assert waits == sorted(waits, reverse=True) and waits[-1] < waits[0] / 10  # fewer prompts queued, less wait
+    assert prefill_queue_wait(replica, lengths, 1 / mean_s)(1) == float("inf")  # a saturated queue
+
+
+def test_a_queue_wait_keeps_longer_prompts_on_decode_and_none_is_the_idle_answer() -> None:
+    idle = decode_only_threshold(QWEN, P5EN, hop_s=0.02)
+    assert decode_only_threshold(QWEN, P5EN, hop_s=0.02, queue_wait_s=lambda t: 0.0).tokens == idle.tokens
+    waited = decode_only_threshold(QWEN, P5EN, hop_s=0.02, queue_wait_s=lambda t: 0.05)
+    assert idle.tokens is not None and waited.tokens is not None and waited.tokens > idle.tokens
+    replica = Replica(QWEN, P5EN, 1)
+    # the same rule as a dearer hop: a constant 50 ms wait is a 70 ms hop
+    assert waited.tokens == decode_only_threshold(QWEN, P5EN, hop_s=0.07).tokens
+    assert not _disaggregation_pays(replica, P5EN, waited.tokens - 1, 0.02, lambda t: 0.05)
+    assert "the prefill queue's mean wait at this load" in waited.text() and "queue" not in idle.text()

@@ -61,6 +61,7 @@ class RoutingConfig(Strict):
         ge=1,
         description="Prompts shorter than this many tokens (counted by the decode engine's own tokenizer, "
         "chat template applied) are prefilled on the decode replica: no prefill hop, no KV transfer. "
-        "Unset: every request goes through prefill. `make size` says where the hop costs more than the "
-        "prefill interference it saves (llm_pd_eks_tools/sizing/routing.py).",
+        "Unset: every request goes through prefill. `make size` says where the hop, the KV handoff and "
+        "the prefill queue's wait cost more than the prefill interference it saves, on an idle prefill "
+        "stage and at the sized load (llm_pd_eks_tools/sizing/routing.py).",
     )

@@ -277,7 +277,7 @@ def mix_model_rows(run: Path) -> list[dict[str, Any]]:
                 prompt = round(sum(r["prompt_tokens"] for r in rs) / len(rs))
                 output = round(sum(r["output_tokens"] for r in rs) / len(rs))
                 classes.append(MixClass(name, c["clients"], prompt, output))
-            model = mix_load(replica, classes, lambda n: per_token * n, decode_only_below=threshold)
+            model = mix_load(replica, classes, stage_s=lambda n: per_token * n, decode_only_below=threshold)
             for name, c in ld["classes"].items():
                 ttft, itl = _means(c["requests"])
                 rows.append(
@@ -338,7 +338,8 @@ def deployment_mix_line(run: Path) -> str:
     ]
     threshold = load(run, "evidence-mix-cond.json")["decode_only_below_tokens"]
     handoff = lambda n: kv_transfer(model, n, 2, instance, 1).seconds  # noqa: E731
-    pd, cond = mix_load(replica, classes, handoff), mix_load(replica, classes, handoff, threshold)
+    pd = mix_load(replica, classes, handoff_s=handoff)
+    cond = mix_load(replica, classes, handoff_s=handoff, decode_only_below=threshold)
     short, long = (c[0] for c in gpu_mix.MIX_CLASSES)
     return (
         f"- The same mix on {instance.name} over EFA (kv.py's handoff by message size, a {HOP_ASSUMED_S * 1e3:.0f} ms "

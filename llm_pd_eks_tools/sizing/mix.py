@@ -14,10 +14,11 @@ Queuing Networks", JACM 1980) over the population vectors:
 
 - the prefill stage, one FCFS queue of `prefill_replicas` replicas (taken as one server that many
   times as fast): demand D_c = prefill_seconds(L_c) + stage_s(L_c) for a class sent through prefill,
-  none for a decode-only class. `stage_s` is what the prefill stage costs beyond the engine model's
-  prefill: the KV handoff (kv.py's by message size on EFA; fitted from a load where it is not);
-- a delay: the hop for a class sent through prefill, the local prefill for a decode-only one, then
-  the output tokens at the decode replica's inter-token latency.
+  none for a decode-only class. `stage_s` is what holds the prefill stage beyond the engine model's
+  prefill (on the one-GPU real run, UCX's handoff, fitted; none over EFA, where decode reads the KV
+  while the prefill replica goes on);
+- a delay: the hop and the KV handoff (kv.py's by message size) for a class sent through prefill, the
+  local prefill for a decode-only one, then the output tokens at the decode replica's ITL.
 
 The ITL is the engine model's decode step at the resident batch (Little: throughput x decode time),
 stretched by 1 / (1 - u), u the decode replica's share of time prefilling decode-only prompts; batch
@@ -88,16 +89,22 @@ def _mva(demands: Sequence[float], delays: Sequence[float], clients: Sequence[in
 def mix_load(
     replica: Replica,
     classes: Sequence[MixClass],
-    stage_s: Callable[[int], float],
+    stage_s: Callable[[int], float] = lambda tokens: 0.0,
+    handoff_s: Callable[[int], float] = lambda tokens: 0.0,
     decode_only_below: Optional[int] = None,
     hop_s: float = HOP_ASSUMED_S,
     prefill_replicas: int = 1,
     decode_replicas: int = 1,
 ) -> dict[str, MixResult]:
     """Each class's mean TTFT, ITL and throughput when every class runs its closed loop at once; a
-    class whose prompts are below `decode_only_below` tokens takes the decode-only path."""
+    class whose prompts are below `decode_only_below` tokens takes the decode-only path.
+
+    `stage_s(L)`: what a prompt of L tokens holds the prefill stage for beyond its prefill (queued);
+    `handoff_s(L)`: its KV handoff where the prefill replica is free meanwhile (NIXL's decode-side
+    read over EFA, as plan.py's TTFT has it: a delay, not queued)."""
     local = [decode_only_below is not None and c.prompt_tokens < decode_only_below for c in classes]
     prefill = [replica.prefill_seconds(c.prompt_tokens) for c in classes]
+    handoff = [0.0 if on_decode else handoff_s(c.prompt_tokens) for c, on_decode in zip(classes, local)]
     demands = [
         0.0 if on_decode else (prefill[i] + stage_s(c.prompt_tokens)) / prefill_replicas
         for i, (c, on_decode) in enumerate(zip(classes, local))
@@ -111,7 +118,7 @@ def mix_load(
     throughput: list[float] = []
     for _ in range(FIXED_POINT_ROUNDS):
         delays = [
-            (prefill[i] if on_decode else hop_s) + max(c.output_tokens - 1, 0) * itl + itl
+            (prefill[i] if on_decode else hop_s + handoff[i]) + max(c.output_tokens - 1, 0) * itl + itl
             for i, (c, on_decode) in enumerate(zip(classes, local))
         ]
         residence, throughput = _mva(demands, delays, [c.clients for c in classes])
@@ -120,7 +127,7 @@ def mix_load(
         itl = replica.decode_step_seconds(max(decoding, 1.0), context) / (1 - busy)
     out = {}
     for i, c in enumerate(classes):
-        first = prefill[i] + itl if local[i] else residence[i] + hop_s
+        first = prefill[i] + itl if local[i] else residence[i] + hop_s + handoff[i]
         waited = 0.0 if local[i] else max(residence[i] - demands[i], 0.0)
         out[c.name] = MixResult(local[i], first, itl, throughput[i], waited)
     return out

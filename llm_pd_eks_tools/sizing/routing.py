@@ -10,8 +10,13 @@ Disaggregating pays where the stall it saves exceeds what it adds:
 `prefill_seconds` is the engine model (engine.py: intercept + dense + attention, all-reduce under TP),
 `kv_transfer` the handoff by message size (kv.py). Both grow with L; the hop does not, so the
 threshold is the smallest L where the inequality holds. The hop (ingress -> decode -> prefill handle
--> a one-token prefill request -> back) is ASSUMED here at `HOP_ASSUMED_S` until the real-run script
-measures the decode-only and P/D paths on one workload (docs/routing.md); every answer says so.
+-> a one-token prefill request -> back) is ASSUMED here at `HOP_ASSUMED_S`; every answer says so.
+
+Under load the P/D path also waits in the prefill queue, which decode-only skips: with
+`queue_wait_s` (`prefill_queue_wait`: the M/G/1 mean wait at the sized prefill replicas, only prompts
+above the threshold queued) the inequality's right side gains that wait and the threshold rises.
+The real run measured the effect with a closed loop of short and long prompts (sizing/mix.py holds the
+same queue for closed loops, checked against that run).
 
 Prefix-aware routing pays where the prefixes a workload repeats do not all fit every replica's
 prefix cache: affinity gives each replica its own share to hold (`prefix_routing`). With one replica,
@@ -20,13 +25,16 @@ or prefixes that fit everywhere, it saves nothing and only risks hot spots.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Callable, Optional
 
 from llm_pd_eks.catalog import GpuInstanceType
 from llm_pd_eks.models import ModelSpec
 
 from .engine import Replica
 from .kv import kv_transfer
+from .workload import TokenLengths
 
 # One Ray Serve handle call and a one-token engine request: a few milliseconds on an idle replica
 # (Ray Serve's own docs put a handle call at ~1 ms; the prefill request adds scheduling and the
@@ -53,9 +61,16 @@ class DecodeOnlyThreshold:
         return f"disaggregate prompts of {self.tokens:,} tokens and more: {self.basis}"
 
 
-def _disaggregation_pays(replica: Replica, instance: GpuInstanceType, tokens: int, hop_s: float) -> bool:
+def _disaggregation_pays(
+    replica: Replica,
+    instance: GpuInstanceType,
+    tokens: int,
+    hop_s: float,
+    queue_wait_s: Optional[Callable[[int], float]] = None,
+) -> bool:
     handoff = kv_transfer(replica.model, tokens, replica.kv_dtype_bytes, instance, replica.tp)
-    return replica.prefill_seconds(tokens) > hop_s + handoff.seconds
+    waited = queue_wait_s(tokens) if queue_wait_s is not None else 0.0
+    return replica.prefill_seconds(tokens) > hop_s + handoff.seconds + waited
 
 
 def decode_only_threshold(
@@ -64,24 +79,57 @@ def decode_only_threshold(
     tp: int = 1,
     kv_dtype_bytes: int = 2,
     hop_s: float = HOP_ASSUMED_S,
+    queue_wait_s: Optional[Callable[[int], float]] = None,
 ) -> DecodeOnlyThreshold:
     """The smallest prompt length at which sending the request through prefill pays (bisection on the
-    monotone difference: the prefill term grows at least linearly, the handoff at most linearly in L)."""
+    monotone difference: the prefill term grows at least linearly, the handoff at most linearly in L).
+
+    `queue_wait_s(T)`: the prefill stage's mean queueing delay when only prompts of T tokens and more
+    are sent there (`prefill_queue_wait`), which the P/D path adds and decode-only skips; it falls as
+    T grows, so the difference stays monotone. None: an idle prefill stage."""
     replica = Replica(model, instance, tp, kv_dtype_bytes=kv_dtype_bytes)
     basis = (
         f"{model.model_id} on {instance.name} TP {tp}: prefill on decode vs a {hop_s * 1e3:.0f} ms hop "
         f"(assumed) + the KV handoff by message size"
+        + (" + the prefill queue's mean wait at this load" if queue_wait_s is not None else "")
     )
-    if not _disaggregation_pays(replica, instance, SEARCH_LIMIT_TOKENS, hop_s):
+
+    def pays(tokens: int) -> bool:
+        return _disaggregation_pays(replica, instance, tokens, hop_s, queue_wait_s)
+
+    if not pays(SEARCH_LIMIT_TOKENS):
         return DecodeOnlyThreshold(None, hop_s, basis)
     low, high = 1, SEARCH_LIMIT_TOKENS
     while low < high:
         mid = (low + high) // 2
-        if _disaggregation_pays(replica, instance, mid, hop_s):
+        if pays(mid):
             high = mid
         else:
             low = mid + 1
     return DecodeOnlyThreshold(low, hop_s, basis)
+
+
+def prefill_queue_wait(replica: Replica, lengths: TokenLengths, rate_per_replica: float) -> Callable[[int], float]:
+    """T -> the mean wait in one prefill replica's queue (Pollaczek-Khinchine, as plan.py sizes the
+    prefill side) when only the prompts of at least T tokens are sent there: Poisson arrivals at
+    `rate_per_replica` thinned to those prompts, service the engine model's prefill c + a L + b L^2,
+    its moments over the lognormal's tail (TokenLengths.partial_moment); inf where that queue is unstable."""
+    c, a, b = replica.prefill_coefficients()
+
+    def wait(threshold: int) -> float:
+        m = lengths.partial_moment
+        mean = c * m(0, threshold) + a * m(1, threshold) + b * m(2, threshold)
+        second = (
+            c * c * m(0, threshold)
+            + 2 * c * (a * m(1, threshold) + b * m(2, threshold))
+            + a * a * m(2, threshold)
+            + 2 * a * b * m(3, threshold)
+            + b * b * m(4, threshold)
+        )
+        busy = rate_per_replica * mean
+        return math.inf if busy >= 1 else rate_per_replica * second / (2 * (1 - busy))
+
+    return wait
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,18 @@ class TokenLengths(_Strict):
         mu = math.log(self.mean) - self._sigma2 / 2
         return math.exp(k * mu + k * k * self._sigma2 / 2)
 
+    def partial_moment(self, k: int, at_least: float) -> float:
+        """E[L^k; L >= at_least]: the k-th moment over the lengths of at least `at_least` tokens only
+        (the lognormal's closed form, exp(k mu + k^2 s^2 / 2) * P(Z >= (ln T - mu - k s^2) / s))."""
+        if self.cv == 0:
+            return self.mean**k if self.mean >= at_least else 0.0
+        if at_least <= 0:
+            return self.moment(k)
+        mu = math.log(self.mean) - self._sigma2 / 2
+        sigma = math.sqrt(self._sigma2)
+        tail = 1 - NormalDist().cdf((math.log(at_least) - mu - k * self._sigma2) / sigma)
+        return self.moment(k) * tail
+
     def quantile(self, p: float) -> float:
         if self.cv == 0:
             return self.mean
