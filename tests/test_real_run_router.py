@@ -81,9 +81,14 @@ def test_only_the_projects_prefix_router_is_taken_from_its_defining_module() -> 
     }
     assert sources["PrefixCacheAffinityRouter"] == PrefixCacheAffinityRouter.__module__
 
-    assert router_run.router_class(
-        {"request_router_class": "ray.serve.llm.request_router.PrefixCacheAffinityRouter"}
-    ) is (PrefixCacheAffinityRouter)
+    from llm_pd_eks_tools.realrun import router_probe
+
+    config = {"request_router_class": "ray.serve.llm.request_router.PrefixCacheAffinityRouter"}
+    assert router_run.router_class(config) is router_probe.CountingPrefixRouter
+    assert router_run.router_class(config, "prefix-yield") is router_probe.YieldingPrefixRouter
+    for probe in (router_probe.CountingPrefixRouter, router_probe.YieldingPrefixRouter):
+        assert issubclass(probe, PrefixCacheAffinityRouter)  # Ray's router, only counting (and yielding)
+        assert {k for k in vars(probe) if not k.startswith("_")} == {"choose_replicas"}  # nothing else overridden
     with pytest.raises(ToolError, match=r"not ray\.serve\.llm") as error:
         router_run.router_class({"request_router_class": "my.Router"})
     assert error.value.exit_code == Exit.FAILED
@@ -127,3 +132,21 @@ def test_the_page_shows_the_saved_router_run_and_the_stall_it_recorded() -> None
 
 def test_the_router_table_says_not_run_without_a_saved_run(tmp_path: Path) -> None:
     assert routing_evidence.router_section(None) == "Not run yet (`make realrun-router`)."
+
+
+def test_the_prefix_routers_stall_is_a_routing_task_going_round_with_no_request_to_route() -> None:
+    """Ray 2.58's routing tasks outnumber the requests left to route (lazy cleanup), and a task with none
+    goes round without suspending: at four clients the prefix router made over a hundred thousand such
+    rounds and answered nothing; at one client about one a request."""
+    one, four = RECORD["arms"]["prefix"][:2]
+    assert one["clients"] == 1 and one["idle_rounds"] <= 2 * one["requests"]
+    assert four["clients"] == 4 and four["stalled"] and four["answered"] == 0 and four["idle_rounds"] > 100_000
+    assert all(lv["idle_rounds"] is None for lv in RECORD["arms"]["prefix-pd"])  # Serve's router: not counted
+
+
+def test_yielding_on_those_rounds_lets_the_prefix_router_route_at_the_models_rate() -> None:
+    stalled, yielding = RECORD["arms"]["prefix"][1], RECORD["arms"]["prefix-yield"][1]
+    assert yielding["clients"] == 4 and yielding["answered"] >= 0.9 * yielding["requests"]
+    assert yielding["idle_rounds"] < stalled["idle_rounds"] / 50
+    assert yielding["hit_rate"] == pytest.approx(routing_evidence.router_model(RECORD, routed=True), abs=0.02)
+    assert yielding["mean_replicas_per_prefix"] == 1.0

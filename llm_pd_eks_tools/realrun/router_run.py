@@ -7,7 +7,9 @@ default (power of two choices) or Ray Serve LLM's PrefixCacheAffinityRouter with
 arguments. Which replica each request reaches is the router's doing, not the GPU's, so it runs here:
 a local Ray 2.58 cluster, two replicas under exactly the prefill deployment options the arm renders
 (`max_ongoing_requests`, `request_router_config`), and gpu_load's prefix workload (24 prefixes of
-2,048 tokens, each asked 4 times) at 4, 8 and 16 clients through a closed loop on a handle.
+2,048 tokens, each asked 4 times) at 1, 4, 8 and 16 clients through a closed loop on a handle. The
+prefix router runs as router_probe has it: Ray's class counting its routing rounds with no request to
+route, and a third arm, the same router yielding the event loop on such a round.
 
 Each replica stands in for a vLLM engine by its prefix cache alone: the prefixes it holds, whole and
 least recently used evicted, as many as the arm's KV cache holds (2 GiB over the model's bytes a
@@ -37,7 +39,13 @@ from llm_pd_eks_tools.io_safety import atomic_write
 
 PROG = "realrun-router"
 DATA = Path(__file__).resolve().parent / "data" / "router"
-ARMS = (("prefix-pd", "Serve's default router"), ("prefix", "PrefixCacheAffinityRouter"))
+ARMS = (
+    ("prefix-pd", "Serve's default router"),
+    ("prefix", "PrefixCacheAffinityRouter"),
+    ("prefix-yield", "PrefixCacheAffinityRouter, yielding on a round with nothing to route"),
+)
+# The arm whose rendered prefill options another arm runs with (router_probe: the same router, yielding).
+SAME_OPTIONS = {"prefix-yield": "prefix"}
 SUFFIX_TOKENS = 16  # "Request <seed>-<n>:" and eight words, about
 # One client (every routing decision on an idle router), then the GPU arms' client counts. A load
 # that has not finished after LEVEL_TIMEOUT_S is recorded as stalled with what it finished, and the
@@ -73,7 +81,7 @@ def arm_options() -> dict[str, dict[str, Any]]:
     prefill = prefix_prefill_configs(load_overrides())
     out = {}
     for arm, _ in ARMS:
-        config = prefill[arm]["deployment_config"]
+        config = prefill[SAME_OPTIONS.get(arm, arm)]["deployment_config"]
         out[arm] = {
             "num_replicas": config["autoscaling_config"]["min_replicas"],
             "max_ongoing_requests": config["max_ongoing_requests"],
@@ -142,17 +150,17 @@ def level(rows: list[dict[str, Any]], clients: int, asked: int) -> dict[str, Any
     }
 
 
-def router_class(config: dict[str, Any]) -> Any:
-    """The configured router class itself. Its public path (`ray.serve.llm.request_router`) also
-    re-exports the KV-aware router, whose import needs vLLM; the class is taken from the module that
-    defines it, the one the public name re-exports."""
-    from ray.llm._internal.serve.routing_policies.prefix_aware.prefix_aware_router import PrefixCacheAffinityRouter
-
+def router_class(config: dict[str, Any], arm: str = "prefix") -> Any:
+    """The configured router class, as router_probe runs it: Ray's PrefixCacheAffinityRouter counting
+    its rounds with no request to route, or (arm `prefix-yield`) also yielding on them. Its public path
+    (`ray.serve.llm.request_router`) also re-exports the KV-aware router, whose import needs vLLM; the
+    class is taken from the module that defines it, the one the public name re-exports."""
     from llm_pd_eks.serve_routing import PREFIX_ROUTER_CLASS
+    from llm_pd_eks_tools.realrun import router_probe
 
     if config["request_router_class"] != PREFIX_ROUTER_CLASS:
         raise ToolError(Exit.FAILED, f"the arm routes with {config['request_router_class']}, not {PREFIX_ROUTER_CLASS}")
-    return PrefixCacheAffinityRouter
+    return router_probe.YieldingPrefixRouter if arm == "prefix-yield" else router_probe.CountingPrefixRouter
 
 
 def run_arm(arm: str, shape: dict[str, Any], options: dict[str, Any], out: Path) -> None:
@@ -169,7 +177,8 @@ def run_arm(arm: str, shape: dict[str, Any], options: dict[str, Any], out: Path)
         num_replicas=options["num_replicas"], max_ongoing_requests=options["max_ongoing_requests"]
     )
     if router:  # Serve's default otherwise, as the arm without a request_router_config
-        deployment = deployment.options(request_router_config={**router, "request_router_class": router_class(router)})
+        routed = {**router, "request_router_class": router_class(router, arm)}
+        deployment = deployment.options(request_router_config=routed)
     handle = serve.run(
         deployment.bind(shape["capacity_prefixes"], shape["hit_s"], shape["miss_s"]), name=arm, route_prefix=None
     )
@@ -180,11 +189,20 @@ def run_arm(arm: str, shape: dict[str, Any], options: dict[str, Any], out: Path)
             levels.append({"clients": clients, "skipped": "a load before it stalled"})
         else:
             requests = [{**r, "key": f"{seed}-{r['prefix']}"} for r in gpu_load.prefix_workload(seed=seed)]
-            started = time.monotonic()
+            idle_before, started = idle_rounds(), time.monotonic()
             rows, stalled = loop.run_until_complete(closed_loop(handle, requests, clients, LEVEL_TIMEOUT_S))
             wall = round(time.monotonic() - started, 2)
-            levels.append({**level(rows, clients, len(requests)), "wall_s": wall, "stalled": stalled})
+            idle = None if router is None else idle_rounds() - idle_before
+            levels.append(
+                {**level(rows, clients, len(requests)), "wall_s": wall, "stalled": stalled, "idle_rounds": idle}
+            )
         out.write_text(json.dumps(levels))
+
+
+def idle_rounds() -> int:
+    """The prefix routers' rounds with no request to route so far in this process (router_probe)."""
+    probe = sys.modules.get("llm_pd_eks_tools.realrun.router_probe")
+    return int(probe.IDLE_ROUNDS["count"]) if probe is not None else 0
 
 
 def run(shape: dict[str, Any], options: dict[str, dict[str, Any]]) -> dict[str, Any]:

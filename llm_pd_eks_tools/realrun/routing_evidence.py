@@ -427,16 +427,17 @@ def router_section(path: Optional[Path]) -> str:
         f"Run `{path.name}` (Ray {record['versions']['ray']}, {record['date']}, `{record['command']}`): "
         f"{record['workload']['prefixes']} prefixes asked {record['workload']['asks']} times each, two stand-in "
         f"replicas holding {record['replica']['capacity_prefixes']} whole prefixes each. Hit rate: asks that "
-        "found their prefix on the replica they reached; model: `prefix_routing` for that router.",
+        "found their prefix on the replica they reached; model: `prefix_routing` for that router; idle rounds: "
+        "the prefix router's routing rounds with no request to route (`router_probe`).",
         "",
-        "| router | clients | answered | replicas a prefix | hit rate | model hit rate | load split |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| router | clients | answered | replicas a prefix | hit rate | model hit rate | load split | idle rounds |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
     ]
     for arm, name in ARMS:
         model = router_model(record, routed=record["options"][arm]["request_router_config"] is not None)
         for lv in record["arms"].get(arm, []):
             if "skipped" in lv:
-                lines.append(f"| {name} | {lv['clients']} | skipped: {lv['skipped']} | | | {_rate(model)} | |")
+                lines.append(f"| {name} | {lv['clients']} | skipped: {lv['skipped']} | | | {_rate(model)} | | |")
                 continue
             answered = f"{lv['answered']} of {lv['requests']}" + (
                 f", stalled at {lv['wall_s']:.0f} s" if lv["stalled"] else ""
@@ -444,5 +445,6 @@ def router_section(path: Optional[Path]) -> str:
             reached = "n/a" if lv["mean_replicas_per_prefix"] is None else f"{lv['mean_replicas_per_prefix']:.2f}"
             split = " / ".join(f"{share:.0%}" for share in lv["replica_shares"]) or "n/a"
             rates = f"{_rate(lv['hit_rate'])} | {_rate(model)}"
-            lines.append(f"| {name} | {lv['clients']} | {answered} | {reached} | {rates} | {split} |")
+            idle = "n/a" if lv.get("idle_rounds") is None else f"{lv['idle_rounds']:,}"
+            lines.append(f"| {name} | {lv['clients']} | {answered} | {reached} | {rates} | {split} | {idle} |")
     return "\n".join(lines)

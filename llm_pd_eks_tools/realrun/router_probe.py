@@ -1,0 +1,50 @@
+"""Ray Serve LLM's PrefixCacheAffinityRouter as `make realrun-router` runs it: unchanged but for a count of
+the rounds a routing task makes with no request to route, and a variant that yields the event loop on
+such a round. Imported only in the run's child process (it needs Ray's router at import).
+
+Why count them. Ray 2.58.0's RequestRouter keeps as many routing tasks as `_pending_requests_to_fulfill`
+holds, a deque it cleans only from the front ("lazy cleanup", `num_pending_requests`). A task whose
+`_get_next_pending_request_to_route()` finds nothing goes round `choose_replicas(pending_request=None)`
+-> `_select_from_candidate_replicas` -> `_fulfill_next_pending_request(replica, None)`, which assigns
+nothing, and round again (`_fulfill_pending_requests`). Where the queue-length cache answers, none of
+those awaits suspends, so such a task keeps the router's event loop to itself: the task routing a real
+request, suspended on a probe or the prefix tree, never resumes. Power of two choices routes a request
+without suspending, so its tasks rarely interleave; the prefix router suspends on every request it
+routes (`_prefix_match_best_replicas` probes queue lengths), so from two clients on a task can spin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Optional
+
+from ray.llm._internal.serve.routing_policies.prefix_aware.prefix_aware_router import PrefixCacheAffinityRouter
+
+# Rounds made with no request to route, in this process (the handle's router runs in the caller's
+# process): read by router_run after each load.
+IDLE_ROUNDS = {"count": 0}
+# What the yielding variant sleeps on such a round: long enough that a spinning task leaves the loop
+# to the others, short beside any routing decision the run times.
+IDLE_YIELD_S = 0.01
+
+
+class CountingPrefixRouter(PrefixCacheAffinityRouter):
+    """Ray's router, its rounds with no request counted."""
+
+    async def choose_replicas(self, candidate_replicas: list, pending_request: Optional[Any] = None) -> Any:
+        if pending_request is None:
+            # the module as imported in this process: Serve may carry this class to the router by value,
+            # with a copy of the globals it was defined with
+            from llm_pd_eks_tools.realrun import router_probe
+
+            router_probe.IDLE_ROUNDS["count"] += 1
+        return await super().choose_replicas(candidate_replicas, pending_request)
+
+
+class YieldingPrefixRouter(CountingPrefixRouter):
+    """The same, yielding the event loop for IDLE_YIELD_S on a round with no request to route."""
+
+    async def choose_replicas(self, candidate_replicas: list, pending_request: Optional[Any] = None) -> Any:
+        if pending_request is None:
+            await asyncio.sleep(IDLE_YIELD_S)
+        return await super().choose_replicas(candidate_replicas, pending_request)
