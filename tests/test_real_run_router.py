@@ -60,8 +60,12 @@ def test_a_load_that_does_not_finish_in_time_is_a_stall_with_what_it_answered() 
             return self.answer(request)
 
     requests = [{"n": n, "prefix": n, "key": f"0-{n}", "prompt": "p"} for n in range(5)]
-    rows, stalled = run_async(router_run.closed_loop(Handle(), requests, clients=1, timeout_s=0.5))
+    seen: list[str] = []
+    rows, stalled = run_async(
+        router_run.closed_loop(Handle(), requests, clients=1, timeout_s=0.5, on_stall=lambda: seen.append("stall"))
+    )
     assert stalled and [r["n"] for r in rows] == [0, 1]
+    assert seen == ["stall"]  # called once, at the stall, before the requests are cancelled
 
 
 def test_only_the_projects_prefix_router_is_taken_from_its_defining_module() -> None:
@@ -106,13 +110,15 @@ def test_the_saved_run_is_of_the_routers_the_prefix_arms_render_now() -> None:
 
 def test_serve_default_router_meets_the_models_spread_hit_rate_at_every_load() -> None:
     """Power of two choices spreads each prefix over both replicas about as an even coin does: the
-    model's (asks - R(1 - (1 - 1/R)^asks)) / asks of the cached share, within 25 %."""
+    model's (asks - R(1 - (1 - 1/R)^asks)) / asks of the cached share, within three binomial standard
+    deviations of it for the load's asks (the router's choices are random: four runs gave 41 to 55 %)."""
     model = routing_evidence.router_model(RECORD, routed=False)
     levels = RECORD["arms"]["prefix-pd"]
     assert [lv["clients"] for lv in levels] == list(router_run.CONCURRENCIES)
     for lv in levels:
         assert not lv["stalled"] and lv["answered"] == lv["requests"]
-        assert lv["hit_rate"] == pytest.approx(model, rel=0.25), lv["clients"]
+        spread = 3 * (model * (1 - model) / lv["requests"]) ** 0.5
+        assert abs(lv["hit_rate"] - model) <= spread, lv["clients"]
         assert lv["mean_replicas_per_prefix"] > 1.5  # most prefixes reach both replicas
 
 
@@ -150,3 +156,12 @@ def test_yielding_on_those_rounds_lets_the_prefix_router_route_at_the_models_rat
     assert yielding["idle_rounds"] < stalled["idle_rounds"] / 50
     assert yielding["hit_rate"] == pytest.approx(routing_evidence.router_model(RECORD, routed=True), abs=0.02)
     assert yielding["mean_replicas_per_prefix"] == 1.0
+
+
+def test_at_each_stall_one_request_waited_that_no_routing_task_would_route_again() -> None:
+    """The router's state when the load stalled (router_probe.router_state): a request waiting for a
+    replica but no longer queued to be routed, while routing tasks went round with nothing to route."""
+    for arm in ("prefix", "prefix-yield"):
+        four = RECORD["arms"][arm][1]
+        assert four["stalled"] and four["router_at_stall"]["waiting"] >= 1, arm
+        assert four["router_at_stall"]["queued_to_route"] == 0 and four["router_at_stall"]["routing_tasks"] >= 1

@@ -48,3 +48,19 @@ class YieldingPrefixRouter(CountingPrefixRouter):
         if pending_request is None:
             await asyncio.sleep(IDLE_YIELD_S)
         return await super().choose_replicas(candidate_replicas, pending_request)
+
+
+def router_state() -> dict[str, int]:
+    """The prefix routers of this process at this moment (read from another thread: a snapshot):
+    requests waiting for a replica, how many of those are still queued to be routed, and the routing
+    tasks running. A waiting request not queued is one no routing task will pick up again."""
+    import gc
+
+    state = {"waiting": 0, "queued_to_route": 0, "routing_tasks": 0}
+    for router in [o for o in gc.get_objects() if isinstance(o, CountingPrefixRouter)]:
+        waiting = [pr for pr in list(router._pending_requests_by_id.values()) if not pr.future.done()]
+        queued = {id(pr) for pr in list(router._pending_requests_to_route)}
+        state["waiting"] += len(waiting)
+        state["queued_to_route"] += sum(id(pr) in queued for pr in waiting)
+        state["routing_tasks"] += len(router._routing_tasks)
+    return state

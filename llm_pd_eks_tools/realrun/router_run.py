@@ -26,13 +26,14 @@ import argparse
 import asyncio
 import collections
 import datetime
+import functools
 import json
 import sys
 import tempfile
 import time
 import types
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from llm_pd_eks_tools.cli import ArgumentParser, Exit, ToolError, exit_with
 from llm_pd_eks_tools.io_safety import atomic_write
@@ -112,10 +113,15 @@ def replica_shape() -> dict[str, Any]:
 
 
 async def closed_loop(
-    handle: Any, requests: list[dict[str, Any]], clients: int, timeout_s: float
+    handle: Any,
+    requests: list[dict[str, Any]],
+    clients: int,
+    timeout_s: float,
+    on_stall: Optional[Callable[[], None]] = None,
 ) -> tuple[list[dict[str, Any]], bool]:
     """`clients` tasks, each sending the next request once its previous one answered, in list order:
-    the rows answered, and whether the load stalled (`timeout_s` passed first)."""
+    the rows answered, and whether the load stalled (`timeout_s` passed first; `on_stall` is called
+    then, before the clients' requests are cancelled)."""
     rows: list[dict[str, Any]] = [{} for _ in requests]
     queue = iter(range(len(requests)))
 
@@ -126,11 +132,18 @@ async def closed_loop(
             answer = await handle.remote(types.SimpleNamespace(prompt=r["prompt"], prefix=r["key"]))
             rows[i] = {"n": r["n"], "prefix": r["prefix"], "s": round(time.monotonic() - started, 4), **answer}
 
-    try:
-        await asyncio.wait_for(asyncio.gather(*(client() for _ in range(clients))), timeout_s)
-    except TimeoutError:
-        return [r for r in rows if r], True
-    return rows, False
+    tasks = [asyncio.ensure_future(client()) for _ in range(clients)]
+    done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    for task in done:
+        task.result()  # a client's error is the load's
+    if not pending:
+        return rows, False
+    if on_stall is not None:
+        on_stall()
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    return [r for r in rows if r], True
 
 
 def level(rows: list[dict[str, Any]], clients: int, asked: int) -> dict[str, Any]:
@@ -190,11 +203,21 @@ def run_arm(arm: str, shape: dict[str, Any], options: dict[str, Any], out: Path)
         else:
             requests = [{**r, "key": f"{seed}-{r['prefix']}"} for r in gpu_load.prefix_workload(seed=seed)]
             idle_before, started = idle_rounds(), time.monotonic()
-            rows, stalled = loop.run_until_complete(closed_loop(handle, requests, clients, LEVEL_TIMEOUT_S))
+            at_stall: dict[str, int] = {}
+            snapshot = None if router is None else functools.partial(snapshot_into, at_stall)
+            rows, stalled = loop.run_until_complete(
+                closed_loop(handle, requests, clients, LEVEL_TIMEOUT_S, on_stall=snapshot)
+            )
             wall = round(time.monotonic() - started, 2)
             idle = None if router is None else idle_rounds() - idle_before
             levels.append(
-                {**level(rows, clients, len(requests)), "wall_s": wall, "stalled": stalled, "idle_rounds": idle}
+                {
+                    **level(rows, clients, len(requests)),
+                    "wall_s": wall,
+                    "stalled": stalled,
+                    "idle_rounds": idle,
+                    **({"router_at_stall": at_stall} if at_stall else {}),
+                }
             )
         out.write_text(json.dumps(levels))
 
@@ -203,6 +226,13 @@ def idle_rounds() -> int:
     """The prefix routers' rounds with no request to route so far in this process (router_probe)."""
     probe = sys.modules.get("llm_pd_eks_tools.realrun.router_probe")
     return int(probe.IDLE_ROUNDS["count"]) if probe is not None else 0
+
+
+def snapshot_into(state: dict[str, int]) -> None:
+    """router_probe.router_state into `state`, imported where a prefix arm runs (it needs Ray's router)."""
+    from llm_pd_eks_tools.realrun import router_probe
+
+    state.update(router_probe.router_state())
 
 
 def run(shape: dict[str, Any], options: dict[str, dict[str, Any]]) -> dict[str, Any]:
