@@ -4,6 +4,7 @@ the saved run replayed: it ran the routers the prefix arms render, and its hit r
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import types
 from pathlib import Path
@@ -92,7 +93,13 @@ def test_only_the_projects_prefix_router_is_taken_from_its_defining_module() -> 
     assert router_run.router_class(config, "prefix-yield") is router_probe.YieldingPrefixRouter
     for probe in (router_probe.CountingPrefixRouter, router_probe.YieldingPrefixRouter):
         assert issubclass(probe, PrefixCacheAffinityRouter)  # Ray's router, only counting (and yielding)
-        assert {k for k in vars(probe) if not k.startswith("_")} == {"choose_replicas"}  # nothing else overridden
+
+    # nothing else overridden: the rounds counted, and which task took each request from the route queue
+    def methods(cls: type) -> set[str]:
+        return {k for k, v in vars(cls).items() if inspect.isfunction(v)}
+
+    assert methods(router_probe.CountingPrefixRouter) == {"choose_replicas", "_get_next_pending_request_to_route"}
+    assert methods(router_probe.YieldingPrefixRouter) == {"choose_replicas"}
     with pytest.raises(ToolError, match=r"not ray\.serve\.llm") as error:
         router_run.router_class({"request_router_class": "my.Router"})
     assert error.value.exit_code == Exit.FAILED
@@ -165,3 +172,5 @@ def test_at_each_stall_one_request_waited_that_no_routing_task_would_route_again
         four = RECORD["arms"][arm][1]
         assert four["stalled"] and four["router_at_stall"]["waiting"] >= 1, arm
         assert four["router_at_stall"]["queued_to_route"] == 0 and four["router_at_stall"]["routing_tasks"] >= 1
+        # taken from the queue by a routing task that finished without routing or re-queueing it
+        assert four["router_at_stall"]["taken_by_a_finished_task"] == four["router_at_stall"]["waiting"]

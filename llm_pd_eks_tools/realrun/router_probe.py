@@ -29,7 +29,14 @@ IDLE_YIELD_S = 0.01
 
 
 class CountingPrefixRouter(PrefixCacheAffinityRouter):
-    """Ray's router, its rounds with no request counted."""
+    """Ray's router, its rounds with no request counted and, for each request a routing task takes
+    from the queue of requests to route, that task remembered (router_state reads both)."""
+
+    def _get_next_pending_request_to_route(self) -> Optional[Any]:
+        taken = super()._get_next_pending_request_to_route()
+        if taken is not None:
+            self.__dict__.setdefault("_taken_by", {})[id(taken)] = asyncio.current_task()
+        return taken
 
     async def choose_replicas(self, candidate_replicas: list, pending_request: Optional[Any] = None) -> Any:
         if pending_request is None:
@@ -52,15 +59,20 @@ class YieldingPrefixRouter(CountingPrefixRouter):
 
 def router_state() -> dict[str, int]:
     """The prefix routers of this process at this moment (read from another thread: a snapshot):
-    requests waiting for a replica, how many of those are still queued to be routed, and the routing
-    tasks running. A waiting request not queued is one no routing task will pick up again."""
+    requests waiting for a replica, how many of those are still queued to be routed, how many were
+    taken from that queue by a routing task that has since finished, and the routing tasks running. A
+    waiting request not queued is one no routing task will pick up again."""
     import gc
 
-    state = {"waiting": 0, "queued_to_route": 0, "routing_tasks": 0}
+    state = {"waiting": 0, "queued_to_route": 0, "taken_by_a_finished_task": 0, "routing_tasks": 0}
     for router in [o for o in gc.get_objects() if isinstance(o, CountingPrefixRouter)]:
         waiting = [pr for pr in list(router._pending_requests_by_id.values()) if not pr.future.done()]
         queued = {id(pr) for pr in list(router._pending_requests_to_route)}
+        taken_by = dict(router.__dict__.get("_taken_by", {}))
         state["waiting"] += len(waiting)
         state["queued_to_route"] += sum(id(pr) in queued for pr in waiting)
+        state["taken_by_a_finished_task"] += sum(
+            id(pr) not in queued and id(pr) in taken_by and taken_by[id(pr)].done() for pr in waiting
+        )
         state["routing_tasks"] += len(router._routing_tasks)
     return state
