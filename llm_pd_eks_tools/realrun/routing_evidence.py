@@ -6,7 +6,8 @@
   with first asks counted and the run's KV cache size).
 - Decode-only below a threshold (`evidence-mix-pd.json`, `evidence-mix-cond.json`): per load (both
   prompt classes together, each alone), class and arm the same figures and the P/D path counter, then
-  what `make size` says of decode-only against what the arms measured.
+  what `make size` says of decode-only against what the arms measured, and the sizing model's mix
+  (sizing/mix.py) against every measured class, with what it says of the same mix over EFA.
 - Ray's routers on the CPU (`make realrun-router`, data/router/<date>.json): per router and client
   count where the prefix workload's requests landed on stand-in replicas, beside the model's hit rate.
 """
@@ -28,7 +29,6 @@ PREFIX_EVIDENCE = (
     ("mix-prefix", "P/D, prefix-aware routing", True),
 )
 MIX_EVIDENCE = (("mix-pd", "P/D"), ("mix-cond", "P/D, decode-only below the threshold"))
-LOADS_CLASSES = tuple((name, classes) for name, classes in gpu_mix.LOADS)
 NOT_RUN = "Not run yet (`bash scripts/real-run/gpu-run.sh {}`, then `{}`)."
 
 
@@ -139,14 +139,16 @@ def prefix_results_section(run: Optional[Path]) -> str:
         "model: the sizing model's rate for the arm's router (`make size`'s `prefix_routing`, each prefix's "
         "first ask on a replica a miss, the arms' 2 GiB KV cache).",
         "",
+        *(line for phase, _, _ in PREFIX_EVIDENCE for line in deploy_failure(run, phase)),
+    ]
+    rows = prefix_rows(run)
+    if not rows:  # no load ran: no table
+        return "\n".join(lines).rstrip()
+    lines += [
         "| arm | clients | requests | median TTFT ms | p90 TTFT ms | median ITL ms | output tok/s "
         "| prefill hit rate | decode hit rate | model hit rate | decode KV pulls |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    lines[2:2] = [line for phase, _, _ in PREFIX_EVIDENCE for line in deploy_failure(run, phase)]
-    rows = prefix_rows(run)
-    if not rows:
-        return "\n".join(lines[:-3]).rstrip()  # no load ran: no table
     for r in rows:
         lines.append(
             f"| {r['arm']} | {r['clients']} | {r['completed']} | {ms(r['p50_ttft_ms'])} | {ms(r['p90_ttft_ms'])} "
@@ -169,7 +171,7 @@ def mix_rows(run: Path) -> list[dict[str, Any]]:
         found = load(run, f"evidence-{phase}.json")
         for level in found.get("loads", []):
             if "skipped" in level:
-                for name in dict(LOADS_CLASSES)[level["load"]]:
+                for name in dict(gpu_mix.LOADS)[level["load"]]:
                     rows.append({"load": level["load"], "class": name, "arm": arm, "skipped": level["skipped"]})
                 continue
             for name, c in level.get("classes", {}).items():

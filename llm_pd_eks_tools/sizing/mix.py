@@ -36,6 +36,9 @@ from .engine import Replica
 from .routing import HOP_ASSUMED_S
 
 FIXED_POINT_ROUNDS = 50
+# The most of its time the model lets a decode replica spend prefilling decode-only prompts: past it
+# the 1 / (1 - u) stretch runs away in the fixed point, and such a threshold is far past paying anyway.
+MAX_DECODE_PREFILL_SHARE = 0.9
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,9 @@ def mix_load(
         ]
         residence, throughput = _mva(demands, delays, [c.clients for c in classes])
         decoding = sum(x * c.output_tokens * itl for x, c in zip(throughput, classes)) / decode_replicas
-        busy = min(0.9, sum(x * p for x, p, on in zip(throughput, prefill, local) if on) / decode_replicas)
+        busy = min(
+            MAX_DECODE_PREFILL_SHARE, sum(x * p for x, p, on in zip(throughput, prefill, local) if on) / decode_replicas
+        )
         itl = replica.decode_step_seconds(max(decoding, 1.0), context) / (1 - busy)
     out = {}
     for i, c in enumerate(classes):
