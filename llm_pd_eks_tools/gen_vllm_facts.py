@@ -14,7 +14,9 @@ What is read, each from the file named:
   `KVConnectorFactory.register_connector` registers (vllm/distributed/kv_transfer/kv_connector/factory.py),
   the `CacheDType` literals (vllm/config/cache.py),
   and the `kv_connector_extra_config` key NIXL's worker reads its backends from (the
-  `self.nixl_backends = ....get_from_extra_config("<key>", ...)` assignment under .../v1/nixl/);
+  `self.nixl_backends = ....get_from_extra_config("<key>", ...)` assignment under .../v1/nixl/),
+  and the attributes vLLM's `init_app_state` sets on the app state (every `state.<name> = ...` under
+  vllm/entrypoints/), which Ray Serve LLM's engine reads its serving objects from;
 - metrics-<v>.json: every `self._{gauge,counter,histogram}_cls(name="vllm:...")` call in
   vllm/v1/metrics/loggers.py and the NIXL connector's stats (.../v1/nixl/stats.py): name, type, file;
   and the literal bucket bounds of vllm:time_to_first_token_seconds and vllm:inter_token_latency_seconds.
@@ -47,6 +49,7 @@ COMPILATION = "vllm/config/compilation.py"
 FACTORY = "vllm/distributed/kv_transfer/kv_connector/factory.py"
 NIXL_DIR = "vllm/distributed/kv_transfer/kv_connector/v1/nixl/"
 LOGGERS = "vllm/v1/metrics/loggers.py"
+ENTRYPOINTS = "vllm/entrypoints/"
 NIXL_STATS = NIXL_DIR + "stats.py"
 BUCKETED = ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds")
 METRIC_CLASSES = {"_gauge_cls": "gauge", "_counter_cls": "counter", "_histogram_cls": "histogram"}
@@ -213,6 +216,23 @@ def metrics(wheel: Wheel) -> dict[str, Any]:
     return {"buckets": dict(sorted(buckets.items())), "metrics": dict(sorted(found.items()))}
 
 
+def app_state_attributes(wheel: Wheel) -> list[str]:
+    """Every `state.<name> = ...` under vllm/entrypoints/: the serving objects `init_app_state` (and the
+    factories it calls) put on the app state."""
+    names = {
+        target.attr
+        for module in wheel.under(ENTRYPOINTS)
+        if module.endswith(".py")
+        for node in ast.walk(wheel.tree(module))
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for target in _targets(node)
+        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "state"
+    }
+    if not names:
+        raise ToolError(Exit.FAILED, f"{ENTRYPOINTS}: no `state.<name> = ...` assignments; did init_app_state move?")
+    return sorted(names)
+
+
 def engine_args(wheel: Wheel) -> dict[str, Any]:
     kv = wheel.tree(KV_TRANSFER)
     return {
@@ -228,6 +248,7 @@ def engine_args(wheel: Wheel) -> dict[str, Any]:
         "kv_connectors": registered_connectors(wheel.tree(FACTORY)),
         "cache_dtypes": literal_values(wheel.tree(CACHE), "CacheDType", CACHE),
         "nixl_backends_extra_config_key": nixl_backends_key(wheel),
+        "app_state_attributes": app_state_attributes(wheel),
     }
 
 
@@ -263,8 +284,9 @@ def source_note(wheel: Path, version: str, commit: str, today: str) -> str:
         "and default there, the connector names\n"
         f"registered in {FACTORY}, the `CacheDType` literals ({CACHE}),\n"
         "and the `kv_connector_extra_config` key NIXL's worker reads its backends from\n"
-        f'(`self.nixl_backends = ...get_from_extra_config("<key>", ...)` under {NIXL_DIR}).\n'
-        "Use: tests/test_ray_service.py, tests/test_real_run.py.\n"
+        f'(`self.nixl_backends = ...get_from_extra_config("<key>", ...)` under {NIXL_DIR}),\n'
+        f"and the app-state attributes vLLM sets (every `state.<name> = ...` under {ENTRYPOINTS}).\n"
+        "Use: tests/test_ray_service.py, tests/test_real_run.py, tests/test_routing.py.\n"
     )
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import zipfile
 from pathlib import Path
 
@@ -47,6 +48,12 @@ SOURCES = {
         '        self.h = self._histogram_cls(name="vllm:nixl_bytes_transferred", buckets=[1, 2])\n'
         '        self.c = self._counter_cls(name="vllm:nixl_num_failed_transfers")\n'
     ),
+    "vllm/entrypoints/openai/api_server.py": (
+        "async def init_app_state(engine_client, state, args):\n"
+        "    state.engine_client = engine_client\n    state.serving_tokenization = object()\n"
+        "    other.not_state = 1\n"
+    ),
+    "vllm/entrypoints/generate/api_router.py": "def init(state):\n    state.openai_serving_chat = None\n",
     "vllm/v1/metrics/loggers.py": (
         "class L:\n    def __init__(self, b):\n"
         '        self._gauge_cls(name="vllm:num_requests_running")\n'
@@ -90,6 +97,8 @@ def test_the_facts_are_read_from_the_wheels_source(tmp_path):
         "kv_connectors": ["ExampleConnector", "NixlConnector"],
         "cache_dtypes": ["auto", "fp8", "bfloat16"],
         "nixl_backends_extra_config_key": "backends",
+        # every `state.<name> = ...` under vllm/entrypoints/, whichever module sets it
+        "app_state_attributes": ["engine_client", "openai_serving_chat", "serving_tokenization"],
     }
     facts = json.loads((out / "metrics-9.9.9.json").read_text())
     assert facts["buckets"] == {
@@ -128,6 +137,14 @@ def test_a_wheel_whose_source_moved_is_refused_not_guessed(tmp_path, name, text,
     assert error.value.exit_code == Exit.FAILED
 
 
+def test_a_wheel_whose_entrypoints_set_no_app_state_is_refused(tmp_path):
+    sources = {**SOURCES, "vllm/entrypoints/openai/api_server.py": "x = 1\n"}
+    sources["vllm/entrypoints/generate/api_router.py"] = "y = 2\n"
+    with pytest.raises(ToolError, match=re.escape("no `state.<name> = ...` assignments")) as error:
+        generate(wheel(tmp_path, sources), tmp_path / "out")
+    assert error.value.exit_code == Exit.FAILED
+
+
 def test_the_vendored_facts_have_the_generators_shape():
     """What `make facts` wrote for the DLC's vLLM: the same keys the generator writes here."""
     args = json.loads((DATA / "vllm" / f"engine-args-{versions.DLC_VLLM_VERSION}.json").read_text())
@@ -140,6 +157,7 @@ def test_the_vendored_facts_have_the_generators_shape():
         "kv_connectors",
         "cache_dtypes",
         "nixl_backends_extra_config_key",
+        "app_state_attributes",
     ]
     assert {"tensor_parallel_size", "max_model_len", "kv_cache_dtype", "kv_transfer_config"} <= set(
         args["engine_args_fields"]

@@ -256,8 +256,31 @@ class ReleasedEngine:
 
 
 def test_rays_engine_reads_a_tokenization_state_name_vllm_026_does_not_set() -> None:
+    """Every app-state name Ray 2.58's VLLMEngine reads (`getattr(state, "<name>", None)`, from its
+    source) against every name vLLM 0.26 sets (`state.<name> = ...` under vllm/entrypoints/, from the
+    release wheel: tests/data/vllm): the tokenization endpoint's is the one missing, which is why the
+    runtime module counts with the engine client's tokenizer."""
+    import ast
+
+    from helpers import DATA
+
+    from llm_pd_eks import versions
+
     source = vllm_engine_source()
-    assert 'state, "openai_serving_tokenization", None' in source  # vLLM 0.26 sets state.serving_tokenization
+    read = {
+        node.args[1].value
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", None) == "getattr"
+        and len(node.args) == 3
+        and getattr(node.args[0], "id", None) == "state"
+        and isinstance(node.args[1], ast.Constant)
+    }
+    facts = json.loads((DATA / "vllm" / f"engine-args-{versions.DLC_VLLM_VERSION}.json").read_text())
+    vllm_sets = set(facts["app_state_attributes"])
+    assert {"openai_serving_chat", "openai_serving_completion", "openai_serving_models"} <= read & vllm_sets
+    assert read - vllm_sets == {"openai_serving_tokenization"}
+    assert "serving_tokenization" in vllm_sets  # vLLM 0.26's name for it
     assert "if error := self._validate_openai_serving_tokenization():\n            yield error" in source
 
 
