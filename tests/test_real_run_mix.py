@@ -158,11 +158,14 @@ def test_a_mix_phase_deploys_its_arm_and_keeps_the_threshold_the_sized_claim_and
     out.mkdir()
     calls: list[Any] = []
     monkeypatch.setattr(gpu_main, "versions", lambda: {"ray": "2.58.0"})
-    monkeypatch.setattr(gpu_main, "ensure_raylets", lambda b, ev, name="raylets.json": calls.append(("raylets", name)))
+    monkeypatch.setattr(
+        gpu_main, "ensure_raylets", lambda b, ev, name="raylets.json", keep_app=False: calls.append(("raylets", name))
+    )
     monkeypatch.setattr(
         gpu_main,
         "deploy",
-        lambda config: calls.append(("deploy", config)) or {"applications": {"llm": {"status": "RUNNING"}}},
+        lambda config, timeout_s, put=True: calls.append(("deploy", config))
+        or {"applications": {"llm": {"status": "RUNNING"}}},
     )
     monkeypatch.setattr(
         gpu_main, "run_tokenizer", lambda: types.SimpleNamespace(encode=lambda t: types.SimpleNamespace(ids=t.split()))

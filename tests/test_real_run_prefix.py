@@ -74,9 +74,8 @@ def test_the_two_arms_differ_only_in_each_roles_request_router() -> None:
 def test_the_prefix_arms_are_the_pd_run_but_for_the_prefix_run_entries() -> None:
     (pd,) = INPUTS["serve_pd"]["applications"]
     diff = {p.removesuffix(".0").removesuffix(".1") for p in changed_paths(pd, app("prefix-pd"))}
-    # compilation_config is new, so its one leaf is what changes
     expected = {f"args.{r}_config.{i['path']}" for r in ROLES for i in PREFIX_LLM}
-    assert {p.removesuffix(".cudagraph_capture_sizes") for p in diff} == expected
+    assert diff == expected
     for item in PREFIX_LLM:  # each entry is what the arm runs with, in both roles
         for role in ROLES:
             node: Any = app("prefix-pd")["args"][f"{role}_config"]
@@ -129,7 +128,7 @@ def test_ray_serve_builds_each_arm_with_two_quarter_gpu_replicas_a_role(arm: str
         assert callback_env["VLLM_RAY_PER_WORKER_GPUS"] == "0.25"
         engine = llm_config.engine_kwargs
         assert engine["kv_cache_memory_bytes"] == 2 * 2**30 and engine["max_model_len"] == 4096
-        assert engine["compilation_config"] == {"cudagraph_capture_sizes": [1, 2, 4, 8, 16]}
+        assert engine["enforce_eager"] is True and "compilation_config" not in engine
         router = d._deployment_config.request_router_config
         if PREFIX_ARMS[arm]:
             assert router.get_request_router_class() is PrefixCacheAffinityRouter
@@ -486,8 +485,9 @@ def fake_cluster(
             apps["applications"] = {}
         return 200, json.dumps(apps if url.endswith("/api/serve/applications/") else {})
 
-    def deploy(config: dict[str, Any]) -> dict[str, Any]:
-        calls.append(("deploy", config))
+    def deploy(config: dict[str, Any], timeout_s: float, put: bool = True) -> dict[str, Any]:
+        assert 0 < timeout_s <= gpu_main.START_TIMEOUT_S
+        calls.append(("deploy" if put else "wait", config))
         return {"applications": {"llm": {"status": "RUNNING"}}}
 
     monkeypatch.setattr(gpu_main, "http", http)
@@ -546,6 +546,38 @@ def test_the_second_prefix_arm_reuses_the_first_arms_raylets_with_serve_cleared(
     assert calls[0][1].endswith("/api/serve/applications/")
     assert calls[1][1] == INPUTS["serve_prefix"]["prefix-pd"]
     assert got["raylets"] == "reused (raylets-prefix.json)" and got["app_status"] == "RUNNING"
+
+
+def test_a_resumed_prefix_arm_waits_for_the_application_left_starting_without_clearing_or_deploying(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """REALRUN_RESUME: a start that outlasted one command goes on in the next; the raylets and the
+    application on them are kept (no DELETE, no PUT), the phase waits for it and then runs its loads."""
+    bundle, out, calls, loads = fake_cluster(tmp_path, monkeypatch, mark="raylets-prefix.json")
+    monkeypatch.setattr(gpu_main, "RESUME", True)
+    got = gpu_main.phase_prefix(bundle, out, "mix-prefix")
+    assert [c[0] for c in calls] == ["wait"] and calls[0][1] == INPUTS["serve_prefix"]["prefix"]
+    assert got["raylets"] == "reused (raylets-prefix.json), its application kept" and got["resumed"] is True
+    assert got["app_status"] == "RUNNING" and got["loads"] == [{"clients": 4}]
+
+
+def test_a_deploy_waits_no_longer_than_the_phase_has_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A start still going at the phase's deadline is recorded as such (the next command resumes it),
+    not waited past the machine's command limit."""
+    seen: list[float] = []
+    monkeypatch.setattr(
+        gpu_main,
+        "deploy",
+        lambda config, timeout_s, put=True: seen.append(timeout_s) or {"applications": {"llm": {"status": "DEPLOYING"}}},
+    )
+    clock = gpu_main.Clock()
+    clock.deadline = time.monotonic() + 100
+    evidence: dict[str, Any] = {}
+    assert not gpu_main.deployed(evidence, {}, clock)
+    assert 90 < seen[0] <= 100 and evidence["app_status"] == "DEPLOYING" and evidence["resumed"] is False
+    clock.deadline = time.monotonic() + 10_000
+    gpu_main.deployed(evidence, {}, clock)
+    assert seen[1] == gpu_main.START_TIMEOUT_S
 
 
 def test_serve_that_does_not_shut_down_ends_the_phase_with_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -63,6 +63,10 @@ ROLES = ("prefill", "decode")
 # waited before each scrape.
 PHASE_BUDGET_S = float(os.environ.get("REALRUN_PHASE_BUDGET_S", "540"))
 EXPORT_WAIT_S = 12
+# REALRUN_RESUME=1: the phase goes on with the application the same phase's call before left on these
+# raylets (still starting, or running with its loads not yet sent): not shut down, not deployed again,
+# waited for. A deploy ends at the phase's deadline, so a start longer than one command spans two.
+RESUME = os.environ.get("REALRUN_RESUME") == "1"
 PREFIX_PHASES = {"mix-prefix-pd": "prefix-pd", "mix-prefix": "prefix"}  # phase -> the bundle's serve-<arm>.json
 # Which raylets file the running cluster was started from (a prefix arm reuses the other's raylets).
 RAYLETS_MARK = Path(TEMP_DIR, "realrun-raylets")
@@ -146,14 +150,16 @@ def cluster_up() -> bool:
     return http("GET", f"{DASHBOARD}/api/version", timeout=10)[0] == 200
 
 
-def ensure_raylets(bundle: Path, evidence: dict, name: str = "raylets.json") -> None:
+def ensure_raylets(bundle: Path, evidence: dict, name: str = "raylets.json", keep_app: bool = False) -> None:
     """The raylets of `name` with no Serve application on them: the running ones when they were started
-    from the same file (the app of the arm before is deleted), else fresh ones (any others stopped).
-    A fresh start also builds the model's tokenizer and records the `ray start` commands."""
+    from the same file (the app of the arm before is deleted, or with `keep_app` left as it is), else
+    fresh ones (any others stopped). A fresh start also builds the model's tokenizer and records the
+    `ray start` commands."""
     if cluster_up():
         if RAYLETS_MARK.is_file() and RAYLETS_MARK.read_text() == name:
-            evidence["raylets"] = f"reused ({name})"
-            clear_apps()
+            evidence["raylets"] = f"reused ({name})" + (", its application kept" if keep_app else "")
+            if not keep_app:
+                clear_apps()
             return
         ray_stop()
     build_tokenizer(bundle)
@@ -210,8 +216,10 @@ def ray_status() -> str:
 # --- Serve: deploy as KubeRay does (PUT the serve config to the dashboard), wait for RUNNING ----------
 
 
-def deploy(config: dict, timeout_s: float = START_TIMEOUT_S) -> dict:
-    for _ in range(12):  # the dashboard may still be coming up
+def deploy(config: dict, timeout_s: float = START_TIMEOUT_S, put: bool = True) -> dict:
+    """PUT `config` (unless `put` is off: the application already deploying is waited for) and poll
+    until it runs, fails or `timeout_s` passes; the last status read."""
+    for _ in range(12 if put else 0):  # the dashboard may still be coming up
         status, text = http("PUT", f"{DASHBOARD}/api/serve/applications/", config, timeout=60)
         log("PUT serve config ->", status, text[:300])
         if status == 200:
@@ -300,8 +308,11 @@ def begin(phase: str, clock: Clock) -> dict:
 
 
 def deployed(evidence: dict, config: dict, clock: Clock) -> bool:
-    """Deploy `config`, record its status and how long it took to start; True when RUNNING."""
-    evidence["serve_status"] = deploy(config)
+    """Deploy `config` (or, resuming, wait for the one deployed before), within START_TIMEOUT_S and the
+    phase's deadline; record its status and how long it took to start; True when RUNNING."""
+    evidence["resumed"] = RESUME
+    timeout_s = max(POLL_S, min(START_TIMEOUT_S, clock.deadline - time.monotonic()))
+    evidence["serve_status"] = deploy(config, timeout_s, put=not RESUME)
     evidence["app_status"] = evidence["serve_status"].get("applications", {}).get("llm", {}).get("status")
     clock.lap("deploy")
     return evidence["app_status"] == "RUNNING"
@@ -363,7 +374,7 @@ def phase_mix(bundle: Path, out: Path, arm: str) -> dict:
     (decode-only below overrides.yaml's threshold), with what `make size` says of decode-only beside."""
     clock = Clock()
     evidence = begin(f"mix-{arm}", clock)
-    ensure_raylets(bundle, evidence)
+    ensure_raylets(bundle, evidence, keep_app=RESUME)
     clock.lap("raylets")
     config = json.loads((bundle / f"serve-{arm}.json").read_text())
     decode = config["applications"][0]["args"]["decode_config"]
@@ -388,7 +399,7 @@ def phase_prefix(bundle: Path, out: Path, phase: str) -> dict:
     on both roles; the loads are gpu_load's."""
     clock = Clock()
     evidence = begin(phase, clock)
-    ensure_raylets(bundle, evidence, "raylets-prefix.json")
+    ensure_raylets(bundle, evidence, "raylets-prefix.json", keep_app=RESUME)
     clock.lap("raylets")
     config = json.loads((bundle / f"serve-{PREFIX_PHASES[phase]}.json").read_text())
     args = config["applications"][0]["args"]

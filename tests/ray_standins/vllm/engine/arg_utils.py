@@ -15,4 +15,4 @@ class AsyncEngineArgs:
     load_format: str = "auto"
     gpu_memory_utilization: float = 0.9
     kv_cache_memory_bytes: Optional[int] = None
-    compilation_config: Optional[Any] = None
+    enforce_eager: bool = False
