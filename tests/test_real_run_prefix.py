@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import sys
 import time
 import types
@@ -578,6 +579,44 @@ def test_a_deploy_waits_no_longer_than_the_phase_has_left(monkeypatch: pytest.Mo
     clock.deadline = time.monotonic() + 10_000
     gpu_main.deployed(evidence, {}, clock)
     assert seen[1] == gpu_main.START_TIMEOUT_S
+
+
+def test_the_tcpstore_window_is_held_while_the_engines_start_and_freed_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the deploy waits, no port of the window can be bound (so vLLM's scan finds it full and
+    takes a kernel-chosen port); after it, every one can."""
+    with socket.socket() as probe:  # a free block of ports for the test, away from the real window
+        probe.bind(("", 0))
+        start = probe.getsockname()[1]
+    window = range(start, start + 4)
+    monkeypatch.setattr(gpu_main, "TCPSTORE_WINDOW", window)
+
+    def bindable(port: int) -> bool:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("", port))
+                return True
+            except OSError:
+                return False
+
+    during: list[bool] = []
+    monkeypatch.setattr(
+        gpu_main,
+        "deploy",
+        lambda config, timeout_s, put=True: during.extend(bindable(p) for p in window)
+        or {"applications": {"llm": {"status": "RUNNING"}}},
+    )
+    evidence: dict[str, Any] = {}
+    assert gpu_main.deployed(evidence, {}, gpu_main.Clock())
+    assert during == [False] * 4 and evidence["tcpstore_ports_held"] == 4
+    assert all(bindable(p) for p in window)
+
+
+def test_the_held_window_is_vllms_tcpstore_scan() -> None:
+    """The window is where vLLM 0.26.0's RayExecutorV2 starts a non-DP engine's scan: master port 0
+    plus 100, 32 ports (transcribed from `_select_tcpstore_port`, with VLLM_DP_MASTER_PORT's default)."""
+    master_port, local_dp_rank, window = 0, 0, 32  # envs.VLLM_DP_MASTER_PORT, VLLM_DP_RANK_LOCAL defaults
+    start = master_port + 100 + local_dp_rank * window
+    assert gpu_main.TCPSTORE_WINDOW == range(start, start + window)
 
 
 def test_serve_that_does_not_shut_down_ends_the_phase_with_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:

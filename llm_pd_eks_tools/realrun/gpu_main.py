@@ -24,10 +24,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 if __package__:
     from . import gpu_load, gpu_mix, gpu_model
@@ -63,6 +66,14 @@ ROLES = ("prefill", "decode")
 # waited before each scrape.
 PHASE_BUDGET_S = float(os.environ.get("REALRUN_PHASE_BUDGET_S", "540"))
 EXPORT_WAIT_S = 12
+# vLLM 0.26's RayExecutorV2 picks an engine's torch.distributed TCPStore port by binding and closing
+# the first free one from 100 (`_select_tcpstore_port`: a non-DP engine's local DP rank and master port
+# resolve to 0 from the VLLM_DP_* defaults, window 32); the store listens on it only once the worker
+# actor is up, seconds later. Engines starting together on one host as root all take port 100, and all
+# but one fail with EADDRINUSE (the run of 2026-12-06: six replica starts lost). Held for the deploy,
+# the window is full, so each engine falls back to a kernel-chosen port, as it does in a pod that may
+# not bind below 1024.
+TCPSTORE_WINDOW = range(100, 132)
 # REALRUN_RESUME=1: the phase goes on with the application the same phase's call before left on these
 # raylets (still starting, or running with its loads not yet sent): not shut down, not deployed again,
 # waited for. A deploy ends at the phase's deadline, so a start longer than one command spans two.
@@ -307,12 +318,34 @@ def begin(phase: str, clock: Clock) -> dict:
     return {"phase": phase, "date_utc": date, "versions": versions(), "timings": clock.timings}
 
 
+@contextmanager
+def held_ports(ports: range) -> Iterator[list[int]]:
+    """Listen on each of `ports` that is free (bound as vLLM binds, every interface), for the block;
+    the ports held."""
+    held: list[socket.socket] = []
+    try:
+        for port in ports:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.bind(("", port))
+                sock.listen(1)
+                held.append(sock)
+            except OSError:
+                sock.close()
+        yield [sock.getsockname()[1] for sock in held]
+    finally:
+        for sock in held:
+            sock.close()
+
+
 def deployed(evidence: dict, config: dict, clock: Clock) -> bool:
     """Deploy `config` (or, resuming, wait for the one deployed before), within START_TIMEOUT_S and the
     phase's deadline; record its status and how long it took to start; True when RUNNING."""
     evidence["resumed"] = RESUME
     timeout_s = max(POLL_S, min(START_TIMEOUT_S, clock.deadline - time.monotonic()))
-    evidence["serve_status"] = deploy(config, timeout_s, put=not RESUME)
+    with held_ports(TCPSTORE_WINDOW) as held:
+        evidence["tcpstore_ports_held"] = len(held)
+        evidence["serve_status"] = deploy(config, timeout_s, put=not RESUME)
     evidence["app_status"] = evidence["serve_status"].get("applications", {}).get("llm", {}).get("status")
     clock.lap("deploy")
     return evidence["app_status"] == "RUNNING"
