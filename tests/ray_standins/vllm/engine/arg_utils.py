@@ -16,3 +16,5 @@ class AsyncEngineArgs:
     gpu_memory_utilization: float = 0.9
     kv_cache_memory_bytes: Optional[int] = None
     enforce_eager: bool = False
+    max_num_seqs: Optional[int] = None
+    max_num_batched_tokens: Optional[int] = None
