@@ -632,7 +632,7 @@ def test_serve_that_does_not_shut_down_ends_the_phase_with_a_reason(monkeypatch:
 
 
 def level(clients: int, p50: float, prefill: float | None, decode: float, pulls: float) -> dict[str, Any]:
-    summary = {"completed": 96, "p50_ttft_ms": p50, "p90_ttft_ms": 2 * p50, "p50_itl_ms": 4.5, "output_tok_s": 321.0}
+    summary = {"requests": 96, "completed": 96, "p50_ttft_ms": p50, "p90_ttft_ms": 2 * p50, "p50_itl_ms": 4.5, "output_tok_s": 321.0}
     return {
         "clients": clients,
         "summary": summary,
@@ -662,6 +662,7 @@ def test_the_page_table_has_a_row_per_arm_and_load_from_the_saved_evidence(
     assert "| P/D, prefix-aware routing | 4 | 96 | 400 | 800 | 4.50 | 321 | 70% | 72% | 75% | 96 |" in table
     assert "| P/D, Serve's default router | 4 | 96 | 900 | 1,800 | 4.50 | 321 | 30% | 25% | 43% | 96 |" in table
     assert "| n/a |" in table  # a role with nothing looked up has no rate
+    assert table.endswith("- P/D, Serve's default router, 16 clients: not sent (the phase's time budget).")
     monkeypatch.setattr(evidence, "DATA", tmp_path)
     assert routing_evidence.prefix_run() == run
     with pytest.raises(FileNotFoundError):  # the P/D phase's replay reads only runs that have it
@@ -691,6 +692,49 @@ def test_the_saved_prefix_arm_failed_on_a_whole_gpu_asked_inside_its_quarter_gpu
     for role in ROLES:
         env = app("prefix-pd")["args"][f"{role}_config"]["runtime_env"]["env_vars"]
         assert env == {"VLLM_RAY_PER_WORKER_GPUS": "0.25"}
+
+
+def test_a_load_that_stalled_shows_what_it_answered_of_what_it_sent(tmp_path: Path) -> None:
+    run = tmp_path / "2026-12-05T1000Z"
+    run.mkdir()
+    stalled = level(4, 30_000.0, 0.0, 0.0, 2)
+    stalled["summary"].update(completed=2, stalled=True)
+    routed = {"loads": [stalled, {"clients": 8, "skipped": gpu_load.STALLED_BEFORE}]}
+    (run / "evidence-mix-prefix.json").write_text(json.dumps(routed))
+    table = routing_evidence.prefix_results_section(run)
+    assert "| P/D, prefix-aware routing | 4 | 2 of 96, stalled | 30,000 |" in table
+    assert "- P/D, prefix-aware routing, 8 clients: not sent (a load before it stalled)." in table
+
+
+def test_the_saved_prefix_pair_default_router_answered_everything_and_the_prefix_router_stalled() -> None:
+    """The H100 run of 2026-12-06: Serve's default router answered all 96 requests of each load at the
+    model's hit rate (within 10 points); PrefixCacheAffinityRouter answered 2 of 96 and then nothing, and
+    the requests it held went on only once their clients gave up (the ingress log)."""
+    run = evidence.DATA / "2026-12-06T0747Z"
+    rows = routing_evidence.prefix_rows(run)
+    plain = [r for r in rows if r["arm"] == "P/D, Serve's default router"]
+    assert [r["clients"] for r in plain] == list(gpu_load.PREFIX_CONCURRENCIES)
+    assert all(r["completed"] == r["sent"] == 96 and not r["stalled"] for r in plain)
+    assert all(abs(r["prefill_hit_rate"] - r["model_hit_rate"]) < 0.10 for r in plain)
+    (routed,) = [r for r in rows if r["arm"] == "P/D, prefix-aware routing"]
+    assert routed["stalled"] and routed["completed"] < 4
+    log = (run / "ingress-mix-prefix.log").read_text()
+    assert log.count("CANCELLED 60") == 3
+    sequential = json.loads((run / "prefix-router-sequential.json").read_text())["c1"]["summary"]
+    assert sequential["stalled"] and sequential["completed"] < sequential["requests"]
+
+
+def test_the_first_saved_h100_attempt_lost_replica_starts_to_port_100_and_then_to_memory() -> None:
+    """Why the TCPStore window is held and the prefix arms size vLLM's start-up profile."""
+    run = evidence.DATA / "2026-12-06T0747Z"
+    found = json.loads((run / "evidence-mix-prefix-pd-port-race.json").read_text())
+    assert found["app_status"] == "DEPLOYING" and "tcpstore_ports_held" not in found
+    why = (run / "failure-mix-prefix-pd-port-race.txt").read_text()
+    ports = {int(p) for p in re.findall(r"port: (\d+), useIpv6: false, code: -98, name: EADDRINUSE", why)}
+    assert ports and ports <= set(gpu_main.TCPSTORE_WINDOW)
+    assert "is less than desired GPU memory utilization" in why
+    for name in ("evidence-mix-prefix-pd.json", "evidence-mix-prefix.json"):
+        assert json.loads((run / name).read_text())["tcpstore_ports_held"] == len(gpu_main.TCPSTORE_WINDOW)
 
 
 def test_the_page_carries_the_newest_saved_prefix_arms_and_says_when_none_ran() -> None:

@@ -105,6 +105,8 @@ def prefix_rows(run: Path) -> list[dict[str, Any]]:
                 {
                     "arm": arm,
                     "clients": level["clients"],
+                    "sent": level["summary"]["requests"],
+                    "stalled": bool(level["summary"].get("stalled")),
                     **{k: level["summary"][k] for k in ("completed", "p50_ttft_ms", "p90_ttft_ms", "p50_itl_ms")},
                     "output_tok_s": level["summary"]["output_tok_s"],
                     "prefill_hit_rate": cache.get("prefill", {}).get("hit_rate"),
@@ -115,6 +117,22 @@ def prefix_rows(run: Path) -> list[dict[str, Any]]:
             )
     order = [a for _, a, _ in PREFIX_EVIDENCE]
     return sorted(rows, key=lambda r: (r["clients"], order.index(r["arm"])))
+
+
+def not_sent(run: Path) -> list[str]:
+    """A line per load an arm did not send, with why (the phase's budget, or a load before it stalled)."""
+    lines = []
+    for phase, arm, _ in PREFIX_EVIDENCE:
+        path = run / f"evidence-{phase}.json"
+        for level in load(run, path.name).get("loads", []) if path.is_file() else []:
+            if "skipped" in level:
+                lines.append(f"- {arm}, {level['clients']} clients: not sent ({level['skipped']}).")
+    return lines
+
+
+def _answered(row: dict[str, Any]) -> str:
+    """The requests answered, and of how many with `stalled` where the load stopped on a stall."""
+    return f"{row['completed']} of {row['sent']}, stalled" if row["stalled"] else f"{row['completed']}"
 
 
 def deploy_failure(run: Path, phase: str) -> list[str]:
@@ -145,17 +163,18 @@ def prefix_results_section(run: Optional[Path]) -> str:
     if not rows:  # no load ran: no table
         return "\n".join(lines).rstrip()
     lines += [
-        "| arm | clients | requests | median TTFT ms | p90 TTFT ms | median ITL ms | output tok/s "
+        "| arm | clients | answered | median TTFT ms | p90 TTFT ms | median ITL ms | output tok/s "
         "| prefill hit rate | decode hit rate | model hit rate | decode KV pulls |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         lines.append(
-            f"| {r['arm']} | {r['clients']} | {r['completed']} | {ms(r['p50_ttft_ms'])} | {ms(r['p90_ttft_ms'])} "
+            f"| {r['arm']} | {r['clients']} | {_answered(r)} | {ms(r['p50_ttft_ms'])} | {ms(r['p90_ttft_ms'])} "
             f"| {r['p50_itl_ms']:.2f} | {r['output_tok_s']:,.0f} | {_rate(r['prefill_hit_rate'])} "
             f"| {_rate(r['decode_hit_rate'])} | {_rate(r['model_hit_rate'])} | {r['decode_kv_pulls'] or 0:.0f} |"
         )
-    return "\n".join(lines)
+    skipped = not_sent(run)
+    return "\n".join(lines + ([""] + skipped if skipped else []))
 
 
 # --- decode-only below a threshold ------------------------------------------------------------------
