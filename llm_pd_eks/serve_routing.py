@@ -24,11 +24,17 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .config.serving import ReplicaGroupConfig, ServingConfig
+from .serving_names import RAY_VERSION
 
 PREFIX_ROUTER_CLASS = "ray.serve.llm.request_router.PrefixCacheAffinityRouter"
 # Ray's PrefixCacheAffinityRouter.initialize_state defaults keep the prefix tree unbounded
 # (do_eviction False); a long-lived replica set must bound it. These are Ray's own eviction sizes.
 PREFIX_TREE_EVICTION = {"do_eviction": True, "eviction_threshold_chars": 400_000, "eviction_target_chars": 360_000}
+
+# Ray releases whose PrefixCacheAffinityRouter stopped routing when run (docs/routing.md "Measured":
+# on one H100 beside real engines, 2 of 96 requests answered, then none until clients gave up; the
+# run's evidence is llm_pd_eks_tools/realrun/data/2026-12-06T0747Z/, which tests/test_routing.py reads).
+PREFIX_ROUTER_STALLED_ON = frozenset({"2.58.0"})
 
 RUNTIME_MODULE = "llm_pd_eks_conditional_pd"  # the importable name inside the image
 RUNTIME_SOURCE = Path(__file__).resolve().parent / "runtime" / "conditional_pd.py"
@@ -86,7 +92,12 @@ def preview_line(serving: ServingConfig) -> str:
     for role in ("prefill", "decode"):
         if prefix_aware(serving, role):
             gap = imbalanced_threshold(serving, serving.groups()[role])
-            roles.append(f"{role} prefix-aware (PrefixCacheAffinityRouter, load wins past a {gap}-request gap)")
+            stalled = ""
+            if RAY_VERSION in PREFIX_ROUTER_STALLED_ON:
+                stalled = f"; Ray {RAY_VERSION}'s router stalled when run, docs/routing.md"
+            roles.append(
+                f"{role} prefix-aware (PrefixCacheAffinityRouter, load wins past a {gap}-request gap{stalled})"
+            )
         else:
             roles.append(f"{role} power-of-two")
     below = serving.routing.decode_only_below_tokens

@@ -164,8 +164,9 @@ def test_a_mix_phase_deploys_its_arm_and_keeps_the_threshold_the_sized_claim_and
     monkeypatch.setattr(
         gpu_main,
         "deploy",
-        lambda config, timeout_s, put=True: calls.append(("deploy", config))
-        or {"applications": {"llm": {"status": "RUNNING"}}},
+        lambda config, timeout_s, put=True: (
+            calls.append(("deploy", config)) or {"applications": {"llm": {"status": "RUNNING"}}}
+        ),
     )
     monkeypatch.setattr(
         gpu_main, "run_tokenizer", lambda: types.SimpleNamespace(encode=lambda t: types.SimpleNamespace(ids=t.split()))

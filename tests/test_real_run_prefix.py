@@ -554,7 +554,7 @@ def test_a_resumed_prefix_arm_waits_for_the_application_left_starting_without_cl
 ) -> None:
     """REALRUN_RESUME: a start that outlasted one command goes on in the next; the raylets and the
     application on them are kept (no DELETE, no PUT), the phase waits for it and then runs its loads."""
-    bundle, out, calls, loads = fake_cluster(tmp_path, monkeypatch, mark="raylets-prefix.json")
+    bundle, out, calls, _ = fake_cluster(tmp_path, monkeypatch, mark="raylets-prefix.json")
     monkeypatch.setattr(gpu_main, "RESUME", True)
     got = gpu_main.phase_prefix(bundle, out, "mix-prefix")
     assert [c[0] for c in calls] == ["wait"] and calls[0][1] == INPUTS["serve_prefix"]["prefix"]
@@ -569,7 +569,9 @@ def test_a_deploy_waits_no_longer_than_the_phase_has_left(monkeypatch: pytest.Mo
     monkeypatch.setattr(
         gpu_main,
         "deploy",
-        lambda config, timeout_s, put=True: seen.append(timeout_s) or {"applications": {"llm": {"status": "DEPLOYING"}}},
+        lambda config, timeout_s, put=True: (
+            seen.append(timeout_s) or {"applications": {"llm": {"status": "DEPLOYING"}}}
+        ),
     )
     clock = gpu_main.Clock()
     clock.deadline = time.monotonic() + 100
@@ -602,8 +604,9 @@ def test_the_tcpstore_window_is_held_while_the_engines_start_and_freed_after(mon
     monkeypatch.setattr(
         gpu_main,
         "deploy",
-        lambda config, timeout_s, put=True: during.extend(bindable(p) for p in window)
-        or {"applications": {"llm": {"status": "RUNNING"}}},
+        lambda config, timeout_s, put=True: (
+            during.extend(bindable(p) for p in window) or {"applications": {"llm": {"status": "RUNNING"}}}
+        ),
     )
     evidence: dict[str, Any] = {}
     assert gpu_main.deployed(evidence, {}, gpu_main.Clock())
@@ -632,7 +635,8 @@ def test_serve_that_does_not_shut_down_ends_the_phase_with_a_reason(monkeypatch:
 
 
 def level(clients: int, p50: float, prefill: float | None, decode: float, pulls: float) -> dict[str, Any]:
-    summary = {"requests": 96, "completed": 96, "p50_ttft_ms": p50, "p90_ttft_ms": 2 * p50, "p50_itl_ms": 4.5, "output_tok_s": 321.0}
+    summary = {"requests": 96, "completed": 96, "p50_ttft_ms": p50, "p90_ttft_ms": 2 * p50, "p50_itl_ms": 4.5}
+    summary["output_tok_s"] = 321.0
     return {
         "clients": clients,
         "summary": summary,

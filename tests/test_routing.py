@@ -148,6 +148,23 @@ def test_the_preview_line_says_what_routes_where() -> None:
     line = serve_routing.preview_line(config)
     assert "prefill prefix-aware" in line and "decode power-of-two" in line and "under 256 tokens" in line
     assert "every request through prefill" in serve_routing.preview_line(serving()[0])
+    # the pinned Ray's prefix router stalled when run: the plan says so beside the role that uses it
+    assert line.count("Ray 2.58.0's router stalled when run") == 1
+
+
+def test_the_prefix_router_is_called_stalled_on_the_ray_whose_run_stalled_and_on_no_other() -> None:
+    """The one Ray named is the one the saved GPU run used, and its prefix arm did stall there while the
+    default router answered every request."""
+    from llm_pd_eks_tools.realrun import evidence
+
+    run = evidence.DATA / "2026-12-06T0747Z"
+    routed = json.loads((run / "evidence-mix-prefix.json").read_text())
+    plain = json.loads((run / "evidence-mix-prefix-pd.json").read_text())
+    assert serve_routing.PREFIX_ROUTER_STALLED_ON == {routed["versions"]["ray"]}
+    assert routed["loads"][0]["summary"]["stalled"] and routed["routers"]["prefill"]["request_router_class"] == (
+        serve_routing.PREFIX_ROUTER_CLASS
+    )
+    assert all(level["summary"]["completed"] == level["summary"]["requests"] for level in plain["loads"])
 
 
 # --- the runtime module, against Ray 2.58's own decode server and builder ---------------------------

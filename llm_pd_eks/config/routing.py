@@ -39,7 +39,8 @@ class RoutingConfig(Strict):
     prefix_aware: PrefixAwareRoles = Field(
         default=PrefixAwareRoles(),
         description="Prefix-cache-aware routing (Ray Serve LLM's PrefixCacheAffinityRouter) per role; "
-        "turns on vLLM's prefix caching on that role explicitly.",
+        "turns on vLLM's prefix caching on that role explicitly. Off by default: on Ray 2.58.0 the router "
+        "stopped routing within the first requests when run (docs/routing.md).",
     )
     imbalanced_threshold: Optional[int] = Field(
         default=None,

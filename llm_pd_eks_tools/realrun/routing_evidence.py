@@ -174,7 +174,7 @@ def prefix_results_section(run: Optional[Path]) -> str:
             f"| {_rate(r['decode_hit_rate'])} | {_rate(r['model_hit_rate'])} | {r['decode_kv_pulls'] or 0:.0f} |"
         )
     skipped = not_sent(run)
-    return "\n".join(lines + ([""] + skipped if skipped else []))
+    return "\n".join(lines + (["", *skipped] if skipped else []))
 
 
 # --- decode-only below a threshold ------------------------------------------------------------------
