@@ -16,7 +16,10 @@ What is read, each from the file named:
   and the `kv_connector_extra_config` key NIXL's worker reads its backends from (the
   `self.nixl_backends = ....get_from_extra_config("<key>", ...)` assignment under .../v1/nixl/),
   and the attributes vLLM's `init_app_state` sets on the app state (every `state.<name> = ...` under
-  vllm/entrypoints/), which Ray Serve LLM's engine reads its serving objects from;
+  vllm/entrypoints/), which Ray Serve LLM's engine reads its serving objects from, and where a
+  non-data-parallel engine's torch.distributed store port scan starts and how far it goes
+  (`RayExecutorV2._select_tcpstore_port` in vllm/v1/executor/ray_executor_v2.py, with
+  VLLM_DP_MASTER_PORT's default from vllm/envs.py);
 - metrics-<v>.json: every `self._{gauge,counter,histogram}_cls(name="vllm:...")` call in
   vllm/v1/metrics/loggers.py and the NIXL connector's stats (.../v1/nixl/stats.py): name, type, file;
   and the literal bucket bounds of vllm:time_to_first_token_seconds and vllm:inter_token_latency_seconds.
@@ -51,6 +54,8 @@ NIXL_DIR = "vllm/distributed/kv_transfer/kv_connector/v1/nixl/"
 LOGGERS = "vllm/v1/metrics/loggers.py"
 ENTRYPOINTS = "vllm/entrypoints/"
 NIXL_STATS = NIXL_DIR + "stats.py"
+RAY_EXECUTOR = "vllm/v1/executor/ray_executor_v2.py"
+ENVS = "vllm/envs.py"
 BUCKETED = ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds")
 METRIC_CLASSES = {"_gauge_cls": "gauge", "_counter_cls": "counter", "_histogram_cls": "histogram"}
 
@@ -233,6 +238,52 @@ def app_state_attributes(wheel: Wheel) -> list[str]:
     return sorted(names)
 
 
+def _int_constants(node: ast.AST) -> list[int]:
+    return [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and type(n.value) is int]
+
+
+def tcpstore_scan(wheel: Wheel) -> dict[str, int]:
+    """Where `_select_tcpstore_port` starts a non-DP engine's scan (`start_port = master_port + <offset>
+    + local_dp_rank * window`, local rank 0) and its `window`, with VLLM_DP_MASTER_PORT's default: the
+    ports engines starting together on one host race for."""
+    select = next(
+        (
+            n
+            for n in ast.walk(wheel.tree(RAY_EXECUTOR))
+            if isinstance(n, ast.FunctionDef) and n.name == "_select_tcpstore_port"
+        ),
+        None,
+    )
+    if select is None:
+        raise ToolError(Exit.FAILED, f"{RAY_EXECUTOR}: no _select_tcpstore_port; the generator needs updating")
+    assigned = {
+        t.id: node.value
+        for node in ast.walk(select)
+        if isinstance(node, ast.Assign)
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }
+    window, offsets = (
+        _int_constants(assigned.get("window", ast.Pass())),
+        _int_constants(assigned.get("start_port", ast.Pass())),
+    )
+    getenv = [
+        [a.value for a in node.args if isinstance(a, ast.Constant)]
+        for node in ast.walk(wheel.tree(ENVS))
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "os.getenv"
+    ]
+    defaults = [str(args[1]) for args in getenv if len(args) == 2 and args[0] == "VLLM_DP_MASTER_PORT"]
+    if len(window) != 1 or len(offsets) != 1 or len(set(defaults)) != 1:
+        raise ToolError(Exit.FAILED, f"{RAY_EXECUTOR}: the TCPStore scan is not `window = N` and `+ N`; read it again")
+    master = int(defaults[0])
+    return {
+        "dp_master_port_default": master,
+        "offset": offsets[0],
+        "window": window[0],
+        "first_port": master + offsets[0],
+    }
+
+
 def engine_args(wheel: Wheel) -> dict[str, Any]:
     kv = wheel.tree(KV_TRANSFER)
     return {
@@ -249,6 +300,7 @@ def engine_args(wheel: Wheel) -> dict[str, Any]:
         "cache_dtypes": literal_values(wheel.tree(CACHE), "CacheDType", CACHE),
         "nixl_backends_extra_config_key": nixl_backends_key(wheel),
         "app_state_attributes": app_state_attributes(wheel),
+        "tcpstore_scan": tcpstore_scan(wheel),
     }
 
 
@@ -285,8 +337,11 @@ def source_note(wheel: Path, version: str, commit: str, today: str) -> str:
         f"registered in {FACTORY}, the `CacheDType` literals ({CACHE}),\n"
         "and the `kv_connector_extra_config` key NIXL's worker reads its backends from\n"
         f'(`self.nixl_backends = ...get_from_extra_config("<key>", ...)` under {NIXL_DIR}),\n'
-        f"and the app-state attributes vLLM sets (every `state.<name> = ...` under {ENTRYPOINTS}).\n"
-        "Use: tests/test_ray_service.py, tests/test_real_run.py, tests/test_routing.py.\n"
+        f"and the app-state attributes vLLM sets (every `state.<name> = ...` under {ENTRYPOINTS}),\n"
+        f"and the TCPStore port scan of a non-DP engine (`_select_tcpstore_port`, {RAY_EXECUTOR};\n"
+        f"VLLM_DP_MASTER_PORT's default from {ENVS}).\n"
+        "Use: tests/test_ray_service.py, tests/test_real_run.py, tests/test_real_run_prefix.py,\n"
+        "tests/test_routing.py.\n"
     )
 
 

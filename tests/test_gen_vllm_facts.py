@@ -54,6 +54,16 @@ SOURCES = {
         "    other.not_state = 1\n"
     ),
     "vllm/entrypoints/generate/api_router.py": "def init(state):\n    state.openai_serving_chat = None\n",
+    "vllm/v1/executor/ray_executor_v2.py": (
+        "class E:\n    @staticmethod\n    def _select_tcpstore_port(local_dp_rank, master_port):\n"
+        "        if local_dp_rank is None:\n            return get_open_port()\n"
+        "        window = 16\n        start_port = master_port + 200 + local_dp_rank * window\n"
+        "        return _get_open_port(start_port=start_port, max_attempts=window)\n"
+    ),
+    "vllm/envs.py": (
+        'environment_variables = {\n    "VLLM_DP_MASTER_PORT": lambda: int(os.getenv("VLLM_DP_MASTER_PORT", "7")),\n'
+        '    "VLLM_PORT": lambda: os.getenv("VLLM_PORT", None),\n}\n'
+    ),
     "vllm/v1/metrics/loggers.py": (
         "class L:\n    def __init__(self, b):\n"
         '        self._gauge_cls(name="vllm:num_requests_running")\n'
@@ -99,6 +109,8 @@ def test_the_facts_are_read_from_the_wheels_source(tmp_path):
         "nixl_backends_extra_config_key": "backends",
         # every `state.<name> = ...` under vllm/entrypoints/, whichever module sets it
         "app_state_attributes": ["engine_client", "openai_serving_chat", "serving_tokenization"],
+        # the first port a non-DP engine tries (default master port + offset) and how many it tries
+        "tcpstore_scan": {"dp_master_port_default": 7, "offset": 200, "window": 16, "first_port": 207},
     }
     facts = json.loads((out / "metrics-9.9.9.json").read_text())
     assert facts["buckets"] == {
@@ -158,6 +170,7 @@ def test_the_vendored_facts_have_the_generators_shape():
         "cache_dtypes",
         "nixl_backends_extra_config_key",
         "app_state_attributes",
+        "tcpstore_scan",
     ]
     assert {"tensor_parallel_size", "max_model_len", "kv_cache_dtype", "kv_transfer_config"} <= set(
         args["engine_args_fields"]

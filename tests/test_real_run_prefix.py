@@ -615,11 +615,15 @@ def test_the_tcpstore_window_is_held_while_the_engines_start_and_freed_after(mon
 
 
 def test_the_held_window_is_vllms_tcpstore_scan() -> None:
-    """The window is where vLLM 0.26.0's RayExecutorV2 starts a non-DP engine's scan: master port 0
-    plus 100, 32 ports (transcribed from `_select_tcpstore_port`, with VLLM_DP_MASTER_PORT's default)."""
-    master_port, local_dp_rank, window = 0, 0, 32  # envs.VLLM_DP_MASTER_PORT, VLLM_DP_RANK_LOCAL defaults
-    start = master_port + 100 + local_dp_rank * window
-    assert gpu_main.TCPSTORE_WINDOW == range(start, start + window)
+    """The window is the released vLLM's own scan for a non-DP engine (`_select_tcpstore_port` and
+    VLLM_DP_MASTER_PORT's default, read from the wheel into tests/data/vllm/ by gen_vllm_facts)."""
+    from helpers import DATA
+
+    from llm_pd_eks.versions import DLC_VLLM_VERSION
+
+    scan = json.loads((DATA / "vllm" / f"engine-args-{DLC_VLLM_VERSION}.json").read_text())["tcpstore_scan"]
+    assert gpu_main.TCPSTORE_WINDOW == range(scan["first_port"], scan["first_port"] + scan["window"])
+    assert scan["first_port"] < 1024  # a port only root may bind where unprivileged ports start at 1024
 
 
 def test_serve_that_does_not_shut_down_ends_the_phase_with_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
