@@ -27,7 +27,7 @@ from .ray_worker_pod import worker_group
 from .rollout_rule import replace_on_change_paths
 from .serve_app import serve_config_yaml
 from .serve_endpoint import endpoint_url, serve_service
-from .serve_routing import RUNTIME_CONFIGMAP, conditional, runtime_configmap_data, with_runtime_module
+from .serve_routing import RUNTIME_CONFIGMAP, runtime_configmap_data, runtime_needed, with_runtime_module
 from .serving_names import (
     APP_LABEL,
     HF_SECRET_KEY,
@@ -74,7 +74,7 @@ def ray_service_spec(
             ],
         },
     }
-    if conditional(serving):  # the decode-only path's server class, on every Ray pod (serve_routing.py)
+    if runtime_needed(serving):  # the decode-only server class and the router, on every Ray pod (serve_routing.py)
         cluster = spec["rayClusterConfig"]
         for group in (cluster["headGroupSpec"], *cluster["workerGroupSpecs"]):
             with_runtime_module(group)
@@ -206,7 +206,7 @@ class LlmRayService(pulumi.ComponentResource):
             hf_secret_name = self.hf_secret.metadata.name
 
         self.runtime_module = None
-        if conditional(serving):
+        if runtime_needed(serving):
             self.runtime_module = k8s.core.v1.ConfigMap(
                 f"{name}-runtime",
                 metadata=k8s.meta.v1.ObjectMetaArgs(name=RUNTIME_CONFIGMAP, namespace=namespace),

@@ -3,7 +3,9 @@
 - Prefix-aware routing is each role's Serve `request_router_config` (Ray 2.58.0 ray/serve/config.py
   `RequestRouterConfig`: `request_router_class`, `request_router_kwargs`; the LLMConfig's
   `deployment_config` passes it to `serve.deployment`), naming Ray Serve LLM's own
-  `PrefixCacheAffinityRouter` (ray/serve/llm/request_router.py) with its `initialize_state` arguments.
+  `PrefixCacheAffinityRouter` (ray/serve/llm/request_router.py) with Serve's `FIFOMixin` in front
+  (llm_pd_eks/runtime/prefix_router.py says why: Ray's class alone drops requests), with the
+  `initialize_state` arguments of Ray's class.
   The decode role's router picks the decode replica for a request from the ingress; the prefill role's
   router picks the prefill replica the decode server's prefill handle calls. The role's vLLM engine
   gets `enable_prefix_caching: true` explicitly: the router only pays where the engine caches.
@@ -12,8 +14,9 @@
   the LLMConfig's `server_cls`. The application then imports `build_pd_openai_app` from the project's
   runtime module (llm_pd_eks/runtime/conditional_pd.py), which calls Ray's own builder with that one
   class swapped for a subclass; the threshold travels in the decode LLMConfig's `experimental_configs`
-  (where Ray's PDDecodeServer already reads its own switches). The module reaches every Ray pod as a
-  ConfigMap on the Python path (llm_pd_eks/ray_service.py), and only when the feature is on.
+  (where Ray's PDDecodeServer already reads its own switches).
+- Both runtime modules reach every Ray pod as one ConfigMap on the Python path
+  (llm_pd_eks/ray_service.py), and only when either feature is on.
 """
 
 from __future__ import annotations
@@ -24,20 +27,19 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .config.serving import ReplicaGroupConfig, ServingConfig
-from .serving_names import RAY_VERSION
 
-PREFIX_ROUTER_CLASS = "ray.serve.llm.request_router.PrefixCacheAffinityRouter"
+RAY_PREFIX_ROUTER_CLASS = "ray.serve.llm.request_router.PrefixCacheAffinityRouter"  # what the project's extends
+PREFIX_ROUTER_MODULE = "llm_pd_eks_prefix_router"  # the importable name inside the image
+PREFIX_ROUTER_CLASS = f"{PREFIX_ROUTER_MODULE}.PrefixCacheAffinityFifoRouter"
 # Ray's PrefixCacheAffinityRouter.initialize_state defaults keep the prefix tree unbounded
 # (do_eviction False); a long-lived replica set must bound it. These are Ray's own eviction sizes.
 PREFIX_TREE_EVICTION = {"do_eviction": True, "eviction_threshold_chars": 400_000, "eviction_target_chars": 360_000}
 
-# Ray releases whose PrefixCacheAffinityRouter stopped routing when run (docs/routing.md "Measured":
-# on one H100 beside real engines, 2 of 96 requests answered, then none until clients gave up; the
-# run's evidence is llm_pd_eks_tools/realrun/data/2026-12-06T0747Z/, which tests/test_routing.py reads).
-PREFIX_ROUTER_STALLED_ON = frozenset({"2.58.0"})
-
 RUNTIME_MODULE = "llm_pd_eks_conditional_pd"  # the importable name inside the image
-RUNTIME_SOURCE = Path(__file__).resolve().parent / "runtime" / "conditional_pd.py"
+RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
+RUNTIME_SOURCE = RUNTIME_DIR / "conditional_pd.py"
+# Every module the runtime ConfigMap carries: the name the pods import -> its source here.
+RUNTIME_SOURCES = {RUNTIME_MODULE: RUNTIME_SOURCE, PREFIX_ROUTER_MODULE: RUNTIME_DIR / "prefix_router.py"}
 RUNTIME_MOUNT = "/opt/llm-pd-eks/python"  # on PYTHONPATH in every Ray container
 CONDITIONAL_IMPORT_PATH = f"{RUNTIME_MODULE}:build_pd_openai_app"
 THRESHOLD_KEY = "llm_pd_eks_decode_only_below_tokens"  # decode LLMConfig experimental_configs
@@ -77,13 +79,18 @@ def decode_experimental_configs(serving: ServingConfig) -> dict[str, Any]:
     return {THRESHOLD_KEY: below} if below is not None else {}
 
 
+def runtime_needed(serving: ServingConfig) -> bool:
+    """Whether the pods need the runtime modules: the decode-only path or a prefix-aware role."""
+    return conditional(serving) or any(prefix_aware(serving, role) for role in ("prefill", "decode"))
+
+
 def runtime_source() -> str:
     return RUNTIME_SOURCE.read_text()
 
 
 def runtime_digest() -> str:
-    """A short hash of the runtime module: on the pods' annotations, so a new module rolls the cluster."""
-    return hashlib.sha256(runtime_source().encode()).hexdigest()[:16]
+    """A short hash of the runtime modules: on the pods' annotations, so a new module rolls the cluster."""
+    return hashlib.sha256("".join(runtime_configmap_data().values()).encode()).hexdigest()[:16]
 
 
 def preview_line(serving: ServingConfig) -> str:
@@ -92,12 +99,8 @@ def preview_line(serving: ServingConfig) -> str:
     for role in ("prefill", "decode"):
         if prefix_aware(serving, role):
             gap = imbalanced_threshold(serving, serving.groups()[role])
-            stalled = ""
-            if RAY_VERSION in PREFIX_ROUTER_STALLED_ON:
-                stalled = f"; Ray {RAY_VERSION}'s router stalled when run, docs/routing.md"
-            roles.append(
-                f"{role} prefix-aware (PrefixCacheAffinityRouter, load wins past a {gap}-request gap{stalled})"
-            )
+            router = "PrefixCacheAffinityRouter with FIFO fallback"
+            roles.append(f"{role} prefix-aware ({router}, load wins past a {gap}-request gap)")
         else:
             roles.append(f"{role} power-of-two")
     below = serving.routing.decode_only_below_tokens
@@ -111,14 +114,15 @@ RUNTIME_VOLUME = "llm-pd-eks-runtime"
 
 
 def runtime_configmap_data() -> dict[str, str]:
-    return {f"{RUNTIME_MODULE}.py": runtime_source()}
+    return {f"{module}.py": path.read_text() for module, path in sorted(RUNTIME_SOURCES.items())}
 
 
 def with_runtime_module(group: dict[str, Any]) -> dict[str, Any]:
-    """A Ray group's pod template with the runtime module mounted and on PYTHONPATH (every container:
-    Serve imports the builder wherever the controller's build task lands, and the decode class
-    wherever a decode replica starts). The module's hash is a pod annotation: Python loads a module
-    once per process, so a new module needs new pods (KubeRay's upgrade, as for an image change)."""
+    """A Ray group's pod template with the runtime modules mounted and on PYTHONPATH (every container:
+    Serve imports the builder and the router class wherever the controller's build task lands, the
+    decode class wherever a decode replica starts, and a router wherever a handle routes). Their hash
+    is a pod annotation: Python loads a module once per process, so a new module needs new pods
+    (KubeRay's upgrade, as for an image change)."""
     template = group["template"]
     template.setdefault("metadata", {}).setdefault("annotations", {})[RUNTIME_DIGEST_ANNOTATION] = runtime_digest()
     spec = template["spec"]

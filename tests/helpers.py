@@ -178,7 +178,7 @@ def runtime_module_on_path() -> Iterator[Path]:
     (llm_pd_eks/serve_routing.py RUNTIME_MOUNT): `import_path` then imports them by the same name."""
     import tempfile
 
-    from llm_pd_eks.serve_routing import RUNTIME_MODULE, runtime_configmap_data
+    from llm_pd_eks.serve_routing import RUNTIME_SOURCES, runtime_configmap_data
 
     with tempfile.TemporaryDirectory() as folder:
         for filename, source in runtime_configmap_data().items():
@@ -188,7 +188,8 @@ def runtime_module_on_path() -> Iterator[Path]:
             yield Path(folder)
         finally:
             sys.path.remove(folder)
-            sys.modules.pop(RUNTIME_MODULE, None)
+            for module in RUNTIME_SOURCES:
+                sys.modules.pop(module, None)
 
 
 def serve_build(application: dict[str, Any]) -> Any:

@@ -154,9 +154,9 @@ def test_the_decode_only_arm_is_the_pd_app_with_only_its_threshold_added(tmp_pat
     assert decode == pd_app["args"]["decode_config"]
     assert gpu_main.THRESHOLD_KEY == serve_routing.THRESHOLD_KEY  # the runner's copy stays the program's
     write_bundle(tmp_path, OVERRIDES)
-    (module,) = (tmp_path / "runtime").iterdir()
-    assert module.name == serve_routing.RUNTIME_MODULE + ".py"
-    assert module.read_text() == serve_routing.runtime_source()
+    modules = {path.name: path.read_text() for path in (tmp_path / "runtime").iterdir()}
+    assert modules == serve_routing.runtime_configmap_data()  # as the ConfigMap puts them in the pods
+    assert modules[serve_routing.RUNTIME_MODULE + ".py"] == serve_routing.runtime_source()
 
 
 def test_the_raylets_are_the_ones_kuberay_starts_for_the_worker_groups() -> None:

@@ -21,7 +21,7 @@ from typing import Any, Iterator
 from unittest import mock
 
 import pytest
-from helpers import FakeCompletions, changed_paths, ray_engine_standins, serve_build
+from helpers import FakeCompletions, changed_paths, ray_engine_standins, runtime_module_on_path, serve_build
 
 from llm_pd_eks import metrics as m
 from llm_pd_eks import serve_routing
@@ -104,8 +104,8 @@ def by_role(built: Any) -> dict[str, Any]:
 @pytest.mark.parametrize("arm", sorted(PREFIX_ARMS))
 def test_ray_serve_builds_each_arm_with_two_quarter_gpu_replicas_a_role(arm: str) -> None:
     from ray.llm._internal.serve.engines.vllm.vllm_models import VLLMEngineConfig
+    from ray.llm._internal.serve.routing_policies.prefix_aware.prefix_aware_router import PrefixCacheAffinityRouter
     from ray.serve._private.request_router import PowerOfTwoChoicesRequestRouter
-    from ray.serve.llm.request_router import PrefixCacheAffinityRouter
 
     deployments = by_role(serve_build(app(arm)))
     serving = rendered_stack(OVERRIDES).serving
@@ -132,7 +132,9 @@ def test_ray_serve_builds_each_arm_with_two_quarter_gpu_replicas_a_role(arm: str
         assert engine["enforce_eager"] is True and "compilation_config" not in engine
         router = d._deployment_config.request_router_config
         if PREFIX_ARMS[arm]:
-            assert router.get_request_router_class() is PrefixCacheAffinityRouter
+            with runtime_module_on_path():
+                cls = router.get_request_router_class()
+            assert issubclass(cls, PrefixCacheAffinityRouter) and cls.__module__ == serve_routing.PREFIX_ROUTER_MODULE
             wanted = serve_routing.request_router_config(serving.model_copy(update={"routing": routed}), role)
             assert wanted is not None and router.request_router_kwargs == wanted["request_router_kwargs"]
         else:
@@ -419,7 +421,8 @@ def nixl_side_channel_ports() -> set[int]:
     envs.is_set = lambda name: False  # type: ignore[attr-defined]
     ports = set()
     for arm in PREFIX_ARMS:
-        pd = PDServingArgs.model_validate(json.loads(json.dumps(app(arm)["args"])))
+        with runtime_module_on_path():  # Ray imports the router class the deployment config names
+            pd = PDServingArgs.model_validate(json.loads(json.dumps(app(arm)["args"])))
         for config in (pd.prefill_config, pd.decode_config):
             for rank in range(config.deployment_config["autoscaling_config"]["max_replicas"]):
                 context = types.SimpleNamespace(rank=types.SimpleNamespace(rank=rank))
@@ -724,7 +727,7 @@ def test_the_saved_prefix_pair_default_router_answered_everything_and_the_prefix
     assert [r["clients"] for r in plain] == list(gpu_load.PREFIX_CONCURRENCIES)
     assert all(r["completed"] == r["sent"] == 96 and not r["stalled"] for r in plain)
     assert all(abs(r["prefill_hit_rate"] - r["model_hit_rate"]) < 0.10 for r in plain)
-    (routed,) = [r for r in rows if r["arm"] == "P/D, prefix-aware routing"]
+    (routed,) = [r for r in rows if r["arm"] == "P/D, prefix-aware routing (Ray's PrefixCacheAffinityRouter as is)"]
     assert routed["stalled"] and routed["completed"] < 4
     log = (run / "ingress-mix-prefix.log").read_text()
     assert log.count("CANCELLED 60") == 3

@@ -58,14 +58,16 @@ def test_by_default_the_app_is_ray_serve_llms_own_with_serves_default_routing() 
 
 
 def test_prefix_aware_roles_name_ray_serve_llms_router_with_its_own_arguments() -> None:
+    from helpers import runtime_module_on_path
     from ray.llm._internal.serve.routing_policies.prefix_aware.prefix_aware_router import PrefixCacheAffinityRouter
     from ray.serve.config import RequestRouterConfig
 
     config, instance = serving(prefixAware={"prefill": True, "decode": False})
     args = app(ray_service_spec(config, instance))["args"]
     router = args["prefill_config"]["deployment_config"]["request_router_config"]
-    parsed = RequestRouterConfig(**router)  # Ray imports the class the path names
-    assert parsed.get_request_router_class().__mro__[1] is PrefixCacheAffinityRouter
+    with runtime_module_on_path():  # as the pods mount the runtime ConfigMap
+        parsed = RequestRouterConfig(**router)  # Ray imports the class the path names
+        assert issubclass(parsed.get_request_router_class(), PrefixCacheAffinityRouter)
     accepted = set(inspect.signature(PrefixCacheAffinityRouter.initialize_state).parameters) - {"self"}
     assert set(router["request_router_kwargs"]) <= accepted
     assert args["prefill_config"]["engine_kwargs"]["enable_prefix_caching"] is True
@@ -86,13 +88,15 @@ def test_the_router_falls_back_to_load_balancing_at_the_roles_serve_target() -> 
 
 
 def test_the_routed_app_validates_under_ray_serves_and_ray_serve_llms_schemas() -> None:
+    from helpers import runtime_module_on_path
     from ray.llm._internal.serve.serving_patterns.prefill_decode.builder import PDServingArgs
     from ray.serve.schema import ServeDeploySchema
 
     config, instance = serving(prefixAware={"prefill": True, "decode": True}, decodeOnlyBelowTokens=256)
     application = app(ray_service_spec(config, instance))
     ServeDeploySchema.model_validate({"applications": [application]})
-    pd = PDServingArgs.model_validate(application["args"])
+    with runtime_module_on_path():  # Ray imports the router class the deployment config names
+        pd = PDServingArgs.model_validate(application["args"])
     assert pd.decode_config.experimental_configs[serve_routing.THRESHOLD_KEY] == 256
     assert pd.prefill_config.deployment_config["request_router_config"]["request_router_class"] == (
         serve_routing.PREFIX_ROUTER_CLASS
@@ -119,9 +123,44 @@ def test_decode_only_imports_the_runtime_builder_and_mounts_it_on_every_ray_pod(
             assert mount in container["volumeMounts"]
         annotation = template["metadata"]["annotations"][serve_routing.RUNTIME_DIGEST_ANNOTATION]
         assert annotation == serve_routing.runtime_digest()
-    # the file name in the ConfigMap is the module name the import path imports
-    (key,) = serve_routing.runtime_configmap_data()
-    assert key == serve_routing.CONDITIONAL_IMPORT_PATH.split(":")[0] + ".py"
+    # the file names in the ConfigMap are the module names the import path and the router path import
+    assert sorted(serve_routing.runtime_configmap_data()) == sorted(
+        [serve_routing.CONDITIONAL_IMPORT_PATH.split(":")[0] + ".py", serve_routing.PREFIX_ROUTER_MODULE + ".py"]
+    )
+    assert serve_routing.PREFIX_ROUTER_CLASS.rsplit(".", 1)[0] == serve_routing.PREFIX_ROUTER_MODULE
+
+
+def test_prefix_aware_routing_alone_mounts_the_runtime_modules_and_keeps_rays_builder() -> None:
+    config, instance = serving(prefixAware={"prefill": False, "decode": True})
+    spec = ray_service_spec(config, instance)
+    assert app(spec)["import_path"] == "ray.serve.llm:build_pd_openai_app"
+    cluster = spec["rayClusterConfig"]
+    for group in (cluster["headGroupSpec"], *cluster["workerGroupSpecs"]):
+        template = group["template"]
+        assert {"name": serve_routing.RUNTIME_VOLUME, "configMap": {"name": serve_routing.RUNTIME_CONFIGMAP}} in (
+            template["spec"]["volumes"]
+        )
+        for container in template["spec"]["containers"]:
+            assert {"name": "PYTHONPATH", "value": serve_routing.RUNTIME_MOUNT} in container["env"]
+
+
+def test_the_projects_prefix_router_is_rays_with_serves_fifo_mixin_and_nothing_else() -> None:
+    """Its replica hand-off is FIFOMixin's (a replica found with no request in hand goes to the oldest
+    waiting request, as in Serve's default router); every routing decision stays Ray's."""
+    from helpers import runtime_module_on_path
+    from ray.llm._internal.serve.routing_policies.prefix_aware.prefix_aware_router import PrefixCacheAffinityRouter
+    from ray.serve._private.request_router.pow_2_router import PowerOfTwoChoicesRequestRouter
+    from ray.serve._private.request_router.request_router import FIFOMixin
+    from ray.serve.config import RequestRouterConfig
+
+    with runtime_module_on_path():
+        routed = RequestRouterConfig(request_router_class=serve_routing.PREFIX_ROUTER_CLASS)
+        cls = routed.get_request_router_class()
+    assert cls.__mro__[1:3] == (FIFOMixin, PrefixCacheAffinityRouter)
+    assert FIFOMixin in PowerOfTwoChoicesRequestRouter.__mro__ and FIFOMixin not in PrefixCacheAffinityRouter.__mro__
+    assert cls._fulfill_next_pending_request is FIFOMixin._fulfill_next_pending_request
+    assert cls.choose_replicas is PrefixCacheAffinityRouter.choose_replicas
+    assert set(vars(cls)) <= {"__module__", "__doc__", "__qualname__", "__abstractmethods__", "_abc_impl"}
 
 
 def test_the_decode_only_rayservice_validates_against_the_kuberay_crd() -> None:
@@ -148,22 +187,21 @@ def test_the_preview_line_says_what_routes_where() -> None:
     line = serve_routing.preview_line(config)
     assert "prefill prefix-aware" in line and "decode power-of-two" in line and "under 256 tokens" in line
     assert "every request through prefill" in serve_routing.preview_line(serving()[0])
-    # the pinned Ray's prefix router stalled when run: the plan says so beside the role that uses it
-    assert line.count("Ray 2.58.0's router stalled when run") == 1
+    assert line.count("with FIFO fallback") == 1  # the router the role gets, not Ray's class as is
 
 
-def test_the_prefix_router_is_called_stalled_on_the_ray_whose_run_stalled_and_on_no_other() -> None:
-    """The one Ray named is the one the saved GPU run used, and its prefix arm did stall there while the
-    default router answered every request."""
+def test_rays_router_as_is_stalled_on_the_gpu_where_the_default_router_answered_everything() -> None:
+    """Why the project renders its own class: the saved GPU arm that named Ray's class unchanged stalled,
+    on the image's Ray, while Serve's default router answered every request of every load."""
+    from llm_pd_eks.serving_names import RAY_VERSION
     from llm_pd_eks_tools.realrun import evidence
 
     run = evidence.DATA / "2026-12-06T0747Z"
     routed = json.loads((run / "evidence-mix-prefix.json").read_text())
     plain = json.loads((run / "evidence-mix-prefix-pd.json").read_text())
-    assert serve_routing.PREFIX_ROUTER_STALLED_ON == {routed["versions"]["ray"]}
-    assert routed["loads"][0]["summary"]["stalled"] and routed["routers"]["prefill"]["request_router_class"] == (
-        serve_routing.PREFIX_ROUTER_CLASS
-    )
+    assert routed["versions"]["ray"] == RAY_VERSION
+    assert routed["routers"]["prefill"]["request_router_class"] == serve_routing.RAY_PREFIX_ROUTER_CLASS
+    assert routed["loads"][0]["summary"]["stalled"]
     assert all(level["summary"]["completed"] == level["summary"]["requests"] for level in plain["loads"])
 
 

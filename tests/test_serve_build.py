@@ -90,16 +90,14 @@ def test_conditional_disaggregation_swaps_only_the_decode_class_for_the_runtime_
 
 @pytest.mark.parametrize("roles", [(True, False), (False, True), (True, True)])
 def test_each_prefix_aware_role_gets_ray_serve_llms_router_with_the_configured_kwargs(roles: tuple) -> None:
-    from ray.llm._internal.serve.routing_policies.prefix_aware.prefix_aware_router import (
-        PrefixCacheAffinityRouter as Internal,
-    )
+    from helpers import runtime_module_on_path
+    from ray.llm._internal.serve.routing_policies.prefix_aware.prefix_aware_router import PrefixCacheAffinityRouter
     from ray.serve._private.request_router import PowerOfTwoChoicesRequestRouter
-    from ray.serve.llm.request_router import PrefixCacheAffinityRouter
 
     prefill, decode = roles
     app, serving = application(prefixAware={"prefill": prefill, "decode": decode}, imbalancedThreshold=None)
     deployments = by_role(serve_build(app))
-    accepted = inspect.signature(Internal.initialize_state)
+    accepted = inspect.signature(PrefixCacheAffinityRouter.initialize_state)
     for role, on in (("prefill", prefill), ("decode", decode)):
         config = router(deployments[role])
         engine = deployments[role]._replica_config.init_kwargs["llm_config"].engine_kwargs
@@ -107,7 +105,9 @@ def test_each_prefix_aware_role_gets_ray_serve_llms_router_with_the_configured_k
             assert config.get_request_router_class() is PowerOfTwoChoicesRequestRouter, role
             assert "enable_prefix_caching" not in engine
             continue
-        assert config.get_request_router_class() is PrefixCacheAffinityRouter, role
+        with runtime_module_on_path():  # the class travels by reference: a pod imports it from the ConfigMap
+            cls = config.get_request_router_class()
+        assert issubclass(cls, PrefixCacheAffinityRouter) and cls.__module__ == serve_routing.PREFIX_ROUTER_MODULE
         configured = serve_routing.request_router_config(serving, role)
         assert configured is not None
         assert config.request_router_kwargs == configured["request_router_kwargs"], role

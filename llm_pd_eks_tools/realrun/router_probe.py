@@ -1,16 +1,18 @@
-"""Ray Serve LLM's PrefixCacheAffinityRouter as `make realrun-router` runs it: unchanged but for a count of
-the rounds a routing task makes with no request to route, and a variant that yields the event loop on
-such a round. Imported only in the run's child process (it needs Ray's router at import).
+"""The prefix routers as `make realrun-router` runs them: Ray Serve LLM's PrefixCacheAffinityRouter as is,
+and the project's (llm_pd_eks/runtime/prefix_router.py: Ray's with Serve's FIFOMixin in front), each
+unchanged but for a count of the rounds a routing task makes with no request to route and a note of
+which task took each request from the queue of requests to route. Imported only in the run's child
+process (it needs Ray's router at import).
 
 Why count them. Ray 2.58.0's RequestRouter keeps as many routing tasks as `_pending_requests_to_fulfill`
 holds, a deque it cleans only from the front ("lazy cleanup", `num_pending_requests`). A task whose
 `_get_next_pending_request_to_route()` finds nothing goes round `choose_replicas(pending_request=None)`
--> `_select_from_candidate_replicas` -> `_fulfill_next_pending_request(replica, None)`, which assigns
-nothing, and round again (`_fulfill_pending_requests`). Where the queue-length cache answers, none of
-those awaits suspends, so such a task keeps the router's event loop to itself: the task routing a real
-request, suspended on a probe or the prefix tree, never resumes. Power of two choices routes a request
-without suspending, so its tasks rarely interleave; the prefix router suspends on every request it
-routes (`_prefix_match_best_replicas` probes queue lengths), so from two clients on a task can spin.
+-> `_select_from_candidate_replicas` -> `_fulfill_next_pending_request(replica, None)`, and round again
+(`_fulfill_pending_requests`). In Ray's prefix router that hand-off assigns nothing (it matches only the
+request a task holds), and where the queue-length cache answers none of those awaits suspends, so such a
+task keeps the router's event loop to itself; a request a leaving task took and dropped is then served
+by no one. With FIFOMixin the hand-off gives the replica to the oldest waiting request, as in Serve's
+default router, which also cleans the deque's front, so the tasks wind down.
 """
 
 from __future__ import annotations
@@ -20,12 +22,11 @@ from typing import Any, Optional
 
 from ray.llm._internal.serve.routing_policies.prefix_aware.prefix_aware_router import PrefixCacheAffinityRouter
 
+from llm_pd_eks.runtime.prefix_router import PrefixCacheAffinityFifoRouter
+
 # Rounds made with no request to route, in this process (the handle's router runs in the caller's
 # process): read by router_run after each load.
 IDLE_ROUNDS = {"count": 0}
-# What the yielding variant sleeps on such a round: long enough that a spinning task leaves the loop
-# to the others, short beside any routing decision the run times.
-IDLE_YIELD_S = 0.01
 
 
 class CountingPrefixRouter(PrefixCacheAffinityRouter):
@@ -48,13 +49,8 @@ class CountingPrefixRouter(PrefixCacheAffinityRouter):
         return await super().choose_replicas(candidate_replicas, pending_request)
 
 
-class YieldingPrefixRouter(CountingPrefixRouter):
-    """The same, yielding the event loop for IDLE_YIELD_S on a round with no request to route."""
-
-    async def choose_replicas(self, candidate_replicas: list, pending_request: Optional[Any] = None) -> Any:
-        if pending_request is None:
-            await asyncio.sleep(IDLE_YIELD_S)
-        return await super().choose_replicas(candidate_replicas, pending_request)
+class CountingProjectRouter(PrefixCacheAffinityFifoRouter, CountingPrefixRouter):
+    """The project's router (FIFOMixin before Ray's), counted as above."""
 
 
 def router_state() -> dict[str, int]:

@@ -1,22 +1,23 @@
 """Ray Serve's own request routers on this machine's CPU: where the prefix arms' requests land.
 
-    make realrun-router      # about a minute: both arms' routers, the arms' prefix workload, saved as data
+    make realrun-router      # about three minutes: the routers, the arms' prefix workload, saved as data
 
 The prefix-routing arms (docs/real-run.md) differ only in the router a role's handle uses: Serve's
-default (power of two choices) or Ray Serve LLM's PrefixCacheAffinityRouter with the project's
-arguments. Which replica each request reaches is the router's doing, not the GPU's, so it runs here:
+default (power of two choices) or the project's prefix router (Ray Serve LLM's PrefixCacheAffinityRouter
+with Serve's FIFOMixin, llm_pd_eks/runtime/prefix_router.py) with the project's arguments; a third arm
+runs Ray's PrefixCacheAffinityRouter as is. Which replica each request reaches is the router's doing,
+not the GPU's, so it runs here:
 a local Ray 2.58 cluster, two replicas under exactly the prefill deployment options the arm renders
 (`max_ongoing_requests`, `request_router_config`), and gpu_load's prefix workload (24 prefixes of
 2,048 tokens, each asked 4 times) at 1, 4, 8 and 16 clients through a closed loop on a handle. The
-prefix router runs as router_probe has it: Ray's class counting its routing rounds with no request to
-route, and a third arm, the same router yielding the event loop on such a round.
+prefix routers run as router_probe has them, counting their routing rounds with no request to route.
 
 Each replica stands in for a vLLM engine by its prefix cache alone: the prefixes it holds, whole and
 least recently used evicted, as many as the arm's KV cache holds (2 GiB over the model's bytes a
 token), and a service time from the sizing model (prefill of the whole prompt on a miss, of the
 suffix on a hit). Per router and client count the run keeps each request's replica and hit, the hit
 rate, how many replicas each prefix reached, and the load split; `--out` (default
-llm_pd_eks_tools/realrun/data/router/<date>.json) with Ray's version, the date and the command.
+llm_pd_eks_tools/realrun/data/router/<date>T<hhmm>Z.json) with Ray's version, the date and the command.
 It refuses to run beside a Ray cluster already on this machine.
 """
 
@@ -42,11 +43,11 @@ PROG = "realrun-router"
 DATA = Path(__file__).resolve().parent / "data" / "router"
 ARMS = (
     ("prefix-pd", "Serve's default router"),
-    ("prefix", "PrefixCacheAffinityRouter"),
-    ("prefix-yield", "PrefixCacheAffinityRouter, yielding on a round with nothing to route"),
+    ("prefix", "the project's: PrefixCacheAffinityRouter with Serve's FIFOMixin"),
+    ("prefix-ray", "Ray's PrefixCacheAffinityRouter as is"),
 )
-# The arm whose rendered prefill options another arm runs with (router_probe: the same router, yielding).
-SAME_OPTIONS = {"prefix-yield": "prefix"}
+# The arm whose rendered prefill options another arm runs with (Ray's class in place of the project's).
+SAME_OPTIONS = {"prefix-ray": "prefix"}
 SUFFIX_TOKENS = 16  # "Request <seed>-<n>:" and eight words, about
 # One client (every routing decision on an idle router), then the GPU arms' client counts. A load
 # that has not finished after LEVEL_TIMEOUT_S is recorded as stalled with what it finished, and the
@@ -164,16 +165,15 @@ def level(rows: list[dict[str, Any]], clients: int, asked: int) -> dict[str, Any
 
 
 def router_class(config: dict[str, Any], arm: str = "prefix") -> Any:
-    """The configured router class, as router_probe runs it: Ray's PrefixCacheAffinityRouter counting
-    its rounds with no request to route, or (arm `prefix-yield`) also yielding on them. Its public path
-    (`ray.serve.llm.request_router`) also re-exports the KV-aware router, whose import needs vLLM; the
-    class is taken from the module that defines it, the one the public name re-exports."""
+    """The configured router class as router_probe runs it, counting its rounds with no request to
+    route: the project's (llm_pd_eks/runtime/prefix_router.py, imported from the package here rather
+    than from the ConfigMap's module name), or (arm `prefix-ray`) Ray's PrefixCacheAffinityRouter as is."""
     from llm_pd_eks.serve_routing import PREFIX_ROUTER_CLASS
     from llm_pd_eks_tools.realrun import router_probe
 
     if config["request_router_class"] != PREFIX_ROUTER_CLASS:
         raise ToolError(Exit.FAILED, f"the arm routes with {config['request_router_class']}, not {PREFIX_ROUTER_CLASS}")
-    return router_probe.YieldingPrefixRouter if arm == "prefix-yield" else router_probe.CountingPrefixRouter
+    return router_probe.CountingPrefixRouter if arm == "prefix-ray" else router_probe.CountingProjectRouter
 
 
 def run_arm(arm: str, shape: dict[str, Any], options: dict[str, Any], out: Path) -> None:
@@ -300,7 +300,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         "options": options,
         "arms": results,
     }
-    out = args.out or DATA / f"{today}.json"
+    # named to the minute (UTC): a later run the same day sorts after the earlier one, which stays
+    out = args.out or DATA / f"{datetime.datetime.now(datetime.UTC):%Y-%m-%dT%H%MZ}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out, json.dumps(record, indent=1) + "\n")
     for arm, name in ARMS:

@@ -90,6 +90,16 @@ def prefix_share(level: dict[str, Any]) -> float:
     return sum(r["prefix_tokens"] for r in rows) / sum(r["prompt_tokens"] for r in rows)
 
 
+def arm_name(run: Path, phase: str, arm: str) -> str:
+    """The arm's name, saying so where its prefix router was Ray's class as is (the saved evidence keeps
+    each role's request_router_config) rather than the project's."""
+    from llm_pd_eks.serve_routing import RAY_PREFIX_ROUTER_CLASS
+
+    routers = load(run, f"evidence-{phase}.json").get("routers") or {}
+    classes = {(config or {}).get("request_router_class") for config in routers.values()}
+    return f"{arm} (Ray's PrefixCacheAffinityRouter as is)" if RAY_PREFIX_ROUTER_CLASS in classes else arm
+
+
 def prefix_rows(run: Path) -> list[dict[str, Any]]:
     """One row per arm and client count: TTFT / ITL percentiles, throughput, each role's prefix-cache
     hit rate and the model's, and the KV pulls NIXL made on decode (a load skipped for time has no row)."""
@@ -103,7 +113,7 @@ def prefix_rows(run: Path) -> list[dict[str, Any]]:
             cache = level["prefix_cache"]
             rows.append(
                 {
-                    "arm": arm,
+                    "arm": arm_name(run, phase, arm),
                     "clients": level["clients"],
                     "sent": level["summary"]["requests"],
                     "stalled": bool(level["summary"].get("stalled")),
@@ -116,7 +126,7 @@ def prefix_rows(run: Path) -> list[dict[str, Any]]:
                 }
             )
     order = [a for _, a, _ in PREFIX_EVIDENCE]
-    return sorted(rows, key=lambda r: (r["clients"], order.index(r["arm"])))
+    return sorted(rows, key=lambda r: (r["clients"], order.index(r["arm"].split(" (")[0])))
 
 
 def not_sent(run: Path) -> list[str]:
@@ -126,7 +136,9 @@ def not_sent(run: Path) -> list[str]:
         path = run / f"evidence-{phase}.json"
         for level in load(run, path.name).get("loads", []) if path.is_file() else []:
             if "skipped" in level:
-                lines.append(f"- {arm}, {level['clients']} clients: not sent ({level['skipped']}).")
+                lines.append(
+                    f"- {arm_name(run, phase, arm)}, {level['clients']} clients: not sent ({level['skipped']})."
+                )
     return lines
 
 
