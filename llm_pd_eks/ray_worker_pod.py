@@ -25,6 +25,8 @@
   the node reads the weights locally instead of over NAT; downloads use hf-xet's high-performance
   mode (huggingface_hub 1.x `HF_XET_HIGH_PERFORMANCE`), and Ray Serve LLM's engine start timeout
   (`RAYLLM_ENGINE_START_TIMEOUT_S`) is never below Ray Serve LLM's default (llm_pd_eks/engine_start.py).
+- Where a pod holds more than one replica, a small container beside the Ray container holds the ports
+  vLLM's engines would otherwise race for when several start together (llm_pd_eks/engine_ports.py).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any, Optional
 
 import pulumi
 
+from . import engine_ports
 from .catalog import GpuInstanceType
 from .config.serving import ServingConfig
 from .efa_gpu_nodes import GPU_LABELS, GPU_TOLERATION
@@ -117,6 +120,9 @@ def worker_group(
     problems = [p for p in map(custom_resource_problem, resources) if p]
     if problems:
         raise ValueError(f"worker group {role}: " + "; ".join(problems))
+    beside = (
+        [engine_ports.container(serving.image)] if engine_ports.needed(group.replicas_per_node(instance.gpus)) else []
+    )
     return {
         "groupName": role,
         "replicas": min_pods,
@@ -178,7 +184,8 @@ def worker_group(
                             {"name": "dshm", "mountPath": "/dev/shm"},
                             {"name": "hf-cache", "mountPath": WEIGHTS_CACHE_MOUNT},
                         ],
-                    }
+                    },
+                    *beside,
                 ],
                 "volumes": [
                     # NCCL and the Ray object store need more shared memory than the runtime's 64 MiB.

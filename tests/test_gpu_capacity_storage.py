@@ -233,7 +233,7 @@ def test_gpu_nodes_reserve_the_huge_pages_the_worker_pods_request(run: ProgramRu
     reserved_mib = pages.pop() * 2
     (rs,) = run.of_type(RAY_SERVICE)
     for group in rs.inputs["spec"]["rayClusterConfig"]["workerGroupSpecs"]:
-        (container,) = group["template"]["spec"]["containers"]
+        container = group["template"]["spec"]["containers"][0]  # the Ray container
         for kind in ("requests", "limits"):
             asked = container["resources"][kind]["hugepages-2Mi"]
             assert asked.endswith("Mi") and int(asked[:-2]) <= reserved_mib, (group["groupName"], kind, asked)

@@ -146,7 +146,13 @@ def test_stack_ray_gpu_workers_are_really_judged(stack, programs):
                 (c.get("resources", {}).get(part) or {}).pop("vpc.amazonaws.com/efa", None)
     _set_props(svc, props)
     found = of(_judge(resources), "ray-gpu-pods-efa")
-    assert len(found) == sum(len(g["template"]["spec"]["containers"]) for g in gpu_groups)
+    gpu_containers = [
+        c
+        for g in gpu_groups
+        for c in g["template"]["spec"]["containers"]
+        if "nvidia.com/gpu" in (c.get("resources", {}).get("limits") or {})
+    ]
+    assert len(found) == len(gpu_containers)
     for group in gpu_groups:
         assert any(f"worker group '{group['groupName']}'" in v.message for v in found)
 

@@ -77,7 +77,7 @@ def workers(run: ProgramRun) -> dict[str, dict]:
 
 
 def container(group: dict) -> dict:
-    (c,) = group["template"]["spec"]["containers"]
+    c = group["template"]["spec"]["containers"][0]  # the Ray container (KubeRay: the first)
     return c
 
 

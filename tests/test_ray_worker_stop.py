@@ -35,7 +35,7 @@ def ray_stop_params(command: list[str]) -> tuple[dict, ParameterSource | None]:
 
 def test_workers_stop_ray_in_a_pre_stop_hook_within_the_pod_grace(run: ProgramRun):
     for role, pod in worker_pods(run).items():
-        (container,) = pod["containers"]
+        container = pod["containers"][0]
         params, source = ray_stop_params(container["lifecycle"]["preStop"]["exec"]["command"])
         # SIGTERM first (not `--force`), with the grace period written out rather than Ray's default
         assert params["force"] is False, role
@@ -48,7 +48,7 @@ def test_ray_stop_waits_at_least_as_long_as_serve_s_graceful_replica_shutdown(ru
     from ray.serve._private.constants import DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S
 
     for role, pod in worker_pods(run).items():
-        (container,) = pod["containers"]
+        container = pod["containers"][0]
         params, _ = ray_stop_params(container["lifecycle"]["preStop"]["exec"]["command"])
         assert params["grace_period"] >= DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S, role
 
@@ -58,7 +58,7 @@ def test_the_hook_is_the_dlc_s_own_ray_stop(run: ProgramRun):
     dlc = json.loads((DATA / "dlc-ray-llm" / "eks-multi-node-pods.json").read_text())["worker"]
     dlc_shell, dlc_flag, dlc_line = dlc["lifecycle"]["preStop"]["exec"]["command"]
     for role, pod in worker_pods(run).items():
-        (container,) = pod["containers"]
+        container = pod["containers"][0]
         shell, flag, line = container["lifecycle"]["preStop"]["exec"]["command"]
         assert (shell, flag) == (dlc_shell, dlc_flag), role
         assert shlex.split(line)[:2] == shlex.split(dlc_line)[:2] == ["ray", "stop"], role

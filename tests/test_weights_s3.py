@@ -141,7 +141,7 @@ def test_the_role_lists_and_reads_exactly_what_ray_serve_llm_asks_for(s3_run: Pr
 def test_the_workers_ask_s3_in_the_stack_s_region_over_the_gateway_endpoint(s3_run: ProgramRun):
     region = stack_config("dev").region
     for pod in worker_pods(s3_run):
-        (container,) = pod["containers"]
+        container = pod["containers"][0]
         assert {e["name"]: e.get("value") for e in container["env"]}["AWS_REGION"] == region
     # the private route tables carry the S3 gateway endpoint (tests/test_cluster_aws.py judges its routes)
     endpoint = s3_run.one("aws:ec2/vpcEndpoint:VpcEndpoint", "s3")
