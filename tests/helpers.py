@@ -308,3 +308,25 @@ def run_async(coroutine: Any) -> Any:
         return loop.run_until_complete(coroutine)
     finally:
         loop.close()
+
+
+def bindable(port: int) -> bool:
+    """Whether a TCP socket can bind `port` on every interface now (as vLLM's port scan tries it)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("", port))
+            return True
+        except OSError:
+            return False
+
+
+def free_port_window(size: int) -> range:
+    """`size` consecutive ports free now, below Linux's ephemeral range (from 32768) so the kernel hands
+    none of them out meanwhile: a stand-in for a port window a test holds and releases."""
+    for start in range(24_000, 32_000, 64):
+        window = range(start, start + size)
+        if all(bindable(p) for p in window):
+            return window
+    raise AssertionError(f"no {size} consecutive free ports between 24000 and 32000")

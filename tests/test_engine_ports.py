@@ -8,11 +8,11 @@ the stacks get the container exactly where a worker pod holds more than one repl
 from __future__ import annotations
 
 import json
-import socket
+import select
 import subprocess
 import sys
 
-from helpers import DATA, RAY_SERVICE
+from helpers import DATA, RAY_SERVICE, bindable, free_port_window
 
 from llm_pd_eks import engine_ports
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
@@ -29,23 +29,13 @@ def test_the_window_is_the_released_vllms_tcpstore_scan_and_the_real_runs() -> N
     assert gpu_main.TCPSTORE_WINDOW == engine_ports.TCPSTORE_WINDOW  # the GPU run's copy (standard library only)
 
 
-def bindable(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("", port))
-            return True
-        except OSError:
-            return False
-
-
 def test_the_containers_script_holds_every_port_of_its_window_until_it_is_stopped() -> None:
-    with socket.socket() as probe:  # a free block of ports here, away from the real window
-        probe.bind(("", 0))
-        start = probe.getsockname()[1]
-    window = range(start, start + 4)
+    window = free_port_window(4)  # away from the real window, which only root may bind
     proc = subprocess.Popen([sys.executable, "-c", engine_ports.hold_script(window)], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], SCRIPT_START_S)
+        assert ready, f"the script said nothing in {SCRIPT_START_S} s"
         line = proc.stdout.readline()  # printed once every bind was tried
         assert line.startswith("holding 4 ")
         assert not any(bindable(p) for p in window)  # vLLM's bind-and-close finds each one taken

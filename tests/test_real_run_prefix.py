@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import sys
 import time
 import types
@@ -21,7 +20,15 @@ from typing import Any, Iterator
 from unittest import mock
 
 import pytest
-from helpers import FakeCompletions, changed_paths, ray_engine_standins, runtime_module_on_path, serve_build
+from helpers import (
+    FakeCompletions,
+    bindable,
+    changed_paths,
+    free_port_window,
+    ray_engine_standins,
+    runtime_module_on_path,
+    serve_build,
+)
 
 from llm_pd_eks import metrics as m
 from llm_pd_eks import serve_routing
@@ -589,19 +596,8 @@ def test_a_deploy_waits_no_longer_than_the_phase_has_left(monkeypatch: pytest.Mo
 def test_the_tcpstore_window_is_held_while_the_engines_start_and_freed_after(monkeypatch: pytest.MonkeyPatch) -> None:
     """While the deploy waits, no port of the window can be bound (so vLLM's scan finds it full and
     takes a kernel-chosen port); after it, every one can."""
-    with socket.socket() as probe:  # a free block of ports for the test, away from the real window
-        probe.bind(("", 0))
-        start = probe.getsockname()[1]
-    window = range(start, start + 4)
+    window = free_port_window(4)  # away from the real window, which only root may bind
     monkeypatch.setattr(gpu_main, "TCPSTORE_WINDOW", window)
-
-    def bindable(port: int) -> bool:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("", port))
-                return True
-            except OSError:
-                return False
 
     during: list[bool] = []
     monkeypatch.setattr(
