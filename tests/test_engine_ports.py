@@ -11,6 +11,7 @@ import json
 import select
 import subprocess
 import sys
+from pathlib import Path
 
 from helpers import DATA, RAY_SERVICE, bindable, free_port_window
 
@@ -71,3 +72,21 @@ def test_a_worker_pod_gets_the_container_exactly_where_it_holds_more_than_one_re
                 f"range({engine_ports.TCPSTORE_WINDOW.start}, {engine_ports.TCPSTORE_WINDOW.stop})" in c["command"][2]
             )
     assert seen == {run.stack == "dev"}  # dev's TP-1 replicas share a p4d pod; staging and prod fill one a pod
+
+
+def test_vllms_own_port_choice_as_root_was_100_alone_and_the_kernels_beside_the_container() -> None:
+    """The saved run on an H100 machine as root: vLLM 0.26.0's RayExecutorV2._select_tcpstore_port gave
+    port 100 every time (so engines starting together collide), and a kernel-chosen port, outside the
+    window, each time while this module's script held the window beside it."""
+    saved = json.loads((gpu_main_data() / "tcpstore-scan.json").read_text())
+    assert saved["vllm"] == DLC_VLLM_VERSION and saved["uid"] == 0
+    assert saved["without_holder"] == [engine_ports.TCPSTORE_WINDOW.start] * 3
+    assert saved["holder_said"] == f"holding {len(engine_ports.TCPSTORE_WINDOW)} of the engines' store ports"
+    assert not set(saved["with_holder"]) & set(engine_ports.TCPSTORE_WINDOW)
+    assert len(set(saved["with_holder"])) == 3
+
+
+def gpu_main_data() -> Path:
+    from llm_pd_eks_tools.realrun import evidence
+
+    return evidence.DATA / "2026-12-06T0747Z"
