@@ -27,7 +27,10 @@ SCRIPT_START_S = 30  # a Python start and 4 binds, on a loaded 2-core machine
 def test_the_window_is_the_released_vllms_tcpstore_scan_and_the_real_runs() -> None:
     scan = json.loads((DATA / "vllm" / f"engine-args-{DLC_VLLM_VERSION}.json").read_text())["tcpstore_scan"]
     assert engine_ports.TCPSTORE_WINDOW == range(scan["first_port"], scan["first_port"] + scan["window"])
-    assert gpu_main.TCPSTORE_WINDOW == engine_ports.TCPSTORE_WINDOW  # the GPU run's copy (standard library only)
+    assert (
+        gpu_main.TCPSTORE_WINDOW == engine_ports.TCPSTORE_WINDOW
+    )  # the GPU run's copy (it imports nothing of the program)
+    assert scan["first_port"] < 1024  # a port only root may bind where unprivileged ports start at 1024
 
 
 def test_the_containers_script_holds_every_port_of_its_window_until_it_is_stopped() -> None:

@@ -34,7 +34,7 @@ from llm_pd_eks import metrics as m
 from llm_pd_eks import serve_routing
 from llm_pd_eks.models import MODELS
 from llm_pd_eks.ray_resources import role_resource
-from llm_pd_eks.serving_names import ROLES
+from llm_pd_eks.serving_names import RAY_VERSION, ROLES
 from llm_pd_eks_tools.realrun import evidence, gpu_load, gpu_main, routing_evidence
 from llm_pd_eks_tools.realrun.render import (
     PREFIX_ARMS,
@@ -613,18 +613,6 @@ def test_the_tcpstore_window_is_held_while_the_engines_start_and_freed_after(mon
     assert all(bindable(p) for p in window)
 
 
-def test_the_held_window_is_vllms_tcpstore_scan() -> None:
-    """The window is the released vLLM's own scan for a non-DP engine (`_select_tcpstore_port` and
-    VLLM_DP_MASTER_PORT's default, read from the wheel into tests/data/vllm/ by gen_vllm_facts)."""
-    from helpers import DATA
-
-    from llm_pd_eks.versions import DLC_VLLM_VERSION
-
-    scan = json.loads((DATA / "vllm" / f"engine-args-{DLC_VLLM_VERSION}.json").read_text())["tcpstore_scan"]
-    assert gpu_main.TCPSTORE_WINDOW == range(scan["first_port"], scan["first_port"] + scan["window"])
-    assert scan["first_port"] < 1024  # a port only root may bind where unprivileged ports start at 1024
-
-
 def test_serve_that_does_not_shut_down_ends_the_phase_with_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gpu_main, "http", lambda method, url, *a, **k: (200, '{"applications": {"llm": {}}}'))
     clock = iter(range(0, 10_000, 60))
@@ -725,6 +713,10 @@ def test_the_saved_prefix_pair_default_router_answered_everything_and_the_prefix
     assert all(abs(r["prefill_hit_rate"] - r["model_hit_rate"]) < 0.10 for r in plain)
     (routed,) = [r for r in rows if r["arm"] == "P/D, prefix-aware routing (Ray's PrefixCacheAffinityRouter as is)"]
     assert routed["stalled"] and routed["completed"] < 4
+    # the arm ran Ray's class as is, on the image's Ray: why the project renders its own
+    saved = json.loads((run / "evidence-mix-prefix.json").read_text())
+    assert saved["versions"]["ray"] == RAY_VERSION
+    assert saved["routers"]["prefill"]["request_router_class"] == serve_routing.RAY_PREFIX_ROUTER_CLASS
     log = (run / "ingress-mix-prefix.log").read_text()
     assert log.count("CANCELLED 60") == 3
     sequential = json.loads((run / "prefix-router-sequential.json").read_text())["c1"]["summary"]

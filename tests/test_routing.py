@@ -190,24 +190,6 @@ def test_the_preview_line_says_what_routes_where() -> None:
     assert line.count("with FIFO fallback") == 1  # the router the role gets, not Ray's class as is
 
 
-def test_rays_router_as_is_stalled_on_the_gpu_where_the_default_router_answered_everything() -> None:
-    """Why the project renders its own class: the saved GPU arm that named Ray's class unchanged stalled,
-    on the image's Ray, while Serve's default router answered every request of every load."""
-    from llm_pd_eks.serving_names import RAY_VERSION
-    from llm_pd_eks_tools.realrun import evidence
-
-    run = evidence.DATA / "2026-12-06T0747Z"
-    routed = json.loads((run / "evidence-mix-prefix.json").read_text())
-    plain = json.loads((run / "evidence-mix-prefix-pd.json").read_text())
-    assert routed["versions"]["ray"] == RAY_VERSION
-    assert routed["routers"]["prefill"]["request_router_class"] == serve_routing.RAY_PREFIX_ROUTER_CLASS
-    assert routed["loads"][0]["summary"]["stalled"]
-    assert all(level["summary"]["completed"] == level["summary"]["requests"] for level in plain["loads"])
-
-
-# --- the runtime module, against Ray 2.58's own decode server and builder ---------------------------
-
-
 def runtime() -> Any:
     import importlib
 

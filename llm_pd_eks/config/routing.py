@@ -38,9 +38,10 @@ class RoutingConfig(Strict):
 
     prefix_aware: PrefixAwareRoles = Field(
         default=PrefixAwareRoles(),
-        description="Prefix-cache-aware routing (Ray Serve LLM's PrefixCacheAffinityRouter) per role; "
-        "turns on vLLM's prefix caching on that role explicitly. Off by default: on Ray 2.58.0 the router "
-        "stopped routing within the first requests when run (docs/routing.md).",
+        description="Prefix-cache-aware routing per role (Ray Serve LLM's PrefixCacheAffinityRouter with "
+        "Serve's FIFOMixin, llm_pd_eks/runtime/prefix_router.py); turns on vLLM's prefix caching on that role "
+        "explicitly. Off by default: Ray's class as is stalled on the GPU, and the project's has run on the "
+        "CPU only (docs/routing.md).",
     )
     imbalanced_threshold: Optional[int] = Field(
         default=None,

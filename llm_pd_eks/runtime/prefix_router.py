@@ -18,8 +18,8 @@ Written against the image's Ray 2.58.0:
   router's own hit rate (`make realrun-router`).
 So the class is Ray's own router with Serve's own mixin in front: no routing logic of the project's.
 Both are imported from the modules that define them: the public `ray.serve.llm.request_router`
-re-exports the same class but also imports the KV-aware router, which needs vLLM (absent where the
-router is exercised without an engine, `make realrun-router`).
+declares an empty subclass of the same router but also imports the KV-aware router, which needs vLLM
+(absent where the router is exercised without an engine, `make realrun-router`).
 """
 
 from __future__ import annotations
