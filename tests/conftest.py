@@ -10,7 +10,7 @@ from typing import Callable, Iterator
 
 import pytest
 from filelock import FileLock
-from helpers import STACKS
+from helpers import STACKS, runtime_module_on_path
 
 from llm_pd_eks_tools.preview.mockrun import ProgramRun, run_program
 
@@ -32,6 +32,15 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
+
+@pytest.fixture(scope="session", autouse=True)
+def runtime_modules_as_mounted() -> Iterator[None]:
+    """The runtime ConfigMap's modules importable by their pod names for the whole session, as every Ray
+    container has them (the prefix router is on by default): Ray's own schemas import a deployment's
+    `request_router_class` when they validate it."""
+    with runtime_module_on_path():
+        yield
 
 
 def _dump(run: ProgramRun) -> bytes:

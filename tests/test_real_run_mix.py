@@ -239,15 +239,50 @@ def test_the_mix_table_has_a_row_per_load_class_and_arm_and_ends_with_the_sized_
         "| together | short (128) | P/D, decode-only below 1,024 tokens | 8 | 48 | 40.0 | 80.0 | 5.00 | 900 | 48 / 48 |"
         in table
     )
-    assert "| together | long (4,096) | P/D | 8 | 48 | 300 | 600 | 5.00 | 900 | 0 / 48 |" in table
+    # the P/D arm runs Ray's own decode server: a path series there is one an earlier arm left behind
+    assert "| together | long (4,096) | P/D | 8 | 48 | 300 | 600 | 5.00 | 900 | no counter |" in table
     assert "| long alone | long (4,096) | P/D | skipped: the phase's time budget | | | | | | |" in table
     assert "sizing model's mix" not in table  # no model or GPU in this run.json: nothing to model
     assert "- `make size` for this model on p5en: decode-only never pays here (...)." in table
     assert "short prompts' median TTFT from 80.0 to 40.0 ms (-50%)" in table
-    assert "long prompts' median ITL from 5.0 to 6.0 ms (+20%)" in table
+    assert "long prompts' median TTFT from 300.0 to 300.0 ms (+0%) and median ITL from 5.0 to 6.0 ms (+20%)" in table
     assert "P/D's median TTFT is 25.0 ms over decode-only's" in table and "assumes 5 ms" in table
     monkeypatch.setattr(evidence, "DATA", tmp_path)
     assert routing_evidence.mix_run() == run and routing_evidence.prefix_run() is None
+
+
+def test_a_p_d_short_alone_load_not_run_is_taken_from_the_newest_earlier_run_and_named(tmp_path: Path) -> None:
+    monkeypatch = pytest.MonkeyPatch()
+    sized = {"tokens": 1, "hop_s": 0.005, "text": "decode-only never pays here (...)"}
+    for name, alone in (("2026-12-04T1000Z", 70.0), ("2026-12-05T1000Z", 60.0)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "run.json").write_text("{}")
+        pd = {**mix_evidence(80.0, 5.0, alone, 0.0), "decode_only_below_tokens": None, "sized_decode_only": sized}
+        (tmp_path / name / "evidence-mix-pd.json").write_text(json.dumps(pd))
+    run = tmp_path / "2026-12-06T1000Z"
+    run.mkdir()
+    (run / "run.json").write_text("{}")
+    pd = {**mix_evidence(80.0, 5.0, 60.0, 0.0), "decode_only_below_tokens": None, "sized_decode_only": sized}
+    pd["loads"][1] = {"load": "short alone", "skipped": "the phase's time budget"}
+    cond = {**mix_evidence(40.0, 6.0, 35.0, 48.0), "decode_only_below_tokens": 1024, "sized_decode_only": sized}
+    (run / "evidence-mix-pd.json").write_text(json.dumps(pd))
+    (run / "evidence-mix-cond.json").write_text(json.dumps(cond))
+    with monkeypatch.context() as m:
+        m.setattr(evidence, "DATA", tmp_path)
+        table = routing_evidence.mix_results_section(run)
+    assert "P/D's median TTFT is 25.0 ms over decode-only's" in table  # 60 (the newer earlier run) - 35
+    assert "P/D's from run `2026-12-05T1000Z`, another machine of the same kind" in table
+
+
+def test_the_prefill_stage_is_fitted_on_the_decode_only_arms_long_load_only_where_it_all_went_through_p_d() -> None:
+    long_alone = {"load": "long alone", "classes": {"long": mix_class(8, 5000.0, 6.0)}}
+    pd = {"decode_only_below_tokens": None, "loads": [{"load": "long alone", "skipped": "the phase's time budget"}]}
+    cond = {"decode_only_below_tokens": 1024, "loads": [{**long_alone, "paths": {"decode_only": 0.0}}]}
+    assert routing_evidence.fit_load({"P/D": pd, "cond": cond}) == ("cond", cond["loads"][0])
+    cond["loads"][0]["paths"] = {"decode_only": 3.0, "disaggregated": 45.0}  # some took the other path
+    assert routing_evidence.fit_load({"P/D": pd, "cond": cond}) is None
+    pd["loads"] = [long_alone]
+    assert routing_evidence.fit_load({"P/D": pd, "cond": cond}) == ("P/D", long_alone)
 
 
 def test_the_page_carries_the_newest_saved_mix_arms_and_says_when_none_ran() -> None:
@@ -402,3 +437,57 @@ def test_the_mix_model_says_decode_only_pays_for_the_runs_mix_on_efa_too() -> No
     figures = [float(x.replace(",", "")) for x in re.findall(r"from ([\d.,]+) to ([\d.,]+)", line) for x in x]
     short_pd, short_cond, long_pd, long_cond, itl_pd, itl_cond = figures
     assert short_cond < short_pd / 5 and long_cond <= long_pd and itl_pd < itl_cond < 1.2 * itl_pd
+
+
+# --- the saved run of 09:35 (data/2026-12-06T0935Z): every load of the decode-only arm ----------------
+
+SAVED_SAME_MACHINE = evidence.DATA / "2026-12-06T0935Z"
+
+
+def test_the_second_saved_decode_only_arm_took_each_path_by_prompt_length_in_every_load() -> None:
+    loads = {ld["load"]: ld for ld in json.loads((SAVED_SAME_MACHINE / "evidence-mix-cond.json").read_text())["loads"]}
+    assert {name: ld["paths"] for name, ld in loads.items()} == {
+        "together": {"decode_only": 48.0, "disaggregated": 48.0},
+        "short alone": {"decode_only": 48.0, "disaggregated": 0.0},
+        "long alone": {"decode_only": 0.0, "disaggregated": 48.0},
+    }
+    rows = {(r["load"], r["class"], r["arm"]): r for r in routing_evidence.mix_rows(SAVED_SAME_MACHINE)}
+    pd, cond = (arm for _, arm in routing_evidence.MIX_EVIDENCE)
+    # the same machine and raylets: out of the prefill queue, short prompts first-token in under a tenth
+    assert rows[("together", "short", cond)]["p50_ttft_ms"] < rows[("together", "short", pd)]["p50_ttft_ms"] / 10
+    assert rows[("together", "long", cond)]["p50_itl_ms"] <= rows[("together", "long", pd)]["p50_itl_ms"]
+
+
+def test_the_prefill_stage_fitted_on_two_machines_agrees_and_predicts_the_held_out_loads() -> None:
+    """The run of 09:35 fits the stage on the decode-only arm's long-alone load (every request of it
+    through P/D, its P/D arm had no time for it); 05:35 fitted P/D's own. Two H100 machines, two arms,
+    one cost a token within 10 %, and the held-out together loads within 0.8-1.3x."""
+    first, second = routing_evidence.mix_model_rows(SAVED), routing_evidence.mix_model_rows(SAVED_SAME_MACHINE)
+    (fitted,) = [r for r in second if r["fitted"]]
+    assert (fitted["load"], fitted["arm"]) == ("long alone", routing_evidence.MIX_EVIDENCE[1][1])
+    a, b = first[0]["stage_s_per_token"], second[0]["stage_s_per_token"]
+    assert abs(a - b) / a < 0.10
+    cond_short = ("short", routing_evidence.MIX_EVIDENCE[1][1])
+    held_out = [r for r in second if r["load"] == "together" and (r["class"], r["arm"]) != cond_short]
+    assert len(held_out) == 3
+    for r in held_out:
+        assert 0.8 <= r["model_ttft_s"] / r["ttft_s"] <= 1.3, r
+
+
+def test_the_sized_threshold_with_the_measured_hop_says_whether_the_short_prompts_pay(tmp_path: Path) -> None:
+    from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+    from llm_pd_eks.models import MODELS
+    from llm_pd_eks_tools.sizing.routing import decode_only_threshold
+
+    record = {"model_id": "Qwen/Qwen2.5-7B-Instruct", "instance_type": "p5.48xlarge"}
+    (tmp_path / "run.json").write_text(json.dumps(record))
+    model, gpu = MODELS["Qwen/Qwen2.5-7B-Instruct"], GPU_INSTANCE_TYPES["p5.48xlarge"]
+    (line,) = routing_evidence.measured_hop_line(tmp_path, 0.081)
+    expected = decode_only_threshold(model, gpu, hop_s=0.081).tokens
+    assert expected is not None and expected > 128 and f"threshold at {expected:,} tokens" in line
+    assert "the rule agrees with the run" in line
+    (near,) = routing_evidence.measured_hop_line(tmp_path, 0.0051)  # a hop barely above the assumed one
+    assert "never pays" in near or "the rule and the run disagree" in near
+    assert routing_evidence.measured_hop_line(tmp_path, -1.0) == []
+    (tmp_path / "run.json").write_text("{}")
+    assert routing_evidence.measured_hop_line(tmp_path, 0.081) == []

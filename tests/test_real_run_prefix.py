@@ -80,16 +80,28 @@ def test_the_two_arms_differ_only_in_each_roles_request_router() -> None:
 
 
 def test_the_prefix_arms_are_the_pd_run_but_for_the_prefix_run_entries() -> None:
+    """The routed arm is the P/D run as the stack renders it (prefix routing on by default), changed by
+    the prefix_run entries and nothing else."""
     (pd,) = INPUTS["serve_pd"]["applications"]
-    diff = {p.removesuffix(".0").removesuffix(".1") for p in changed_paths(pd, app("prefix-pd"))}
-    expected = {f"args.{r}_config.{i['path']}" for r in ROLES for i in PREFIX_LLM}
-    assert diff == expected
-    for item in PREFIX_LLM:  # each entry is what the arm runs with, in both roles
+
+    def at(config: dict[str, Any], path: str) -> Any:
+        node: Any = config
+        for key in path.split("."):
+            node = node.get(key) if isinstance(node, dict) else None
+        return node
+
+    diff = {p.removesuffix(".0").removesuffix(".1") for p in changed_paths(pd, app("prefix"))}
+    expected = {
+        f"args.{r}_config.{i['path']}"
+        for r in ROLES
+        for i in PREFIX_LLM
+        if at(pd["args"][f"{r}_config"], i["path"]) != i["value"]
+    }
+    assert diff == expected and expected
+    for item in PREFIX_LLM:  # each entry is what both arms run with, in both roles
         for role in ROLES:
-            node: Any = app("prefix-pd")["args"][f"{role}_config"]
-            for key in item["path"].split("."):
-                node = node[key]
-            assert node == item["value"], item["path"]
+            for arm in PREFIX_ARMS:
+                assert at(app(arm)["args"][f"{role}_config"], item["path"]) == item["value"], (arm, item["path"])
 
 
 def test_every_prefix_run_entry_says_why(tmp_path: Path) -> None:
@@ -721,6 +733,27 @@ def test_the_saved_prefix_pair_default_router_answered_everything_and_the_prefix
     assert log.count("CANCELLED 60") == 3
     sequential = json.loads((run / "prefix-router-sequential.json").read_text())["c1"]["summary"]
     assert sequential["stalled"] and sequential["completed"] < sequential["requests"]
+
+
+def test_the_saved_pair_on_one_machine_the_projects_router_answered_everything_sooner_at_the_models_hit_rate() -> None:
+    """The H100 run of 2026-12-06 09:35 (both arms on one machine and the same raylets): the project's
+    router answered all 96 requests of every load at the model's hit rate, and beat Serve's default
+    router on median TTFT and throughput at every client count: why prefix routing is on by default."""
+    run = evidence.DATA / "2026-12-06T0935Z"
+    rows = routing_evidence.prefix_rows(run)
+    routed = {r["clients"]: r for r in rows if r["arm"] == "P/D, prefix-aware routing"}
+    plain = {r["clients"]: r for r in rows if r["arm"] == "P/D, Serve's default router"}
+    assert sorted(routed) == sorted(plain) == list(gpu_load.PREFIX_CONCURRENCIES)
+    assert all(r["completed"] == r["sent"] == 96 and not r["stalled"] for r in rows)
+    saved = json.loads((run / "evidence-mix-prefix.json").read_text())
+    assert saved["versions"]["ray"] == RAY_VERSION and saved["probe_timeouts"] == {}
+    assert {c["request_router_class"] for c in saved["routers"].values()} == {serve_routing.PREFIX_ROUTER_CLASS}
+    for clients, r in routed.items():
+        assert abs(r["prefill_hit_rate"] - r["model_hit_rate"]) < 0.05, clients
+        assert abs(plain[clients]["prefill_hit_rate"] - plain[clients]["model_hit_rate"]) < 0.10, clients
+        assert r["prefill_hit_rate"] > plain[clients]["prefill_hit_rate"] + 0.2, clients
+        assert r["p50_ttft_ms"] < plain[clients]["p50_ttft_ms"] / 2, clients
+        assert r["output_tok_s"] > 1.5 * plain[clients]["output_tok_s"], clients
 
 
 def test_the_first_saved_h100_attempt_lost_replica_starts_to_port_100_and_then_to_memory() -> None:

@@ -45,8 +45,21 @@ def app(spec: dict[str, Any]) -> dict[str, Any]:
     return application
 
 
-def test_by_default_the_app_is_ray_serve_llms_own_with_serves_default_routing() -> None:
+def test_by_default_ray_serve_llms_own_builder_routes_both_roles_by_prefix_from_the_mounted_module() -> None:
     spec = ray_service_spec(*serving())
+    application = app(spec)
+    assert application["import_path"] == "ray.serve.llm:build_pd_openai_app"
+    for role in ("prefill_config", "decode_config"):
+        llm = application["args"][role]
+        router = llm["deployment_config"]["request_router_config"]
+        assert router["request_router_class"] == serve_routing.PREFIX_ROUTER_CLASS
+        assert llm["engine_kwargs"]["enable_prefix_caching"] is True and "experimental_configs" not in llm
+    pods = [spec["rayClusterConfig"]["headGroupSpec"], *spec["rayClusterConfig"]["workerGroupSpecs"]]
+    assert all(serve_routing.RUNTIME_VOLUME in json.dumps(p) for p in pods)
+
+
+def test_with_both_roles_off_the_app_is_ray_serve_llms_own_with_serves_default_routing() -> None:
+    spec = ray_service_spec(*serving(prefixAware={"prefill": False, "decode": False}))
     application = app(spec)
     assert application["import_path"] == "ray.serve.llm:build_pd_openai_app"
     for role in ("prefill_config", "decode_config"):

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers import serve_build
+from helpers import ray_engine_standins, serve_build
 
 from llm_pd_eks import serve_routing
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
@@ -61,14 +61,27 @@ def test_the_build_runs_without_starting_ray() -> None:
     assert not ray.is_initialized()
 
 
-def test_the_default_app_binds_rays_own_pd_classes_and_serves_default_router() -> None:
-    from ray.llm._internal.serve.serving_patterns.prefill_decode.pd_server import PDDecodeServer, PDPrefillServer
-    from ray.serve._private.request_router import PowerOfTwoChoicesRequestRouter
-
+def test_the_default_app_binds_rays_own_pd_classes_and_the_projects_prefix_router() -> None:
     deployments = by_role(serve_build(application()[0]))
+    with ray_engine_standins():  # the modules Serve's build imported, imported here in any test order
+        from ray.llm._internal.serve.routing_policies.prefix_aware.prefix_aware_router import (
+            PrefixCacheAffinityRouter,
+        )
+        from ray.llm._internal.serve.serving_patterns.prefill_decode.pd_server import PDDecodeServer, PDPrefillServer
+        from ray.serve._private.request_router.request_router import FIFOMixin
     assert deployments["decode"].func_or_class is PDDecodeServer
     assert deployments["prefill"].func_or_class is PDPrefillServer
-    for deployment in deployments.values():
+    for role in ("prefill", "decode"):
+        found = router(deployments[role]).get_request_router_class()
+        assert (found.__module__, found.__name__) == tuple(serve_routing.PREFIX_ROUTER_CLASS.rsplit(".", 1))
+        assert issubclass(found, PrefixCacheAffinityRouter) and found.__mro__[1] is FIFOMixin
+
+
+def test_with_prefix_routing_off_the_app_routes_by_serves_default_router() -> None:
+    from ray.serve._private.request_router import PowerOfTwoChoicesRequestRouter
+
+    off = {"prefixAware": {"prefill": False, "decode": False}}
+    for deployment in by_role(serve_build(application(**off)[0])).values():
         assert router(deployment).get_request_router_class() is PowerOfTwoChoicesRequestRouter
 
 

@@ -104,18 +104,19 @@ def rendered_stack(overrides: dict[str, Any]) -> Any:
 
 
 def rendered_spec(
-    overrides: dict[str, Any], decode_only_below: int | None = None, prefix_aware: bool = False
+    overrides: dict[str, Any], decode_only_below: int | None = None, prefix_aware: bool | None = None
 ) -> dict[str, Any]:
     """The RayService spec the program renders for the stack (stack_config overrides applied), or with
     serving.routing.decodeOnlyBelowTokens set (the decode-only arm), or with serving.routing.prefixAware
-    on for both roles (the prefix-routing arm)."""
+    set for both roles (the prefix-routing arms: on, or off for Serve's default router; None: the
+    stack's own)."""
     config = rendered_stack(overrides)
     serving = config.serving
     routing = serving.routing
     if decode_only_below is not None:
         routing = routing.model_copy(update={"decode_only_below_tokens": decode_only_below})
-    if prefix_aware:
-        roles = routing.prefix_aware.model_copy(update={"prefill": True, "decode": True})
+    if prefix_aware is not None:
+        roles = routing.prefix_aware.model_copy(update={"prefill": prefix_aware, "decode": prefix_aware})
         routing = routing.model_copy(update={"prefix_aware": roles})
     if routing is not serving.routing:
         serving = serving.model_copy(update={"routing": routing})

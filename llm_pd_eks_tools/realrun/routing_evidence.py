@@ -29,6 +29,7 @@ PREFIX_EVIDENCE = (
     ("mix-prefix", "P/D, prefix-aware routing", True),
 )
 MIX_EVIDENCE = (("mix-pd", "P/D"), ("mix-cond", "P/D, decode-only below the threshold"))
+PATHS = ("decode_only", "disaggregated")  # the project's P/D path counter's `path` values
 NOT_RUN = "Not run yet (`bash scripts/real-run/gpu-run.sh {}`, then `{}`)."
 
 
@@ -200,6 +201,7 @@ def mix_rows(run: Path) -> list[dict[str, Any]]:
         if not (run / f"evidence-{phase}.json").is_file():
             continue
         found = load(run, f"evidence-{phase}.json")
+        counted = found.get("decode_only_below_tokens") is not None
         for level in found.get("loads", []):
             if "skipped" in level:
                 for name in dict(gpu_mix.LOADS)[level["load"]]:
@@ -215,9 +217,9 @@ def mix_rows(run: Path) -> list[dict[str, Any]]:
                         "threshold": found.get("decode_only_below_tokens"),
                         "clients": c["clients"],
                         **{k: s[k] for k in ("completed", "p50_ttft_ms", "p90_ttft_ms", "p50_itl_ms", "output_tok_s")},
-                        # None: no path counter (Ray's own decode server, which the P/D arm runs, has none)
-                        "decode_only": level["paths"].get("decode_only", 0.0) if level.get("paths") else None,
-                        "disaggregated": level["paths"].get("disaggregated", 0.0) if level.get("paths") else None,
+                        # None: no path counter (Ray's own decode server, which the P/D arm runs, has none;
+                        # a series an earlier arm left on the same raylets does not grow under it)
+                        **{path: level.get("paths", {}).get(path, 0.0) if counted else None for path in PATHS},
                     }
                 )
     loads, classes = [name for name, _ in gpu_mix.LOADS], [c[0] for c in gpu_mix.MIX_CLASSES]
@@ -249,20 +251,64 @@ def mix_check(run: Path) -> list[str]:
     lines.append(
         "- Both classes at once, decode-only moved the short prompts' median TTFT "
         f"{_change(figure('together', 'short', pd, 'p50_ttft_ms'), figure('together', 'short', cond, 'p50_ttft_ms'))} "
-        "and the long prompts' median ITL "
+        "and the long prompts' median TTFT "
+        f"{_change(figure('together', 'long', pd, 'p50_ttft_ms'), figure('together', 'long', cond, 'p50_ttft_ms'))} "
+        "and median ITL "
         f"{_change(figure('together', 'long', pd, 'p50_itl_ms'), figure('together', 'long', cond, 'p50_itl_ms'))}."
     )
     alone_pd, alone_cond = (figure("short alone", "short", arm, "p50_ttft_ms") for arm in (pd, cond))
+    where = "here"
+    if alone_pd is None and alone_cond is not None:
+        earlier = earlier_figure(run, "short alone", "short", pd, "p50_ttft_ms")
+        if earlier is not None:
+            alone_pd, where = earlier[1], f"P/D's from run `{earlier[0].name}`, another machine of the same kind"
     if alone_pd is not None and alone_cond is not None:
         hop = f"{sized['hop_s'] * 1e3:.0f} ms" if sized else "a fixed hop"
         lines.append(
             f"- Short prompts alone: P/D's median TTFT is {alone_pd - alone_cond:.1f} ms over decode-only's, what the "
-            f"prefill hop and the KV handoff cost here (UCX on one GPU; `make size` assumes {hop} plus the handoff)."
+            f"prefill hop and the KV handoff cost ({where}; UCX on one GPU; `make size` assumes {hop} plus the "
+            "handoff)."
         )
+        lines.extend(measured_hop_line(run, (alone_pd - alone_cond) / 1e3))
     return lines
 
 
-MIX_FIT_LOAD = "long alone"  # the P/D arm's load the prefill stage's cost a token is fitted on
+def measured_hop_line(run: Path, hop_s: float) -> list[str]:
+    """`make size`'s idle-stage rule with the measured hop in place of the assumed one: the threshold
+    it then gives for the run's model and GPU, beside the arm's own."""
+    from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+    from llm_pd_eks.models import MODELS
+    from llm_pd_eks_tools.sizing.routing import decode_only_threshold
+
+    record = load(run, "run.json")
+    if not {"model_id", "instance_type"} <= record.keys() or hop_s <= 0:
+        return []
+    found = decode_only_threshold(MODELS[record["model_id"]], GPU_INSTANCE_TYPES[record["instance_type"]], hop_s=hop_s)
+    if found.tokens is None or found.tokens <= 1:
+        return [f"- With that {hop_s * 1e3:.0f} ms as the hop, `make size`'s idle-stage rule: {found.text()}."]
+    short = min(tokens for _, _, _, tokens in gpu_mix.MIX_CLASSES)
+    verdict = (
+        f"above the arm's {short:,}-token prompts: the rule agrees with the run once its hop is measured"
+        if found.tokens > short
+        else f"not above the arm's {short:,}-token prompts: the rule and the run disagree"
+    )
+    return [
+        f"- With that {hop_s * 1e3:.0f} ms as the hop, `make size`'s idle-stage rule puts the threshold at "
+        f"{found.tokens:,} tokens (decode-only pays below it), {verdict}."
+    ]
+
+
+def earlier_figure(run: Path, load_name: str, name: str, arm: str, key: str) -> Optional[tuple[Path, float]]:
+    """The newest run before `run` that measured this load, class and arm: (that run, its figure)."""
+    for other in reversed([r for r in runs() if r.name < run.name]):
+        if any((other / f"evidence-{phase}.json").is_file() for phase, _ in MIX_EVIDENCE):
+            for r in mix_rows(other):
+                if (r["load"], r["class"], r["arm"]) == (load_name, name, arm) and r.get(key) is not None:
+                    return other, r[key]
+    return None
+
+
+MIX_FIT_LOAD = "long alone"  # the load the prefill stage's cost a token is fitted on (fit_load)
 
 
 def _means(rows: list[dict[str, Any]]) -> tuple[float, float]:
@@ -271,12 +317,25 @@ def _means(rows: list[dict[str, Any]]) -> tuple[float, float]:
     return sum(r["ttft_s"] for r in ok) / len(ok), sum(r["itl_s"] for r in ok) / len(ok)
 
 
+def fit_load(arms: dict[str, dict[str, Any]]) -> Optional[tuple[str, dict[str, Any]]]:
+    """The arm and load the prefill stage's cost is fitted on: P/D's long-alone load, or, where that was
+    not run, the decode-only arm's, whose long prompts (above its threshold) all went through P/D too,
+    as its path counter shows."""
+    for arm, found in arms.items():
+        for ld in found.get("loads", []):
+            if ld["load"] != MIX_FIT_LOAD or "classes" not in ld:
+                continue
+            if found.get("decode_only_below_tokens") is None or not ld.get("paths", {}).get("decode_only", 1.0):
+                return arm, ld
+    return None
+
+
 def mix_model_rows(run: Path) -> list[dict[str, Any]]:
     """The sizing model's mix (sizing/mix.py) against every measured class of both arms: mean TTFT and
     ITL, model and measured. The prefill stage's cost beyond the engine model's prefill (here UCX's
-    handoff on one shared GPU, which kv.py's EFA rates do not describe) is fitted on the P/D arm's
-    long-alone load, a saturated closed loop whose cycle is that stage's service time; every other
-    row is held out."""
+    handoff on one shared GPU, which kv.py's EFA rates do not describe) is fitted on a long-alone load
+    (`fit_load`), a saturated closed loop whose cycle is that stage's service time; every other row is
+    held out."""
     from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
     from llm_pd_eks.models import MODELS
     from llm_pd_eks_tools.sizing.engine import Replica
@@ -289,11 +348,10 @@ def mix_model_rows(run: Path) -> list[dict[str, Any]]:
         return []  # a run that cannot be modelled: no model, GPU or arm saved
     replica = Replica(MODELS[record["model_id"]], GPU_INSTANCE_TYPES[record["instance_type"]], 1)
     arms = {arm: load(run, f"evidence-{phase}.json") for phase, arm in MIX_EVIDENCE}
-    pd = MIX_EVIDENCE[0][1]
-    fits = [ld for ld in arms[pd]["loads"] if ld["load"] == MIX_FIT_LOAD and "classes" in ld]
-    if not fits:
+    fitted = fit_load(arms)
+    if fitted is None:
         return []
-    (fit,) = fits
+    fitted_arm, fit = fitted
     long_rows = fit["classes"]["long"]["requests"]
     tokens = sum(r["prompt_tokens"] for r in long_rows) / len(long_rows)
     service = fit["classes"]["long"]["summary"]["wall_s"] / fit["classes"]["long"]["summary"]["completed"]
@@ -318,7 +376,7 @@ def mix_model_rows(run: Path) -> list[dict[str, Any]]:
                         "load": ld["load"],
                         "class": name,
                         "arm": arm,
-                        "fitted": arm == pd and ld["load"] == MIX_FIT_LOAD,
+                        "fitted": arm == fitted_arm and ld["load"] == MIX_FIT_LOAD,
                         "ttft_s": ttft,
                         "model_ttft_s": model[name].ttft_s,
                         "itl_s": itl,
@@ -338,7 +396,8 @@ def mix_model_section(run: Path) -> list[str]:
         f"The sizing model's mix (`llm_pd_eks_tools/sizing/mix.py`: closed loops, the prefill stage one FCFS "
         f"queue both classes share unless decode-only takes the short ones out of it), mean TTFT and ITL; the "
         f"prefill stage's cost beyond the model's prefill, {rows[0]['stage_s_per_token'] * 1e6:.0f} µs a prompt "
-        f"token (UCX's handoff on one shared GPU), fitted on P/D's {MIX_FIT_LOAD} load, every other row held out:",
+        f"token (UCX's handoff on one shared GPU), fitted on the {MIX_FIT_LOAD} load of the arm marked "
+        "(fitted), every request of it through P/D, every other row held out:",
         "",
         "| load | prompts | arm | mean TTFT ms | model | ratio | mean ITL ms | model | ratio |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
