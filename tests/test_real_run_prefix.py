@@ -645,6 +645,7 @@ def level(clients: int, p50: float, prefill: float | None, decode: float, pulls:
         "summary": summary,
         "prefix_cache": {"prefill": {"hit_rate": prefill}, "decode": {"hit_rate": decode}},
         "kv_pulls": {"decode": pulls, "prefill": 0},
+        "kv_bytes": {"decode": pulls * 2.5e7, "prefill": 0},
     }
 
 
@@ -666,8 +667,8 @@ def test_the_page_table_has_a_row_per_arm_and_load_from_the_saved_evidence(
     ]
     assert rows[1]["prefill_hit_rate"] == 0.7 and rows[0]["decode_kv_pulls"] == 96
     table = routing_evidence.prefix_results_section(run)
-    assert "| P/D, prefix-aware routing | 4 | 96 | 400 | 800 | 4.50 | 321 | 70% | 72% | 75% | 96 |" in table
-    assert "| P/D, Serve's default router | 4 | 96 | 900 | 1,800 | 4.50 | 321 | 30% | 25% | 43% | 96 |" in table
+    assert "| P/D, prefix-aware routing | 4 | 96 | 400 | 800 | 4.50 | 321 | 70% | 72% | 75% | 96 | 2.40 |" in table
+    assert "| P/D, Serve's default router | 4 | 96 | 900 | 1,800 | 4.50 | 321 | 30% | 25% | 43% | 96 | 2.40 |" in table
     assert "| n/a |" in table  # a role with nothing looked up has no rate
     assert table.endswith("- P/D, Serve's default router, 16 clients: not sent (the phase's time budget).")
     monkeypatch.setattr(evidence, "DATA", tmp_path)
@@ -754,6 +755,8 @@ def test_the_saved_pair_on_one_machine_the_projects_router_answered_everything_s
         assert r["prefill_hit_rate"] > plain[clients]["prefill_hit_rate"] + 0.2, clients
         assert r["p50_ttft_ms"] < plain[clients]["p50_ttft_ms"] / 2, clients
         assert r["output_tok_s"] > 1.5 * plain[clients]["output_tok_s"], clients
+        # decode affinity: NIXL pulls only the blocks the decode replica lacks
+        assert r["decode_kv_bytes"] < plain[clients]["decode_kv_bytes"], clients
 
 
 def test_the_first_saved_h100_attempt_lost_replica_starts_to_port_100_and_then_to_memory() -> None:

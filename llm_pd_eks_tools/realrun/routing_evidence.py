@@ -103,7 +103,8 @@ def arm_name(run: Path, phase: str, arm: str) -> str:
 
 def prefix_rows(run: Path) -> list[dict[str, Any]]:
     """One row per arm and client count: TTFT / ITL percentiles, throughput, each role's prefix-cache
-    hit rate and the model's, and the KV pulls NIXL made on decode (a load skipped for time has no row)."""
+    hit rate and the model's, and the KV pulls NIXL made on decode and their bytes (a load skipped for
+    time has no row)."""
     rows = []
     for phase, arm, routed in PREFIX_EVIDENCE:
         if not (run / f"evidence-{phase}.json").is_file():
@@ -124,6 +125,7 @@ def prefix_rows(run: Path) -> list[dict[str, Any]]:
                     "decode_hit_rate": cache.get("decode", {}).get("hit_rate"),
                     "model_hit_rate": model_hit_rate(routed, prefix_share(level)),
                     "decode_kv_pulls": level["kv_pulls"].get("decode"),
+                    "decode_kv_bytes": level.get("kv_bytes", {}).get("decode"),
                 }
             )
     order = [a for _, a, _ in PREFIX_EVIDENCE]
@@ -141,6 +143,11 @@ def not_sent(run: Path) -> list[str]:
                     f"- {arm_name(run, phase, arm)}, {level['clients']} clients: not sent ({level['skipped']})."
                 )
     return lines
+
+
+def gigabytes(value: Optional[float]) -> str:
+    """NIXL's bytes pulled (`ray_vllm_nixl_bytes_transferred_sum`'s growth) in GB, or n/a where not scraped."""
+    return "n/a" if value is None else f"{value / 1e9:.2f}"
 
 
 def _answered(row: dict[str, Any]) -> str:
@@ -177,14 +184,15 @@ def prefix_results_section(run: Optional[Path]) -> str:
         return "\n".join(lines).rstrip()
     lines += [
         "| arm | clients | answered | median TTFT ms | p90 TTFT ms | median ITL ms | output tok/s "
-        "| prefill hit rate | decode hit rate | model hit rate | decode KV pulls |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| prefill hit rate | decode hit rate | model hit rate | decode KV pulls | decode KV GB pulled |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         lines.append(
             f"| {r['arm']} | {r['clients']} | {_answered(r)} | {ms(r['p50_ttft_ms'])} | {ms(r['p90_ttft_ms'])} "
             f"| {r['p50_itl_ms']:.2f} | {r['output_tok_s']:,.0f} | {_rate(r['prefill_hit_rate'])} "
-            f"| {_rate(r['decode_hit_rate'])} | {_rate(r['model_hit_rate'])} | {r['decode_kv_pulls'] or 0:.0f} |"
+            f"| {_rate(r['decode_hit_rate'])} | {_rate(r['model_hit_rate'])} | {r['decode_kv_pulls'] or 0:.0f} "
+            f"| {gigabytes(r['decode_kv_bytes'])} |"
         )
     skipped = not_sent(run)
     return "\n".join(lines + (["", *skipped] if skipped else []))
