@@ -1,7 +1,8 @@
 """Prefix-cache-aware routing that answers every request, inside the Ray LLM image.
 
 Serve imports `llm_pd_eks_prefix_router.PrefixCacheAffinityFifoRouter` (the ConfigMap on every Ray
-pod's Python path) as a role's `request_router_class` when a stack sets `serving.routing.prefixAware`.
+pod's Python path) as a role's `request_router_class` where `serving.routing.prefixAware` is on for
+that role (the default).
 Written against the image's Ray 2.58.0:
 - Ray Serve LLM's `PrefixCacheAffinityRouter` (ray/llm/_internal/serve/routing_policies/prefix_aware/
   prefix_aware_router.py) is `LocalityMixin, MultiplexMixin, RequestRouter`; Serve's default,
@@ -14,8 +15,8 @@ Written against the image's Ray 2.58.0:
   with none in hand serves nobody and the dropped request waits until its client gives up. With it,
   such a task gives its replica to the oldest request still waiting, as Serve's default router does.
 - Seen when run: Ray's class answered 2 of 96 requests on one H100 and none from four clients on a CPU
-  (docs/routing.md); this class answered every request at 1 to 16 clients on the CPU, at the prefix
-  router's own hit rate (`make realrun-router`).
+  (docs/routing.md); this class answered every request at 1 to 16 clients, on the CPU and on an H100
+  beside real engines, at the sizing model's hit rate (docs/real-run.md).
 So the class is Ray's own router with Serve's own mixin in front: no routing logic of the project's.
 Both are imported from the modules that define them: the public `ray.serve.llm.request_router`
 declares an empty subclass of the same router but also imports the KV-aware router, which needs vLLM
