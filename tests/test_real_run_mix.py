@@ -491,3 +491,16 @@ def test_the_sized_threshold_with_the_measured_hop_says_whether_the_short_prompt
     assert routing_evidence.measured_hop_line(tmp_path, -1.0) == []
     (tmp_path / "run.json").write_text("{}")
     assert routing_evidence.measured_hop_line(tmp_path, 0.081) == []
+
+
+def test_the_docs_quote_the_threshold_the_saved_run_gives_with_its_measured_hop() -> None:
+    """docs/routing.md and docs/sizing.md quote what real-run.md's generated table says: one figure."""
+    import re
+
+    run = routing_evidence.mix_run()
+    assert run is not None
+    (line,) = [x for x in routing_evidence.mix_check(run) if "With that" in x]
+    quoted = re.search(r"threshold at ([\d,]+) tokens", line)
+    assert quoted is not None
+    for page in ("routing.md", "sizing.md"):
+        assert f"{quoted.group(1)} tokens" in (evidence.DOC.parent / page).read_text(), page
