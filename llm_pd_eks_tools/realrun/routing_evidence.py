@@ -244,8 +244,10 @@ def _change(before: Optional[float], after: Optional[float], unit: str = " ms") 
 
 def mix_check(run: Path) -> list[str]:
     """What `make size` said of decode-only for the run's model and GPU, and what the two arms showed:
-    with both classes at once, the short prompts' TTFT and the long prompts' ITL; alone, how much
-    longer a short prompt's first token took through P/D (the hop and the KV handoff, measured)."""
+    with both classes at once, the short prompts' TTFT and the long prompts' TTFT and ITL; alone, how
+    much longer a short prompt's first token took through P/D (the hop and the KV handoff, measured;
+    P/D's figure from the newest earlier run where this one did not measure it, named), and the
+    threshold `make size`'s rule gives with that hop (`measured_hop_line`)."""
     rows = {(r["load"], r["class"], r["arm"]): r for r in mix_rows(run)}
     pd, cond = (a for _, a in MIX_EVIDENCE)
 
