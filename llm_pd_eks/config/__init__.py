@@ -13,7 +13,8 @@ Each component owns its section, in the module of its name:
 - `base`: the `Strict` base model, the project's name, message helpers, the CIDR check;
 - `nodes`: what both node groups share (sizes, gp3 root volume limits, EC2 instance types);
 - `network`, `cluster`, `system_nodes`, `gpu_nodes` (with its capacity), `autoscaler`,
-  `serving` (with KubeRay and the device plugins), `observability` (with alerting), `deploy`;
+  `serving` (with KubeRay and the device plugins), `observability` (with alerting), `deploy`,
+  `admission` (the in-cluster GPU-pod admission policy);
 - `stack`: `StackConfig`, every section together, and the checks that span sections;
 - `errors`: `ConfigError` and how a validation error names its key;
 - `engine`: the config as the Pulumi engine hands it over (`load_stack_config`, `validate_engine_config`).
@@ -23,6 +24,7 @@ Every public name is importable from here (`from llm_pd_eks.config import StackC
 
 from __future__ import annotations
 
+from .admission import AdmissionMode, AdmissionPolicyConfig
 from .autoscaler import NodeAutoscalerConfig
 from .base import (
     ECHO_LIMIT,
@@ -82,6 +84,8 @@ from .stack import (
 from .system_nodes import SystemNodesConfig
 
 __all__ = [
+    "AdmissionMode",
+    "AdmissionPolicyConfig",
     "ALERT_WEBHOOK_KEY",
     "AWS_SECRET_ONLY_KEYS",
     "EBS_GP3_MAX_GIB",

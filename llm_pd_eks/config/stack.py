@@ -14,6 +14,7 @@ from pydantic import (
 from ..catalog import CLUSTER_AUTOSCALER_TAGS, GPU_INSTANCE_TYPES, chart_version_key
 from ..models import MODELS
 from ..ray_resources import accelerator_resource_name, custom_resource_problem, role_resource
+from .admission import AdmissionPolicyConfig
 from .autoscaler import NodeAutoscalerConfig
 from .base import PROJECT, REGION_NAME, Strict, clip, in_region, shown
 from .cluster import ClusterConfig
@@ -62,6 +63,11 @@ class StackConfig(Strict):
     deploy: DeployConfig = Field(default_factory=DeployConfig, description="how `pulumi up` reaches this stack")
     observability: ObservabilityConfig = Field(
         default_factory=ObservabilityConfig, description="Prometheus, Grafana, DCGM exporter, dashboards and alerts."
+    )
+    admission_policy: AdmissionPolicyConfig = Field(
+        default_factory=AdmissionPolicyConfig,
+        description="The in-cluster admission policy judging every pod that asks for GPUs (EFA devices, "
+        "FI_PROVIDER, NIXL backend, privilege): audit, warn or deny.",
     )
 
     @field_validator("region")

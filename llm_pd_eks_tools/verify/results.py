@@ -42,6 +42,7 @@ class Expected:
     model_id: Optional[str]
     endpoint_service: Optional[str]  # KubeRay's serve Service (`spec.serveService.metadata.name`)
     floor_gbps: float
+    admission_mode: str = "deny"  # admissionPolicy.mode: the GPU-pod admission policy's binding actions
 
     @classmethod
     def from_config(cls, config: StackConfig, instance: GpuInstanceType) -> "Expected":
@@ -56,6 +57,7 @@ class Expected:
             endpoint_service=config.serving.endpoint_name if config.serving else None,
             # per rank, from the one KV-transfer model (llm_pd_eks_tools/sizing/: kv_band)
             floor_gbps=kv_rank_floor_gbps(instance, config.observability.kv_throughput_floor_fraction),
+            admission_mode=config.admission_policy.mode,
         )
 
 
