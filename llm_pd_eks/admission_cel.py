@@ -237,7 +237,7 @@ def policy_cel(stack_instance_type: str) -> PolicyCel:
                 "nixl-libfabric",
                 nixl,
                 "a container states a NixlConnector KV transfer whose NIXL backends are not exactly "
-                "[\"LIBFABRIC\"] (NIXL's default UCX is TCP on EKS)",
+                '["LIBFABRIC"] (NIXL\'s default UCX is TCP on EKS)',
             ),
             CelRule(
                 "no-privilege",

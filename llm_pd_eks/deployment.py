@@ -23,6 +23,7 @@ import pulumi
 import pulumi_aws as aws
 
 from llm_pd_eks.addons import CoreAddons, CoreAddonsArgs
+from llm_pd_eks.admission_policy import GpuPodAdmission, admission_args
 from llm_pd_eks.api_access import ApiAccess, ApiAccessArgs
 from llm_pd_eks.autoscaler import (
     AutoscaledGroup,
@@ -92,6 +93,8 @@ class LlmPdEksArgs(TypedDict):
     """How `pulumi up` reaches the stack: the runner label (config section `deploy`)."""
     observability: NotRequired[dict[str, Any]]
     """Prometheus, Grafana, DCGM exporter, dashboards and alerts (config section `observability`)."""
+    admission_policy: NotRequired[dict[str, Any]]
+    """The in-cluster policy judging every GPU pod: audit, warn or deny (config section `admissionPolicy`)."""
     hf_token: NotRequired[pulumi.Input[str]]
     """Hugging Face token for gated models; pass it as a secret."""
     grafana_admin_password: NotRequired[pulumi.Input[str]]
@@ -164,12 +167,8 @@ def stack_args(
             args[name] = json.loads(raw) if isinstance(raw, str) else raw
         except ValueError:
             args[name] = raw
-    if hf_token is not None:
-        args["hf_token"] = hf_token
-    if grafana_admin_password is not None:
-        args["grafana_admin_password"] = grafana_admin_password
-    if alert_webhook_url is not None:
-        args["alert_webhook_url"] = alert_webhook_url
+    given = zip(SECRET_ARGS, (hf_token, grafana_admin_password, alert_webhook_url))
+    args.update({key: value for key, value in given if value is not None})
     return args  # type: ignore[return-value]
 
 
@@ -341,6 +340,9 @@ class LlmPdEks(pulumi.ComponentResource):
             ),
             opts=child,
         )
+
+        # Every GPU pod is judged by the API server from here on, long before a GPU node can run one.
+        GpuPodAdmission("gpu-pod-admission", admission_args(config, cluster.provider, api_access.probe), opts=child)
 
         # Serving layer: device plugins on the GPU nodes, the KubeRay operator on the system nodes, then
         # the prefill/decode RayService once all of them (and both node groups) are ready.

@@ -84,8 +84,6 @@ from .stack import (
 from .system_nodes import SystemNodesConfig
 
 __all__ = [
-    "AdmissionMode",
-    "AdmissionPolicyConfig",
     "ALERT_WEBHOOK_KEY",
     "AWS_SECRET_ONLY_KEYS",
     "EBS_GP3_MAX_GIB",
@@ -107,6 +105,8 @@ __all__ = [
     "SECRET_ONLY_KEYS",
     "SECRET_ONLY_KEY_DESCRIPTIONS",
     "SMALLEST_SUBNET_PREFIX",
+    "AdmissionMode",
+    "AdmissionPolicyConfig",
     "AlertingConfig",
     "CapacityBlock",
     "CapacityReservation",
