@@ -25,6 +25,8 @@ from verify_fakes import (
     PodTree,
     Prometheus,
     RayExporter,
+    admission_objects,
+    gpu_worker_container,
     kubeconfig_text,
     nixl_log_line,
 )
@@ -144,7 +146,7 @@ def pod(name: str, group: str, node_name: str, ip: str) -> dict[str, Any]:
                 "llm-pd-eks/role": group,
             },
         },
-        "spec": {"nodeName": node_name, "containers": [{"name": "ray-worker"}]},
+        "spec": {"nodeName": node_name, "containers": [gpu_worker_container()]},
         "status": {"phase": "Running", "podIP": ip},
     }
 
@@ -241,6 +243,7 @@ def _start(scenario: Scenario, tmp_path: Path, with_prometheus: bool) -> Iterato
             (NAMESPACE, HEAD_SERVICE, "dashboard"): dashboard.url,
         },
         pod_roots={name: tree.root for name, tree in trees.items()},
+        admission=admission_objects(INSTANCE.name, stack_config("dev").admission_policy.mode),
     )
     if prometheus is not None:
         cluster.upstreams[(MONITORING, PROMETHEUS_SERVICE, PROMETHEUS_PORT_NAME)] = prometheus.url

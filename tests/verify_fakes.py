@@ -32,6 +32,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
+from llm_pd_eks.admission_cel import POLICY_NAME, VALIDATION_ACTIONS, namespace_selector_expressions, policy_cel
 from llm_pd_eks.serving_names import NAMESPACE, RAY_SERVICE_NAME
 
 HERE = Path(__file__).resolve().parent
@@ -47,6 +48,54 @@ def nixl_log_line(backend: str) -> str:
         "nixl._api", logging.INFO, "_api.py", 405, "Backend %s was instantiated", (backend,), None
     )
     return logging.Formatter(NIXL_LOG_FORMAT).format(record)
+
+
+def admission_objects(instance_type: str, mode: str, exempt: tuple[str, ...] = ("kube-system",)) -> dict[str, Any]:
+    """The GPU-pod policy and binding as the API server serves them (Cluster.admission), with an empty
+    type-checking status (the server found nothing to warn about)."""
+    cel = policy_cel(instance_type)
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": POLICY_NAME},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["pods"],
+                    }
+                ],
+                "namespaceSelector": {"matchExpressions": namespace_selector_expressions(list(exempt))},
+            },
+            "matchConditions": [{"name": c.name, "expression": c.expression} for c in cel.match_conditions],
+            "variables": [{"name": v.name, "expression": v.expression} for v in cel.variables],
+            "validations": [{"expression": r.expression, "message": r.message} for r in cel.validations],
+        },
+        "status": {"observedGeneration": 1, "typeChecking": {}},
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": POLICY_NAME},
+        "spec": {"policyName": POLICY_NAME, "validationActions": list(VALIDATION_ACTIONS[mode])},
+    }
+    return {"validatingadmissionpolicies": [policy], "validatingadmissionpolicybindings": [binding]}
+
+
+def gpu_worker_container(gpus: int = 8, efa: int = 4) -> dict[str, Any]:
+    """The Ray container of a worker pod as the API server serves it: all GPUs and EFA devices of a
+    p4d.24xlarge node, FI_PROVIDER=efa, IPC_LOCK (llm_pd_eks/ray_worker_pod.py)."""
+    limits = {"nvidia.com/gpu": str(gpus), "vpc.amazonaws.com/efa": str(efa)}
+    return {
+        "name": "ray-worker",
+        "resources": {"limits": limits, "requests": dict(limits)},
+        "env": [{"name": "FI_PROVIDER", "value": "efa"}],
+        "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
+    }
 
 
 def status_object(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -145,6 +194,9 @@ class Cluster:
     pod_roots: dict[str, Path] = field(default_factory=dict)  # pod name -> its containers' /proc and /sys tree
     garbage: dict[str, bytes] = field(default_factory=dict)  # path -> raw 200 body served instead of the object
     drip: Optional[tuple[str, float]] = None  # (path, seconds between bytes): a body that trickles in
+    # cluster-scoped admissionregistration.k8s.io/v1 objects by resource: validatingadmissionpolicies, ...bindings
+    admission: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    other_pods: list[dict[str, Any]] = field(default_factory=list)  # pods outside the serving namespace
 
 
 class KubeHandler(_Handler):
@@ -192,6 +244,14 @@ class KubeHandler(_Handler):
         elif url.path == f"/api/v1/namespaces/{NAMESPACE}/pods":
             pods = [p for p in cluster.pods if matches(p["metadata"].get("labels", {}), selector)]
             self.reply(200, a_list("PodList", pods))
+        elif url.path == "/api/v1/pods":  # every namespace
+            self.reply(200, a_list("PodList", cluster.pods + cluster.other_pods))
+        elif len(parts) == 5 and parts[:3] == ["apis", "admissionregistration.k8s.io", "v1"]:
+            found = [o for o in cluster.admission.get(parts[3], []) if o["metadata"]["name"] == parts[4]]
+            if found:
+                self.reply(200, found[0])
+            else:
+                self.reply(404, status_object(404, "NotFound", f'{parts[3]} "{parts[4]}" not found'))
         elif url.path == f"/api/v1/namespaces/{NAMESPACE}/services":
             services = [{"metadata": {"name": s, "namespace": NAMESPACE}, "spec": {}} for s in cluster.services]
             self.reply(200, a_list("ServiceList", services))

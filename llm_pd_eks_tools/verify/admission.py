@@ -23,12 +23,11 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import celpy
 
+from .kube import HttpError, KubeClient
 from .results import Check, Context, Expected, Status
 
 if TYPE_CHECKING:
     from llm_pd_eks.admission_cel import PolicyCel
-
-    from .kube import KubeClient
 
 API = "/apis/admissionregistration.k8s.io/v1"
 
@@ -124,8 +123,17 @@ def check_admission_policy(client: KubeClient, exp: Expected, ctx: Context) -> C
     from llm_pd_eks.admission_cel import POLICY_NAME, VALIDATION_ACTIONS, policy_cel
 
     name = "admission-policy"
-    policy = client.get_object(f"{API}/validatingadmissionpolicies/{POLICY_NAME}")
-    binding = client.get_object(f"{API}/validatingadmissionpolicybindings/{POLICY_NAME}")
+    try:
+        policy = client.get_object(f"{API}/validatingadmissionpolicies/{POLICY_NAME}")
+        binding = client.get_object(f"{API}/validatingadmissionpolicybindings/{POLICY_NAME}")
+    except HttpError as exc:
+        if exc.status != 404:
+            raise
+        return Check(
+            name,
+            Status.FAIL,
+            f"the GPU-pod admission policy or its binding {POLICY_NAME} is not in the cluster; run `pulumi up`",
+        )
     spec = policy.get("spec") or {}
     actions = tuple(sorted((binding.get("spec") or {}).get("validationActions") or []))
     wanted = tuple(sorted(VALIDATION_ACTIONS[exp.admission_mode]))
@@ -171,10 +179,16 @@ def check_admission_policy(client: KubeClient, exp: Expected, ctx: Context) -> C
     if failures:
         consequence = "refused at their next creation" if exp.admission_mode == "deny" else "refused under deny"
         return Check(
-            name, Status.FAIL, f"{len(failures)} failure(s) on live GPU pods, {consequence}: " + "; ".join(failures), data
+            name,
+            Status.FAIL,
+            f"{len(failures)} failure(s) on live GPU pods, {consequence}: " + "; ".join(failures),
+            data,
         )
     if judged == 0:
         return Check(name, Status.UNVERIFIED, "no live pod asks for GPUs: nothing for the policy to judge", data)
     return Check(
-        name, Status.PASS, f"{judged} GPU pod(s) pass every rule; binding acts {list(actions)} ({exp.admission_mode})", data
+        name,
+        Status.PASS,
+        f"{judged} GPU pod(s) pass every rule; binding acts {list(actions)} ({exp.admission_mode})",
+        data,
     )

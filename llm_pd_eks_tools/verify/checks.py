@@ -34,6 +34,7 @@ from llm_pd_eks import metrics as m
 from llm_pd_eks.serving_names import NAMESPACE, RAY_SERVICE_NAME, ROLES, SERVE_PORT
 from llm_pd_eks_tools.cli import one_line
 
+from .admission import check_admission_policy
 from .fabric import FabricProbe, check_efa_bytes, check_fi_provider, check_nixl_plugin
 from .kube import BadReply, HttpError, KubeClient, Unreachable
 from .results import Check, Context, Expected, Status, catalog_hugepages_mib, quantity_mib
@@ -403,6 +404,7 @@ CLUSTER_CHECKS: tuple[tuple[str, ClusterCheck], ...] = (
     ("device-plugins", check_device_plugins),
     ("rayservice-ready", check_ray_service),
     ("pd-separate-nodes", check_pd_placement),
+    ("admission-policy", check_admission_policy),  # the GPU-pod policy, and every live pod judged by its CEL
     ("nixl-plugin", check_nixl_plugin),  # also reads the EFA counters before the test request
     ("fi-provider", check_fi_provider),
     ("chat-completion", check_chat_completion),
