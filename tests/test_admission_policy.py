@@ -11,8 +11,10 @@ from typing import Any, Optional
 
 import pytest
 from policy_fixtures import gpu_container, kv_transfer
+from pydantic import ValidationError
 
 from llm_pd_eks.admission_cel import POLICY_NAME, VALIDATION_ACTIONS, policy_cel
+from llm_pd_eks.config import AdmissionPolicyConfig
 from llm_pd_eks_tools.preview.mockrun import ProgramRun, stack_config
 from llm_pd_eks_tools.verify.admission import CelPolicy
 
@@ -269,3 +271,26 @@ def test_each_stack_renders_the_policy_and_binding_for_its_mode(run: ProgramRun)
     # what the API server evaluates compiles and judges as the offline tests do
     live = CelPolicy.from_spec(spec, {r.expression: r.name for r in cel.validations})
     assert live.judge(pod(gpu_container(fi_provider="tcp"))).failed == ["fi-provider-literal"]
+
+
+# --- the config section ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "values, words",
+    [
+        ({"mode": "enforce"}, "mode"),
+        ({"mode": "audit", "exemptNamespaces": ["Kube_System"]}, "not a namespace name"),
+        ({"exemptNamespaces": ["kube-system", "kube-system"]}, "listed twice"),
+        ({"mod": "audit"}, "mod"),
+    ],
+)
+def test_the_admission_policy_section_is_strict(values, words):
+    with pytest.raises(ValidationError) as info:
+        AdmissionPolicyConfig.model_validate(values)
+    assert words in str(info.value)
+
+
+def test_a_new_stack_denies_and_exempts_kube_system():
+    config = AdmissionPolicyConfig()
+    assert (config.mode, config.exempt_namespaces) == ("deny", ["kube-system"])

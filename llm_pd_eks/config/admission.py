@@ -22,8 +22,9 @@ class AdmissionPolicyConfig(Strict):
     mode: AdmissionMode = Field(
         default="deny",
         description="audit: the API server admits the pod and records the failure in its audit log; warn: it "
-        "also answers the client with a warning; deny: it refuses the pod (and still records it). Start a new "
-        "cluster on audit, read `make verify`'s admission-policy check, then move to deny (docs/policies.md).",
+        "also answers the client with a warning; deny: it refuses the pod (and still records it). A cluster whose "
+        "workloads predate the policy runs audit first, fixes what `make verify`'s admission-policy check names, "
+        "then moves to deny (docs/policies.md).",
     )
     exempt_namespaces: list[str] = Field(
         default_factory=lambda: ["kube-system"],
