@@ -79,14 +79,18 @@ def test_a_missing_policy_fails():
     assert result.status == Status.FAIL and "not in the cluster" in result.detail
 
 
-def test_type_checking_warnings_fail():
+def test_type_checking_warnings_are_named_beside_the_pods_verdict():
     objects = admission_objects(P4D.name, "audit")
     policy = objects["validatingadmissionpolicies"][0]
     policy["status"]["typeChecking"] = {
         "expressionWarnings": [{"fieldRef": "spec.validations[0].expression", "warning": "undefined field"}]
     }
     result = check(Cluster(pods=[gpu_pod("w-1")], admission=objects))
-    assert result.status == Status.FAIL and "spec.validations[0].expression: undefined field" in result.detail
+    assert result.status == Status.PASS
+    assert "type check warns: spec.validations[0].expression: undefined field" in result.detail
+    bad = gpu_pod("w-2", securityContext={"privileged": True})
+    result = check(Cluster(pods=[bad], admission=objects))
+    assert result.status == Status.FAIL and "llm/w-2: no-privilege" in result.detail and "type check" in result.detail
 
 
 @pytest.mark.parametrize("drop", [0, 3])
