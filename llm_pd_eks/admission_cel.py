@@ -108,10 +108,10 @@ def asks_for_gpus(container: str) -> str:
 _ALL_CONTAINERS = "object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : [])"
 # Occurrences of FI_PROVIDER on a command line or in a literal env value other than `FI_PROVIDER=efa`
 # (also quoted) and the references `$FI_PROVIDER` / `${FI_PROVIDER}`: an assignment of anything else, an
-# `unset`, `env -u`, `+=`, `printf -v`, a JSON key in a runtime env.
+# `unset`, `env -u`, `+=`, `printf -v`, a JSON key in a runtime env. Longer names (FI_PROVIDER_PATH) are others.
 _FI_BAD = (
     r"(^|[^$A-Za-z0-9_{])FI_PROVIDER("
-    r"$|[^=]|=($|[^e\"']|e($|[^f])|ef($|[^a])|efa[A-Za-z0-9_.,:+/^-])"
+    r"$|[^=A-Za-z0-9_]|=($|[^e\"']|e($|[^f])|ef($|[^a])|efa[A-Za-z0-9_.,:+/^-])"
     r"|=\"($|[^e]|e($|[^f])|ef($|[^a])|efa($|[^\"]))"
     r"|='($|[^e]|e($|[^f])|ef($|[^a])|efa($|[^'])))"
 )

@@ -162,6 +162,8 @@ def test_fi_provider_is_a_literal_efa(env, envfrom, problem):
         ("printf -v FI_PROVIDER tcp; exec vllm serve", True),
         ("export FI_PROVIDER=efa; echo $FI_PROVIDER ${FI_PROVIDER}; exec vllm serve", False),
         ("export FI_PROVIDER='efa'; exec vllm serve", False),
+        ("export FI_PROVIDER_PATH=/opt/amazon/efa/lib/libfabric; exec vllm serve", False),
+        ("env -u FI_PROVIDER vllm serve", True),
     ],
 )
 def test_command_lines_that_set_fi_provider(script, problem):
