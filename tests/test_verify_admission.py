@@ -100,3 +100,11 @@ def test_a_policy_lacking_a_rule_of_the_stack_fails(drop):
     result = check(Cluster(pods=[gpu_pod("w-1")], admission=objects))
     assert result.status == Status.FAIL and "run `pulumi up`" in result.detail
     assert len(result.data["notDeployed"]) == 1
+
+
+def test_a_pod_the_cel_cannot_evaluate_is_a_named_failure_not_a_crash():
+    odd = gpu_pod("w-3", env="FI_PROVIDER=efa")  # not a list: the API server would never serve it so
+    result = check(Cluster(pods=[odd], admission=admission_objects(P4D.name, "audit")))
+    assert result.status == Status.FAIL
+    assert result.data["failures"] and all(f.startswith("llm/w-3: ") for f in result.data["failures"])
+    assert "could not be evaluated" in result.detail

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import celpy
 
+from llm_pd_eks_tools.cli import one_line
+
 from .kube import HttpError, KubeClient
 from .results import Check, Context, Expected, Status
 
@@ -86,22 +88,45 @@ class CelPolicy:
             "oldObject": celpy.json_to_cel(old),
             "request": celpy.json_to_cel({"operation": operation}),
         }
-        for _, program in self._conditions:
-            if not _true(program.evaluate(activation)):
-                return Judgement(matched=False)
-        bound: dict[str, Any] = {}
         verdict = Judgement(matched=True)
+        for name, program in self._conditions:
+            result = _run(program, activation)
+            if isinstance(result, EvalError):  # failurePolicy Fail: an error is judged, as a failure
+                verdict.errors[f"match condition {name}"] = result.why
+                return verdict
+            if not _true(result):
+                return Judgement(matched=False)
+        bound: dict[Any, Any] = {}
         for name, program in self._variables:
             activation["variables"] = celpy.celtypes.MapType(bound)
-            bound[celpy.celtypes.StringType(name)] = program.evaluate(activation)
+            value = _run(program, activation)
+            if not isinstance(value, EvalError):  # an unbound variable makes each validation reading it an error
+                bound[celpy.celtypes.StringType(name)] = value
         activation["variables"] = celpy.celtypes.MapType(bound)
         for name, program in self._validations:
-            result = program.evaluate(activation)
-            if isinstance(result, celpy.evaluation.CELEvalError):
-                verdict.errors[name] = str(result.args[0] if result.args else result)
+            result = _run(program, activation)
+            if isinstance(result, EvalError):
+                verdict.errors[name] = result.why
             elif not _true(result):
                 verdict.failed.append(name)
         return verdict
+
+
+@dataclass(frozen=True)
+class EvalError:
+    why: str  # one short line
+
+
+def _run(program: Any, activation: dict[str, Any]) -> Any:
+    """The program's value, or an EvalError saying why it could not be evaluated: cel-python returns
+    some errors and raises others."""
+    try:
+        result = program.evaluate(activation)
+    except celpy.evaluation.CELEvalError as exc:
+        result = exc
+    if isinstance(result, celpy.evaluation.CELEvalError):
+        return EvalError(one_line(str(result.args[0] if result.args else result), 160))
+    return result
 
 
 def _true(result: Any) -> bool:
