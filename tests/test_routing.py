@@ -128,7 +128,7 @@ def test_decode_only_imports_the_runtime_builder_and_mounts_it_on_every_ray_pod(
     cluster = spec["rayClusterConfig"]
     for group in (cluster["headGroupSpec"], *cluster["workerGroupSpecs"]):
         template = group["template"]
-        volume = {"name": serve_routing.RUNTIME_VOLUME, "configMap": {"name": serve_routing.RUNTIME_CONFIGMAP}}
+        volume = {"name": serve_routing.RUNTIME_VOLUME, "configMap": {"name": serve_routing.runtime_configmap_name()}}
         assert volume in template["spec"]["volumes"]
         for container in template["spec"]["containers"]:
             assert {"name": "PYTHONPATH", "value": serve_routing.RUNTIME_MOUNT} in container["env"]
@@ -150,7 +150,7 @@ def test_prefix_aware_routing_alone_mounts_the_runtime_modules_and_keeps_rays_bu
     cluster = spec["rayClusterConfig"]
     for group in (cluster["headGroupSpec"], *cluster["workerGroupSpecs"]):
         template = group["template"]
-        assert {"name": serve_routing.RUNTIME_VOLUME, "configMap": {"name": serve_routing.RUNTIME_CONFIGMAP}} in (
+        assert {"name": serve_routing.RUNTIME_VOLUME, "configMap": {"name": serve_routing.runtime_configmap_name()}} in (
             template["spec"]["volumes"]
         )
         for container in template["spec"]["containers"]:
