@@ -49,6 +49,7 @@ from llm_pd_eks.config import ServingConfig
 from llm_pd_eks.config.serving import AGGREGATED_ROLE
 from llm_pd_eks.ray_resources import role_resource
 from llm_pd_eks.ray_service import ray_service_spec
+from llm_pd_eks.runtime.prefix_router import TREE_ACTOR_OPTIONS
 from llm_pd_eks.serve_app import AGGREGATED_IMPORT_PATH
 from llm_pd_eks_tools.preview.mockrun import stack_config
 
@@ -324,6 +325,12 @@ def placement_problems(
                 ray.kill(holder)
             if any(where not in node_role for where in wheres):
                 problems.append("an ingress replica landed on the head")
+            # The prefix tree (its actor's own options) lands on the head, where no GPU-node drain takes it.
+            tree = {k: v for k, v in TREE_ACTOR_OPTIONS.items() if k not in ("lifetime", "get_if_exists")}
+            tree_holder = holder_actor().options(**tree).remote()
+            if ray.get(tree_holder.node.remote(), timeout=PLACE_WAIT_S) != cluster.head_node.node_id:
+                problems.append("the prefix tree actor landed on a worker")
+            ray.kill(tree_holder)
     finally:
         for _, _, pg in pgs:
             remove_placement_group(pg)
@@ -420,7 +427,8 @@ def renamed_role_resource(spec: dict[str, Any], old: str, new: str) -> dict[str,
         if old in group["resources"]:
             group["resources"][new] = group["resources"].pop(old)
     serve = yaml.safe_load(out["serveConfigV2"])
-    for llm in serve["applications"][0]["args"].values():
+    args = serve["applications"][0]["args"]
+    for llm in (args[key] for key in ("prefill_config", "decode_config")):
         bundle = llm["placement_group_config"]["bundle_per_worker"]
         if old in bundle:
             bundle[new] = bundle.pop(old)
