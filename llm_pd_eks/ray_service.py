@@ -26,7 +26,7 @@ from .ray_head_protection import head_disruption_budget, protect_head
 from .ray_worker_pod import worker_group
 from .rollout_rule import replace_on_change_paths
 from .serve_app import serve_config_yaml
-from .serve_endpoint import endpoint_url, serve_service
+from .serve_endpoint import endpoint_patch, endpoint_url, serve_service
 from .serve_routing import runtime_configmap_data, runtime_configmap_name, runtime_needed, with_runtime_module
 from .serving_names import (
     APP_LABEL,
@@ -169,8 +169,8 @@ def check_ray_service_args(args: RayServiceArgs) -> None:
 
 class LlmRayService(pulumi.ComponentResource):
     """Namespace, optional HF token Secret, the workers' S3 weights access (serving.weightsS3Uri), the
-    RayService (whose serveService is the OpenAI-compatible endpoint) and a PodDisruptionBudget per
-    worker group."""
+    RayService (whose serveService is the OpenAI-compatible endpoint), the in-place patch of that
+    Service's user-set fields and a PodDisruptionBudget per worker group."""
 
     namespace: k8s.core.v1.Namespace
     hf_secret: Optional[k8s.core.v1.Secret]
@@ -178,6 +178,7 @@ class LlmRayService(pulumi.ComponentResource):
     ray_service: k8s.apiextensions.CustomResource
     disruption_budgets: dict[str, k8s.policy.v1.PodDisruptionBudget]
     head_budget: k8s.policy.v1.PodDisruptionBudget
+    endpoint_fields: k8s.core.v1.ServicePatch
     endpoint: pulumi.Output[Optional[str]]
 
     def __init__(self, name: str, args: RayServiceArgs, opts: pulumi.ResourceOptions | None = None):
@@ -286,5 +287,7 @@ class LlmRayService(pulumi.ComponentResource):
         self.head_budget = head_disruption_budget(
             name, f"{RAY_SERVICE_NAME}-head", namespace, {APP_LABEL: RAY_SERVICE_NAME}, k8s_opts
         )
+        # the endpoint fields KubeRay never changes on a live Service, applied to it in place (serve_endpoint.py)
+        self.endpoint_fields = endpoint_patch(name, serving, namespace, self.ray_service, k8s_opts)
         self.endpoint = endpoint_url(name, serving, namespace, self.ray_service, k8s_opts)
         self.register_outputs({"endpoint": self.endpoint, "modelId": serving.model_id})

@@ -119,7 +119,9 @@ class PrefixCacheAffinityFifoRouter(FIFOMixin, PrefixCacheAffinityRouter):
     def initialize_state(self, **kwargs: Any) -> None:
         kwargs.pop("tree_actor", None)
         deployment = getattr(self, "_deployment_id", None)
-        parts = [SERVE_NAMESPACE, *(p for p in (getattr(deployment, "app_name", None), getattr(deployment, "name", None)) if p)]
+        # Ray's own naming of a deployment's tree namespace: serve::<app>::<deployment>
+        names = (getattr(deployment, "app_name", None), getattr(deployment, "name", None))
+        parts = [SERVE_NAMESPACE, *(p for p in names if p)]
         self._tree_namespace = "::".join(parts)
         self._tree: Optional[Any] = None
         self._tree_incarnation: Optional[str] = None
