@@ -42,7 +42,7 @@ from .efa_gpu_nodes import GPU_LABELS, GPU_TOLERATION
 from .engine_start import ENGINE_START_TIMEOUT_ENV, engine_start_timeout_s
 from .gpu_cutover import node_group_selector
 from .ray_resources import accelerator_resource_name, custom_resource_problem, role_resource
-from .serve_limits import ROUTER_TIMEOUT_ENV, pre_stop_command, request_timeout_s, worker_grace_s
+from .serve_limits import pre_stop_command, worker_grace_s
 from .serving_names import (
     APP_LABEL,
     HF_SECRET_KEY,
@@ -103,7 +103,6 @@ def worker_group(
         **(EFA_RDMA_ENV if instance.efa_rdma_read else {}),
         **HF_ENV,
         ENGINE_START_TIMEOUT_ENV: str(engine_start_timeout_s(serving.model_id, serving.engine_start_timeout_s)),
-        ROUTER_TIMEOUT_ENV: str(request_timeout_s(serving)),  # the ingress's own limit, as Serve's (serve_limits.py)
     }
     pod_extra: dict[str, Any] = {}
     if serving.weights_s3_uri is not None:
@@ -139,7 +138,7 @@ def worker_group(
             "spec": {
                 "nodeSelector": {**GPU_LABELS, **node_group_selector(node_group)},  # gpu_cutover.py
                 "tolerations": [GPU_TOLERATION],
-                "terminationGracePeriodSeconds": worker_grace_s(serving),
+                "terminationGracePeriodSeconds": worker_grace_s(),
                 **pod_extra,
                 **_apart_from_the_other_role(role),
                 "containers": [
@@ -168,7 +167,7 @@ def worker_group(
                         },
                         # libfabric pins (mlocks) the memory it registers with the EFA device.
                         "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
-                        "lifecycle": {"preStop": {"exec": {"command": pre_stop_command(serving)}}},
+                        "lifecycle": {"preStop": {"exec": {"command": pre_stop_command()}}},
                         "env": env,
                         "volumeMounts": [
                             {"name": "dshm", "mountPath": "/dev/shm"},

@@ -97,7 +97,7 @@ def llm_config(serving: ServingConfig, role: str, instance: GpuInstanceType) -> 
 
 def application(serving: ServingConfig, instance: GpuInstanceType) -> dict[str, Any]:
     """The one Serve application: the P/D OpenAI app, or the aggregated one."""
-    ingress = ingress_deployment_config(serving.ingress_facing_groups())
+    ingress = ingress_deployment_config(serving)
     if serving.aggregated_mode:
         import_path = AGGREGATED_IMPORT_PATH
         args: dict[str, Any] = {"llm_configs": [llm_config(serving, AGGREGATED_ROLE, instance)]}

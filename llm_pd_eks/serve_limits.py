@@ -6,9 +6,10 @@
   within the TTFT SLO, then `maxModelLen` tokens each within the inter-token SLO (the alert defaults,
   llm_pd_eks/config/observability.py), plus a margin. Ray Serve LLM's ingress cuts a request on its own
   after `RAY_SERVE_LLM_ROUTER_HTTP_TIMEOUT` (default 600 s, ray/llm/_internal/serve/constants.py; the
-  whole of a non-streamed answer, the first chunk of a stream): the worker pods get the same value, so
-  the two limits agree. `http_options` are read when Serve starts on a cluster: a change reaches the
-  next Ray cluster, not the running one.
+  whole of a non-streamed answer, the first chunk of a stream): the ingress replicas get the same value
+  in their runtime environment (in serveConfigV2, so a new limit is applied in place), so the two agree.
+  `http_options` are read when Serve starts on a cluster: a change reaches the next Ray cluster, not
+  the running one.
 - Ingress: Ray Serve LLM gives its OpenAiIngress `target_ongoing_requests` 1e9 and no `min_replicas`
   (ray/llm/_internal/serve/core/ingress/ingress.py `DEFAULT_INGRESS_OPTIONS`), so one replica carries
   every stream and never scales. Here it runs at least `INGRESS_MIN_REPLICAS`, each sized to carry the
@@ -21,7 +22,8 @@
   draining nodes), and its proxy here stops taking new connections. The hook waits, bounded by the
   deadline, until no Serve replica process is left on the node, and only then runs `ray stop`. The
   pod's terminationGracePeriodSeconds covers the node-id lookup, the deadline and `ray stop`'s own
-  grace period.
+  grace period. The deadline is one fixed bound, not derived from the stack's limits: a pod template
+  change is a new Ray cluster, which a change of maxModelLen should not be.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import shlex
 from typing import Any
 
 from .config.observability import ObservabilityConfig
-from .config.serving import ReplicaGroupConfig, ServingConfig
+from .config.serving import ServingConfig
 
 # The slowest first token and token the alerts accept by default (llm_pd_eks/config/observability.py).
 FIRST_TOKEN_BOUND_S = float(ObservabilityConfig.model_fields["ttft_slo_seconds"].default)
@@ -44,8 +46,8 @@ INGRESS_MIN_REPLICAS = 2
 INGRESS_MAX_REPLICAS = 2 * INGRESS_MIN_REPLICAS
 
 # The longest a stopping worker keeps serving its streams: a roll of the GPU node group waits this long
-# per pod at most; a generation longer than it is cut at a node stop (and counted as such by the client).
-DRAIN_DEADLINE_CAP_S = 900
+# per pod at most; a generation longer than it is cut at a node stop (the client sees the stream end).
+DRAIN_DEADLINE_S = 900
 RAY_STOP_GRACE_S = 30  # `ray stop --grace-period`: SIGTERM, then SIGKILL what is left (Ray's default: 16)
 NODE_ID_LOOKUP_S = 30  # a driver connecting to the local raylet to learn the node's id
 DRAIN_REASON = "DRAIN_NODE_REASON_PREEMPTION"  # accepted while the node still runs work (idle termination is not)
@@ -68,9 +70,10 @@ def http_options(serving: ServingConfig) -> dict[str, Any]:
     return {"request_timeout_s": request_timeout_s(serving)}
 
 
-def ingress_deployment_config(llm_groups: list[ReplicaGroupConfig]) -> dict[str, Any]:
+def ingress_deployment_config(serving: ServingConfig) -> dict[str, Any]:
     """The OpenAiIngress's Serve options, sized from the groups whose replicas it feeds (the decode
-    side for P/D, the one LLM group when aggregated)."""
+    side for P/D, the one LLM group when aggregated), its own request limit as Serve's."""
+    llm_groups = serving.ingress_facing_groups()
     at_target = sum(g.max_replicas * g.target_ongoing_requests for g in llm_groups)
     most = sum(g.max_replicas * g.max_ongoing_requests for g in llm_groups)
     target = max(1, math.ceil(at_target / INGRESS_MIN_REPLICAS))
@@ -81,17 +84,13 @@ def ingress_deployment_config(llm_groups: list[ReplicaGroupConfig]) -> dict[str,
             "max_replicas": INGRESS_MAX_REPLICAS,
             "target_ongoing_requests": target,
         },
+        "ray_actor_options": {"runtime_env": {"env_vars": {ROUTER_TIMEOUT_ENV: str(request_timeout_s(serving))}}},
     }
 
 
-def drain_deadline_s(serving: ServingConfig) -> int:
-    """How long a stopping worker drains: the request timeout, at most DRAIN_DEADLINE_CAP_S."""
-    return min(request_timeout_s(serving), DRAIN_DEADLINE_CAP_S)
-
-
-def worker_grace_s(serving: ServingConfig) -> int:
+def worker_grace_s() -> int:
     """terminationGracePeriodSeconds: the whole preStop hook, then the SIGTERM after it, fit inside."""
-    return NODE_ID_LOOKUP_S + drain_deadline_s(serving) + 2 * RAY_STOP_GRACE_S
+    return NODE_ID_LOOKUP_S + DRAIN_DEADLINE_S + 2 * RAY_STOP_GRACE_S
 
 
 NODE_ID_PROGRAM = (
@@ -125,10 +124,10 @@ def _line(argv: list[str]) -> str:
     return " ".join('"$NODE_ID"' if arg == "$NODE_ID" else shlex.quote(arg) for arg in argv)
 
 
-def pre_stop_script(serving: ServingConfig) -> str:
+def pre_stop_script() -> str:
     """The preStop hook: drain (when the node id can be had and the GCS accepts it), wait for this node's
     Serve replicas to leave, bounded by the deadline, then stop Ray. A failed drain still stops Ray."""
-    deadline = drain_deadline_s(serving)
+    deadline = DRAIN_DEADLINE_S
     replicas_left = f"pgrep -f {shlex.quote(REPLICA_PROCESS_PATTERN)} >/dev/null 2>&1"
     lookup = f"timeout {NODE_ID_LOOKUP_S} python3 -c {shlex.quote(NODE_ID_PROGRAM)}"
     return "\n".join(
@@ -145,5 +144,5 @@ def pre_stop_script(serving: ServingConfig) -> str:
     )
 
 
-def pre_stop_command(serving: ServingConfig) -> list[str]:
-    return ["/bin/sh", "-c", pre_stop_script(serving)]
+def pre_stop_command() -> list[str]:
+    return ["/bin/sh", "-c", pre_stop_script()]

@@ -20,6 +20,8 @@ from click.core import ParameterSource
 from helpers import RAY_SERVICE
 
 from llm_pd_eks import serve_limits
+from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+from llm_pd_eks.ray_service import ray_service_spec
 from llm_pd_eks_tools.preview.mockrun import ProgramRun, stack_config
 
 
@@ -75,11 +77,16 @@ def test_the_drain_lasts_at_least_serves_graceful_replica_shutdown_and_the_stop_
 
 
 @pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
-def test_the_drain_deadline_is_the_request_timeout_capped(stack: str) -> None:
-    serving = stack_config(stack).serving
+def test_a_change_of_the_request_limits_leaves_the_worker_pods_alone(stack: str) -> None:
+    # a pod template change is a new Ray cluster: the stop hook and grace do not follow maxModelLen
+    config = stack_config(stack)
+    serving, instance = config.serving, GPU_INSTANCE_TYPES[config.gpu_nodes.instance_type]
     assert serving is not None
-    deadline = serve_limits.drain_deadline_s(serving)
-    assert deadline == min(serve_limits.request_timeout_s(serving), serve_limits.DRAIN_DEADLINE_CAP_S)
+    shorter = serving.model_copy(update={"max_model_len": serving.max_model_len // 2})
+    assert serve_limits.request_timeout_s(shorter) < serve_limits.request_timeout_s(serving)
+    before, after = ray_service_spec(serving, instance), ray_service_spec(shorter, instance)
+    assert before["rayClusterConfig"] == after["rayClusterConfig"]  # only serveConfigV2 differs
+    assert before["serveConfigV2"] != after["serveConfigV2"]
 
 
 def _stand_ins(folder: Path, node_id: str, drain_rc: int, replicas_for: int) -> Path:
@@ -105,11 +112,9 @@ def _stand_ins(folder: Path, node_id: str, drain_rc: int, replicas_for: int) -> 
 
 
 def _run_hook(tmp_path: Path, drain_rc: int, replicas_for: int) -> list[str]:
-    serving = stack_config("dev").serving
-    assert serving is not None
     bin_dir = _stand_ins(tmp_path, "0a1b2c", drain_rc, replicas_for)
     env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"}
-    subprocess.run(serve_limits.pre_stop_command(serving), env=env, check=True, timeout=60)
+    subprocess.run(serve_limits.pre_stop_command(), env=env, check=True, timeout=60)
     return (tmp_path / "log").read_text().splitlines()
 
 
@@ -127,9 +132,7 @@ def test_a_refused_drain_still_stops_ray_without_waiting(tmp_path: Path) -> None
 
 
 def test_the_wait_ends_at_the_deadline_when_replicas_never_leave(tmp_path: Path) -> None:
-    serving = stack_config("dev").serving
-    assert serving is not None
     log = _run_hook(tmp_path, drain_rc=0, replicas_for=10**6)
     polls = sum(1 for line in log if line.startswith("pgrep"))
-    assert polls == serve_limits.drain_deadline_s(serving) // 2  # one poll every two (stand-in) seconds
+    assert polls == serve_limits.DRAIN_DEADLINE_S // 2  # one poll every two (stand-in) seconds
     assert log[-1].startswith("ray stop")

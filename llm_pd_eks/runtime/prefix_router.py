@@ -19,7 +19,9 @@ Ray Serve LLM's `PrefixCacheAffinityRouter` (public: `ray.serve.llm.request_rout
   no timeout. Here the tree is an actor of the project's own name, on the head (Ray's built-in
   `node:__internal_head__` resource, no CPU; the head pod is on the system nodes, which no GPU-node
   roll or scale-down touches), restarted by Ray without limit (`max_restarts=-1`). Every call to it is
-  bounded (`TREE_CALL_TIMEOUT_S`); the insert after a routed request is sent without waiting. On any
+  bounded (`TREE_CALL_TIMEOUT_S`; the first, when a router is made, `TREE_START_TIMEOUT_S`, as the
+  actor's process may still be starting); the insert after a routed request is sent without waiting,
+  so a routed request costs one blocking round trip (two when its prompt matches too little). On any
   error the router routes by Serve's power-of-two choices, and after `RETRY_AFTER_S` (doubling up to
   `RETRY_AFTER_MAX_S`) fetches the actor again by name (creating it if it is gone). A restarted tree is
   empty: the router notices by the tree's incarnation id and enters the current replicas again.
@@ -66,6 +68,8 @@ TREE_ACTOR_OPTIONS: dict[str, Any] = {
     "get_if_exists": True,
 }
 TREE_CALL_TIMEOUT_S = 0.5  # a healthy call takes about a millisecond
+# The first answer, once per router when it is made: the actor's process may be starting (seconds).
+TREE_START_TIMEOUT_S = 30.0
 RETRY_AFTER_S = 1.0
 RETRY_AFTER_MAX_S = 30.0
 INCARNATION_CHECK_S = 5.0  # how often a router asks whether the tree restarted behind its back
@@ -132,7 +136,13 @@ class PrefixCacheAffinityFifoRouter(FIFOMixin, PrefixCacheAffinityRouter):
         self._resolved = ray.put(None)  # what a call sent without waiting hands back to Ray's ray.get
         self._refetch = True
         super().initialize_state(tree_actor=_GuardedTree(self), **kwargs)
-        self._tree_usable()  # fetch (or create) the tree now; a slow first start only defers prefix routing
+        # fetch (or create) the tree now and wait for its first answer, once: a tree still starting when
+        # this gives up only defers prefix routing (power of two choices meanwhile)
+        self._fetch_tree()
+        try:
+            self._check_incarnation(TREE_START_TIMEOUT_S)
+        except TreeUnavailable:
+            pass
 
     # --- the tree actor ------------------------------------------------------------------------------
 
@@ -184,18 +194,18 @@ class PrefixCacheAffinityFifoRouter(FIFOMixin, PrefixCacheAffinityRouter):
                 return False
         return True
 
-    def _wait(self, ref: Any) -> Any:
+    def _wait(self, ref: Any, timeout: float = TREE_CALL_TIMEOUT_S) -> Any:
         try:
-            return ray.get(ref, timeout=TREE_CALL_TIMEOUT_S)
+            return ray.get(ref, timeout=timeout)
         except (GetTimeoutError, RayError) as error:
             self._mark_down(error)
             raise TreeUnavailable(str(error)) from error
 
-    def _check_incarnation(self) -> None:
+    def _check_incarnation(self, timeout: float = TREE_CALL_TIMEOUT_S) -> None:
         """Ask the tree which start of its actor answers; a new one is empty: enter the replicas again."""
         if self._tree is None:
             raise TreeUnavailable("no tree actor")
-        incarnation = self._wait(self._tree.incarnation.remote())
+        incarnation = self._wait(self._tree.incarnation.remote(), timeout)
         self._incarnation_checked, self._must_check = time.monotonic(), False
         if incarnation != self._tree_incarnation:
             replicas = [rid.to_full_id_str() for rid in getattr(self, "_replica_id_set", ())]
