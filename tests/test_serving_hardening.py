@@ -215,3 +215,32 @@ def test_the_pack_accepts_an_aggregated_stack(aggregated):
     _, run = aggregated
     verdicts = analyze_run(run, server=pack())
     assert mandatory(verdicts) == [], "\n".join(v.message for v in mandatory(verdicts))
+
+
+PROMETHEUS_RULE = "kubernetes:monitoring.coreos.com/v1:PrometheusRule"
+
+
+def alert_rules_of(run: ProgramRun) -> dict[str, dict[str, Any]]:
+    (rule,) = run.of_type(PROMETHEUS_RULE)
+    return {r["alert"]: r for group in rule.inputs["spec"]["groups"] for r in group["rules"] if "alert" in r}
+
+
+def test_aggregated_alerts_expect_its_one_phase_and_carry_no_kv_transfer_alerts(aggregated):
+    from llm_pd_eks.alerts import KV_PATH_ALERTS
+
+    _, run = aggregated
+    rules = alert_rules_of(run)
+    assert not set(KV_PATH_ALERTS) & set(rules)
+    missing = rules["ServingTargetsMissing"]["expr"]
+    assert f'phase="{AGGREGATED_ROLE}"' in missing and 'phase="decode"' not in missing
+    assert "TTFTBudgetBurn" in rules  # the latency SLOs are judged per phase whatever the mode
+
+
+@pytest.mark.parametrize("stack", RENDERED)
+def test_disaggregated_alerts_keep_the_kv_transfer_alerts_and_both_phases(stack, programs):
+    from llm_pd_eks.alerts import KV_PATH_ALERTS
+
+    rules = alert_rules_of(programs(stack))
+    assert set(KV_PATH_ALERTS) <= set(rules)
+    missing = rules["ServingTargetsMissing"]["expr"]
+    assert 'phase="prefill"' in missing and 'phase="decode"' in missing
