@@ -328,14 +328,14 @@ class Observability(pulumi.ComponentResource):
         self.dashboard = k8s.core.v1.ConfigMap(
             f"{name}-dashboard",
             metadata=k8s.meta.v1.ObjectMetaArgs(name="llm-pd-dashboard", namespace=NAMESPACE, labels=DASHBOARD_LABEL),
-            data={"llm-pd-serving.json": dashboard_json(floor, args.hourly_prices)},
+            data={"llm-pd-serving.json": dashboard_json(floor, args.hourly_prices, args.phases)},
             opts=after_stack,
         )
         self.register_outputs(
             {
                 "prometheus": f"{PROMETHEUS_SERVICE}.{NAMESPACE}.svc:9090",
                 "kvFloorGbps": floor,
-                "dashboardUid": json.loads(dashboard_json(floor, args.hourly_prices))["uid"],
+                "dashboardUid": json.loads(dashboard_json(floor, args.hourly_prices, args.phases))["uid"],
                 "alertTopicArn": self.alert_topic.arn if self.alert_topic is not None else None,
             }
         )

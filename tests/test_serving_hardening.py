@@ -244,3 +244,26 @@ def test_disaggregated_alerts_keep_the_kv_transfer_alerts_and_both_phases(stack,
     assert set(KV_PATH_ALERTS) <= set(rules)
     missing = rules["ServingTargetsMissing"]["expr"]
     assert 'phase="prefill"' in missing and 'phase="decode"' in missing
+
+
+def dashboard_of(run: ProgramRun) -> dict[str, Any]:
+    (board,) = [r for r in run.of_type(CONFIG_MAP) if r.name.endswith("-dashboard") or "dashboard" in r.name]
+    (text,) = board.inputs["data"].values()
+    return json.loads(text)
+
+
+def test_aggregated_dashboard_has_no_kv_path_panels(aggregated):
+    from llm_pd_eks.dashboards import KV_PATH_PANELS
+
+    _, run = aggregated
+    titles = {p["title"] for p in dashboard_of(run)["panels"]}
+    assert not titles & set(KV_PATH_PANELS) and "Time to first token by phase" in titles
+    assert dashboard_of(run)["title"] == "LLM aggregated serving"
+
+
+@pytest.mark.parametrize("stack", RENDERED)
+def test_disaggregated_dashboard_keeps_the_kv_path_panels(stack, programs):
+    from llm_pd_eks.dashboards import KV_PATH_PANELS
+
+    titles = {p["title"] for p in dashboard_of(programs(stack))["panels"]}
+    assert set(KV_PATH_PANELS) <= titles
