@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .catalog import GpuInstanceType
-from .config.serving import AGGREGATED_ROLE, ReplicaGroupConfig, ServingConfig
+from .config.serving import AGGREGATED_ROLE, GPU_MEMORY_BUDGET, ReplicaGroupConfig, ServingConfig
 from .models import MODELS
 
 RAY_PREFIX_ROUTER_CLASS = "ray.serve.llm.request_router.PrefixCacheAffinityRouter"  # what the project's extends
@@ -46,17 +46,15 @@ PREFIX_ROUTER_CLASS = f"{PREFIX_ROUTER_MODULE}.PrefixCacheAffinityFifoRouter"
 # characters a token (English text under Llama/Qwen BPE tokenizers: about four), the target 90 % of it.
 CHARS_PER_TOKEN = 4
 EVICTION_TARGET_SHARE = 0.9
-# vLLM's default gpu_memory_utilization: the share of each GPU the engine budgets (weights + KV cache).
-ENGINE_MEMORY_SHARE = 0.9
 # The tree's bounds where the engine's KV capacity is unknown or smaller: Ray's own eviction sizes.
 RAY_EVICTION_THRESHOLD_CHARS, RAY_EVICTION_TARGET_CHARS = 400_000, 360_000
 
 
 def replica_kv_tokens(serving: ServingConfig, group: ReplicaGroupConfig, instance: GpuInstanceType) -> int:
-    """Tokens one replica's KV cache holds: vLLM's memory budget over the TP group, less the weights,
-    over the model's KV bytes a token (llm_pd_eks/models.py)."""
+    """Tokens one replica's KV cache holds: vLLM's memory budget (its default gpu_memory_utilization)
+    over the TP group, less the bf16 weights, over the model's KV bytes a token (llm_pd_eks/models.py)."""
     model = MODELS[serving.model_id]
-    budget = group.tensor_parallel_size * instance.gpu_memory_gib * 2**30 * ENGINE_MEMORY_SHARE
+    budget = group.tensor_parallel_size * instance.gpu_memory_gib * 2**30 * GPU_MEMORY_BUDGET
     free = budget - model.weight_bytes(2)
     return max(0, int(free // model.kv_bytes_per_token(serving.kv_cache_dtype_bytes)))
 

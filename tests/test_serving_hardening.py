@@ -267,3 +267,22 @@ def test_disaggregated_dashboard_keeps_the_kv_path_panels(stack, programs):
 
     titles = {p["title"] for p in dashboard_of(programs(stack))["panels"]}
     assert set(KV_PATH_PANELS) <= titles
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
+def test_the_prefix_tree_cap_is_one_replicas_kv_cache_in_characters(stack):
+    from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+    from llm_pd_eks.config.serving import GPU_MEMORY_BUDGET
+    from llm_pd_eks.models import MODELS
+
+    config = stack_config(stack)
+    serving, instance = config.serving, GPU_INSTANCE_TYPES[config.gpu_nodes.instance_type]
+    assert serving is not None
+    for role, group in serving.groups().items():
+        kwargs = serve_routing.request_router_config(serving, role, instance)["request_router_kwargs"]
+        model = MODELS[serving.model_id]
+        budget = group.tensor_parallel_size * instance.gpu_memory_gib * 2**30 * GPU_MEMORY_BUDGET
+        tokens = (budget - model.weight_bytes(2)) / model.kv_bytes_per_token(serving.kv_cache_dtype_bytes)
+        assert kwargs["eviction_threshold_chars"] == pytest.approx(serve_routing.CHARS_PER_TOKEN * tokens, abs=8)
+        assert kwargs["eviction_threshold_chars"] > 400_000  # above Ray's default on every stack
+        assert kwargs["eviction_target_chars"] < kwargs["eviction_threshold_chars"] and kwargs["do_eviction"] is True
