@@ -40,7 +40,7 @@ def ray_lines(script: str) -> dict[str, list[str]]:
     """The `ray <command>` invocations of the script, by command, as argv (the node id variable kept)."""
     found = {}
     for line in script.splitlines():
-        words = shlex.split(line.strip().removeprefix("if [ -n \"$NODE_ID\" ] && ").removesuffix("; then"))
+        words = shlex.split(line.strip().removeprefix('if [ -n "$NODE_ID" ] && ').removesuffix("; then"))
         if words[:1] == ["ray"]:
             found[words[1]] = words[2:]
     return found

@@ -157,9 +157,7 @@ def test_ray_serve_builds_each_arm_with_two_quarter_gpu_replicas_a_role(arm: str
             with runtime_module_on_path():
                 cls = router.get_request_router_class()
             assert issubclass(cls, PrefixCacheAffinityRouter) and cls.__module__ == serve_routing.PREFIX_ROUTER_MODULE
-            wanted = serve_routing.request_router_config(
-                serving.model_copy(update={"routing": routed}), role, instance
-            )
+            wanted = serve_routing.request_router_config(serving.model_copy(update={"routing": routed}), role, instance)
             assert wanted is not None and router.request_router_kwargs == wanted["request_router_kwargs"]
         else:
             assert router.get_request_router_class() is PowerOfTwoChoicesRequestRouter
