@@ -214,9 +214,9 @@ class ServingConfig(Strict):
             "`None` strategy, and Pulumi replaces the RayService: downtime while the new cluster loads the "
             "model, no extra GPU nodes. `NewCluster`: KubeRay builds a second full cluster and switches "
             "traffic when it is ready: no downtime, but gpuNodes.maxSize must hold both clusters. "
-            "Serve-only changes (serveConfigV2) are applied in place either way; a change of the endpoint "
-            "(publicEndpoint, endpointSourceRanges, endpointName, endpointAnnotations) replaces the RayService "
-            "under either, with downtime (KubeRay does not update an existing endpoint Service)."
+            "Serve-only changes (serveConfigV2) are applied in place either way; publicEndpoint, "
+            "endpointSourceRanges and endpointAnnotations are patched on the live endpoint Service in place "
+            "(llm_pd_eks/serve_endpoint.py); only a new endpointName replaces the RayService, with downtime."
         ),
     )
     gcs_fault_tolerance: bool = Field(
