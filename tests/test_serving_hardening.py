@@ -286,3 +286,19 @@ def test_the_prefix_tree_cap_is_one_replicas_kv_cache_in_characters(stack):
         assert kwargs["eviction_threshold_chars"] == pytest.approx(serve_routing.CHARS_PER_TOKEN * tokens, abs=8)
         assert kwargs["eviction_threshold_chars"] > 400_000  # above Ray's default on every stack
         assert kwargs["eviction_target_chars"] < kwargs["eviction_threshold_chars"] and kwargs["do_eviction"] is True
+
+
+def test_serving_mode_is_strict_and_aggregated_refuses_a_decode_only_threshold() -> None:
+    from pydantic import ValidationError
+
+    from llm_pd_eks.config import ServingConfig
+
+    serving = stack_config("dev").serving
+    assert serving is not None and serving.mode == "disaggregated"  # the default
+    data = serving.model_dump(by_alias=True)
+    with pytest.raises(ValidationError, match="mode"):
+        ServingConfig.model_validate({**data, "mode": "colocated"})
+    with pytest.raises(ValidationError, match="decodeOnlyBelowTokens is set but mode is aggregated"):
+        ServingConfig.model_validate({**data, "mode": "aggregated", "routing": {"decodeOnlyBelowTokens": 256}})
+    aggregated = ServingConfig.model_validate({**data, "mode": "aggregated"})
+    assert list(aggregated.groups()) == [AGGREGATED_ROLE]
