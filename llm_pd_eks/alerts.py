@@ -248,10 +248,10 @@ def serve_alerts(config: ObservabilityConfig) -> list[dict[str, Any]]:
     ]
 
 
-def target_alerts(config: ObservabilityConfig) -> list[dict[str, Any]]:
-    """Scrape targets of the serving layer: one failing, or a whole phase gone from discovery."""
+def target_alerts(config: ObservabilityConfig, expected: tuple[str, ...] = m.PHASES) -> list[dict[str, Any]]:
+    """Scrape targets of the serving layer: one failing, or a whole phase (of `expected`) gone from discovery."""
     serving = f'namespace="{SERVING_NAMESPACE}"'
-    phases = "|".join(m.PHASES)
+    phases = "|".join(expected)
     return [
         _alert(
             config,
@@ -266,7 +266,7 @@ def target_alerts(config: ObservabilityConfig) -> list[dict[str, Any]]:
             config,
             "ServingTargetsMissing",
             f'sum by (namespace, {m.PHASE_LABEL}) ({m.SCRAPE_UP}{{{serving}, {m.PHASE_LABEL}=~"{phases}"}}) == 0'
-            + "".join(f' or absent({m.SCRAPE_UP}{{{serving}, {m.PHASE_LABEL}="{p}"}})' for p in m.PHASES),
+            + "".join(f' or absent({m.SCRAPE_UP}{{{serving}, {m.PHASE_LABEL}="{p}"}})' for p in expected),
             "15m",
             "critical",
             "No serving pod of a phase is scraped",
@@ -280,9 +280,18 @@ def recording_rules() -> list[dict[str, Any]]:
     return [{"record": KV_THROUGHPUT_RECORD, "expr": kv_throughput_gbps_expr()}]
 
 
-def rule_groups(config: ObservabilityConfig, instance: GpuInstanceType) -> list[dict[str, Any]]:
-    """`spec.groups` of the PrometheusRule (and the file `promtool test rules` loads)."""
-    return [{"name": GROUP_NAME, "rules": [*recording_rules(), *alert_rules(config, instance)]}]
+def rule_groups(
+    config: ObservabilityConfig, instance: GpuInstanceType, phases: tuple[str, ...] = m.PHASES
+) -> list[dict[str, Any]]:
+    """`spec.groups` of the PrometheusRule (and the file `promtool test rules` loads). `phases`: the
+    serving's worker groups; without a decode phase (aggregated serving) no KV moves between pods, so
+    the KV-transfer alerts are left out and the scrape alerts expect the phases there are."""
+    rules = alert_rules(config, instance)
+    if "decode" not in phases:
+        rules = [r for r in rules if r["alert"] not in KV_PATH_ALERTS]
+        names = {"ServingTargetDown", "ServingTargetsMissing"}
+        rules = [r for r in rules if r["alert"] not in names] + target_alerts(config, phases)
+    return [{"name": GROUP_NAME, "rules": [*recording_rules(), *rules]}]
 
 
 # --- delivery: the Alertmanager configuration (kube-prometheus-stack value `alertmanager.config`) -------

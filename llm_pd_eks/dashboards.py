@@ -59,8 +59,21 @@ def hourly_cost_expr(hourly_prices: Mapping[str, float]) -> str:
     return " + ".join(f"({t})" for t in terms) if terms else "vector(0)"
 
 
-def dashboard(kv_floor_gbps: float, hourly_prices: Mapping[str, float]) -> dict[str, Any]:
-    """The serving dashboard's JSON model (Grafana schema 39)."""
+# Panels of the KV path between prefill and decode: an aggregated app (no decode phase) has none to show.
+KV_PATH_PANELS = (
+    "KV bytes moved (NIXL)",
+    "KV transfer time (NIXL)",
+    "KV transfer throughput vs floor",
+    "KV transfer failures",
+    "Requests by P/D path (decode-only vs disaggregated)",
+)
+
+
+def dashboard(
+    kv_floor_gbps: float, hourly_prices: Mapping[str, float], phases: tuple[str, ...] = m.PHASES
+) -> dict[str, Any]:
+    """The serving dashboard's JSON model (Grafana schema 39); `phases` without decode (aggregated
+    serving): no KV-path panels, and the title says so."""
     by_phase = f"{{{{{_PHASE}}}}}"
     panels = [
         _panel("Time to first token by phase", _quantiles(m.TTFT), "s", 0, 0),
@@ -169,11 +182,14 @@ def dashboard(kv_floor_gbps: float, hourly_prices: Mapping[str, float]) -> dict[
             48,
         ),
     ]
+    disaggregated = "decode" in phases
+    if not disaggregated:
+        panels = [p for p in panels if p["title"] not in KV_PATH_PANELS]
     for number, panel in enumerate(panels, start=1):
         panel["id"] = number
     return {
         "uid": DASHBOARD_UID,
-        "title": "LLM prefill/decode serving",
+        "title": "LLM prefill/decode serving" if disaggregated else "LLM aggregated serving",
         "tags": ["llm-pd-eks"],
         "timezone": "utc",
         "schemaVersion": 39,
@@ -186,8 +202,8 @@ def dashboard(kv_floor_gbps: float, hourly_prices: Mapping[str, float]) -> dict[
     }
 
 
-def dashboard_json(kv_floor_gbps: float, hourly_prices: Mapping[str, float]) -> str:
-    return json.dumps(dashboard(kv_floor_gbps, hourly_prices), indent=1, sort_keys=True)
+def dashboard_json(kv_floor_gbps: float, hourly_prices: Mapping[str, float], phases: tuple[str, ...] = m.PHASES) -> str:
+    return json.dumps(dashboard(kv_floor_gbps, hourly_prices, phases), indent=1, sort_keys=True)
 
 
 def expressions(model: dict[str, Any]) -> list[str]:

@@ -452,6 +452,7 @@ class LlmPdEks(pulumi.ComponentResource):
                     alert_webhook_url=_secret(args.get("alert_webhook_url")),
                     storage_class=storage.storage_class,
                     tags=tags,
+                    **({"phases": tuple(config.serving.groups())} if config.serving else {}),
                 ),
                 opts=child,
             )

@@ -220,6 +220,9 @@ class ObservabilityArgs:
     """The gp3 StorageClass the volumes bind to."""
     tags: dict[str, str] = field(default_factory=dict)
     """Tags on every AWS resource."""
+    phases: tuple[str, ...] = m.PHASES
+    """The serving phases (the Ray worker groups: prefill and decode, or the one aggregated group): the
+    scrape alerts expect each, and an aggregated stack gets no KV-transfer alerts (it moves no KV)."""
 
 
 def check_observability_args(args: ObservabilityArgs) -> None:
@@ -318,21 +321,21 @@ class Observability(pulumi.ComponentResource):
             api_version="monitoring.coreos.com/v1",
             kind="PrometheusRule",
             metadata=k8s.meta.v1.ObjectMetaArgs(name="llm-pd-serving", namespace=NAMESPACE),
-            spec={"groups": rule_groups(config, args.instance)},
+            spec={"groups": rule_groups(config, args.instance, args.phases)},
             opts=after_stack,
         )
         floor = kv_rank_floor_gbps(args.instance, config.kv_throughput_floor_fraction)
         self.dashboard = k8s.core.v1.ConfigMap(
             f"{name}-dashboard",
             metadata=k8s.meta.v1.ObjectMetaArgs(name="llm-pd-dashboard", namespace=NAMESPACE, labels=DASHBOARD_LABEL),
-            data={"llm-pd-serving.json": dashboard_json(floor, args.hourly_prices)},
+            data={"llm-pd-serving.json": dashboard_json(floor, args.hourly_prices, args.phases)},
             opts=after_stack,
         )
         self.register_outputs(
             {
                 "prometheus": f"{PROMETHEUS_SERVICE}.{NAMESPACE}.svc:9090",
                 "kvFloorGbps": floor,
-                "dashboardUid": json.loads(dashboard_json(floor, args.hourly_prices))["uid"],
+                "dashboardUid": json.loads(dashboard_json(floor, args.hourly_prices, args.phases))["uid"],
                 "alertTopicArn": self.alert_topic.arn if self.alert_topic is not None else None,
             }
         )

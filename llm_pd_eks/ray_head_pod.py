@@ -3,7 +3,9 @@
 The head runs with `num-cpus: "0"` and `num-gpus: "0"`: Ray schedules nothing there that asks for a
 CPU, so it hosts only the GCS and the Serve controller (a zero-CPU actor Serve pins to the head).
 Serve's HTTP proxies (zero-CPU, one per node: proxy_location EveryNode) run on every node; the OpenAI
-ingress replica (one CPU) lands on a GPU worker's spare CPUs.
+ingress replicas (one CPU each, at least two: llm_pd_eks/serve_limits.py) land on GPU workers' spare
+CPUs. The prefix router's tree actor asks for no CPU and for Ray's head resource, so it runs here
+(llm_pd_eks/runtime/prefix_router.py).
 """
 
 from __future__ import annotations

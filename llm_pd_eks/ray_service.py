@@ -26,8 +26,8 @@ from .ray_head_protection import head_disruption_budget, protect_head
 from .ray_worker_pod import worker_group
 from .rollout_rule import replace_on_change_paths
 from .serve_app import serve_config_yaml
-from .serve_endpoint import endpoint_url, serve_service
-from .serve_routing import RUNTIME_CONFIGMAP, runtime_configmap_data, runtime_needed, with_runtime_module
+from .serve_endpoint import endpoint_patch, endpoint_url, serve_service
+from .serve_routing import runtime_configmap_data, runtime_configmap_name, runtime_needed, with_runtime_module
 from .serving_names import (
     APP_LABEL,
     HF_SECRET_KEY,
@@ -36,7 +36,6 @@ from .serving_names import (
     RAY_SERVICE_NAME,
     RAY_VERSION,
     ROLE_LABEL,
-    ROLES,
 )
 from .weights_access import worker_service_account
 
@@ -70,7 +69,7 @@ def ray_service_spec(
                     node_group=node_groups.workers if node_groups else None,
                     region=region,
                 )
-                for role in ROLES
+                for role in serving.groups()
             ],
         },
     }
@@ -170,8 +169,8 @@ def check_ray_service_args(args: RayServiceArgs) -> None:
 
 class LlmRayService(pulumi.ComponentResource):
     """Namespace, optional HF token Secret, the workers' S3 weights access (serving.weightsS3Uri), the
-    RayService (whose serveService is the OpenAI-compatible endpoint) and a PodDisruptionBudget per
-    worker group."""
+    RayService (whose serveService is the OpenAI-compatible endpoint), the in-place patch of that
+    Service's user-set fields and a PodDisruptionBudget per worker group."""
 
     namespace: k8s.core.v1.Namespace
     hf_secret: Optional[k8s.core.v1.Secret]
@@ -179,6 +178,7 @@ class LlmRayService(pulumi.ComponentResource):
     ray_service: k8s.apiextensions.CustomResource
     disruption_budgets: dict[str, k8s.policy.v1.PodDisruptionBudget]
     head_budget: k8s.policy.v1.PodDisruptionBudget
+    endpoint_fields: k8s.core.v1.ServicePatch
     endpoint: pulumi.Output[Optional[str]]
 
     def __init__(self, name: str, args: RayServiceArgs, opts: pulumi.ResourceOptions | None = None):
@@ -205,12 +205,19 @@ class LlmRayService(pulumi.ComponentResource):
             )
             hf_secret_name = self.hf_secret.metadata.name
 
+        # The runtime modules: a ConfigMap named by their hash and immutable (serve_routing.py). A new
+        # module changes the name, which pulumi-kubernetes applies as a replacement, create before
+        # delete (Pulumi's default): the new ConfigMap is made first, the RayService that depends on
+        # it is updated next (and `up` waits there for KubeRay's switch, `wait_annotations`), and the
+        # old ConfigMap is deleted last, after that update succeeded. A failed or timed-out update
+        # keeps the old one (Pulumi retries the pending delete on the next successful `up`).
         self.runtime_module = None
         if runtime_needed(serving):
             self.runtime_module = k8s.core.v1.ConfigMap(
                 f"{name}-runtime",
-                metadata=k8s.meta.v1.ObjectMetaArgs(name=RUNTIME_CONFIGMAP, namespace=namespace),
+                metadata=k8s.meta.v1.ObjectMetaArgs(name=runtime_configmap_name(), namespace=namespace),
                 data=runtime_configmap_data(),
+                immutable=True,
                 opts=k8s_opts,
             )
 
@@ -273,12 +280,14 @@ class LlmRayService(pulumi.ComponentResource):
                 spec=disruption_budget_spec(role),
                 opts=k8s_opts,
             )
-            for role in ROLES
+            for role in serving.groups()
         }
 
         # and one for the head (llm_pd_eks/ray_head_protection.py)
         self.head_budget = head_disruption_budget(
             name, f"{RAY_SERVICE_NAME}-head", namespace, {APP_LABEL: RAY_SERVICE_NAME}, k8s_opts
         )
+        # the endpoint fields KubeRay never changes on a live Service, applied to it in place (serve_endpoint.py)
+        self.endpoint_fields = endpoint_patch(name, serving, namespace, self.ray_service, k8s_opts)
         self.endpoint = endpoint_url(name, serving, namespace, self.ray_service, k8s_opts)
         self.register_outputs({"endpoint": self.endpoint, "modelId": serving.model_id})

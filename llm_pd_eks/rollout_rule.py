@@ -18,7 +18,11 @@ updates it only when its selector's `ray.io/cluster` switches to a new cluster, 
 its `spec` (rayservice_controller.go `reconcileServices`, tag v1.7.0: "Only update the service if the
 RayCluster switches"; `oldSvc.Spec = *newSvc.Spec.DeepCopy()`). A change of its type, ports or source
 ranges waits for the next cluster switch, one of its annotations never arrives, and a new name makes
-a second Service next to the old one. Either strategy: Pulumi replaces the RayService on any such change.
+a second Service next to the old one. So the program carries the endpoint fields KubeRay never changes
+on a live Service (its annotations, `type`, `loadBalancerSourceRanges`) itself, by a server-side apply
+patch of the Service KubeRay made (llm_pd_eks/serve_endpoint.py `ENDPOINT_PATCHED_PATHS`): the same
+Service and NLB, no new cluster. Only a new name (`spec.serveService.metadata.name`) replaces the
+RayService; any other serveService change waits for the next cluster switch.
 
 `replace_on_change_paths` (the RayService's Pulumi replaceOnChanges) and llm_pd_eks_tools/rayservice_rollout.py's
 classifier are both built on `cluster_change`, so they cannot disagree.
@@ -32,6 +36,13 @@ from typing import Any
 
 CLUSTER = "spec.rayClusterConfig"
 SERVE_SERVICE = "spec.serveService"
+SERVE_SERVICE_NAME = f"{SERVE_SERVICE}.metadata.name"  # a rename: KubeRay would make a second Service
+# What the program's server-side apply patch sets on the live endpoint Service (serve_endpoint.py).
+ENDPOINT_PATCHED_PATHS = (
+    f"{SERVE_SERVICE}.metadata.annotations",
+    f"{SERVE_SERVICE}.spec.type",
+    f"{SERVE_SERVICE}.spec.loadBalancerSourceRanges",
+)
 # Fields KubeRay's hash leaves out (util.go lines 650-664; rayservice_controller.go rayClusterSpecForHashing).
 MUTED_WORKER_FIELDS = ("replicas", "minReplicas", "maxReplicas")
 MUTED_POD_FIELDS = ("tolerations", "schedulingGates")
@@ -108,11 +119,12 @@ def replace_on_change_paths(spec: dict[str, Any]) -> list[str]:
     removed or changed, so the whole `workerGroupSpecs` list is listed: under `Recreate` any change
     of the worker groups is a replacement, and the preview (llm_pd_eks_tools/rayservice_rollout.py, on these same paths)
     says so. With `NewCluster` KubeRay builds the new cluster itself: no cluster path is listed, and
-    the preview says when a muted change will not be applied. `spec.serveService` is listed under
-    both: KubeRay would not carry its change to the live Service (see the module docstring).
+    the preview says when a muted change will not be applied. Of `spec.serveService` only its name is
+    listed, under both: the fields a user changes are patched on the live Service in place (see the
+    module docstring).
     """
     if ((spec.get("upgradeStrategy") or {}).get("type")) != "None":
-        return [SERVE_SERVICE]
+        return [SERVE_SERVICE_NAME]
     cluster = spec.get("rayClusterConfig") or {}
     keys = sorted(set(cluster) | {"workerGroupSpecs"})
-    return [f"{CLUSTER}.{key}" for key in keys if key not in MUTED_CLUSTER_FIELDS] + [SERVE_SERVICE]
+    return [f"{CLUSTER}.{key}" for key in keys if key not in MUTED_CLUSTER_FIELDS] + [SERVE_SERVICE_NAME]

@@ -1,4 +1,17 @@
-"""The OpenAI-compatible endpoint: the RayService's `spec.serveService` and the URL it is reached at."""
+"""The OpenAI-compatible endpoint: the RayService's `spec.serveService`, the in-place patch of the fields
+KubeRay never changes on a live Service, and the URL it is reached at.
+
+KubeRay 1.7 creates the endpoint Service from `spec.serveService` once and afterwards copies only its
+`spec`, and only when its selector switches to a new cluster (llm_pd_eks/rollout_rule.py). A change of
+the fields a user sets here (`serving.endpointAnnotations`, `endpointSourceRanges`, `publicEndpoint`)
+is therefore also applied to the live Service by a server-side apply patch (pulumi-kubernetes
+`ServicePatch`, field manager of its own, forced on conflicts: the program is the authority for these
+fields): narrowing the source ranges is an update of the same Service and NLB, no new Ray cluster, no
+new hostname. The RayService keeps the same values in `spec.serveService`, so a later cluster switch
+copies what the patch set. The cloud provider carries new source ranges to the NLB's security group in
+place; an annotation it reads only when it creates a load balancer (the scheme, for one) needs a new
+one, as it would anywhere.
+"""
 
 from __future__ import annotations
 
@@ -43,6 +56,44 @@ def serve_service(serving: ServingConfig) -> dict[str, Any]:
         },
         "spec": spec,
     }
+
+
+# pulumi-kubernetes: take the fields over from the manager that last wrote them (KubeRay's create).
+PATCH_FORCE_ANNOTATION = {"pulumi.com/patchForce": "true"}
+
+
+def endpoint_patch_fields(serving: ServingConfig) -> dict[str, Any]:
+    """What the patch sets on the live Service: the annotations, the type and the source ranges of
+    `spec.serveService` (rollout_rule.py ENDPOINT_PATCHED_PATHS names the same three)."""
+    service = serve_service(serving)
+    spec = {"type": service["spec"]["type"]}
+    if "loadBalancerSourceRanges" in service["spec"]:
+        spec["loadBalancerSourceRanges"] = list(service["spec"]["loadBalancerSourceRanges"])
+    return {"annotations": dict(service["metadata"]["annotations"]), "spec": spec}
+
+
+def endpoint_patch(
+    name: str,
+    serving: ServingConfig,
+    namespace: pulumi.Output[str],
+    ray_service: pulumi.Resource,
+    opts: pulumi.ResourceOptions,
+) -> k8s.core.v1.ServicePatch:
+    """The server-side apply patch of the Service KubeRay made (after the RayService is Ready, when it exists)."""
+    fields = endpoint_patch_fields(serving)
+    return k8s.core.v1.ServicePatch(
+        f"{name}-endpoint-fields",
+        metadata=k8s.meta.v1.ObjectMetaPatchArgs(
+            name=serving.endpoint_name,
+            namespace=namespace,
+            annotations={**fields["annotations"], **PATCH_FORCE_ANNOTATION},
+        ),
+        spec=k8s.core.v1.ServiceSpecPatchArgs(
+            type=fields["spec"]["type"],
+            load_balancer_source_ranges=fields["spec"].get("loadBalancerSourceRanges"),
+        ),
+        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[ray_service])),
+    )
 
 
 def endpoint_url(

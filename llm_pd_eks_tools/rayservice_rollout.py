@@ -11,8 +11,10 @@ RayService's Pulumi replaceOnChanges is built from:
   cluster by KubeRay: with `Recreate` Pulumi replaces the RayService so it is; with `NewCluster` the
   roll-out says it will not take effect.
 - A `serveService` change (the endpoint Service) never reaches the live Service through KubeRay, which
-  updates that Service only when its selector switches clusters: Pulumi replaces the RayService under
-  either strategy (downtime; a public endpoint's NLB, and its hostname, are made anew).
+  updates that Service only when its selector switches clusters: its annotations, type and source
+  ranges are patched on the live Service by server-side apply (same Service and NLB, no new cluster);
+  a new name replaces the RayService (downtime; a new Service, NLB and hostname); any other field waits
+  for the next cluster switch.
 - Anything else needs a new cluster; how it comes is `spec.upgradeStrategy.type`: `NewCluster`
   builds a second full cluster next to the serving one and switches traffic once it is ready (no
   downtime; its worker pods need GPU nodes of their own), `None` never builds one: this program
@@ -28,6 +30,7 @@ from typing import Any, Optional
 
 from llm_pd_eks.rollout_rule import (
     CLUSTER,
+    ENDPOINT_PATCHED_PATHS,
     NEEDS_NEW_CLUSTER,
     SERVE_SERVICE,
     UPDATED_IN_PLACE,
@@ -66,6 +69,13 @@ class Rollout:
             return "RayService deleted: serving stops."
         what = ", ".join(f"`{r}`" for r in self.reasons)
         if self.kind == IN_PLACE:
+            patched = [r for r in self.reasons if under_any(r, list(ENDPOINT_PATCHED_PATHS))]
+            if patched:
+                return (
+                    "RayService: applied in place (no new cluster); the endpoint Service's "
+                    f"{', '.join(f'`{r}`' for r in patched)} patched on the live Service by server-side apply "
+                    f"(same Service, same NLB and hostname): {what}."
+                )
             return f"RayService: applied in place to the running cluster (no new cluster): {what}."
         if self.kind == NOT_APPLIED:
             return (
@@ -75,10 +85,10 @@ class Rollout:
             )
         if self.downtime and any(under_any(r, [SERVE_SERVICE]) for r in self.reasons):
             how = (
-                "the RayService is replaced (KubeRay updates an existing endpoint Service only when it switches "
-                "clusters, so the change would never reach it): its Ray cluster and the endpoint Service are "
-                "deleted and made anew (a public endpoint gets a new NLB and hostname); the endpoint is down until "
-                "the new cluster has loaded the model; no extra GPU nodes"
+                "the RayService is replaced (a renamed endpoint would be a second Service beside the old one): "
+                "its Ray cluster and the endpoint Service are deleted and made anew (a public endpoint gets a new "
+                "NLB and hostname); the endpoint is down until the new cluster has loaded the model; no extra GPU "
+                "nodes"
             )
         elif self.downtime:
             how = (
@@ -124,7 +134,9 @@ def classify(old_spec: Optional[dict[str, Any]], new_spec: Optional[dict[str, An
             return Rollout(NOT_APPLIED, strategy, reasons=change.paths)
         return Rollout(NEW_CLUSTER, strategy, _gpu_pods_at_start(new_cluster), False, change.paths)
     other = tuple(p for p in _differing_paths(old_spec, new_spec, "spec") if not p.startswith(CLUSTER))
-    if change.kind == KUBERAY_NOT_APPLIED:
+    # a serveService field the patch does not carry waits for KubeRay's next cluster switch
+    waiting = tuple(p for p in service_paths if not under_any(p, list(ENDPOINT_PATCHED_PATHS)))
+    if change.kind == KUBERAY_NOT_APPLIED or waiting:
         return Rollout(NOT_APPLIED, strategy, reasons=change.paths + other)
     paths = (change.paths if change.kind == UPDATED_IN_PLACE else ()) + other
     return Rollout(IN_PLACE, reasons=paths) if paths else Rollout(NO_CHANGE)

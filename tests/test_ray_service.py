@@ -543,8 +543,9 @@ def test_recreate_replaces_the_rayservice_when_its_cluster_changes(register_requ
     cluster = spec["rayClusterConfig"]
     # every rendered cluster field is covered, the worker groups' scale bounds and tolerations too
     # (KubeRay never applies a change of only those to a live cluster); serveConfigV2 is not (applied
-    # in place), the endpoint Service is (KubeRay does not carry its changes to the live Service)
-    expected = {f"spec.rayClusterConfig.{k}" for k in cluster} | {"spec.serveService"}
+    # in place), the endpoint Service's name is (a rename would be a second Service; its other fields
+    # are patched on the live Service in place)
+    expected = {f"spec.rayClusterConfig.{k}" for k in cluster} | {"spec.serveService.metadata.name"}
     assert paths == expected and "spec.serveConfigV2" not in paths
     assert request.deleteBeforeReplace is True
 
@@ -559,9 +560,10 @@ def test_new_cluster_strategy_waits_for_the_upgrade_to_finish(register_requests)
     wait_for = json.loads(rs.inputs["metadata"]["annotations"]["pulumi.com/waitFor"])
     assert wait_for == ["condition=Ready", "condition=UpgradeInProgress=False"]
     request = register_requests[rs.name]
-    # KubeRay builds the new cluster itself; only an endpoint Service change replaces the RayService,
-    # deleting first (the RayService's and the Service's names are fixed)
-    assert list(request.replaceOnChanges) == ["spec.serveService"] and request.deleteBeforeReplace is True
+    # KubeRay builds the new cluster itself; only a renamed endpoint Service replaces the RayService,
+    # deleting first (the RayService's name is fixed)
+    assert list(request.replaceOnChanges) == ["spec.serveService.metadata.name"]
+    assert request.deleteBeforeReplace is True
 
 
 def test_upgrade_strategies_are_kuberay_1_7_values():

@@ -88,7 +88,7 @@ def test_an_appended_worker_group_is_in_place_under_new_cluster_and_a_replacemen
     old = staging(upgradeStrategy="NewCluster")
     rollout = classify(old, with_extra_group(old))
     assert rollout.kind == IN_PLACE and rollout.reasons == ("spec.rayClusterConfig.workerGroupSpecs[2]",)
-    assert replace_on_changes(with_extra_group(old)) == ["spec.serveService"]
+    assert replace_on_changes(with_extra_group(old)) == ["spec.serveService.metadata.name"]
     recreate = staging()
     rollout = classify(recreate, with_extra_group(recreate))
     assert rollout.kind == NEW_CLUSTER and rollout.downtime
@@ -184,40 +184,51 @@ def test_preview_records_are_classified_and_rendered(stack, programs):
     assert "Roll-out" not in render(Diff(stack, "base", "head", [], [], [], [], [], None, None, [], [(name, same)]))
 
 
-SERVICE_CHANGES = {
+PATCHED_CHANGES = {
     "annotations": {"endpointAnnotations": {"example.com/team": "llm"}},
     "type and source ranges": {"publicEndpoint": True, "endpointSourceRanges": ["198.51.100.0/24"]},
-    "name": {"endpointName": "llm-openai-v2"},
 }
 
 
 @pytest.mark.parametrize("strategy", ["Recreate", "NewCluster"])
-@pytest.mark.parametrize("changes", SERVICE_CHANGES.values(), ids=SERVICE_CHANGES.keys())
-def test_an_endpoint_service_change_replaces_the_rayservice_under_either_strategy(strategy, changes):
+@pytest.mark.parametrize("changes", PATCHED_CHANGES.values(), ids=PATCHED_CHANGES.keys())
+def test_an_endpoint_field_change_is_patched_in_place_under_either_strategy(strategy, changes):
     # KubeRay v1.7.0 reconcileServices updates an existing serve Service only when its selector switches
-    # to a new cluster, and then only its spec: Pulumi replaces the RayService, and the preview says so
+    # to a new cluster: the program patches these fields on the live Service (server-side apply), so the
+    # RayService is not replaced, and the preview says the Service is patched
     old = staging(upgradeStrategy=strategy)
     new = staging(upgradeStrategy=strategy, **changes)
     changed = differing_paths(old, new, "spec")
     assert changed and all(p.startswith("spec.serveService") for p in changed)
-    assert all(under_any(p, replace_on_changes(new)) for p in changed)
+    assert not any(under_any(p, replace_on_changes(new)) for p in changed)
     rollout = classify(old, new)
-    assert rollout.kind == NEW_CLUSTER and rollout.downtime and rollout.extra_gpu_nodes == 0
+    assert rollout.kind == IN_PLACE and not rollout.downtime and rollout.extra_gpu_nodes == 0
     assert set(rollout.reasons) == set(changed)
     line = rollout.describe()
+    assert "patched on the live Service by server-side apply" in line and "same NLB" in line
+
+
+@pytest.mark.parametrize("strategy", ["Recreate", "NewCluster"])
+def test_a_renamed_endpoint_replaces_the_rayservice_under_either_strategy(strategy):
+    # a new name would be a second Service beside the old one: Pulumi replaces the RayService
+    old = staging(upgradeStrategy=strategy)
+    new = staging(upgradeStrategy=strategy, endpointName="llm-openai-v2")
+    (changed,) = differing_paths(old, new, "spec")
+    assert changed == "spec.serveService.metadata.name" and under_any(changed, replace_on_changes(new))
+    rollout = classify(old, new)
+    assert rollout.kind == NEW_CLUSTER and rollout.downtime and rollout.reasons == (changed,)
+    line = rollout.describe()
     assert "the RayService is replaced" in line and "endpoint Service are deleted and made anew" in line
-    assert "endpoint is down" in line
 
 
-def test_the_plan_replaces_the_rayservice_on_an_endpoint_change(programs):
-    # on the recorded plans: an annotation added to the endpoint Service is under the RayService's
-    # replaceOnChanges, and the preview calls it a replacement (the registered option itself:
-    # tests/test_ray_service.py, both strategies)
+def test_the_plan_patches_the_endpoint_service_on_an_annotation_change(programs):
+    # on the recorded plans: an annotation added to the endpoint Service is not under the RayService's
+    # replaceOnChanges, and the preview calls it an in-place patch
     for stack in ("dev", "prod"):
         rs = programs(stack).one(RAY_SERVICE)
         spec = copy.deepcopy(rs.inputs["spec"])
         changed = copy.deepcopy(spec)
         changed["serveService"]["metadata"]["annotations"]["example.com/team"] = "llm"
         paths = differing_paths(spec, changed, "spec")
-        assert paths and all(under_any(p, replace_on_changes(changed)) for p in paths)
-        assert classify(spec, changed).downtime
+        assert paths and not any(under_any(p, replace_on_changes(changed)) for p in paths)
+        assert classify(spec, changed).kind == IN_PLACE and not classify(spec, changed).downtime

@@ -70,6 +70,7 @@ EKS_CLUSTER = "aws:eks/cluster:Cluster"
 RAY_SERVICE = "kubernetes:ray.io/v1:RayService"
 RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
 K8S_SERVICE = "kubernetes:core/v1:Service"
+K8S_SERVICE_PATCH = "kubernetes:core/v1:ServicePatch"  # server-side apply of a Service's fields
 K8S_INGRESS = "kubernetes:networking.k8s.io/v1:Ingress"
 
 EFA_INTERFACE_TYPES = ("efa", "efa-only")

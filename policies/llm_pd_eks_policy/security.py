@@ -25,6 +25,7 @@ from .common import (
     K8S_INGRESS,
     K8S_SECRET,
     K8S_SERVICE,
+    K8S_SERVICE_PATCH,
     config_with_defaults,
     dig,
     is_unknown,
@@ -302,7 +303,7 @@ def _exposure(resource_type: str, props: Any) -> list[str]:
     class. A LoadBalancer Service without the scheme annotation is internet-facing under the legacy
     in-tree controller, so it counts as exposed."""
     why: list[str] = []
-    if resource_type == K8S_SERVICE:
+    if resource_type in (K8S_SERVICE, K8S_SERVICE_PATCH):  # a patch sets what the Service becomes
         why += [w for w in [_service_exposure(props)] if w]
     elif resource_type == K8S_INGRESS:
         if dig(props, "metadata", "annotations", _ALB_SCHEME) == "internet-facing":
@@ -316,7 +317,7 @@ def _exposure(resource_type: str, props: Any) -> list[str]:
             why.append(f"spec.infrastructure.annotations {_SCHEME}: internet-facing")
     if resource_type in HELM_TYPES:
         why += _chart_exposure(props)
-    if resource_type != K8S_SERVICE:  # Services carried in ConfigGroups, Helm values, manifests
+    if resource_type not in (K8S_SERVICE, K8S_SERVICE_PATCH):  # Services in ConfigGroups, Helm values, manifests
         for path, service in embedded(props, _is_service):
             reason = _service_exposure(service)
             if reason:

@@ -48,7 +48,8 @@ JUDGED: dict[str, str] = {
     **dict.fromkeys((c.SECURITY_GROUP, c.SECURITY_GROUP_RULE, c.SG_INGRESS_RULE, c.SG_EGRESS_RULE), _NET),
     c.EKS_CLUSTER: "eks-public-endpoint-restricted",
     c.EKS_COMPONENT_CLUSTER: "eks-public-endpoint-restricted",
-    **dict.fromkeys((c.K8S_SERVICE, c.K8S_INGRESS, INGRESS_CLASS_PARAMS, LB_CONFIGURATION, *GATEWAYS), _EXPOSURE),
+    **dict.fromkeys((c.K8S_SERVICE, c.K8S_SERVICE_PATCH, c.K8S_INGRESS), _EXPOSURE),
+    **dict.fromkeys((INGRESS_CLASS_PARAMS, LB_CONFIGURATION, *GATEWAYS), _EXPOSURE),
     **dict.fromkeys((c.K8S_CONFIG_MAP, c.K8S_CONFIG_MAP_PATCH, c.K8S_SECRET, c.K8S_SECRET_PATCH), _SERVING),
     **dict.fromkeys(HELM_TYPES, f"{_SERVING}, serving-workloads-visible, {_EXPOSURE}"),
     **{
