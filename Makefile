@@ -83,7 +83,7 @@ test-binaries:
 # conftest's order). The three stacks' recorded runs are shared between the workers.
 # The project's own modules are compiled first, for the reason given at INSTALL.
 test: $(DEV_STAMP) test-binaries
-	@$(PY) -m compileall -q -j 0 llm_pd_eks llm_pd_eks_tools policies tests __main__.py >/dev/null
+	@$(PY) -m compileall -q -j 0 llm_pd_eks llm_pd_eks_tools llm_pd_eks_sizing policies tests __main__.py >/dev/null
 	$(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder
 
 # The fast tier alone: components and policies in-process with Pulumi's public mocks (seconds).
@@ -99,16 +99,16 @@ lock: $(STAMP)
 	@$(LOCK) --all-extras --group test --group lint -o requirements-dev.txt
 
 preview: $(STAMP)
-	@$(PY) -m llm_pd_eks_tools.preview --stack=$(call q,$(STACK))
+	@$(PY) -m llm_pd_eks_tools.plan.preview --stack=$(call q,$(STACK))
 
 # Previews BASE (in a temporary git worktree) and the working tree; writes build/preview-diff/<stack>/diff.md.
 preview-diff: $(STAMP)
 	@test -n $(call q,$(BASE)) || { echo "usage: make preview-diff BASE=<git rev> [STACK=dev]" >&2; exit 2; }
-	@$(PY) -m llm_pd_eks_tools.preview.diff --base=$(call q,$(BASE)) --stack=$(call q,$(STACK))
+	@$(PY) -m llm_pd_eks_tools.plan.preview.diff --base=$(call q,$(BASE)) --stack=$(call q,$(STACK))
 
 # Needs AWS credentials (standard chain) and network; AWS_ENDPOINT_URL points it at an emulator.
 preflight: $(DEV_STAMP)
-	@$(PY) -m llm_pd_eks_tools.preflight --stack=$(call q,$(STACK)) $(if $(JSON),--json) $(if $(STRICT),--strict)
+	@$(PY) -m llm_pd_eks_tools.ops.preflight --stack=$(call q,$(STACK)) $(if $(JSON),--json) $(if $(STRICT),--strict)
 
 # Static checks: ruff and mypy (configured in pyproject.toml), actionlint on .github/workflows
 # (its shellcheck pass uses the pinned shellcheck in the venv, so every machine checks the same).
@@ -122,7 +122,7 @@ lint: $(DEV_STAMP)
 FROM ?= staging
 TO ?= prod
 promote-check: $(STAMP)
-	@$(PY) -m llm_pd_eks_tools.promote_check --from=$(call q,$(FROM)) --to=$(call q,$(TO))
+	@$(PY) -m llm_pd_eks_tools.gates.promote_check --from=$(call q,$(FROM)) --to=$(call q,$(TO))
 
 # Tool recipes are silent (`@`): stdout carries only the tool's output (`make preflight JSON=1` is
 # pure JSON). GNU make itself exits 2 whenever a recipe fails ("The exit status of make is always
@@ -132,16 +132,16 @@ promote-check: $(STAMP)
 # The config table in docs/configuration.md, generated from the config model (a test fails when it is stale).
 .PHONY: config-doc
 config-doc: $(STAMP)
-	@$(PY) -m llm_pd_eks_tools.config_doc
+	@$(PY) -m llm_pd_eks_tools.maint.config_doc
 
 # Documentation CIDRs, the example account 123456789012, a private endpoint with no runner: exit 1.
 placeholders: $(STAMP)
-	@$(PY) -m llm_pd_eks_tools.placeholders --stack=$(call q,$(STACK)) $(if $(RUNNER),--runner=$(call q,$(RUNNER)))
+	@$(PY) -m llm_pd_eks_tools.gates.placeholders --stack=$(call q,$(STACK)) $(if $(RUNNER),--runner=$(call q,$(RUNNER)))
 
 # The serving image's tag -> its digest on ECR Public (anonymous), written into Pulumi.<stack>.yaml as
-# repo:tag@sha256:...; offline it says so in one line and exits 5 (llm_pd_eks_tools/resolve_image.py).
+# repo:tag@sha256:...; offline it says so in one line and exits 5 (llm_pd_eks_tools/ops/resolve_image.py).
 resolve-image: $(STAMP)
-	@$(PY) -m llm_pd_eks_tools.resolve_image --stack=$(call q,$(STACK))
+	@$(PY) -m llm_pd_eks_tools.ops.resolve_image --stack=$(call q,$(STACK))
 
 # After `pulumi up`: proves the deployed stack (nodes, EFA devices, P/D placement, one completion,
 # NIXL on LIBFABRIC, KV bytes/failures/throughput). Kubeconfig from KUBECONFIG or the stack output,
@@ -150,14 +150,14 @@ resolve-image: $(STAMP)
 # TIMEOUT is each tool's own budget: verify's 600 s unless given, calibrate's 1800 s (a sweep takes longer).
 VERIFY_TIMEOUT = $(or $(TIMEOUT),600)
 verify: $(DEV_STAMP)
-	@$(PY) -m llm_pd_eks_tools.verify --stack=$(call q,$(STACK)) --timeout=$(call q,$(VERIFY_TIMEOUT)) $(if $(KUBECONFIG),--kubeconfig=$(call q,$(KUBECONFIG))) $(if $(JSON),--json)
+	@$(PY) -m llm_pd_eks_tools.ops.verify --stack=$(call q,$(STACK)) --timeout=$(call q,$(VERIFY_TIMEOUT)) $(if $(KUBECONFIG),--kubeconfig=$(call q,$(KUBECONFIG))) $(if $(JSON),--json)
 
-# Sizes the stack for a workload, offline (llm_pd_eks_tools/sizing/); WRITE=1 puts the sized replica bounds and
+# Sizes the stack for a workload, offline (llm_pd_eks_sizing/model/); WRITE=1 puts the sized replica bounds and
 # GPU node-group sizes into Pulumi.<stack>.yaml (comments kept).
 .PHONY: size
 WORKLOAD ?= workloads/$(STACK).yaml
 size: $(DEV_STAMP)
-	@$(PY) -m llm_pd_eks_tools.size --stack=$(call q,$(STACK)) --workload=$(call q,$(WORKLOAD)) $(if $(WRITE),--write) $(if $(JSON),--json)
+	@$(PY) -m llm_pd_eks_sizing.size --stack=$(call q,$(STACK)) --workload=$(call q,$(WORKLOAD)) $(if $(WRITE),--write) $(if $(JSON),--json)
 
 # The EFA GPU instance-type table, from EC2 DescribeInstanceTypes data (moto's capture): writes the
 # program's copy (llm_pd_eks/data/) and the policy pack's own (policies/data/). Then the pack's copy of
@@ -167,28 +167,28 @@ size: $(DEV_STAMP)
 # (llm_pd_eks/versions.py; downloaded from PyPI, read with ast, never imported).
 .PHONY: facts
 facts: $(DEV_STAMP)
-	@$(PY) -m llm_pd_eks_tools.gen_instance_types
-	@$(PY) -m llm_pd_eks_tools.gen_ray_resources
-	@$(PY) -m llm_pd_eks_tools.gen_resource_types
-	@$(PY) -m llm_pd_eks_tools.gen_vllm_facts
+	@$(PY) -m llm_pd_eks_tools.maint.gen_instance_types
+	@$(PY) -m llm_pd_eks_tools.maint.gen_ray_resources
+	@$(PY) -m llm_pd_eks_tools.maint.gen_resource_types
+	@$(PY) -m llm_pd_eks_tools.maint.gen_vllm_facts
 # After `pulumi up`: vllm bench serve sweep (a Job on the system nodes, or ENDPOINT directly) and
 # nixlbench's LIBFABRIC output (NIXLBENCH) -> calibration/<stack>.yaml, used by `make size` and the preview.
 CALIBRATE_TIMEOUT = $(or $(TIMEOUT),1800)
 calibrate: $(DEV_STAMP)
-	@$(PY) -m llm_pd_eks_tools.calibrate --stack=$(call q,$(STACK)) $(if $(ENDPOINT),--endpoint=$(call q,$(ENDPOINT))) $(if $(NIXLBENCH),--nixlbench-output=$(call q,$(NIXLBENCH))) --timeout=$(call q,$(CALIBRATE_TIMEOUT)) $(if $(KUBECONFIG),--kubeconfig=$(call q,$(KUBECONFIG)))
+	@$(PY) -m llm_pd_eks_sizing.calibrate --stack=$(call q,$(STACK)) $(if $(ENDPOINT),--endpoint=$(call q,$(ENDPOINT))) $(if $(NIXLBENCH),--nixlbench-output=$(call q,$(NIXLBENCH))) --timeout=$(call q,$(CALIBRATE_TIMEOUT)) $(if $(KUBECONFIG),--kubeconfig=$(call q,$(KUBECONFIG)))
 # Before GPU time goes on the real run (docs/real-run.md): its cluster steps (raylets, deploys, Serve
 # shutdowns, scrapes) on this machine's CPU with the tools' Ray and a stand-in application, timed.
 .PHONY: realrun-dry
 realrun-dry: $(DEV_STAMP)
-	@$(PY) -m llm_pd_eks_tools.realrun.dry_run
+	@$(PY) -m llm_pd_eks_sizing.realrun.dry_run
 # Ray Serve's own routers (default, PrefixCacheAffinityRouter as the prefix arm renders it) on this CPU,
 # stand-in replicas with a prefix cache: where the prefix arms' requests land -> realrun/data/router/.
 .PHONY: realrun-router
 realrun-router: $(DEV_STAMP)
-	@$(PY) -m llm_pd_eks_tools.realrun.router_run
+	@$(PY) -m llm_pd_eks_sizing.realrun.router_run
 # What the stack cost and served over SINCE (Cost Explorer by tag, the cluster's Prometheus at
 # PROMETHEUS, the GPU quota, make size's prediction): build/cost-audit/<stack>/report.{md,json}, spend.png.
 .PHONY: cost-audit
 SINCE ?= 7d
 cost-audit: $(DEV_STAMP)
-	@$(PY) -m llm_pd_eks_tools.cost_audit --stack=$(call q,$(STACK)) --since=$(call q,$(SINCE)) $(if $(PROMETHEUS),--prometheus=$(call q,$(PROMETHEUS))) $(if $(JSON),--json)
+	@$(PY) -m llm_pd_eks_sizing.cost_audit --stack=$(call q,$(STACK)) --since=$(call q,$(SINCE)) $(if $(PROMETHEUS),--prometheus=$(call q,$(PROMETHEUS))) $(if $(JSON),--json)

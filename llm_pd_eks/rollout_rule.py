@@ -20,7 +20,7 @@ RayCluster switches"; `oldSvc.Spec = *newSvc.Spec.DeepCopy()`). A change of its 
 ranges waits for the next cluster switch, one of its annotations never arrives, and a new name makes
 a second Service next to the old one. Either strategy: Pulumi replaces the RayService on any such change.
 
-`replace_on_change_paths` (the RayService's Pulumi replaceOnChanges) and llm_pd_eks_tools/rayservice_rollout.py's
+`replace_on_change_paths` (the RayService's Pulumi replaceOnChanges) and llm_pd_eks_tools/plan/rayservice_rollout.py's
 classifier are both built on `cluster_change`, so they cannot disagree.
 """
 
@@ -106,7 +106,8 @@ def replace_on_change_paths(spec: dict[str, Any]) -> list[str]:
     would never reach the live cluster either: Pulumi replaces the RayService for both. A property
     path cannot tell a worker group appended at the end (which KubeRay would add in place) from one
     removed or changed, so the whole `workerGroupSpecs` list is listed: under `Recreate` any change
-    of the worker groups is a replacement, and the preview (llm_pd_eks_tools/rayservice_rollout.py, on these same paths)
+    of the worker groups is a replacement, and the preview (llm_pd_eks_tools/plan/rayservice_rollout.py, on these
+    same paths)
     says so. With `NewCluster` KubeRay builds the new cluster itself: no cluster path is listed, and
     the preview says when a muted change will not be applied. `spec.serveService` is listed under
     both: KubeRay would not carry its change to the live Service (see the module docstring).

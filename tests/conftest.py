@@ -12,7 +12,7 @@ import pytest
 from filelock import FileLock
 from helpers import STACKS, runtime_module_on_path
 
-from llm_pd_eks_tools.preview.mockrun import ProgramRun, run_program
+from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun, run_program
 
 # The modules that take longest (measured with `--durations`), scheduled first: `make test` hands
 # whole modules to its workers (`--dist loadfile`) in collection order, so the long ones start at
