@@ -16,8 +16,9 @@ import pytest
 from helpers import ROOT
 
 
-def make(*args: str) -> subprocess.CompletedProcess:
+def make(*args: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS", "KUBECONFIG"))}
+    env.update(env_extra or {})
     return subprocess.run(
         ["make", "--no-print-directory", f"PY={sys.executable}", "STAMP=", *args],
         cwd=ROOT,
@@ -63,16 +64,57 @@ def test_a_stack_starting_with_a_dash_is_a_stack_name(target):
     assert "Pulumi.-canary.yaml" in proc.stderr, proc.stderr
 
 
+# Every variable a user may give make; the Makefile's USER_VARS must name each (it unexports them).
+USER_VARS = ("STACK", "WORKLOAD", "ENDPOINT", "KUBECONFIG", "SINCE", "TIMEOUT", "BASE", "FROM", "TO", "RUNNER")
+USER_VARS += ("PROMETHEUS", "NIXLBENCH", "JSON", "STRICT", "WRITE")
+
+MAKE_SYNTAX_CASES = [
+    ("size", "STACK", []),
+    ("size", "WORKLOAD", ["STACK=dev"]),
+    ("size", "JSON", ["STACK=nosuch"]),
+    ("size", "WRITE", ["STACK=nosuch"]),
+    ("preflight", "STRICT", ["STACK=nosuch"]),
+    ("cost-audit", "SINCE", ["STACK=dev"]),
+    ("cost-audit", "PROMETHEUS", ["STACK=dev", "SINCE=bad"]),
+    ("calibrate", "ENDPOINT", ["STACK=dev", "TIMEOUT=bad"]),
+    ("calibrate", "NIXLBENCH", ["STACK=dev", "TIMEOUT=bad"]),
+    ("calibrate", "TIMEOUT", ["STACK=dev"]),
+    ("verify", "KUBECONFIG", ["STACK=nosuch"]),
+    ("placeholders", "RUNNER", ["STACK=nosuch"]),
+    ("promote-check", "FROM", []),
+    ("promote-check", "TO", []),
+    ("preview-diff", "BASE", ["STACK=nosuch"]),
+]
+
+
+@pytest.mark.parametrize("where", ["command line", "environment"])
+@pytest.mark.parametrize("target, variable, extra", MAKE_SYNTAX_CASES)
+def test_make_never_expands_what_it_is_given(tmp_path, where, target, variable, extra):
+    """`$(shell ...)` in a value is text for the tool, from the command line or the environment alike."""
+    marker = tmp_path / "expanded"
+    value = f"$(shell touch {marker})x"
+    if where == "command line":
+        proc = make(target, *extra, f"{variable}={value}")
+    else:
+        proc = make(target, *extra, env_extra={variable: value})
+    assert not marker.exists(), proc.stderr
+    assert proc.returncode == 2, proc.stderr  # the tool refused the value (make reports any failure as 2)
+
+
+def test_the_makefile_unexports_every_user_variable():
+    text = (ROOT / "Makefile").read_text()
+    declared = re.search(r"^USER_VARS := (.*)$", text, re.M)
+    assert declared is not None and set(declared.group(1).split()) == set(USER_VARS)
+    assert "unexport $(USER_VARS)" in text
+
+
 def test_every_tool_recipe_passes_variables_quoted():
-    """A `$(VAR)` of the user's in a recipe line is always inside `$(call q,...)`."""
-    user_vars = ("STACK", "WORKLOAD", "ENDPOINT", "KUBECONFIG", "SINCE", "TIMEOUT", "BASE", "FROM", "TO", "RUNNER")
-    user_vars += ("PROMETHEUS", "NIXLBENCH")
+    """A user's variable in a recipe line is read unexpanded (`$(value NAME)`), as one quoted word."""
     recipes = [line for line in (ROOT / "Makefile").read_text().splitlines() if line.startswith("\t")]
+    assert any("$(call v,STACK)" in line for line in recipes)
     for line in recipes:
-        bare = re.sub(r"\$\(call q,\$\([A-Z_]+\)\)", "", line)
-        bare = re.sub(r"\$\(if \$\([A-Z_]+\),", "", bare)  # `$(if $(VAR),--opt=...)`: the test, not the value
-        for name in user_vars:
-            assert f"$({name})" not in bare, line
+        for name in USER_VARS:
+            assert f"$({name})" not in line, line
 
 
 def test_make_calibrate_gives_calibrate_its_own_timeout():
