@@ -65,15 +65,19 @@ MESSAGE_LIMIT = 1000  # characters of one error line
 def run(prog: str, main: Callable[[Optional[list[str]]], int], argv: Optional[list[str]] = None) -> int:
     """Call `main`, turning `ToolError`, signals, output failures and unexpected exceptions into one line
     + exit code; child process groups still running are ended on every way out."""
-    from llm_pd_eks_tools.core import process_safety
+    from llm_pd_eks_tools.core import open_guard, process_safety, secrets
 
     previous = process_safety.install_signal_handlers()
     before = process_safety.running_children()
+    others = process_safety.descendants()
+    secrets.register_environment()
+    secrets.register_urls_in(sys.argv[1:] if argv is None else argv)
     try:
         try:
             return int(main(argv))
         finally:
             process_safety.end_children(keep=before)
+            process_safety.end_descendants(keep=others)
             process_safety.restore_signal_handlers(previous)
     except ToolError as error:
         say(prog, str(error))
@@ -135,10 +139,13 @@ def finish(prog: str, code: int) -> int:
 
 
 def exit_with(prog: str, main: Callable[[Optional[list[str]]], int]) -> NoReturn:
-    """A tool's process: its streams guarded (llm_pd_eks_tools/core/process_safety.py), `run`, flush, exit."""
+    """A tool's process: its streams guarded (llm_pd_eks_tools/core/process_safety.py), what it may open
+    checked (open_guard.py), `run`, flush, exit."""
+    from llm_pd_eks_tools.core import open_guard
     from llm_pd_eks_tools.core.process_safety import guard_streams
 
     guard_streams()
+    open_guard.install()
     sys.exit(finish(prog, run(prog, main)))
 
 

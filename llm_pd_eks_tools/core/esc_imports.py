@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from llm_pd_eks_tools.core import secrets
 from llm_pd_eks_tools.core.cli import Exit, ToolError, one_line
 from llm_pd_eks_tools.core.stackfile import PROJECT, SECRET_PLACEHOLDER, StackFileError, echo, parse, stack_file
 
@@ -105,8 +106,8 @@ def resolve_environments(
         ) from None
     except OSError as error:
         raise EnvironmentImportError(f"{what}; `pulumi config --json` could not run ({error.strerror})") from None
-    if done.returncode != 0:
-        reason = one_line(done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}", 160)
+    if done.returncode != 0:  # its stdout may hold config values: never shown
+        reason = secrets.child_failure("it", done.returncode, done.stderr)
         raise EnvironmentImportError(
             f"{what}; `pulumi config --json` failed ({reason}), so its keys ({unseen}) "
             "are unseen; `pulumi login` and retry"
@@ -119,14 +120,14 @@ def resolve_environments(
         raise EnvironmentImportError(
             f"{what}; `pulumi config --json` printed no JSON object, so its keys ({unseen}) are unseen"
         )
-    resolved, secrets = _cli_config(listed)
+    resolved, secret_keys = _cli_config(listed)
     missing = [k for k in keys if k not in resolved]
     if missing:
         raise EnvironmentImportError(
             f"{what}, but the CLI's config lacks {', '.join(missing)}, which "
             f"{ESC_DIR}/ says it sets; is the environment up to date (`esc env get`)?"
         )
-    return resolved, secrets
+    return resolved, secret_keys
 
 
 def _cli_config(listed: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
@@ -142,6 +143,8 @@ def _cli_config(listed: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
         full = key if ":" in key else f"{PROJECT}:{key}"
         entry = entry if isinstance(entry, dict) else {}
         if entry.get("secret"):
+            secrets.register(entry.get("value"))  # present with --show-secrets or from ESC
+            secrets.register(entry.get("objectValue"))
             values[full] = SECRET_PLACEHOLDER
             secret_keys.append(full)
         elif entry.get("objectValue") is not None:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generator, Iterator, Optional, Union
 
+from llm_pd_eks_tools.core import secrets
 from llm_pd_eks_tools.core.cli import Exit, ToolError, one_line
 
 # -- files ---------------------------------------------------------------------------------------
@@ -42,10 +43,13 @@ from llm_pd_eks_tools.core.cli import Exit, ToolError, one_line
 def atomic_write(path: Union[str, Path], data: Union[str, bytes]) -> None:
     """Replace `path` with `data` whole (the old content stays when anything fails; its mode is kept).
 
-    A failure is a ToolError with exit code IOERR naming the file; the temporary file is removed.
+    A symlink is followed: its target is replaced and the link stays a link (a stack file kept as a
+    link to a shared config repository stays one). Text is scrubbed of every registered secret
+    (secrets.py). A failure is a ToolError with exit code IOERR naming the file; the temporary file
+    is removed.
     """
-    path = Path(path)
-    payload = data.encode("utf-8") if isinstance(data, str) else data
+    path = Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)
+    payload = secrets.scrub(data).encode("utf-8") if isinstance(data, str) else data
     try:
         mode = stat.S_IMODE(path.stat().st_mode)
     except OSError:
@@ -338,20 +342,6 @@ def http_lines(
             yield line
 
 
-# -- secrets in messages --------------------------------------------------------------------------
-REDACTED = "[redacted]"
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]*@")
-_SECRET_FIELD = re.compile(
-    r"(?i)((?:\"|')?\b(?:token|id-token|refresh-token|access-token|password|passwd|secret|secret_access_key|"
-    r"aws_secret_access_key|aws_session_token|client-key-data|client-certificate-data|auth-provider|apikey|"
-    r"api_key)\b(?:\"|')?\s*[:=]\s*)(?:\"[^\"]*\"|'[^']*'|[^\s,;}]+)"
-)
-_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
-
-
-def redact(text: str) -> str:
-    """`text` with credentials replaced: `scheme://user:pass@host` -> `scheme://[redacted]@host`,
-    `token: X` / `password=X` and kin -> `token: [redacted]`, `Bearer X` -> `Bearer [redacted]`."""
-    text = _USERINFO.sub(lambda m: f"{m[1]}{REDACTED}@", str(text))
-    text = _SECRET_FIELD.sub(lambda m: f"{m[1]}{REDACTED}", text)
-    return _BEARER.sub(lambda m: f"{m[1]} {REDACTED}", text)
+# -- secrets in messages: by value and by shape, in one place (secrets.py) ---------------------------
+REDACTED = secrets.REDACTED
+redact = secrets.redact

@@ -19,6 +19,8 @@ import threading
 import time
 from typing import Any, Optional, Sequence
 
+from llm_pd_eks_tools.core import secrets
+
 # -- child processes ------------------------------------------------------------------------------
 _children: set[subprocess.Popen] = set()
 _children_lock = threading.Lock()
@@ -76,6 +78,57 @@ def end_children(keep: frozenset[subprocess.Popen] = frozenset()) -> None:
         procs = [proc for proc in _children if proc not in keep]
     for proc in procs:
         end_process(proc, grace=1.0)
+
+
+def descendants() -> frozenset[int]:
+    """Every living process descended from this one, whoever started it (a library's child: botocore's
+    `credential_process`, a program's helper), read from /proc; empty where there is no /proc."""
+    parents: dict[int, int] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return frozenset()
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat_line = handle.read()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: comm may hold spaces and parentheses, so read after the last ")".
+        fields = stat_line[stat_line.rfind(b")") + 2 :].split()
+        if len(fields) > 1 and fields[0] != b"Z":
+            parents[int(entry)] = int(fields[1])
+    found: set[int] = set()
+    frontier = {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier and pid not in found}
+        found |= frontier
+    return frozenset(found)
+
+
+def end_descendants(keep: frozenset[int] = frozenset(), grace: float = 1.0) -> None:
+    """End every descendant process not in `keep` (those running before a run began): SIGTERM, then
+    SIGKILL after `grace` seconds. Catches the children no `spawn` recorded."""
+    targets = descendants() - keep
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in targets:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        end = time.monotonic() + grace
+        while sig == signal.SIGTERM and time.monotonic() < end:
+            targets = descendants() & targets
+            if not targets:
+                return
+            time.sleep(0.05)
+    for pid in targets:  # reap our own direct children so none is left a zombie
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
 
 
 # The whole run's deadline (monotonic time), where a tool has one (preflight --deadline): every child
@@ -147,7 +200,8 @@ class _GuardedStdout:
         if self._stream is None:
             raise self._fail(errno.EBADF, "stdout is closed")
         try:
-            return self._stream.write(text)
+            self._stream.write(secrets.scrub(text))
+            return len(text)
         except OSError as error:
             raise self._fail(error.errno, error.strerror) from None
 
@@ -180,9 +234,11 @@ class _QuietStderr:
 
     def write(self, text: str) -> int:
         try:
-            return self._stream.write(text) if self._stream is not None else len(text)
+            if self._stream is not None:
+                self._stream.write(secrets.scrub(text))
         except (OSError, ValueError):
-            return len(text)
+            pass
+        return len(text)
 
     def flush(self) -> None:
         try:

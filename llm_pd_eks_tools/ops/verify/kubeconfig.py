@@ -35,6 +35,7 @@ from kubernetes.config.dateutil import parse_rfc3339
 from kubernetes.config.exec_provider import ExecProvider
 from kubernetes.config.kube_config import KubeConfigLoader
 
+from llm_pd_eks_tools.core import secrets
 from llm_pd_eks_tools.core.cli import Exit, ToolError, one_line
 from llm_pd_eks_tools.core.io_safety import redact
 from llm_pd_eks_tools.core.process_safety import run_process
@@ -78,10 +79,11 @@ class DeadlineExec(ExecProvider):
         if result.returncode != 0:
             raise ToolError(
                 Exit.UNVERIFIED,
-                f"kubeconfig credential command {name!r} exited {result.returncode}: {one_line(result.stderr)}",
+                secrets.child_failure(f"kubeconfig credential command {name!r}", result.returncode, result.stderr),
             )
         try:
             reply = json.loads(result.stdout)
+            secrets.register(reply.get("status") if isinstance(reply, dict) else None)
             status = reply["status"]
             if reply["apiVersion"] != self.api_version or not isinstance(status["token"], str):
                 raise ValueError("not this apiVersion, or a token that is not a string")
