@@ -27,7 +27,6 @@ it runs with nothing of this project installed; only the harness level imports `
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import os
@@ -39,6 +38,8 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from llm_pd_eks_tools.core.cli import ArgumentParser, exit_with
 
 HERE = Path(__file__).resolve().parent
 MODELS = HERE.parent / "realrun" / "models"
@@ -306,7 +307,7 @@ def versions() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gpu_calibration", description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="gpu_calibration", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="directory for gpu-calibration.json and logs")
     parser.add_argument("--model", action="append", help="Hugging Face id under realrun/models (repeatable)")
     parser.add_argument("--budget-s", type=float, default=500.0, help="stop starting runs after this many seconds")
@@ -384,4 +385,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with("gpu_calibration", main)

@@ -24,15 +24,20 @@ policy, and the network (NIXL over EFA).
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
 import time
 from typing import Any, Callable
 
-import torch  # type: ignore[import-not-found]  # present on the GPU machine only
-import torch.nn.functional as F  # type: ignore[import-not-found]
+from llm_pd_eks_tools.core.cli import ArgumentParser, Exit, ToolError, exit_with
+from llm_pd_eks_tools.core.io_safety import atomic_write
+
+try:  # present on the GPU machine only; elsewhere `--help` still answers and a run says what is missing
+    import torch  # type: ignore[import-not-found]
+    import torch.nn.functional as F  # type: ignore[import-not-found]
+except ImportError:
+    torch = F = None
 
 # Llama-3.1 shapes: hidden, intermediate, query heads, KV heads, head dim, layers
 # (meta-llama/Llama-3.1-8B-Instruct and -70B-Instruct config.json).
@@ -195,10 +200,12 @@ def probe_copy() -> dict[str, Any]:
     return {"bytes": n, "s": secs, "gb_per_s_read_plus_write": 2 * n / secs / 1e9}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description="bf16 GEMM, attention and HBM bandwidth probe")
+def main(argv: list[str] | None = None) -> int:
+    parser = ArgumentParser(prog="gpu_probe", description="bf16 GEMM, attention and HBM bandwidth probe")
     parser.add_argument("--out", required=True)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if torch is None:
+        raise ToolError(Exit.USAGE, "PyTorch is not installed here: the probe runs on the GPU machine (docs/sizing.md)")
     t0 = time.time()
     props = torch.cuda.get_device_properties(0)
     smi = subprocess.run(
@@ -231,13 +238,12 @@ def main() -> None:
     ]:
         result[name] = fn()
         print(f"{name}: done at {time.time() - t0:.0f}s", flush=True)
-        with open(args.out, "w") as fh:
-            json.dump(result, fh, indent=1)
+        atomic_write(args.out, json.dumps(result, indent=1))
     result["wall_s"] = time.time() - t0
-    with open(args.out, "w") as fh:
-        json.dump(result, fh, indent=1)
+    atomic_write(args.out, json.dumps(result, indent=1))
     print(json.dumps({k: result[k] for k in ("device", "copy")}), flush=True)
+    return Exit.OK
 
 
 if __name__ == "__main__":
-    main()
+    exit_with("gpu_probe", main)

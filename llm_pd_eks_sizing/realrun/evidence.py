@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from llm_pd_eks_tools.core.cli import ArgumentParser, Exit, exit_with
+from llm_pd_eks_tools.core.io_safety import atomic_write, read_regular_file
+
 DATA = Path(__file__).resolve().parent / "data"
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -268,11 +271,18 @@ def rendered_doc(text: str) -> str:
     return with_section(text, "results", results_section(latest()))
 
 
-def main() -> int:
-    DOC.write_text(rendered_doc(DOC.read_text()))
+def main(argv: list[str] | None = None) -> int:
+    parser = ArgumentParser(prog="python -m llm_pd_eks_sizing.realrun.evidence", description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 when docs/real-run.md's tables are stale")
+    args = parser.parse_args(argv)
+    current = read_regular_file(DOC, 4 << 20, "docs/real-run.md").decode()
+    wanted = rendered_doc(current)
+    if args.check:
+        return Exit.OK if wanted == current else Exit.FAILED
+    atomic_write(DOC, wanted)
     print(DOC)
-    return 0
+    return Exit.OK
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_with("realrun-evidence", main)

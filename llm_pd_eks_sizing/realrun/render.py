@@ -17,7 +17,6 @@ what `make size` says of decode-only for the run's model and GPU).
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import subprocess
@@ -32,6 +31,7 @@ from llm_pd_eks.ray_resources import role_resource
 from llm_pd_eks.ray_service import ray_service_spec
 from llm_pd_eks.serve_routing import runtime_configmap_data
 from llm_pd_eks.serving_names import ROLES
+from llm_pd_eks_tools.core.cli import ArgumentParser, exit_with
 
 HERE = Path(__file__).resolve().parent
 OVERRIDES = HERE / "overrides.yaml"
@@ -283,7 +283,7 @@ def write_bundle(out: Path, overrides: dict[str, Any]) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="llm-pd-eks realrun-render", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="llm-pd-eks realrun-render", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(".gpu/realrun"), help="bundle folder (default .gpu/realrun)")
     parser.add_argument(
         "--instance-type",
@@ -297,4 +297,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_with("realrun-render", main)

@@ -65,7 +65,7 @@ MESSAGE_LIMIT = 1000  # characters of one error line
 def run(prog: str, main: Callable[[Optional[list[str]]], int], argv: Optional[list[str]] = None) -> int:
     """Call `main`, turning `ToolError`, signals, output failures and unexpected exceptions into one line
     + exit code; child process groups still running are ended on every way out."""
-    from llm_pd_eks_tools.core import open_guard, process_safety, secrets
+    from llm_pd_eks_tools.core import process_safety, secrets
 
     previous = process_safety.install_signal_handlers()
     before = process_safety.running_children()

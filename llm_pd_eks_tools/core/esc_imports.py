@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_pd_eks_tools.core import secrets
-from llm_pd_eks_tools.core.cli import Exit, ToolError, one_line
+from llm_pd_eks_tools.core.cli import Exit, ToolError
 from llm_pd_eks_tools.core.stackfile import PROJECT, SECRET_PLACEHOLDER, StackFileError, echo, parse, stack_file
 
 # -- ESC environments a stack imports ------------------------------------------------------------

@@ -23,7 +23,6 @@ import errno
 import http.client
 import io
 import os
-import re
 import socket
 import ssl
 import stat

@@ -95,7 +95,9 @@ _SECRET_FIELD = re.compile(
     r"client-certificate-data|auth-provider|apikey|api_key)\b(?:\"|')?\s*[:=]\s*)(?:\"[^\"]*\"|'[^']*'|[^\s,;}]+)"
 )
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
-_ENV_ASSIGNMENT = re.compile(r"\b([A-Z][A-Z0-9_]*(?:SECRET|TOKEN|PASSWORD|PASSWD|PASSPHRASE|API_KEY|ACCESS_KEY)[A-Z0-9_]*=)\S+")
+_ENV_ASSIGNMENT = re.compile(
+    r"\b([A-Z][A-Z0-9_]*(?:SECRET|TOKEN|PASSWORD|PASSWD|PASSPHRASE|API_KEY|ACCESS_KEY)[A-Z0-9_]*=)\S+"
+)
 
 
 def redact(text: str) -> str:

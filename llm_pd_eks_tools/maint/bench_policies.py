@@ -10,14 +10,13 @@ is that a 10,000-resource stack is judged at all, in minutes, not hours.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from typing import Optional
 
 from google.protobuf import struct_pb2
 
 from llm_pd_eks.pulumi_sdk import analyzer_pb2
-from llm_pd_eks_tools.core.cli import run
+from llm_pd_eks_tools.core.cli import exit_with
 from llm_pd_eks_tools.plan.preview.analyzer import PolicyPackServer
 
 STACK, PROJECT = "bench", "llm-pd-eks"
@@ -135,4 +134,4 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run("bench_policies", main))
+    exit_with("bench_policies", main)

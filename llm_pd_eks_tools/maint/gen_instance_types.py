@@ -17,12 +17,11 @@ import argparse
 import gzip
 import hashlib
 import json
-import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Optional
 
-from llm_pd_eks_tools.core.cli import ROOT, Exit, ToolError, run
+from llm_pd_eks_tools.core.cli import ROOT, Exit, ToolError, exit_with
 from llm_pd_eks_tools.maint.facts import sync
 
 FILE_NAME = "gpu_instance_types.json"
@@ -120,4 +119,4 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run("gen_instance_types", main))
+    exit_with("gen_instance_types", main)

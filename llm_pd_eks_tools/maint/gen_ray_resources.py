@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Optional
 
 from llm_pd_eks.ray_resources import OPERATOR_FLAGS
 from llm_pd_eks.versions import KUBERAY_VERSION
-from llm_pd_eks_tools.core.cli import ROOT, run
+from llm_pd_eks_tools.core.cli import ROOT, exit_with
 from llm_pd_eks_tools.maint.facts import sync
 
 OUTPUT = ROOT / "policies" / "data" / "kuberay_resource_flags.json"
@@ -44,4 +43,4 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run("gen_ray_resources", main))
+    exit_with("gen_ray_resources", main)

@@ -18,11 +18,10 @@ import argparse
 import importlib.metadata
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Optional
 
-from llm_pd_eks_tools.core.cli import ROOT, run
+from llm_pd_eks_tools.core.cli import ROOT, exit_with
 from llm_pd_eks_tools.maint.facts import sync
 
 OUTPUT = ROOT / "policies" / "data" / "inert_types.txt"
@@ -153,4 +152,4 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run("gen_resource_types", main))
+    exit_with("gen_resource_types", main)

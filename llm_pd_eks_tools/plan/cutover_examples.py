@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from llm_pd_eks.config import PROJECT
 from llm_pd_eks.prices import load_prices
-from llm_pd_eks_tools.core.cli import ROOT, ArgumentParser, run
+from llm_pd_eks_tools.core.cli import ROOT, ArgumentParser, exit_with
 from llm_pd_eks_tools.plan.cutover import plan_cutover
 from llm_pd_eks_tools.plan.gpu_node_rollout import (
     NO_CHANGE,
@@ -119,4 +118,4 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run("cutover-examples", main))
+    exit_with("cutover-examples", main)

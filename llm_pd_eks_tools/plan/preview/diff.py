@@ -25,7 +25,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from llm_pd_eks_tools.core.cli import ROOT, ArgumentParser, Exit, ToolError, checkout_root, fresh_out_dir, one_line, run
+from llm_pd_eks_tools.core.cli import (
+    ROOT,
+    ArgumentParser,
+    Exit,
+    ToolError,
+    checkout_root,
+    exit_with,
+    fresh_out_dir,
+    one_line,
+)
 from llm_pd_eks_tools.core.io_safety import atomic_write
 from llm_pd_eks_tools.core.process_safety import end_process, forget, run_process, spawn
 from llm_pd_eks_tools.core.stackfile import existing_stack_file
@@ -399,4 +408,4 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run("preview-diff", main))
+    exit_with("preview-diff", main)
