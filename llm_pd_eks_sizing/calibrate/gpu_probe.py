@@ -47,7 +47,7 @@ MODELS: dict[str, tuple[int, int, int, int, int, int]] = {
 }
 LAYOUTS = [("llama-3.1-8b", 1), ("llama-3.1-8b", 2), ("llama-3.1-70b", 4), ("llama-3.1-70b", 8)]
 TOKENS = [256, 1024, 4096, 8192]
-DTYPE = torch.bfloat16
+DTYPE = torch.bfloat16 if torch is not None else None
 
 
 def timed(fn: Callable[[], Any], reps: int = 10, warmup: int = 3) -> float:

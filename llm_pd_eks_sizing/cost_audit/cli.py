@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from llm_pd_eks.config import CapacityBlock, CapacityReservation, ConfigError, StackConfig
-from llm_pd_eks_tools.core.cli import ROOT, ArgumentParser, Exit, ToolError, one_line, say
+from llm_pd_eks_tools.core.cli import ROOT, ArgumentParser, Exit, ToolError, one_line, regular_file, say
 from llm_pd_eks_tools.core.io_safety import redact
 
 from .advice import derive, gpu_quota, predicted, recommendations
@@ -76,7 +76,9 @@ def main(
         default=os.environ.get("PROMETHEUS_URL"),
         help="the cluster Prometheus URL (default $PROMETHEUS_URL; omitted: that source is skipped)",
     )
-    parser.add_argument("--workload", type=Path, help="the workload `make size` sized (default workloads/<stack>.yaml)")
+    parser.add_argument(
+        "--workload", type=regular_file, help="the workload `make size` sized (default workloads/<stack>.yaml)"
+    )
     parser.add_argument("--out", type=Path, help="output folder (default build/cost-audit/<stack>)")
     parser.add_argument("--json", action="store_true", help="print report.json to stdout")
     args = parser.parse_args(argv)

@@ -181,6 +181,17 @@ def non_negative_seconds(text: str) -> float:
     return value
 
 
+def regular_file(text: str) -> Path:
+    """argparse `type=` for an input file: an existing regular file (a FIFO, a device or a directory is
+    refused while the arguments are read, before the tool prints or starts anything)."""
+    path = Path(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{one_line(text, 200)}: no such file")
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{one_line(text, 200)} is not a regular file (a FIFO, device or directory)")
+    return path
+
+
 def checkout_root(root: Path, flag: str = "--root") -> Path:
     """`root` resolved, refused unless it is an existing directory holding a Pulumi project (Pulumi.yaml)."""
     resolved = Path(root).resolve()

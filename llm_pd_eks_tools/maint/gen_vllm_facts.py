@@ -42,6 +42,7 @@ from typing import Any, Iterator, Optional
 
 from llm_pd_eks import versions
 from llm_pd_eks_tools.core.cli import ROOT, ArgumentParser, Exit, ToolError, exit_with, one_line
+from llm_pd_eks_tools.core.io_safety import atomic_write
 
 PROG = "gen_vllm_facts"
 OUT = ROOT / "tests" / "data" / "vllm"
@@ -375,7 +376,7 @@ def generate(wheel_path: Path, out: Path, today: Optional[str] = None) -> list[P
         out / "SOURCE": source_note(wheel_path, version, commit, today or datetime.date.today().isoformat()),
     }
     for path, text in written.items():
-        path.write_text(text)
+        atomic_write(path, text)
     # The tests read the facts of the DLC's vLLM only; another release's files would be facts nothing checks.
     for stale in [*out.glob("engine-args-*.json"), *out.glob("metrics-*.json")]:
         if stale not in written:

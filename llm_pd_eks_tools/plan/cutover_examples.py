@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 from llm_pd_eks.config import PROJECT
 from llm_pd_eks.prices import load_prices
 from llm_pd_eks_tools.core.cli import ROOT, ArgumentParser, exit_with
+from llm_pd_eks_tools.core.io_safety import atomic_write
 from llm_pd_eks_tools.plan.cutover import plan_cutover
 from llm_pd_eks_tools.plan.gpu_node_rollout import (
     NO_CHANGE,
@@ -109,7 +110,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--write", action="store_true", help=f"rewrite the example blocks in {DOC.name}")
     args = parser.parse_args(argv)
     if args.write:
-        DOC.write_text(rewrite(DOC.read_text()))
+        atomic_write(DOC, rewrite(DOC.read_text()))
         print(f"cutover_examples: rewrote the examples in {DOC.relative_to(ROOT)}")
         return 0
     for name in EXAMPLES:
