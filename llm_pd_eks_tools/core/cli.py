@@ -38,6 +38,32 @@ class Exit(enum.IntEnum):
     TERMINATED = 143  # SIGTERM; child processes are ended first
 
 
+# What each code means, as docs/exit-codes.md says it (generated: llm_pd_eks_tools/maint/exit_codes_doc.py).
+MEANINGS = {
+    Exit.OK: "the tool ran and its verdict is positive (preflight: everything verified, or only some items "
+    "could not be checked)",
+    Exit.FAILED: "the verdict is negative: a mandatory policy violation, a failed preflight check, an "
+    "unpromoted difference, a stale generated docs table",
+    Exit.USAGE: "bad input: arguments (a stack name that is not one, `--timeout nan`), a path (`--root` that "
+    "is no checkout, `--out` at a file or holding other files), an input that is a FIFO, a device or a "
+    "directory, a stack file (duplicate key, alias, wrong shape), the stack's config, a policy config, a "
+    "kubeconfig, `AWS_ENDPOINT_URL`, `AWS_CA_BUNDLE`",
+    Exit.PROGRAM: "the Pulumi program itself failed under the mock runtime",
+    Exit.POLICY: "the policy pack failed to start or to answer (each answer within `--policy-timeout`, default 300 s)",
+    Exit.UNVERIFIED: "nothing negative found, but something could not be checked: preflight verified nothing, "
+    "or `STRICT=1` and an item could not be checked; verify could not reach, read or parse what a check "
+    "needs (a check over zero pods is UNVERIFIED, never a pass); a server did not answer in the deadline",
+    Exit.INTERNAL: "a bug in the tool (EX_SOFTWARE); the line says where",
+    Exit.IOERR: "the output could not be written (EX_IOERR): stdout closed (`>&-`) or full (`>/dev/full`), or "
+    "a file the tool writes (a full disk); a file is replaced whole or not at all, so the old one stays",
+    Exit.INTERRUPTED: "Ctrl-C (128 + SIGINT); child processes are ended first",
+    Exit.PIPE: "the reader of stdout left (`\\| head`, `\\| true`): 128 + SIGPIPE, as a shell reports a "
+    "process SIGPIPE ended; nothing is printed",
+    Exit.TERMINATED: "SIGTERM (128 + 15; SIGHUP gives 129); every process the tool started, whoever started "
+    "it, is ended first",
+}
+
+
 class ToolError(Exception):
     """An expected failure: printed as one line (no traceback) and mapped to its exit code."""
 
@@ -189,6 +215,17 @@ def regular_file(text: str) -> Path:
         raise argparse.ArgumentTypeError(f"{one_line(text, 200)}: no such file")
     if not path.is_file():
         raise argparse.ArgumentTypeError(f"{one_line(text, 200)} is not a regular file (a FIFO, device or directory)")
+    return path
+
+
+def appendable_file(text: str) -> Path:
+    """argparse `type=` for a file the tool appends to (GITHUB_OUTPUT): a regular file, or a new one in an
+    existing directory; checked while the arguments are read, before the tool writes anything."""
+    path = Path(text)
+    if path.exists() and not path.is_file():
+        raise argparse.ArgumentTypeError(f"{one_line(text, 200)} is not a regular file (a FIFO, device or directory)")
+    if not path.exists() and not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{one_line(text, 200)}: its directory does not exist")
     return path
 
 

@@ -42,7 +42,7 @@ from typing import Iterator, Optional
 
 from llm_pd_eks.config import PROJECT, StackConfig
 from llm_pd_eks.image_ref import parse_image
-from llm_pd_eks_tools.core.cli import ArgumentParser, Exit, ToolError, exit_with, one_line
+from llm_pd_eks_tools.core.cli import ArgumentParser, Exit, ToolError, appendable_file, exit_with, one_line
 from llm_pd_eks_tools.core.io_safety import append_text
 
 DOCUMENTATION_NETWORKS = tuple(
@@ -347,7 +347,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = ArgumentParser(prog="python -m llm_pd_eks_tools.gates.placeholders", description=__doc__.splitlines()[0])
     parser.add_argument("--stack", required=True)
     parser.add_argument("--runner", default="", help="runner label given to the deploy workflow, if any")
-    parser.add_argument("--github-output", help="append `runner=<label>` to this file (GITHUB_OUTPUT)")
+    parser.add_argument(
+        "--github-output", type=appendable_file, help="append `runner=<label>` to this file (GITHUB_OUTPUT)"
+    )
     parser.add_argument(
         "--preview", action="store_true", help="judge the runner for a cloud preview only: runner=, refresh=, note="
     )

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from llm_pd_eks_tools.core import stackfile
-from llm_pd_eks_tools.core.cli import ROOT, ArgumentParser, Exit, ToolError, exit_with, one_line
+from llm_pd_eks_tools.core.cli import ROOT, ArgumentParser, Exit, ToolError, appendable_file, exit_with, one_line
 from llm_pd_eks_tools.core.io_safety import append_text, atomic_write
 
 PROJECT = stackfile.PROJECT
@@ -82,7 +82,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         "--ttl-hours", type=int, default=DEFAULT_TTL_HOURS, help=f"time-to-live from now (1..{MAX_TTL_HOURS})"
     )
     parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
-    parser.add_argument("--github-output", help="append stack=, expires-at=, hourly= to this file (GITHUB_OUTPUT)")
+    parser.add_argument(
+        "--github-output", type=appendable_file, help="append stack=, expires-at=, hourly= to this file (GITHUB_OUTPUT)"
+    )
     args = parser.parse_args(argv)
     if args.pr <= 0:
         raise ToolError(Exit.USAGE, f"--pr {args.pr}: a pull request number is positive")
@@ -107,10 +109,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     items = ", ".join(f"{item} ×{n} ${hourly:.3f}/h" for item, n, hourly in cost["lines"])
     print(f"{path.name}: serving layer off; ${cost['hourly']:.2f}/h on demand ({items}); expires {expires}")
     if args.github_output:
-        append_text(
-            args.github_output,
-            f"stack={stack}\nexpires-at={expires}\nhourly={cost['hourly']:.2f}\ncost-lines={json.dumps(cost['lines'])}\n",
-        )
+        try:
+            append_text(
+                args.github_output,
+                f"stack={stack}\nexpires-at={expires}\nhourly={cost['hourly']:.2f}\n"
+                f"cost-lines={json.dumps(cost['lines'])}\n",
+            )
+        except ToolError:
+            path.unlink()  # the workflow never learns of the stack: nothing is left half-made
+            raise
     return Exit.OK
 
 

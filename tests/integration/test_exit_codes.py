@@ -87,3 +87,16 @@ def test_make_succeeds_with_0(tmp_path):
     proc = make(tmp_path, "promote-check", "FROM=staging", "TO=prod")
     assert (proc.returncode, proc.stderr) == (0, "")
     assert proc.stdout.splitlines()[-1].startswith("OK: prod runs what staging ran")
+
+
+def test_the_page_is_generated_from_the_runner_table():
+    from llm_pd_eks_tools.maint.exit_codes_doc import PAGE, rendered
+
+    page = PAGE.read_text(encoding="utf-8")
+    assert rendered(page) == page, "run `python -m llm_pd_eks_tools.maint.exit_codes_doc`"
+
+
+def test_every_code_has_a_meaning():
+    from llm_pd_eks_tools.core.cli import MEANINGS
+
+    assert set(MEANINGS) == set(Exit) and all(MEANINGS[code].strip() for code in Exit)

@@ -6,6 +6,7 @@ leaves nothing running (tool_battery.py says how each is judged)."""
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
 import socket
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 from helpers import ROOT
 
-from integration.tool_battery import TOOLS, Tool, finish, judged, start, wait_gone
+from integration.tool_battery import BOUND_S, TOOLS, Tool, finish, judged, start, wait_gone
 from llm_pd_eks_tools.core.cli import Exit
 
 FAILURES = (Exit.FAILED, Exit.USAGE, Exit.UNVERIFIED, Exit.IOERR)  # never 0, never INTERNAL (a bug)
@@ -63,10 +64,12 @@ INPUT_CASES = [
 @pytest.mark.parametrize("module, index, kind", INPUT_CASES)
 def test_a_bad_input_file_is_one_line_and_a_documented_code(tmp_path, module, index, kind):
     argv = argv_for(TOOLS[module].inputs[index], tmp_path, kind)
+    stacks = set(ROOT.glob("Pulumi.*.yaml"))
     proc, mark = start(module, argv, cwd=ROOT)
     outcome = finish(proc, mark)
     judged(outcome, *FAILURES)
     assert wait_gone(mark) == []
+    assert set(ROOT.glob("Pulumi.*.yaml")) == stacks, "a stack file was left behind"
 
 
 class TricklingServer:
@@ -146,10 +149,15 @@ def test_sigterm_mid_run_is_143_and_leaves_nothing_running(tmp_path, module):
         template = tool.long_run
         assert template is not None
         proc, mark = start(module, argv_for(template, tmp_path, url=server.url), cwd=ROOT)
-        time.sleep(2.5)  # the tool is importing, rendering or waiting on the server
-        assert proc.poll() is None, "the tool ended before the signal: give it a longer run"
+        assert proc.stderr is not None
+        ready, _, _ = select.select([proc.stderr], [], [], BOUND_S)  # its first progress line: main is running
+        assert ready, "the tool printed no progress line"
+        first = proc.stderr.readline()
+        time.sleep(1.0)  # well into its work (rendering, waiting on the server)
+        assert proc.poll() is None, f"the tool ended before the signal: give it a longer run ({first!r})"
         os.kill(proc.pid, signal.SIGTERM)
         outcome = finish(proc, mark, bound=60)
+        outcome.stderr = first + outcome.stderr
     finally:
         server.close()
     judged(outcome, Exit.TERMINATED, progress=True)

@@ -75,6 +75,7 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool("llm_pd_eks_tools.gates.placeholders", inputs=(("--stack", "dev", "--github-output", "{file}"),)),
         Tool("llm_pd_eks_tools.maint.config_doc"),
+        Tool("llm_pd_eks_tools.maint.exit_codes_doc"),
         Tool("llm_pd_eks_tools.maint.gen_vllm_facts", inputs=(("--wheel", "{file}", "--out", "{tmp}/facts"),)),
         Tool("llm_pd_eks_tools.maint.gen_ray_resources"),
         Tool("llm_pd_eks_tools.maint.gen_resource_types"),
