@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from helpers import ROOT
 
-from integration.tool_battery import BOUND_S, TOOLS, Tool, finish, judged, start, wait_gone
+from integration.tool_battery import BOUND_S, TOOLS, Tool, finish, judged, left_running, start, wait_gone
 from llm_pd_eks_tools.core.cli import Exit
 
 FAILURES = (Exit.FAILED, Exit.USAGE, Exit.UNVERIFIED, Exit.IOERR)  # never 0, never INTERNAL (a bug)
@@ -160,5 +160,28 @@ def test_sigterm_mid_run_is_143_and_leaves_nothing_running(tmp_path, module):
         outcome.stderr = first + outcome.stderr
     finally:
         server.close()
+    judged(outcome, Exit.TERMINATED, progress=True)
+    assert wait_gone(mark) == []
+
+
+def test_a_child_that_a_library_started_is_ended_with_the_tool(tmp_path):
+    """botocore starts a `credential_process` itself (no `spawn` records it): SIGTERM ends it too."""
+    script = tmp_path / "cred.sh"
+    script.write_text("#!/bin/sh\nexec sleep 300\n")
+    script.chmod(0o755)
+    config = tmp_path / "config"
+    config.write_text(f"[default]\ncredential_process = {script}\nregion = us-east-1\n")
+    proc, mark = start(
+        "llm_pd_eks_tools.ops.preflight",
+        ["--stack", "dev", "--deadline", "120"],
+        cwd=ROOT,
+        extra_env={"AWS_CONFIG_FILE": str(config), "AWS_SHARED_CREDENTIALS_FILE": os.devnull},
+    )
+    end = time.monotonic() + BOUND_S
+    while not any("sleep" in line for line in left_running(mark)):
+        assert time.monotonic() < end and proc.poll() is None, "the credential process never started"
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGTERM)
+    outcome = finish(proc, mark, bound=60)
     judged(outcome, Exit.TERMINATED, progress=True)
     assert wait_gone(mark) == []

@@ -165,13 +165,15 @@ def environment(mark: str) -> dict[str, str]:
     return env
 
 
-def start(module: str, argv: list[str], *, redirect: str = "", cwd: Path = ROOT) -> tuple[subprocess.Popen, str]:
+def start(
+    module: str, argv: list[str], *, redirect: str = "", cwd: Path = ROOT, extra_env: Optional[dict[str, str]] = None
+) -> tuple[subprocess.Popen, str]:
     """The tool as a shell starts it (`redirect`: `>&-`, `>/dev/full`, ...), in a session of its own."""
     mark = uuid.uuid4().hex
     proc = subprocess.Popen(
         ["bash", "-c", f'exec "$0" -m "$@" {redirect}', sys.executable, module, *argv],
         cwd=cwd,
-        env=environment(mark),
+        env=environment(mark) | (extra_env or {}),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
