@@ -21,7 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from llm_pd_eks.config import ConfigError, StackConfig, validate_stack_config  # noqa: E402
-from llm_pd_eks_tools.plan.preview.mockrun import PROJECT, ProgramRun, load_stack_config, run_program, stacks  # noqa: E402
+from llm_pd_eks_tools.core.stack import load_stack_config, stacks  # noqa: E402
+from llm_pd_eks_tools.core.stackfile import PROJECT  # noqa: E402
+from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun, run_program  # noqa: E402
 
 STACKS = stacks(ROOT)
 DATA = Path(__file__).resolve().parent / "data"  # vendored reference data (each folder has a SOURCE)

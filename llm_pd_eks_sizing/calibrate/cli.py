@@ -104,7 +104,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     from llm_pd_eks_sizing.model import VLLM_BF16, Calibration, calibration_path, kv_band
     from llm_pd_eks_sizing.model.kv import check_nixlbench_rows
     from llm_pd_eks_sizing.size import read_workload
-    from llm_pd_eks_tools.plan.preview.mockrun import stack_config
+    from llm_pd_eks_tools.core.stack import stack_config
 
     deadline = time.monotonic() + args.timeout
     try:

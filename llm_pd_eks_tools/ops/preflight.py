@@ -35,26 +35,28 @@ from llm_pd_eks_tools.ops.preflight_capacity import check_capacity, own_instance
 from llm_pd_eks_tools.ops.preflight_checks import (
     CHECK_NAMES,
     EIP_QUOTA_CODE,
-    FAIL,
-    OK,
-    UNKNOWN,
-    WARN,
-    Result,
-    Status,
-    _aws_errors,
     check_availability_zones,
     check_efa,
     check_eip_quota,
     check_eks_version,
     check_offered,
     check_vcpu_quota,
-    describe_error,
     efa_interfaces,
     instance_type_info,
     nat_gateway_count,
     quota_value,
     run_checks,
     standard_quota_code,
+)
+from llm_pd_eks_tools.ops.preflight_result import (
+    FAIL,
+    OK,
+    UNKNOWN,
+    WARN,
+    Result,
+    Status,
+    aws_errors,
+    describe_error,
 )
 
 # The checks' names, re-exported: callers and tests use `llm_pd_eks_tools.ops.preflight` as the one entry.
@@ -67,7 +69,7 @@ __all__ = [
     "WARN",
     "Result",
     "Status",
-    "_aws_errors",
+    "aws_errors",
     "caller_account",
     "check_availability_zones",
     "check_capacity",
@@ -98,7 +100,8 @@ __all__ = [
 
 def load_config(stack: str, root: Optional[Path] = None) -> StackConfig:
     """The stack's validated config, read exactly as the program reads it (secret keys included)."""
-    from llm_pd_eks_tools.plan.preview.mockrun import ROOT, stack_config
+    from llm_pd_eks_tools.core.cli import ROOT
+    from llm_pd_eks_tools.core.stack import stack_config
 
     return stack_config(stack, root or ROOT)
 
@@ -216,7 +219,7 @@ def main(argv: Optional[list[str]] = None, clients=None) -> int:
 
 def _client_errors() -> tuple[type[Exception], ...]:
     """What creating clients can raise: botocore's errors, and ValueError for a bad endpoint or setting."""
-    return (ValueError, *_aws_errors())
+    return (ValueError, *aws_errors())
 
 
 # The whole run's budget: 7 checks of a few calls each answer in seconds against real AWS.
@@ -296,7 +299,7 @@ def run_with_deadline(
         return None, [Result(name, UNKNOWN, reason) for name in CHECK_NAMES], reason
     if "error" in outcome:
         error = outcome["error"]
-        if isinstance(error, _aws_errors()):
+        if isinstance(error, aws_errors()):
             reason = describe_error(error)
             return None, [Result(name, UNKNOWN, reason) for name in CHECK_NAMES], reason
         raise error

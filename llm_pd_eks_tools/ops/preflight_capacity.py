@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Optional
 
 from llm_pd_eks.config import StackConfig
-from llm_pd_eks_tools.ops.preflight_checks import FAIL, OK, WARN, Result, _aws_errors, _error_code
+from llm_pd_eks_tools.ops.preflight_result import FAIL, OK, WARN, Result, aws_errors, error_code
 
 # EC2 begins terminating a Capacity Block's instances 30 minutes before it ends
 # (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-using.html).
@@ -69,10 +69,10 @@ def check_capacity(ec2, config: StackConfig, now: Optional[datetime] = None, sta
     kind = "Capacity Block" if block else "capacity reservation"
     try:
         found = ec2.describe_capacity_reservations(CapacityReservationIds=[reservation_id])["CapacityReservations"]
-    except _aws_errors() as exc:
-        if _error_code(exc) in ("InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"):
+    except aws_errors() as exc:
+        if error_code(exc) in ("InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"):
             return Result(
-                "gpu-capacity", FAIL, f"{kind} {reservation_id} does not exist in {config.region} ({_error_code(exc)})"
+                "gpu-capacity", FAIL, f"{kind} {reservation_id} does not exist in {config.region} ({error_code(exc)})"
             )
         raise
     if not found:

@@ -157,7 +157,7 @@ def test_delay_defaults_are_serves():
 def test_the_config_refuses_back_pressure_below_the_target():
     from helpers import config_problems
 
-    from llm_pd_eks_tools.plan.preview.mockrun import stack_config
+    from llm_pd_eks_tools.core.stack import stack_config
 
     base = stack_config("dev").model_dump(by_alias=True, exclude_none=True)
     values = {k: v for k, v in base.items() if k != "region"}

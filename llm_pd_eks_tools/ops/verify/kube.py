@@ -19,9 +19,10 @@ import subprocess
 import time
 import urllib.parse
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import yaml
+from kubernetes.client import Configuration
 
 from llm_pd_eks_tools.core.cli import Exit, ToolError, one_line
 from llm_pd_eks_tools.core.io_safety import (
@@ -34,10 +35,8 @@ from llm_pd_eks_tools.core.io_safety import (
 )
 from llm_pd_eks_tools.core.process_safety import run_process
 
-from . import ws_frames
-
-if TYPE_CHECKING:
-    from kubernetes.client import Configuration
+from . import kubeconfig, ws_frames
+from .kubeconfig import bad_kubeconfig
 
 MAX_REQUEST_SECONDS = 30.0
 # Largest reply read from the API server (bytes). A NodeList of a few hundred nodes is a few MB; a Ray
@@ -89,9 +88,7 @@ class Credentials:
         is re-run first, a failure of that run is a ToolError."""
         if self.configuration is None:
             return None
-        from .kubeconfig import authorization
-
-        return authorization(self.configuration)
+        return kubeconfig.authorization(self.configuration)
 
 
 def read_kubeconfig(path: str) -> str:
@@ -101,11 +98,6 @@ def read_kubeconfig(path: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise ToolError(Exit.USAGE, f"kubeconfig {path} is not UTF-8 text; is it the right file?") from None
-
-
-def bad_kubeconfig(why: str) -> ToolError:
-    """What is wrong with the kubeconfig, on one line with what to do about it."""
-    return ToolError(Exit.USAGE, f"not a usable kubeconfig: {why}; fix the file or give another with --kubeconfig")
 
 
 def load_kubeconfig(text: str, deadline: Optional[Deadline] = None) -> Credentials:
@@ -128,12 +120,6 @@ def load_kubeconfig(text: str, deadline: Optional[Deadline] = None) -> Credentia
     if not isinstance(config, dict):
         what = "an empty file" if config is None else f"a YAML {type(config).__name__}"
         raise bad_kubeconfig(f"{what}, not a mapping with contexts, clusters and users")
-    try:
-        from . import kubeconfig
-    except ImportError as exc:  # `make verify` installs the tools extra (requirements-dev.txt)
-        raise ToolError(
-            Exit.USAGE, f"reading a kubeconfig needs the `kubernetes` package ({exc}); run `make venv-dev`"
-        ) from None
     configuration, context = kubeconfig.load(config, (deadline or Deadline(MAX_REQUEST_SECONDS)).request_timeout)
     server = str(configuration.host).rstrip("/")
     try:

@@ -19,15 +19,16 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from llm_pd_eks import pulumi_sdk
 from llm_pd_eks.pulumi_sdk import rpc  # the wire format's marker keys (secrets, unknowns, resource refs)
 from llm_pd_eks_tools.core.cli import ROOT, Exit, ToolError, checkout_root, fresh_out_dir
+from llm_pd_eks_tools.core.stack import load_stack_config, stack_file
 from llm_pd_eks_tools.plan.preview.fmt import mark_mock_values
-from llm_pd_eks_tools.plan.preview.report import Figures, PackInfo, Report, VerdictRecord
+from llm_pd_eks_tools.plan.preview.report import PackInfo, PreviewResult, Report, VerdictRecord
 
 if TYPE_CHECKING:  # pragma: no cover
     from llm_pd_eks.config import StackConfig
@@ -36,42 +37,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 SECRET = "[secret]"
 UNKNOWN = "[unknown until apply]"
-
-
-@dataclass
-class PreviewResult:
-    """A finished preview: the report (what report.json holds) plus the run it was made from."""
-
-    out: Path
-    run: "ProgramRun"
-    report: Report
-    resources: list[dict[str, Any]]  # what resources.json holds
-    timings: dict[str, float] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)  # llm_pd_eks_tools.gates.placeholders.warning_lines
-
-    @property
-    def stack(self) -> str:
-        return self.report.stack
-
-    @property
-    def region(self) -> str:
-        return self.report.region
-
-    @property
-    def figures(self) -> Figures:
-        return self.report.figures
-
-    @property
-    def verdicts(self) -> list[VerdictRecord]:
-        return self.report.verdicts
-
-    @property
-    def mandatory(self) -> list[VerdictRecord]:
-        return self.report.mandatory
-
-    @property
-    def exit_code(self) -> Exit:
-        return Exit.FAILED if self.mandatory else Exit.OK
 
 
 def stderr_progress(message: str) -> None:
@@ -153,16 +118,14 @@ def use_root(root: Path) -> None:
 
 def read_config(stack: str, root: Path) -> tuple[dict[str, str], list[str], "StackConfig"]:
     """(engine config, secret keys, validated StackConfig) for the stack; ToolError(USAGE) if bad."""
-    from llm_pd_eks_tools.plan.preview import mockrun
-
     try:
-        engine_config, secret_keys = mockrun.load_stack_config(stack, root)
+        engine_config, secret_keys = load_stack_config(stack, root)
     except ToolError:  # llm_pd_eks_tools.core.stackfile: the message names the file and line already
         raise
     except FileNotFoundError as error:
         raise ToolError(Exit.USAGE, str(error)) from None
     except Exception as error:  # unreadable YAML
-        raise ToolError(Exit.USAGE, f"{mockrun.stack_file(stack, root).name}: {error}") from None
+        raise ToolError(Exit.USAGE, f"{stack_file(stack, root).name}: {error}") from None
     try:
         from llm_pd_eks import config as model
     except ImportError as error:
@@ -173,8 +136,7 @@ def read_config(stack: str, root: Path) -> tuple[dict[str, str], list[str], "Sta
         problems = "\n".join(f"  - {p}" for p in error.problems)
         raise ToolError(
             Exit.USAGE,
-            f"{mockrun.stack_file(stack, root).name}: {len(error.problems)} problem(s) in the stack config:"
-            f"\n{problems}",
+            f"{stack_file(stack, root).name}: {len(error.problems)} problem(s) in the stack config:\n{problems}",
         ) from None
     return engine_config, secret_keys, config
 

@@ -14,11 +14,10 @@ from typing import TYPE_CHECKING, Any
 from llm_pd_eks_tools.core.io_safety import atomic_write
 from llm_pd_eks_tools.plan.preview import fmt, left_behind
 from llm_pd_eks_tools.plan.preview.fmt import MOCK_PREFIX
-from llm_pd_eks_tools.plan.preview.report import Figures
+from llm_pd_eks_tools.plan.preview.report import Figures, PreviewResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from llm_pd_eks_tools.core.cli import ToolError
-    from llm_pd_eks_tools.plan.preview.harness import PreviewResult
     from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun, Registration
 
 ARTIFACT_LIST = "resources.json, report.json, manifests/, graph.dot, graphs/, summary.md"
