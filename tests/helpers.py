@@ -11,6 +11,7 @@ import copy
 import functools
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
@@ -332,3 +333,13 @@ def free_port_window(size: int) -> range:
         if all(bindable(p) for p in window):
             return window
     raise AssertionError(f"no {size} consecutive free ports between 24000 and 32000")
+
+
+# -- the tools as a user runs them ----------------------------------------------------------------
+def tool(
+    module: str, *args: str, env: Optional[dict[str, str]] = None, cwd: Path = ROOT
+) -> "subprocess.CompletedProcess[str]":
+    """`python -m <module> <args>` in a process of its own, as a shell runs a tool; its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )

@@ -26,11 +26,12 @@ import os
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from llm_pd_eks.config import ConfigError, StackConfig
 from llm_pd_eks_tools.core.cli import ArgumentParser, Exit, ToolError, exit_with, one_line, say
 from llm_pd_eks_tools.core.io_safety import redact
+from llm_pd_eks_tools.core.process_safety import set_run_deadline, time_left
 from llm_pd_eks_tools.ops.preflight_capacity import check_capacity, own_instances
 from llm_pd_eks_tools.ops.preflight_checks import (
     CHECK_NAMES,
@@ -168,10 +169,15 @@ def main(argv: Optional[list[str]] = None, clients=None) -> int:
     args = parser.parse_args(argv)
     if not 0 < args.deadline <= 3600:
         raise ToolError(Exit.USAGE, f"--deadline {args.deadline:g}: give a number of seconds between 1 and 3600")
-    from llm_pd_eks_tools.core.process_safety import set_run_deadline, time_left
-
     set_run_deadline(args.deadline)  # the whole run: the Pulumi CLI for imported environments too
+    try:
+        return _report(args, clients)
+    finally:
+        set_run_deadline(None)  # this run's alone: a process that runs the tool again starts afresh
 
+
+def _report(args: Any, clients: Optional[Sequence[Any]]) -> int:
+    """The checks within the run's deadline, printed; the exit code."""
     try:
         config = load_config(args.stack)
     except ConfigError as exc:

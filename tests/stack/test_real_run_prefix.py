@@ -25,7 +25,6 @@ from helpers import (
     bindable,
     changed_paths,
     free_port_window,
-    ray_engine_standins,
     runtime_module_on_path,
     serve_build,
 )
@@ -52,11 +51,7 @@ PREFIX_LLM = OVERRIDES["prefix_run"]["llm_config"]
 pytestmark = pytest.mark.filterwarnings("ignore:coroutine .LLMServer.__del__. was never awaited")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def standins() -> Iterator[None]:
-    """Ray Serve LLM's modules import a few vLLM names (helpers.ray_engine_standins)."""
-    with ray_engine_standins():
-        yield
+pytestmark = pytest.mark.usefixtures("ray_standins")
 
 
 def app(arm: str) -> dict[str, Any]:

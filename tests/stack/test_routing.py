@@ -7,11 +7,11 @@ from __future__ import annotations
 import inspect
 import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import yaml
-from helpers import DATA, ray_engine_standins, run_async
+from helpers import DATA, run_async
 
 from llm_pd_eks import serve_routing
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
@@ -24,11 +24,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:coroutine .LLMServer.__del__. wa
 CRD = DATA / "kuberay" / "ray.io_rayservices.yaml"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def standins() -> Iterator[None]:
-    """Ray Serve LLM's modules import a few vLLM names (helpers.ray_engine_standins)."""
-    with ray_engine_standins():
-        yield
+pytestmark = pytest.mark.usefixtures("ray_standins")
 
 
 def serving(**routing: Any) -> tuple[ServingConfig, Any]:
