@@ -31,24 +31,27 @@ v = $(call q,$(value $(1)))
 # INSTALLER=pip uses plain pip instead, e.g. where no uv wheel exists for the platform.
 INSTALLER ?= uv
 UV_VERSION := 0.13.9
+# The installers print their progress (uv: what it resolved, downloaded and installed; pip: each package),
+# so a first install that takes minutes on a slow network is never silent (on stderr: a tool's stdout stays its own).
 ifeq ($(INSTALLER),pip)
-INSTALL := $(PY) -m pip install -q
+INSTALL := $(PY) -m pip install --progress-bar on
 BOOTSTRAP := true
 else
 # --compile-bytecode: the .pyc files written once at install. Where PYTHONDONTWRITEBYTECODE is set (as on
 # this project's machines) Python never writes them itself, so every process would compile every module
 # it imports (Pulumi's AWS SDK alone: a second), every tool run and every test's subprocess again.
-INSTALL := $(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY)
-BOOTSTRAP := test -x $(VENV)/bin/uv || $(PY) -m pip install -q uv==$(UV_VERSION)
+INSTALL := $(VENV)/bin/uv pip install --compile-bytecode --python $(PY)
+BOOTSTRAP := test -x $(VENV)/bin/uv || { echo "bootstrapping uv $(UV_VERSION) into $(VENV) with pip" >&2; $(PY) -m pip install -q uv==$(UV_VERSION); }
 endif
 
-.PHONY: help venv venv-dev test test-unit test-binaries lock preview preview-diff preflight lint promote-check placeholders resolve-image calibrate
+.PHONY: help venv venv-dev test test-fast test-unit test-binaries lock preview preview-diff preflight lint promote-check placeholders resolve-image calibrate
 
 help:
 	@echo "make preview [STACK=dev]   offline preview of a stack: plan, policy verdicts, figures"
 	@echo "make preview-diff BASE=<git rev> [STACK=dev]   the preview of BASE vs this working tree, as a diff"
 	@echo "make test                  the test suite (offline; installs promtool/Prometheus/Alertmanager if missing)"
-	@echo "make test-unit             the fast tier only: components with Pulumi's public mocks"
+	@echo "make test-fast             the inner loop: the unit and stack tiers (no subprocess tools, servers or Ray cluster)"
+	@echo "make test-unit             the unit tier only: functions and components in-process"
 	@echo "make venv | venv-dev       just the runtime set | plus the test/tooling set (INSTALLER=pip: no uv)"
 	@echo "make preflight [STACK=dev] can the stack deploy in its AWS account/region? (JSON=1, STRICT=1)"
 	@echo "make lint                  ruff (lint and format), mypy, actionlint (with shellcheck) on the workflows"
@@ -69,14 +72,14 @@ $(STAMP): requirements-preview.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing the preview set (requirements-preview.txt) into $(VENV) with $(INSTALLER)" >&2
 	@$(BOOTSTRAP)
-	@$(INSTALL) -r requirements-preview.txt
-	@$(INSTALL) --no-deps -e .
+	@$(INSTALL) -r requirements-preview.txt >&2
+	@$(INSTALL) --no-deps -e . >&2
 	@rm -f $(VENV)/.installed-* && touch $@
 
 $(DEV_STAMP): $(STAMP) requirements-dev.txt
 	@echo "installing the test and tooling set (requirements-dev.txt) into $(VENV) with $(INSTALLER)" >&2
 	@$(BOOTSTRAP)
-	@$(INSTALL) -r requirements-dev.txt
+	@$(INSTALL) -r requirements-dev.txt >&2
 	@rm -f $(VENV)/.installed-dev-* && touch $@
 
 venv: $(STAMP)
@@ -97,7 +100,13 @@ test: $(DEV_STAMP) test-binaries
 	@$(PY) -m compileall -q -j 0 llm_pd_eks llm_pd_eks_tools llm_pd_eks_sizing policies tests __main__.py >/dev/null
 	$(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder
 
-# The fast tier alone: components and policies in-process with Pulumi's public mocks (seconds).
+# The inner loop: tests/unit/ and tests/stack/ (in-process: functions, components, the three stacks'
+# recorded runs), on the same workers as `make test`; tests/integration/ (tools as processes, the
+# policy pack over its protocol, Ray, moto, Prometheus) is left to `make test`.
+test-fast: $(DEV_STAMP)
+	$(PY) -m pytest -n auto --dist loadfile tests/unit tests/stack
+
+# The unit tier alone: functions and components in-process, Pulumi's public mocks (seconds).
 test-unit: $(DEV_STAMP)
 	$(PY) -m pytest tests/unit
 

@@ -24,6 +24,7 @@ from typing import Any, Optional
 from llm_pd_eks_sizing.model import COST_BASIS, Plan, Sizing, Workload, band_text, size
 from llm_pd_eks_tools.core.cli import ROOT, ArgumentParser, Exit, ToolError, exit_with, one_line
 from llm_pd_eks_tools.core.io_safety import atomic_write, read_regular_file
+from llm_pd_eks_tools.core.stackfile import MAX_BYTES, engine_config
 
 PROG = "size"
 
@@ -249,7 +250,7 @@ def write_stack(stack: str, result: Sizing, current: Any, root: Path = ROOT) -> 
     from ruamel.yaml import YAML
 
     from llm_pd_eks.config import ConfigError, validate_engine_config
-    from llm_pd_eks_tools.plan.preview.mockrun import engine_config, stack_file
+    from llm_pd_eks_tools.core.stack import stack_file
 
     if not result.disaggregated.feasible:
         raise ToolError(
@@ -262,8 +263,6 @@ def write_stack(stack: str, result: Sizing, current: Any, root: Path = ROOT) -> 
     rt = YAML()  # round-trip: comments, key order and flow style survive
     rt.preserve_quotes = True
     rt.width = 4096
-    from llm_pd_eks_tools.core.stackfile import MAX_BYTES
-
     doc = rt.load(read_regular_file(path, MAX_BYTES, "stack file").decode("utf-8", errors="replace"))
     config = doc["config"]
     serving, gpu_nodes = _section(config, "serving", path), _section(config, "gpuNodes", path)
@@ -276,7 +275,7 @@ def write_stack(stack: str, result: Sizing, current: Any, root: Path = ROOT) -> 
     rt.dump(doc, buffer)
     text = buffer.getvalue()
     try:
-        validate_engine_config(*engine_config(yaml.safe_load(text)))
+        validate_engine_config(*engine_config(yaml.safe_load(text).get("config") or {}))
     except ConfigError as error:
         raise ToolError(
             Exit.FAILED, one_line(f"nothing written: the sized config would not validate: {'; '.join(error.problems)}")
@@ -417,7 +416,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         raise ToolError(Exit.USAGE, "--stack and --workload are required (or --point with its arguments)")
 
     from llm_pd_eks.config import ConfigError
-    from llm_pd_eks_tools.plan.preview.mockrun import stack_config
+    from llm_pd_eks_tools.core.stack import stack_config
 
     try:  # the stack first: `--stack -canary` is named as the stack it is, before its workload
         config = stack_config(args.stack, args.root)

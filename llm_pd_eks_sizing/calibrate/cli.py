@@ -24,6 +24,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Optional
 
+import yaml
+
+from llm_pd_eks.catalog import GpuInstanceType, gpu_instance_type
+from llm_pd_eks.config import ConfigError, ServingConfig
+from llm_pd_eks.models import MODELS
 from llm_pd_eks_sizing.calibrate.bench import (
     SweepPoint,
     check_result,
@@ -32,8 +37,22 @@ from llm_pd_eks_sizing.calibrate.bench import (
     parse_nixlbench_rows,
     sweep_plan,
 )
+from llm_pd_eks_sizing.calibrate.fit import Point, fit
+from llm_pd_eks_sizing.calibrate.job import calibration_job, run_in_cluster
+from llm_pd_eks_sizing.model import VLLM_BF16, Calibration, EngineConstants, calibration_path, kv_band
+from llm_pd_eks_sizing.model.kv import check_nixlbench_rows
+from llm_pd_eks_sizing.size import read_workload
 from llm_pd_eks_tools.core.cli import ROOT, ArgumentParser, Exit, ToolError, exit_with, one_line
 from llm_pd_eks_tools.core.io_safety import atomic_write, read_regular_file, redact
+from llm_pd_eks_tools.core.stack import stack_config
+from llm_pd_eks_tools.ops.verify.kube import (
+    Deadline,
+    KubeClient,
+    Unreachable,
+    kubeconfig_from_stack,
+    load_kubeconfig,
+    read_kubeconfig,
+)
 
 PROG = "calibrate"
 MAX_TIMEOUT_S = 4 * 3600.0
@@ -58,8 +77,6 @@ def points_for_fit(
     results: dict[str, dict[str, float]], plan: list[SweepPoint], model: Any, instance: Any, tp: int
 ) -> list[Any]:
     """Benchmark results as fit points: TTFT alone (concurrency 1) and the ITL at each concurrency."""
-    from llm_pd_eks_sizing.calibrate.fit import Point
-
     points = []
     for p in plan:
         r = results[p.name]
@@ -79,7 +96,7 @@ def write_atomically(path: Path, text: str) -> None:
     atomic_write(path, text)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def parser() -> ArgumentParser:
     parser = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--stack", required=True, help="the stack to calibrate (Pulumi.<stack>.yaml)")
     parser.add_argument("--workload", type=Path, help="workload file (default workloads/<stack>.yaml)")
@@ -95,86 +112,71 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--timeout", type=_timeout, default=1800.0, help="seconds for the whole run (default 1800)")
     parser.add_argument("--max-output", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    return parser
 
-    from llm_pd_eks.catalog import gpu_instance_type
-    from llm_pd_eks.config import ConfigError
-    from llm_pd_eks.models import MODELS
-    from llm_pd_eks_sizing.calibrate.fit import fit
-    from llm_pd_eks_sizing.model import VLLM_BF16, Calibration, calibration_path, kv_band
-    from llm_pd_eks_sizing.model.kv import check_nixlbench_rows
-    from llm_pd_eks_sizing.size import read_workload
-    from llm_pd_eks_tools.plan.preview.mockrun import stack_config
 
-    deadline = time.monotonic() + args.timeout
+def serving_of(stack: str, root: Path) -> tuple[ServingConfig, GpuInstanceType]:
+    """The stack's serving section and GPU type; a usage error where the stack has nothing to calibrate."""
     try:
-        config = stack_config(args.stack, args.root)
+        config = stack_config(stack, root)
     except FileNotFoundError as error:
         raise ToolError(Exit.USAGE, str(error)) from None
     except ConfigError as error:
-        raise ToolError(Exit.USAGE, one_line(f"Pulumi.{args.stack}.yaml: {'; '.join(error.problems)}")) from None
+        raise ToolError(Exit.USAGE, one_line(f"Pulumi.{stack}.yaml: {'; '.join(error.problems)}")) from None
     if config.serving is None:
-        raise ToolError(Exit.USAGE, f"Pulumi.{args.stack}.yaml has no serving section: nothing to calibrate")
-    workload = read_workload(args.workload or args.root / "workloads" / f"{args.stack}.yaml")
-    serving, instance = config.serving, gpu_instance_type(config.gpu_nodes.instance_type)
-    model, tp = MODELS[serving.model_id], serving.decode.tensor_parallel_size
-    kv_gbytes, kv_rows = None, None
-    if args.nixlbench_output is not None:  # read before anything runs: a bad file fails fast
-        try:
-            data = read_regular_file(args.nixlbench_output, MAX_NIXLBENCH_BYTES, "--nixlbench-output")
-            kv_rows = parse_nixlbench_rows(data.decode("utf-8"))
-            line_gbytes = kv_band(model, 1, 2, instance, 1).line_rate_gbps / 8
-            kv_rows = check_nixlbench_rows(kv_rows, line_gbytes)
-        except UnicodeDecodeError as exc:
-            raise ToolError(Exit.USAGE, one_line(f"--nixlbench-output {args.nixlbench_output}: {exc}")) from None
-        except (ToolError, ValueError) as exc:
-            raise ToolError(Exit.USAGE, one_line(f"--nixlbench-output {args.nixlbench_output}: {exc}")) from None
-        kv_gbytes = kv_rows[-1][1]
-    plan = sweep_plan(workload, output_cap=args.max_output)
-    progress(f"{args.stack}: {serving.model_id} on {instance.name}, TP {tp}; sweep " + ", ".join(p.name for p in plan))
+        raise ToolError(Exit.USAGE, f"Pulumi.{stack}.yaml has no serving section: nothing to calibrate")
+    return config.serving, gpu_instance_type(config.gpu_nodes.instance_type)
 
+
+def nixlbench_rows(path: Path, model: Any, instance: GpuInstanceType) -> list[tuple[int, float]]:
+    """nixlbench's rows (message size -> GB/s), read before anything runs: a bad file fails fast."""
+    try:
+        rows = parse_nixlbench_rows(read_regular_file(path, MAX_NIXLBENCH_BYTES, "--nixlbench-output").decode("utf-8"))
+        return check_nixlbench_rows(rows, kv_band(model, 1, 2, instance, 1).line_rate_gbps / 8)
+    except UnicodeDecodeError as exc:
+        raise ToolError(Exit.USAGE, one_line(f"--nixlbench-output {path}: {exc}")) from None
+    except (ToolError, ValueError) as exc:
+        raise ToolError(Exit.USAGE, one_line(f"--nixlbench-output {path}: {exc}")) from None
+
+
+def run_sweep(
+    args: argparse.Namespace, serving: ServingConfig, plan: list[SweepPoint], deadline: float
+) -> dict[str, Any]:
+    """Every sweep point's `vllm bench serve` result: measured here against --endpoint, or by the Job."""
     raw: dict[str, Any] = {}
     if args.endpoint:
         for i, point in enumerate(plan, 1):
             progress(f"[{i}/{len(plan)}] {point.name}: {point.num_prompts} prompts at concurrency {point.concurrency}")
             raw[point.name] = measure(args.endpoint, serving.model_id, point, deadline)
-    else:
-        from llm_pd_eks_sizing.calibrate.job import calibration_job, run_in_cluster
-        from llm_pd_eks_tools.ops.verify.kube import (
-            Deadline,
-            KubeClient,
-            Unreachable,
-            kubeconfig_from_stack,
-            load_kubeconfig,
-            read_kubeconfig,
-        )
+        return raw
+    left = Deadline(args.timeout)
+    path = args.kubeconfig or os.environ.get("KUBECONFIG")
+    text = read_kubeconfig(str(path)) if path else kubeconfig_from_stack(args.stack, left.request_timeout())
+    client = KubeClient(load_kubeconfig(text, left), left)
+    job = calibration_job(args.stack, serving.image, serving.model_id, serving.endpoint_name, plan, int(args.timeout))
+    try:
+        return run_in_cluster(client, job, plan, deadline, progress)
+    except Unreachable as exc:
+        raise ToolError(Exit.UNVERIFIED, f"cannot reach the cluster: {exc}; nothing written") from None
 
-        left = Deadline(args.timeout)
-        path = args.kubeconfig or os.environ.get("KUBECONFIG")
-        text = read_kubeconfig(str(path)) if path else kubeconfig_from_stack(args.stack, left.request_timeout())
-        client = KubeClient(load_kubeconfig(text, left), left)
-        job = calibration_job(
-            args.stack, serving.image, serving.model_id, serving.endpoint_name, plan, int(args.timeout)
-        )
-        try:
-            raw = run_in_cluster(client, job, plan, deadline, progress)
-        except Unreachable as exc:
-            raise ToolError(Exit.UNVERIFIED, f"cannot reach the cluster: {exc}; nothing written") from None
-    results = {p.name: check_result(p, raw[p.name]) for p in plan}
 
-    kv_efficiency = None
-    if kv_gbytes is not None:
-        line = kv_band(model, 1, 2, instance, 1).line_rate_gbps  # one rank's interfaces at line rate
-        kv_efficiency = min(1.0, kv_gbytes * 8 / line)
-        progress(f"nixlbench: {kv_gbytes:g} GB/s per worker = {kv_efficiency:.3f} of one rank's {line:g} Gbit/s")
-    else:
+def kv_efficiency_of(kv_gbytes: Optional[float], model: Any, instance: GpuInstanceType) -> Optional[float]:
+    """nixlbench's rate as a share of one rank's line rate; None (the published one stays) without it."""
+    if kv_gbytes is None:
         progress(
             "no --nixlbench-output: the KV efficiency stays the published one; measure it with "
             + " ".join(nixlbench_args("http://<etcd>:2379"))
             + " (initiator on a prefill node, target on a decode)"
         )
+        return None
+    line = kv_band(model, 1, 2, instance, 1).line_rate_gbps  # one rank's interfaces at line rate
+    efficiency = min(1.0, kv_gbytes * 8 / line)
+    progress(f"nixlbench: {kv_gbytes:g} GB/s per worker = {efficiency:.3f} of one rank's {line:g} Gbit/s")
+    return efficiency
 
-    points = points_for_fit(results, plan, model, instance, tp)
+
+def checked_fit(points: list[Point]) -> EngineConstants:
+    """The fitted constants; refused where a fit lands at or past the GPU's roofline."""
     # one TP measured: the TP term cannot be fitted, it stays the default row's
     found = fit(points, "make calibrate", tp_grid=(VLLM_BF16.tp_efficiency,))
     for name, value in (("prefill MFU", found.prefill_mfu), ("decode MBU", found.decode_mbu)):
@@ -184,6 +186,24 @@ def main(argv: Optional[list[str]] = None) -> int:
                 f"the measurements fit a {name} of {value:g}, at or past the GPU's roofline: not a measurement "
                 "of this engine (a cache, a fake or a wrong model?); nothing written",
             )
+    return found
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = parser().parse_args(argv)
+    deadline = time.monotonic() + args.timeout
+    serving, instance = serving_of(args.stack, args.root)
+    workload = read_workload(args.workload or args.root / "workloads" / f"{args.stack}.yaml")
+    model, tp = MODELS[serving.model_id], serving.decode.tensor_parallel_size
+    kv_rows = nixlbench_rows(args.nixlbench_output, model, instance) if args.nixlbench_output is not None else None
+    kv_gbytes = kv_rows[-1][1] if kv_rows is not None else None
+    plan = sweep_plan(workload, output_cap=args.max_output)
+    progress(f"{args.stack}: {serving.model_id} on {instance.name}, TP {tp}; sweep " + ", ".join(p.name for p in plan))
+    raw = run_sweep(args, serving, plan, deadline)
+    results = {p.name: check_result(p, raw[p.name]) for p in plan}
+    kv_efficiency = kv_efficiency_of(kv_gbytes, model, instance)
+    points = points_for_fit(results, plan, model, instance, tp)
+    found = checked_fit(points)
     calibration = Calibration.model_validate(
         {
             "stack": args.stack,
@@ -210,8 +230,6 @@ def main(argv: Optional[list[str]] = None) -> int:
             ),
         }
     )
-    import yaml
-
     path = calibration_path(args.stack, args.root)
     header = f"# Written by make calibrate STACK={args.stack}; make size and the preview use it. Delete it to stop.\n"
     write_atomically(path, header + yaml.safe_dump(calibration.model_dump(by_alias=True), sort_keys=False))

@@ -1,4 +1,4 @@
-"""`make cost-audit STACK=... [SINCE=7d]`: what the stack cost, what it served, and what to change.
+"""The cost audit, `make cost-audit` (cli.py): spend and use against what was sized.
 
 One window for every source (window.py): `--since 7d` is seven whole UTC days on both sides, `--since
 36h` the hours up to now with Cost Explorer's days prorated, and the report says which.

@@ -23,6 +23,9 @@ from .window import parse_since
 PROG = "cost-audit"
 
 
+DESCRIPTION = "`make cost-audit STACK=... [SINCE=7d]`: what the stack cost, what it served, and what to change."
+
+
 def progress(source: str, text: str) -> None:
     say(PROG, f"{source}: {text}")
 
@@ -41,7 +44,7 @@ def _guarded(audit: Audit, name: str, run: Callable[[], str]) -> None:
 
 
 def load_config(stack: str) -> StackConfig:
-    from llm_pd_eks_tools.plan.preview.mockrun import stack_config
+    from llm_pd_eks_tools.core.stack import stack_config
 
     try:
         return stack_config(stack, ROOT)
@@ -64,9 +67,7 @@ def main(
     argv: Optional[list[str]] = None, clients: Optional[tuple[Any, Any]] = None, now: Optional[datetime] = None
 ) -> int:
     """CLI entry. `clients` = (cost explorer, service quotas) to inject; built from boto3 otherwise."""
-    from . import __doc__ as doc
-
-    parser = ArgumentParser(prog="python -m llm_pd_eks_sizing.cost_audit", description=(doc or "").split("\n")[0])
+    parser = ArgumentParser(prog="python -m llm_pd_eks_sizing.cost_audit", description=DESCRIPTION)
     parser.add_argument("--stack", required=True, help="the stack (Pulumi.<stack>.yaml)")
     parser.add_argument(
         "--since", default="7d", help="7d: the 7 whole UTC days before today; 36h: the 36 hours up to now (default 7d)"

@@ -54,6 +54,146 @@ class SteppedRun:
     budget_bound: bool  # most prompt-carrying steps used the whole token budget
 
 
+class _Engine:
+    """The scheduler's state while a run steps: the requests' times, the queues, the running sums."""
+
+    def __init__(self, replica: Replica, p: int, o: int, clients: int, requests: int, cap: int, think_s: float):
+        self.replica, self.p, self.o, self.cap, self.think_s, self.requests = replica, p, o, cap, think_s, requests
+        self.budget = vllm_step_budget(replica.instance)[0]
+        self.arrival = [0.0] * requests  # when the request reaches the engine (sent, after the client's think time)
+        self.first = [0.0] * requests
+        self.done = [0.0] * requests
+        self.steps_to_first = [0] * requests  # steps from admission to first token
+        self.arrivals: list[tuple[float, int]] = []  # (time, request) not yet at the engine
+        self.issued = min(clients, requests)
+        for i in range(self.issued):
+            heapq.heappush(self.arrivals, (0.0, i))
+        self.waiting: deque[int] = deque()
+        self.prefilling: deque[list[int]] = deque()  # [request, prompt tokens computed]
+        self.finishing: deque[tuple[int, int]] = deque()  # (step of its last token, request), in step order
+        self.decoding = 0
+        self.context_sum = 0.0  # tokens of the decoding sequences
+        self.t = 0.0
+        self.streamed = 0.0  # when the API server has sent every token so far
+        self.step = 0
+        self.ended = 0
+        self.area_resident = self.area_decoding = self.area_waiting = 0.0
+        self.prompt_steps = self.prompt_time = 0.0
+        self.full_steps = 0
+
+    def end(self, request: int, at: float) -> None:
+        """The request's last token reached its client at `at`: the client sends its next one."""
+        self.done[request] = at
+        self.ended += 1
+        if self.issued < self.requests:
+            self.arrival[self.issued] = at + self.think_s
+            heapq.heappush(self.arrivals, (at + self.think_s, self.issued))
+            self.issued += 1
+
+    def take_arrivals(self) -> bool:
+        """Queue what has arrived; False (time moved on to the next arrival) where the engine is idle."""
+        busy = self.decoding > 0 or bool(self.prefilling)
+        # a request that arrives as this step starts waits for the next one while the engine is busy
+        while self.arrivals and (self.arrivals[0][0] < self.t or (not busy and self.arrivals[0][0] <= self.t)):
+            self.waiting.append(heapq.heappop(self.arrivals)[1])
+        if not busy and not self.waiting:
+            self.t = max(self.t, self.arrivals[0][0])
+            return False
+        return True
+
+    def schedule(self) -> tuple[int, float, int, int, int]:
+        """One step's prompt work: (tokens, attention, prompts completing, resident, budget left)."""
+        left = self.budget - self.decoding
+        tokens = 0
+        attention = 0.0  # token-positions the prompt chunks attend to
+        completing = 0  # prompts whose last chunk is in this step (the head of `prefilling`)
+        for entry in self.prefilling:
+            if left <= 0:
+                break
+            chunk = min(self.p - entry[1], left)
+            attention += chunk * (entry[1] + chunk / 2)
+            entry[1] += chunk
+            left -= chunk
+            tokens += chunk
+            completing += entry[1] == self.p
+        resident = self.decoding + len(self.prefilling)
+        while self.waiting and left > 0 and resident < self.cap:
+            request = self.waiting.popleft()
+            chunk = min(self.p, left)
+            attention += chunk * chunk / 2
+            self.prefilling.append([request, chunk])
+            self.steps_to_first[request] = -self.step
+            left -= chunk
+            tokens += chunk
+            completing += chunk == self.p
+            resident += 1
+        return tokens, attention, completing, resident, left
+
+    def advance(self, tokens: int, attention: float, completing: int, resident: int, left: int) -> None:
+        """The step's time passes; its tokens stream; finished requests end, completed prompts decode."""
+        decoding = self.decoding
+        dt = self.replica.step_seconds(
+            decoding, self.context_sum / decoding if decoding else 0.0, tokens, attention / tokens if tokens else 0.0
+        )
+        self.area_resident += resident * dt
+        self.area_decoding += decoding * dt
+        self.area_waiting += len(self.waiting) * dt
+        if tokens:
+            self.prompt_steps += 1
+            self.prompt_time += dt
+            self.full_steps += left <= 0
+        self.t += dt
+        self.step += 1
+        self.context_sum += decoding
+        # one API-server process streams every token the step emitted, one after another
+        self.streamed = max(self.streamed, self.t) + self.replica.constants.stream_token_s * (decoding + completing)
+        seen = self.streamed  # when the client has them (the step's end, with no stream cost)
+        p, o = self.p, self.o
+        while self.finishing and self.finishing[0][0] == self.step:
+            request = self.finishing.popleft()[1]
+            self.decoding -= 1
+            self.context_sum -= p + o
+            self.end(request, seen)
+        for _ in range(completing):
+            request = self.prefilling.popleft()[0]
+            self.first[request] = seen
+            self.steps_to_first[request] += self.step
+            if o <= 1:
+                self.end(request, seen)
+            else:
+                self.decoding += 1
+                self.context_sum += p + 1
+                self.finishing.append((self.step + o - 1, request))
+
+    def result(self, clients: int, measured: Optional[tuple[int, int]]) -> SteppedRun:
+        t = max(self.t, self.streamed)
+        first_idx, end_idx = measured or (0, self.requests)
+        chosen = range(first_idx, end_idx)
+        count = max(len(chosen), 1)
+        o = self.o
+        ttft = sum(self.first[i] - self.arrival[i] for i in chosen) / count
+        itl = sum(self.done[i] - self.first[i] for i in chosen) / (count * (o - 1)) if o > 1 else 0.0
+        if measured is None:
+            throughput = self.requests / t
+        else:  # a steady state: Little's law over the measured requests' cycles
+            cycle = sum(self.done[i] - self.arrival[i] for i in chosen) / count + self.think_s
+            throughput = clients / cycle
+        return SteppedRun(
+            ttft_s=ttft,
+            itl_s=itl,
+            throughput_rps=throughput,
+            duration_s=t,
+            resident=self.area_resident / t,
+            decoding=self.area_decoding / t,
+            waiting=self.area_waiting / t,
+            steps_prefilling=sum(self.steps_to_first[i] for i in chosen) / count,
+            step_s=t / self.step,
+            prompt_step_s=self.prompt_time / self.prompt_steps if self.prompt_steps else 0.0,
+            requests_per_step=self.requests / self.step,
+            budget_bound=self.full_steps > self.prompt_steps / 2,
+        )
+
+
 def run(
     replica: Replica,
     input_tokens: int,
@@ -71,127 +211,8 @@ def run(
     """
     if not 1 <= requests <= MAX_REQUESTS or clients < 1 or cap < 1:
         raise ValueError(f"a stepped run needs 1..{MAX_REQUESTS:,} requests, clients and a resident cap >= 1")
-    p, o = input_tokens, output_tokens
-    budget = vllm_step_budget(replica.instance)[0]
-    first_idx, end_idx = measured or (0, requests)
-    arrival = [0.0] * requests  # when the request reaches the engine (sent, after the client's think time)
-    first = [0.0] * requests
-    done = [0.0] * requests
-    steps_to_first = [0] * requests  # steps from admission to first token
-    arrivals: list[tuple[float, int]] = []  # (time, request) not yet at the engine
-    issued = min(clients, requests)
-    for i in range(issued):
-        heapq.heappush(arrivals, (0.0, i))
-    waiting: deque[int] = deque()
-    prefilling: deque[list[int]] = deque()  # [request, prompt tokens computed]
-    finishing: deque[tuple[int, int]] = deque()  # (step of its last token, request), in step order
-    decoding = 0
-    context_sum = 0.0  # tokens of the decoding sequences
-    t = 0.0
-    stream_s = replica.constants.stream_token_s
-    streamed = 0.0  # when the API server has sent every token so far
-    step = 0
-    ended = 0
-    area_resident = area_decoding = area_waiting = 0.0
-    prompt_steps = prompt_time = 0.0
-    full_steps = 0
-
-    def end(request: int, at: float) -> None:
-        """The request's last token reached its client at `at`: the client sends its next one."""
-        nonlocal ended, issued
-        done[request] = at
-        ended += 1
-        if issued < requests:
-            arrival[issued] = at + think_s
-            heapq.heappush(arrivals, (at + think_s, issued))
-            issued += 1
-
-    while ended < requests:
-        busy = decoding > 0 or bool(prefilling)
-        # a request that arrives as this step starts waits for the next one while the engine is busy
-        while arrivals and (arrivals[0][0] < t or (not busy and arrivals[0][0] <= t)):
-            waiting.append(heapq.heappop(arrivals)[1])
-        if not busy and not waiting:
-            t = max(t, arrivals[0][0])
-            continue
-        left = budget - decoding
-        tokens = 0
-        attention = 0.0  # token-positions the prompt chunks attend to
-        completing = 0  # prompts whose last chunk is in this step (the head of `prefilling`)
-        for entry in prefilling:
-            if left <= 0:
-                break
-            chunk = min(p - entry[1], left)
-            attention += chunk * (entry[1] + chunk / 2)
-            entry[1] += chunk
-            left -= chunk
-            tokens += chunk
-            completing += entry[1] == p
-        resident = decoding + len(prefilling)
-        while waiting and left > 0 and resident < cap:
-            request = waiting.popleft()
-            chunk = min(p, left)
-            attention += chunk * chunk / 2
-            prefilling.append([request, chunk])
-            steps_to_first[request] = -step
-            left -= chunk
-            tokens += chunk
-            completing += chunk == p
-            resident += 1
-        dt = replica.step_seconds(
-            decoding, context_sum / decoding if decoding else 0.0, tokens, attention / tokens if tokens else 0.0
-        )
-        area_resident += resident * dt
-        area_decoding += decoding * dt
-        area_waiting += len(waiting) * dt
-        if tokens:
-            prompt_steps += 1
-            prompt_time += dt
-            full_steps += left <= 0
-        t += dt
-        step += 1
-        context_sum += decoding
-        # one API-server process streams every token the step emitted, one after another
-        streamed = max(streamed, t) + stream_s * (decoding + completing)
-        seen = streamed  # when the client has them (the step's end, with no stream cost)
-
-        while finishing and finishing[0][0] == step:
-            request = finishing.popleft()[1]
-            decoding -= 1
-            context_sum -= p + o
-            end(request, seen)
-        for _ in range(completing):
-            request = prefilling.popleft()[0]
-            first[request] = seen
-            steps_to_first[request] += step
-            if o <= 1:
-                end(request, seen)
-            else:
-                decoding += 1
-                context_sum += p + 1
-                finishing.append((step + o - 1, request))
-
-    t = max(t, streamed)
-    chosen = range(first_idx, end_idx)
-    count = max(len(chosen), 1)
-    ttft = sum(first[i] - arrival[i] for i in chosen) / count
-    itl = sum(done[i] - first[i] for i in chosen) / (count * (o - 1)) if o > 1 else 0.0
-    if measured is None:
-        throughput = requests / t
-    else:  # a steady state: Little's law over the measured requests' cycles
-        cycle = sum(done[i] - arrival[i] for i in chosen) / count + think_s
-        throughput = clients / cycle
-    return SteppedRun(
-        ttft_s=ttft,
-        itl_s=itl,
-        throughput_rps=throughput,
-        duration_s=t,
-        resident=area_resident / t,
-        decoding=area_decoding / t,
-        waiting=area_waiting / t,
-        steps_prefilling=sum(steps_to_first[i] for i in chosen) / count,
-        step_s=t / step,
-        prompt_step_s=prompt_time / prompt_steps if prompt_steps else 0.0,
-        requests_per_step=requests / step,
-        budget_bound=full_steps > prompt_steps / 2,
-    )
+    engine = _Engine(replica, input_tokens, output_tokens, clients, requests, cap, think_s)
+    while engine.ended < requests:
+        if engine.take_arrivals():
+            engine.advance(*engine.schedule())
+    return engine.result(clients, measured)

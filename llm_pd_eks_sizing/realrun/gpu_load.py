@@ -444,3 +444,27 @@ def prefix_loads(
         log(f"prefix load c={clients}:", level["summary"], {n: v["hit_rate"] for n, v in level["prefix_cache"].items()})
         levels.append(level)
     return levels
+
+
+LONG_PROMPT_WORDS = 3000  # as verify's chat-completion check
+
+
+def long_prompt() -> str:
+    words = (
+        "The prefill phase reads every token of this prompt once; the decode phase then receives the KV "
+        "cache over the network and continues. "
+    ).split()
+    return " ".join(words[i % len(words)] for i in range(LONG_PROMPT_WORDS)) + "\nSummarise the text in one sentence."
+
+
+def nixl_samples(text: str, prefix: str = "ray_vllm_nixl") -> dict[str, float]:
+    """Every sample line whose name starts with `prefix` (name{labels} -> value): NIXL's by default."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            key, _, value = line.rpartition(" ")
+            try:
+                out[key] = float(value)
+            except ValueError:
+                pass
+    return out

@@ -42,6 +42,7 @@ else:  # `python3 gpu_main.py` on the GPU machine, or loaded from its file: the 
 
 MODEL_DIR, SERVE, http, log = gpu_load.MODEL_DIR, gpu_load.SERVE, gpu_load.http, gpu_load.log
 bench, chat, stream = gpu_load.bench, gpu_load.chat, gpu_load.stream
+long_prompt, nixl_samples = gpu_load.long_prompt, gpu_load.nixl_samples
 build_tokenizer, run_tokenizer = gpu_model.build_tokenizer, gpu_model.run_tokenizer
 
 HEAD_PORT = 6379
@@ -56,7 +57,6 @@ TEMP_DIR = "/tmp/ray"
 RAYLET_PORT_BASE, RAYLET_PORT_SPAN = 30000, 900
 # What NIXL prints when a backend comes up (the pattern `make verify` reads the worker logs with).
 NIXL_BACKEND_LINE = re.compile(r"NIXL\s+\w+\s+\S+\s+Backend (\w+) was instantiated")
-LONG_PROMPT_WORDS = 3000  # as verify's chat-completion check
 THRESHOLD_KEY = "llm_pd_eks_decode_only_below_tokens"  # the decode LLMConfig's experimental_configs key
 START_TIMEOUT_S, POLL_S = 420, 5
 ROLES = ("prefill", "decode")
@@ -256,31 +256,10 @@ def deploy(config: dict, timeout_s: float = START_TIMEOUT_S, put: bool = True) -
 # --- probes -------------------------------------------------------------------------------------------
 
 
-def long_prompt() -> str:
-    words = (
-        "The prefill phase reads every token of this prompt once; the decode phase then receives the KV "
-        "cache over the network and continues. "
-    ).split()
-    return " ".join(words[i % len(words)] for i in range(LONG_PROMPT_WORDS)) + "\nSummarise the text in one sentence."
-
-
 def scrape() -> dict[str, str]:
     return {
         node: http("GET", f"http://127.0.0.1:{port}/metrics", timeout=30)[1] for node, port in METRICS_PORTS.items()
     }
-
-
-def nixl_samples(text: str, prefix: str = "ray_vllm_nixl") -> dict[str, float]:
-    """Every sample line whose name starts with `prefix` (name{labels} -> value): NIXL's by default."""
-    out = {}
-    for line in text.splitlines():
-        if line.startswith(prefix):
-            key, _, value = line.rpartition(" ")
-            try:
-                out[key] = float(value)
-            except ValueError:
-                pass
-    return out
 
 
 def nixl_log_lines() -> list[str]:

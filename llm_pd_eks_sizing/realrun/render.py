@@ -91,7 +91,7 @@ def set_path(tree: dict[str, Any], path: str, value: Any) -> None:
 
 def rendered_stack(overrides: dict[str, Any]) -> Any:
     """The stack's validated config with the stack_config overrides applied."""
-    from llm_pd_eks_tools.plan.preview.mockrun import stack_config
+    from llm_pd_eks_tools.core.stack import stack_config
 
     config = stack_config(overrides["stack"])
     for item in overrides["stack_config"]:

@@ -1,4 +1,4 @@
-"""One error type and one exit-code table for every command-line tool of this repository.
+"""How every command-line tool of this repository starts, reports and ends.
 
 Every tool (`preview`, `preview-diff`, `preflight`, `promote-check`, `verify`, `size`) exits with a
 code from `Exit` and reports an expected failure as ONE line on stderr: what went wrong, where, and
@@ -10,7 +10,7 @@ this enum (a test keeps them equal).
 from __future__ import annotations
 
 import argparse
-import enum
+import errno
 import math
 import os
 import shutil
@@ -18,70 +18,16 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterable, NoReturn, Optional
 
+from llm_pd_eks_tools.core import open_guard, process_safety, secrets
+from llm_pd_eks_tools.core.errors import Exit, ToolError, one_line
+from llm_pd_eks_tools.core.io_safety import atomic_write, redact
+from llm_pd_eks_tools.core.process_safety import OutputError, guard_streams, output_failure, silence_stdout
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class Exit(enum.IntEnum):
-    """Exit codes shared by every tool."""
-
-    OK = 0  # the tool ran and its verdict is positive
-    FAILED = 1  # the tool ran and its verdict is negative: a mandatory violation, a failed check, drift
-    USAGE = 2  # bad input: arguments, a stack file, the stack's config, a policy config, a workload file
-    PROGRAM = 3  # the Pulumi program itself failed under the mock runtime
-    POLICY = 4  # the policy pack failed to start or to answer
-    UNVERIFIED = 5  # nothing negative found, but something could not be checked (unreachable, no credentials)
-    INTERNAL = 70  # a bug in the tool (EX_SOFTWARE); the message says where to report it
-    IOERR = 74  # the output could not be written: stdout closed or full, a file the tool writes (EX_IOERR)
-    # The shell's convention for a process ended by a signal, 128 + its number (signal(7)).
-    INTERRUPTED = 130  # SIGINT (Ctrl-C)
-    PIPE = 141  # SIGPIPE: the reader of stdout left (`| head`); nothing more is printed
-    TERMINATED = 143  # SIGTERM; child processes are ended first
-
-
-# What each code means, as docs/exit-codes.md says it (generated: llm_pd_eks_tools/maint/exit_codes_doc.py).
-MEANINGS = {
-    Exit.OK: "the tool ran and its verdict is positive (preflight: everything verified, or only some items "
-    "could not be checked)",
-    Exit.FAILED: "the verdict is negative: a mandatory policy violation, a failed preflight check, an "
-    "unpromoted difference, a stale generated docs table",
-    Exit.USAGE: "bad input: arguments (a stack name that is not one, `--timeout nan`), a path (`--root` that "
-    "is no checkout, `--out` at a file or holding other files), an input that is a FIFO, a device or a "
-    "directory, a stack file (duplicate key, alias, wrong shape), the stack's config, a policy config, a "
-    "kubeconfig, `AWS_ENDPOINT_URL`, `AWS_CA_BUNDLE`",
-    Exit.PROGRAM: "the Pulumi program itself failed under the mock runtime",
-    Exit.POLICY: "the policy pack failed to start or to answer (each answer within `--policy-timeout`, default 300 s)",
-    Exit.UNVERIFIED: "nothing negative found, but something could not be checked: preflight verified nothing, "
-    "or `STRICT=1` and an item could not be checked; verify could not reach, read or parse what a check "
-    "needs (a check over zero pods is UNVERIFIED, never a pass); a server did not answer in the deadline",
-    Exit.INTERNAL: "a bug in the tool (EX_SOFTWARE); the line says where",
-    Exit.IOERR: "the output could not be written (EX_IOERR): stdout closed (`>&-`) or full (`>/dev/full`), or "
-    "a file the tool writes (a full disk); a file is replaced whole or not at all, so the old one stays",
-    Exit.INTERRUPTED: "Ctrl-C (128 + SIGINT); child processes are ended first",
-    Exit.PIPE: "the reader of stdout left (`\\| head`, `\\| true`): 128 + SIGPIPE, as a shell reports a "
-    "process SIGPIPE ended; nothing is printed",
-    Exit.TERMINATED: "SIGTERM (128 + 15; SIGHUP gives 129); every process the tool started, whoever started "
-    "it, is ended first",
-}
-
-
-class ToolError(Exception):
-    """An expected failure: printed as one line (no traceback) and mapped to its exit code."""
-
-    def __init__(self, exit_code: Exit, message: str):
-        super().__init__(message)
-        self.exit_code = Exit(exit_code)
-
-
-def one_line(text: str, limit: int = 300) -> str:
-    """`text` folded onto one line and cut to `limit` characters (user values can be huge)."""
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def say(prog: str, message: str) -> None:
     """One line on stderr, `prog: message`, credentials redacted (llm_pd_eks_tools/core/io_safety.py `redact`)."""
-    from llm_pd_eks_tools.core.io_safety import redact
-
     print(f"{prog}: {one_line(redact(message), MESSAGE_LIMIT)}", file=sys.stderr, flush=True)
 
 
@@ -91,8 +37,6 @@ MESSAGE_LIMIT = 1000  # characters of one error line
 def run(prog: str, main: Callable[[Optional[list[str]]], int], argv: Optional[list[str]] = None) -> int:
     """Call `main`, turning `ToolError`, signals, output failures and unexpected exceptions into one line
     + exit code; child process groups still running are ended on every way out."""
-    from llm_pd_eks_tools.core import process_safety, secrets
-
     previous = process_safety.install_signal_handlers()
     before = process_safety.running_children()
     others = process_safety.descendants()
@@ -132,10 +76,6 @@ def run(prog: str, main: Callable[[Optional[list[str]]], int], argv: Optional[li
 
 def output_failed(prog: str, error: OSError) -> int:
     """stdout could not be written: the reader left (SIGPIPE's code, quietly) or it is closed or full."""
-    import errno
-
-    from llm_pd_eks_tools.core.process_safety import silence_stdout
-
     silence_stdout()
     if error.errno == errno.EPIPE:
         return Exit.PIPE
@@ -145,8 +85,6 @@ def output_failed(prog: str, error: OSError) -> int:
 
 def finish(prog: str, code: int) -> int:
     """Flush stdout and stderr before the process ends; a failure there changes the code as in `run`."""
-    from llm_pd_eks_tools.core.process_safety import OutputError, output_failure
-
     try:
         sys.stdout.flush()
     except OutputError as error:
@@ -167,9 +105,6 @@ def finish(prog: str, code: int) -> int:
 def exit_with(prog: str, main: Callable[[Optional[list[str]]], int]) -> NoReturn:
     """A tool's process: its streams guarded (llm_pd_eks_tools/core/process_safety.py), what it may open
     checked (open_guard.py), `run`, flush, exit."""
-    from llm_pd_eks_tools.core import open_guard
-    from llm_pd_eks_tools.core.process_safety import guard_streams
-
     guard_streams()
     open_guard.install()
     sys.exit(finish(prog, run(prog, main)))
@@ -287,8 +222,6 @@ def fresh_out_dir(out: Path, owned: Iterable[str], flag: str = "--out", mark: bo
                 Exit.USAGE, f"{flag} {out} cannot be created ({error.strerror}); choose a directory you can write"
             ) from None
     if mark:
-        from llm_pd_eks_tools.core.io_safety import atomic_write
-
         atomic_write(out / OWNER_MARK, "written by an llm-pd-eks tool; files here are replaced on its next run\n")
     return out
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Generator, Iterator, Optional, Union
 
 from llm_pd_eks_tools.core import secrets
-from llm_pd_eks_tools.core.cli import Exit, ToolError, one_line
+from llm_pd_eks_tools.core.errors import Exit, ToolError, one_line
 
 # -- files ---------------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ import stat
 import sys
 from typing import Any
 
-from llm_pd_eks_tools.core.cli import Exit, ToolError, one_line
+from llm_pd_eks_tools.core.errors import Exit, ToolError, one_line
 
 # (major, minor) of the memory character devices a tool may open (devices.txt, the kernel's list):
 # null 1:3, random 1:8, urandom 1:9; terminals (major 4, 5 and the pseudo-terminals 136-143) too.

@@ -363,11 +363,3 @@ def engine_config(config: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
         else:
             values[full] = str(value)
     return values, secret_keys
-
-
-def load(stack: str, root: Path) -> tuple[dict[str, str], list[str]]:
-    """`Pulumi.<stack>.yaml` under `root` in the engine's form (raises StackFileError), with the
-    values of any ESC environment it imports resolved by the Pulumi CLI (`resolve_environments`)."""
-    from llm_pd_eks_tools.core.esc_imports import resolve_environments  # it reads stack files with this module
-
-    return resolve_environments(stack, root, *engine_config(read(stack, root)))

@@ -356,8 +356,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     from llm_pd_eks.config import ConfigError
     from llm_pd_eks_tools.core.cli import ROOT
+    from llm_pd_eks_tools.core.stack import stack_config
     from llm_pd_eks_tools.core.stackfile import secure_values
-    from llm_pd_eks_tools.plan.preview.mockrun import stack_config
 
     try:
         config = stack_config(args.stack)

@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from llm_pd_eks.config import AWS_SECRET_ONLY_KEYS, PROJECT, SECRET_ONLY_KEYS, StackConfig
-from llm_pd_eks_tools.core.cli import ArgumentParser, Exit, ToolError, exit_with, one_line
-from llm_pd_eks_tools.plan.preview.mockrun import ROOT, SECRET_PLACEHOLDER, is_secure, load_stack_config
+from llm_pd_eks_tools.core.cli import ROOT, ArgumentParser, Exit, ToolError, exit_with, one_line
+from llm_pd_eks_tools.core.stack import load_stack_config
+from llm_pd_eks_tools.core.stackfile import SECRET_PLACEHOLDER, is_secure
 
 # Keys whose value is a secret however the stack file states it: a plain-text one is shown as
 # `(plain-text secret)`, never by value (the config model refuses it as well).

@@ -62,8 +62,9 @@ def write_review_stack(base_stack: str, pr: int, root: Path) -> Path:
 
 def review_cost(stack: str, root: Path) -> dict[str, Any]:
     """The review stack's hourly cost, from its offline plan (the preview's cost figure)."""
+    from llm_pd_eks_tools.core.stack import stack_config
     from llm_pd_eks_tools.plan.preview.figures import key_figures
-    from llm_pd_eks_tools.plan.preview.mockrun import run_program, stack_config
+    from llm_pd_eks_tools.plan.preview.mockrun import run_program
 
     config = stack_config(stack, root)
     cost = key_figures(run_program(stack, root=root), config, config.region).cost

@@ -1,5 +1,5 @@
 """docs/exit-codes.md's table, generated from the runner's `Exit` table, so the code and the page
-cannot drift: each code's name and meaning are `Exit` and `MEANINGS` (llm_pd_eks_tools/core/cli.py).
+cannot drift: each code's name and meaning are `Exit` and `MEANINGS` (llm_pd_eks_tools/core/errors.py).
 
     python -m llm_pd_eks_tools.maint.exit_codes_doc            # rewrite the table in docs/exit-codes.md
     python -m llm_pd_eks_tools.maint.exit_codes_doc --check    # exit 1 (FAILED) when the page is stale
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from llm_pd_eks_tools.core.cli import MEANINGS, ROOT, ArgumentParser, Exit, ToolError, exit_with
+from llm_pd_eks_tools.core.cli import ROOT, ArgumentParser, exit_with
+from llm_pd_eks_tools.core.errors import MEANINGS, Exit, ToolError
 from llm_pd_eks_tools.core.io_safety import atomic_write, read_regular_file
 
 PAGE = ROOT / "docs" / "exit-codes.md"

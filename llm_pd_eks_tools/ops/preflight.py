@@ -26,35 +26,38 @@ import os
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from llm_pd_eks.config import ConfigError, StackConfig
 from llm_pd_eks_tools.core.cli import ArgumentParser, Exit, ToolError, exit_with, one_line, say
 from llm_pd_eks_tools.core.io_safety import redact
+from llm_pd_eks_tools.core.process_safety import set_run_deadline, time_left
 from llm_pd_eks_tools.ops.preflight_capacity import check_capacity, own_instances
 from llm_pd_eks_tools.ops.preflight_checks import (
     CHECK_NAMES,
     EIP_QUOTA_CODE,
-    FAIL,
-    OK,
-    UNKNOWN,
-    WARN,
-    Result,
-    Status,
-    _aws_errors,
     check_availability_zones,
     check_efa,
     check_eip_quota,
     check_eks_version,
     check_offered,
     check_vcpu_quota,
-    describe_error,
     efa_interfaces,
     instance_type_info,
     nat_gateway_count,
     quota_value,
     run_checks,
     standard_quota_code,
+)
+from llm_pd_eks_tools.ops.preflight_result import (
+    FAIL,
+    OK,
+    UNKNOWN,
+    WARN,
+    Result,
+    Status,
+    aws_errors,
+    describe_error,
 )
 
 # The checks' names, re-exported: callers and tests use `llm_pd_eks_tools.ops.preflight` as the one entry.
@@ -67,7 +70,7 @@ __all__ = [
     "WARN",
     "Result",
     "Status",
-    "_aws_errors",
+    "aws_errors",
     "caller_account",
     "check_availability_zones",
     "check_capacity",
@@ -98,7 +101,8 @@ __all__ = [
 
 def load_config(stack: str, root: Optional[Path] = None) -> StackConfig:
     """The stack's validated config, read exactly as the program reads it (secret keys included)."""
-    from llm_pd_eks_tools.plan.preview.mockrun import ROOT, stack_config
+    from llm_pd_eks_tools.core.cli import ROOT
+    from llm_pd_eks_tools.core.stack import stack_config
 
     return stack_config(stack, root or ROOT)
 
@@ -165,10 +169,15 @@ def main(argv: Optional[list[str]] = None, clients=None) -> int:
     args = parser.parse_args(argv)
     if not 0 < args.deadline <= 3600:
         raise ToolError(Exit.USAGE, f"--deadline {args.deadline:g}: give a number of seconds between 1 and 3600")
-    from llm_pd_eks_tools.core.process_safety import set_run_deadline, time_left
-
     set_run_deadline(args.deadline)  # the whole run: the Pulumi CLI for imported environments too
+    try:
+        return _report(args, clients)
+    finally:
+        set_run_deadline(None)  # this run's alone: a process that runs the tool again starts afresh
 
+
+def _report(args: Any, clients: Optional[Sequence[Any]]) -> int:
+    """The checks within the run's deadline, printed; the exit code."""
     try:
         config = load_config(args.stack)
     except ConfigError as exc:
@@ -216,7 +225,7 @@ def main(argv: Optional[list[str]] = None, clients=None) -> int:
 
 def _client_errors() -> tuple[type[Exception], ...]:
     """What creating clients can raise: botocore's errors, and ValueError for a bad endpoint or setting."""
-    return (ValueError, *_aws_errors())
+    return (ValueError, *aws_errors())
 
 
 # The whole run's budget: 7 checks of a few calls each answer in seconds against real AWS.
@@ -296,7 +305,7 @@ def run_with_deadline(
         return None, [Result(name, UNKNOWN, reason) for name in CHECK_NAMES], reason
     if "error" in outcome:
         error = outcome["error"]
-        if isinstance(error, _aws_errors()):
+        if isinstance(error, aws_errors()):
             reason = describe_error(error)
             return None, [Result(name, UNKNOWN, reason) for name in CHECK_NAMES], reason
         raise error

@@ -6,8 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any, Optional
 
-from llm_pd_eks.config import StackConfig
-from llm_pd_eks_tools.ops.preflight_checks import FAIL, OK, WARN, Result, _aws_errors, _error_code
+from llm_pd_eks.config import CapacityBlock, CapacityReservation, StackConfig
+from llm_pd_eks.efa_gpu_nodes import capacity_reservation_id
+from llm_pd_eks_tools.ops.preflight_result import FAIL, OK, WARN, Result, aws_errors, error_code
 
 # EC2 begins terminating a Capacity Block's instances 30 minutes before it ends
 # (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-using.html).
@@ -53,9 +54,6 @@ def check_capacity(ec2, config: StackConfig, now: Optional[datetime] = None, sta
       blueGreen runs both groups at once); an `open` reservation (InstanceMatchCriteria), which any
       matching launch in the account may take.
     """
-    from llm_pd_eks.config import CapacityBlock, CapacityReservation
-    from llm_pd_eks.efa_gpu_nodes import capacity_reservation_id
-
     gpu = config.gpu_nodes
     reservation_id = capacity_reservation_id(gpu)
     if reservation_id is None:
@@ -69,10 +67,10 @@ def check_capacity(ec2, config: StackConfig, now: Optional[datetime] = None, sta
     kind = "Capacity Block" if block else "capacity reservation"
     try:
         found = ec2.describe_capacity_reservations(CapacityReservationIds=[reservation_id])["CapacityReservations"]
-    except _aws_errors() as exc:
-        if _error_code(exc) in ("InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"):
+    except aws_errors() as exc:
+        if error_code(exc) in ("InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"):
             return Result(
-                "gpu-capacity", FAIL, f"{kind} {reservation_id} does not exist in {config.region} ({_error_code(exc)})"
+                "gpu-capacity", FAIL, f"{kind} {reservation_id} does not exist in {config.region} ({error_code(exc)})"
             )
         raise
     if not found:
@@ -80,9 +78,33 @@ def check_capacity(ec2, config: StackConfig, now: Optional[datetime] = None, sta
     cr = found[0]
     now = now or datetime.now(UTC)
     state = cr.get("State", "unknown")
-    problems, cautions = [], []
+    problems = _kind_and_place(cr, gpu, block, reservation_id)
     if state not in ("active", "scheduled"):
-        problems.append(f"state is {state} (needs active or scheduled)")
+        problems.insert(0, f"state is {state} (needs active or scheduled)")
+    count_problems, cautions, total = _counts(ec2, cr, gpu, reservation_id, stack)
+    problems += count_problems
+    window = ""
+    if block:
+        window_problems, window = _block_window(cr, config, now)
+        problems += window_problems
+    if problems:
+        return Result("gpu-capacity", FAIL, f"{kind} {reservation_id}: " + "; ".join(problems))
+    when = ""
+    if state == "scheduled":
+        when = f", starts {_when(cr.get('StartDate'))}: nodes launch only then"
+    summary = (
+        f"{kind} {reservation_id} is {state}{when}: {total} x {gpu.instance_type} in "
+        f"{gpu.availability_zone} ({cr.get('AvailableInstanceCount', '?')} available, "
+        f"{cr.get('InstanceMatchCriteria', '?')}{window}) >= minSize {gpu.min_size}"
+    )
+    if cautions:
+        return Result("gpu-capacity", WARN, summary + "; but " + "; ".join(cautions))
+    return Result("gpu-capacity", OK, summary)
+
+
+def _kind_and_place(cr: dict[str, Any], gpu: Any, block: bool, reservation_id: str) -> list[str]:
+    """What differs between the reservation and gpuNodes: its kind, instance type, AZ, placement group."""
+    problems = []
     reservation_type = cr.get("ReservationType", "default")
     if block and reservation_type != "capacity-block":
         problems.append(
@@ -107,6 +129,14 @@ def check_capacity(ec2, config: StackConfig, now: Optional[datetime] = None, sta
                 if not actual
                 else f"it is in placement group {actual!r}, gpuNodes.capacity.placementGroup is {wanted!r}"
             )
+    return problems
+
+
+def _counts(
+    ec2: Any, cr: dict[str, Any], gpu: Any, reservation_id: str, stack: Optional[str]
+) -> tuple[list[str], list[str], int]:
+    """(problems, cautions, total instances) of the reservation's slots against min/maxSize and the surge."""
+    problems, cautions = [], []
     total = int(cr.get("TotalInstanceCount", 0))
     # What a launch can use is AvailableInstanceCount (slots no instance holds), plus the slots this
     # stack's own GPU nodes hold already (EC2 DescribeCapacityReservations: TotalInstanceCount counts
@@ -135,36 +165,26 @@ def check_capacity(ec2, config: StackConfig, now: Optional[datetime] = None, sta
             "it is open: any matching instance in the account may take its slots (targeted keeps it "
             "for this launch template)"
         )
-    window = ""
-    if block:
-        # `up` waits serving.readyTimeoutMinutes for the RayService, which needs GPU nodes; without
-        # serving nothing waits for them.
-        minutes = config.serving.ready_timeout_minutes if config.serving else 0
-        timeout = timedelta(minutes=minutes)
-        wait = f"serving.readyTimeoutMinutes {minutes}" if config.serving else "no RayService to wait for"
-        start, end = cr.get("StartDate"), cr.get("EndDate")
-        if config.serving and isinstance(start, datetime) and start > now + timeout:
-            problems.append(
-                f"it starts {_when(start)}, after `up`'s wait for the RayService ({wait}) from now "
-                f"{_when(now)}: no GPU node launches before the start; run `up` from "
-                f"{_when(start - timeout)}"
-            )
-        if isinstance(end, datetime) and end - CAPACITY_BLOCK_END_NOTICE < now + timeout:
-            problems.append(
-                f"it ends {_when(end)} and EC2 terminates its instances from 30 minutes before: too "
-                f"soon to serve ({wait})"
-            )
-        window = f", window {_when(start)} to {_when(end)}"
-    if problems:
-        return Result("gpu-capacity", FAIL, f"{kind} {reservation_id}: " + "; ".join(problems))
-    when = ""
-    if state == "scheduled":
-        when = f", starts {_when(cr.get('StartDate'))}: nodes launch only then"
-    summary = (
-        f"{kind} {reservation_id} is {state}{when}: {total} x {gpu.instance_type} in "
-        f"{gpu.availability_zone} ({cr.get('AvailableInstanceCount', '?')} available, "
-        f"{cr.get('InstanceMatchCriteria', '?')}{window}) >= minSize {gpu.min_size}"
-    )
-    if cautions:
-        return Result("gpu-capacity", WARN, summary + "; but " + "; ".join(cautions))
-    return Result("gpu-capacity", OK, summary)
+    return problems, cautions, total
+
+
+def _block_window(cr: dict[str, Any], config: StackConfig, now: datetime) -> tuple[list[str], str]:
+    """A Capacity Block's window against `up`'s wait for the RayService: (problems, the window's text)."""
+    problems = []
+    # `up` waits serving.readyTimeoutMinutes for the RayService, which needs GPU nodes; without
+    # serving nothing waits for them.
+    minutes = config.serving.ready_timeout_minutes if config.serving else 0
+    timeout = timedelta(minutes=minutes)
+    wait = f"serving.readyTimeoutMinutes {minutes}" if config.serving else "no RayService to wait for"
+    start, end = cr.get("StartDate"), cr.get("EndDate")
+    if config.serving and isinstance(start, datetime) and start > now + timeout:
+        problems.append(
+            f"it starts {_when(start)}, after `up`'s wait for the RayService ({wait}) from now "
+            f"{_when(now)}: no GPU node launches before the start; run `up` from "
+            f"{_when(start - timeout)}"
+        )
+    if isinstance(end, datetime) and end - CAPACITY_BLOCK_END_NOTICE < now + timeout:
+        problems.append(
+            f"it ends {_when(end)} and EC2 terminates its instances from 30 minutes before: too soon to serve ({wait})"
+        )
+    return problems, f", window {_when(start)} to {_when(end)}"

@@ -5,19 +5,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from collections.abc import Iterable
+from typing import Any, Optional
 
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.config import StackConfig
-from llm_pd_eks_tools.core.cli import one_line
-
-Status = Literal["ok", "FAIL", "could-not-check", "warning"]
-OK: Status = "ok"
-FAIL: Status = "FAIL"
-UNKNOWN: Status = "could-not-check"
-WARN: Status = "warning"  # deployable, but costs or risks something the report names (exit 0)
+from llm_pd_eks_tools.ops.preflight_capacity import check_capacity
+from llm_pd_eks_tools.ops.preflight_result import FAIL, OK, UNKNOWN, WARN, Result, aws_errors, error_code, guarded
 
 # Service Quotas codes (service code "ec2") not carried by the GPU catalog.
 EIP_QUOTA_CODE = "L-0263D0A3"  # EC2-VPC Elastic IPs
@@ -35,81 +29,6 @@ CHECK_NAMES = (
     "gpu-capacity",
     "eks-version",
 )
-
-
-@dataclass(frozen=True)
-class Result:
-    """One preflight item."""
-
-    check: str  # stable identifier, e.g. "gpu-offering"
-    status: Status
-    detail: str
-
-
-# --- error handling -------------------------------------------------------------------------
-
-
-def describe_error(exc: Exception) -> str:
-    """One line for any botocore failure: no credentials, no endpoint, an API error."""
-    from botocore.exceptions import (
-        ClientError,
-        ConnectionClosedError,
-        ConnectTimeoutError,
-        EndpointConnectionError,
-        NoCredentialsError,
-        NoRegionError,
-        PartialCredentialsError,
-        ReadTimeoutError,
-    )
-
-    if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
-        return f"no usable AWS credentials ({exc}); configure a profile, env vars or SSO"
-    if isinstance(exc, (EndpointConnectionError, ConnectTimeoutError)):
-        return f"cannot reach AWS: {exc}"
-    if isinstance(exc, ReadTimeoutError):
-        return f"the AWS endpoint did not answer in time ({exc})"
-    if isinstance(exc, NoRegionError):
-        return "no region"
-    from botocore.parsers import ResponseParserError
-
-    if isinstance(exc, ResponseParserError):
-        return f"the endpoint's answer is not an AWS response ({one_line(str(exc), 120)})"
-    if isinstance(exc, (KeyError, IndexError, TypeError)):  # parsed, but without the fields AWS sends
-        return f"the endpoint's answer is not an AWS response (no {one_line(str(exc), 80)} in it)"
-    if isinstance(exc, ConnectionClosedError):
-        url = exc.kwargs.get("endpoint_url")
-        return f"cannot reach AWS: the endpoint closed the connection without answering ({url})"
-    if isinstance(exc, ClientError):
-        err = exc.response.get("Error", {})
-        code = str(err.get("Code", "error"))
-        message = " ".join(str(err.get("Message", "")).split())
-        if code.isdigit() or message.startswith("<"):
-            # Not an AWS error document (a proxy's or an emulator's HTML page): the status says it all.
-            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", code)
-            return f"{exc.operation_name}: HTTP {status} from the endpoint (not an AWS error response)"
-        return f"{exc.operation_name}: {code}{': ' + message[:160] if message else ''}"
-    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
-
-
-def _aws_errors() -> tuple[type[Exception], ...]:
-    """What a call to AWS (or whatever answers at the endpoint) can raise: botocore's errors, and an
-    answer that is not an AWS response (`ResponseParserError`, or a parsed answer lacking fields)."""
-    from botocore.exceptions import BotoCoreError, ClientError
-    from botocore.parsers import ResponseParserError
-
-    return (BotoCoreError, ClientError, ResponseParserError, KeyError, IndexError, TypeError)
-
-
-def guarded(check: str, fn: Callable[[], Result]) -> Result:
-    """Run one check; an AWS-side failure makes it could-not-check, never a traceback."""
-    try:
-        return fn()
-    except _aws_errors() as exc:
-        return Result(check, UNKNOWN, describe_error(exc))
-
-
-def _error_code(exc: Exception) -> str:
-    return getattr(exc, "response", {}).get("Error", {}).get("Code", "")
 
 
 # --- EC2 lookups ----------------------------------------------------------------------------
@@ -136,8 +55,8 @@ def instance_type_info(ec2, instance_type: str) -> Optional[dict[str, Any]]:
     """DescribeInstanceTypes for one type; None when the region does not know it."""
     try:
         found = ec2.describe_instance_types(InstanceTypes=[instance_type])["InstanceTypes"]
-    except _aws_errors() as exc:
-        if _error_code(exc) == "InvalidInstanceType":
+    except aws_errors() as exc:
+        if error_code(exc) == "InvalidInstanceType":
             return None
         raise
     return found[0] if found else None
@@ -210,8 +129,8 @@ def quota_value(quotas, quota_code: str) -> tuple[float, str]:
     try:
         quota = quotas.get_service_quota(ServiceCode="ec2", QuotaCode=quota_code)["Quota"]
         source = "applied"
-    except _aws_errors() as exc:
-        if _error_code(exc) != "NoSuchResourceException":
+    except aws_errors() as exc:
+        if error_code(exc) != "NoSuchResourceException":
             raise
         quota = quotas.get_aws_default_service_quota(ServiceCode="ec2", QuotaCode=quota_code)["Quota"]
         source = "AWS default"
@@ -317,7 +236,6 @@ def run_checks(
             Result("system-vcpu-quota", UNKNOWN, f"no on-demand quota code known for the {system.instance_type} family")
         )
     results.append(guarded("eip-quota", lambda: check_eip_quota(ec2, quotas, nat_gateway_count(config))))
-    from llm_pd_eks_tools.ops.preflight_capacity import check_capacity  # it builds on this module's Result
 
     results.append(guarded("gpu-capacity", lambda: check_capacity(ec2, config, stack=stack)))
     if eks is None:

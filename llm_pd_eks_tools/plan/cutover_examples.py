@@ -20,6 +20,7 @@ from llm_pd_eks.config import PROJECT
 from llm_pd_eks.prices import load_prices
 from llm_pd_eks_tools.core.cli import ROOT, ArgumentParser, exit_with
 from llm_pd_eks_tools.core.io_safety import atomic_write
+from llm_pd_eks_tools.core.stack import load_stack_config, stack_config
 from llm_pd_eks_tools.plan.cutover import plan_cutover
 from llm_pd_eks_tools.plan.gpu_node_rollout import (
     NO_CHANGE,
@@ -28,7 +29,7 @@ from llm_pd_eks_tools.plan.gpu_node_rollout import (
     classify_node_group_roll,
 )
 from llm_pd_eks_tools.plan.preview.harness import resource_records
-from llm_pd_eks_tools.plan.preview.mockrun import load_stack_config, run_program, stack_config
+from llm_pd_eks_tools.plan.preview.mockrun import run_program
 from llm_pd_eks_tools.plan.rayservice_rollout import classify_resources
 
 DOC = ROOT / "docs" / "day-two.md"

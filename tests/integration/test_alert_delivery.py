@@ -381,7 +381,8 @@ def test_a_webhook_receiver_needs_its_url_as_a_secret() -> None:
 def test_the_webhook_url_stays_secret_in_the_plan() -> None:
     from google.protobuf import json_format
 
-    from llm_pd_eks_tools.plan.preview.mockrun import load_stack_config, run_program
+    from llm_pd_eks_tools.core.stack import load_stack_config
+    from llm_pd_eks_tools.plan.preview.mockrun import run_program
 
     config, secret_keys = load_stack_config("dev")
     key = "llm-pd-eks:observability"

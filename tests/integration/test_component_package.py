@@ -22,8 +22,9 @@ from helpers import ROOT
 
 from llm_pd_eks.config import PROJECT, ConfigError, StackConfig
 from llm_pd_eks.deployment import INSTANCE_NAME, TYPE, LlmPdEksArgs, config_from_args
+from llm_pd_eks_tools.core.stack import stack_config
 from llm_pd_eks_tools.gates.yaml_program import check
-from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun, stack_config
+from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun
 
 PROVIDER = ROOT / "provider"
 EXAMPLE = ROOT / "examples" / "yaml"

@@ -31,7 +31,7 @@ from llm_pd_eks import metrics as m
 from llm_pd_eks.catalog import gpu_instance_type
 from llm_pd_eks_sizing import cost_audit
 from llm_pd_eks_tools.core.cli import Exit, run
-from llm_pd_eks_tools.plan.preview.mockrun import stack_config
+from llm_pd_eks_tools.core.stack import stack_config
 
 STACK = "dev"
 CONFIG = stack_config(STACK)

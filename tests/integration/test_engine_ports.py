@@ -19,7 +19,8 @@ from llm_pd_eks import engine_ports
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.versions import DLC_VLLM_VERSION
 from llm_pd_eks_sizing.realrun import gpu_main
-from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun, stack_config
+from llm_pd_eks_tools.core.stack import stack_config
+from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun
 
 SCRIPT_START_S = 30  # a Python start and 4 binds, on a loaded 2-core machine
 

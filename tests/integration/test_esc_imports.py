@@ -20,8 +20,8 @@ from helpers import DATA, ROOT, copy_checkout
 from llm_pd_eks_tools.core import esc_imports, stackfile
 from llm_pd_eks_tools.core.cli import Exit
 from llm_pd_eks_tools.core.esc_imports import EnvironmentImportError, imported_environments
-from llm_pd_eks_tools.core.stackfile import load
-from llm_pd_eks_tools.plan.preview.mockrun import stack_config
+from llm_pd_eks_tools.core.stack import load_stack_config as load
+from llm_pd_eks_tools.core.stack import stack_config
 
 RECORDED = DATA / "pulumi-config-json" / "dev.json"
 ENV = "llm-pd-eks/dev"

@@ -97,6 +97,6 @@ def test_the_page_is_generated_from_the_runner_table():
 
 
 def test_every_code_has_a_meaning():
-    from llm_pd_eks_tools.core.cli import MEANINGS
+    from llm_pd_eks_tools.core.errors import MEANINGS
 
     assert set(MEANINGS) == set(Exit) and all(MEANINGS[code].strip() for code in Exit)

@@ -24,7 +24,8 @@ from helpers import (
 
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.node_common import NODEADM_CONTENT_TYPE, node_config
-from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun, run_program, stack_config
+from llm_pd_eks_tools.core.stack import stack_config
+from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun, run_program
 
 RESERVATION = "cr-0123456789abcdef0"
 BASE = {

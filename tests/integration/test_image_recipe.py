@@ -65,7 +65,7 @@ def test_the_build_gate_needs_libfabric(tmp_path, plugins, rc):
 def test_the_dlc_image_is_accepted_by_the_config_and_a_mutable_tag_is_not():
     from helpers import config_problems, validate_values
 
-    from llm_pd_eks_tools.plan.preview.mockrun import stack_config
+    from llm_pd_eks_tools.core.stack import stack_config
 
     base = stack_config("dev").model_dump(by_alias=True, exclude_none=True)
     values = {k: v for k, v in base.items() if k != "region"}

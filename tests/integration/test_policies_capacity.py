@@ -62,8 +62,8 @@ def test_program_with_a_reservation_passes_with_its_az_and_fails_with_another():
     """The program's own plan (prod, GPU AZ us-east-1c) with an ODCR, judged with the reservation's AZ."""
     import json
 
+    from llm_pd_eks_tools.core.stack import load_stack_config
     from llm_pd_eks_tools.plan.preview.analyzer import analyze_run
-    from llm_pd_eks_tools.plan.preview.mockrun import load_stack_config
 
     config, secret_keys = load_stack_config("prod")
     key = "llm-pd-eks:gpuNodes"
@@ -153,8 +153,8 @@ def test_external_placement_group_without_reservation_is_still_a_blind_spot():
 def test_program_plans_per_capacity_pass_the_pack(capacity, policy_config):
     import json
 
+    from llm_pd_eks_tools.core.stack import load_stack_config
     from llm_pd_eks_tools.plan.preview.analyzer import analyze_run
-    from llm_pd_eks_tools.plan.preview.mockrun import load_stack_config
 
     config, secret_keys = load_stack_config("prod")
     key = "llm-pd-eks:gpuNodes"

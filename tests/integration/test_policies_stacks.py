@@ -9,8 +9,8 @@ from helpers import RAY_SERVICE, STACKS
 from policy_fixtures import mandatory, of, pack
 
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+from llm_pd_eks_tools.core.stack import stack_config
 from llm_pd_eks_tools.plan.preview.analyzer import UNKNOWN, analyze_run, run_resources
-from llm_pd_eks_tools.plan.preview.mockrun import stack_config
 
 
 def _judge(resources):

@@ -19,9 +19,11 @@ from helpers import RAY_SERVICE, ROOT, STACKS, copy_checkout
 
 from llm_pd_eks.models import MODELS
 from llm_pd_eks_tools.core.cli import ToolError
+from llm_pd_eks_tools.core.stack import load_stack_config
+from llm_pd_eks_tools.core.stackfile import SECRET_PLACEHOLDER
 from llm_pd_eks_tools.plan.preview.graph import component_graphs, component_mermaid
 from llm_pd_eks_tools.plan.preview.harness import SECRET, UNKNOWN, PreviewResult, plain, preview, resource_records
-from llm_pd_eks_tools.plan.preview.mockrun import SECRET_PLACEHOLDER, load_stack_config, run_program
+from llm_pd_eks_tools.plan.preview.mockrun import run_program
 from llm_pd_eks_tools.plan.preview.render import render_text
 from llm_pd_eks_tools.plan.preview.report import Report
 

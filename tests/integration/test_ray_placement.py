@@ -48,7 +48,7 @@ from llm_pd_eks.catalog import GPU_INSTANCE_TYPES, GpuInstanceType
 from llm_pd_eks.config import ServingConfig
 from llm_pd_eks.ray_resources import role_resource
 from llm_pd_eks.ray_service import ray_service_spec
-from llm_pd_eks_tools.plan.preview.mockrun import stack_config
+from llm_pd_eks_tools.core.stack import stack_config
 
 ACCEL = "accelerator_type:"
 PLACE_WAIT_S = 300  # bound on waiting for the groups that can place (moments on an idle machine)

@@ -25,6 +25,7 @@ from kuberay_start_params import raylet_resources, worker_ray_start
 from llm_pd_eks import metrics as m
 from llm_pd_eks.models import MODELS
 from llm_pd_eks.serving_names import ROLES
+from llm_pd_eks_sizing.realrun import doc as real_run_doc
 from llm_pd_eks_sizing.realrun import evidence
 from llm_pd_eks_sizing.realrun.render import (
     MODEL_CONFIGS,
@@ -312,13 +313,13 @@ def test_the_table_compares_each_load_with_its_own_aggregated_row() -> None:
     by = {(r["arm"], r["clients"]): r for r in rows}
     for r in agg["bench"]:
         assert by[("aggregated", r["clients"])]["median_ttft_ms"] == r["median_ttft_ms"]
-    line = evidence.comparison_line(PD["bench"], {r["clients"]: r for r in agg["bench"]})
+    line = real_run_doc.comparison_line(PD["bench"], {r["clients"]: r for r in agg["bench"]})
     first = PD["bench"][0]["median_ttft_ms"] / agg["bench"][0]["median_ttft_ms"]
     assert f"{first:.1f}x" in line and "not the deployment's trade" in line
 
 
 def test_an_earlier_run_it_repeats_is_saved_beside_it() -> None:
-    earlier = evidence.repeat_run(RUN)
+    earlier = real_run_doc.repeat_run(RUN)
     assert earlier is not None and earlier != RUN
     assert evidence.load(earlier, "run.json")["versions"]["vllm"] == RECORD["versions"]["vllm"]
 
@@ -414,9 +415,9 @@ def test_verifys_kv_queries_see_the_runs_transfers_in_a_real_prometheus(tmp_path
 
 
 def test_the_real_run_page_shows_the_saved_run() -> None:
-    """docs/real-run.md's overrides and results are generated (`python -m llm_pd_eks_sizing.realrun.evidence`)."""
-    text = evidence.DOC.read_text()
-    assert evidence.rendered_doc(text) == text
+    """docs/real-run.md's overrides and results are generated (`python -m llm_pd_eks_sizing.realrun.doc`)."""
+    text = real_run_doc.DOC.read_text()
+    assert real_run_doc.rendered_doc(text) == text
 
 
 def test_the_runner_sends_verifys_own_request() -> None:

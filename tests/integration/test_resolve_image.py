@@ -105,8 +105,8 @@ def test_the_tag_is_pinned_by_its_digest_and_nothing_else_changes(registry, chec
 
 
 def test_the_resolved_stack_passes_the_prod_digest_gate(registry, checkout):
+    from llm_pd_eks_tools.core.stack import stack_config
     from llm_pd_eks_tools.gates.placeholders import find_placeholders
-    from llm_pd_eks_tools.plan.preview.mockrun import stack_config
 
     assert any(p.key.endswith("serving.image") for p in find_placeholders(stack_config("prod", checkout)))
     assert resolve(checkout, registry.url) == Exit.OK

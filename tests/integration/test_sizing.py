@@ -34,7 +34,7 @@ from llm_pd_eks_sizing.model import (
     vllm_step_budget,
 )
 from llm_pd_eks_tools.core.cli import Exit, ToolError, run
-from llm_pd_eks_tools.plan.preview.mockrun import stack_config
+from llm_pd_eks_tools.core.stack import stack_config
 
 L70 = MODELS["meta-llama/Llama-3.3-70B-Instruct"]
 P5 = GPU_INSTANCE_TYPES["p5.48xlarge"]

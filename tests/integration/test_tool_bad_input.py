@@ -11,19 +11,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, tool
 
 from llm_pd_eks_tools.core.cli import Exit
-
-
-def tool(module: str, *args: str, env: dict[str, str] | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-    )
 
 
 def one_line(proc: subprocess.CompletedProcess, code: int) -> str:

@@ -24,7 +24,7 @@ from llm_pd_eks_tools.core.cli import Exit
 WRITERS = {
     "config-doc": ("llm_pd_eks_tools.maint.config_doc", [], "docs/configuration.md"),
     "cutover-examples": ("llm_pd_eks_tools.plan.cutover_examples", ["--write"], "docs/day-two.md"),
-    "realrun-evidence": ("llm_pd_eks_sizing.realrun.evidence", [], "docs/real-run.md"),
+    "realrun-doc": ("llm_pd_eks_sizing.realrun.doc", [], "docs/real-run.md"),
     "size --write": (
         "llm_pd_eks_sizing.size",
         ["--stack", "dev", "--workload", "workloads/dev.yaml", "--write"],

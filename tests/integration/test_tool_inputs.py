@@ -249,7 +249,7 @@ def test_infinities(text, expected):
 
 def test_a_top_level_value_reaches_the_program_as_its_source_text(tmp_path):
     """The CLI unmarshals a top-level config value into a string first: `0x10` stays "0x10"."""
-    from llm_pd_eks_tools.core.stackfile import load
+    from llm_pd_eks_tools.core.stack import load_stack_config as load
 
     (tmp_path / "Pulumi.dev.yaml").write_text(
         "config:\n  aws:region: us-west-2\n  llm-pd-eks:a: 0x10\n  llm-pd-eks:b: TRUE\n  llm-pd-eks:c: 1:0\n"
@@ -264,8 +264,8 @@ def test_a_top_level_value_reaches_the_program_as_its_source_text(tmp_path):
 def test_a_sexagesimal_count_is_refused_as_pulumi_would_hand_it_over(tmp_path):
     """`maxSize: 1:0` was 60 to PyYAML; to Pulumi it is the string "1:0", which the config model refuses."""
     from llm_pd_eks.config import ConfigError, validate_stack_config
+    from llm_pd_eks_tools.core.stack import load_stack_config
     from llm_pd_eks_tools.core.stackfile import engine_config
-    from llm_pd_eks_tools.plan.preview.mockrun import load_stack_config
 
     text = (ROOT / "Pulumi.dev.yaml").read_text().replace("    maxSize:", "    maxSize: 1:0\n    x-old-maxSize:", 1)
     assert "maxSize: 1:0" in text

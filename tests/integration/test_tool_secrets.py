@@ -7,28 +7,15 @@ A malformed kubeconfig `token:` line (YAML's own error quotes the offending line
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
-from helpers import ROOT
+from helpers import tool
 from prom_fixtures import free_port
 
 from llm_pd_eks_tools.core.cli import Exit
 from llm_pd_eks_tools.core.io_safety import REDACTED, redact
 
 SECRET = "hunter2-Zq8xV3"
-
-
-def tool(module: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def test_verify_does_not_repeat_a_malformed_token_line(tmp_path):

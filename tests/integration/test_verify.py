@@ -36,9 +36,9 @@ from llm_pd_eks.observability import PROMETHEUS_PORT_NAME, PROMETHEUS_SERVICE
 from llm_pd_eks.serving_names import NAMESPACE, RAY_SERVICE_NAME, SERVE_PORT
 from llm_pd_eks_sizing.model import kv_rank_floor_gbps
 from llm_pd_eks_tools.core.cli import Exit, run
+from llm_pd_eks_tools.core.stack import stack_config
 from llm_pd_eks_tools.ops.verify.checks import HEAD_SERVICE, Status, quantity_mib
 from llm_pd_eks_tools.ops.verify.cli import exit_code, main
-from llm_pd_eks_tools.plan.preview.mockrun import stack_config
 
 ENDPOINT_SERVICE_NAME = stack_config("dev").serving.endpoint_name  # KubeRay's serve Service
 

@@ -1,19 +1,24 @@
 """verify's kubeconfig credentials (the `kubernetes` package's loader, the exec plugin under the run's
-deadline) and the pod exec WebSocket's frame reader (verify/ws_frames.py)."""
+deadline) and the pod exec stream (verify/pod_exec.py: the package's WebSocket client under verify's
+deadline and byte cap), against a loopback WebSocket server."""
 
 from __future__ import annotations
 
-import io
+import base64
+import hashlib
+import json
 import struct
-import subprocess
-import sys
+import threading
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from helpers import QuietHTTPServer
+from kubernetes.client import Configuration
 
 from llm_pd_eks_tools.core.cli import Exit, run
-from llm_pd_eks_tools.ops.verify import ws_frames
 from llm_pd_eks_tools.ops.verify.cli import main
+from llm_pd_eks_tools.ops.verify.kube import BadReply, Credentials, Deadline, HttpError, KubeClient, Unreachable
 
 
 @pytest.fixture(autouse=True)
@@ -152,52 +157,104 @@ def test_a_failing_credential_command_is_unverified_not_a_crash():
     assert info.value.exit_code == Exit.UNVERIFIED and "exited 1: ExpiredToken" in str(info.value)
 
 
-def test_the_kubernetes_package_is_imported_only_to_read_a_kubeconfig():
-    """Its generated API models cost ~0.2 s: `verify --help` and usage errors do not pay for them."""
-    code = "import sys, llm_pd_eks_tools.ops.verify.cli; print('kubernetes' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "False"
+# --- the pod exec stream, against a loopback server speaking v4.channel.k8s.io ------------------------
 
 
-# --- WebSocket frames (RFC 6455 section 5.2) ----------------------------------------------------------
+class ExecHandler(BaseHTTPRequestHandler):
+    """Answers the exec upgrade (RFC 6455 server side) with the frames of `server.frames`, then closes;
+    with `server.hang`, upgrades and then sends nothing."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        if self.server.status:  # type: ignore[attr-defined]
+            body = json.dumps({"kind": "Status", "code": self.server.status}).encode()  # type: ignore[attr-defined]
+            self.send_response(self.server.status)  # type: ignore[attr-defined]
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        key = self.headers.get("Sec-WebSocket-Key", "")
+        accept = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest())
+        self.send_response(101)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", accept.decode())
+        self.send_header("Sec-WebSocket-Protocol", "v4.channel.k8s.io")
+        self.end_headers()
+        if self.server.hang:  # type: ignore[attr-defined]
+            self.server.release.wait(30)  # type: ignore[attr-defined]
+            return
+        for opcode, payload in self.server.frames:  # type: ignore[attr-defined]
+            self.wfile.write(frame(opcode, payload))
+        self.wfile.flush()
+        self.close_connection = True
 
 
-def frame(opcode: int, payload: bytes, fin: bool = True, mask: bytes = b"") -> bytes:
-    head = bytes([(0x80 if fin else 0) | opcode])
-    bit = 0x80 if mask else 0
+def frame(opcode: int, payload: bytes) -> bytes:
+    head = bytes([0x80 | opcode])
     if len(payload) < 126:
-        head += bytes([bit | len(payload)])
+        head += bytes([len(payload)])
     elif len(payload) < 2**16:
-        head += bytes([bit | 126]) + struct.pack(">H", len(payload))
+        head += bytes([126]) + struct.pack(">H", len(payload))
     else:
-        head += bytes([bit | 127]) + struct.pack(">Q", len(payload))
-    body = bytes(b ^ mask[i % 4] for i, b in enumerate(payload)) if mask else payload
-    return head + mask + body
+        head += bytes([127]) + struct.pack(">Q", len(payload))
+    return head + payload
 
 
-def test_exec_channels_join_stdout_and_keep_the_status_apart():
-    status = b'{"status": "Success"}'
-    stream = io.BytesIO(
-        frame(2, b"\x01hello ", fin=False)
-        + frame(0, b"world")  # a continuation of the fragmented message
-        + frame(2, b"\x02a warning")  # stderr: not stdout
-        + frame(2, b"\x01" + b"x" * 300)  # a 16-bit length
-        + frame(2, b"\x03" + status, mask=b"\x01\x02\x03\x04")  # a masked frame is unmasked
-        + frame(8, b"\x03\xe8")
-    )
-    out, error = ws_frames.exec_channels(ws_frames.FrameReader(stream, 4096))
-    assert out == b"hello world" + b"x" * 300 and error == status
+@pytest.fixture
+def exec_server():
+    server = QuietHTTPServer(("127.0.0.1", 0), ExecHandler)
+    server.frames, server.hang, server.status, server.release = [], False, 0, threading.Event()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.release.set()
+    server.shutdown()
+    server.server_close()
 
 
-def test_a_stream_cut_short_or_over_the_cap_is_refused():
-    with pytest.raises(ws_frames.FrameError, match="closed mid-reply"):
-        ws_frames.exec_channels(ws_frames.FrameReader(io.BytesIO(frame(2, b"\x01abc")[:-1]), 4096))
-    big = frame(2, b"\x01" + b"y" * 70_000) + frame(8, b"")  # a 64-bit length
-    with pytest.raises(ws_frames.FrameError, match="larger than the 65536 bytes"):
-        ws_frames.exec_channels(ws_frames.FrameReader(io.BytesIO(big), 65536))
-    assert ws_frames.exec_channels(ws_frames.FrameReader(io.BytesIO(big), 80_000))[0] == b"y" * 70_000
+def exec_client(server: QuietHTTPServer, seconds: float = 20.0, max_bytes: int = 4096) -> KubeClient:
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    return KubeClient(Credentials(url, None, Configuration(host=url)), Deadline(seconds), max_bytes=max_bytes)
 
 
-def test_the_accept_key_is_rfc_6455s():
-    """RFC 6455 section 1.3's worked example."""
-    assert ws_frames.websocket_accept("dGhlIHNhbXBsZSBub25jZQ==") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+SUCCESS = b"\x03" + json.dumps({"status": "Success"}).encode()
+
+
+def test_exec_returns_stdout_and_keeps_stderr_and_the_status_apart(exec_server):
+    exec_server.frames = [(2, b"\x01hello "), (2, b"\x02a warning"), (2, b"\x01world"), (2, SUCCESS), (8, b"\x03\xe8")]
+    assert exec_client(exec_server).exec_output("llm", "pod", "ray", ["sh", "-c", "true"]) == "hello world"
+
+
+def test_a_non_zero_exit_is_an_http_error_naming_the_code(exec_server):
+    failure = {
+        "status": "Failure",
+        "message": "exit status 3",
+        "details": {"causes": [{"reason": "ExitCode", "message": "3"}]},
+    }
+    exec_server.frames = [(2, b"\x03" + json.dumps(failure).encode()), (8, b"")]
+    with pytest.raises(HttpError, match="exit code 3"):
+        exec_client(exec_server).exec_output("llm", "pod", "ray", ["false"])
+
+
+def test_a_reply_over_the_cap_is_refused(exec_server):
+    exec_server.frames = [(2, b"\x01" + b"y" * 70_000), (2, SUCCESS), (8, b"")]
+    with pytest.raises(BadReply, match="larger than the 65536 bytes"):
+        exec_client(exec_server, max_bytes=65536).exec_output("llm", "pod", "ray", ["cat"])
+    assert exec_client(exec_server, max_bytes=80_000).exec_output("llm", "pod", "ray", ["cat"]) == "y" * 70_000
+
+
+def test_a_refused_upgrade_is_an_http_error_with_its_status(exec_server):
+    exec_server.status = 404
+    with pytest.raises(HttpError) as raised:
+        exec_client(exec_server).exec_output("llm", "gone", "ray", ["true"])
+    assert raised.value.status == 404
+
+
+def test_a_stream_that_never_ends_is_unreachable_at_the_deadline(exec_server):
+    """The server upgrades and then sends nothing: the exchange ends at the request's deadline."""
+    exec_server.hang = True
+    with pytest.raises(Unreachable, match="did not arrive in time"):
+        exec_client(exec_server, seconds=1.0).exec_output("llm", "pod", "ray", ["sleep", "3600"])

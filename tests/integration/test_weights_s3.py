@@ -16,8 +16,10 @@ import yaml
 from helpers import RAY_SERVICE, run_with
 from stack.test_serving_config import problems, validate
 
+from llm_pd_eks_tools.core.stack import stack_config
+from llm_pd_eks_tools.core.stackfile import PROJECT
 from llm_pd_eks_tools.plan.preview.figures import key_figures
-from llm_pd_eks_tools.plan.preview.mockrun import PROJECT, ProgramRun, stack_config
+from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun
 from llm_pd_eks_tools.plan.preview.render import figure_lines
 
 URI = "s3://example-llm-weights/qwen2.5-7b-instruct"

@@ -99,7 +99,7 @@ TOOLS: dict[str, Tool] = {
         Tool("llm_pd_eks_sizing.realrun.gpu_main", gpu_machine=True),
         Tool("llm_pd_eks_sizing.realrun.dry_run"),
         Tool("llm_pd_eks_sizing.realrun.render"),
-        Tool("llm_pd_eks_sizing.realrun.evidence"),
+        Tool("llm_pd_eks_sizing.realrun.doc"),
         Tool("llm_pd_eks_sizing.realrun.router_run"),
     )
 }

@@ -11,7 +11,8 @@ from helpers import DATA, NODE_GROUP, engine_config_with
 from llm_pd_eks.autoscaler import DESCRIBE_ACTIONS, MUTATING_ACTIONS, SERVICE_ACCOUNT, TAG_PREFIX
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.gpu_cutover import NODE_GROUP_LABEL
-from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun, run_program, stack_config
+from llm_pd_eks_tools.core.stack import stack_config
+from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun, run_program
 
 CHART_VALUES = yaml.safe_load((DATA / "cluster-autoscaler" / "values-9.59.0.yaml").read_text())
 # Maps whose keys are the user's (labels, annotations, flags), not chart keys.

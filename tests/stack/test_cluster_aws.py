@@ -13,7 +13,9 @@ import json
 import pytest
 from helpers import NODE_GROUP, STACKS, run_with
 
-from llm_pd_eks_tools.plan.preview.mockrun import PROJECT, ProgramRun, load_stack_config, run_program, stack_config
+from llm_pd_eks_tools.core.stack import load_stack_config, stack_config
+from llm_pd_eks_tools.core.stackfile import PROJECT
+from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun, run_program
 
 ROLE = "aws:iam/role:Role"
 ATTACHMENT = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"

@@ -8,7 +8,8 @@ import pytest
 from helpers import config_problems, merged, validate_values
 
 from llm_pd_eks.config import StackConfig
-from llm_pd_eks_tools.plan.preview.mockrun import PROJECT, run_program
+from llm_pd_eks_tools.core.stackfile import PROJECT
+from llm_pd_eks_tools.plan.preview.mockrun import run_program
 
 GOOD = {
     "network": {"vpcCidr": "10.0.0.0/16", "availabilityZones": ["us-west-2a", "us-west-2b"]},

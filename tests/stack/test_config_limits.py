@@ -19,7 +19,8 @@ from llm_pd_eks.config import (
     ConfigError,
     validate_engine_config,
 )
-from llm_pd_eks_tools.plan.preview.mockrun import PROJECT, load_stack_config
+from llm_pd_eks_tools.core.stack import load_stack_config
+from llm_pd_eks_tools.core.stackfile import PROJECT
 
 GOOD = {
     "network": {"vpcCidr": "10.0.0.0/16", "availabilityZones": ["us-west-2a", "us-west-2b"]},

@@ -14,11 +14,12 @@ from helpers import NODE_GROUP, RAY_SERVICE, engine_config_with
 from llm_pd_eks.engine_start import engine_start_timeout_s
 from llm_pd_eks.gpu_cutover import NODE_GROUP_LABEL
 from llm_pd_eks.prices import load_prices
+from llm_pd_eks_tools.core.stack import stack_config
 from llm_pd_eks_tools.plan.cutover import PLANNING_MINUTES, RAY_CLUSTER_DELETION_DELAY_MINUTES, plan_cutover
 from llm_pd_eks_tools.plan.gpu_node_rollout import BLUE_GREEN, NO_CHANGE, classify_gpu_roll
 from llm_pd_eks_tools.plan.preview.diff import Side, compare, render
 from llm_pd_eks_tools.plan.preview.harness import resource_records
-from llm_pd_eks_tools.plan.preview.mockrun import run_program, stack_config
+from llm_pd_eks_tools.plan.preview.mockrun import run_program
 from llm_pd_eks_tools.plan.rayservice_rollout import NEW_CLUSTER, classify_resources
 
 P5_HOURLY = load_prices().regions["us-east-1"]["instances"]["p5.48xlarge"]

@@ -16,7 +16,9 @@ from helpers import RAY_SERVICE, run_with
 
 from llm_pd_eks.engine_start import planned_engine_start_s
 from llm_pd_eks.models import MODELS, ModelSpec
-from llm_pd_eks_tools.plan.preview.mockrun import PROJECT, ProgramRun, stack_config
+from llm_pd_eks_tools.core.stack import stack_config
+from llm_pd_eks_tools.core.stackfile import PROJECT
+from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun
 from stack.test_serving_config import problems, validate
 
 CONSTANTS = "ray.llm._internal.serve.constants"

@@ -11,6 +11,7 @@ from helpers import STACKS
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.config import SystemNodesConfig
 from llm_pd_eks.models import MODELS, ModelSpec
+from llm_pd_eks_tools.core.stack import load_stack_config, stack_file
 from llm_pd_eks_tools.plan.preview.figures import (
     PriceTable,
     estimate_cost,
@@ -20,7 +21,7 @@ from llm_pd_eks_tools.plan.preview.figures import (
     node_groups,
     transfer_seconds,
 )
-from llm_pd_eks_tools.plan.preview.mockrun import load_stack_config, run_program, stack_file
+from llm_pd_eks_tools.plan.preview.mockrun import run_program
 
 GIB = 1 << 30
 

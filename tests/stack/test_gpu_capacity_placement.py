@@ -30,7 +30,8 @@ from helpers import (
 from llm_pd_eks.autoscaler import TAG_PREFIX
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.efa_gpu_nodes import accelerator_label
-from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun, run_program, stack_config
+from llm_pd_eks_tools.core.stack import stack_config
+from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun, run_program
 
 RID = "cr-0123456789abcdef0"
 RESERVATION_PG = "odcr-p5-us-east-1c"

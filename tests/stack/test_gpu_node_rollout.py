@@ -12,6 +12,7 @@ import pytest
 from helpers import engine_config_with
 
 from llm_pd_eks.prices import load_prices
+from llm_pd_eks_tools.core.stack import stack_config
 from llm_pd_eks_tools.plan.gpu_node_rollout import (
     BLUE_GREEN,
     EKS_ROLL,
@@ -22,7 +23,7 @@ from llm_pd_eks_tools.plan.gpu_node_rollout import (
 )
 from llm_pd_eks_tools.plan.preview.diff import Side, compare, render
 from llm_pd_eks_tools.plan.preview.harness import resource_records
-from llm_pd_eks_tools.plan.preview.mockrun import run_program, stack_config
+from llm_pd_eks_tools.plan.preview.mockrun import run_program
 
 RID = "cr-0123456789abcdef0"
 P5_HOURLY = load_prices().regions["us-east-1"]["instances"]["p5.48xlarge"]

@@ -22,8 +22,10 @@ from llm_pd_eks.efa_gpu_nodes import GPU_TOLERATION
 from llm_pd_eks.kv_transfer import kv_rank_floor_gbps
 from llm_pd_eks.observability import DCGM_CHART, PROMETHEUS_STACK_CHART
 from llm_pd_eks.serving_names import NAMESPACE as SERVING_NAMESPACE
-from llm_pd_eks_tools.plan.preview.mockrun import PROJECT, ProgramRun, load_stack_config, run_program
-from llm_pd_eks_tools.plan.preview.mockrun import stack_config as checked_in_config
+from llm_pd_eks_tools.core.stack import load_stack_config
+from llm_pd_eks_tools.core.stack import stack_config as checked_in_config
+from llm_pd_eks_tools.core.stackfile import PROJECT
+from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun, run_program
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 POD_MONITOR = "kubernetes:monitoring.coreos.com/v1:PodMonitor"

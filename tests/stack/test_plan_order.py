@@ -12,7 +12,9 @@ import copy
 import pytest
 from helpers import STACKS, run_with
 
-from llm_pd_eks_tools.plan.preview.mockrun import PROJECT, ProgramRun, load_stack_config, run_program
+from llm_pd_eks_tools.core.stack import load_stack_config
+from llm_pd_eks_tools.core.stackfile import PROJECT
+from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun, run_program
 
 NAMESPACE = "kubernetes:core/v1:Namespace"
 RELEASE = "kubernetes:helm.sh/v3:Release"

@@ -10,7 +10,8 @@ from helpers import RAY_SERVICE
 
 from llm_pd_eks.gcs_store import GCS_SECRET_KEY, GCS_STORE_PORT, replication_group_id
 from llm_pd_eks.ray_head_protection import HEAD_NODE_TYPE_LABEL
-from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun, eks_cluster_ids, run_program, stack_config
+from llm_pd_eks_tools.core.stack import stack_config
+from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun, eks_cluster_ids, run_program
 
 PDB = "kubernetes:policy/v1:PodDisruptionBudget"
 REPLICATION_GROUP = "aws:elasticache/replicationGroup:ReplicationGroup"

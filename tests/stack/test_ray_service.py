@@ -27,14 +27,9 @@ from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.gpu_cutover import NODE_GROUP_LABEL
 from llm_pd_eks.models import MODELS
 from llm_pd_eks.pulumi_sdk import rpc
-from llm_pd_eks_tools.plan.preview.mockrun import (
-    PROJECT,
-    ProgramRun,
-    Registration,
-    load_stack_config,
-    run_program,
-    stack_config,
-)
+from llm_pd_eks_tools.core.stack import load_stack_config, stack_config
+from llm_pd_eks_tools.core.stackfile import PROJECT
+from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun, Registration, run_program
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 SERVICE = "kubernetes:core/v1:Service"

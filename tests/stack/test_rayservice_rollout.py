@@ -15,8 +15,8 @@ from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.config import ServingConfig
 from llm_pd_eks.ray_service import ray_service_spec, replace_on_changes
 from llm_pd_eks.rollout_rule import differing_paths
+from llm_pd_eks_tools.core.stack import stack_config
 from llm_pd_eks_tools.plan.preview.diff import Diff, render
-from llm_pd_eks_tools.plan.preview.mockrun import stack_config
 from llm_pd_eks_tools.plan.rayservice_rollout import (
     CREATE,
     DELETE,

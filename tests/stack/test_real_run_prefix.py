@@ -25,7 +25,6 @@ from helpers import (
     bindable,
     changed_paths,
     free_port_window,
-    ray_engine_standins,
     runtime_module_on_path,
     serve_build,
 )
@@ -35,6 +34,7 @@ from llm_pd_eks import serve_routing
 from llm_pd_eks.models import MODELS
 from llm_pd_eks.ray_resources import role_resource
 from llm_pd_eks.serving_names import RAY_VERSION, ROLES
+from llm_pd_eks_sizing.realrun import doc as real_run_doc
 from llm_pd_eks_sizing.realrun import evidence, gpu_load, gpu_main, routing_evidence
 from llm_pd_eks_sizing.realrun.render import (
     PREFIX_ARMS,
@@ -51,11 +51,7 @@ PREFIX_LLM = OVERRIDES["prefix_run"]["llm_config"]
 pytestmark = pytest.mark.filterwarnings("ignore:coroutine .LLMServer.__del__. was never awaited")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def standins() -> Iterator[None]:
-    """Ray Serve LLM's modules import a few vLLM names (helpers.ray_engine_standins)."""
-    with ray_engine_standins():
-        yield
+pytestmark = pytest.mark.usefixtures("ray_standins")
 
 
 def app(arm: str) -> dict[str, Any]:
@@ -775,4 +771,4 @@ def test_the_first_saved_h100_attempt_lost_replica_starts_to_port_100_and_then_t
 def test_the_page_carries_the_newest_saved_prefix_arms_and_says_when_none_ran() -> None:
     assert "Not run yet" in routing_evidence.prefix_results_section(None)
     run = routing_evidence.prefix_run()
-    assert run is not None and routing_evidence.prefix_results_section(run) in evidence.DOC.read_text()
+    assert run is not None and routing_evidence.prefix_results_section(run) in real_run_doc.DOC.read_text()

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from helpers import run_async
 
-from llm_pd_eks_sizing.realrun import evidence, router_run, routing_evidence
+from llm_pd_eks_sizing.realrun import doc as real_run_doc
+from llm_pd_eks_sizing.realrun import router_run, routing_evidence
 from llm_pd_eks_tools.core.cli import Exit, ToolError
 
 RUN = routing_evidence.router_run()
@@ -153,7 +154,7 @@ def test_rays_router_as_is_stalls_from_four_clients_in_the_same_run() -> None:
 
 
 def test_the_page_shows_the_saved_router_run_and_the_stall_it_recorded() -> None:
-    text = evidence.DOC.read_text()
+    text = real_run_doc.DOC.read_text()
     assert routing_evidence.router_section(RUN) in text
     stalled = [lv for lv in RECORD["arms"]["prefix-ray"] if lv.get("stalled")]
     assert ("stalls from four" in text) == bool(stalled and stalled[0]["clients"] == 4)

@@ -7,28 +7,24 @@ from __future__ import annotations
 import inspect
 import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import yaml
-from helpers import DATA, ray_engine_standins, run_async
+from helpers import DATA, run_async
 
 from llm_pd_eks import serve_routing
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.config import ServingConfig
 from llm_pd_eks.ray_service import ray_service_spec
-from llm_pd_eks_tools.plan.preview.mockrun import stack_config
+from llm_pd_eks_tools.core.stack import stack_config
 
 # Ray 2.58's LLMServer defines an async __del__; the servers built here without __init__ are dropped unawaited.
 pytestmark = pytest.mark.filterwarnings("ignore:coroutine .LLMServer.__del__. was never awaited")
 CRD = DATA / "kuberay" / "ray.io_rayservices.yaml"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def standins() -> Iterator[None]:
-    """Ray Serve LLM's modules import a few vLLM names (helpers.ray_engine_standins)."""
-    with ray_engine_standins():
-        yield
+pytestmark = pytest.mark.usefixtures("ray_standins")
 
 
 def serving(**routing: Any) -> tuple[ServingConfig, Any]:

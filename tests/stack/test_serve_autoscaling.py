@@ -14,11 +14,11 @@ model wants every replica.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pytest
 import yaml
-from helpers import RAY_SERVICE, STACKS, ray_engine_standins
+from helpers import RAY_SERVICE, STACKS
 
 from llm_pd_eks.config.serving import ReplicaGroupConfig
 from llm_pd_eks_sizing.size import MAX_ONGOING_HEADROOM, autoscaling_values
@@ -26,11 +26,7 @@ from llm_pd_eks_sizing.size import MAX_ONGOING_HEADROOM, autoscaling_values
 TICK_S = 1.0
 
 
-@pytest.fixture(scope="module", autouse=True)
-def standins() -> Iterator[None]:
-    """Ray Serve LLM's modules import a few vLLM names (helpers.ray_engine_standins)."""
-    with ray_engine_standins():
-        yield
+pytestmark = pytest.mark.usefixtures("ray_standins")
 
 
 def effective_options(llm: dict[str, Any]) -> dict[str, Any]:
@@ -157,7 +153,7 @@ def test_delay_defaults_are_serves():
 def test_the_config_refuses_back_pressure_below_the_target():
     from helpers import config_problems
 
-    from llm_pd_eks_tools.plan.preview.mockrun import stack_config
+    from llm_pd_eks_tools.core.stack import stack_config
 
     base = stack_config("dev").model_dump(by_alias=True, exclude_none=True)
     values = {k: v for k, v in base.items() if k != "region"}

@@ -18,7 +18,7 @@ from llm_pd_eks import serve_routing
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.config import ServingConfig
 from llm_pd_eks.ray_service import ray_service_spec
-from llm_pd_eks_tools.plan.preview.mockrun import stack_config
+from llm_pd_eks_tools.core.stack import stack_config
 
 # Ray 2.58's LLMServer defines an async __del__; classes Serve's build only inspects are dropped unawaited.
 pytestmark = pytest.mark.filterwarnings("ignore:coroutine .LLMServer.__del__. was never awaited")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from helpers import config_problems, merged, validate_values
 
-from llm_pd_eks_tools.plan.preview.mockrun import PROJECT
+from llm_pd_eks_tools.core.stackfile import PROJECT
 
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/ray-llm:2.60.0-py311-cu128"
 

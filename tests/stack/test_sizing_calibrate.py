@@ -22,7 +22,7 @@ from llm_pd_eks_sizing.calibrate.bench import SweepPoint, check_result, parse_ni
 from llm_pd_eks_sizing.calibrate.job import RESULT_BEGIN, RESULT_END, calibration_job, parse_results
 from llm_pd_eks_sizing.model import VLLM_BF16, Replica, load_calibration, load_workload, size
 from llm_pd_eks_tools.core.cli import Exit, ToolError, run
-from llm_pd_eks_tools.plan.preview.mockrun import stack_config
+from llm_pd_eks_tools.core.stack import stack_config
 
 CALIBRATION_DATA = DATA / "sizing-calibration"
 QWEN = MODELS["Qwen/Qwen2.5-7B-Instruct"]  # dev: Qwen 7B on p4d.24xlarge, TP 1

@@ -253,7 +253,7 @@ def test_held_out_vllm_closed_loop_gain(point):
 def test_make_size_flags_what_it_assumes():
     from llm_pd_eks_sizing.model import load_workload, size
     from llm_pd_eks_sizing.model.plan import sizing_flags
-    from llm_pd_eks_tools.plan.preview.mockrun import stack_config
+    from llm_pd_eks_tools.core.stack import stack_config
 
     result = size("prod", stack_config("prod", ROOT), load_workload(ROOT / "workloads" / "prod.yaml"))
     assert any(f.startswith("prefill: assumed: TP 8 all-reduce over NVLink") for f in result.flags)

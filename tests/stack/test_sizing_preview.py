@@ -8,8 +8,8 @@ from helpers import ROOT, STACKS
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.models import MODELS
 from llm_pd_eks_sizing.model import band_text, load_workload, size
+from llm_pd_eks_tools.core.stack import stack_config
 from llm_pd_eks_tools.plan.preview.figures import key_figures, sized_throughput_figure
-from llm_pd_eks_tools.plan.preview.mockrun import stack_config
 from llm_pd_eks_tools.plan.preview.render import figure_lines
 from llm_pd_eks_tools.plan.preview.report import Figures
 

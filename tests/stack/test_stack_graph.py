@@ -10,7 +10,9 @@ from helpers import LAUNCH_TEMPLATE, NODE_GROUP, PLACEMENT_GROUP, SUBNET
 
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.network import CLUSTER_TAG_VALUE
-from llm_pd_eks_tools.plan.preview.mockrun import PROJECT, ProgramRun, Registration, eks_cluster_ids, stack_config
+from llm_pd_eks_tools.core.stack import stack_config
+from llm_pd_eks_tools.core.stackfile import PROJECT
+from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun, Registration, eks_cluster_ids
 
 
 def node_group_subnets(run: ProgramRun, node_group: Registration) -> list[Registration]:
@@ -250,7 +252,7 @@ def test_stack_outputs(run: ProgramRun):
 
 @pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
 def test_each_environment_has_a_valid_stack_file(stack):
-    from llm_pd_eks_tools.plan.preview.mockrun import stacks
+    from llm_pd_eks_tools.core.stack import stacks
 
     assert stack in stacks()
     cfg = stack_config(stack)

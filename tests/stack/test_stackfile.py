@@ -10,7 +10,8 @@ from helpers import ROOT
 
 from llm_pd_eks_tools.core import stackfile
 from llm_pd_eks_tools.core.cli import Exit
-from llm_pd_eks_tools.plan.preview.mockrun import PROJECT, load_stack_config
+from llm_pd_eks_tools.core.stack import load_stack_config
+from llm_pd_eks_tools.core.stackfile import PROJECT
 
 DEV = (ROOT / "Pulumi.dev.yaml").read_text()
 

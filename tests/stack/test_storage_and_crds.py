@@ -24,11 +24,11 @@ from llm_pd_eks.storage import (
     duration_seconds,
     prometheus_volume,
 )
+from llm_pd_eks_tools.core.stack import stack_config as checked_in_config
 from llm_pd_eks_tools.plan.preview.crds import crd_changes
 from llm_pd_eks_tools.plan.preview.diff import changed_paths
 from llm_pd_eks_tools.plan.preview.harness import resource_records
 from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun, run_program
-from llm_pd_eks_tools.plan.preview.mockrun import stack_config as checked_in_config
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 CHART_VALUES = yaml.safe_load((DATA / "kube-prometheus-stack" / "values-88.5.3.yaml").read_text())

@@ -7,8 +7,9 @@ import pytest
 import yaml
 from helpers import ROOT, STACKS
 
+from llm_pd_eks_tools.core.stack import load_stack_config
 from llm_pd_eks_tools.plan import up_budget
-from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun, Registration, load_stack_config
+from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun, Registration
 
 WORKFLOWS = ROOT / ".github" / "workflows"
 # The jobs that run `pulumi up` (workflow file, job id).

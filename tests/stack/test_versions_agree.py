@@ -175,3 +175,10 @@ def test_the_vendored_vllm_facts_are_the_images_vllms():
     assert f"from the wheel vllm-{versions.DLC_VLLM_VERSION}-" in source
     assert f"(vllm/_version.py {versions.DLC_VLLM_VERSION}, commit " in source
     assert re.search(r"wheel sha256 [0-9a-f]{64}\)", source)
+
+
+def test_the_example_yaml_program_serves_the_recorded_image():
+    props = yaml.safe_load((ROOT / "examples" / "yaml" / "Pulumi.yaml").read_text())["resources"]
+    (component,) = [r["properties"] for r in props.values() if "serving" in r.get("properties", {})]
+    ref = parse_image(component["serving"]["image"])
+    assert (ref.repository, ref.tag) == (versions.DLC_REGISTRY, versions.DLC_TAG), component["serving"]["image"]

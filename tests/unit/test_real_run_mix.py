@@ -16,7 +16,9 @@ from llm_pd_eks import serve_routing
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.models import MODELS
 from llm_pd_eks_sizing.model.routing import decode_only_threshold as sized_threshold
+from llm_pd_eks_sizing.realrun import doc as real_run_doc
 from llm_pd_eks_sizing.realrun import evidence, gpu_load, gpu_main, gpu_mix, gpu_model, routing_evidence
+from llm_pd_eks_sizing.realrun import mix_evidence as mix_records
 from llm_pd_eks_sizing.realrun.render import decode_only_threshold, load_overrides, run_inputs, write_bundle
 
 OVERRIDES = load_overrides()
@@ -222,7 +224,7 @@ def test_the_mix_table_has_a_row_per_load_class_and_arm_and_ends_with_the_sized_
     cond = {**mix_evidence(40.0, 6.0, 35.0, 48.0), "decode_only_below_tokens": 1024, "sized_decode_only": sized}
     (run / "evidence-mix-pd.json").write_text(json.dumps(pd))
     (run / "evidence-mix-cond.json").write_text(json.dumps(cond))
-    rows = routing_evidence.mix_rows(run)
+    rows = mix_records.mix_rows(run)
     assert [(r["load"], r["class"], r["arm"]) for r in rows] == [
         ("together", "short", "P/D"),
         ("together", "short", "P/D, decode-only below the threshold"),
@@ -234,7 +236,7 @@ def test_the_mix_table_has_a_row_per_load_class_and_arm_and_ends_with_the_sized_
         ("long alone", "long", "P/D, decode-only below the threshold"),
     ]
     assert rows[-1]["skipped"] == "the phase's time budget" and "p50_ttft_ms" not in rows[-1]
-    table = routing_evidence.mix_results_section(run)
+    table = mix_records.mix_results_section(run)
     assert (
         "| together | short (128) | P/D, decode-only below 1,024 tokens | 8 | 48 | 40.0 | 80.0 | 5.00 | 900 | 48 / 48 |"
         in table
@@ -248,7 +250,7 @@ def test_the_mix_table_has_a_row_per_load_class_and_arm_and_ends_with_the_sized_
     assert "long prompts' median TTFT from 300.0 to 300.0 ms (+0%) and median ITL from 5.0 to 6.0 ms (+20%)" in table
     assert "P/D's median TTFT is 25.0 ms over decode-only's" in table and "assumes 5 ms" in table
     monkeypatch.setattr(evidence, "DATA", tmp_path)
-    assert routing_evidence.mix_run() == run and routing_evidence.prefix_run() is None
+    assert mix_records.mix_run() == run and routing_evidence.prefix_run() is None
 
 
 def test_a_p_d_short_alone_load_not_run_is_taken_from_the_newest_earlier_run_and_named(tmp_path: Path) -> None:
@@ -269,7 +271,7 @@ def test_a_p_d_short_alone_load_not_run_is_taken_from_the_newest_earlier_run_and
     (run / "evidence-mix-cond.json").write_text(json.dumps(cond))
     with monkeypatch.context() as m:
         m.setattr(evidence, "DATA", tmp_path)
-        table = routing_evidence.mix_results_section(run)
+        table = mix_records.mix_results_section(run)
     assert "P/D's median TTFT is 25.0 ms over decode-only's" in table  # 60 (the newer earlier run) - 35
     assert "P/D's from run `2026-12-05T1000Z`, another machine of the same kind" in table
 
@@ -278,18 +280,18 @@ def test_the_prefill_stage_is_fitted_on_the_decode_only_arms_long_load_only_wher
     long_alone = {"load": "long alone", "classes": {"long": mix_class(8, 5000.0, 6.0)}}
     pd = {"decode_only_below_tokens": None, "loads": [{"load": "long alone", "skipped": "the phase's time budget"}]}
     cond = {"decode_only_below_tokens": 1024, "loads": [{**long_alone, "paths": {"decode_only": 0.0}}]}
-    assert routing_evidence.fit_load({"P/D": pd, "cond": cond}) == ("cond", cond["loads"][0])
+    assert mix_records.fit_load({"P/D": pd, "cond": cond}) == ("cond", cond["loads"][0])
     cond["loads"][0]["paths"] = {"decode_only": 3.0, "disaggregated": 45.0}  # some took the other path
-    assert routing_evidence.fit_load({"P/D": pd, "cond": cond}) is None
+    assert mix_records.fit_load({"P/D": pd, "cond": cond}) is None
     pd["loads"] = [long_alone]
-    assert routing_evidence.fit_load({"P/D": pd, "cond": cond}) == ("P/D", long_alone)
+    assert mix_records.fit_load({"P/D": pd, "cond": cond}) == ("P/D", long_alone)
 
 
 def test_the_page_carries_the_newest_saved_mix_arms_and_says_when_none_ran() -> None:
-    assert "Not run yet" in routing_evidence.mix_results_section(None)
-    run = routing_evidence.mix_run()
-    assert run is not None and routing_evidence.mix_results_section(run) in evidence.DOC.read_text()
-    assert "decodeOnlyBelowTokens` | `1024`" in evidence.DOC.read_text()  # the arm's setting, from overrides.yaml
+    assert "Not run yet" in mix_records.mix_results_section(None)
+    run = mix_records.mix_run()
+    assert run is not None and mix_records.mix_results_section(run) in real_run_doc.DOC.read_text()
+    assert "decodeOnlyBelowTokens` | `1024`" in real_run_doc.DOC.read_text()  # the arm's setting, from overrides.yaml
 
 
 # --- make realrun-dry: the cluster steps on this machine's Ray, here with gpu_main faked -------------
@@ -402,12 +404,12 @@ def test_the_arm_run_before_the_tokenizer_count_sent_every_request_through_prefi
 
 
 def model_rows() -> dict[tuple[str, str, str], dict[str, Any]]:
-    return {(r["load"], r["class"], r["arm"]): r for r in routing_evidence.mix_model_rows(SAVED)}
+    return {(r["load"], r["class"], r["arm"]): r for r in mix_records.mix_model_rows(SAVED)}
 
 
 def test_the_mix_model_puts_short_prompts_behind_the_long_ones_prefill_queue_as_the_run_did() -> None:
     rows = model_rows()
-    pd, cond = (arm for _, arm in routing_evidence.MIX_EVIDENCE)
+    pd, cond = (arm for _, arm in mix_records.MIX_EVIDENCE)
     for key in (("together", "short", pd), ("together", "long", pd), ("together", "long", cond)):
         ratio = rows[key]["model_ttft_s"] / rows[key]["ttft_s"]
         assert 0.8 <= ratio <= 1.3, (key, ratio)  # held out: only P/D's long-alone load is fitted
@@ -423,7 +425,7 @@ def test_the_mix_models_known_misses_are_the_short_prompts_on_an_uncongested_pat
     """The short prompts that queue behind nothing: the model's TTFT is a prefill and a step, the run's
     carries Ray Serve's own request path (~0.1 s here), which the model does not hold. Listed, so a
     new miss or a fixed one shows."""
-    pd, cond = (arm for _, arm in routing_evidence.MIX_EVIDENCE)
+    pd, cond = (arm for _, arm in mix_records.MIX_EVIDENCE)
     misses = {k for k, r in model_rows().items() if not 0.5 <= r["model_ttft_s"] / r["ttft_s"] <= 2.0}
     assert misses == {("short alone", "short", pd), ("together", "short", cond)}
     for key in misses:
@@ -432,7 +434,7 @@ def test_the_mix_models_known_misses_are_the_short_prompts_on_an_uncongested_pat
 
 
 def test_the_mix_model_says_decode_only_pays_for_the_runs_mix_on_efa_too() -> None:
-    line = routing_evidence.deployment_mix_line(SAVED)
+    line = mix_records.deployment_mix_line(SAVED)
     assert line.startswith("- The same mix on p5.48xlarge over EFA")
     figures = [float(x.replace(",", "")) for x in re.findall(r"from ([\d.,]+) to ([\d.,]+)", line) for x in x]
     short_pd, short_cond, long_pd, long_cond, itl_pd, itl_cond = figures
@@ -451,8 +453,8 @@ def test_the_second_saved_decode_only_arm_took_each_path_by_prompt_length_in_eve
         "short alone": {"decode_only": 48.0, "disaggregated": 0.0},
         "long alone": {"decode_only": 0.0, "disaggregated": 48.0},
     }
-    rows = {(r["load"], r["class"], r["arm"]): r for r in routing_evidence.mix_rows(SAVED_SAME_MACHINE)}
-    pd, cond = (arm for _, arm in routing_evidence.MIX_EVIDENCE)
+    rows = {(r["load"], r["class"], r["arm"]): r for r in mix_records.mix_rows(SAVED_SAME_MACHINE)}
+    pd, cond = (arm for _, arm in mix_records.MIX_EVIDENCE)
     # the same machine and raylets: out of the prefill queue, short prompts first-token in under a tenth
     assert rows[("together", "short", cond)]["p50_ttft_ms"] < rows[("together", "short", pd)]["p50_ttft_ms"] / 10
     assert rows[("together", "long", cond)]["p50_itl_ms"] <= rows[("together", "long", pd)]["p50_itl_ms"]
@@ -462,12 +464,12 @@ def test_the_prefill_stage_fitted_on_two_machines_agrees_and_predicts_the_held_o
     """The run of 09:35 fits the stage on the decode-only arm's long-alone load (every request of it
     through P/D, its P/D arm had no time for it); 05:35 fitted P/D's own. Two H100 machines, two arms,
     one cost a token within 10 %, and the held-out together loads within 0.8-1.3x."""
-    first, second = routing_evidence.mix_model_rows(SAVED), routing_evidence.mix_model_rows(SAVED_SAME_MACHINE)
+    first, second = mix_records.mix_model_rows(SAVED), mix_records.mix_model_rows(SAVED_SAME_MACHINE)
     (fitted,) = [r for r in second if r["fitted"]]
-    assert (fitted["load"], fitted["arm"]) == ("long alone", routing_evidence.MIX_EVIDENCE[1][1])
+    assert (fitted["load"], fitted["arm"]) == ("long alone", mix_records.MIX_EVIDENCE[1][1])
     a, b = first[0]["stage_s_per_token"], second[0]["stage_s_per_token"]
     assert abs(a - b) / a < 0.10
-    cond_short = ("short", routing_evidence.MIX_EVIDENCE[1][1])
+    cond_short = ("short", mix_records.MIX_EVIDENCE[1][1])
     held_out = [r for r in second if r["load"] == "together" and (r["class"], r["arm"]) != cond_short]
     assert len(held_out) == 3
     for r in held_out:
@@ -482,25 +484,25 @@ def test_the_sized_threshold_with_the_measured_hop_says_whether_the_short_prompt
     record = {"model_id": "Qwen/Qwen2.5-7B-Instruct", "instance_type": "p5.48xlarge"}
     (tmp_path / "run.json").write_text(json.dumps(record))
     model, gpu = MODELS["Qwen/Qwen2.5-7B-Instruct"], GPU_INSTANCE_TYPES["p5.48xlarge"]
-    (line,) = routing_evidence.measured_hop_line(tmp_path, 0.081)
+    (line,) = mix_records.measured_hop_line(tmp_path, 0.081)
     expected = decode_only_threshold(model, gpu, hop_s=0.081).tokens
     assert expected is not None and expected > 128 and f"threshold at {expected:,} tokens" in line
     assert "the rule agrees with the run" in line
-    (near,) = routing_evidence.measured_hop_line(tmp_path, 0.0051)  # a hop barely above the assumed one
+    (near,) = mix_records.measured_hop_line(tmp_path, 0.0051)  # a hop barely above the assumed one
     assert "never pays" in near or "the rule and the run disagree" in near
-    assert routing_evidence.measured_hop_line(tmp_path, -1.0) == []
+    assert mix_records.measured_hop_line(tmp_path, -1.0) == []
     (tmp_path / "run.json").write_text("{}")
-    assert routing_evidence.measured_hop_line(tmp_path, 0.081) == []
+    assert mix_records.measured_hop_line(tmp_path, 0.081) == []
 
 
 def test_the_docs_quote_the_threshold_the_saved_run_gives_with_its_measured_hop() -> None:
     """docs/routing.md and docs/sizing.md quote what real-run.md's generated table says: one figure."""
     import re
 
-    run = routing_evidence.mix_run()
+    run = mix_records.mix_run()
     assert run is not None
-    (line,) = [x for x in routing_evidence.mix_check(run) if "With that" in x]
+    (line,) = [x for x in mix_records.mix_check(run) if "With that" in x]
     quoted = re.search(r"threshold at ([\d,]+) tokens", line)
     assert quoted is not None
     for page in ("routing.md", "sizing.md"):
-        assert f"{quoted.group(1)} tokens" in (evidence.DOC.parent / page).read_text(), page
+        assert f"{quoted.group(1)} tokens" in (real_run_doc.DOC.parent / page).read_text(), page

@@ -34,9 +34,9 @@ from llm_pd_eks import metrics as m
 from llm_pd_eks.serving_names import NAMESPACE, RAY_SERVICE_NAME, ROLES, SERVE_PORT
 from llm_pd_eks_tools.core.cli import one_line
 
-from .fabric import FabricProbe, check_efa_bytes, check_fi_provider, check_nixl_plugin
+from .fabric import check_efa_bytes, check_fi_provider, check_nixl_plugin
 from .kube import BadReply, HttpError, KubeClient, Unreachable
-from .results import Check, Context, Expected, Status, catalog_hugepages_mib, quantity_mib
+from .results import Check, Context, Expected, FabricProbe, Status, catalog_hugepages_mib, quantity_mib
 
 __all__ = ["Check", "Context", "Expected", "FabricProbe", "Status", "catalog_hugepages_mib", "quantity_mib"]
 

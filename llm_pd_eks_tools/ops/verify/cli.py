@@ -68,7 +68,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     # the program's config and catalog: imported here, past the arguments (they import Pulumi's SDKs)
     from llm_pd_eks.catalog import gpu_instance_type
     from llm_pd_eks.config import ConfigError
-    from llm_pd_eks_tools.plan.preview.mockrun import stack_config
+    from llm_pd_eks_tools.core.stack import stack_config
 
     try:
         config = stack_config(args.stack)

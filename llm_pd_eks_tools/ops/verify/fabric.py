@@ -4,14 +4,13 @@ relies on)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from llm_pd_eks.serving_names import NAMESPACE
 from llm_pd_eks_tools.core.cli import one_line
 
 from .kube import BadReply, HttpError, KubeClient, Unreachable
-from .results import Check, Context, Expected, Status
+from .results import Check, Context, Expected, FabricProbe, Status
 
 
 def expected_fi_provider() -> str:
@@ -50,39 +49,6 @@ done
 
 
 # --- the fabric, as the running worker sees it (pod exec) ----------------------------------------
-
-
-@dataclass
-class FabricProbe:
-    """What FABRIC_PROBE printed in one pod."""
-
-    processes: dict[str, str] = field(default_factory=dict)  # pid -> command line, for each plugin user
-    env: dict[str, dict[str, str]] = field(default_factory=dict)  # pid -> FI_* variables
-    counters: dict[str, int] = field(default_factory=dict)  # sysfs path -> value
-
-    @classmethod
-    def parse(cls, text: str) -> "FabricProbe":
-        probe = cls()
-        for line in text.splitlines():
-            kind, _, rest = line.partition(" ")
-            if kind == "proc":
-                pid, _, command = rest.partition(" ")
-                probe.processes[pid] = command.strip()
-            elif kind == "env":
-                pid, _, assignment = rest.partition(" ")
-                name, _, value = assignment.partition("=")
-                probe.env.setdefault(pid, {})[name] = value
-            elif kind == "counter":
-                path, _, value = rest.rpartition(" ")
-                if value.strip().isdigit():
-                    probe.counters[path] = int(value)
-        return probe
-
-    def bytes_moved_since(self, before: "FabricProbe") -> int:
-        """Bytes the pod's EFA devices counted since `before` (a counter that went down: reset, not counted)."""
-        return sum(
-            max(0, value - before.counters[path]) for path, value in self.counters.items() if path in before.counters
-        )
 
 
 def ray_container(pod: dict[str, Any]) -> str:

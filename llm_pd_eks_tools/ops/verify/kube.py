@@ -3,12 +3,11 @@
 
 The package (verify/kubeconfig.py) reads the kubeconfig as kubectl does: the current context, TLS trust,
 tokens, basic auth and `exec` credential plugins (`aws eks get-token`), re-running a plugin whose token
-has expired. Its REST client (urllib3) and its exec stream (websocket-client) are not used: their
-timeouts bound each connect and each socket read, never a whole exchange (a server trickling one
-byte at a time keeps them waiting forever), and they read a reply whole, however large. verify's
-total deadline needs both bounds, so every request is an io_safety `http_request`, and the pod exec
-WebSocket an io_safety `http_exchange` read by ws_frames.py: one deadline over connecting, TLS, the
-headers and the body, and a byte cap.
+has expired; its exec stream runs a command in a pod (pod_exec.py, under the deadline and a byte cap).
+Its generated REST client is not used: its timeouts bound each connect and each socket read, never a
+whole exchange (a server trickling one byte at a time keeps it waiting), and it reads a reply whole,
+however large. verify's total deadline needs both bounds, so every other request is an io_safety
+`http_request`: one deadline over connecting, TLS, the headers and the body, and a byte cap.
 """
 
 from __future__ import annotations
@@ -19,25 +18,22 @@ import subprocess
 import time
 import urllib.parse
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import yaml
+from kubernetes.client import Configuration
 
 from llm_pd_eks_tools.core.cli import Exit, ToolError, one_line
 from llm_pd_eks_tools.core.io_safety import (
     HttpTimeout,
     ReplyTooLarge,
-    http_exchange,
     http_request,
-    read_body,
     read_regular_file,
 )
 from llm_pd_eks_tools.core.process_safety import run_process
 
-from . import ws_frames
-
-if TYPE_CHECKING:
-    from kubernetes.client import Configuration
+from . import kubeconfig, pod_exec
+from .kubeconfig import bad_kubeconfig
 
 MAX_REQUEST_SECONDS = 30.0
 # Largest reply read from the API server (bytes). A NodeList of a few hundred nodes is a few MB; a Ray
@@ -89,9 +85,7 @@ class Credentials:
         is re-run first, a failure of that run is a ToolError."""
         if self.configuration is None:
             return None
-        from .kubeconfig import authorization
-
-        return authorization(self.configuration)
+        return kubeconfig.authorization(self.configuration)
 
 
 def read_kubeconfig(path: str) -> str:
@@ -101,11 +95,6 @@ def read_kubeconfig(path: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise ToolError(Exit.USAGE, f"kubeconfig {path} is not UTF-8 text; is it the right file?") from None
-
-
-def bad_kubeconfig(why: str) -> ToolError:
-    """What is wrong with the kubeconfig, on one line with what to do about it."""
-    return ToolError(Exit.USAGE, f"not a usable kubeconfig: {why}; fix the file or give another with --kubeconfig")
 
 
 def load_kubeconfig(text: str, deadline: Optional[Deadline] = None) -> Credentials:
@@ -128,12 +117,6 @@ def load_kubeconfig(text: str, deadline: Optional[Deadline] = None) -> Credentia
     if not isinstance(config, dict):
         what = "an empty file" if config is None else f"a YAML {type(config).__name__}"
         raise bad_kubeconfig(f"{what}, not a mapping with contexts, clusters and users")
-    try:
-        from . import kubeconfig
-    except ImportError as exc:  # `make verify` installs the tools extra (requirements-dev.txt)
-        raise ToolError(
-            Exit.USAGE, f"reading a kubeconfig needs the `kubernetes` package ({exc}); run `make venv-dev`"
-        ) from None
     configuration, context = kubeconfig.load(config, (deadline or Deadline(MAX_REQUEST_SECONDS)).request_timeout)
     server = str(configuration.host).rstrip("/")
     try:
@@ -237,39 +220,32 @@ class KubeClient:
     def exec_output(
         self, namespace: str, pod: str, container: str, command: list[str], cap: float = MAX_REQUEST_SECONDS
     ) -> str:
-        """`kubectl exec`'s stdout: the pod exec API over a WebSocket (subprotocol v4.channel.k8s.io).
-
-        GET `/api/v1/namespaces/{ns}/pods/{pod}/exec?command=...&container=...&stdout=true&stderr=true`
-        with a WebSocket upgrade (RFC 6455) through io_safety's `http_exchange`, so the handshake and every
-        frame arrive within this request's share of the deadline; ws_frames reads the channels under the
-        byte cap. A non-zero exit or any Failure status raises HttpError; a reply larger than the cap,
-        BadReply.
-        """
-        query = urllib.parse.urlencode(
-            [("command", c) for c in command] + [("container", container), ("stdout", "true"), ("stderr", "true")]
-        )
+        """`kubectl exec`'s stdout: the pod exec API through the `kubernetes` client's stream (pod_exec.py),
+        within this request's share of the deadline and under the byte cap. A non-zero exit or any
+        Failure status raises HttpError; a reply larger than the cap, BadReply."""
         path = f"/api/v1/namespaces/{namespace}/pods/{pod}/exec"
-        key = ws_frames.websocket_key()
-        headers = {**ws_frames.upgrade_headers(key), **self._authorization()}
-        end = time.monotonic() + self.deadline.request_timeout(cap)
-        url = f"{self.credentials.server}{path}?{query}"
+        configuration = self.credentials.configuration or Configuration(host=self.credentials.server)
         try:
-            with http_exchange("GET", url, end, None, headers, self.credentials.ssl_context) as response:
-                if response.status != 101:
-                    raise HttpError(response.status, path, read_body(response, 64 * 1024).decode(errors="replace"))
-                if response.getheader("Sec-WebSocket-Accept") != ws_frames.websocket_accept(key):
-                    raise BadReply(f"{path}: the WebSocket handshake's accept key is wrong")
-                out, error = ws_frames.exec_channels(ws_frames.FrameReader(response.fp, self.max_bytes))
-        except (BadReply, Unreachable, HttpError):
-            raise
-        except (ws_frames.FrameError, ReplyTooLarge) as exc:
-            raise BadReply(f"{path}: {exc}") from None
-        except HttpTimeout:
-            raise Unreachable("exec: the reply did not arrive in time (timed out)") from None
-        except (OSError, ValueError) as exc:  # refused, reset, TLS, DNS; BadHttpReply: not HTTP at all
-            raise Unreachable(f"{self.credentials.server}: exec in {pod}: {one_line(str(exc))}") from None
-        if error:
-            _raise_exec_status(error, path)
+            out = pod_exec.exec_stdout(
+                configuration,
+                self.credentials.server,
+                self._authorization().get("Authorization"),
+                path,
+                command,
+                container,
+                self.deadline.request_timeout(cap),
+                self.max_bytes,
+            )
+        except TimeoutError as exc:
+            raise Unreachable(str(exc)) from None
+        except pod_exec.ExecFailed as exc:
+            if exc.kind in ("large", "status-object"):
+                raise BadReply(f"{path}: {exc}") from None
+            if exc.kind == "status":
+                raise HttpError(exc.status, path, str(exc)) from None
+            if exc.kind == "command":
+                raise HttpError(500, path, str(exc)) from None
+            raise Unreachable(f"{self.credentials.server}: exec in {pod}: {exc}") from None
         return out.decode(errors="replace")
 
     @staticmethod
@@ -283,24 +259,6 @@ def _json(body: bytes, path: str) -> Any:
         return json.loads(body)
     except ValueError:
         raise BadReply(f"{path}: the reply is not JSON ({one_line(repr(body[:60]), 80)})") from None
-
-
-def _raise_exec_status(error: bytes, path: str) -> None:
-    try:
-        status = json.loads(error)
-    except ValueError:
-        raise BadReply(f"{path}: the exec error channel is not a Status object") from None
-    if not isinstance(status, dict):
-        raise BadReply(f"{path}: the exec error channel is not a Status object")
-    if status.get("status") == "Success":
-        return
-    causes = (status.get("details") or {}).get("causes") or []
-    exit_code = next((c.get("message") for c in causes if isinstance(c, dict) and c.get("reason") == "ExitCode"), "")
-    raise HttpError(
-        500,
-        path,
-        f"command failed{' with exit code ' + str(exit_code) if exit_code else ''}: {status.get('message', '')}",
-    )
 
 
 def _with_query(path: str, query: dict[str, str]) -> str:

@@ -17,8 +17,6 @@ once its token's `expirationTimestamp` is within five minutes. Its REST client i
   `insecure-skip-tls-verify` that is not true or false (`"false"` would turn verification off), a
   cluster without `server` (the library falls back to http://localhost).
 
-Imported on first use only (kube.load_kubeconfig): the package brings its generated API models
-(about 0.2 s), which `--help` and usage errors do not need.
 """
 
 from __future__ import annotations
@@ -40,10 +38,13 @@ from llm_pd_eks_tools.core.cli import Exit, ToolError, one_line
 from llm_pd_eks_tools.core.io_safety import redact
 from llm_pd_eks_tools.core.process_safety import run_process
 
-from .kube import bad_kubeconfig
-
 # Where KubeConfigLoader._set_config keeps the Authorization value ("Bearer <token>", "Basic <...>").
 AUTHORIZATION_KEY = "BearerToken"
+
+
+def bad_kubeconfig(why: str) -> ToolError:
+    """What is wrong with the kubeconfig, on one line with what to do about it."""
+    return ToolError(Exit.USAGE, f"not a usable kubeconfig: {why}; fix the file or give another with --kubeconfig")
 
 
 class DeadlineExec(ExecProvider):

@@ -14,13 +14,44 @@ if TYPE_CHECKING:  # the config and the catalog are read when a run builds its E
     from llm_pd_eks.catalog import GpuInstanceType
     from llm_pd_eks.config import StackConfig
 
-    from .fabric import FabricProbe
-
 
 class Status(enum.StrEnum):
     PASS = "PASS"
     FAIL = "FAIL"
     UNVERIFIED = "UNVERIFIED"
+
+
+@dataclass
+class FabricProbe:
+    """What FABRIC_PROBE printed in one pod."""
+
+    processes: dict[str, str] = field(default_factory=dict)  # pid -> command line, for each plugin user
+    env: dict[str, dict[str, str]] = field(default_factory=dict)  # pid -> FI_* variables
+    counters: dict[str, int] = field(default_factory=dict)  # sysfs path -> value
+
+    @classmethod
+    def parse(cls, text: str) -> "FabricProbe":
+        probe = cls()
+        for line in text.splitlines():
+            kind, _, rest = line.partition(" ")
+            if kind == "proc":
+                pid, _, command = rest.partition(" ")
+                probe.processes[pid] = command.strip()
+            elif kind == "env":
+                pid, _, assignment = rest.partition(" ")
+                name, _, value = assignment.partition("=")
+                probe.env.setdefault(pid, {})[name] = value
+            elif kind == "counter":
+                path, _, value = rest.rpartition(" ")
+                if value.strip().isdigit():
+                    probe.counters[path] = int(value)
+        return probe
+
+    def bytes_moved_since(self, before: "FabricProbe") -> int:
+        """Bytes the pod's EFA devices counted since `before` (a counter that went down: reset, not counted)."""
+        return sum(
+            max(0, value - before.counters[path]) for path, value in self.counters.items() if path in before.counters
+        )
 
 
 @dataclass
@@ -74,7 +105,7 @@ class Context:
 
     pods: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # role -> worker pods
     completion_seconds: Optional[float] = None
-    probes: dict[str, "FabricProbe"] = field(default_factory=dict)  # pod name -> before the test request
+    probes: dict[str, FabricProbe] = field(default_factory=dict)  # pod name -> before the test request
     probe_errors: dict[str, str] = field(default_factory=dict)  # pod name -> why it could not be probed
 
     def worker_pods(self) -> list[tuple[str, dict[str, Any]]]:

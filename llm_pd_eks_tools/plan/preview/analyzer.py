@@ -13,6 +13,7 @@ falls back to stderr without a configured engine), so no fake Engine service is 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import subprocess
@@ -22,7 +23,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Iterable, Optional, Union
+from typing import IO, TYPE_CHECKING, Any, Iterable, Iterator, Optional, Union
 
 import grpc
 from google.protobuf import empty_pb2, json_format, struct_pb2
@@ -159,7 +160,8 @@ class PolicyPackServer:
         # the same pinned pulumi-policy, so it is the default here. POLICY_PYTHON overrides.
         self.python = os.path.abspath(python or os.environ.get("POLICY_PYTHON") or sys.executable)
         self.startup_timeout = startup_timeout
-        # One deadline for all the pack's answers after start-up (a pack that never answers ends the preview).
+        # One deadline for the answers of one exchange (`exchange`; a call outside one is its own): a pack
+        # that never answers ends the preview, and a server kept for many exchanges gives each its own.
         self.answer_timeout = answer_timeout
         self._answers_end: Optional[float] = None
         self.env = env
@@ -237,13 +239,24 @@ class PolicyPackServer:
             self._stderr = None
 
     def _left(self) -> float:
-        """Seconds left of the answer deadline, which starts at the first call after start-up."""
-        if self._answers_end is None:
-            self._answers_end = time.monotonic() + self.answer_timeout
-        left = self._answers_end - time.monotonic()
+        """Seconds left of the current exchange's answer deadline (a call outside one gets all of it)."""
+        end = self._answers_end if self._answers_end is not None else time.monotonic() + self.answer_timeout
+        left = end - time.monotonic()
         if left <= 0:
             raise TimeoutError(f"the policy pack gave no answer within {self.answer_timeout:g} s")
         return left
+
+    @contextlib.contextmanager
+    def exchange(self) -> Iterator[None]:
+        """One judging exchange (Configure, every Analyze, AnalyzeStack): its answers share one deadline of
+        `answer_timeout`, which starts here and ends with it. Nested, the outer exchange's deadline holds."""
+        outer = self._answers_end
+        if outer is None:
+            self._answers_end = time.monotonic() + self.answer_timeout
+        try:
+            yield
+        finally:
+            self._answers_end = outer
 
     @property
     def stub(self) -> analyzer_pb2_grpc.AnalyzerStub:
@@ -330,11 +343,12 @@ class PolicyPackServer:
     ) -> list[Verdict]:
         """Configure, then every resource through Analyze and the set through AnalyzeStack."""
         resources = list(resources)
-        self.configure(policy_config)
-        verdicts: list[Verdict] = []
-        for resource in resources:
-            verdicts.extend(self.analyze(resource))
-        verdicts.extend(self.analyze_stack(resources))
+        with self.exchange():
+            self.configure(policy_config)
+            verdicts: list[Verdict] = []
+            for resource in resources:
+                verdicts.extend(self.analyze(resource))
+            verdicts.extend(self.analyze_stack(resources))
         return verdicts
 
 

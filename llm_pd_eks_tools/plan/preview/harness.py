@@ -19,59 +19,27 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from google.protobuf import json_format
 
 from llm_pd_eks import pulumi_sdk
 from llm_pd_eks.pulumi_sdk import rpc  # the wire format's marker keys (secrets, unknowns, resource refs)
 from llm_pd_eks_tools.core.cli import ROOT, Exit, ToolError, checkout_root, fresh_out_dir
+from llm_pd_eks_tools.core.stack import load_stack_config, stack_file
+from llm_pd_eks_tools.core.stackfile import existing_stack_file, secure_values
+from llm_pd_eks_tools.plan.preview.analyzer import POLICY_ANSWER_TIMEOUT_S, PolicyPackServer, analyze_run
 from llm_pd_eks_tools.plan.preview.fmt import mark_mock_values
-from llm_pd_eks_tools.plan.preview.report import Figures, PackInfo, Report, VerdictRecord
+from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun, run_program
+from llm_pd_eks_tools.plan.preview.report import PackInfo, PreviewResult, Report, VerdictRecord
 
 if TYPE_CHECKING:  # pragma: no cover
     from llm_pd_eks.config import StackConfig
-    from llm_pd_eks_tools.plan.preview.analyzer import PolicyPackServer
-    from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun
 
 SECRET = "[secret]"
 UNKNOWN = "[unknown until apply]"
-
-
-@dataclass
-class PreviewResult:
-    """A finished preview: the report (what report.json holds) plus the run it was made from."""
-
-    out: Path
-    run: "ProgramRun"
-    report: Report
-    resources: list[dict[str, Any]]  # what resources.json holds
-    timings: dict[str, float] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)  # llm_pd_eks_tools.gates.placeholders.warning_lines
-
-    @property
-    def stack(self) -> str:
-        return self.report.stack
-
-    @property
-    def region(self) -> str:
-        return self.report.region
-
-    @property
-    def figures(self) -> Figures:
-        return self.report.figures
-
-    @property
-    def verdicts(self) -> list[VerdictRecord]:
-        return self.report.verdicts
-
-    @property
-    def mandatory(self) -> list[VerdictRecord]:
-        return self.report.mandatory
-
-    @property
-    def exit_code(self) -> Exit:
-        return Exit.FAILED if self.mandatory else Exit.OK
 
 
 def stderr_progress(message: str) -> None:
@@ -105,8 +73,6 @@ def plain(value: Any) -> Any:
 
 def resource_records(run: "ProgramRun") -> list[dict[str, Any]]:
     """Every registration as resources.json holds it, sorted by URN (registration order is async)."""
-    from google.protobuf import json_format
-
     records = []
     mock: set[str] = run.mock_values  # ids and outputs the mock runtime made up
     for r in sorted(run.resources, key=lambda r: r.urn):
@@ -153,16 +119,14 @@ def use_root(root: Path) -> None:
 
 def read_config(stack: str, root: Path) -> tuple[dict[str, str], list[str], "StackConfig"]:
     """(engine config, secret keys, validated StackConfig) for the stack; ToolError(USAGE) if bad."""
-    from llm_pd_eks_tools.plan.preview import mockrun
-
     try:
-        engine_config, secret_keys = mockrun.load_stack_config(stack, root)
+        engine_config, secret_keys = load_stack_config(stack, root)
     except ToolError:  # llm_pd_eks_tools.core.stackfile: the message names the file and line already
         raise
     except FileNotFoundError as error:
         raise ToolError(Exit.USAGE, str(error)) from None
     except Exception as error:  # unreadable YAML
-        raise ToolError(Exit.USAGE, f"{mockrun.stack_file(stack, root).name}: {error}") from None
+        raise ToolError(Exit.USAGE, f"{stack_file(stack, root).name}: {error}") from None
     try:
         from llm_pd_eks import config as model
     except ImportError as error:
@@ -173,8 +137,7 @@ def read_config(stack: str, root: Path) -> tuple[dict[str, str], list[str], "Sta
         problems = "\n".join(f"  - {p}" for p in error.problems)
         raise ToolError(
             Exit.USAGE,
-            f"{mockrun.stack_file(stack, root).name}: {len(error.problems)} problem(s) in the stack config:"
-            f"\n{problems}",
+            f"{stack_file(stack, root).name}: {len(error.problems)} problem(s) in the stack config:\n{problems}",
         ) from None
     return engine_config, secret_keys, config
 
@@ -198,7 +161,7 @@ def pack_version(pack_dir: Path) -> Optional[str]:
 def _placeholder_warnings(config: "StackConfig", stack: str, root: Path) -> list[str]:
     """Example values the stack still carries (llm_pd_eks_tools/gates/placeholders.py), its secure ciphertexts included,
     and a serving image pinned by tag alone."""
-    from llm_pd_eks_tools.core.stackfile import secure_values
+    # imported once the checkout is chosen (use_root): the placeholder rules read the library's config model
     from llm_pd_eks_tools.gates.placeholders import digest_warning, warning_lines
 
     return warning_lines(config, secure_values(stack, root), stack) + digest_warning(config, stack)
@@ -209,8 +172,6 @@ class _PackStarter:
     """Starts the analyzer process on a thread, so its start-up overlaps running the program."""
 
     def __init__(self, pack_dir: Path, answer_timeout: Optional[float] = None):
-        from llm_pd_eks_tools.plan.preview.analyzer import POLICY_ANSWER_TIMEOUT_S, PolicyPackServer
-
         self.server = PolicyPackServer(pack_dir=pack_dir, answer_timeout=answer_timeout or POLICY_ANSWER_TIMEOUT_S)
         self.error: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._start, name="policy-pack-start", daemon=True)
@@ -288,14 +249,37 @@ def holds_only_artifacts(out: Path) -> bool:
 def checked_paths(stack: str, root: Path, out: Optional[Path]) -> tuple[Path, Path]:
     """(root, out) after every check that must hold before anything is cleared or written: the stack is
     a name the Pulumi CLI accepts (so `build/preview/<stack>` cannot escape `build/`), the root is a checkout."""
-    from llm_pd_eks_tools.core.stackfile import existing_stack_file
-
     root = checkout_root(root)
     existing_stack_file(stack, root)  # raises on `/some/dir`, `../x`, `a b` and on a stack with no file
     return root, (Path(out) if out is not None else root / "build" / "preview" / stack)
 
 
 # -- the preview ---------------------------------------------------------------------------------
+def _run_program(stack: str, engine_config: dict[str, str], secret_keys: list[str], root: Path) -> "ProgramRun":
+    """The program under the mock runtime; its failure (an exception, its own sys.exit) as a ToolError."""
+    try:
+        return run_program(stack, engine_config, secret_keys, root=root)
+    except SystemExit as error:  # the program's own sys.exit: its failure, not the preview's verdict
+        raise ToolError(Exit.PROGRAM, f"the program failed: it called sys.exit({error.code!r})") from None
+    except Exception as error:
+        raise _program_error(error, root) from None
+
+
+def _judge(
+    server: "PolicyPackServer", run: "ProgramRun", policy_config: Optional[dict[str, Any]], pack_dir: Path
+) -> tuple[list[VerdictRecord], PackInfo]:
+    """The pack's verdicts on the run, and what the report says of the pack."""
+    try:
+        verdicts = [VerdictRecord(**asdict(v)) for v in analyze_run(run, policy_config, server=server)]
+    except ValueError as error:  # a policy config the pack refuses
+        raise ToolError(Exit.USAGE, f"policy config: {error}") from None
+    except Exception as error:
+        raise ToolError(Exit.POLICY, f"policy pack failed: {pack_failure(error, server)}") from None
+    info = server.info()
+    version = pack_version(pack_dir) or info.version
+    return verdicts, PackInfo(status="ran", name=info.name, version=version, policies=len(info.policies))
+
+
 def preview(
     stack: str,
     root: Path = ROOT,
@@ -326,41 +310,23 @@ def preview(
     try:
         if run is None:
             progress("running the program under the mock runtime…")
-            from llm_pd_eks_tools.plan.preview.mockrun import run_program
-
             t = time.perf_counter()
-            try:
-                run = run_program(stack, engine_config, secret_keys, root=root)
-            except SystemExit as error:  # the program's own sys.exit: its failure, not the preview's verdict
-                raise ToolError(Exit.PROGRAM, f"the program failed: it called sys.exit({error.code!r})") from None
-            except Exception as error:
-                raise _program_error(error, root) from None
+            run = _run_program(stack, engine_config, secret_keys, root)
             timings["program"] = time.perf_counter() - t
         progress(f"recorded {len(run.resources)} registrations")
-
         verdicts: list[VerdictRecord] = []
         pack = PackInfo(status="absent")
         if starter is not None:
             progress("serving the policy pack over the analyzer protocol…")
             t = time.perf_counter()
-            server = starter.ready()
-            from llm_pd_eks_tools.plan.preview.analyzer import analyze_run
-
-            try:
-                verdicts = [VerdictRecord(**asdict(v)) for v in analyze_run(run, policy_config, server=server)]
-            except ValueError as error:  # a policy config the pack refuses
-                raise ToolError(Exit.USAGE, f"policy config: {error}") from None
-            except Exception as error:
-                raise ToolError(Exit.POLICY, f"policy pack failed: {pack_failure(error, server)}") from None
-            info = server.info()
-            version = pack_version(pack_dir) or info.version
-            pack = PackInfo(status="ran", name=info.name, version=version, policies=len(info.policies))
+            verdicts, pack = _judge(starter.ready(), run, policy_config, pack_dir)
             timings["policies"] = time.perf_counter() - t
     finally:
         if starter is not None:
             starter.close()
 
     progress("computing figures and writing artifacts…")
+    # imported once the checkout is chosen (use_root): the figures read the library's prices and facts
     from llm_pd_eks_tools.plan.preview.figures import key_figures
     from llm_pd_eks_tools.plan.preview.render import write_artifacts
 

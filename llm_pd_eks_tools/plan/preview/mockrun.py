@@ -16,19 +16,13 @@ import runpy
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from pulumi.runtime import Mocks
 
-from llm_pd_eks_tools.core import stackfile
-
-if TYPE_CHECKING:
-    from llm_pd_eks.config import StackConfig
-
 from llm_pd_eks_tools.core.cli import ROOT
-
-PROJECT = stackfile.PROJECT
-SECRET_PLACEHOLDER = stackfile.SECRET_PLACEHOLDER
+from llm_pd_eks_tools.core.stack import load_stack_config
+from llm_pd_eks_tools.core.stackfile import PROJECT
 
 
 @dataclass
@@ -77,39 +71,6 @@ class ProgramRun:
             if r.urn == urn:
                 return r
         raise KeyError(urn)
-
-
-def stack_file(stack: str, root: Path = ROOT) -> Path:
-    return stackfile.stack_file(stack, root)
-
-
-def stacks(root: Path = ROOT) -> list[str]:
-    """The stacks this checkout defines, from its Pulumi.<stack>.yaml files."""
-    return stackfile.stacks(root)
-
-
-is_secure = stackfile.is_secure
-
-
-def engine_config(stack_yaml: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
-    """Turn a Pulumi.<stack>.yaml `config:` block into the engine's (config, secret keys)."""
-    return stackfile.engine_config(stack_yaml.get("config") or {})
-
-
-def load_stack_config(stack: str, root: Path = ROOT) -> tuple[dict[str, str], list[str]]:
-    """The stack file's config in the engine's form: (`project:key` -> string, secret keys).
-
-    Read strictly (`llm_pd_eks_tools.core.stackfile`): duplicate keys, aliases and a wrong shape are refused with
-    a `StackFileError` (exit code USAGE) naming the file and line.
-    """
-    return stackfile.load(stack, root)
-
-
-def stack_config(stack: str, root: Path = ROOT) -> "StackConfig":
-    """The stack's validated config, read from its stack file exactly as the program reads it."""
-    from llm_pd_eks.config import validate_engine_config
-
-    return validate_engine_config(*load_stack_config(stack, root), stack=stack)
 
 
 MOCK_ACCOUNT = "123456789012"

@@ -14,11 +14,10 @@ from typing import TYPE_CHECKING, Any
 from llm_pd_eks_tools.core.io_safety import atomic_write
 from llm_pd_eks_tools.plan.preview import fmt, left_behind
 from llm_pd_eks_tools.plan.preview.fmt import MOCK_PREFIX
-from llm_pd_eks_tools.plan.preview.report import Figures
+from llm_pd_eks_tools.plan.preview.report import Figures, PreviewResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from llm_pd_eks_tools.core.cli import ToolError
-    from llm_pd_eks_tools.plan.preview.harness import PreviewResult
     from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun, Registration
 
 ARTIFACT_LIST = "resources.json, report.json, manifests/, graph.dot, graphs/, summary.md"
@@ -62,6 +61,13 @@ def component_rows(run: "ProgramRun") -> list[tuple[int, "Registration", list["R
 
 def figure_lines(figures: Figures) -> list[tuple[str, str]]:
     """(label, value) pairs shared by the terminal report and summary.md."""
+    rows = _node_rows(figures) + _cost_rows(figures) + _kv_rows(figures)
+    if figures.routing:
+        rows.append(("Request routing", figures.routing.removeprefix("routing: ")))
+    return rows + _weights_rows(figures)
+
+
+def _node_rows(figures: Figures) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     gpu = figures.gpu
     if gpu:
@@ -85,6 +91,11 @@ def figure_lines(figures: Figures) -> list[tuple[str, str]]:
             )
         )
     rows.append(("NAT gateways", str(figures.nat_gateways)))
+    return rows
+
+
+def _cost_rows(figures: Figures) -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = []
     cost = figures.cost
     if cost.priced:
         detail = " + ".join(f"{line.quantity}×{line.item}" for line in cost.lines)
@@ -128,6 +139,11 @@ def figure_lines(figures: Figures) -> list[tuple[str, str]]:
                 )
     else:
         rows.append(("Estimated cost", f"n/a (no price for {', '.join(cost.missing)})"))
+    return rows
+
+
+def _kv_rows(figures: Figures) -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = []
     kv = figures.kv_transfer
     if kv.ok:
         rows.append(
@@ -139,6 +155,8 @@ def figure_lines(figures: Figures) -> list[tuple[str, str]]:
         )
         band = figures.kv_band
         if band.get("status") == "ok":  # line rate · measured NIXL/EFA · single-flow TCP (llm_pd_eks_sizing/model/)
+            # imported here, when figures are written: the sizing model imports the library, which a preview
+            # imports only once its checkout is chosen (harness.use_root)
             from llm_pd_eks_sizing.model import band_text
 
             rows.append(("", band_text(band)))
@@ -152,8 +170,10 @@ def figure_lines(figures: Figures) -> list[tuple[str, str]]:
             )
     else:
         rows.append(("KV-cache transfer", f"n/a ({kv.reason})"))
-    if figures.routing:
-        rows.append(("Request routing", figures.routing.removeprefix("routing: ")))
+    return rows
+
+
+def _weights_rows(figures: Figures) -> list[tuple[str, str]]:
     weights = figures.weights
     if weights.get("status") == "ok":
         gb, nodes = weights["gb_per_node_cold_start"], weights["nodes_at_min"]
@@ -169,8 +189,8 @@ def figure_lines(figures: Figures) -> list[tuple[str, str]]:
                 f"(Hugging Face; {gb * nodes:,.1f} GB for the {nodes} node(s) at min); serving.weightsS3Uri "
                 "loads them over the S3 gateway endpoint instead"
             )
-        rows.append(("Weights", f"{weights['model_id']}: {text}"))
-    return rows
+        return [("Weights", f"{weights['model_id']}: {text}")]
+    return []
 
 
 def _resource_label(urn: str, by_urn: dict[str, "Registration"]) -> str:

@@ -8,13 +8,17 @@ report.json that does not match it is refused by name (`Report.read`), and mypy 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from llm_pd_eks_tools.core.cli import Exit, ToolError, one_line
 from llm_pd_eks_tools.core.io_safety import atomic_write
+
+if TYPE_CHECKING:
+    from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun
 
 SCHEMA_VERSION = 1
 
@@ -171,3 +175,39 @@ class Report(_Model):
                 "re-run `make preview`",
             ) from None
         return report
+
+
+@dataclass
+class PreviewResult:
+    """A finished preview: the report (what report.json holds) plus the run it was made from."""
+
+    out: Path
+    run: "ProgramRun"
+    report: Report
+    resources: list[dict[str, Any]]  # what resources.json holds
+    timings: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # llm_pd_eks_tools.gates.placeholders.warning_lines
+
+    @property
+    def stack(self) -> str:
+        return self.report.stack
+
+    @property
+    def region(self) -> str:
+        return self.report.region
+
+    @property
+    def figures(self) -> Figures:
+        return self.report.figures
+
+    @property
+    def verdicts(self) -> list[VerdictRecord]:
+        return self.report.verdicts
+
+    @property
+    def mandatory(self) -> list[VerdictRecord]:
+        return self.report.mandatory
+
+    @property
+    def exit_code(self) -> Exit:
+        return Exit.FAILED if self.mandatory else Exit.OK
