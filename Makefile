@@ -11,33 +11,47 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-preview-$(shell cat requirements-preview.txt | cksum | cut -d' ' -f1)
 # `STAMP=` on the command line skips the virtualenv step for both sets (tests run make that way).
 DEV_STAMP := $(if $(STAMP),$(VENV)/.installed-dev-$(shell cat requirements-preview.txt requirements-dev.txt | cksum | cut -d' ' -f1))
+# What a user gives make (on the command line or in the environment) is data, never make syntax: each
+# is read with `$(value NAME)`, which does not expand it, and none is exported to the recipes (make
+# expands an exported variable's value to build their environment, running a `$(shell ...)` in it).
+# The tools get every value as an option (`$(call v,NAME)`), never from the environment.
+USER_VARS := STACK WORKLOAD TIMEOUT KUBECONFIG SINCE ENDPOINT NIXLBENCH RUNNER FROM TO BASE PROMETHEUS JSON STRICT WRITE
 STACK ?= dev
+FROM ?= staging
+TO ?= prod
+SINCE ?= 7d
+unexport $(USER_VARS)
 # A make variable as one shell word: single-quoted, embedded quotes escaped. Tool arguments are passed
 # as `--opt=$(call q,VALUE)`, so a value starting with `-` stays a value and nothing reaches the shell.
 q = '$(subst ','\'',$(1))'
+# The user's variable NAME, unexpanded, as one quoted word.
+v = $(call q,$(value $(1)))
 # Installs go through uv (pinned here; bootstrapped into the venv with pip): on a fresh clone it
 # installs the preview set several times faster than pip (docs/timings.md).
 # INSTALLER=pip uses plain pip instead, e.g. where no uv wheel exists for the platform.
 INSTALLER ?= uv
 UV_VERSION := 0.13.9
+# The installers print their progress (uv: what it resolved, downloaded and installed; pip: each package),
+# so a first install that takes minutes on a slow network is never silent (on stderr: a tool's stdout stays its own).
 ifeq ($(INSTALLER),pip)
-INSTALL := $(PY) -m pip install -q
+INSTALL := $(PY) -m pip install --progress-bar on
 BOOTSTRAP := true
 else
 # --compile-bytecode: the .pyc files written once at install. Where PYTHONDONTWRITEBYTECODE is set (as on
 # this project's machines) Python never writes them itself, so every process would compile every module
 # it imports (Pulumi's AWS SDK alone: a second), every tool run and every test's subprocess again.
-INSTALL := $(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY)
-BOOTSTRAP := test -x $(VENV)/bin/uv || $(PY) -m pip install -q uv==$(UV_VERSION)
+INSTALL := $(VENV)/bin/uv pip install --compile-bytecode --python $(PY)
+BOOTSTRAP := test -x $(VENV)/bin/uv || { echo "bootstrapping uv $(UV_VERSION) into $(VENV) with pip" >&2; $(PY) -m pip install -q uv==$(UV_VERSION); }
 endif
 
-.PHONY: help venv venv-dev test test-unit test-binaries lock preview preview-diff preflight lint promote-check placeholders resolve-image calibrate
+.PHONY: help venv venv-dev test test-fast test-unit test-binaries lock preview preview-diff preflight lint promote-check placeholders resolve-image calibrate
 
 help:
 	@echo "make preview [STACK=dev]   offline preview of a stack: plan, policy verdicts, figures"
 	@echo "make preview-diff BASE=<git rev> [STACK=dev]   the preview of BASE vs this working tree, as a diff"
 	@echo "make test                  the test suite (offline; installs promtool/Prometheus/Alertmanager if missing)"
-	@echo "make test-unit             the fast tier only: components with Pulumi's public mocks"
+	@echo "make test-fast             the inner loop: the unit and stack tiers (no subprocess tools, servers or Ray cluster)"
+	@echo "make test-unit             the unit tier only: functions and components in-process"
 	@echo "make venv | venv-dev       just the runtime set | plus the test/tooling set (INSTALLER=pip: no uv)"
 	@echo "make preflight [STACK=dev] can the stack deploy in its AWS account/region? (JSON=1, STRICT=1)"
 	@echo "make lint                  ruff (lint and format), mypy, actionlint (with shellcheck) on the workflows"
@@ -58,14 +72,14 @@ $(STAMP): requirements-preview.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing the preview set (requirements-preview.txt) into $(VENV) with $(INSTALLER)" >&2
 	@$(BOOTSTRAP)
-	@$(INSTALL) -r requirements-preview.txt
-	@$(INSTALL) --no-deps -e .
+	@$(INSTALL) -r requirements-preview.txt >&2
+	@$(INSTALL) --no-deps -e . >&2
 	@rm -f $(VENV)/.installed-* && touch $@
 
 $(DEV_STAMP): $(STAMP) requirements-dev.txt
 	@echo "installing the test and tooling set (requirements-dev.txt) into $(VENV) with $(INSTALLER)" >&2
 	@$(BOOTSTRAP)
-	@$(INSTALL) -r requirements-dev.txt
+	@$(INSTALL) -r requirements-dev.txt >&2
 	@rm -f $(VENV)/.installed-dev-* && touch $@
 
 venv: $(STAMP)
@@ -83,10 +97,16 @@ test-binaries:
 # conftest's order). The three stacks' recorded runs are shared between the workers.
 # The project's own modules are compiled first, for the reason given at INSTALL.
 test: $(DEV_STAMP) test-binaries
-	@$(PY) -m compileall -q -j 0 llm_pd_eks llm_pd_eks_tools policies tests __main__.py >/dev/null
+	@$(PY) -m compileall -q -j 0 llm_pd_eks llm_pd_eks_tools llm_pd_eks_sizing policies tests __main__.py >/dev/null
 	$(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder
 
-# The fast tier alone: components and policies in-process with Pulumi's public mocks (seconds).
+# The inner loop: tests/unit/ and tests/stack/ (in-process: functions, components, the three stacks'
+# recorded runs), on the same workers as `make test`; tests/integration/ (tools as processes, the
+# policy pack over its protocol, Ray, moto, Prometheus) is left to `make test`.
+test-fast: $(DEV_STAMP)
+	$(PY) -m pytest -n auto --dist loadfile tests/unit tests/stack
+
+# The unit tier alone: functions and components in-process, Pulumi's public mocks (seconds).
 test-unit: $(DEV_STAMP)
 	$(PY) -m pytest tests/unit
 
@@ -99,16 +119,16 @@ lock: $(STAMP)
 	@$(LOCK) --all-extras --group test --group lint -o requirements-dev.txt
 
 preview: $(STAMP)
-	@$(PY) -m llm_pd_eks_tools.preview --stack=$(call q,$(STACK))
+	@$(PY) -m llm_pd_eks_tools.plan.preview --stack=$(call v,STACK)
 
 # Previews BASE (in a temporary git worktree) and the working tree; writes build/preview-diff/<stack>/diff.md.
 preview-diff: $(STAMP)
-	@test -n $(call q,$(BASE)) || { echo "usage: make preview-diff BASE=<git rev> [STACK=dev]" >&2; exit 2; }
-	@$(PY) -m llm_pd_eks_tools.preview.diff --base=$(call q,$(BASE)) --stack=$(call q,$(STACK))
+	@test -n $(call v,BASE) || { echo "usage: make preview-diff BASE=<git rev> [STACK=dev]" >&2; exit 2; }
+	@$(PY) -m llm_pd_eks_tools.plan.preview.diff --base=$(call v,BASE) --stack=$(call v,STACK)
 
 # Needs AWS credentials (standard chain) and network; AWS_ENDPOINT_URL points it at an emulator.
 preflight: $(DEV_STAMP)
-	@$(PY) -m llm_pd_eks_tools.preflight --stack=$(call q,$(STACK)) $(if $(JSON),--json) $(if $(STRICT),--strict)
+	@$(PY) -m llm_pd_eks_tools.ops.preflight --stack=$(call v,STACK) $(if $(value JSON),--json) $(if $(value STRICT),--strict)
 
 # Static checks: ruff and mypy (configured in pyproject.toml), actionlint on .github/workflows
 # (its shellcheck pass uses the pinned shellcheck in the venv, so every machine checks the same).
@@ -119,10 +139,8 @@ lint: $(DEV_STAMP)
 	$(VENV)/bin/actionlint -shellcheck=$(VENV)/bin/shellcheck
 
 # Names every config key that differs between two stacks; fails on one that must be promoted.
-FROM ?= staging
-TO ?= prod
 promote-check: $(STAMP)
-	@$(PY) -m llm_pd_eks_tools.promote_check --from=$(call q,$(FROM)) --to=$(call q,$(TO))
+	@$(PY) -m llm_pd_eks_tools.gates.promote_check --from=$(call v,FROM) --to=$(call v,TO)
 
 # Tool recipes are silent (`@`): stdout carries only the tool's output (`make preflight JSON=1` is
 # pure JSON). GNU make itself exits 2 whenever a recipe fails ("The exit status of make is always
@@ -132,32 +150,31 @@ promote-check: $(STAMP)
 # The config table in docs/configuration.md, generated from the config model (a test fails when it is stale).
 .PHONY: config-doc
 config-doc: $(STAMP)
-	@$(PY) -m llm_pd_eks_tools.config_doc
+	@$(PY) -m llm_pd_eks_tools.maint.config_doc
 
 # Documentation CIDRs, the example account 123456789012, a private endpoint with no runner: exit 1.
 placeholders: $(STAMP)
-	@$(PY) -m llm_pd_eks_tools.placeholders --stack=$(call q,$(STACK)) $(if $(RUNNER),--runner=$(call q,$(RUNNER)))
+	@$(PY) -m llm_pd_eks_tools.gates.placeholders --stack=$(call v,STACK) $(if $(value RUNNER),--runner=$(call v,RUNNER))
 
 # The serving image's tag -> its digest on ECR Public (anonymous), written into Pulumi.<stack>.yaml as
-# repo:tag@sha256:...; offline it says so in one line and exits 5 (llm_pd_eks_tools/resolve_image.py).
+# repo:tag@sha256:...; offline it says so in one line and exits 5 (llm_pd_eks_tools/ops/resolve_image.py).
 resolve-image: $(STAMP)
-	@$(PY) -m llm_pd_eks_tools.resolve_image --stack=$(call q,$(STACK))
+	@$(PY) -m llm_pd_eks_tools.ops.resolve_image --stack=$(call v,STACK)
 
 # After `pulumi up`: proves the deployed stack (nodes, EFA devices, P/D placement, one completion,
 # NIXL on LIBFABRIC, KV bytes/failures/throughput). Kubeconfig from KUBECONFIG or the stack output,
 # read by the `kubernetes` package of the tools set (requirements-dev.txt), as calibrate reads it.
 .PHONY: verify
 # TIMEOUT is each tool's own budget: verify's 600 s unless given, calibrate's 1800 s (a sweep takes longer).
-VERIFY_TIMEOUT = $(or $(TIMEOUT),600)
+VERIFY_TIMEOUT = $(or $(value TIMEOUT),600)
 verify: $(DEV_STAMP)
-	@$(PY) -m llm_pd_eks_tools.verify --stack=$(call q,$(STACK)) --timeout=$(call q,$(VERIFY_TIMEOUT)) $(if $(KUBECONFIG),--kubeconfig=$(call q,$(KUBECONFIG))) $(if $(JSON),--json)
+	@$(PY) -m llm_pd_eks_tools.ops.verify --stack=$(call v,STACK) --timeout=$(call q,$(VERIFY_TIMEOUT)) $(if $(value KUBECONFIG),--kubeconfig=$(call v,KUBECONFIG)) $(if $(value JSON),--json)
 
-# Sizes the stack for a workload, offline (llm_pd_eks_tools/sizing/); WRITE=1 puts the sized replica bounds and
+# Sizes the stack for a workload, offline (llm_pd_eks_sizing/model/); WRITE=1 puts the sized replica bounds and
 # GPU node-group sizes into Pulumi.<stack>.yaml (comments kept).
 .PHONY: size
-WORKLOAD ?= workloads/$(STACK).yaml
 size: $(DEV_STAMP)
-	@$(PY) -m llm_pd_eks_tools.size --stack=$(call q,$(STACK)) --workload=$(call q,$(WORKLOAD)) $(if $(WRITE),--write) $(if $(JSON),--json)
+	@$(PY) -m llm_pd_eks_sizing.size --stack=$(call v,STACK) --workload=$(call q,$(or $(value WORKLOAD),workloads/$(value STACK).yaml)) $(if $(value WRITE),--write) $(if $(value JSON),--json)
 
 # The EFA GPU instance-type table, from EC2 DescribeInstanceTypes data (moto's capture): writes the
 # program's copy (llm_pd_eks/data/) and the policy pack's own (policies/data/). Then the pack's copy of
@@ -167,28 +184,27 @@ size: $(DEV_STAMP)
 # (llm_pd_eks/versions.py; downloaded from PyPI, read with ast, never imported).
 .PHONY: facts
 facts: $(DEV_STAMP)
-	@$(PY) -m llm_pd_eks_tools.gen_instance_types
-	@$(PY) -m llm_pd_eks_tools.gen_ray_resources
-	@$(PY) -m llm_pd_eks_tools.gen_resource_types
-	@$(PY) -m llm_pd_eks_tools.gen_vllm_facts
+	@$(PY) -m llm_pd_eks_tools.maint.gen_instance_types
+	@$(PY) -m llm_pd_eks_tools.maint.gen_ray_resources
+	@$(PY) -m llm_pd_eks_tools.maint.gen_resource_types
+	@$(PY) -m llm_pd_eks_tools.maint.gen_vllm_facts
 # After `pulumi up`: vllm bench serve sweep (a Job on the system nodes, or ENDPOINT directly) and
 # nixlbench's LIBFABRIC output (NIXLBENCH) -> calibration/<stack>.yaml, used by `make size` and the preview.
-CALIBRATE_TIMEOUT = $(or $(TIMEOUT),1800)
+CALIBRATE_TIMEOUT = $(or $(value TIMEOUT),1800)
 calibrate: $(DEV_STAMP)
-	@$(PY) -m llm_pd_eks_tools.calibrate --stack=$(call q,$(STACK)) $(if $(ENDPOINT),--endpoint=$(call q,$(ENDPOINT))) $(if $(NIXLBENCH),--nixlbench-output=$(call q,$(NIXLBENCH))) --timeout=$(call q,$(CALIBRATE_TIMEOUT)) $(if $(KUBECONFIG),--kubeconfig=$(call q,$(KUBECONFIG)))
+	@$(PY) -m llm_pd_eks_sizing.calibrate --stack=$(call v,STACK) $(if $(value ENDPOINT),--endpoint=$(call v,ENDPOINT)) $(if $(value NIXLBENCH),--nixlbench-output=$(call v,NIXLBENCH)) --timeout=$(call q,$(CALIBRATE_TIMEOUT)) $(if $(value KUBECONFIG),--kubeconfig=$(call v,KUBECONFIG))
 # Before GPU time goes on the real run (docs/real-run.md): its cluster steps (raylets, deploys, Serve
 # shutdowns, scrapes) on this machine's CPU with the tools' Ray and a stand-in application, timed.
 .PHONY: realrun-dry
 realrun-dry: $(DEV_STAMP)
-	@$(PY) -m llm_pd_eks_tools.realrun.dry_run
+	@$(PY) -m llm_pd_eks_sizing.realrun.dry_run
 # Ray Serve's own routers (default, PrefixCacheAffinityRouter as the prefix arm renders it) on this CPU,
 # stand-in replicas with a prefix cache: where the prefix arms' requests land -> realrun/data/router/.
 .PHONY: realrun-router
 realrun-router: $(DEV_STAMP)
-	@$(PY) -m llm_pd_eks_tools.realrun.router_run
+	@$(PY) -m llm_pd_eks_sizing.realrun.router_run
 # What the stack cost and served over SINCE (Cost Explorer by tag, the cluster's Prometheus at
 # PROMETHEUS, the GPU quota, make size's prediction): build/cost-audit/<stack>/report.{md,json}, spend.png.
 .PHONY: cost-audit
-SINCE ?= 7d
 cost-audit: $(DEV_STAMP)
-	@$(PY) -m llm_pd_eks_tools.cost_audit --stack=$(call q,$(STACK)) --since=$(call q,$(SINCE)) $(if $(PROMETHEUS),--prometheus=$(call q,$(PROMETHEUS))) $(if $(JSON),--json)
+	@$(PY) -m llm_pd_eks_sizing.cost_audit --stack=$(call v,STACK) --since=$(call v,SINCE) $(if $(value PROMETHEUS),--prometheus=$(call v,PROMETHEUS)) $(if $(value JSON),--json)

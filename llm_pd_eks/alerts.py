@@ -17,7 +17,7 @@ Pages (severity critical) are only what an operator can act on at once; warnings
 
 The PromQL for shared quantities (KV throughput, an SLO's error ratio) is built by one function each,
 used by the alerts, the dashboards and `make verify` alike. Every alert is unit-tested with
-`promtool test rules` (tests/test_alert_rules.py), firing and not firing.
+`promtool test rules` (tests/integration/test_alert_rules.py), firing and not firing.
 """
 
 from __future__ import annotations

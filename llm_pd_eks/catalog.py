@@ -2,7 +2,7 @@
 
 EC2's own facts about each GPU type (GPUs, GPU memory, EFA interfaces, vCPUs, memory, instance
 store, network performance) come from `llm_pd_eks/data/gpu_instance_types.json`, generated from EC2
-DescribeInstanceTypes data by `llm_pd_eks_tools/gen_instance_types.py` (`make facts`; the file's `source`
+DescribeInstanceTypes data by `llm_pd_eks_tools/maint/gen_instance_types.py` (`make facts`; the file's `source`
 names the capture); `make preflight` checks them against the live API. Facts EC2 does not state
 (Ray's accelerator name, GPUDirect RDMA, datasheet figures, chart versions) are written here, each
 with its source. Only types listed here may back the GPU node group: each needs those facts too.

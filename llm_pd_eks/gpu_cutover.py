@@ -24,7 +24,7 @@ renames its group (llm_pd_eks/node_common.py `keyed_node_group_name`), so during
 With `serving.upgradeStrategy: Recreate` step 2 is a replacement of the RayService instead
 (downtime while the new cluster loads the model, no second cluster); with `gpuNodes.templateChange:
 recreate` the old GPU group is deleted before the new one exists. The preview says which
-(llm_pd_eks_tools/cutover.py).
+(llm_pd_eks_tools/plan/cutover.py).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ it stay infeasible and the autoscaler grows the group to its maximum. The config
 and the policy pack refuse such names with this one rule (tests/kuberay_start_params.py, a
 transcription of the operator's code, is the judge). The pack, which must not import the program,
 reads `OPERATOR_FLAGS` from `policies/data/kuberay_resource_flags.json`, written from this module by
-`make facts` (llm_pd_eks_tools/gen_ray_resources.py); tests/test_policies_facts.py keeps it equal.
+`make facts` (llm_pd_eks_tools/maint/gen_ray_resources.py); tests/integration/test_policies_facts.py keeps it equal.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ patch of the Service KubeRay made (llm_pd_eks/serve_endpoint.py `ENDPOINT_PATCHE
 Service and NLB, no new cluster. Only a new name (`spec.serveService.metadata.name`) replaces the
 RayService; any other serveService change waits for the next cluster switch.
 
-`replace_on_change_paths` (the RayService's Pulumi replaceOnChanges) and llm_pd_eks_tools/rayservice_rollout.py's
+`replace_on_change_paths` (the RayService's Pulumi replaceOnChanges) and llm_pd_eks_tools/plan/rayservice_rollout.py's
 classifier are both built on `cluster_change`, so they cannot disagree.
 """
 
@@ -117,7 +117,8 @@ def replace_on_change_paths(spec: dict[str, Any]) -> list[str]:
     would never reach the live cluster either: Pulumi replaces the RayService for both. A property
     path cannot tell a worker group appended at the end (which KubeRay would add in place) from one
     removed or changed, so the whole `workerGroupSpecs` list is listed: under `Recreate` any change
-    of the worker groups is a replacement, and the preview (llm_pd_eks_tools/rayservice_rollout.py, on these same paths)
+    of the worker groups is a replacement, and the preview (llm_pd_eks_tools/plan/rayservice_rollout.py, on these
+    same paths)
     says so. With `NewCluster` KubeRay builds the new cluster itself: no cluster path is listed, and
     the preview says when a muted change will not be applied. Of `spec.serveService` only its name is
     listed, under both: the fields a user changes are patched on the live Service in place (see the

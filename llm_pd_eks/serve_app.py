@@ -9,7 +9,7 @@ HTTP request timeout (`http_options`) from llm_pd_eks/serve_limits.py.
   its own custom Ray resource (`prefill_slot` / `decode_slot`), which only that role's worker group
   advertises (llm_pd_eks/ray_worker_pod.py).
 - Autoscaling: each role's `target_ongoing_requests`, `max_ongoing_requests` and up/downscale
-  delays come from the stack config (`make size WRITE=1` derives them: llm_pd_eks_tools/size.py
+  delays come from the stack config (`make size WRITE=1` derives them: llm_pd_eks_sizing/size.py
   `autoscaling_values`).
 - NIXL moves the KV cache over LIBFABRIC (libfabric's `efa` provider with device RDMA). Left on
   its default backend (UCX) it falls back to TCP over the VPC and everything still "works",

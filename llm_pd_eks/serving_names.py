@@ -10,7 +10,7 @@ from __future__ import annotations
 from .versions import DLC_RAY_VERSION
 
 # The Ray of the stacks' image (the AWS Ray LLM DLC, llm_pd_eks/versions.py); requirements-dev.txt
-# pins the same for the schema tests (tests/test_ray_service.py checks the two agree).
+# pins the same for the schema tests (tests/stack/test_ray_service.py checks the two agree).
 RAY_VERSION = DLC_RAY_VERSION
 NAMESPACE = "llm-serving"
 RAY_SERVICE_NAME = "llm-pd"

@@ -18,15 +18,15 @@ record in aws/deep-learning-containers:
 - NIXL 1.3.1 (nixl and nixl-cu13): the ray-2.58.0 wheel's METADATA pins them for the `llm` extra
   the image installs (`Requires-Dist: nixl==1.3.1; extra == "llm"`, `nixl-cu13==1.3.1`, and
   `vllm[audio]==0.26.0`); docker/ray_llm/pyproject.toml overrides nixl-cu12 out. The real run on an
-  H200 (llm_pd_eks_tools/realrun/data/2026-12-02T1552Z/run.json) ran nixl 1.3.1 with Ray 2.58.0 / vLLM 0.26.0.
+  H200 (llm_pd_eks_sizing/realrun/data/2026-12-02T1552Z/run.json) ran nixl 1.3.1 with Ray 2.58.0 / vLLM 0.26.0.
 - test/ray-llm/eks-multi-node/rayservice.yml: the DLC's own KubeRay test (settings mirrored in
   llm_pd_eks/ray_worker_pod.py: FI_EFA_FORK_SAFE, VLLM_HOST_IP, no privileged securityContext).
 
 The image lives on ECR Public, `public.ecr.aws/deep-learning-containers/ray:<tag>`. Its digest is not
 written in any record that can be read offline: `make resolve-image STACK=<stack>`
-(llm_pd_eks_tools/resolve_image.py) reads it from the registry and pins the stack file to
+(llm_pd_eks_tools/ops/resolve_image.py) reads it from the registry and pins the stack file to
 `<repo>:<tag>@sha256:<digest>`; set `DLC_DIGEST` below to the same value so every copy agrees
-(tests/test_versions_agree.py). docs/serving-image.md says how to bump all of this.
+(tests/stack/test_versions_agree.py). docs/serving-image.md says how to bump all of this.
 
 Charts, each at its release (the values or CRDs vendored under tests/data/, each with a SOURCE):
 - kuberay-operator 1.7.0 (ray-project/kuberay tag v1.7.0; operator image v1.7.0, the chart's

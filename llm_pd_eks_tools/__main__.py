@@ -1,7 +1,7 @@
 """`llm-pd-eks <command> [args]`: one entry point for every offline tool.
 
-Each command is the module `python -m llm_pd_eks_tools.<module>` runs, started the same way (its
-own argument parser, exit codes from `llm_pd_eks_tools.cli.Exit`), so the console script and the
+Each command is the module `python -m <module>` runs, started the same way (its
+own argument parser, exit codes from `llm_pd_eks_tools.core.cli.Exit`), so the console script and the
 make targets behave identically.
 """
 
@@ -12,20 +12,20 @@ import runpy
 import sys
 from typing import Optional
 
-from llm_pd_eks_tools.cli import Exit, ToolError, exit_with
+from llm_pd_eks_tools.core.cli import Exit, ToolError, exit_with
 
 COMMANDS = {
-    "preview": ("llm_pd_eks_tools.preview", "offline preview of a stack: plan, policy verdicts, figures"),
-    "preview-diff": ("llm_pd_eks_tools.preview.diff", "another revision's preview against this working tree"),
-    "preflight": ("llm_pd_eks_tools.preflight", "can the stack deploy in its AWS account and region?"),
-    "verify": ("llm_pd_eks_tools.verify", "after `pulumi up`: does the stack serve over EFA?"),
-    "size": ("llm_pd_eks_tools.size", "workload -> replicas, nodes, P:D and $/Mtok"),
-    "calibrate": ("llm_pd_eks_tools.calibrate", "measure the deployed stack and fit the sizing constants"),
-    "cost-audit": ("llm_pd_eks_tools.cost_audit", "spend and use against what was sized"),
-    "promote-check": ("llm_pd_eks_tools.promote_check", "may the commit move on to the next stack?"),
-    "placeholders": ("llm_pd_eks_tools.placeholders", "example values a stack still carries"),
-    "resolve-image": ("llm_pd_eks_tools.resolve_image", "pin the stack's serving image by its registry digest"),
-    "config-doc": ("llm_pd_eks_tools.config_doc", "docs/configuration.md's reference from the config model"),
+    "preview": ("llm_pd_eks_tools.plan.preview", "offline preview of a stack: plan, policy verdicts, figures"),
+    "preview-diff": ("llm_pd_eks_tools.plan.preview.diff", "another revision's preview against this working tree"),
+    "preflight": ("llm_pd_eks_tools.ops.preflight", "can the stack deploy in its AWS account and region?"),
+    "verify": ("llm_pd_eks_tools.ops.verify", "after `pulumi up`: does the stack serve over EFA?"),
+    "size": ("llm_pd_eks_sizing.size", "workload -> replicas, nodes, P:D and $/Mtok"),
+    "calibrate": ("llm_pd_eks_sizing.calibrate", "measure the deployed stack and fit the sizing constants"),
+    "cost-audit": ("llm_pd_eks_sizing.cost_audit", "spend and use against what was sized"),
+    "promote-check": ("llm_pd_eks_tools.gates.promote_check", "may the commit move on to the next stack?"),
+    "placeholders": ("llm_pd_eks_tools.gates.placeholders", "example values a stack still carries"),
+    "resolve-image": ("llm_pd_eks_tools.ops.resolve_image", "pin the stack's serving image by its registry digest"),
+    "config-doc": ("llm_pd_eks_tools.maint.config_doc", "docs/configuration.md's reference from the config model"),
 }
 
 

@@ -10,9 +10,9 @@ from typing import Callable, Iterator
 
 import pytest
 from filelock import FileLock
-from helpers import STACKS, runtime_module_on_path
+from helpers import STACKS, ray_engine_standins, runtime_module_on_path
 
-from llm_pd_eks_tools.preview.mockrun import ProgramRun, run_program
+from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun, run_program
 
 # The modules that take longest (measured with `--durations`), scheduled first: `make test` hands
 # whole modules to its workers (`--dist loadfile`) in collection order, so the long ones start at
@@ -110,3 +110,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
                 "prometheus and prometheus-alertmanager)",
                 pytrace=False,
             )
+
+
+@pytest.fixture(scope="module")
+def ray_standins() -> Iterator[None]:
+    """Ray Serve LLM's modules import a few vLLM names (helpers.ray_engine_standins): a module that
+    builds Ray's LLM objects uses this (`pytestmark = pytest.mark.usefixtures("ray_standins")`)."""
+    with ray_engine_standins():
+        yield

@@ -11,6 +11,7 @@ import copy
 import functools
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
@@ -21,7 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from llm_pd_eks.config import ConfigError, StackConfig, validate_stack_config  # noqa: E402
-from llm_pd_eks_tools.preview.mockrun import PROJECT, ProgramRun, load_stack_config, run_program, stacks  # noqa: E402
+from llm_pd_eks_tools.core.stack import load_stack_config, stacks  # noqa: E402
+from llm_pd_eks_tools.core.stackfile import PROJECT  # noqa: E402
+from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun, run_program  # noqa: E402
 
 STACKS = stacks(ROOT)
 DATA = Path(__file__).resolve().parent / "data"  # vendored reference data (each folder has a SOURCE)
@@ -330,3 +333,13 @@ def free_port_window(size: int) -> range:
         if all(bindable(p) for p in window):
             return window
     raise AssertionError(f"no {size} consecutive free ports between 24000 and 32000")
+
+
+# -- the tools as a user runs them ----------------------------------------------------------------
+def tool(
+    module: str, *args: str, env: Optional[dict[str, str]] = None, cwd: Path = ROOT
+) -> "subprocess.CompletedProcess[str]":
+    """`python -m <module> <args>` in a process of its own, as a shell runs a tool; its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )

@@ -17,7 +17,7 @@ from helpers import LAUNCH_TEMPLATE, NODE_GROUP, PLACEMENT_GROUP, RAY_SERVICE, S
 
 from llm_pd_eks.pulumi_sdk import analyzer_pb2
 from llm_pd_eks_policy.efa_table import EFA_NETWORK_CARDS
-from llm_pd_eks_tools.preview.analyzer import UNKNOWN, PolicyPackServer, Verdict
+from llm_pd_eks_tools.plan.preview.analyzer import UNKNOWN, PolicyPackServer, Verdict
 
 STACK, PROJECT = "test", "llm-pd-eks"
 SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"

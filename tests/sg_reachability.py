@@ -25,7 +25,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-from llm_pd_eks_tools.preview.mockrun import ProgramRun, Registration, eks_cluster_ids
+from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun, Registration, eks_cluster_ids
 
 ALL = "-1"
 

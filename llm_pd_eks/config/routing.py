@@ -69,5 +69,5 @@ class RoutingConfig(Strict):
         "chat template applied) are prefilled on the decode replica: no prefill hop, no KV transfer. "
         "Unset: every request goes through prefill. `make size` says where the hop, the KV handoff and "
         "the prefill queue's wait cost more than the prefill interference it saves, on an idle prefill "
-        "stage and at the sized load (llm_pd_eks_tools/sizing/routing.py).",
+        "stage and at the sized load (llm_pd_eks_sizing/model/routing.py).",
     )

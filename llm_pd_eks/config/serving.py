@@ -61,7 +61,7 @@ class ReplicaGroupConfig(Strict):
     # Ray Serve's autoscaling (ray.serve.config.AutoscalingConfig): without these, Ray Serve LLM fills in
     # target_ongoing_requests = 1e9 (ray.llm ... core/server/builder.py DEFAULT_DEPLOYMENT_OPTIONS) and
     # desired replicas never exceed the current count. `make size WRITE=1` writes them from the sizing
-    # model's per-replica concurrency (llm_pd_eks_tools/size.py `autoscaling_values`).
+    # model's per-replica concurrency (llm_pd_eks_sizing/size.py `autoscaling_values`).
     target_ongoing_requests: float = Field(
         default=16,
         gt=0,

@@ -101,7 +101,7 @@ def is_unknown(value: Any) -> bool:
 
 # Work shared by every rule judging one request (one Analyze or AnalyzeStack call), per thread: the
 # host decodes a request's properties once per policy and every rule copies them; intake.install()
-# opens a scope around each request so that both happen once (llm_pd_eks_tools/bench_policies.py).
+# opens a scope around each request so that both happen once (llm_pd_eks_tools/maint/bench_policies.py).
 _scope = threading.local()
 
 

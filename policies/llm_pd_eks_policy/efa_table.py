@@ -1,7 +1,7 @@
 """The pack's table of EFA-capable GPU instance types, read from the pack's own data file.
 
 `policies/data/gpu_instance_types.json` is generated from EC2 DescribeInstanceTypes data
-(`llm_pd_eks_tools/gen_instance_types.py`, `make facts`; its `source` names where the data came from). The pack
+(`llm_pd_eks_tools/maint/gen_instance_types.py`, `make facts`; its `source` names where the data came from). The pack
 must not import the program it judges, so it carries its own copy; a test keeps it byte-equal to the
 program's (`llm_pd_eks/data/`) and to what the generator produces. Override or extend the table per
 stack through each policy's `efaGpuTypes` / `extraEfaGpuTypes` config.

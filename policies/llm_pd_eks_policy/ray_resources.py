@@ -11,8 +11,8 @@ MIG profile) are what the operator means them for and pass.
 
 The pack runs without the program's modules: it reads the operator's rules from its own
 `policies/data/kuberay_resource_flags.json`, written by `make facts` from the program's
-llm_pd_eks/ray_resources.py (`OPERATOR_FLAGS`); tests/test_policies_facts.py keeps the two equal and
-tests/test_policies_ray_resources.py checks this predicate against the transcription of the operator's code.
+llm_pd_eks/ray_resources.py (`OPERATOR_FLAGS`); tests/integration/test_policies_facts.py keeps the two equal and
+tests/integration/test_policies_ray_resources.py checks this predicate against the transcription of the operator's code.
 """
 
 from __future__ import annotations

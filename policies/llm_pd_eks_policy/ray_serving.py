@@ -6,7 +6,7 @@ works, only slowly, so nothing but a policy notices. Likewise a GPU pod without
 `vpc.amazonaws.com/efa` devices or with `FI_PROVIDER` other than `efa` silently uses sockets.
 
 The rules judge every workload a vLLM engine can run in, wherever it is declared (`workloads`,
-rules/workloads.py): KubeRay objects and pod-running Kubernetes objects, as resources of their own or
+llm_pd_eks_policy/workloads.py): KubeRay objects and pod-running Kubernetes objects, as resources of their own or
 carried in ConfigFiles/ConfigGroups, Helm values and YAML/JSON text; KV-transfer configs in serve
 configs and on command lines; FI_PROVIDER as the kubelet, the shell and Ray set it.
 """

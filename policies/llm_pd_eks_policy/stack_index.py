@@ -60,7 +60,7 @@ class ResourceIndex:
     def __init__(self, resources: list) -> None:
         self.resources = list(resources)
         self._props = {r.urn: plain(r.props) for r in self.resources}
-        # Indexes, so that joining a 10,000-resource stack stays linear (llm_pd_eks_tools/bench_policies.py).
+        # Indexes, so that joining a 10,000-resource stack stays linear (llm_pd_eks_tools/maint/bench_policies.py).
         self._by_type: dict[str, list] = {}
         for r in self.resources:
             self._by_type.setdefault(r.resource_type, []).append(r)

@@ -8,7 +8,7 @@ know its type. So the pack states what it knows instead:
   the program being judged (their children are registered and judged one by one), and any Kubernetes
   object that carries a pod template (judged as a workload by the serving rules, whatever its kind);
 - inert: `policies/data/inert_types.txt`, one type and its reason a line, generated from the installed
-  providers' schemas by `llm_pd_eks_tools/gen_resource_types.py` (`make facts`); a line may name
+  providers' schemas by `llm_pd_eks_tools/maint/gen_resource_types.py` (`make facts`); a line may name
   inputs that make the type no longer inert (an EIP attached to an instance);
 - everything else, a new provider release's new types included, is refused by `unjudgeable-type`
   unless the policy config names the type (`allowTypes`, fnmatch patterns) or the resource
@@ -155,7 +155,7 @@ def _validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
             f"rule unseen. Fix: use a type the pack judges (an aws.eks.NodeGroup with an aws.ec2 launch template, "
             f"a Kubernetes workload, an aws.ec2 security group rule); or, once it is checked elsewhere, list "
             f"{args.resource_type!r} in this policy's allowTypes (or {args.name!r} in allowResources); a type that "
-            f"is inert belongs in llm_pd_eks_tools/gen_resource_types.py with its reason."
+            f"is inert belongs in llm_pd_eks_tools/maint/gen_resource_types.py with its reason."
         )
 
 

@@ -2,7 +2,7 @@
 reach the plan (pulumi-kubernetes runs Helm inside the provider and registers one resource), so a
 chart that runs GPU or vLLM pods from its values cannot be judged by `nixl-libfabric-backend` or
 `ray-gpu-pods-efa`. Workload objects carried whole in the values are judged where they are
-(rules/workloads.py); everything else that shows a GPU or vLLM workload is refused here, with the
+(llm_pd_eks_policy/workloads.py); everything else that shows a GPU or vLLM workload is refused here, with the
 way to make it judgeable, unless the policy config names the release in `unjudgeable.allow`.
 """
 

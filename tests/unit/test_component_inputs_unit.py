@@ -29,7 +29,6 @@ from llm_pd_eks.ray_service import LlmRayService, RayServiceArgs
 from llm_pd_eks.storage import EbsStorage, EbsStorageArgs
 from llm_pd_eks.system_nodes import SystemNodeGroup, SystemNodeGroupArgs
 from llm_pd_eks.versions import DLC_IMAGE
-from tests.unit.mocks import install
 
 AZS = ["us-west-2a", "us-west-2b"]
 SUBNETS = {"us-west-2a": "subnet-0a1b2c3d4e5f60001", "us-west-2b": "subnet-0a1b2c3d4e5f60002"}
@@ -37,11 +36,6 @@ ROLE = "arn:aws:iam::210987654321:role/llm-node-role"
 OIDC_ARN = "arn:aws:iam::210987654321:oidc-provider/oidc.eks.us-west-2.amazonaws.com/id/EXAMPLE"
 OIDC_ISSUER = "oidc.eks.us-west-2.amazonaws.com/id/EXAMPLE"
 GPU = gpu_instance_type("g6e.12xlarge")  # 4 GPUs
-
-
-@pytest.fixture
-def mocks():
-    return install()
 
 
 def _stub(name: str) -> pulumi.Resource:

@@ -6,12 +6,6 @@ import pulumi
 import pytest
 
 from llm_pd_eks.gcs_store import GcsStore, GcsStoreArgs
-from tests.unit.mocks import install
-
-
-@pytest.fixture
-def mocks():
-    return install()
 
 
 def _store(subnets: list[str]) -> GcsStore:

@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import pulumi
-import pytest
 
 from llm_pd_eks.config import NetworkConfig
 from llm_pd_eks.network import CLUSTER_TAG_VALUE, Network, NetworkArgs
-from tests.unit.mocks import install
 
 AZS = ["us-west-2a", "us-west-2b", "us-west-2c"]
-
-
-@pytest.fixture
-def mocks():
-    return install()
 
 
 def _network(nat: str = "single") -> Network:

@@ -26,11 +26,6 @@ BASE: dict[str, Any] = {
 }
 
 
-@pytest.fixture
-def mocks():
-    return install()
-
-
 def _gpu(name: str = "gpu", **overrides: Any) -> EfaGpuNodeGroup:
     values = {
         "config": GpuNodesConfig.model_validate({"instanceType": GPU.name, "availabilityZone": "us-west-2a"}),

@@ -7,15 +7,9 @@ import pytest
 
 from llm_pd_eks.config import SystemNodesConfig
 from llm_pd_eks.system_nodes import SYSTEM_LABELS, SystemNodeGroup, SystemNodeGroupArgs
-from tests.unit.mocks import install
 
 PRIVATE = ["subnet-0a1b2c3d4e5f60001", "subnet-0a1b2c3d4e5f60002"]
 ROLE = "arn:aws:iam::210987654321:role/llm-node-role"
-
-
-@pytest.fixture
-def mocks():
-    return install()
 
 
 def _group(**config) -> SystemNodeGroup:

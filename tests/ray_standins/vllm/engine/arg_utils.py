@@ -11,7 +11,7 @@ class AsyncEngineArgs:
     kv_cache_dtype: str = "auto"
     kv_transfer_config: Optional[Any] = None
     enable_prefix_caching: Optional[bool] = None
-    # what the one-GPU real run sets beside them (llm_pd_eks_tools/realrun/overrides.yaml)
+    # what the one-GPU real run sets beside them (llm_pd_eks_sizing/realrun/overrides.yaml)
     load_format: str = "auto"
     gpu_memory_utilization: float = 0.9
     kv_cache_memory_bytes: Optional[int] = None
