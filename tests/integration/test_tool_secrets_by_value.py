@@ -57,10 +57,10 @@ def test_an_environment_credential_echoed_by_a_failure_is_removed(tmp_path):
     assert token not in proc.stderr and "[redacted]" in proc.stderr
 
 
-def test_a_url_password_holding_at_signs_is_removed_whole():
+def test_a_url_password_holding_at_signs_is_removed_whole(tmp_path):
     proc = tool(
         "llm_pd_eks_sizing.cost_audit",
-        ["--stack", "dev", "--prometheus", "http://admin:pa@ss@word-9@127.0.0.1:9/", "--out", "/nonexistent/x/y"],
+        ["--stack", "dev", "--prometheus", "http://admin:pa@ss@word-9@127.0.0.1:9/", "--out", str(tmp_path / "audit")],
         {},
     )
     assert "pa@ss" not in proc.stderr + proc.stdout and "word-9" not in proc.stderr + proc.stdout
