@@ -137,6 +137,11 @@ def runner_problem(label: str, private_only: bool) -> Optional[str]:
     return None
 
 
+def example_account(value: str) -> bool:
+    """Whether `value` names the example AWS account (as a whole 12-digit number)."""
+    return EXAMPLE_ACCOUNT in _ACCOUNT_IN.findall(value)
+
+
 def find_placeholders(
     config: StackConfig,
     runner: Optional[str] = None,
@@ -213,14 +218,14 @@ def digest_warning(config: StackConfig, stack: str) -> list[str]:
     ]
 
 
-def _strings(value: object, path: str) -> Iterator[tuple[str, str]]:
+def string_leaves(value: object, path: str) -> Iterator[tuple[str, str]]:
     """Every string leaf of a YAML value with its dotted path."""
     if isinstance(value, dict):
         for key, item in value.items():
-            yield from _strings(item, f"{path}.{key}" if path else str(key))
+            yield from string_leaves(item, f"{path}.{key}" if path else str(key))
     elif isinstance(value, list):
         for number, item in enumerate(value):
-            yield from _strings(item, f"{path}[{number}]")
+            yield from string_leaves(item, f"{path}[{number}]")
     elif isinstance(value, str):
         yield path, value
 
@@ -236,7 +241,7 @@ def environment_placeholders(envs: list[str], root: Path) -> list[Placeholder]:
         if not definition.is_file():
             continue
         data = parse(definition.read_text(encoding="utf-8"), str(definition.relative_to(root))) or {}
-        for path, value in _strings(data.get("values") or {}, ""):
+        for path, value in string_leaves(data.get("values") or {}, ""):
             where = f"esc {env}: values.{path}"
             if PLACEHOLDER_WORDS.search(value):
                 found.append(
@@ -276,7 +281,7 @@ def stack_file_placeholders(stack: str, root: Path) -> list[Placeholder]:
         Placeholder(k if ":" in k else f"{PROJECT}:{k}", f"{path}: {value}", "names itself a placeholder")
         for k, item in raw.items()
         if not (isinstance(item, dict) and "secure" in item)
-        for path, value in _strings(item, k)
+        for path, value in string_leaves(item, k)
         if PLACEHOLDER_WORDS.search(value)
     ]
     envs = imported_environments(stack, root)
@@ -284,12 +289,16 @@ def stack_file_placeholders(stack: str, root: Path) -> list[Placeholder]:
 
 
 def reaches_api(config: StackConfig, label: str) -> Optional[str]:
-    """Why a runner with `label` cannot reach the stack's API endpoint, or None. A runner the stack or
-    the workflow names is taken to be placed for it; a GitHub-hosted one comes from GitHub's shared
-    address ranges, so it reaches only an endpoint open to every address."""
+    """Why a runner with `label` cannot reach the stack's API endpoint, or None."""
+    return api_unreachable(config.cluster.public_access_cidrs, label)
+
+
+def api_unreachable(cidrs: list[str], label: str) -> Optional[str]:
+    """Why a runner with `label` cannot reach an API endpoint open to `cidrs` (cluster.publicAccessCidrs),
+    or None. A runner the stack or the workflow names is taken to be placed for it; a GitHub-hosted one
+    comes from GitHub's shared address ranges, so it reaches only an endpoint open to every address."""
     if not _HOSTED_RUNNER.match(label):
         return None
-    cidrs = config.cluster.public_access_cidrs
     if not cidrs:
         return f"the API endpoint is private-only and {label} is a GitHub-hosted runner outside the VPC"
     if not any(c in EVERYONE for c in cidrs):
