@@ -323,13 +323,33 @@ def alerting_placeholders(config: StackConfig) -> list[Placeholder]:
                 "alerts would carry no runbook link: set the absolute URL of docs/operations.md",
             )
         )
-    if alerting.receiver == "sns" and not alerting.sns_subscriptions:
+    severities = {s.severity for s in alerting.sns_subscriptions}
+    key = f"{PROJECT}:observability.alerting"
+    if alerting.receiver == "sns" and "critical" not in severities:
         found.append(
             Placeholder(
-                f"{PROJECT}:observability.alerting.snsSubscriptions",
-                "[]",
-                "the alert topic has no subscription: every page would reach nobody "
-                "(add {protocol: email, endpoint: ...}, or use receiver webhook)",
+                f"{key}.snsSubscriptions",
+                "(no severity critical)",
+                "the pages topic has no subscription: every page would reach nobody "
+                "(add {protocol: email, endpoint: ..., severity: critical}, or use receiver webhook)",
+            )
+        )
+    if "warning" not in severities:
+        found.append(
+            Placeholder(
+                f"{key}.snsSubscriptions",
+                "(no severity warning)",
+                "the tickets topic has no subscription: every ticket would reach nobody "
+                "(add {protocol: email, endpoint: ..., severity: warning})",
+            )
+        )
+    if alerting.heartbeat_url is None:
+        found.append(
+            Placeholder(
+                f"{key}.heartbeatUrl",
+                "(not set)",
+                "no dead-man's switch: a dead Prometheus or Alertmanager would page nobody; set the https ping "
+                "URL of an external heartbeat receiver",
             )
         )
     return found
