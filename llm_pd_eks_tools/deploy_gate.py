@@ -35,7 +35,7 @@ from typing import Any, Optional
 
 from pydantic import ValidationError
 
-from llm_pd_eks.config import PROJECT, ClusterConfig, DeployConfig
+from llm_pd_eks.config import PROJECT, ClusterConfig, ConfigError, DeployConfig
 from llm_pd_eks_tools.cli import ArgumentParser, Exit, ToolError, exit_with, one_line
 from llm_pd_eks_tools.esc_imports import CLI_TIMEOUT_S, environment_keys, imported_environments
 from llm_pd_eks_tools.io_safety import append_text
@@ -47,9 +47,9 @@ from llm_pd_eks_tools.placeholders import (
     api_unreachable,
     example_account,
     find_placeholders,
+    own_placeholders,
     reaches_api,
     runner_problem,
-    shadowed_keys,
     string_leaves,
 )
 from llm_pd_eks_tools.process_safety import run_process
@@ -160,27 +160,16 @@ def resolved_placeholders(listed: dict[str, Any], esc_keys: list[str]) -> list[P
 
 def resolved_refusals(stack: str, root: Path, label: str) -> list[str]:
     """Every placeholder of the stack as the engine will see it, and whether `label` reaches its API."""
-    from llm_pd_eks.config import ConfigError
-    from llm_pd_eks_tools.preview.mockrun import stack_config
+    from llm_pd_eks_tools.preview.mockrun import stack_config  # the program's reader (pulumi's runtime)
 
     try:
         config = stack_config(stack, root)
     except ConfigError as error:
         raise ToolError(Exit.USAGE, f"stack {stack}: {one_line(str(error))}") from None
-    found = find_placeholders(config, label, secure_values(stack, root), stack)
-    raw = read(stack, root)
-    found += [
-        Placeholder(k if ":" in k else f"{PROJECT}:{k}", value, "names itself a placeholder")
-        for k, item in raw.items()
-        if not (isinstance(item, dict) and "secure" in item)
-        for _, value in string_leaves(item, k)
-        if PLACEHOLDER_WORDS.search(value)
-    ]
+    found = find_placeholders(config, label, secure_values(stack, root), stack) + own_placeholders(stack, root)
     envs = imported_environments(stack, root)
     if envs:
-        esc_keys = environment_keys(envs, root)
-        found += resolved_placeholders(cli_config(stack, root), esc_keys)
-        found += shadowed_keys([k if ":" in k else f"{PROJECT}:{k}" for k in raw], envs, root)
+        found += resolved_placeholders(cli_config(stack, root), environment_keys(envs, root))
     lines = [f"placeholder: {p}" for p in found]
     why = reaches_api(config, label)
     if why:

@@ -270,8 +270,9 @@ def shadowed_keys(stack_keys: list[str], envs: list[str], root: Path) -> list[Pl
     ]
 
 
-def stack_file_placeholders(stack: str, root: Path) -> list[Placeholder]:
-    """What the stack file itself and its imported environments' definitions hold (beyond StackConfig)."""
+def own_placeholders(stack: str, root: Path) -> list[Placeholder]:
+    """What the stack file itself holds (beyond StackConfig): values that name themselves placeholders,
+    and keys an imported environment also sets."""
     from llm_pd_eks_tools.esc_imports import imported_environments
     from llm_pd_eks_tools.stackfile import read
 
@@ -285,7 +286,15 @@ def stack_file_placeholders(stack: str, root: Path) -> list[Placeholder]:
         if PLACEHOLDER_WORDS.search(value)
     ]
     envs = imported_environments(stack, root)
-    return found + environment_placeholders(envs, root) + (shadowed_keys(keys, envs, root) if envs else [])
+    return found + (shadowed_keys(keys, envs, root) if envs else [])
+
+
+def stack_file_placeholders(stack: str, root: Path) -> list[Placeholder]:
+    """The stack file's own placeholders and its imported environments' checked-in definitions' (offline:
+    the deploy gate judges what ESC resolves instead, llm_pd_eks_tools/deploy_gate.py)."""
+    from llm_pd_eks_tools.esc_imports import imported_environments
+
+    return own_placeholders(stack, root) + environment_placeholders(imported_environments(stack, root), root)
 
 
 def reaches_api(config: StackConfig, label: str) -> Optional[str]:
