@@ -15,11 +15,13 @@ from bootstrap.program import Prerequisites
 from bootstrap.settings import BootstrapConfig
 
 config = pulumi.Config()
-keys = BootstrapConfig.model_fields
 values = {}
-for name, field in keys.items():
+for name, field in BootstrapConfig.model_fields.items():
     alias = field.alias or name
-    raw = config.get_object(alias)
+    try:
+        raw = config.get_object(alias)  # lists, booleans, numbers: JSON in the engine's config
+    except pulumi.ConfigTypeError:
+        raw = config.get(alias)  # a plain string
     if raw is not None:
         values[alias] = raw
 try:

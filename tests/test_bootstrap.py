@@ -268,3 +268,32 @@ def test_the_bootstrap_stays_out_of_the_main_programs_install():
     assert "pulumi-github==6.15.0" in own and "pulumi-pulumiservice==1.5.0" in own
     project = yaml.safe_load((ROOT / "bootstrap" / "Pulumi.yaml").read_text())
     assert project["name"] == "llm-pd-eks-bootstrap" and project["runtime"]["name"] == "python"
+
+
+@pytest.fixture
+def example_config():
+    """Pulumi.example.yaml's config as the engine hands it (plain strings, JSON for lists and booleans)."""
+    from pulumi.runtime import config as runtime_config
+
+    example = yaml.safe_load((ROOT / "bootstrap" / "Pulumi.example.yaml").read_text())["config"]
+    runtime_config.set_all_config({k: v if isinstance(v, str) else json.dumps(v) for k, v in example.items()}, [])
+    yield
+    runtime_config.set_all_config({}, [])
+
+
+@pulumi.runtime.test
+def test_the_entry_point_runs_the_example_stack(example_config):
+    """bootstrap/__main__.py under the mocks with the example stack's config: it is valid, every role made."""
+    import runpy
+
+    from tests.unit.mocks import PublicMocks
+
+    mocks = PublicMocks()
+    pulumi.runtime.set_mocks(mocks, project="llm-pd-eks-bootstrap", stack="example", preview=False)
+    program = runpy.run_path(str(ROOT / "bootstrap" / "__main__.py"), run_name="__main__")
+
+    def check(_):
+        names = {r.name for r in mocks.of_type("aws:iam/role:Role")}
+        assert names == {"dev-deploy", "staging-deploy", "preview", "review"}
+
+    return pulumi.Output.all(*[r.urn for r in program["prerequisites"].created]).apply(check)
