@@ -342,3 +342,24 @@ def test_publishing_a_version_again_does_not_fail(tmp_path):
         script, tmp_path, {**env, "FAKE_PACKS": json.dumps([{"name": "llm-pd-eks", "versions": ["1.1.0"]}])}
     )
     assert done.returncode == 0 and calls[-1] == "policy publish-would-run"
+
+
+def test_the_gate_step_refuses_before_any_credential_and_hands_on_a_runner_that_reaches(tmp_path):
+    """The gate job's step as the runner runs it (`make venv` replaced by the checkout's venv): prod's
+    checked-in endpoint admits only a documentation range, so a hosted runner is refused, exit 1, and
+    no runner reaches the up job; a self-hosted label is handed on."""
+    gate = workflow("pulumi-up.yml")["jobs"]["gate"]
+    (step,) = [s for s in gate["steps"] if s.get("id") == "check"]
+    script = step["run"].replace("make venv\n", "").replace(".venv/bin/python", sys.executable)
+    for runner, code, handed in (("", 1, None), ("ubuntu-24.04", 1, None), ("vpc-runner-prod", 0, "vpc-runner-prod")):
+        out = tmp_path / f"out-{runner or 'default'}"
+        out.write_text("")
+        env = {**os.environ, "STACK": "prod", "RUNNER": runner, "GITHUB_OUTPUT": str(out), "PYTHONPATH": str(ROOT)}
+        done = subprocess.run(
+            ["bash", "-e", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == code, done.stderr
+        lines = out.read_text().splitlines()
+        assert (f"runner={handed}" in lines) if handed else lines == []
+        if code:
+            assert "first Kubernetes object" in done.stderr and "Traceback" not in done.stderr
