@@ -281,6 +281,7 @@ class Prerequisites:
                 repository=repo,
                 environment=name,
                 prevent_self_review=bool(reviewers),
+                can_admins_bypass=not reviewers,  # an approval no administrator skips
                 reviewers=[github.RepositoryEnvironmentReviewerArgs(users=reviewers)] if reviewers else None,
                 deployment_branch_policy=github.RepositoryEnvironmentDeploymentBranchPolicyArgs(
                     protected_branches=False, custom_branch_policies=True

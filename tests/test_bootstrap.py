@@ -210,6 +210,7 @@ def test_github_environments_bind_roles_branches_and_reviewers():
         }
         assert set(envs) == {"dev", "staging", "prod", "prod-preview", "review", "policy-publish"}
         assert envs["prod"]["reviewers"] == [{"users": [4242]}] and envs["prod"]["preventSelfReview"] is True
+        assert envs["prod"]["canAdminsBypass"] is False
         assert "deploymentBranchPolicy" not in envs["review"]  # a review stack runs a pull request's ref
         refs = {
             p["environment"]: p.get("branchPattern") or p.get("tagPattern")
