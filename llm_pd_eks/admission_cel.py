@@ -1,6 +1,6 @@
 """The CEL of the cluster's GPU-pod admission policy, as data: what `admission_policy.py` deploys as a
 ValidatingAdmissionPolicy, what the tests evaluate offline against the policy pack's pod fixtures and
-what `make verify` evaluates against the live GPU pods (llm_pd_eks_tools/verify/admission.py).
+what `make verify` evaluates against the live GPU pods (llm_pd_eks_tools/ops/verify/admission.py).
 
 The PR-time pack reads what a stack declares; a pod can still reach the cluster from a Helm chart's
 defaults, an operator, a patch or a CronJob. The API server runs this policy on every pod it admits,

@@ -1,7 +1,10 @@
 """Alert rules for the prefill/decode serving layer, as data (a PrometheusRule's `spec.groups`).
 
 Each rule names a failure that returns 200 OK and so hides from a health check:
-- KV transfers failing (NIXL counts them on the decode side);
+- KV transfers failing (NIXL counts them on the decode side): a ticket while vLLM's
+  `kv_load_failure_policy: recompute` (llm_pd_eks/serve_app.py) heals them by recomputing the prefill
+  on decode (the cost is latency, which the TTFT burn sees); a page when they coincide with requests
+  the engine finishes in error, i.e. when they cost answers;
 - no KV bytes moving while decode generates tokens: requests are not disaggregated at all;
 - KV throughput below the floor of the GPU type (kv_transfer.kv_rank_floor_gbps): NIXL is off
   EFA, typically on UCX over TCP, which still works, only many times slower;
@@ -13,7 +16,9 @@ Each rule names a failure that returns 200 OK and so hides from a health check:
 - a serving or GPU scrape target failing, or every target of a phase gone: the alerts above would
   go quiet for want of data, not for health.
 
-Pages (severity critical) are only what an operator can act on at once; warnings are tickets.
+Pages (severity critical) are only what an operator can act on at once; warnings are tickets. An
+error ratio or a latency burn pages only above a traffic floor (alerting.pageMinRequestRate): at a
+few requests an hour one slow request is 100 % of them.
 
 The PromQL for shared quantities (KV throughput, an SLO's error ratio) is built by one function each,
 used by the alerts, the dashboards and `make verify` alike. Every alert is unit-tested with
@@ -79,13 +84,22 @@ def slo_error_ratio_expr(histogram: str, threshold: float, window: str, by: str 
     )
 
 
-def _burn(histogram: str, threshold: float, objective: float, burns: tuple[Burn, ...]) -> str:
-    """Either burn condition; each holds when the long AND the short window burn above its rate."""
+def traffic_floor_expr(series: str, window: str, floor: float, by: str = m.PHASE_LABEL) -> str:
+    """Requests per second over `window` at or above `floor`, per `by`: the `and` of a paging ratio."""
+    return f"sum by ({by}) (rate({series}[{window}])) >= {floor:g}"
+
+
+def _burn(
+    histogram: str, threshold: float, objective: float, burns: tuple[Burn, ...], floor: Optional[float] = None
+) -> str:
+    """Either burn condition; each holds when the long AND the short window burn above its rate (and,
+    for a page, the long window carried at least `floor` requests per second)."""
     budget = round(1 - objective, 6)
     conditions = [
         "("
         + " and ".join(
-            f"{slo_error_ratio_expr(histogram, threshold, w)} > ({b.rate:g} * {budget})" for w in (b.long, b.short)
+            [f"{slo_error_ratio_expr(histogram, threshold, w)} > ({b.rate:g} * {budget})" for w in (b.long, b.short)]
+            + ([traffic_floor_expr(f"{histogram}_count", b.long, floor)] if floor is not None else [])
         )
         + ")"
         for b in burns
@@ -129,20 +143,43 @@ def _alert(
     }
 
 
+def kv_failure_alerts(config: ObservabilityConfig) -> list[dict[str, Any]]:
+    """Failed KV transfers: a ticket while recompute heals them, a page when they cost answers."""
+    failed = f"sum by ({m.PHASE_LABEL}) (increase({m.NIXL_FAILED_TRANSFERS}[{KV_WINDOW}])) > 0"
+    errored = (
+        f'sum by ({m.PHASE_LABEL}) (increase({m.REQUEST_SUCCESS}{{{m.FINISHED_REASON_LABEL}="error"}}[{KV_WINDOW}]))'
+        " > 0"
+    )
+    return [
+        _alert(
+            config,
+            "KVTransferFailures",
+            failed,
+            "5m",
+            "warning",
+            "NIXL KV-cache transfers are failing ({{ $labels.phase }})",
+            "NIXL KV transfers failed in the last 10 minutes; decode recomputed those prefills (kv_load_failure_policy "
+            "recompute), so the answers came, later. Look at the EFA fabric and NIXL's logs before it costs answers.",
+        ),
+        _alert(
+            config,
+            "KVTransferFailuresLoseAnswers",
+            f"({failed}) and on ({m.PHASE_LABEL}) ({errored})",
+            "2m",
+            "critical",
+            "KV transfers fail and requests end in error ({{ $labels.phase }})",
+            "NIXL KV transfers failed and the engine finished requests with finished_reason error in the same "
+            "10 minutes: the failures cost answers, not just latency.",
+        ),
+    ]
+
+
 def alert_rules(config: ObservabilityConfig, instance: GpuInstanceType) -> list[dict[str, Any]]:
     """The alerting rules, thresholds from the stack config and the GPU catalog."""
     floor = kv_rank_floor_gbps(instance, config.kv_throughput_floor_fraction)
     decode = f'{m.PHASE_LABEL}="decode"'
     return [
-        _alert(
-            config,
-            "KVTransferFailures",
-            f"sum by ({m.PHASE_LABEL}) (increase({m.NIXL_FAILED_TRANSFERS}[5m])) > 0",
-            "1m",
-            "critical",
-            "NIXL KV-cache transfers are failing ({{ $labels.phase }})",
-            "{{ $value }} NIXL KV transfer(s) failed in 5 minutes; decode recomputes or drops those requests.",
-        ),
+        *kv_failure_alerts(config),
         _alert(
             config,
             "KVTransferStalled",
@@ -200,12 +237,13 @@ def _burn_alerts(
         _alert(
             config,
             f"{stem}BudgetBurn",
-            _burn(histogram, slo, config.slo_objective, PAGE_BURNS),
+            _burn(histogram, slo, config.slo_objective, PAGE_BURNS, config.alerting.page_min_request_rate),
             "2m",
             "critical",
             what + " burns its SLO budget on {{ $labels.phase }}",
             f"{what}: the share of {noun.split()[0]} over {slo:g}s burns the allowed {allowed} at "
-            f"{_burn_text(PAGE_BURNS)}: the month's budget goes in days.",
+            f"{_burn_text(PAGE_BURNS)}, at {config.alerting.page_min_request_rate:g} requests/s or more: "
+            "the month's budget goes in days.",
         ),
         _alert(
             config,
@@ -224,11 +262,12 @@ def serve_alerts(config: ObservabilityConfig) -> list[dict[str, Any]]:
     """Ray Serve's own view: the proxy answering 5xx, requests waiting for a free replica."""
     requests = f"sum by (application) (rate({m.SERVE_HTTP_REQUESTS}[5m]))"
     errors = f'sum by (application) (rate({m.SERVE_HTTP_REQUESTS}{{status_code=~"5.."}}[5m]))'
+    floor = traffic_floor_expr(m.SERVE_HTTP_REQUESTS, "5m", config.alerting.page_min_request_rate, "application")
     return [
         _alert(
             config,
             "ServeServerErrors",
-            f"{errors} / {requests} > {SERVE_ERROR_RATIO:g}",
+            f"({errors} / {requests} > {SERVE_ERROR_RATIO:g}) and ({floor})",
             "5m",
             "critical",
             "Ray Serve answers {{ $value | humanizePercentage }} of requests with a server error",
@@ -296,12 +335,24 @@ def rule_groups(
 
 # --- delivery: the Alertmanager configuration (kube-prometheus-stack value `alertmanager.config`) -------
 
-NULL_RECEIVER = "null"  # the chart's own sink for Watchdog/InfoInhibitor (values.yaml `alertmanager.config`)
-CRITICAL_RECEIVER = "llm-pd-critical"
-WARNING_RECEIVER = "llm-pd-warning"
+NULL_RECEIVER = "null"  # the chart's own sink for InfoInhibitor and `info` (values.yaml `alertmanager.config`)
+CRITICAL_RECEIVER = "llm-pd-critical"  # pages
+WARNING_RECEIVER = "llm-pd-warning"  # tickets
+HEARTBEAT_RECEIVER = "heartbeat"  # the dead-man's switch: Watchdog to an external heartbeat receiver
+# Alerts of the kubernetes-mixin (kube-prometheus-stack's default rules) on what EKS runs for the
+# cluster: the API server's availability, its error budget, its client certificates and aggregated
+# APIs. Nobody on this team can act on them at once (an AWS support case can): tickets, never pages.
+EKS_CONTROL_PLANE_ALERTS = (
+    "KubeAPIDown",
+    "KubeAPIErrorBudgetBurn",
+    "KubeAPITerminatedRequests",
+    "KubeAggregatedAPIDown",
+    "KubeAggregatedAPIErrors",
+    "KubeClientCertificateExpiration",
+)
 # Alerts whose cause is the KV path: while one fires, the TTFT burn it causes is not paged separately
 # (a failed, stalled or slow KV transfer delays every first token on the decode side).
-KV_PATH_ALERTS = ("KVTransferFailures", "KVTransferStalled", "KVThroughputBelowFloor")
+KV_PATH_ALERTS = ("KVTransferFailures", "KVTransferFailuresLoseAnswers", "KVTransferStalled", "KVThroughputBelowFloor")
 KV_CAUSED_ALERTS = ("TTFTBudgetBurn", "TTFTBudgetSlowBurn")
 # A paging burn holds back the slow-burn ticket of the same SLO and phase (one budget, one notice).
 BURN_STEMS = ("TTFT", "InterTokenLatency")
@@ -314,6 +365,13 @@ class SnsTarget:
 
     topic_arn: pulumi.Input[str]
     region: str
+
+
+@dataclass(frozen=True)
+class HeartbeatTarget:
+    """The external heartbeat receiver Watchdog is posted to (alerting.heartbeatUrl)."""
+
+    url: str
 
 
 @dataclass(frozen=True)
@@ -370,14 +428,32 @@ def inhibit_rules() -> list[dict[str, Any]]:
     ]
 
 
-def alertmanager_config(alerting: AlertingConfig, target: AlertTarget) -> dict[str, Any]:
-    """Routing by severity (critical pages, warning tickets), grouping per alert and phase, inhibition.
+def alertmanager_config(alerting: AlertingConfig, target: AlertTarget, tickets: AlertTarget) -> dict[str, Any]:
+    """Routing by severity (critical to `target`, the pages; warning to `tickets`), grouping per alert and
+    phase, inhibition, and the dead-man's switch.
 
     The default route (the root's receiver) is the ticket receiver: an alert no route names, without a
-    severity or with another one, reaches someone instead of the null sink. Only kube-prometheus-stack's
-    always-firing Watchdog, its InfoInhibitor and `info` alerts (the chart's own "informational only"
+    severity or with another one, reaches someone instead of the null sink. kube-prometheus-stack's
+    always-firing Watchdog goes to alerting.heartbeatUrl every heartbeatInterval (nowhere while it is
+    unset, which the deploy gate refuses); the mixin's alerts on the EKS control plane are tickets
+    whatever their severity; only InfoInhibitor and `info` alerts (the chart's own "informational only"
     severity) go nowhere.
     """
+    heartbeat: dict[str, Any] = {"receiver": NULL_RECEIVER, "matchers": ['alertname = "Watchdog"']}
+    receivers: list[dict[str, Any]] = [{"name": NULL_RECEIVER}]
+    if alerting.heartbeat_url is not None:
+        heartbeat = {
+            "receiver": HEARTBEAT_RECEIVER,
+            "matchers": ['alertname = "Watchdog"'],
+            "group_by": ["alertname"],
+            "group_wait": "0s",
+            "group_interval": alerting.heartbeat_interval,
+            "repeat_interval": alerting.heartbeat_interval,
+        }
+        receivers.append(
+            {"name": HEARTBEAT_RECEIVER, "webhook_configs": [{"url": alerting.heartbeat_url, "send_resolved": False}]}
+        )
+    eks = "|".join(EKS_CONTROL_PLANE_ALERTS)
     return {
         "global": {"resolve_timeout": "5m"},
         "route": {
@@ -387,7 +463,8 @@ def alertmanager_config(alerting: AlertingConfig, target: AlertTarget) -> dict[s
             "group_interval": alerting.group_interval,
             "repeat_interval": alerting.warning_repeat_interval,
             "routes": [
-                {"receiver": NULL_RECEIVER, "matchers": ['alertname = "Watchdog"']},
+                heartbeat,
+                {"receiver": WARNING_RECEIVER, "matchers": [f'alertname =~ "{eks}"']},
                 {"receiver": NULL_RECEIVER, "matchers": ['alertname = "InfoInhibitor"']},
                 {"receiver": NULL_RECEIVER, "matchers": ['severity = "info"']},
                 {
@@ -400,9 +477,9 @@ def alertmanager_config(alerting: AlertingConfig, target: AlertTarget) -> dict[s
         },
         "inhibit_rules": inhibit_rules(),
         "receivers": [
-            {"name": NULL_RECEIVER},
+            *receivers,
             _receiver(CRITICAL_RECEIVER, target),
-            _receiver(WARNING_RECEIVER, target),
+            _receiver(WARNING_RECEIVER, tickets),
         ],
         "templates": ["/etc/alertmanager/config/*.tmpl"],
     }

@@ -63,6 +63,10 @@ GENERATION_TOKENS = _vllm("vllm:generation_tokens", COUNTER)
 # Prefix caching (tokens looked up / found in the cache): the hit rate prefix-aware routing aims at.
 PREFIX_CACHE_QUERIES = _vllm("vllm:prefix_cache_queries", COUNTER)
 PREFIX_CACHE_HITS = _vllm("vllm:prefix_cache_hits", COUNTER)
+# Finished requests by `finished_reason` (vllm/v1/metrics/loggers.py `counter_request_success`, label values
+# `str(FinishReason)`: stop, length, abort, error): `error` is a request the engine gave up on.
+REQUEST_SUCCESS = _vllm("vllm:request_success", COUNTER)
+FINISHED_REASON_LABEL = "finished_reason"
 
 # NIXL KV connector metrics (NixlPromMetrics).
 NIXL_XFER_TIME = _vllm("vllm:nixl_xfer_time_seconds", HISTOGRAM)  # seconds per transfer

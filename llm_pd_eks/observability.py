@@ -12,11 +12,13 @@ exporter, a PodMonitor for every Ray pod, the alert rules and the serving dashbo
   head and worker pods and copies `ray.io/group` into `phase` (prefill, decode,
   headgroup): every vLLM and NIXL series then says which side it comes from.
 - The control plane EKS runs is not scrapeable (kube-controller-manager, kube-scheduler and etcd run
-  in AWS's account): the chart's monitors and rules for them are off, or KubeControllerManagerDown,
-  KubeSchedulerDown and etcd's alerts would fire forever (EKS_MANAGED_COMPONENTS).
-- Alerts reach someone: Alertmanager's configuration (llm_pd_eks/alerts.py) routes by severity to an
-  SNS topic created here (Alertmanager signs with SigV4 through its own IRSA role, allowed only
-  `sns:Publish` on that topic) or to a webhook whose URL is a Pulumi secret.
+  in AWS's account) and neither is kube-proxy (EKS's add-on serves its metrics on 127.0.0.1:10249
+  only): the chart's monitors and rules for them are off, or KubeControllerManagerDown,
+  KubeSchedulerDown, KubeProxyDown and etcd's alerts would fire forever (EKS_MANAGED_COMPONENTS).
+- Alerts reach someone, a destination per severity: Alertmanager's configuration
+  (llm_pd_eks/alerts.py) routes pages to the pages topic created here (or to a webhook whose URL is a
+  Pulumi secret) and tickets to the tickets topic; Alertmanager signs with SigV4 through its own
+  IRSA role, allowed only `sns:Publish` on those topics. Watchdog goes to an external heartbeat.
 - Prometheus, Alertmanager and Grafana keep their data on gp3 volumes (llm_pd_eks/storage.py) in the
   system nodes' AZs; Prometheus's is sized from retention and scrape load.
 - CRDs: Helm installs a chart's `crds/` only on first install and never upgrades them. The chart's own
@@ -68,8 +70,14 @@ SCRAPE_INTERVAL = "15s"
 # kube-prometheus-stack 88.5.3 values: the components EKS manages (their ServiceMonitor and Service,
 # `<component>.enabled`) and the default rule groups that alert or record on them
 # (`defaultRules.rules.<group>`); both off, so no rule waits for a target that cannot exist.
-EKS_MANAGED_COMPONENTS = ("kubeControllerManager", "kubeScheduler", "kubeEtcd")
-EKS_MANAGED_RULE_GROUPS = ("kubeControllerManager", "kubeSchedulerAlerting", "kubeSchedulerRecording", "etcd")
+EKS_MANAGED_COMPONENTS = ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy")
+EKS_MANAGED_RULE_GROUPS = (
+    "kubeControllerManager",
+    "kubeSchedulerAlerting",
+    "kubeSchedulerRecording",
+    "etcd",
+    "kubeProxy",
+)
 
 
 def _meta_label(pod_label: str) -> str:
@@ -114,6 +122,7 @@ def prometheus_stack_values(
     grafana_secret: Optional[str],
     alert_target: Optional[AlertTarget] = None,
     alertmanager_role_arn: Optional[pulumi.Input[str]] = None,
+    ticket_target: Optional[AlertTarget] = None,
 ) -> dict[str, Any]:
     """Everything on the system nodes except node-exporter: a DaemonSet whose chart default (4.56.1,
     the version kube-prometheus-stack 88.5.3 pins) tolerates every NoSchedule taint, the GPU one included."""
@@ -138,8 +147,8 @@ def prometheus_stack_values(
     alertmanager: dict[str, Any] = {
         "alertmanagerSpec": {"nodeSelector": system, "storage": _pvc(ALERTMANAGER_VOLUME_GIB)},
     }
-    if alert_target is not None:
-        alertmanager["config"] = alertmanager_config(config.alerting, alert_target)
+    if alert_target is not None and ticket_target is not None:
+        alertmanager["config"] = alertmanager_config(config.alerting, alert_target, ticket_target)
     if alertmanager_role_arn is not None:
         alertmanager["serviceAccount"] = {"annotations": {"eks.amazonaws.com/role-arn": alertmanager_role_arn}}
     return {
@@ -169,9 +178,10 @@ def prometheus_stack_values(
     }
 
 
-def sns_publish_policy(topic_arn: str) -> str:
+def sns_publish_policy(*topic_arns: str) -> str:
+    resource: Any = topic_arns[0] if len(topic_arns) == 1 else list(topic_arns)
     return json.dumps(
-        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sns:Publish", "Resource": topic_arn}]}
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sns:Publish", "Resource": resource}]}
     )
 
 
@@ -211,9 +221,9 @@ class ObservabilityArgs:
     region: str = "us-west-2"
     """The SNS topic's region (Alertmanager signs for it)."""
     oidc_provider_arn: Optional[pulumi.Input[str]] = None
-    """The cluster's IAM OIDC provider: Alertmanager's publish role trusts it (receiver sns; required there)."""
+    """The cluster's IAM OIDC provider: Alertmanager's publish role trusts it (required)."""
     oidc_issuer: Optional[pulumi.Input[str]] = None
-    """The OIDC issuer without `https://` (receiver sns; required there)."""
+    """The OIDC issuer without `https://` (required: Alertmanager publishes tickets to SNS)."""
     alert_webhook_url: Optional[pulumi.Input[str]] = None
     """The alert webhook's URL, kept a Pulumi secret (receiver webhook; required there)."""
     storage_class: Optional[pulumi.Resource] = None
@@ -232,12 +242,11 @@ def check_observability_args(args: ObservabilityArgs) -> None:
         raise pulumi.InputPropertyError(
             "alert_webhook_url", "not given, but config.alerting.receiver is webhook: alerts would go nowhere"
         )
-    if receiver == "sns":
-        for key in ("oidc_provider_arn", "oidc_issuer"):
-            if getattr(args, key) is None:
-                raise pulumi.InputPropertyError(
-                    key, "not given, but config.alerting.receiver is sns: Alertmanager could not publish to the topic"
-                )
+    for key in ("oidc_provider_arn", "oidc_issuer"):
+        if getattr(args, key) is None:
+            raise pulumi.InputPropertyError(
+                key, "not given: Alertmanager could not publish to the alert topics (tickets always go to SNS)"
+            )
 
 
 class Observability(pulumi.ComponentResource):
@@ -249,6 +258,7 @@ class Observability(pulumi.ComponentResource):
     grafana_secret: Optional[k8s.core.v1.Secret]
     namespace: k8s.core.v1.Namespace
     alert_topic: Optional[aws.sns.Topic]
+    ticket_topic: aws.sns.Topic
     alertmanager_role: Optional[aws.iam.Role]
 
     def __init__(self, name: str, args: ObservabilityArgs, opts: pulumi.ResourceOptions | None = None):
@@ -280,7 +290,7 @@ class Observability(pulumi.ComponentResource):
         secret_deps: list[pulumi.Resource] = [self.grafana_secret] if self.grafana_secret is not None else []
         if args.storage_class is not None:
             secret_deps.append(args.storage_class)
-        target = self._alert_target(name, args)
+        target, tickets = self._alert_targets(name, args)
         self.prometheus_stack = pinned_release(
             f"{name}-prometheus-stack",
             PROMETHEUS_STACK_CHART,
@@ -291,6 +301,7 @@ class Observability(pulumi.ComponentResource):
                 GRAFANA_ADMIN_SECRET if self.grafana_secret is not None else None,
                 target,
                 self.alertmanager_role.arn if self.alertmanager_role is not None else None,
+                tickets,
             ),
             pulumi.ResourceOptions(
                 parent=self, provider=args.provider, depends_on=[*args.depends_on, *in_namespace, *secret_deps]
@@ -337,26 +348,32 @@ class Observability(pulumi.ComponentResource):
                 "kvFloorGbps": floor,
                 "dashboardUid": json.loads(dashboard_json(floor, args.hourly_prices, args.phases))["uid"],
                 "alertTopicArn": self.alert_topic.arn if self.alert_topic is not None else None,
+                "ticketTopicArn": self.ticket_topic.arn,
             }
         )
 
-    def _alert_target(self, name: str, args: ObservabilityArgs) -> Optional[AlertTarget]:
-        """The SNS topic (with its subscriptions and Alertmanager's publish role) or the secret webhook."""
+    def _alert_targets(self, name: str, args: ObservabilityArgs) -> tuple[Optional[AlertTarget], AlertTarget]:
+        """(pages, tickets): the pages topic or the secret webhook, and the tickets topic, each topic with the
+        subscriptions of its severity, and Alertmanager's role that may publish to them."""
         alerting = args.config.alerting
         self.alert_topic, self.alertmanager_role = None, None
-        if alerting.receiver == "webhook":
-            return WebhookTarget(args.alert_webhook_url) if args.alert_webhook_url is not None else None
-        self.alert_topic = aws.sns.Topic(
-            f"{name}-alerts", tags=dict(args.tags), opts=pulumi.ResourceOptions(parent=self)
-        )
+        opts = pulumi.ResourceOptions(parent=self)
+        if alerting.receiver == "sns":
+            self.alert_topic = aws.sns.Topic(f"{name}-alerts", tags=dict(args.tags), opts=opts)
+        self.ticket_topic = aws.sns.Topic(f"{name}-tickets", tags=dict(args.tags), opts=opts)
+        topics = {"critical": self.alert_topic, "warning": self.ticket_topic}
         for number, sub in enumerate(alerting.sns_subscriptions):
+            topic = topics[sub.severity]
+            if topic is None:  # a critical subscription while pages go to the webhook: nothing to subscribe to
+                continue
             aws.sns.TopicSubscription(
                 f"{name}-alerts-{number}",
-                topic=self.alert_topic.arn,
+                topic=topic.arn,
                 protocol=sub.protocol,
                 endpoint=sub.endpoint,
-                opts=pulumi.ResourceOptions(parent=self),
+                opts=opts,
             )
+        arns = [t.arn for t in topics.values() if t is not None]
         if args.oidc_provider_arn is not None and args.oidc_issuer is not None:
             self.alertmanager_role = aws.iam.Role(
                 f"{name}-alertmanager-role",
@@ -365,12 +382,15 @@ class Observability(pulumi.ComponentResource):
                     lambda a: irsa_trust_policy(a[0], a[1], NAMESPACE, ALERTMANAGER_SERVICE_ACCOUNT)
                 ),
                 tags=dict(args.tags),
-                opts=pulumi.ResourceOptions(parent=self),
+                opts=opts,
             )
             aws.iam.RolePolicy(
                 f"{name}-alertmanager-publish",
                 role=self.alertmanager_role.id,
-                policy=self.alert_topic.arn.apply(sns_publish_policy),
-                opts=pulumi.ResourceOptions(parent=self),
+                policy=pulumi.Output.all(*arns).apply(lambda a: sns_publish_policy(*a)),
+                opts=opts,
             )
-        return SnsTarget(self.alert_topic.arn, args.region)
+        tickets = SnsTarget(self.ticket_topic.arn, args.region)
+        if self.alert_topic is None:
+            return (WebhookTarget(args.alert_webhook_url) if args.alert_webhook_url is not None else None), tickets
+        return SnsTarget(self.alert_topic.arn, args.region), tickets

@@ -8,6 +8,7 @@ from typing import Literal, Optional
 from pydantic import (
     Field,
     field_validator,
+    model_validator,
 )
 
 from .. import versions
@@ -22,6 +23,10 @@ class SnsSubscriptionConfig(Strict):
         description="SNS protocol of the subscription (email needs the recipient to confirm)."
     )
     endpoint: str = Field(min_length=1, description="Address, URL, phone number or ARN the topic delivers to.")
+    severity: Literal["critical", "warning"] = Field(
+        description="Which alerts it receives: critical (pages: the on-call's pager, its own topic) or warning "
+        "(tickets: a queue or a ticket system's inbox, the tickets topic). Each severity needs one."
+    )
 
 
 class AlertingConfig(Strict):
@@ -29,8 +34,9 @@ class AlertingConfig(Strict):
 
     receiver: Literal["sns", "webhook"] = Field(
         default="sns",
-        description="sns: an SNS topic this program creates, with snsSubscriptions; webhook: the URL in the "
-        "Pulumi secret alertWebhookUrl (Slack, PagerDuty Events, any HTTP receiver).",
+        description="Where pages (critical) go. sns: a topic this program creates, with the critical "
+        "snsSubscriptions; webhook: the URL in the Pulumi secret alertWebhookUrl (PagerDuty Events, any HTTP "
+        "receiver). Tickets (warning) always go to a tickets topic with the warning snsSubscriptions.",
     )
     sns_subscriptions: list[SnsSubscriptionConfig] = Field(
         default_factory=list, description="Subscriptions of the alert topic (receiver sns)."
@@ -42,6 +48,27 @@ class AlertingConfig(Strict):
         "repository is browsed, e.g. https://github.com/<org>/<repo>/blob/main/docs/operations.md); every "
         "alert's runbook_url is this plus its runbook anchor. Unset: alerts carry no runbook link and the "
         "deploy gate refuses the stack.",
+    )
+    heartbeat_url: Optional[str] = Field(
+        default=None,
+        pattern=r"^https://[^\s]+$",
+        description="Dead-man's switch: the https URL of an external heartbeat receiver (healthchecks.io, "
+        "Opsgenie or PagerDuty heartbeats, Cronitor) that Alertmanager posts kube-prometheus-stack's always-firing "
+        "Watchdog to every heartbeatInterval; that service pages when the posts stop (Prometheus, Alertmanager "
+        "or the way out is down). Use a receiver whose ping URL carries no API key (it is plain config). Unset: "
+        "Watchdog goes nowhere and the deploy gate refuses the stack.",
+    )
+    heartbeat_interval: str = Field(
+        default="1m",
+        pattern=r"^\d+[smh]$",
+        description="How often Watchdog is posted to heartbeatUrl; the receiver's grace period must be longer.",
+    )
+    page_min_request_rate: float = Field(
+        default=0.05,
+        gt=0.0,
+        description="Requests per second (per phase or application, over the alert's window) below which an "
+        "error-ratio or latency-burn alert does not page: a handful of requests makes any ratio noise "
+        "(0.05/s = 3 a minute).",
     )
     group_wait: str = Field(
         default="30s",
@@ -59,6 +86,15 @@ class AlertingConfig(Strict):
     warning_repeat_interval: str = Field(
         default="12h", pattern=r"^\d+[smh]$", description="How often a still-firing warning is sent again."
     )
+
+    @model_validator(mode="after")
+    def _pages_go_one_way(self) -> "AlertingConfig":
+        if self.receiver == "webhook" and any(s.severity == "critical" for s in self.sns_subscriptions):
+            raise ValueError(
+                "snsSubscriptions with severity critical need receiver sns: with receiver webhook pages go to "
+                "alertWebhookUrl (make them severity warning, or drop them)"
+            )
+        return self
 
 
 class ObservabilityConfig(Strict):

@@ -137,6 +137,11 @@ def runner_problem(label: str, private_only: bool) -> Optional[str]:
     return None
 
 
+def example_account(value: str) -> bool:
+    """Whether `value` names the example AWS account (as a whole 12-digit number)."""
+    return EXAMPLE_ACCOUNT in _ACCOUNT_IN.findall(value)
+
+
 def find_placeholders(
     config: StackConfig,
     runner: Optional[str] = None,
@@ -213,14 +218,14 @@ def digest_warning(config: StackConfig, stack: str) -> list[str]:
     ]
 
 
-def _strings(value: object, path: str) -> Iterator[tuple[str, str]]:
+def string_leaves(value: object, path: str) -> Iterator[tuple[str, str]]:
     """Every string leaf of a YAML value with its dotted path."""
     if isinstance(value, dict):
         for key, item in value.items():
-            yield from _strings(item, f"{path}.{key}" if path else str(key))
+            yield from string_leaves(item, f"{path}.{key}" if path else str(key))
     elif isinstance(value, list):
         for number, item in enumerate(value):
-            yield from _strings(item, f"{path}[{number}]")
+            yield from string_leaves(item, f"{path}[{number}]")
     elif isinstance(value, str):
         yield path, value
 
@@ -236,7 +241,7 @@ def environment_placeholders(envs: list[str], root: Path) -> list[Placeholder]:
         if not definition.is_file():
             continue
         data = parse(definition.read_text(encoding="utf-8"), str(definition.relative_to(root))) or {}
-        for path, value in _strings(data.get("values") or {}, ""):
+        for path, value in string_leaves(data.get("values") or {}, ""):
             where = f"esc {env}: values.{path}"
             if PLACEHOLDER_WORDS.search(value):
                 found.append(
@@ -265,8 +270,9 @@ def shadowed_keys(stack_keys: list[str], envs: list[str], root: Path) -> list[Pl
     ]
 
 
-def stack_file_placeholders(stack: str, root: Path) -> list[Placeholder]:
-    """What the stack file itself and its imported environments' definitions hold (beyond StackConfig)."""
+def own_placeholders(stack: str, root: Path) -> list[Placeholder]:
+    """What the stack file itself holds (beyond StackConfig): values that name themselves placeholders,
+    and keys an imported environment also sets."""
     from llm_pd_eks_tools.core.esc_imports import imported_environments
     from llm_pd_eks_tools.core.stackfile import read
 
@@ -276,20 +282,32 @@ def stack_file_placeholders(stack: str, root: Path) -> list[Placeholder]:
         Placeholder(k if ":" in k else f"{PROJECT}:{k}", f"{path}: {value}", "names itself a placeholder")
         for k, item in raw.items()
         if not (isinstance(item, dict) and "secure" in item)
-        for path, value in _strings(item, k)
+        for path, value in string_leaves(item, k)
         if PLACEHOLDER_WORDS.search(value)
     ]
     envs = imported_environments(stack, root)
-    return found + environment_placeholders(envs, root) + (shadowed_keys(keys, envs, root) if envs else [])
+    return found + (shadowed_keys(keys, envs, root) if envs else [])
+
+
+def stack_file_placeholders(stack: str, root: Path) -> list[Placeholder]:
+    """The stack file's own placeholders and its imported environments' checked-in definitions' (offline:
+    the deploy gate judges what ESC resolves instead, llm_pd_eks_tools/gates/deploy_gate.py)."""
+    from llm_pd_eks_tools.core.esc_imports import imported_environments
+
+    return own_placeholders(stack, root) + environment_placeholders(imported_environments(stack, root), root)
 
 
 def reaches_api(config: StackConfig, label: str) -> Optional[str]:
-    """Why a runner with `label` cannot reach the stack's API endpoint, or None. A runner the stack or
-    the workflow names is taken to be placed for it; a GitHub-hosted one comes from GitHub's shared
-    address ranges, so it reaches only an endpoint open to every address."""
+    """Why a runner with `label` cannot reach the stack's API endpoint, or None."""
+    return api_unreachable(config.cluster.public_access_cidrs, label)
+
+
+def api_unreachable(cidrs: list[str], label: str) -> Optional[str]:
+    """Why a runner with `label` cannot reach an API endpoint open to `cidrs` (cluster.publicAccessCidrs),
+    or None. A runner the stack or the workflow names is taken to be placed for it; a GitHub-hosted one
+    comes from GitHub's shared address ranges, so it reaches only an endpoint open to every address."""
     if not _HOSTED_RUNNER.match(label):
         return None
-    cidrs = config.cluster.public_access_cidrs
     if not cidrs:
         return f"the API endpoint is private-only and {label} is a GitHub-hosted runner outside the VPC"
     if not any(c in EVERYONE for c in cidrs):
@@ -314,13 +332,33 @@ def alerting_placeholders(config: StackConfig) -> list[Placeholder]:
                 "alerts would carry no runbook link: set the absolute URL of docs/operations.md",
             )
         )
-    if alerting.receiver == "sns" and not alerting.sns_subscriptions:
+    severities = {s.severity for s in alerting.sns_subscriptions}
+    key = f"{PROJECT}:observability.alerting"
+    if alerting.receiver == "sns" and "critical" not in severities:
         found.append(
             Placeholder(
-                f"{PROJECT}:observability.alerting.snsSubscriptions",
-                "[]",
-                "the alert topic has no subscription: every page would reach nobody "
-                "(add {protocol: email, endpoint: ...}, or use receiver webhook)",
+                f"{key}.snsSubscriptions",
+                "(no severity critical)",
+                "the pages topic has no subscription: every page would reach nobody "
+                "(add {protocol: email, endpoint: ..., severity: critical}, or use receiver webhook)",
+            )
+        )
+    if "warning" not in severities:
+        found.append(
+            Placeholder(
+                f"{key}.snsSubscriptions",
+                "(no severity warning)",
+                "the tickets topic has no subscription: every ticket would reach nobody "
+                "(add {protocol: email, endpoint: ..., severity: warning})",
+            )
+        )
+    if alerting.heartbeat_url is None:
+        found.append(
+            Placeholder(
+                f"{key}.heartbeatUrl",
+                "(not set)",
+                "no dead-man's switch: a dead Prometheus or Alertmanager would page nobody; set the https ping "
+                "URL of an external heartbeat receiver",
             )
         )
     return found

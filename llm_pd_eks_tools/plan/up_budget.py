@@ -17,9 +17,15 @@ Wait limits (the larger of create and update: an `up` may do either):
   helm.v3.Release: "Time in seconds to wait for any individual kubernetes operation").
 - any Kubernetes object with the `pulumi.com/timeoutSeconds` annotation: that many seconds
   (pulumi-kubernetes await logic); the RayService carries `serving.readyTimeoutMinutes` this way.
-Everything else (IAM, subnets, launch templates, ConfigMaps) is a single API call of seconds; the
-job's own steps (checkout, virtualenvs, CLI, promote-check, preflight, `make verify`) get
-JOB_STEPS_MINUTES on top.
+Everything else (IAM, subnets, launch templates, ConfigMaps) is a single API call of seconds.
+
+Deletes come last: the engine deletes what an `up` replaced (create-before-delete, its default) or
+dropped only after every create and update, one after the other on the chain's end. A GPU cut-over
+(llm_pd_eks/gpu_cutover.py) is such an `up`: the old node group's delete waits up to 60 min
+(`aws:eks/nodeGroup:NodeGroup` delete timeout, internal/service/eks/node_group.go), after the new
+group, the new Ray cluster and the RayService's switch. So the figure adds the longest delete wait
+of any resource type the plan holds (DELETE_MINUTES_BY_TYPE). The job's own steps (checkout,
+virtualenvs, CLI, promote-check, preflight, `make verify`) get JOB_STEPS_MINUTES on top.
 
     python -m llm_pd_eks_tools.plan.up_budget          # every stack's chain and the figure
 
@@ -47,6 +53,11 @@ WAIT_MINUTES_BY_TYPE = {
     "aws:eks/nodeGroup:NodeGroup": 60.0,
     "aws:eks/addon:Addon": 20.0,
     "aws:ec2/natGateway:NatGateway": 10.0,
+}
+# Delete wait limits (terraform-provider-aws `Timeouts` Delete) of the types an `up` may replace or drop.
+DELETE_MINUTES_BY_TYPE = {
+    "aws:eks/nodeGroup:NodeGroup": 60.0,
+    "aws:eks/addon:Addon": 40.0,
 }
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 HELM_DEFAULT_TIMEOUT_S = 300
@@ -76,6 +87,8 @@ class Chain:
     stack: str
     minutes: float
     names: tuple[str, ...]
+    # the longest delete the same `up` may run after the chain (a cut-over's old node group)
+    delete_minutes: float = 0.0
 
 
 def longest_chain(run: "ProgramRun") -> Chain:
@@ -112,12 +125,19 @@ def longest_chain(run: "ProgramRun") -> Chain:
         return before[0] + own, before[1] + ((reg.name,) if own else ())
 
     best = max((finish(r.urn) for r in run.resources), default=(0.0, ()))
-    return Chain(run.stack, round(best[0], 2), best[1])
+    return Chain(run.stack, round(best[0], 2), best[1], trailing_delete_minutes(run))
+
+
+def trailing_delete_minutes(run: "ProgramRun") -> float:
+    """The longest delete wait of any resource the plan holds: what a replacement or a cut-over's
+    retired copy adds after everything else (deletes run last)."""
+    return max((DELETE_MINUTES_BY_TYPE.get(r.type, 0.0) for r in run.resources), default=0.0)
 
 
 def ci_budget_minutes(chains: Iterable[Chain]) -> int:
-    """The longest chain of any stack plus the job's own steps, rounded up to whole hours."""
-    longest = max((c.minutes for c in chains), default=0.0)
+    """The longest chain of any stack, with the delete that may follow it, plus the job's own steps,
+    rounded up to whole hours."""
+    longest = max((c.minutes + c.delete_minutes for c in chains), default=0.0)
     return int(math.ceil((longest + JOB_STEPS_MINUTES) / 60) * 60)
 
 
@@ -138,10 +158,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.parse_args(argv)
     chains = stack_chains()
     for chain in chains:
-        print(f"{chain.stack}: {chain.minutes:g} min: {' -> '.join(chain.names)}")
+        print(
+            f"{chain.stack}: {chain.minutes:g} min: {' -> '.join(chain.names)}; "
+            f"then up to {chain.delete_minutes:g} min of deletes"
+        )
     print(
         f"CI budget: {ci_budget_minutes(chains)} min "
-        f"(longest chain + {JOB_STEPS_MINUTES:g} min of job steps, whole hours)"
+        f"(longest chain and its deletes + {JOB_STEPS_MINUTES:g} min of job steps, whole hours)"
     )
     return Exit.OK
 

@@ -35,6 +35,8 @@ from llm_pd_eks import metrics as m
 from llm_pd_eks.alerts import (
     COMPONENT,
     CRITICAL_RECEIVER,
+    EKS_CONTROL_PLANE_ALERTS,
+    HEARTBEAT_RECEIVER,
     WARNING_RECEIVER,
     SnsTarget,
     WebhookTarget,
@@ -48,7 +50,13 @@ from llm_pd_eks.config import ObservabilityConfig
 ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
 AMTOOL = "/usr/bin/amtool"
 INSTANCE = GPU_INSTANCE_TYPES["g6e.12xlarge"]
-CONFIG = ObservabilityConfig.model_validate({"alerting": {"runbookBaseUrl": "https://example.invalid/README.md"}})
+HEARTBEAT = "https://hc-ping.example.invalid/0f7c"
+CONFIG = ObservabilityConfig.model_validate(
+    {"alerting": {"runbookBaseUrl": "https://example.invalid/README.md", "heartbeatUrl": HEARTBEAT}}
+)
+# kube-prometheus-stack 88.5.3's always-firing Watchdog (its `general.rules` group, transcribed): the
+# heartbeat the dead-man's switch listens for.
+WATCHDOG = {"alert": "Watchdog", "expr": "vector(1)", "labels": {"severity": "none"}}
 
 DEC = {"phase": "decode", "pod": "llm-pd-decode-worker-a"}
 PRE = {"phase": "prefill", "pod": "llm-pd-prefill-worker-a"}
@@ -67,12 +75,15 @@ def scraped() -> Series:
     }
 
 
-def failing_kv_and_slow_ttft() -> Series:
-    """NIXL transfers failing on decode and half of all first tokens over the TTFT SLO."""
+def failing_kv_and_slow_ttft(errors: bool = True) -> Series:
+    """NIXL transfers failing on decode and half of all first tokens over the TTFT SLO; with `errors`, the
+    decode engine also finishes requests in error (the failures cost answers), else all end `stop`."""
     le = m.le(CONFIG.ttft_slo_seconds)
+    reason = {"finished_reason": "error" if errors else "stop"}
     return {
         **scraped(),
         m.NIXL_FAILED_TRANSFERS: [(DEC, lambda i: 2.0 * i)],
+        m.REQUEST_SUCCESS: [({**DEC, **reason}, lambda i: 1.0 * i)],
         f"{m.TTFT}_bucket": [({**PRE, "le": le}, lambda i: 50.0 * i), ({**PRE, "le": "+Inf"}, lambda i: 100.0 * i)],
         f"{m.TTFT}_count": [(PRE, lambda i: 100.0 * i)],
     }
@@ -92,7 +103,8 @@ def healthy() -> Series:
 
 
 class Webhook:
-    """A loopback HTTP receiver that records every Alertmanager webhook body."""
+    """A loopback HTTP receiver that records every Alertmanager webhook body, with the path it came to
+    under `_path` (/pages, /tickets, /heartbeat: one destination per receiver)."""
 
     def __init__(self) -> None:
         received: list[dict[str, Any]] = []
@@ -101,7 +113,7 @@ class Webhook:
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # http.server's name
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                received.append(json.loads(body))
+                received.append({**json.loads(body), "_path": self.path})
                 self.send_response(200)
                 self.end_headers()
 
@@ -109,7 +121,7 @@ class Webhook:
                 return
 
         self.server = QuietHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/alerts"
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
 
     def __enter__(self) -> "Webhook":
@@ -123,6 +135,7 @@ class Webhook:
 
 def rules_file(path: Path) -> Path:
     groups = copy.deepcopy(rule_groups(CONFIG, INSTANCE))
+    groups[0]["rules"].append(dict(WATCHDOG))
     for group in groups:
         group["interval"] = "1s"
         for rule in group["rules"]:
@@ -133,8 +146,12 @@ def rules_file(path: Path) -> Path:
 
 
 def am_config(path: Path, webhook_url: str) -> Path:
-    alerting = CONFIG.alerting.model_copy(update={"group_wait": "3s", "group_interval": "1s"})  # test only
-    config = alertmanager_config(alerting, WebhookTarget(webhook_url))
+    """Pages to <hook>/pages, tickets to <hook>/tickets, the heartbeat to <hook>/heartbeat every second."""
+    update = {"group_wait": "3s", "group_interval": "1s", "heartbeat_url": f"{webhook_url}/heartbeat"}
+    alerting = CONFIG.alerting.model_copy(update={**update, "heartbeat_interval": "1s"})  # test only
+    config = alertmanager_config(
+        alerting, WebhookTarget(f"{webhook_url}/pages"), WebhookTarget(f"{webhook_url}/tickets")
+    )
     config["templates"] = []  # the chart's template directory does not exist here
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
@@ -192,39 +209,64 @@ def firing(prom: str) -> set[str]:
 # --- the tests ---------------------------------------------------------------------------------------
 
 
-def test_a_kv_failure_pages_once_and_holds_back_the_ttft_burn_it_causes(tmp_path: Path) -> None:
+def notified(hook: Webhook, path: str) -> set[str]:
+    return {a["labels"]["alertname"] for n in hook.received if n["_path"] == path for a in n["alerts"]}
+
+
+def test_kv_failures_that_cost_answers_page_once_and_hold_back_the_ttft_burn(tmp_path: Path) -> None:
+    """Failed transfers with requests ending in error: one page (to the pages destination), the failures'
+    ticket (to the tickets destination), and the TTFT burn they cause held back."""
+    kv = {"KVTransferFailuresLoseAnswers", "KVTransferFailures"}
     with stack(tmp_path, failing_kv_and_slow_ttft()) as (hook, am, prom):
-        # both rules fire on Prometheus: the inhibition, not the data, keeps TTFT quiet
-        wait_for("both alerts firing in Prometheus", lambda: {"KVTransferFailures", "TTFTBudgetBurn"} <= firing(prom))
+        # the rules fire on Prometheus: the inhibition, not the data, keeps TTFT quiet
+        wait_for("the alerts firing in Prometheus", lambda: {*kv, "TTFTBudgetBurn"} <= firing(prom))
         wait_for(
-            "Alertmanager to hold both alerts",
-            lambda: (
-                {a["labels"]["alertname"] for a in get_json(f"{am}/api/v2/alerts")}
-                >= {"KVTransferFailures", "TTFTBudgetBurn"}
-            ),
+            "Alertmanager to hold them",
+            lambda: {a["labels"]["alertname"] for a in get_json(f"{am}/api/v2/alerts")} >= {*kv, "TTFTBudgetBurn"},
         )
-        (note,) = wait_for("a notification", lambda: list(hook.received))[:1]
-        alerts = get_json(f"{am}/api/v2/alerts")
-        states = {a["labels"]["alertname"]: a["status"] for a in alerts}
-        # Alertmanager marks the TTFT alert suppressed, inhibited by the KV alert
+        wait_for("a page and a ticket", lambda: notified(hook, "/pages") and notified(hook, "/tickets"))
+        states = {a["labels"]["alertname"]: a["status"] for a in get_json(f"{am}/api/v2/alerts")}
+        # Alertmanager marks the TTFT alert suppressed, inhibited by the KV alerts
         assert states["TTFTBudgetBurn"]["state"] == "suppressed" and states["TTFTBudgetBurn"]["inhibitedBy"]
-        assert states["KVTransferFailures"]["state"] == "active"
-    assert note["receiver"] == CRITICAL_RECEIVER and note["status"] == "firing"
-    assert note["groupLabels"] == {"alertname": "KVTransferFailures", "phase": "decode"}
-    (alert,) = note["alerts"]
+        assert states["KVTransferFailuresLoseAnswers"]["state"] == "active"
+    (page,) = [n for n in hook.received if n["_path"] == "/pages"][:1]
+    assert page["receiver"] == CRITICAL_RECEIVER and page["status"] == "firing"
+    assert page["groupLabels"] == {"alertname": "KVTransferFailuresLoseAnswers", "phase": "decode"}
+    (alert,) = page["alerts"]
     assert alert["labels"] == {
-        "alertname": "KVTransferFailures",
+        "alertname": "KVTransferFailuresLoseAnswers",
         "component": COMPONENT,
         "phase": "decode",
         "severity": "critical",
     }
     assert alert["annotations"]["runbook_url"] == (
-        f"https://example.invalid/README.md#{runbook_anchor('KVTransferFailures')}"
+        f"https://example.invalid/README.md#{runbook_anchor('KVTransferFailuresLoseAnswers')}"
     )
-    assert "NIXL KV-cache transfers are failing (decode)" == alert["annotations"]["summary"]
-    # nothing else reached the receiver: no TTFT page, no warning
-    names = {a["labels"]["alertname"] for n in hook.received for a in n["alerts"]}
-    assert names == {"KVTransferFailures"}, hook.received
+    # nothing else reached the pages: no TTFT page; the failures themselves are a ticket
+    assert notified(hook, "/pages") == {"KVTransferFailuresLoseAnswers"}, hook.received
+    assert "KVTransferFailures" in notified(hook, "/tickets")
+    assert all(n["receiver"] == WARNING_RECEIVER for n in hook.received if n["_path"] == "/tickets")
+
+
+def test_kv_failures_recompute_heals_are_a_ticket_not_a_page(tmp_path: Path) -> None:
+    with stack(tmp_path, failing_kv_and_slow_ttft(errors=False)) as (hook, _am, prom):
+        wait_for("the failures firing in Prometheus", lambda: "KVTransferFailures" in firing(prom))
+        wait_for("the ticket", lambda: "KVTransferFailures" in notified(hook, "/tickets"))
+        assert "KVTransferFailuresLoseAnswers" not in firing(prom)
+    # the TTFT burn the recompute costs still pages (latency is what it costs), the failures do not
+    assert "KVTransferFailures" not in notified(hook, "/pages")
+    assert "KVTransferFailuresLoseAnswers" not in notified(hook, "/pages")
+
+
+def test_watchdog_beats_to_the_external_heartbeat(tmp_path: Path) -> None:
+    """The dead-man's switch: the always-firing Watchdog reaches the heartbeat receiver, again and again
+    (its heartbeat interval), and never the pages or the tickets."""
+    with stack(tmp_path, healthy()) as (hook, _am, _prom):
+        wait_for("two heartbeats", lambda: len([n for n in hook.received if n["_path"] == "/heartbeat"]) >= 2)
+    beats = [n for n in hook.received if n["_path"] == "/heartbeat"]
+    assert {n["receiver"] for n in beats} == {HEARTBEAT_RECEIVER}
+    assert {a["labels"]["alertname"] for n in beats for a in n["alerts"]} == {"Watchdog"}
+    assert "Watchdog" not in notified(hook, "/pages") | notified(hook, "/tickets")
 
 
 def test_healthy_series_page_nobody(tmp_path: Path) -> None:
@@ -232,16 +274,23 @@ def test_healthy_series_page_nobody(tmp_path: Path) -> None:
         started = time.time()
         # three full evaluations after start: anything firing would be in Alertmanager by then (resend 1s)
         wait_for("three rule evaluations", lambda: evaluated(prom, started + 2))
-        assert firing(prom) == set()
-        assert get_json(f"{am}/api/v2/alerts") == []
-    assert hook.received == []
+        assert firing(prom) == {"Watchdog"}
+        assert {a["labels"]["alertname"] for a in get_json(f"{am}/api/v2/alerts")} <= {"Watchdog"}
+    assert [n for n in hook.received if n["_path"] != "/heartbeat"] == []
 
 
-def test_warnings_go_to_the_warning_receiver() -> None:
-    config = alertmanager_config(CONFIG.alerting, WebhookTarget("http://127.0.0.1:1/x"))
-    routes = {r["receiver"]: r for r in config["route"]["routes"]}
-    assert routes[WARNING_RECEIVER]["matchers"] == ['severity = "warning"']
-    assert routes[CRITICAL_RECEIVER]["repeat_interval"] == CONFIG.alerting.critical_repeat_interval
+def test_pages_and_tickets_have_a_destination_each() -> None:
+    config = alertmanager_config(
+        CONFIG.alerting, WebhookTarget("http://127.0.0.1:1/pages"), SnsTarget("arn:aws:sns:us-west-2:1:t", "us-west-2")
+    )
+    routes = [r for r in config["route"]["routes"] if r["receiver"] == WARNING_RECEIVER]
+    assert {"matchers": ['severity = "warning"'], "receiver": WARNING_RECEIVER} in routes
+    (critical,) = [r for r in config["route"]["routes"] if r["receiver"] == CRITICAL_RECEIVER]
+    assert critical["repeat_interval"] == CONFIG.alerting.critical_repeat_interval
+    receivers = {r["name"]: r for r in config["receivers"]}
+    assert receivers[CRITICAL_RECEIVER]["webhook_configs"][0]["url"] == "http://127.0.0.1:1/pages"
+    assert receivers[WARNING_RECEIVER]["sns_configs"][0]["topic_arn"] == "arn:aws:sns:us-west-2:1:t"
+    assert receivers[HEARTBEAT_RECEIVER]["webhook_configs"][0]["url"] == HEARTBEAT
 
 
 def test_every_alert_links_its_runbook_absolutely() -> None:
@@ -270,17 +319,15 @@ def test_a_runbook_base_must_be_absolute_and_unset_links_nothing() -> None:
     else:
         raise AssertionError("a relative runbookBaseUrl was accepted")
     unset = rule_groups(ObservabilityConfig(), INSTANCE)
-    assert all(
-        "runbook_url" not in r.get("annotations", {"runbook_url": None})
-        for g in unset
-        for r in g["rules"]
-        if "alert" in r
-    )
+    annotations = [r["annotations"] for g in unset for r in g["rules"] if "alert" in r]
+    assert annotations and all("runbook_url" not in a for a in annotations)  # never an empty link
 
 
 def routed(tmp_path: Path, *labels: str) -> str:
     """The receiver Alertmanager's own routing tree picks for `labels` (`amtool config routes test`)."""
-    config = alertmanager_config(CONFIG.alerting, WebhookTarget("http://127.0.0.1:1/x"))
+    config = alertmanager_config(
+        CONFIG.alerting, WebhookTarget("http://127.0.0.1:1/pages"), WebhookTarget("http://127.0.0.1:1/tickets")
+    )
     config["templates"] = []
     path = tmp_path / "routes.yml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -295,13 +342,16 @@ def routed(tmp_path: Path, *labels: str) -> str:
 
 
 def test_the_default_route_reaches_someone(tmp_path: Path) -> None:
-    """An alert no route names (no severity, another severity) is a ticket; only the chart's Watchdog,
-    InfoInhibitor and `info` alerts go to the null sink; critical pages."""
+    """An alert no route names (no severity, another severity) is a ticket; only the chart's InfoInhibitor
+    and `info` alerts go to the null sink; Watchdog beats to the heartbeat; critical pages, except the
+    mixin's alerts on the control plane EKS runs, which are tickets."""
     assert routed(tmp_path, "alertname=KubePersistentVolumeFillingUp") == WARNING_RECEIVER
     assert routed(tmp_path, "alertname=Custom", "severity=error") == WARNING_RECEIVER
     assert routed(tmp_path, "alertname=CPUThrottlingHigh", "severity=info") == "null"
-    assert routed(tmp_path, "alertname=Watchdog", "severity=none") == "null"
+    assert routed(tmp_path, "alertname=Watchdog", "severity=none") == HEARTBEAT_RECEIVER
     assert routed(tmp_path, "alertname=ServeServerErrors", "severity=critical") == CRITICAL_RECEIVER
+    for name in EKS_CONTROL_PLANE_ALERTS:
+        assert routed(tmp_path, f"alertname={name}", "severity=critical") == WARNING_RECEIVER, name
 
 
 def serve_errors_and_decode_gone() -> Series:
@@ -336,7 +386,8 @@ def test_serve_errors_and_missing_targets_page(tmp_path: Path) -> None:
 
 def test_the_sns_receiver_config_is_valid_for_alertmanager(tmp_path: Path) -> None:
     arn = "arn:aws:sns:us-west-2:123456789012:observability-alerts-7f3a"
-    config = alertmanager_config(CONFIG.alerting, SnsTarget(arn, "us-west-2"))
+    tickets = "arn:aws:sns:us-west-2:123456789012:observability-tickets-1b2c"
+    config = alertmanager_config(CONFIG.alerting, SnsTarget(arn, "us-west-2"), SnsTarget(tickets, "us-west-2"))
     config["templates"] = []
     (tmp_path / "am.yml").write_text(yaml.safe_dump(config, sort_keys=False))
     checked = subprocess.run(
@@ -346,7 +397,7 @@ def test_the_sns_receiver_config_is_valid_for_alertmanager(tmp_path: Path) -> No
     (sns,) = next(r for r in config["receivers"] if r["name"] == CRITICAL_RECEIVER)["sns_configs"]
     assert sns["topic_arn"] == arn and sns["sigv4"] == {"region": "us-west-2"}
     broken = copy.deepcopy(config)
-    broken["route"]["routes"][2]["receiver"] = "nobody"  # a route to an undefined receiver
+    broken["route"]["routes"][3]["receiver"] = "nobody"  # a route to an undefined receiver
     (tmp_path / "bad.yml").write_text(yaml.safe_dump(broken, sort_keys=False))
     refused = subprocess.run(
         [binary(AMTOOL), "check-config", str(tmp_path / "bad.yml")], capture_output=True, text=True, timeout=60
@@ -390,8 +441,8 @@ def test_the_webhook_url_stays_secret_in_the_plan() -> None:
     url = "https://hooks.example.invalid/services/T000/B000/day-two"
     config["llm-pd-eks:alertWebhookUrl"] = url
     run = run_program("dev", config, [*secret_keys, "llm-pd-eks:alertWebhookUrl"])
-    assert not run.of_type("aws:sns/topic:Topic")  # no topic, no publish role
-    assert not [r for r in run.of_type("aws:iam/role:Role") if "alertmanager" in r.name]
+    # pages go to the webhook: only the tickets topic, and the role that publishes to it
+    assert [t.name for t in run.of_type("aws:sns/topic:Topic")] == ["observability-tickets"]
     (stack,) = [r for r in run.of_type("kubernetes:helm.sh/v3:Release") if r.inputs["chart"] == "kube-prometheus-stack"]
     values = stack.inputs["values"]
     # one secret inside makes the whole `values` input secret (encrypted in state, hidden in diffs)

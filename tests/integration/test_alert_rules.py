@@ -51,14 +51,14 @@ def gbps_series(gbps: float) -> list[dict[str, str]]:
 
 
 def burn_series(
-    histogram: str, threshold: float, good_fraction: float, labels: str, minutes: int = 120
+    histogram: str, threshold: float, good_fraction: float, labels: str, minutes: int = 120, per_min: int = 1000
 ) -> list[dict[str, str]]:
-    """1000 requests a minute, `good_fraction` of them within `threshold`."""
-    good = round(1000 * good_fraction)
+    """`per_min` requests a minute (1000 unless told), `good_fraction` of them within `threshold`."""
+    good = round(per_min * good_fraction)
     return [
         series(f"{histogram}_bucket", f'{labels},le="{m.le(threshold)}"', f"0+{good}x{minutes}"),
-        series(f"{histogram}_bucket", f'{labels},le="+Inf"', f"0+1000x{minutes}"),
-        series(f"{histogram}_count", labels, f"0+1000x{minutes}"),
+        series(f"{histogram}_bucket", f'{labels},le="+Inf"', f"0+{per_min}x{minutes}"),
+        series(f"{histogram}_count", labels, f"0+{per_min}x{minutes}"),
     ]
 
 
@@ -81,18 +81,25 @@ def warn(**labels: str) -> dict[str, str]:
     return {"severity": "warning", "component": "llm-pd", **labels}
 
 
-FAILING = [series(m.NIXL_FAILED_TRANSFERS, DEC, "0 0 0 1 2 2 2 2 2 2")]
+FAILING = [series(m.NIXL_FAILED_TRANSFERS, DEC, "0 0 0 1 2 2 2 2 2 2 2 2 2 2 2")]
+# requests the decode engine finished, by vLLM's finished_reason (one errored request at 3m, or none)
+ERRORED = [series(m.REQUEST_SUCCESS, DEC + ',finished_reason="error"', "0 0 0 1 1 1 1 1 1 1 1 1 1 1 1")]
+HEALED = [
+    series(m.REQUEST_SUCCESS, DEC + ',finished_reason="error"', "0x14"),
+    series(m.REQUEST_SUCCESS, DEC + ',finished_reason="stop"', "0+30x14"),
+]
 # Ray Serve's series carry these labels (Ray 2.58.0 request_ingress_metrics.py, router.py)
 QUEUE = 'application="llm",deployment="PDProxyServer",handle="h-1",actor_id="a-1"'
 TARGET = f'job="monitoring/ray",namespace="{NAMESPACE}",pod="llm-pd-decode-worker-a"'
 PRE_TARGET = f'job="monitoring/ray",namespace="{NAMESPACE}",pod="llm-pd-prefill-worker-a",phase="prefill"'
 
 
-def serve_requests(errors_per_min: int) -> list[dict[str, str]]:
-    """100 HTTP requests a minute to the `llm` application, `errors_per_min` of them answered 500."""
+def serve_requests(errors_per_min: int, per_min: int = 100) -> list[dict[str, str]]:
+    """`per_min` HTTP requests a minute (100 unless told) to the `llm` application, `errors_per_min` of
+    them answered 500."""
     labels = 'application="llm",route="/v1",method="POST"'
     return [
-        series(m.SERVE_HTTP_REQUESTS, labels + ',status_code="200"', f"0+{100 - errors_per_min}x30"),
+        series(m.SERVE_HTTP_REQUESTS, labels + ',status_code="200"', f"0+{per_min - errors_per_min}x30"),
         series(m.SERVE_HTTP_REQUESTS, labels + ',status_code="500"', f"0+{errors_per_min}x30"),
     ]
 
@@ -100,8 +107,11 @@ def serve_requests(errors_per_min: int) -> list[dict[str, str]]:
 GENERATING = [series(m.GENERATION_TOKENS, DEC, "0+500x60")]
 
 CASES: list[dict[str, Any]] = [
-    alert("KVTransferFailures", "6m", FAILING, [crit(phase="decode")]),
-    alert("KVTransferFailures", "6m", [series(m.NIXL_FAILED_TRANSFERS, DEC, "0x10")], []),
+    # failures recompute heals are a ticket; with requests ending in error they cost answers and page
+    alert("KVTransferFailures", "9m", [*FAILING, *HEALED], [warn(phase="decode")]),
+    alert("KVTransferFailures", "9m", [series(m.NIXL_FAILED_TRANSFERS, DEC, "0x14")], []),
+    alert("KVTransferFailuresLoseAnswers", "6m", [*FAILING, *ERRORED], [crit(phase="decode")]),
+    alert("KVTransferFailuresLoseAnswers", "9m", [*FAILING, *HEALED], []),
     # no NIXL series at all, and NIXL series that stand still: both mean no KV moves
     alert("KVTransferStalled", "30m", GENERATING, [crit()]),
     alert("KVTransferStalled", "30m", [*GENERATING, series(f"{m.NIXL_BYTES}_count", DEC, "0x60")], [crit()]),
@@ -111,6 +121,8 @@ CASES: list[dict[str, Any]] = [
     alert("KVThroughputBelowFloor", "40m", gbps_series(FLOOR * 2), []),
     alert("TTFTBudgetBurn", "90m", burn_series(m.TTFT, CONFIG.ttft_slo_seconds, 0.5, PRE), [crit(phase="prefill")]),
     alert("TTFTBudgetBurn", "90m", burn_series(m.TTFT, CONFIG.ttft_slo_seconds, 0.999, PRE), []),
+    # the same half-slow share at 2 requests a minute, under the traffic floor (3 a minute): no page
+    alert("TTFTBudgetBurn", "90m", burn_series(m.TTFT, CONFIG.ttft_slo_seconds, 0.5, PRE, per_min=2), []),
     alert(
         "InterTokenLatencyBudgetBurn",
         "90m",
@@ -138,6 +150,8 @@ CASES: list[dict[str, Any]] = [
     alert("InterTokenLatencyBudgetSlowBurn", "3h", burn_series(m.ITL, CONFIG.itl_slo_seconds, 0.999, DEC, 240), []),
     alert("ServeServerErrors", "15m", serve_requests(errors_per_min=10), [crit(application="llm")]),
     alert("ServeServerErrors", "15m", serve_requests(errors_per_min=1), []),  # 1%: under the 5% line
+    # one request in two fails, at 2 a minute: under the traffic floor, no page
+    alert("ServeServerErrors", "15m", serve_requests(errors_per_min=1, per_min=2), []),
     alert(
         "ServeRequestsQueued",
         "15m",

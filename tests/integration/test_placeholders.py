@@ -15,7 +15,11 @@ CLEAN = {
     "observability": {
         "alerting": {
             "runbookBaseUrl": "https://github.com/acme/llm-pd-eks/blob/main/docs/operations.md",
-            "snsSubscriptions": [{"protocol": "email", "endpoint": "oncall@acme.test"}],
+            "snsSubscriptions": [
+                {"protocol": "email", "endpoint": "oncall@acme.test", "severity": "critical"},
+                {"protocol": "email", "endpoint": "tickets@acme.test", "severity": "warning"},
+            ],
+            "heartbeatUrl": "https://hc-ping.com/0f7c2a5e-real",
         }
     },
     "network": {"vpcCidr": "10.40.0.0/16", "availabilityZones": ["us-west-2a", "us-west-2b"]},
@@ -47,8 +51,21 @@ def test_documentation_cidrs_flagged(cidr):
     "alerting, flagged",
     [
         ({"runbookBaseUrl": None}, ["observability.alerting.runbookBaseUrl"]),
-        ({"snsSubscriptions": []}, ["observability.alerting.snsSubscriptions"]),
-        ({"snsSubscriptions": [], "receiver": "webhook"}, []),  # the webhook secret is required by the config
+        ({"snsSubscriptions": []}, ["observability.alerting.snsSubscriptions"] * 2),  # no pages, no tickets
+        # pages to the webhook (its secret is required by the config), tickets still need a subscriber
+        ({"snsSubscriptions": [], "receiver": "webhook"}, ["observability.alerting.snsSubscriptions"]),
+        (
+            {"snsSubscriptions": [{"protocol": "email", "endpoint": "t@acme.test", "severity": "warning"}]},
+            ["observability.alerting.snsSubscriptions"],  # tickets only: pages would reach nobody
+        ),
+        (
+            {
+                "snsSubscriptions": [{"protocol": "email", "endpoint": "t@acme.test", "severity": "warning"}],
+                "receiver": "webhook",
+            },
+            [],
+        ),
+        ({"heartbeatUrl": None}, ["observability.alerting.heartbeatUrl"]),  # no dead-man's switch
     ],
 )
 def test_alerting_that_reaches_nobody_is_flagged(alerting, flagged):
@@ -165,8 +182,9 @@ def test_preview_prints_the_warning_and_summary_has_a_callout(tmp_path, programs
 
     result = preview("dev", out=tmp_path / "dev", run=programs("dev"), progress=lambda _m: None)
     text = render_text(result)
-    # the CIDR, no runbook URL, no SNS subscription; the DLC image is no placeholder, but its tag has no digest
-    assert "WARNING: 3 placeholder value(s)" in text
+    # the CIDR, no runbook URL, no pages and no tickets subscription, no heartbeat; the DLC image is no
+    # placeholder, but its tag has no digest
+    assert "WARNING: 5 placeholder value(s)" in text
     assert "WARNING: llm-pd-eks:serving.image public.ecr.aws/deep-learning-containers/ray:" in text
     assert text.index("WARNING:") < text.index("RESULT: OK")
     summary = (tmp_path / "dev" / "summary.md").read_text()
@@ -283,7 +301,11 @@ PRIVATE = {
     "observability": {
         "alerting": {
             "runbookBaseUrl": "https://github.com/acme/llm-pd-eks/blob/main/docs/operations.md",
-            "snsSubscriptions": [{"protocol": "email", "endpoint": "oncall@acme.test"}],
+            "snsSubscriptions": [
+                {"protocol": "email", "endpoint": "oncall@acme.test", "severity": "critical"},
+                {"protocol": "email", "endpoint": "tickets@acme.test", "severity": "warning"},
+            ],
+            "heartbeatUrl": "https://hc-ping.com/0f7c2a5e-real",
         }
     },
 }

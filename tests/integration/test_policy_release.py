@@ -77,7 +77,7 @@ def test_publish_runs_on_a_matching_tag_with_an_oidc_token():
 @pytest.mark.parametrize(
     "name, token",
     [
-        ("pulumi-up.yml", "team"),
+        ("pulumi-up.yml", "${{ vars.PULUMI_TOKEN_TYPE || 'team' }}"),  # organization on editions without team tokens
         ("pulumi-preview.yml", "team"),
         ("review-stack.yml", "team"),
         ("policy-publish.yml", "organization"),  # publishing a pack is an organization admin's act
@@ -97,8 +97,12 @@ def test_pull_requests_preview_through_the_shared_preview_workflow():
 
 
 def test_up_and_cloud_preview_pass_the_stack_policy_config():
-    up = [s for s in steps(workflow("pulumi-up.yml")["jobs"]["up"]) if s.get("uses", "").startswith("pulumi/actions@")]
-    assert up[0]["with"]["policyPackConfigs"] == "policies/config/${{ inputs.stack }}.json"
+    stage = workflow("pulumi-up.yml")["jobs"]
+    (up,) = [s for s in steps(stage["up"]) if s.get("name") == "pulumi up"]
+    (saved,) = [s for s in steps(stage["preview"]) if s.get("name") == "pulumi preview --save-plan"]
+    for step in (up, saved):
+        assert '--policy-pack policies --policy-pack-config "policies/config/${STACK}.json"' in step["run"]
+        assert step["env"]["STACK"] == "${{ inputs.stack }}"
     pr = workflow("pulumi-preview.yml")["jobs"]["preview"]
     (preview,) = [s for s in steps(pr) if s.get("uses", "").startswith("pulumi/actions@")]
     assert preview["with"]["policyPackConfigs"] == "policies/config/${{ inputs.stack }}.json"

@@ -26,7 +26,7 @@ REQUESTS, CLIENTS, KILL_AFTER = 60, 6, 15
 ANSWER_BOUND_S = 180.0  # a request not answered within this is a stall
 REFILL_ROUNDS = 240  # requests sent, half a second apart, while waiting for the tree to be filled again
 
-# Ray's settings for a loaded machine (as tests/test_ray_placement.py): workers start one at a time.
+# Ray's settings for a loaded machine (as tests/integration/test_ray_placement.py): workers start one at a time.
 RAY_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_enable_worker_prestart": "0",

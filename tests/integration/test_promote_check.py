@@ -283,8 +283,8 @@ def test_every_action_is_pinned_to_a_commit():
 
 def test_deploy_moves_one_commit_dev_staging_prod_with_the_gate():
     jobs = _workflow("deploy.yml")["jobs"]
-    assert [jobs[s].get("needs") for s in ("dev", "staging", "prod")] == [None, "dev", ["staging", "prod-preview"]]
-    assert jobs["prod-preview"]["needs"] == "staging"  # the merged commit previewed against prod first
+    assert [jobs[s].get("needs") for s in ("dev", "staging", "prod")] == [None, "dev", "staging"]
+    assert jobs["prod"]["with"]["preview-first"] is True  # the merged commit previewed against prod first
     assert [jobs[s]["with"]["stack"] for s in ("dev", "staging", "prod")] == ["dev", "staging", "prod"]
     assert jobs["prod"]["with"]["promote-from"] == "staging"
     up = _workflow("pulumi-up.yml")["jobs"]["up"]
@@ -294,9 +294,9 @@ def test_deploy_moves_one_commit_dev_staging_prod_with_the_gate():
     checkout = next(s for s in steps if s.get("uses", "").startswith("actions/checkout@"))
     assert checkout["with"]["ref"] == "${{ github.sha }}"
     names = [s.get("name") or s.get("uses", "").split("@")[0] for s in steps]
-    assert names.index("Promotion check") < names.index("pulumi/actions")
-    pulumi = next(s for s in steps if s.get("uses", "").startswith("pulumi/actions@"))
-    assert pulumi["with"]["command"] == "up" and pulumi["with"]["policyPacks"] == "policies"
+    assert names.index("Promotion check") < names.index("pulumi up")
+    pulumi = next(s for s in steps if s.get("name") == "pulumi up")
+    assert "args=(up --yes" in pulumi["run"] and "--policy-pack policies" in pulumi["run"]
 
 
 # --- secrets on one side, another account's image, malformed files ------------------------

@@ -118,25 +118,31 @@ def test_closed_pr_destroys_its_stack_or_nothing(tmp_path):
 
 
 def test_review_stack_is_gated_before_any_credentials_and_preflighted():
-    """The deploy gate's checks run on the review stack too: placeholders before AWS credentials (so a
-    stack with example values builds nothing), preflight after them and before `up`."""
+    """The deploy gate's halves run on the review stack too: its runner (this hosted one) must reach the
+    API before AWS credentials (so a stack it cannot apply builds nothing), the resolved config after
+    the Pulumi login, preflight after them and before `up`."""
     steps = workflow()["jobs"]["up"]["steps"]
     names = [s.get("name") or s.get("uses", "") for s in steps]
-    gate = names.index("No placeholder values in the review stack")
+    gate = names.index("The runner reaches the review stack's API")
     creds = next(i for i, n in enumerate(names) if n.startswith("aws-actions/configure-aws-credentials@"))
+    login = next(i for i, n in enumerate(names) if n.startswith("pulumi/auth-actions@"))
+    resolved = names.index("No placeholder values in the resolved config")
     preflight = names.index("Preflight")
     up = names.index("pulumi up (serving layer off)")
-    assert names.index("Review stack file and its cost") < gate < creds < preflight < up
-    assert 'placeholders --stack "$STACK"' in steps[gate]["run"]
+    assert names.index("Review stack file and its cost") < gate < creds < login < resolved < preflight < up
+    assert 'deploy_gate runner --stack "$STACK" --runner ubuntu-24.04' in steps[gate]["run"]
+    assert workflow()["jobs"]["up"]["runs-on"] == "ubuntu-24.04"
     assert steps[gate]["env"]["STACK"] == "${{ steps.review.outputs.stack }}"
     assert steps[preflight]["run"] == 'make preflight STACK="$STACK"'
 
 
 def test_deploy_previews_prod_at_the_merged_commit_before_its_approval():
+    """Prod's stage previews in its own read-only environment first; the up job (environment prod,
+    required reviewers) waits for it, so the approval is given on the run that shows the preview."""
     jobs = yaml.safe_load((ROOT / ".github" / "workflows" / "deploy.yml").read_text())["jobs"]
-    assert jobs["prod-preview"]["uses"] == "./.github/workflows/pulumi-preview.yml"
-    assert jobs["prod-preview"]["with"]["stack"] == "prod" and jobs["prod-preview"]["needs"] == "staging"
-    assert set(jobs["prod"]["needs"]) == {"staging", "prod-preview"}
-    up = yaml.safe_load((ROOT / ".github" / "workflows" / "pulumi-up.yml").read_text())["jobs"]["up"]
-    names = [s.get("name") or s.get("uses", "") for s in up["steps"]]
-    assert names.index("Preflight") < next(i for i, n in enumerate(names) if n.startswith("pulumi/actions@"))
+    assert jobs["prod"]["uses"] == "./.github/workflows/pulumi-up.yml" and jobs["prod"]["needs"] == "staging"
+    assert jobs["prod"]["with"]["preview-first"] is True
+    stage = yaml.safe_load((ROOT / ".github" / "workflows" / "pulumi-up.yml").read_text())["jobs"]
+    assert stage["preview"]["needs"] == "gate" and "preview" in stage["up"]["needs"]
+    names = [s.get("name") or s.get("uses", "") for s in stage["up"]["steps"]]
+    assert names.index("Preflight") < names.index("pulumi up")

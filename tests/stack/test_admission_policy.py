@@ -16,8 +16,8 @@ from pydantic import ValidationError
 from llm_pd_eks.admission_cel import POLICY_NAME, VALIDATION_ACTIONS, policy_cel
 from llm_pd_eks.config import AdmissionPolicyConfig
 from llm_pd_eks_tools.core.stack import stack_config
-from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun
 from llm_pd_eks_tools.ops.verify.admission import CelPolicy
+from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun
 
 POLICY = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
 BINDING = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"

@@ -198,8 +198,9 @@ def test_the_served_engines_export_the_metrics_the_alerts_read(run: ProgramRun):
 
 
 def test_the_control_plane_eks_manages_is_neither_scraped_nor_alerted_on(programs):
-    """kube-controller-manager, kube-scheduler and etcd run in AWS's account: no monitor looks for them
-    and no default rule waits on them (KubeSchedulerDown / KubeControllerManagerDown would fire forever).
+    """kube-controller-manager, kube-scheduler and etcd run in AWS's account, and EKS's kube-proxy serves
+    its metrics on 127.0.0.1 only: no monitor looks for them and no default rule waits on them
+    (KubeSchedulerDown / KubeControllerManagerDown / KubeProxyDown would fire forever).
     Value names: kube-prometheus-stack 88.5.3 values.yaml (`kubeScheduler.enabled`,
     `defaultRules.rules.kubeSchedulerAlerting`, ...)."""
     (release,) = [
@@ -208,7 +209,7 @@ def test_the_control_plane_eks_manages_is_neither_scraped_nor_alerted_on(program
         if r.inputs["chart"] == "kube-prometheus-stack"
     ]
     values = release.inputs["values"]
-    for component in ("kubeControllerManager", "kubeScheduler", "kubeEtcd"):
+    for component in ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy"):
         assert values[component] == {"enabled": False}
     rules = values["defaultRules"]["rules"]
     assert {k for k, v in rules.items() if v is False} == {
@@ -216,5 +217,10 @@ def test_the_control_plane_eks_manages_is_neither_scraped_nor_alerted_on(program
         "kubeSchedulerAlerting",
         "kubeSchedulerRecording",
         "etcd",
+        "kubeProxy",
     }
+    # each is a key of the chart's own values (a misspelt key would leave the rule group on)
+    chart = yaml.safe_load((DATA / "kube-prometheus-stack" / "values-88.5.3.yaml").read_text())
+    assert set(rules) <= set(chart["defaultRules"]["rules"])
+    assert {"kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy"} <= set(chart)
     assert "kubelet" not in rules and "kubeApiserverAvailability" not in rules  # what EKS lets us scrape stays on

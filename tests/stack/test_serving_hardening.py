@@ -9,7 +9,7 @@ own schemas and builders:
 - the endpoint Service's user-set fields are patched on the live Service (server-side apply);
 - `serving.mode: aggregated` renders Ray Serve LLM's `build_openai_app` with no KV transfer, one worker
   group, and Serve's own build of it binds Ray's LLMServer behind the OpenAI ingress; the pack accepts it.
-Placement of the aggregated group under Ray's scheduler: tests/test_ray_placement.py.
+Placement of the aggregated group under Ray's scheduler: tests/integration/test_ray_placement.py.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from policy_fixtures import mandatory, pack
 from llm_pd_eks import serve_limits, serve_routing
 from llm_pd_eks.config.serving import AGGREGATED_ROLE
 from llm_pd_eks.serve_app import AGGREGATED_IMPORT_PATH
-from llm_pd_eks_tools.plan.preview.analyzer import analyze_run
 from llm_pd_eks_tools.core.stack import stack_config
+from llm_pd_eks_tools.plan.preview.analyzer import analyze_run
 from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun
 
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from helpers import DATA, engine_config_with
 
-from llm_pd_eks.alerts import CRITICAL_RECEIVER, KV_CAUSED_ALERTS, KV_PATH_ALERTS
+from llm_pd_eks.alerts import CRITICAL_RECEIVER, KV_CAUSED_ALERTS, KV_PATH_ALERTS, WARNING_RECEIVER
 from llm_pd_eks.kuberay import KUBERAY_CHART, KUBERAY_CRDS
 from llm_pd_eks.observability import ALERTMANAGER_SERVICE_ACCOUNT, PROMETHEUS_STACK_CHART
 from llm_pd_eks.storage import (
@@ -135,14 +135,20 @@ def test_every_value_path_is_one_the_chart_has(run: ProgramRun) -> None:
 
 
 def test_alerts_route_to_the_topic_the_program_creates(run: ProgramRun) -> None:
+    """Pages to the pages topic, tickets to the tickets topic: a destination per severity."""
     values = release(run, PROMETHEUS_STACK_CHART.name)["values"]
     am = values["alertmanager"]["config"]
-    (critical,) = [r for r in am["receivers"] if r["name"] == CRITICAL_RECEIVER]
-    (sns,) = critical["sns_configs"]
-    (topic,) = run.of_type("aws:sns/topic:Topic")
-    assert sns["topic_arn"] == topic.outputs["arn"]
-    assert sns["sigv4"]["region"] == checked_in_config(run.stack).region
+    topics = {t.name: t for t in run.of_type("aws:sns/topic:Topic")}
+    assert set(topics) == {"observability-alerts", "observability-tickets"}
+    for receiver, topic in ((CRITICAL_RECEIVER, "observability-alerts"), (WARNING_RECEIVER, "observability-tickets")):
+        (config,) = [r for r in am["receivers"] if r["name"] == receiver]
+        (sns,) = config["sns_configs"]
+        assert sns["topic_arn"] == topics[topic].outputs["arn"]
+        assert sns["sigv4"]["region"] == checked_in_config(run.stack).region
     (role,) = [r for r in run.of_type("aws:iam/role:Role") if "alertmanager" in r.name]
+    (publish,) = [r for r in run.of_type("aws:iam/rolePolicy:RolePolicy") if "alertmanager" in r.name]
+    resource = json.loads(publish.inputs["policy"])["Statement"][0]["Resource"]
+    assert sorted(resource) == sorted(t.outputs["arn"] for t in topics.values())
     assert ALERTMANAGER_SERVICE_ACCOUNT in role.inputs["assumeRolePolicy"]
     assert values["alertmanager"]["serviceAccount"]["annotations"]["eks.amazonaws.com/role-arn"] == role.outputs["arn"]
     (inhibit,) = [

@@ -65,12 +65,26 @@ def test_real_plans_chain_the_cluster_the_nodes_and_the_rayservice(programs):
         assert any(n.endswith("-ng") for n in chain.names), chain
         assert chain.minutes >= 60 + 60 + ready, chain
     budget = up_budget.ci_budget_minutes(chains.values())
-    longest = max(c.minutes for c in chains.values())
+    # a cut-over retires the old GPU group in the same `up`: its delete follows the chain
+    assert all(c.delete_minutes == 60 for c in chains.values())
+    longest = max(c.minutes + c.delete_minutes for c in chains.values())
     assert (
         budget % 60 == 0
         and longest + up_budget.JOB_STEPS_MINUTES <= budget < longest + up_budget.JOB_STEPS_MINUTES + 60
     )
     assert budget <= up_budget.HOSTED_JOB_LIMIT_MINUTES and budget <= up_budget.ROLE_SESSION_LIMIT_MINUTES
+
+
+def test_a_cutover_delete_is_counted_after_the_chain():
+    """The old node group of a cut-over is deleted after everything else: 60 min on top of the chain."""
+    plain = ProgramRun("t", [reg("role", "aws:iam/role:Role"), reg("nat", "aws:ec2/natGateway:NatGateway")], {})
+    with_group = ProgramRun("t", [*plain.resources, reg("ng", "aws:eks/nodeGroup:NodeGroup")], {})
+    assert up_budget.longest_chain(plain).delete_minutes == 0
+    chain = up_budget.longest_chain(with_group)
+    assert chain.minutes == 60 and chain.delete_minutes == 60
+    # 60 of chain + 60 of delete + the job's steps: past two hours, so three
+    assert up_budget.ci_budget_minutes([chain]) == 180
+    assert up_budget.ci_budget_minutes([up_budget.Chain("t", 60, ("ng",))]) == 120
 
 
 @pytest.fixture(scope="module")
@@ -113,18 +127,35 @@ def test_people_get_credentials_as_long(budget):
         assert data["values"]["aws"]["login"]["fn::open::aws-login"]["oidc"]["duration"] == f"{budget // 60}h"
 
 
+TEAM_OR_ORGANIZATION = "urn:pulumi:token-type:access_token:${{ vars.PULUMI_TOKEN_TYPE || 'team' }}"
+
+
 def test_tokens_are_team_tokens_of_the_jobs_environment():
-    """Only publishing the policy pack (an admin action, its own environment) takes an organization token."""
+    """Only publishing the policy pack (an admin action, its own environment) always takes an organization
+    token. Deploy and prod-preview jobs (environment-bound, main only) take a team token, or an organization
+    token on editions without team tokens (PULUMI_TOKEN_TYPE); jobs that run a pull request's code take a
+    team token only, and do not run at all under PULUMI_TOKEN_TYPE=organization."""
     for path in sorted(WORKFLOWS.glob("*.yml")):
-        for name, job in yaml.safe_load(path.read_text())["jobs"].items():
+        wf = yaml.safe_load(path.read_text())
+        pr_code = "pull_request" in wf[True] or path.name == "pulumi-preview.yml"
+        for name, job in wf["jobs"].items():
             for step in job.get("steps", []):
                 if not step.get("uses", "").startswith("pulumi/auth-actions@"):
                     continue
-                kind = step["with"]["requested-token-type"].rsplit(":", 1)[1]
+                kind = step["with"]["requested-token-type"]
                 if (path.name, name) == ("policy-publish.yml", "publish"):
-                    assert kind == "organization" and job["environment"] == "policy-publish"
+                    assert kind.endswith(":organization") and job["environment"] == "policy-publish"
+                elif pr_code:
+                    assert kind.endswith(":team") and step["with"]["scope"].startswith("team:"), (path.name, name)
+                    gate = str(job.get("if", "")) or str(
+                        yaml.safe_load((WORKFLOWS / "pull-request.yml").read_text())["jobs"]["cloud-preview"]["if"]
+                    )
+                    assert "vars.PULUMI_TOKEN_TYPE != 'organization'" in gate, (path.name, name)
                 else:
-                    assert kind == "team" and step["with"]["scope"].startswith("team:"), (path.name, name)
+                    assert kind == TEAM_OR_ORGANIZATION and job["environment"].startswith("${{ inputs.stack }}")
+                    assert step["with"]["scope"].startswith(
+                        "${{ vars.PULUMI_TOKEN_TYPE != 'organization' && format('team:"
+                    )
     up = jobs("pulumi-up.yml")["up"]
     assert up["environment"] == "${{ inputs.stack }}"
     assert "inputs.stack" in step_with(up, "pulumi/auth-actions@")["scope"]

@@ -49,3 +49,31 @@ def test_workflow_caches_are_uv_caches_keyed_by_the_locks():
                 if uses.startswith("actions/cache@"):
                     assert step["with"]["path"] == "~/.cache/uv"
                     assert "hashFiles('requirements*.txt')" in step["with"]["key"]
+
+
+def test_every_pulumi_cli_and_backend_is_the_same_everywhere():
+    """One CLI release and one backend URL in every workflow: each installs `$PULUMI_VERSION` (the curl
+    installer or the action's `pulumi-version`), each workflow pins the same version, and the backend
+    its CLI and its token exchange use is the repository's PULUMI_BACKEND_URL."""
+    versions = set()
+    for path in sorted(WORKFLOWS.glob("*.yml")):
+        wf = yaml.safe_load(path.read_text())
+        env = wf.get("env", {})
+        uses_pulumi = False
+        for job in wf["jobs"].values():
+            for step in job.get("steps", []):
+                run, uses = step.get("run", ""), step.get("uses", "")
+                if "get.pulumi.com" in run:
+                    uses_pulumi = True
+                    assert '--version "$PULUMI_VERSION"' in run, path.name
+                if uses.startswith("pulumi/actions@"):
+                    uses_pulumi = True
+                    assert step["with"]["pulumi-version"] == "${{ env.PULUMI_VERSION }}", path.name
+                if uses.startswith("pulumi/auth-actions@"):
+                    uses_pulumi = True
+        if uses_pulumi:
+            versions.add(env["PULUMI_VERSION"])
+            assert env.get("PULUMI_BACKEND_URL") == "${{ vars.PULUMI_BACKEND_URL }}", path.name
+    requirements = (ROOT / "requirements.txt").read_text()
+    (sdk,) = re.findall(r"(?m)^pulumi==([0-9.]+)", requirements)
+    assert versions == {sdk}
