@@ -243,6 +243,7 @@ TOOL_ACTIONS = (
     "ec2:DescribeInstanceTypes",
     "ec2:DescribeInstanceTypeOfferings",
     "ec2:DescribeCapacityReservations",
+    "ec2:DescribeInstances",
     "ec2:DescribeAddresses",
     "servicequotas:GetServiceQuota",
     "servicequotas:GetAWSDefaultServiceQuota",

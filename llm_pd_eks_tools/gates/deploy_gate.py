@@ -40,6 +40,7 @@ from llm_pd_eks_tools.core.cli import ArgumentParser, Exit, ToolError, exit_with
 from llm_pd_eks_tools.core.esc_imports import CLI_TIMEOUT_S, environment_keys, imported_environments
 from llm_pd_eks_tools.core.io_safety import append_text
 from llm_pd_eks_tools.core.process_safety import run_process
+from llm_pd_eks_tools.core.stack import stack_config
 from llm_pd_eks_tools.core.stackfile import StackFileError, read, secure_values
 from llm_pd_eks_tools.gates.placeholders import (
     DEFAULT_RUNNER,
@@ -160,8 +161,6 @@ def resolved_placeholders(listed: dict[str, Any], esc_keys: list[str]) -> list[P
 
 def resolved_refusals(stack: str, root: Path, label: str) -> list[str]:
     """Every placeholder of the stack as the engine will see it, and whether `label` reaches its API."""
-    from llm_pd_eks_tools.plan.preview.mockrun import stack_config  # the program's reader (pulumi's runtime)
-
     try:
         config = stack_config(stack, root)
     except ConfigError as error:

@@ -12,8 +12,8 @@ import yaml
 from botocore.stub import Stubber
 from helpers import ROOT
 
-from llm_pd_eks_tools import alert_delivery
 from llm_pd_eks_tools.core.cli import Exit, ToolError
+from llm_pd_eks_tools.ops import alert_delivery
 
 PAGES = "arn:aws:sns:us-west-2:210987654321:observability-alerts-1a2b"
 TICKETS = "arn:aws:sns:us-west-2:210987654321:observability-tickets-3c4d"

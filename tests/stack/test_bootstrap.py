@@ -19,7 +19,7 @@ from helpers import ROOT, STACKS
 from bootstrap import permissions
 from bootstrap.program import Prerequisites, stack_region, token_policies
 from bootstrap.settings import PREVIEW_SESSION_MINUTES, UP_BUDGET_MINUTES, BootstrapConfig
-from llm_pd_eks_tools import up_budget
+from llm_pd_eks_tools.plan import up_budget
 from tests.unit.mocks import install
 
 REPO = "acme/llm-pd-eks"
@@ -140,8 +140,12 @@ def test_the_tools_calls_are_allowed():
     prefixes = {"service-quotas": "servicequotas"}
     session = botocore.session.get_session()
     found = set()
-    for tool in ("preflight.py", "preflight_checks.py", "alert_delivery.py"):
-        for client, method in _boto_calls(ROOT / "llm_pd_eks_tools" / tool):
+    tools = sorted((ROOT / "llm_pd_eks_tools" / "ops").glob("preflight*.py")) + [
+        ROOT / "llm_pd_eks_tools" / "ops" / "alert_delivery.py"
+    ]
+    assert len(tools) >= 3
+    for tool in tools:
+        for client, method in _boto_calls(tool):
             if client not in clients or method.startswith(("get_paginator", "meta")):
                 continue
             service = clients[client]

@@ -15,7 +15,7 @@ from bootstrap.settings import PREVIEW_SESSION_MINUTES, UP_BUDGET_MINUTES
 from llm_pd_eks.alerts import EKS_CONTROL_PLANE_ALERTS
 from llm_pd_eks.config.observability import AlertingConfig
 from llm_pd_eks.observability import EKS_MANAGED_COMPONENTS, EKS_MANAGED_RULE_GROUPS
-from llm_pd_eks_tools import up_budget
+from llm_pd_eks_tools.plan import up_budget
 
 DOC = (ROOT / "docs" / "operations.md").read_text()
 WORKFLOWS = ROOT / ".github" / "workflows"
