@@ -52,8 +52,9 @@ from llm_pd_eks.network import Network, NetworkArgs
 from llm_pd_eks.observability import Observability, ObservabilityArgs
 from llm_pd_eks.prices import load_prices
 from llm_pd_eks.ray_service import LlmRayService, RayServiceArgs
-from llm_pd_eks.storage import EbsStorage, EbsStorageArgs
+from llm_pd_eks.storage import EBS_CSI_ADDON, EbsStorage, EbsStorageArgs
 from llm_pd_eks.system_nodes import SystemNodeGroup, SystemNodeGroupArgs, system_autoscaler_template
+from llm_pd_eks.versions import eks_addon_version
 
 # The component's type token: `<package>:index:<class>`, as the provider host names it.
 TYPE = f"{PROJECT}:index:LlmPdEks"
@@ -314,6 +315,7 @@ class LlmPdEks(pulumi.ComponentResource):
                 cluster=cluster.eks,
                 system_nodes=system_nodes.node_group,
                 vpc_cni=cluster.vpc_cni,
+                kubernetes_version=config.cluster.kubernetes_version,
                 tags=tags,
             ),
             opts=child,
@@ -425,6 +427,7 @@ class LlmPdEks(pulumi.ComponentResource):
                 provider=cluster.provider,
                 zones=list(config.network.availability_zones),
                 system_nodes=system_nodes.node_group,
+                addon_version=eks_addon_version(config.cluster.kubernetes_version, EBS_CSI_ADDON),
                 tags=tags,
             ),
             opts=child,
