@@ -4,9 +4,9 @@ Why each piece exists:
 - EFA traffic does not cross AZs, so every node sits in the one private subnet of `gpu_az`.
 - Placement follows the capacity (`placement_choice`): on demand, this program's own `cluster`
   placement group packs the nodes onto the same network spine, one per keyed node group and named
-  like it, so a new generation of nodes never launches into the group the serving nodes fill; an ODCR bought inside a cluster
-  placement group serves only instances launched into that group, so the template names it; a
-  Capacity Block is already placed close together and needs none.
+  like it, so a new generation of nodes never launches into the group the serving nodes fill; an
+  ODCR bought inside a cluster placement group serves only instances launched into that group, so
+  the template names it; a Capacity Block is already placed close together and needs none.
 - A node change never rolls the running group in place: EKS's roll drains through the one-pod
   disruption budgets and fails after 15 minutes. The group's name is keyed by everything that shapes
   its nodes (node_common.keyed_node_group_name: the whole launch template, the Kubernetes version, the
