@@ -40,6 +40,7 @@ help:
 	@echo "make test-unit             the fast tier only: components with Pulumi's public mocks"
 	@echo "make venv | venv-dev       just the runtime set | plus the test/tooling set (INSTALLER=pip: no uv)"
 	@echo "make preflight [STACK=dev] can the stack deploy in its AWS account/region? (JSON=1, STRICT=1)"
+	@echo "make up-guard STACK=prod [PULUMI_STACK=org/prod] [KUBECONFIG=path]   may \`up\` run? (no pending delete of a serving node group)"
 	@echo "make lint                  ruff (lint and format), mypy, actionlint (with shellcheck) on the workflows"
 	@echo "make lock                  recompile requirements*.txt from pyproject.toml (hash-pinned)"
 	@echo "make promote-check FROM=staging TO=prod   may the commit move on? (chart/image/model/engine must match)"
@@ -105,6 +106,15 @@ preview: $(STAMP)
 preview-diff: $(STAMP)
 	@test -n $(call q,$(BASE)) || { echo "usage: make preview-diff BASE=<git rev> [STACK=dev]" >&2; exit 2; }
 	@$(PY) -m llm_pd_eks_tools.preview.diff --base=$(call q,$(BASE)) --stack=$(call q,$(STACK))
+
+# Before every `pulumi up`: refuses (exit 1) while the state would first delete a node group the serving
+# Ray cluster still runs on (a cut-over that failed half-way, docs/day-two.md). Exports the state with the
+# Pulumi CLI (PULUMI_STACK: the backend's stack name, default STACK); reads the cluster only when a node
+# group is pending delete (the stack's kubeconfig output, or KUBECONFIG).
+.PHONY: up-guard
+GUARD_STACK = $(or $(PULUMI_STACK),$(STACK))
+up-guard: $(DEV_STAMP)
+	@$(PY) -m llm_pd_eks_tools.pending_deletes check --stack=$(call q,$(GUARD_STACK)) $(if $(KUBECONFIG),--kubeconfig=$(call q,$(KUBECONFIG)))
 
 # Needs AWS credentials (standard chain) and network; AWS_ENDPOINT_URL points it at an emulator.
 preflight: $(DEV_STAMP)
