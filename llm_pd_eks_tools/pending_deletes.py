@@ -225,8 +225,9 @@ def live_groups_in_use(stack: str, kubeconfig: Optional[str]) -> dict[str, str]:
     except (Unreachable, BadReply, HttpError, TimeoutError, KeyError) as exc:
         raise ToolError(
             Exit.UNVERIFIED,
-            f"a node group is pending delete and the cluster's Ray clusters could not be read ({one_line(str(exc), 160)}); "
-            "do not run `up` until `check` can tell whether the serving cluster still runs there",
+            "a node group is pending delete and the cluster's Ray clusters could not be read "
+            f"({one_line(str(exc), 160)}); do not run `up` until `check` can tell whether the serving "
+            "cluster still runs there",
         ) from None
 
 

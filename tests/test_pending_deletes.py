@@ -20,7 +20,10 @@ from llm_pd_eks_tools.cli import Exit, ToolError
 
 OLD, NEW = "llm-pd-eks-prod-gpu-084b8ef4", "llm-pd-eks-prod-gpu-83fd0e3f"
 SYSTEM = "llm-pd-eks-prod-system-7489829a"
-NG_URN = "urn:pulumi:prod::llm-pd-eks::llm-pd-eks:index:Deployment$llm-pd-eks:index:EfaGpuNodeGroup$aws:eks/nodeGroup:NodeGroup::gpu-nodes-ng"
+NG_URN = (
+    "urn:pulumi:prod::llm-pd-eks::llm-pd-eks:index:Deployment$llm-pd-eks:index:EfaGpuNodeGroup"
+    "$aws:eks/nodeGroup:NodeGroup::gpu-nodes-ng"
+)
 PG_URN = NG_URN.replace(
     "aws:eks/nodeGroup:NodeGroup::gpu-nodes-ng", "aws:ec2/placementGroup:PlacementGroup::gpu-nodes-pg"
 )
