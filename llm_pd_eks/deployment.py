@@ -403,7 +403,7 @@ class LlmPdEks(pulumi.ComponentResource):
                     operator=kuberay.release,
                     device_plugins=[device_plugins.nvidia, device_plugins.efa],
                     node_groups=[system_nodes.node_group, gpu_nodes.node_group],
-                    node_group_names=ray_node_group_names(system_nodes.node_group, gpu_nodes.node_group),
+                    node_group_names=ray_node_group_names(gpu_nodes.node_group),
                     hf_token=_secret(args.get("hf_token")),
                     gcs_store=gcs_store.connection if gcs_store else None,
                     region=config.region,

@@ -6,9 +6,10 @@ keeps the cluster (llm_pd_eks/gcs_store.py).
   cluster-autoscaler/FAQ.md, "What types of pods can prevent CA from removing a node?", tag
   cluster-autoscaler-1.35.2): a scale-down of the system group never takes the head's node.
 - A PodDisruptionBudget with `minAvailable: 1` over the head pods: a drain through the eviction API
-  (a managed node-group update, `kubectl drain`) refuses to evict the only head. A planned node change
-  does not drain it: the head selects its node group by name, so it moves with KubeRay's upgrade onto
-  the new group (llm_pd_eks/gpu_cutover.py), and while both clusters run, two heads match the budget.
+  (a managed node-group update, `kubectl drain`) refuses to evict the only head. A planned system node
+  change replaces the system group; the head selects system nodes by role, not that group's name
+  (llm_pd_eks/ray_head_pod.py), so it stays until EKS deletes the old group at the end of `up` and
+  then restarts on a new system node; while a GPU change runs two Ray clusters, two heads match the budget.
   KubeRay labels the head pod `ray.io/node-type: head` (ray-project/kuberay v1.7.0
   ray-operator/controllers/ray/utils/constant.go `RayNodeTypeLabelKey`).
 What neither covers (a node failure, EKS deleting a node group whatever the budgets say) is what

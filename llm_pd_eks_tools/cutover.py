@@ -102,6 +102,31 @@ def _group_step(roll: GpuRoll) -> Optional[str]:
     return None
 
 
+def _gcs_fault_tolerant(resources: dict[str, dict[str, Any]]) -> bool:
+    """Whether the RayService's cluster keeps its GCS in an external store (`gcsFaultToleranceOptions`)."""
+    for record in resources.values():
+        if record.get("type") == RAY_SERVICE_TYPE:
+            cluster = (record.get("inputs", {}).get("spec") or {}).get("rayClusterConfig") or {}
+            return bool(cluster.get("gcsFaultToleranceOptions"))
+    return False
+
+
+def _head_step(system: GpuRoll, fault_tolerant: bool) -> str:
+    """What a system group replacement does to the Ray head, which selects system nodes by role only
+    (llm_pd_eks/ray_head_pod.py): no second Ray cluster, one head restart when the old group goes."""
+    where = (
+        "The Ray head selects system nodes by role, not by group: the RayService is unchanged (no second Ray "
+        f"cluster, no extra GPU nodes); the head runs on until `{system.old_name}` is deleted at the end of `up`, "
+        "then restarts on a node of the new group"
+    )
+    if fault_tolerant:
+        return where + "; GCS fault tolerance keeps the Ray cluster and its Serve replicas through the restart."
+    return (
+        where + "; without serving.gcsFaultTolerance the Ray cluster restarts with it: the endpoint is DOWN until it "
+        "serves again."
+    )
+
+
 def _ray_step(rollout: Optional[Rollout], engine_minutes: float) -> Optional[str]:
     if rollout is None or rollout.kind != NEW_CLUSTER:
         return None
@@ -150,18 +175,25 @@ def plan_cutover(
     if ray:
         steps.append(ray)
         minutes += engine + RAY_CLUSTER_DELETION_DELAY_MINUTES
+    has_head = any(r.get("type") == RAY_SERVICE_TYPE for r in new.values())
+    head_restarts = has_head and system.kind in (BLUE_GREEN, RECREATE, EKS_ROLL)
+    fault_tolerant = _gcs_fault_tolerant(new)
     old_groups = [r.old_name for r in replaced if r.kind == BLUE_GREEN]
     if old_groups:
         steps.append(
             f"Pulumi deletes {', '.join(f'`{n}`' for n in old_groups)} at the end of `up` "
-            "(nothing of the serving Ray cluster runs there any more)."
+            "(no Ray worker of the serving cluster runs there any more)."
         )
         minutes += PLANNING_MINUTES["group deleted"]
+    if head_restarts:
+        steps.append(_head_step(system, fault_tolerant))
 
     overlap_nodes = gpu.old_nodes if gpu.kind == BLUE_GREEN else 0
     overlap_hours = (PLANNING_MINUTES["nodes ready"] + engine + RAY_CLUSTER_DELETION_DELAY_MINUTES) / 60
     overlap_hours = overlap_hours if overlap_nodes else 0.0
-    downtime = gpu.kind in (RECREATE, EKS_ROLL) or bool(rollout and rollout.downtime)
+    downtime = (
+        gpu.kind in (RECREATE, EKS_ROLL) or bool(rollout and rollout.downtime) or (head_restarts and not fault_tolerant)
+    )
     return CutOver(
         tuple(steps),
         minutes,
