@@ -40,6 +40,7 @@ help:
 	@echo "make test-unit             the fast tier only: components with Pulumi's public mocks"
 	@echo "make venv | venv-dev       just the runtime set | plus the test/tooling set (INSTALLER=pip: no uv)"
 	@echo "make preflight [STACK=dev] can the stack deploy in its AWS account/region? (JSON=1, STRICT=1)"
+	@echo "make cutover-replicas STACK=prod [WRITE=1]   start the next Ray cluster at the live replica counts (what fits)"
 	@echo "make up-guard STACK=prod [PULUMI_STACK=org/prod] [KUBECONFIG=path]   may \`up\` run? (no pending delete of a serving node group)"
 	@echo "make lint                  ruff (lint and format), mypy, actionlint (with shellcheck) on the workflows"
 	@echo "make lock                  recompile requirements*.txt from pyproject.toml (hash-pinned)"
@@ -115,6 +116,12 @@ preview-diff: $(STAMP)
 GUARD_STACK = $(or $(PULUMI_STACK),$(STACK))
 up-guard: $(DEV_STAMP)
 	@$(PY) -m llm_pd_eks_tools.pending_deletes check --stack=$(call q,$(GUARD_STACK)) $(if $(KUBECONFIG),--kubeconfig=$(call q,$(KUBECONFIG)))
+
+# Before `pulumi up`: the next Ray cluster (a NewCluster cut-over) starts at the serving cluster's replica
+# counts, as many as fit gpuNodes.maxSize (WRITE=1 sets serving.<role>.cutoverReplicas in Pulumi.<stack>.yaml).
+.PHONY: cutover-replicas
+cutover-replicas: $(DEV_STAMP)
+	@$(PY) -m llm_pd_eks_tools.cutover_replicas --stack=$(call q,$(STACK)) --pulumi-stack=$(call q,$(GUARD_STACK)) $(if $(KUBECONFIG),--kubeconfig=$(call q,$(KUBECONFIG))) $(if $(WRITE),--write)
 
 # Needs AWS credentials (standard chain) and network; AWS_ENDPOINT_URL points it at an emulator.
 preflight: $(DEV_STAMP)

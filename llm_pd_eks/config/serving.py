@@ -54,6 +54,15 @@ class ReplicaGroupConfig(Strict):
     )
     min_replicas: int = Field(default=1, ge=1, description="Fewest Serve replicas.")
     max_replicas: int = Field(default=1, ge=1, description="Most Serve replicas (autoscaling bound).")
+    cutover_replicas: Optional[int] = Field(
+        default=None,
+        ge=1,
+        description="Serve replicas a new Ray cluster (a NewCluster cut-over) starts with, between minReplicas "
+        "and maxReplicas: Serve's initial_replicas and the worker group's starting pods. `make cutover-replicas` "
+        "writes the live count before an `up`, as much as fits gpuNodes.maxSize next to the serving cluster; "
+        "KubeRay leaves the count out of its cluster hash and Serve keeps a running deployment's replicas, so "
+        "only a new cluster starts from it. Unset: minReplicas.",
+    )
     # Ray Serve's autoscaling (ray.serve.config.AutoscalingConfig): without these, Ray Serve LLM fills in
     # target_ongoing_requests = 1e9 (ray.llm ... core/server/builder.py DEFAULT_DEPLOYMENT_OPTIONS) and
     # desired replicas never exceed the current count. `make size WRITE=1` writes them from the sizing
@@ -97,6 +106,11 @@ class ReplicaGroupConfig(Strict):
     def _ordered(self) -> "ReplicaGroupConfig":
         if self.min_replicas > self.max_replicas:
             raise ValueError(f"minReplicas ({self.min_replicas}) is greater than maxReplicas ({self.max_replicas})")
+        if self.cutover_replicas is not None and not self.min_replicas <= self.cutover_replicas <= self.max_replicas:
+            raise ValueError(
+                f"cutoverReplicas ({self.cutover_replicas}) is outside minReplicas..maxReplicas "
+                f"({self.min_replicas}..{self.max_replicas}); `make cutover-replicas` writes a count inside them"
+            )
         if self.max_ongoing_requests < self.target_ongoing_requests:
             raise ValueError(
                 f"maxOngoingRequests ({self.max_ongoing_requests}) is below targetOngoingRequests "
@@ -114,6 +128,10 @@ class ReplicaGroupConfig(Strict):
     def replicas_per_node(self, node_gpus: int) -> int:
         """Serve replicas one GPU node holds (a replica's TP group never spans nodes)."""
         return node_gpus // self.tensor_parallel_size
+
+    def start_replicas(self) -> int:
+        """The replicas a new Ray cluster starts with: cutoverReplicas, else minReplicas."""
+        return self.cutover_replicas if self.cutover_replicas is not None else self.min_replicas
 
     def nodes(self, replicas: int, node_gpus: int) -> int:
         """GPU nodes (= Ray worker pods: each takes a whole node) that `replicas` replicas need."""
