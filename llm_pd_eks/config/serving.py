@@ -36,6 +36,10 @@ GPU_MEMORY_BUDGET = 0.9
 _S3_WEIGHTS_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(?P<prefix>[^*?\s]+?)/?$")
 
 
+# A KMS key ARN (not an alias: IAM grants kms:Decrypt on the key's ARN).
+_KMS_KEY_ARN = re.compile(r"arn:aws(-cn|-us-gov)?:kms:[a-z0-9-]+:\d{12}:key/[0-9a-fA-F-]{1,128}")
+
+
 def s3_bucket_and_prefix(uri: str) -> tuple[str, str]:
     """(bucket, prefix without a trailing slash) of a valid serving.weightsS3Uri."""
     match = _S3_WEIGHTS_URI.match(uri)
@@ -196,6 +200,12 @@ class ServingConfig(Strict):
             "Hugging Face through NAT."
         ),
     )
+    weights_kms_key_arn: Optional[str] = Field(
+        default=None,
+        description="ARN of the KMS key the weights bucket encrypts with (SSE-KMS): the workers' role may "
+        "then kms:Decrypt with it, only through S3 in the stack's region (kms:ViaService). Unset: the objects "
+        "are SSE-S3, which needs no KMS permission. Needs weightsS3Uri.",
+    )
     engine_start_timeout_s: Optional[int] = Field(
         default=None,
         ge=1,
@@ -298,6 +308,20 @@ class ServingConfig(Strict):
                 f"{shown(value)} is not a model this project knows; choose one of {', '.join(sorted(MODELS))}"
             )
         return value
+
+    @model_validator(mode="after")
+    def _kms_key_for_the_weights(self) -> "ServingConfig":
+        key = self.weights_kms_key_arn
+        if key is not None:
+            if self.weights_s3_uri is None:
+                raise ValueError("weightsKmsKeyArn is set without weightsS3Uri: the key decrypts the weights bucket")
+            if not _KMS_KEY_ARN.fullmatch(key):
+                raise ValueError(
+                    f"weightsKmsKeyArn {shown(key)} is not a KMS key ARN such as "
+                    "arn:aws:kms:us-east-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab (an alias ARN "
+                    "cannot be granted kms:Decrypt)"
+                )
+        return self
 
     @model_validator(mode="after")
     def _within_native_context(self) -> "ServingConfig":

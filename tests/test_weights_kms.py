@@ -1,0 +1,46 @@
+"""Prod loads its weights from S3; an SSE-KMS bucket needs kms:Decrypt on its key, through S3 only."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import engine_config_with, run_with
+
+from llm_pd_eks.config import ConfigError, validate_engine_config
+from llm_pd_eks_tools.preview.mockrun import run_program, stack_config
+
+ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
+KEY = "arn:aws:kms:us-east-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+
+
+def weights_policy(run) -> dict:
+    return json.loads(run.one(ROLE_POLICY, "weights-read").inputs["policy"])
+
+
+def test_prod_reads_its_weights_from_s3_with_the_buckets_key():
+    config = stack_config("prod")
+    assert config.serving.weights_s3_uri and config.serving.weights_kms_key_arn
+    statements = {s["Sid"]: s for s in weights_policy(run_program("prod"))["Statement"]}
+    decrypt = statements["DecryptTheWeightsThroughS3"]
+    assert decrypt["Action"] == "kms:Decrypt" and decrypt["Resource"] == config.serving.weights_kms_key_arn
+    assert decrypt["Condition"] == {"StringEquals": {"kms:ViaService": "s3.us-east-1.amazonaws.com"}}
+    assert {"ListTheWeightsPrefix", "ReadTheWeights"} <= set(statements)
+
+
+def test_without_a_key_there_is_no_kms_permission():
+    run = run_with("prod", serving={"weightsKmsKeyArn": None})
+    assert all(s["Action"] != "kms:Decrypt" for s in weights_policy(run)["Statement"])
+
+
+@pytest.mark.parametrize(
+    "serving, expected",
+    [
+        ({"weightsS3Uri": None, "weightsKmsKeyArn": KEY}, "weightsKmsKeyArn is set without weightsS3Uri"),
+        ({"weightsKmsKeyArn": "arn:aws:kms:us-east-1:111122223333:alias/weights"}, "is not a KMS key ARN"),
+    ],
+)
+def test_a_key_is_checked(serving, expected):
+    with pytest.raises(ConfigError) as info:
+        validate_engine_config(*engine_config_with("prod", "serving", **serving))
+    assert any(expected in p for p in info.value.problems), info.value.problems
