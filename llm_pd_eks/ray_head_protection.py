@@ -24,13 +24,16 @@ from typing import Any, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
+from .gcs_store import gcs_tls_env
+
 SAFE_TO_EVICT = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
 HEAD_NODE_TYPE_LABEL = {"ray.io/node-type": "head"}
 
 
 def protect_head(spec: dict[str, Any], gcs_fault_tolerance: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """The RayService spec with the head's pod annotated safe-to-evict false and, when given, the
-    RayCluster's `gcsFaultToleranceOptions` (gcs_store.gcs_fault_tolerance_options)."""
+    RayCluster's `gcsFaultToleranceOptions` (gcs_store.gcs_fault_tolerance_options) and the head's TLS
+    trust for the store (gcs_store.gcs_tls_env)."""
     out = copy.copy(spec)
     cluster = out["rayClusterConfig"] = dict(spec["rayClusterConfig"])
     head = cluster["headGroupSpec"] = dict(cluster["headGroupSpec"])
@@ -39,6 +42,12 @@ def protect_head(spec: dict[str, Any], gcs_fault_tolerance: Optional[dict[str, A
     metadata["annotations"] = {**(metadata.get("annotations") or {}), **SAFE_TO_EVICT}
     if gcs_fault_tolerance is not None:
         cluster["gcsFaultToleranceOptions"] = gcs_fault_tolerance
+        # the GCS verifies the store's TLS certificate against the image's CA bundle (gcs_store.py)
+        spec_ = template["spec"] = dict(template["spec"])
+        spec_["containers"] = [
+            {**c, "env": [*(c.get("env") or []), *gcs_tls_env()]} if i == 0 else c
+            for i, c in enumerate(spec_["containers"])
+        ]
     return out
 
 

@@ -1,4 +1,5 @@
-"""Prod loads its weights from S3; an SSE-KMS bucket needs kms:Decrypt on its key, through S3 only."""
+"""Prod loads its weights from S3 (an SSE-KMS bucket needs kms:Decrypt on its key, through S3 only), and the
+Ray head verifies the GCS store's TLS certificate against the serving image's CA bundle."""
 
 from __future__ import annotations
 
@@ -44,3 +45,25 @@ def test_a_key_is_checked(serving, expected):
     with pytest.raises(ConfigError) as info:
         validate_engine_config(*engine_config_with("prod", "serving", **serving))
     assert any(expected in p for p in info.value.problems), info.value.problems
+
+
+# --- the Ray head verifies the GCS store's TLS certificate ------------------------------------------
+
+RAY_SERVICE = "kubernetes:ray.io/v1:RayService"
+
+
+def head_env(run) -> dict[str, str]:
+    cluster = run.one(RAY_SERVICE, "rayservice").inputs["spec"]["rayClusterConfig"]
+    head = cluster["headGroupSpec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e.get("value") for e in head.get("env") or []}
+
+
+def test_with_gcs_fault_tolerance_the_head_trusts_the_images_ca_bundle():
+    run = run_program("prod")
+    cluster = run.one(RAY_SERVICE, "rayservice").inputs["spec"]["rayClusterConfig"]
+    assert cluster["gcsFaultToleranceOptions"]["redisAddress"].startswith("rediss://")
+    assert head_env(run)["RAY_REDIS_CA_CERT"] == "/etc/pki/tls/certs/ca-bundle.crt"
+
+
+def test_without_a_store_there_is_no_ca_setting():
+    assert "RAY_REDIS_CA_CERT" not in head_env(run_with("prod", serving={"gcsFaultTolerance": False}))
