@@ -41,6 +41,7 @@ help:
 	@echo "make venv | venv-dev       just the runtime set | plus the test/tooling set (INSTALLER=pip: no uv)"
 	@echo "make preflight [STACK=dev] can the stack deploy in its AWS account/region? (JSON=1, STRICT=1)"
 	@echo "make cutover-replicas STACK=prod [WRITE=1]   start the next Ray cluster at the live replica counts (what fits)"
+	@echo "make destroy-check STACK=prod [PULUMI_STACK=org/prod]   before destroy: what outside the state holds the VPC"
 	@echo "make up-guard STACK=prod [PULUMI_STACK=org/prod] [KUBECONFIG=path]   may \`up\` run? (no pending delete of a serving node group)"
 	@echo "make lint                  ruff (lint and format), mypy, actionlint (with shellcheck) on the workflows"
 	@echo "make lock                  recompile requirements*.txt from pyproject.toml (hash-pinned)"
@@ -122,6 +123,12 @@ up-guard: $(DEV_STAMP)
 .PHONY: cutover-replicas
 cutover-replicas: $(DEV_STAMP)
 	@$(PY) -m llm_pd_eks_tools.cutover_replicas --stack=$(call q,$(STACK)) --pulumi-stack=$(call q,$(GUARD_STACK)) $(if $(KUBECONFIG),--kubeconfig=$(call q,$(KUBECONFIG))) $(if $(WRITE),--write)
+
+# Before `pulumi destroy`: what the state does not own in the stack's VPC and would stop its deletion
+# (leaked VPC CNI interfaces, a load balancer of a Kubernetes Service, GuardDuty's endpoint), with what to do.
+.PHONY: destroy-check
+destroy-check: $(DEV_STAMP)
+	@$(PY) -m llm_pd_eks_tools.destroy_check --stack=$(call q,$(GUARD_STACK))
 
 # Needs AWS credentials (standard chain) and network; AWS_ENDPOINT_URL points it at an emulator.
 preflight: $(DEV_STAMP)
