@@ -111,14 +111,22 @@ def _gcs_fault_tolerant(resources: dict[str, dict[str, Any]]) -> bool:
     return False
 
 
-def _head_step(system: GpuRoll, fault_tolerant: bool) -> str:
+def _head_step(system: GpuRoll, fault_tolerant: bool, ray_cluster_changes: bool) -> str:
     """What a system group replacement does to the Ray head, which selects system nodes by role only
-    (llm_pd_eks/ray_head_pod.py): no second Ray cluster, one head restart when the old group goes."""
-    where = (
-        "The Ray head selects system nodes by role, not by group: the RayService is unchanged (no second Ray "
-        f"cluster, no extra GPU nodes); the head runs on until `{system.old_name}` is deleted at the end of `up`, "
-        "then restarts on a node of the new group"
-    )
+    (llm_pd_eks/ray_head_pod.py): no second Ray cluster of its own, one head restart when the old group
+    goes (if the head is still there)."""
+    if ray_cluster_changes:
+        where = (
+            "The Ray head selects system nodes by role, not by group: the new Ray cluster's head may start on "
+            f"either system group; one still on `{system.old_name}` when it is deleted at the end of `up` "
+            "restarts on a node of the new group"
+        )
+    else:
+        where = (
+            "The Ray head selects system nodes by role, not by group: the RayService is unchanged (no second Ray "
+            f"cluster, no extra GPU nodes); the head runs on until `{system.old_name}` is deleted at the end of "
+            "`up`, then restarts on a node of the new group"
+        )
     if fault_tolerant:
         return where + "; GCS fault tolerance keeps the Ray cluster and its Serve replicas through the restart."
     return (
@@ -186,7 +194,7 @@ def plan_cutover(
         )
         minutes += PLANNING_MINUTES["group deleted"]
     if head_restarts:
-        steps.append(_head_step(system, fault_tolerant))
+        steps.append(_head_step(system, fault_tolerant, bool(rollout and rollout.kind == NEW_CLUSTER)))
 
     overlap_nodes = gpu.old_nodes if gpu.kind == BLUE_GREEN else 0
     overlap_hours = (PLANNING_MINUTES["nodes ready"] + engine + RAY_CLUSTER_DELETION_DELAY_MINUTES) / 60

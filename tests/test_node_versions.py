@@ -86,5 +86,5 @@ def test_a_minor_upgrade_previews_control_plane_then_a_cutover_of_both_groups(up
         "(no Ray worker of the serving cluster runs there any more)."
     )
     # the head selects system nodes by role: it restarts once the old system group goes, GCS FT carries it
-    assert f"until `{system.old_name}` is deleted" in head and "GCS fault tolerance keeps" in head
+    assert f"one still on `{system.old_name}` when it is deleted" in head and "GCS fault tolerance keeps" in head
     assert not plan.downtime
