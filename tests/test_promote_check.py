@@ -288,7 +288,8 @@ def test_deploy_moves_one_commit_dev_staging_prod_with_the_gate():
     assert checkout["with"]["ref"] == "${{ github.sha }}"
     names = [s.get("name") or s.get("uses", "").split("@")[0] for s in steps]
     assert names.index("Promotion check") < names.index("pulumi/actions")
-    pulumi = next(s for s in steps if s.get("uses", "").startswith("pulumi/actions@"))
+    # the first pulumi/actions step only installs the CLI (for the pending-delete guard); the one with a command runs up
+    pulumi = next(s for s in steps if s.get("uses", "").startswith("pulumi/actions@") and "command" in s["with"])
     assert pulumi["with"]["command"] == "up" and pulumi["with"]["policyPacks"] == "policies"
 
 
