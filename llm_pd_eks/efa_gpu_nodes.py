@@ -1,4 +1,4 @@
-"""GPU nodes with Elastic Fabric Adapter: one AZ, one cluster placement group, EFA on every card.
+"""GPU nodes with Elastic Fabric Adapter: one AZ, a cluster placement group per node group, EFA on every card.
 
 Why each piece exists:
 - EFA traffic does not cross AZs, so every node sits in the one private subnet of `gpu_az`.
