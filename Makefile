@@ -114,21 +114,21 @@ preview-diff: $(STAMP)
 # Pulumi CLI (PULUMI_STACK: the backend's stack name, default STACK); reads the cluster only when a node
 # group is pending delete (the stack's kubeconfig output, or KUBECONFIG).
 .PHONY: up-guard
-GUARD_STACK = $(or $(PULUMI_STACK),$(STACK))
+BACKEND_STACK = $(or $(PULUMI_STACK),$(STACK))
 up-guard: $(DEV_STAMP)
-	@$(PY) -m llm_pd_eks_tools.pending_deletes check --stack=$(call q,$(GUARD_STACK)) $(if $(KUBECONFIG),--kubeconfig=$(call q,$(KUBECONFIG)))
+	@$(PY) -m llm_pd_eks_tools.pending_deletes check --stack=$(call q,$(BACKEND_STACK)) $(if $(KUBECONFIG),--kubeconfig=$(call q,$(KUBECONFIG)))
 
 # Before `pulumi up`: the next Ray cluster (a NewCluster cut-over) starts at the serving cluster's replica
 # counts, as many as fit gpuNodes.maxSize (WRITE=1 sets serving.<role>.cutoverReplicas in Pulumi.<stack>.yaml).
 .PHONY: cutover-replicas
 cutover-replicas: $(DEV_STAMP)
-	@$(PY) -m llm_pd_eks_tools.cutover_replicas --stack=$(call q,$(STACK)) --pulumi-stack=$(call q,$(GUARD_STACK)) $(if $(KUBECONFIG),--kubeconfig=$(call q,$(KUBECONFIG))) $(if $(WRITE),--write)
+	@$(PY) -m llm_pd_eks_tools.cutover_replicas --stack=$(call q,$(STACK)) --pulumi-stack=$(call q,$(BACKEND_STACK)) $(if $(KUBECONFIG),--kubeconfig=$(call q,$(KUBECONFIG))) $(if $(WRITE),--write)
 
 # Before `pulumi destroy`: what the state does not own in the stack's VPC and would stop its deletion
 # (leaked VPC CNI interfaces, a load balancer of a Kubernetes Service, GuardDuty's endpoint), with what to do.
 .PHONY: destroy-check
 destroy-check: $(DEV_STAMP)
-	@$(PY) -m llm_pd_eks_tools.destroy_check --stack=$(call q,$(GUARD_STACK))
+	@$(PY) -m llm_pd_eks_tools.destroy_check --stack=$(call q,$(BACKEND_STACK))
 
 # Needs AWS credentials (standard chain) and network; AWS_ENDPOINT_URL points it at an emulator.
 preflight: $(DEV_STAMP)
