@@ -37,7 +37,8 @@ def check_ami_release(ssm, kubernetes_version: str) -> Result:
     is a previewed cut-over of both node groups (every node group's name is keyed by its release).
     """
     pinned = NODE_AMI_RELEASE_VERSIONS[kubernetes_version]
-    behind, read = [], []
+    behind: list[str] = []
+    read: list[str] = []
     for ami_type in SSM_AMI_PATHS:
         name = recommended_release_parameter(kubernetes_version, ami_type)
         try:
@@ -64,7 +65,8 @@ def check_addon_versions(eks, kubernetes_version: str) -> Result:
 
     `CreateAddon` with a version EKS does not offer fails mid-`up`, after the control plane exists.
     """
-    missing, checked = [], []
+    missing: list[str] = []
+    checked: list[str] = []
     for addon, version in EKS_ADDON_VERSIONS[kubernetes_version].items():
         answer = eks.describe_addon_versions(addonName=addon, kubernetesVersion=kubernetes_version)
         offered = {v["addonVersion"] for a in answer.get("addons", []) for v in a.get("addonVersions", [])}
