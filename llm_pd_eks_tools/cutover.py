@@ -102,6 +102,17 @@ def _group_step(roll: GpuRoll) -> Optional[str]:
     return None
 
 
+PLACEMENT_GROUP_TYPE = "aws:ec2/placementGroup:PlacementGroup"
+
+
+def _gpu_placement_group(resources: dict[str, dict[str, Any]]) -> Optional[str]:
+    """The name of the GPU group's own cluster placement group (None: the capacity brings its own)."""
+    for record in resources.values():
+        if record.get("type") == PLACEMENT_GROUP_TYPE and "gpu" in str(record.get("name", "")):
+            return str((record.get("inputs") or {}).get("name") or "") or None
+    return None
+
+
 def _gcs_fault_tolerant(resources: dict[str, dict[str, Any]]) -> bool:
     """Whether the RayService's cluster keeps its GCS in an external store (`gcsFaultToleranceOptions`)."""
     for record in resources.values():
@@ -177,6 +188,16 @@ def plan_cutover(
         )
         minutes += PLANNING_MINUTES["control plane"]
     steps += [s for s in map(_group_step, replaced) if s]
+    old_pg, new_pg = _gpu_placement_group(old), _gpu_placement_group(new)
+    if gpu.kind in (BLUE_GREEN, RECREATE) and new_pg and new_pg != old_pg:
+        steps.append(
+            f"GPU placement: the new nodes launch into their own cluster placement group `{new_pg}`"
+            + (
+                f", not into `{old_pg}` that the serving nodes fill; `{old_pg}` is deleted after its group."
+                if old_pg
+                else "."
+            )
+        )
     if replaced:
         minutes += PLANNING_MINUTES["nodes ready"]
     ray = _ray_step(rollout, engine)

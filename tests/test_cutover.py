@@ -79,8 +79,11 @@ def test_the_cutover_sequence_its_time_and_overlap_cost(prod, bigger_disk):
     cfg = stack_config("prod")
     old_name = one(prod, NODE_GROUP, "gpu-nodes")["inputs"]["nodeGroupName"]
     new_name = one(bigger_disk, NODE_GROUP, "gpu-nodes")["inputs"]["nodeGroupName"]
-    first, ray, last = plan.steps
+    first, placement, ray, last = plan.steps
     assert f"`{new_name}`" in first and f"`{old_name}`" in first
+    assert placement.startswith(
+        f"GPU placement: the new nodes launch into their own cluster placement group `{new_name}`"
+    )
     assert "NewCluster" in ray and "UpgradeInProgress=False" in ray
     assert last.startswith(f"Pulumi deletes `{old_name}`")
     load = engine_start_timeout_s(cfg.serving.model_id, cfg.serving.engine_start_timeout_s) / 60

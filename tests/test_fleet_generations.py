@@ -7,12 +7,17 @@ to another GPU type or AZ, as a cut-over would render them.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from helpers import LAUNCH_TEMPLATE, NODE_GROUP, PLACEMENT_GROUP, engine_config_with, run_with
 
 from llm_pd_eks.addons import CORE_ADDONS
 from llm_pd_eks.storage import EBS_CSI_ADDON
 from llm_pd_eks.versions import EKS_ADDON_VERSIONS
+from llm_pd_eks_tools.cutover import plan_cutover
+from llm_pd_eks_tools.preview.diff import Side, compare, render
+from llm_pd_eks_tools.preview.harness import resource_records
 from llm_pd_eks_tools.preview.mockrun import ProgramRun, run_program
 
 ADDON = "aws:eks/addon:Addon"
@@ -91,3 +96,14 @@ def test_the_gpu_group_repairs_one_node_at_a_time(p5):
     assert repair["enabled"] is True
     assert repair["maxParallelNodesRepairedCount"] == 1
     assert 0 < repair["maxUnhealthyNodeThresholdPercentage"] < 100
+
+
+def test_the_preview_diff_says_the_new_generation_gets_its_own_placement_group(p5):
+    before = {r["urn"]: r for r in resource_records(p5)}
+    after = {r["urn"]: r for r in resource_records(prod_gpu(instanceType="p5en.48xlarge"))}
+    old_pg, new_pg = gpu_placement(p5)[0], gpu_placement(prod_gpu(instanceType="p5en.48xlarge"))[0]
+    text = render(
+        compare("prod", Side("base", Path("."), 0, "", before, None), Side("head", Path("."), 0, "", after, None))
+    )
+    assert f"their own cluster placement group `{new_pg}`, not into `{old_pg}` that the serving nodes fill" in text
+    assert plan_cutover(before, after).downtime is False

@@ -77,7 +77,8 @@ def test_a_minor_upgrade_previews_control_plane_then_a_cutover_of_both_groups(up
     assert system.kind == BLUE_GREEN and gpu.kind == BLUE_GREEN
     assert {"version", "releaseVersion"} <= set(gpu.reasons) and {"version", "releaseVersion"} <= set(system.reasons)
     plan = plan_cutover(before, after)
-    control, system_step, gpu_step, ray, delete, head = plan.steps
+    control, system_step, gpu_step, placement, ray, delete, head = plan.steps
+    assert placement.startswith("GPU placement: the new nodes launch into their own cluster placement group")
     assert control.startswith("Control plane: Kubernetes 1.34 → 1.35")
     assert system_step.startswith(f"System nodes: `{system.new_name}`")
     assert gpu_step.startswith(f"GPU nodes: `{gpu.new_name}`")
