@@ -205,6 +205,8 @@ def read_state(path: Optional[str], stack: str) -> dict[str, Any]:
             raise ToolError(
                 Exit.UNVERIFIED, f"`{' '.join(command)}` did not answer in {STATE_TIMEOUT_S:.0f}s"
             ) from None
+        if result.returncode != 0 and "no stack named" in result.stderr:
+            return {"version": 3, "deployment": {"resources": []}}  # a first `up`: no state, nothing pending
         if result.returncode != 0:
             raise ToolError(Exit.UNVERIFIED, f"`{' '.join(command)}` failed: {one_line(result.stderr)}")
         text, where = result.stdout, "`pulumi stack export`"

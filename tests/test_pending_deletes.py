@@ -198,3 +198,32 @@ def test_a_file_that_is_not_an_export_is_one_clear_line(tmp_path):
     with pytest.raises(ToolError) as info:
         run(tmp_path, {"resources": []})
     assert info.value.exit_code == Exit.USAGE and "pulumi stack export" in str(info.value)
+
+
+def fake_pulumi(tmp_path, monkeypatch, stdout: str, stderr: str, code: int) -> None:
+    """A `pulumi` on PATH that answers `stack export` as the CLI does."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "out.json").write_text(stdout)
+    (bin_dir / "pulumi").write_text(f"#!/bin/sh\ncat '{bin_dir / 'out.json'}'\necho '{stderr}' >&2\nexit {code}\n")
+    (bin_dir / "pulumi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+
+
+def test_the_state_is_exported_with_the_pulumi_cli(tmp_path, monkeypatch, capsys):
+    fake_pulumi(tmp_path, monkeypatch, json.dumps(FAILED_CUTOVER), "", 0)
+    assert guard.main(["check", "--stack", "acme/prod"], kube=FakeKube(active_workers_on=OLD)) == Exit.FAILED
+    assert "REFUSED" in capsys.readouterr().out
+
+
+def test_a_first_up_has_no_state_and_may_run(tmp_path, monkeypatch, capsys):
+    fake_pulumi(tmp_path, monkeypatch, "", "error: no stack named 'acme/prod' found", 255)
+    assert guard.main(["check", "--stack", "acme/prod"], kube=FakeKube(active_workers_on=OLD)) == Exit.OK
+    assert "no node group is pending delete" in capsys.readouterr().out
+
+
+def test_a_backend_that_does_not_answer_is_unverified(tmp_path, monkeypatch):
+    fake_pulumi(tmp_path, monkeypatch, "", "error: could not reach the backend", 255)
+    with pytest.raises(ToolError) as info:
+        guard.main(["check", "--stack", "acme/prod"], kube=FakeKube(active_workers_on=OLD))
+    assert info.value.exit_code == Exit.UNVERIFIED and "could not reach the backend" in str(info.value)
