@@ -39,6 +39,10 @@ def test_without_a_key_there_is_no_kms_permission():
     [
         ({"weightsS3Uri": None, "weightsKmsKeyArn": KEY}, "weightsKmsKeyArn is set without weightsS3Uri"),
         ({"weightsKmsKeyArn": "arn:aws:kms:us-east-1:111122223333:alias/weights"}, "is not a KMS key ARN"),
+        (
+            {"weightsKmsKeyArn": KEY.replace("us-east-1", "eu-west-1")},
+            "the key is in eu-west-1, the stack in us-east-1",
+        ),
     ],
 )
 def test_a_key_is_checked(serving, expected):

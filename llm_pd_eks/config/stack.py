@@ -158,6 +158,14 @@ class StackConfig(Strict):
             return []
         instance = GPU_INSTANCE_TYPES[self.gpu_nodes.instance_type]
         problems = []
+        key = self.serving.weights_kms_key_arn
+        if key is not None and key.split(":")[3] != self.region:
+            # S3 in the stack's region decrypts through KMS in the bucket's region: the gateway endpoint serves
+            # buckets of the VPC's own region, so the key is the region's too
+            problems.append(
+                f"serving.weightsKmsKeyArn: the key is in {key.split(':')[3]}, the stack in {self.region}; the "
+                "weights bucket (and its key) must be in the stack's region for the VPC's S3 gateway endpoint"
+            )
         # The RayService moves the KV cache with NIXL over LIBFABRIC, which requires GPUDirect RDMA;
         # without it the transfer cannot start (see the catalog's efa_rdma_read).
         if not instance.efa_rdma_read:
