@@ -16,6 +16,7 @@ DEV_STAMP := $(if $(STAMP),$(VENV)/.installed-dev-$(shell cat requirements-previ
 # expands an exported variable's value to build their environment, running a `$(shell ...)` in it).
 # The tools get every value as an option (`$(call v,NAME)`), never from the environment.
 USER_VARS := STACK WORKLOAD TIMEOUT KUBECONFIG SINCE ENDPOINT NIXLBENCH RUNNER FROM TO BASE PROMETHEUS JSON STRICT WRITE
+USER_VARS += PULUMI_STACK
 STACK ?= dev
 FROM ?= staging
 TO ?= prod
@@ -54,6 +55,9 @@ help:
 	@echo "make test-unit             the unit tier only: functions and components in-process"
 	@echo "make venv | venv-dev       just the runtime set | plus the test/tooling set (INSTALLER=pip: no uv)"
 	@echo "make preflight [STACK=dev] can the stack deploy in its AWS account/region? (JSON=1, STRICT=1)"
+	@echo "make cutover-replicas STACK=prod [WRITE=1]   start the next Ray cluster at the live replica counts (what fits)"
+	@echo "make destroy-check STACK=prod [PULUMI_STACK=org/prod]   before destroy: what outside the state holds the VPC"
+	@echo "make up-guard STACK=prod [PULUMI_STACK=org/prod] [KUBECONFIG=path]   may \`up\` run? (no pending delete of a serving node group)"
 	@echo "make lint                  ruff (lint and format), mypy, actionlint (with shellcheck) on the workflows"
 	@echo "make lock                  recompile requirements*.txt from pyproject.toml (hash-pinned)"
 	@echo "make promote-check FROM=staging TO=prod   may the commit move on? (chart/image/model/engine must match)"
@@ -125,6 +129,27 @@ preview: $(STAMP)
 preview-diff: $(STAMP)
 	@test -n $(call v,BASE) || { echo "usage: make preview-diff BASE=<git rev> [STACK=dev]" >&2; exit 2; }
 	@$(PY) -m llm_pd_eks_tools.plan.preview.diff --base=$(call v,BASE) --stack=$(call v,STACK)
+
+# Before every `pulumi up`: refuses (exit 1) while the state would first delete a node group the serving
+# Ray cluster still runs on (a cut-over that failed half-way, docs/day-two.md). Exports the state with the
+# Pulumi CLI (PULUMI_STACK: the backend's stack name, default STACK); reads the cluster only when a node
+# group is pending delete (the stack's kubeconfig output, or KUBECONFIG).
+.PHONY: up-guard
+BACKEND_STACK = $(or $(value PULUMI_STACK),$(value STACK))
+up-guard: $(DEV_STAMP)
+	@$(PY) -m llm_pd_eks_tools.gates.pending_deletes check --stack=$(call q,$(BACKEND_STACK)) $(if $(value KUBECONFIG),--kubeconfig=$(call v,KUBECONFIG))
+
+# Before `pulumi up`: the next Ray cluster (a NewCluster cut-over) starts at the serving cluster's replica
+# counts, as many as fit gpuNodes.maxSize (WRITE=1 sets serving.<role>.cutoverReplicas in Pulumi.<stack>.yaml).
+.PHONY: cutover-replicas
+cutover-replicas: $(DEV_STAMP)
+	@$(PY) -m llm_pd_eks_tools.plan.cutover_replicas --stack=$(call v,STACK) --pulumi-stack=$(call q,$(BACKEND_STACK)) $(if $(value KUBECONFIG),--kubeconfig=$(call v,KUBECONFIG)) $(if $(value WRITE),--write)
+
+# Before `pulumi destroy`: what the state does not own in the stack's VPC and would stop its deletion
+# (leaked VPC CNI interfaces, a load balancer of a Kubernetes Service, GuardDuty's endpoint), with what to do.
+.PHONY: destroy-check
+destroy-check: $(DEV_STAMP)
+	@$(PY) -m llm_pd_eks_tools.ops.destroy_check --stack=$(call q,$(BACKEND_STACK))
 
 # Needs AWS credentials (standard chain) and network; AWS_ENDPOINT_URL points it at an emulator.
 preflight: $(DEV_STAMP)

@@ -235,8 +235,9 @@ EKS_CHILD_TYPES = (
 # Types the program creates only under config no checked-in stack sets.
 CONDITIONAL_TYPES = ("aws:sns/topicSubscription:TopicSubscription",)
 
-# The deploy job's own AWS calls: preflight (sts, ec2, service quotas, eks), the alert-delivery gate
-# (sns) and the kubeconfig's token for `make verify` (eks:DescribeCluster, sts presigned).
+# The deploy job's own AWS calls: preflight (sts, ec2, service quotas, eks, the AMI's SSM parameter, the
+# Capacity Block's scheduled scale-in), the alert-delivery gate (sns), the destroy check (ec2) and the
+# kubeconfig's token for `make verify` (eks:DescribeCluster, sts presigned).
 TOOL_ACTIONS = (
     "sts:GetCallerIdentity",
     "ec2:DescribeAvailabilityZones",
@@ -248,6 +249,12 @@ TOOL_ACTIONS = (
     "servicequotas:GetServiceQuota",
     "servicequotas:GetAWSDefaultServiceQuota",
     "eks:DescribeClusterVersions",
+    "eks:DescribeAddonVersions",
+    "ssm:GetParameter",
+    "autoscaling:DescribeAutoScalingGroups",
+    "autoscaling:DescribeScheduledActions",
+    "ec2:DescribeVpcEndpoints",
+    "ec2:DescribeNetworkInterfaces",
     "eks:DescribeCluster",
     "sns:ListSubscriptionsByTopic",
 )

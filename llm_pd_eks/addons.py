@@ -1,7 +1,10 @@
-"""The EKS-managed core add-ons: vpc-cni, kube-proxy and coredns.
+"""The EKS-managed core add-ons: vpc-cni, kube-proxy, coredns and the node monitoring agent.
 
 vpc-cni is registered by the cluster (with its IRSA role, before any node group) and handed in here,
-so `addons` still holds all three.
+so `addons` still holds all of them. Each names the version pinned for the cluster's Kubernetes minor
+(llm_pd_eks/versions.py `EKS_ADDON_VERSIONS`), so a minor upgrade moves them with the control plane.
+The node monitoring agent reports the node conditions (GPU XID and NVLink errors among them) that the
+GPU group's node auto repair acts on (llm_pd_eks/efa_gpu_nodes.py `NODE_REPAIR`).
 
 Registered as `aws.eks.Addon`s (not left to pulumi-eks) so the plan shows them. EKS installs
 self-managed copies when the cluster is created; `OVERWRITE` adopts those. CoreDNS only turns
@@ -16,7 +19,9 @@ from typing import Optional, Sequence
 import pulumi
 import pulumi_aws as aws
 
-CORE_ADDONS = ("vpc-cni", "kube-proxy", "coredns")
+from .versions import eks_addon_version
+
+CORE_ADDONS = ("vpc-cni", "kube-proxy", "coredns", "eks-node-monitoring-agent")
 
 
 @dataclass(frozen=True)
@@ -25,7 +30,7 @@ class CoreAddonsArgs:
     cluster: pulumi.Resource  # the control plane (the name above is known before it exists)
     system_nodes: pulumi.Resource  # coredns schedules onto these
     vpc_cni: aws.eks.Addon  # registered by the cluster component (its IRSA role, before the nodes)
-    versions: Optional[dict[str, str]] = None  # pin per add-on; default: EKS's default for the version
+    kubernetes_version: str  # the cluster's minor: which row of EKS_ADDON_VERSIONS the add-ons run
     tags: Optional[dict[str, str]] = None
 
 
@@ -34,7 +39,6 @@ class CoreAddons(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: CoreAddonsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-pd-eks:index:CoreAddons", name, None, opts)
-        versions = dict(args.versions or {})
         self.addons = {"vpc-cni": args.vpc_cni}
         for addon in CORE_ADDONS:
             if addon in self.addons:
@@ -46,7 +50,7 @@ class CoreAddons(pulumi.ComponentResource):
                 f"{name}-{addon}",
                 cluster_name=args.cluster_name,
                 addon_name=addon,
-                addon_version=versions.get(addon),
+                addon_version=eks_addon_version(args.kubernetes_version, addon),
                 resolve_conflicts_on_create="OVERWRITE",
                 resolve_conflicts_on_update="PRESERVE",
                 tags=dict(args.tags or {}),

@@ -15,6 +15,7 @@ import pulumi_kubernetes as k8s
 
 from .config.base import shown
 from .config.cluster import EKS_CLUSTER_NAME, ClusterConfig
+from .versions import eks_addon_version
 
 # No AmazonEKS_CNI_Policy here: the VPC CNI gets it through its own IRSA role below, so no pod that
 # reaches the node's credentials can assign ENIs and addresses
@@ -248,6 +249,7 @@ class Cluster(pulumi.ComponentResource):
             f"{name}-vpc-cni",
             cluster_name=args.cluster_name,
             addon_name="vpc-cni",
+            addon_version=eks_addon_version(cfg.kubernetes_version, "vpc-cni"),  # pinned per minor
             service_account_role_arn=self.cni_role.arn,
             # EKS installs a self-managed copy with the cluster; OVERWRITE adopts it.
             resolve_conflicts_on_create="OVERWRITE",

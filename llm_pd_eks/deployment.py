@@ -53,8 +53,9 @@ from llm_pd_eks.network import Network, NetworkArgs
 from llm_pd_eks.observability import Observability, ObservabilityArgs
 from llm_pd_eks.prices import load_prices
 from llm_pd_eks.ray_service import LlmRayService, RayServiceArgs
-from llm_pd_eks.storage import EbsStorage, EbsStorageArgs
+from llm_pd_eks.storage import EBS_CSI_ADDON, EbsStorage, EbsStorageArgs
 from llm_pd_eks.system_nodes import SystemNodeGroup, SystemNodeGroupArgs, system_autoscaler_template
+from llm_pd_eks.versions import eks_addon_version
 
 # The component's type token: `<package>:index:<class>`, as the provider host names it.
 TYPE = f"{PROJECT}:index:LlmPdEks"
@@ -313,6 +314,7 @@ class LlmPdEks(pulumi.ComponentResource):
                 cluster=cluster.eks,
                 system_nodes=system_nodes.node_group,
                 vpc_cni=cluster.vpc_cni,
+                kubernetes_version=config.cluster.kubernetes_version,
                 tags=tags,
             ),
             opts=child,
@@ -403,7 +405,7 @@ class LlmPdEks(pulumi.ComponentResource):
                     operator=kuberay.release,
                     device_plugins=[device_plugins.nvidia, device_plugins.efa],
                     node_groups=[system_nodes.node_group, gpu_nodes.node_group],
-                    node_group_names=ray_node_group_names(system_nodes.node_group, gpu_nodes.node_group),
+                    node_group_names=ray_node_group_names(gpu_nodes.node_group),
                     hf_token=_secret(args.get("hf_token")),
                     gcs_store=gcs_store.connection if gcs_store else None,
                     region=config.region,
@@ -427,6 +429,7 @@ class LlmPdEks(pulumi.ComponentResource):
                 provider=cluster.provider,
                 zones=list(config.network.availability_zones),
                 system_nodes=system_nodes.node_group,
+                addon_version=eks_addon_version(config.cluster.kubernetes_version, EBS_CSI_ADDON),
                 tags=tags,
             ),
             opts=child,

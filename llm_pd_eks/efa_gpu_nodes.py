@@ -1,11 +1,12 @@
-"""GPU nodes with Elastic Fabric Adapter: one AZ, one cluster placement group, EFA on every card.
+"""GPU nodes with Elastic Fabric Adapter: one AZ, a cluster placement group per node group, EFA on every card.
 
 Why each piece exists:
 - EFA traffic does not cross AZs, so every node sits in the one private subnet of `gpu_az`.
 - Placement follows the capacity (`placement_choice`): on demand, this program's own `cluster`
-  placement group packs the nodes onto the same network spine; an ODCR bought inside a cluster
-  placement group serves only instances launched into that group, so the template names it; a
-  Capacity Block is already placed close together and needs none.
+  placement group packs the nodes onto the same network spine, one per keyed node group and named
+  like it, so a new generation of nodes never launches into the group the serving nodes fill; an
+  ODCR bought inside a cluster placement group serves only instances launched into that group, so
+  the template names it; a Capacity Block is already placed close together and needs none.
 - A node change never rolls the running group in place: EKS's roll drains through the one-pod
   disruption budgets and fails after 15 minutes. The group's name is keyed by everything that shapes
   its nodes (node_common.keyed_node_group_name: the whole launch template, the Kubernetes version, the
@@ -175,6 +176,16 @@ def placement_choice(cfg: GpuNodesConfig) -> tuple[Placement, Optional[str]]:
 
 GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
 
+# Node auto repair: EKS replaces or reboots a node whose conditions the node monitoring agent (an EKS
+# add-on, llm_pd_eks/addons.py) reports as failed, GPU XID and NVLink errors among them, 10 minutes
+# after `AcceleratedHardwareReady` turns false (EKS User Guide, "Enable node auto repair and investigate
+# node health issues"; pulumi-aws 7.51.1 `NodeGroupNodeRepairConfigArgs`). One node at a time: a p5 is
+# an eighth of the serving fleet and a replacement reloads a model. Above half the group unhealthy the
+# cause is not the nodes (a bad AMI or driver, a network event) and repair stops rather than churn.
+NODE_REPAIR = aws.eks.NodeGroupNodeRepairConfigArgs(
+    enabled=True, max_parallel_nodes_repaired_count=1, max_unhealthy_node_threshold_percentage=50
+)
+
 
 @dataclass(frozen=True)
 class EfaGpuNodeGroupArgs:
@@ -238,14 +249,6 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
 
         placement_kind, existing_group = placement_choice(cfg)
-        self.placement_group = None
-        placement: Optional[aws.ec2.LaunchTemplatePlacementArgs] = None
-        if placement_kind == "own":
-            self.placement_group = aws.ec2.PlacementGroup(f"{name}-pg", strategy="cluster", tags=tags, opts=child)
-            placement = aws.ec2.LaunchTemplatePlacementArgs(group_name=self.placement_group.name)
-        elif placement_kind == "reservation":
-            placement = aws.ec2.LaunchTemplatePlacementArgs(group_name=existing_group)
-
         self.security_group = aws.ec2.SecurityGroup(
             f"{name}-efa-sg",
             description="EFA: all traffic from and to members of this group",
@@ -277,12 +280,13 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
             node_config(local_storage_raid0=instance.nvme_disks > 0),
             scripts=[hugepages_script(instance.efa_hugepages_2mi_mib)],
         )
-        # One dict: what the template is built from is what keys the group's name.
-        template_args = dict(
+        # One dict: what the template is built from is what keys the group's name. The placement group
+        # enters the key as the capacity's choice, not by name: this group's own cluster placement group
+        # is named by the key (one per generation of nodes), so its name cannot also be part of it.
+        template_args: dict[str, Any] = dict(
             description=f"EFA GPU nodes: {instance.name}, {instance.efa_interfaces} EFA interface(s), IMDSv2",
             instance_type=instance.name,
             metadata_options=IMDSV2,
-            placement=placement,
             network_interfaces=efa_network_interfaces(
                 instance.efa_interfaces, [self.security_group.id, args.cluster_security_group_id]
             ),
@@ -294,8 +298,6 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
             tags=tags,
             **capacity_settings(cfg),
         )
-        self.launch_template = aws.ec2.LaunchTemplate(f"{name}-lt", opts=child, **template_args)
-
         node_args: dict[str, Any] = {
             "ami_type": GPU_AMI_TYPE,
             "version": args.kubernetes_version,
@@ -303,23 +305,48 @@ class EfaGpuNodeGroup(pulumi.ComponentResource):
             "capacity_type": capacity_type(cfg),
             "subnet_ids": [args.private_subnet_ids[cfg.availability_zone]],  # ONE subnet, hence one AZ
         }
+        group_name = keyed_node_group_name(
+            args.cluster_name,
+            "gpu",
+            {
+                "launchTemplate": {**template_args, "placement": {"kind": placement_kind, "group": existing_group}},
+                "nodeGroup": node_args,
+            },
+        )
+
+        # A cluster placement group per generation of nodes, named like the node group it serves: a new
+        # group (another GPU type, AZ, AMI, template) launches into an empty one of its own instead of the
+        # one the serving nodes fill (a CPG cannot span AZs, and a second instance type added to a full
+        # one is EC2's recipe for InsufficientInstanceCapacity). It is replaced with the node group and
+        # deleted after it (the node group depends on it, so the engine deletes the old group first).
+        self.placement_group = None
+        placement: Optional[aws.ec2.LaunchTemplatePlacementArgs] = None
+        if placement_kind == "own":
+            self.placement_group = aws.ec2.PlacementGroup(
+                f"{name}-pg", name=group_name, strategy="cluster", tags=tags, opts=child
+            )
+            placement = aws.ec2.LaunchTemplatePlacementArgs(group_name=self.placement_group.name)
+        elif placement_kind == "reservation":
+            placement = aws.ec2.LaunchTemplatePlacementArgs(group_name=existing_group)
+        self.launch_template = aws.ec2.LaunchTemplate(f"{name}-lt", opts=child, placement=placement, **template_args)
         # A node change renames the group, and the name forces a replacement: blue/green creates the new
         # group first and Pulumi deletes the old one last, after the RayService (whose workers select
         # this group by name) has cut over to it; recreate deletes the old group first (gpuNodes.templateChange).
-        options = node_group_options(self, list(args.depends_on))
+        options = node_group_options(
+            self, [*args.depends_on, *([self.placement_group] if self.placement_group else [])]
+        )
         options.delete_before_replace = cfg.roll() == "recreate"
         self.node_group = aws.eks.NodeGroup(
             f"{name}-ng",
             cluster_name=args.cluster_name,
-            node_group_name=keyed_node_group_name(
-                args.cluster_name, "gpu", {"launchTemplate": template_args, "nodeGroup": node_args}
-            ),
+            node_group_name=group_name,
             node_role_arn=args.node_role_arn,
             scaling_config=scaling_config(cfg),
             # EKS drains through the eviction API and honours PodDisruptionBudgets (the RayService's keep
             # one prefill and one decode pod): rather than evict the last one it fails an in-place update
             # (PodEvictionFailure) unless forced, and force_update_version stays unset.
             update_config=IN_PLACE_UPDATE,
+            node_repair_config=NODE_REPAIR,
             launch_template=launch_template_ref(self.launch_template),
             labels=gpu_node_labels(cfg, instance),
             taints=[aws.eks.NodeGroupTaintArgs(key=GPU_TAINT_KEY, value=GPU_TAINT_VALUE, effect="NO_SCHEDULE")],

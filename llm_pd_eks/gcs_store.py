@@ -19,6 +19,20 @@ the new head reloads the state and the workers reconnect: KubeRay gives them 600
   scheme: Ray 2.57.0 ray/_private/services.py `get_address` takes `rediss://ip:port` "for SSL", and
   KubeRay's cleanup Job passes `use_ssl=parsed.scheme=='rediss'` (raycluster_controller.go
   `buildRedisCleanupJob`).
+- TLS trust: the GCS's Redis client (ray-project/ray src/ray/gcs/store_client/redis_context.cc, the
+  `RedisContext` constructor, source read at 09400b9a) builds one hiredis SSL context from the RayConfig
+  entries REDIS_CA_CERT, REDIS_CA_PATH, REDIS_CLIENT_CERT, REDIS_CLIENT_KEY and REDIS_SERVER_NAME (each
+  settable as a `RAY_<name>` environment variable), passing null for an empty one; hiredis
+  (ssl.c `redisCreateSSLContextWithOptions`) then falls back to the TLS library's default verify paths
+  and verifies the peer. The ray 2.58.0 wheel's own `gcs_server` binary carries the same pieces (its
+  strings: the five entry names, the constructor's "Failed to construct a ssl context for redis client",
+  `redisCreateSSLContextWithOptions`, `SSL_CTX_set_default_verify_paths`), and its TLS library's
+  defaults are /etc/ssl/cert.pem and /etc/ssl/certs, paths an Amazon Linux image need not have. So
+  the head names the image's CA bundle: the serving image is built on Amazon Linux 2023
+  (aws/deep-learning-containers docker/ray_llm/Dockerfile.cuda at 140b5392, `base:runtime-cu130-amzn2023`),
+  whose ca-certificates bundle is /etc/pki/tls/certs/ca-bundle.crt, with the Amazon roots ElastiCache's
+  in-transit certificates chain to. A wrong path fails the head at start (the constructor's RAY_CHECK),
+  never silently unverified. Read only: not yet run against a live ElastiCache.
 - Each RayCluster keeps its state under its own namespace in the store (its UID, `configureRedisFT`),
   so the old and new clusters of a NewCluster upgrade share the store without meeting. When KubeRay
   deletes the old cluster it runs that cleanup Job from the old head's pod spec (its node group
@@ -149,6 +163,17 @@ class GcsStore(pulumi.ComponentResource):
         )
         self.connection = GcsConnection(self.replication_group.primary_endpoint_address, token.result)
         self.register_outputs({"primaryEndpoint": self.replication_group.primary_endpoint_address})
+
+
+# RayConfig REDIS_CA_CERT as an environment variable, and the serving image's system CA bundle (above).
+GCS_TLS_CA_ENV = "RAY_REDIS_CA_CERT"
+IMAGE_CA_BUNDLE = "/etc/pki/tls/certs/ca-bundle.crt"
+
+
+def gcs_tls_env() -> list[dict[str, str]]:
+    """The head container's environment that makes the GCS verify the store's certificate against the
+    image's trust store (module docstring, "TLS trust")."""
+    return [{"name": GCS_TLS_CA_ENV, "value": IMAGE_CA_BUNDLE}]
 
 
 def gcs_fault_tolerance_options(

@@ -2,9 +2,10 @@
 
 EKS labels every node of a managed node group with the group's name, `eks.amazonaws.com/nodegroup`
 (https://docs.aws.amazon.com/eks/latest/userguide/managed-node-groups.html: EKS adds labels prefixed
-`eks.amazonaws.com` to managed node group instances). The head selects the system group and the
-workers the GPU group by that label, with the name the node group resource outputs. A node change
-renames its group (llm_pd_eks/node_common.py `keyed_node_group_name`), so during one `pulumi up`:
+`eks.amazonaws.com` to managed node group instances). The workers select the GPU group by that label,
+with the name the node group resource outputs (the head selects the system nodes by role only:
+llm_pd_eks/ray_head_pod.py says why). A GPU node change renames its group
+(llm_pd_eks/node_common.py `keyed_node_group_name`), so during one `pulumi up`:
 
 1. Pulumi creates the new group next to the old one (its default create-before-delete);
 2. the RayService, which depends on both groups, is updated: its pods' nodeSelector names the new
@@ -39,16 +40,14 @@ NODE_GROUP_LABEL = "eks.amazonaws.com/nodegroup"
 
 @dataclass(frozen=True)
 class RayNodeGroupNames:
-    """The EKS names of the node groups the Ray pods run on (node group outputs)."""
+    """The EKS names of the node groups the Ray pods select by name (node group outputs)."""
 
-    head: pulumi.Input[str]
-    """The system group: the Ray head."""
     workers: pulumi.Input[str]
     """The GPU group: the prefill and decode workers."""
 
 
-def ray_node_group_names(system: aws.eks.NodeGroup, gpu: aws.eks.NodeGroup) -> RayNodeGroupNames:
-    return RayNodeGroupNames(head=system.node_group_name, workers=gpu.node_group_name)
+def ray_node_group_names(gpu: aws.eks.NodeGroup) -> RayNodeGroupNames:
+    return RayNodeGroupNames(workers=gpu.node_group_name)
 
 
 def node_group_selector(name: pulumi.Input[str] | None) -> dict[str, pulumi.Input[str]]:

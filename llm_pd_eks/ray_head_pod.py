@@ -6,15 +6,20 @@ Serve's HTTP proxies (zero-CPU, one per node: proxy_location EveryNode) run on e
 ingress replicas (one CPU each, at least two: llm_pd_eks/serve_limits.py) land on GPU workers' spare
 CPUs. The prefix router's tree actor asks for no CPU and for Ray's head resource, so it runs here
 (llm_pd_eks/runtime/prefix_router.py).
+
+The head selects the system nodes by their role label, never a system node group by name: a system
+node change (another instance type, AMI, Kubernetes version) replaces the system group, and a head
+pinned to the old group's name would change the RayService's cluster spec, so KubeRay would build a
+second Ray cluster, with two more GPU nodes, for a CPU-only change. Unpinned, the head stays on its node
+until Pulumi deletes the old system group at the end of `up`, then restarts on a new system node, and
+GCS fault tolerance (`serving.gcsFaultTolerance`, llm_pd_eks/gcs_store.py) keeps the Ray cluster and
+its Serve replicas through the restart (the preview's cut-over plan says so, or says DOWN without it).
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
-import pulumi
-
-from .gpu_cutover import node_group_selector
 from .serving_names import APP_LABEL, RAY_SERVICE_NAME, SERVE_PORT
 from .system_nodes import SYSTEM_LABELS
 
@@ -30,14 +35,14 @@ from .system_nodes import SYSTEM_LABELS
 HEAD_RESOURCES = {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "4", "memory": "16Gi"}}
 
 
-def head_group(image: str, node_group: Optional[pulumi.Input[str]] = None) -> dict[str, Any]:
+def head_group(image: str) -> dict[str, Any]:
     return {
         # No CPUs for Ray: nothing that asks for a CPU (ingress, engines) is scheduled on the head.
         "rayStartParams": {"num-cpus": "0", "num-gpus": "0", "dashboard-host": "0.0.0.0"},
         "template": {
             "metadata": {"labels": {APP_LABEL: RAY_SERVICE_NAME}},
             "spec": {
-                "nodeSelector": {**SYSTEM_LABELS, **node_group_selector(node_group)},  # gpu_cutover.py
+                "nodeSelector": dict(SYSTEM_LABELS),  # the role, not a group's name (module docstring)
                 "containers": [
                     {
                         "name": "ray-head",

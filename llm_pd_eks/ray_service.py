@@ -59,7 +59,7 @@ def ray_service_spec(
         "rayClusterConfig": {
             "rayVersion": RAY_VERSION,
             "enableInTreeAutoscaling": True,  # worker pods follow Serve's replica autoscaling
-            "headGroupSpec": head_group(serving.image, node_groups.head if node_groups else None),
+            "headGroupSpec": head_group(serving.image),
             "workerGroupSpecs": [
                 worker_group(
                     serving,

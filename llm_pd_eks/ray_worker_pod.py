@@ -127,7 +127,9 @@ def worker_group(
     )
     return {
         "groupName": role,
-        "replicas": min_pods,
+        # a new cluster's starting pods: the cut-over's pre-scale (KubeRay's hash leaves `replicas` out, so a
+        # running cluster never sees it; llm_pd_eks/rollout_rule.py)
+        "replicas": group.nodes(group.start_replicas(), instance.gpus),
         "minReplicas": min_pods,
         "maxReplicas": max_pods,
         "rayStartParams": {},

@@ -76,6 +76,8 @@ def llm_config(serving: ServingConfig, role: str, instance: GpuInstanceType) -> 
             "max_ongoing_requests": group.max_ongoing_requests,
             "autoscaling_config": {
                 "min_replicas": group.min_replicas,
+                # a new Ray cluster's Serve starts here (a running deployment keeps its count)
+                **({"initial_replicas": group.cutover_replicas} if group.cutover_replicas is not None else {}),
                 "max_replicas": group.max_replicas,
                 "target_ongoing_requests": group.target_ongoing_requests,
                 "upscale_delay_s": group.upscale_delay_s,

@@ -2,9 +2,9 @@
 
 Like the GPU group, its EKS name is keyed by everything that shapes its nodes (the launch template,
 the Kubernetes version, the AMI release: node_common.keyed_node_group_name), so a node change creates
-a new group before the old one is deleted, and the Ray head, which selects its group by name, moves
-with the same KubeRay upgrade as the workers instead of being drained off a node by EKS's in-place
-roll (which its PodDisruptionBudget would refuse, llm_pd_eks/ray_head_protection.py)."""
+a new group before the old one is deleted. The Ray head selects system nodes by role, not this group's
+name (llm_pd_eks/ray_head_pod.py): a system change builds no second Ray cluster; the head restarts on a
+new system node when the old group is deleted, and GCS fault tolerance keeps the Ray cluster through it."""
 
 from __future__ import annotations
 

@@ -112,3 +112,52 @@ CUDA_13_MIN_DRIVER_BRANCH = 580  # NVIDIA's CUDA 13.0 release notes: driver >= 5
 def node_ami_release_version(kubernetes_version: str) -> str:
     """The pinned AMI release (`<kubernetes patch>-<date>`) of a Kubernetes minor's node groups."""
     return NODE_AMI_RELEASE_VERSIONS[kubernetes_version]
+
+
+# --- EKS add-ons: one version per add-on and Kubernetes minor -------------------------------------
+#
+# Every `aws.eks.Addon` names its version: without one EKS keeps the version it installed at creation,
+# and a control-plane upgrade leaves vpc-cni, kube-proxy, coredns and the EBS CSI driver behind it. The
+# table moves with the AMI table above; a minor the table lacks is refused by the config, and preflight
+# asks EKS (DescribeAddonVersions) whether each pin is offered for the stack's minor before `up`.
+# What each pin was checked against (read, not run against an account):
+# - kube-proxy: the EKS User Guide's "kube-proxy versions" table (managing-kube-proxy.md at
+#   docs.amazonaws.cn/zh_cn/eks/latest/userguide/, "latest version of the Amazon EKS add-on type"):
+#   1.35 v1.35.3-eksbuild.2, 1.34 v1.34.6-eksbuild.2.
+# - coredns: the EKS User Guide's "CoreDNS versions" table (managing-coredns.md at
+#   docs.amazonaws.cn/en_us/eks/latest/userguide/): 1.35 v1.14.2-eksbuild.4, 1.34 v1.13.2-eksbuild.7.
+# - vpc-cni and aws-ebs-csi-driver: no User Guide table could be read for 1.35; the versions are those a
+#   public Terraform configuration generated with `aws eks describe-addon-versions` for 1.35 and 1.34
+#   (`hack/versions <minor>` output: vpc-cni v1.21.1-eksbuild.3 and aws-ebs-csi-driver v1.56.0-eksbuild.1
+#   for 1.35; vpc-cni v1.20.5-eksbuild.1 and aws-ebs-csi-driver v1.53.0-eksbuild.1 for 1.34). Preflight's
+#   `addon-versions` item confirms them against the account's EKS before an `up`.
+# - eks-node-monitoring-agent: the version a public Terraform configuration pins (v1.4.0-eksbuild.2); the
+#   agent reports the GPU conditions (NVIDIA XID and NVLink errors, `AcceleratedHardwareReady`) node auto
+#   repair acts on (EKS User Guide, "Enable node auto repair and investigate node health issues",
+#   awsdocs/amazon-eks-user-guide latest/ug/nodes/node-health.adoc at 4d52b4d0); preflight confirms it.
+EKS_ADDON_VERSIONS: dict[str, dict[str, str]] = {
+    "1.34": {
+        "vpc-cni": "v1.20.5-eksbuild.1",
+        "kube-proxy": "v1.34.6-eksbuild.2",
+        "coredns": "v1.13.2-eksbuild.7",
+        "aws-ebs-csi-driver": "v1.53.0-eksbuild.1",
+        "eks-node-monitoring-agent": "v1.4.0-eksbuild.2",
+    },
+    "1.35": {
+        "vpc-cni": "v1.21.1-eksbuild.3",
+        "kube-proxy": "v1.35.3-eksbuild.2",
+        "coredns": "v1.14.2-eksbuild.4",
+        "aws-ebs-csi-driver": "v1.56.0-eksbuild.1",
+        "eks-node-monitoring-agent": "v1.4.0-eksbuild.2",
+    },
+}
+
+
+def eks_addon_version(kubernetes_version: str, addon: str) -> str:
+    """The pinned version of an EKS add-on on a Kubernetes minor (the config refuses a minor without pins)."""
+    return EKS_ADDON_VERSIONS[kubernetes_version][addon]
+
+
+def ami_release_date(release_version: str) -> str:
+    """`1.35.6-20260714` (or `v20260714`) -> `20260714`: the AMI build date releases are ordered by."""
+    return release_version.rsplit("-", 1)[-1].lstrip("v")

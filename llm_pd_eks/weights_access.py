@@ -8,7 +8,10 @@ serve/utils/node_initialization_utils.py `initialize_node`). Its S3 file system 
 `download_file` per key, with the default credential chain, which picks up the web identity token the
 EKS pod identity webhook projects for an annotated service account (IRSA). So the role allows
 `s3:ListBucket` on the bucket for keys under the prefix (condition `s3:prefix`) and `s3:GetObject` on
-`<prefix>/*`, nothing else. The traffic leaves through the VPC's S3 gateway endpoint (llm_pd_eks/
+`<prefix>/*`, nothing else; on a bucket encrypted with a KMS key (SSE-KMS, `serving.weightsKmsKeyArn`),
+S3 decrypts each object with the caller's own permission, so the role also gets `kms:Decrypt` on that key,
+only through S3 in the stack's region (condition `kms:ViaService`: AWS KMS Developer Guide, "kms:ViaService").
+The traffic leaves through the VPC's S3 gateway endpoint (llm_pd_eks/
 network.py, on the private route tables), which serves buckets in the VPC's own region.
 """
 
@@ -37,14 +40,29 @@ def aws_partition(region: str) -> str:
     return "aws"
 
 
-def weights_read_policy(uri: str, region: str) -> str:
-    """List and read under the URI's prefix, nothing else of the bucket or of S3."""
+def weights_read_policy(uri: str, region: str, kms_key_arn: Optional[str] = None) -> str:
+    """List and read under the URI's prefix, nothing else of the bucket or of S3 (and decrypt with the
+    bucket's KMS key through S3, when it has one)."""
     bucket, prefix = s3_bucket_and_prefix(uri)
     arn = f"arn:{aws_partition(region)}:s3:::{bucket}"
+    decrypt = (
+        [
+            {
+                "Sid": "DecryptTheWeightsThroughS3",
+                "Effect": "Allow",
+                "Action": "kms:Decrypt",
+                "Resource": kms_key_arn,
+                "Condition": {"StringEquals": {"kms:ViaService": f"s3.{region}.amazonaws.com"}},
+            }
+        ]
+        if kms_key_arn
+        else []
+    )
     return json.dumps(
         {
             "Version": "2012-10-17",
             "Statement": [
+                *decrypt,
                 {
                     "Sid": "ListTheWeightsPrefix",
                     "Effect": "Allow",
@@ -90,7 +108,7 @@ def worker_service_account(
     policy = aws.iam.RolePolicy(
         f"{name}-weights-read",
         role=role.id,
-        policy=weights_read_policy(serving.weights_s3_uri, region),
+        policy=weights_read_policy(serving.weights_s3_uri, region, serving.weights_kms_key_arn),
         opts=aws_opts,
     )
     return k8s.core.v1.ServiceAccount(

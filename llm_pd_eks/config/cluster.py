@@ -10,7 +10,7 @@ from pydantic import (
     field_validator,
 )
 
-from ..versions import NODE_AMI_RELEASE, NODE_AMI_RELEASE_VERSIONS
+from ..versions import EKS_ADDON_VERSIONS, NODE_AMI_RELEASE, NODE_AMI_RELEASE_VERSIONS
 from .base import Strict, ipv4_network, shown
 
 # Kubernetes minor versions Amazon EKS has released (the EKS "Kubernetes versions" page; 1.28 was
@@ -83,6 +83,13 @@ class ClusterConfig(Strict):
             raise ValueError(
                 f"{value} has no EKS-optimized AL2023 AMI release pinned (AMI release {NODE_AMI_RELEASE} covers "
                 f"{', '.join(NODE_AMI_RELEASE_VERSIONS)}); choose one of those"
+            )
+        if value not in EKS_ADDON_VERSIONS:
+            # every EKS add-on names its version per minor (llm_pd_eks/versions.py, EKS_ADDON_VERSIONS)
+            raise ValueError(
+                f"{value} has no EKS add-on versions pinned (llm_pd_eks/versions.py EKS_ADDON_VERSIONS covers "
+                f"{', '.join(EKS_ADDON_VERSIONS)}); choose one of those, or add the versions "
+                f"`aws eks describe-addon-versions --kubernetes-version {value}` lists"
             )
         return value
 

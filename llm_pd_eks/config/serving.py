@@ -40,6 +40,10 @@ GPU_MEMORY_BUDGET = 0.9
 _S3_WEIGHTS_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(?P<prefix>[^*?\s]+?)/?$")
 
 
+# A KMS key ARN (not an alias: IAM grants kms:Decrypt on the key's ARN).
+_KMS_KEY_ARN = re.compile(r"arn:aws(-cn|-us-gov)?:kms:[a-z0-9-]+:\d{12}:key/[0-9a-fA-F-]{1,128}")
+
+
 def s3_bucket_and_prefix(uri: str) -> tuple[str, str]:
     """(bucket, prefix without a trailing slash) of a valid serving.weightsS3Uri."""
     match = _S3_WEIGHTS_URI.match(uri)
@@ -58,6 +62,15 @@ class ReplicaGroupConfig(Strict):
     )
     min_replicas: int = Field(default=1, ge=1, description="Fewest Serve replicas.")
     max_replicas: int = Field(default=1, ge=1, description="Most Serve replicas (autoscaling bound).")
+    cutover_replicas: Optional[int] = Field(
+        default=None,
+        ge=1,
+        description="Serve replicas a new Ray cluster (a NewCluster cut-over) starts with, between minReplicas "
+        "and maxReplicas: Serve's initial_replicas and the worker group's starting pods. `make cutover-replicas` "
+        "writes the live count before an `up`, as much as fits gpuNodes.maxSize next to the serving cluster; "
+        "KubeRay leaves the count out of its cluster hash and Serve keeps a running deployment's replicas, so "
+        "only a new cluster starts from it. Unset: minReplicas.",
+    )
     # Ray Serve's autoscaling (ray.serve.config.AutoscalingConfig): without these, Ray Serve LLM fills in
     # target_ongoing_requests = 1e9 (ray.llm ... core/server/builder.py DEFAULT_DEPLOYMENT_OPTIONS) and
     # desired replicas never exceed the current count. `make size WRITE=1` writes them from the sizing
@@ -101,6 +114,11 @@ class ReplicaGroupConfig(Strict):
     def _ordered(self) -> "ReplicaGroupConfig":
         if self.min_replicas > self.max_replicas:
             raise ValueError(f"minReplicas ({self.min_replicas}) is greater than maxReplicas ({self.max_replicas})")
+        if self.cutover_replicas is not None and not self.min_replicas <= self.cutover_replicas <= self.max_replicas:
+            raise ValueError(
+                f"cutoverReplicas ({self.cutover_replicas}) is outside minReplicas..maxReplicas "
+                f"({self.min_replicas}..{self.max_replicas}); `make cutover-replicas` writes a count inside them"
+            )
         if self.max_ongoing_requests < self.target_ongoing_requests:
             raise ValueError(
                 f"maxOngoingRequests ({self.max_ongoing_requests}) is below targetOngoingRequests "
@@ -118,6 +136,10 @@ class ReplicaGroupConfig(Strict):
     def replicas_per_node(self, node_gpus: int) -> int:
         """Serve replicas one GPU node holds (a replica's TP group never spans nodes)."""
         return node_gpus // self.tensor_parallel_size
+
+    def start_replicas(self) -> int:
+        """The replicas a new Ray cluster starts with: cutoverReplicas, else minReplicas."""
+        return self.cutover_replicas if self.cutover_replicas is not None else self.min_replicas
 
     def nodes(self, replicas: int, node_gpus: int) -> int:
         """GPU nodes (= Ray worker pods: each takes a whole node) that `replicas` replicas need."""
@@ -195,6 +217,12 @@ class ServingConfig(Strict):
             "that may only list and read that prefix. Unset: each GPU node's first start downloads them from "
             "Hugging Face through NAT."
         ),
+    )
+    weights_kms_key_arn: Optional[str] = Field(
+        default=None,
+        description="ARN of the KMS key the weights bucket encrypts with (SSE-KMS): the workers' role may "
+        "then kms:Decrypt with it, only through S3 in the stack's region (kms:ViaService). Unset: the objects "
+        "are SSE-S3, which needs no KMS permission. Needs weightsS3Uri.",
     )
     engine_start_timeout_s: Optional[int] = Field(
         default=None,
@@ -298,6 +326,20 @@ class ServingConfig(Strict):
                 f"{shown(value)} is not a model this project knows; choose one of {', '.join(sorted(MODELS))}"
             )
         return value
+
+    @model_validator(mode="after")
+    def _kms_key_for_the_weights(self) -> "ServingConfig":
+        key = self.weights_kms_key_arn
+        if key is not None:
+            if self.weights_s3_uri is None:
+                raise ValueError("weightsKmsKeyArn is set without weightsS3Uri: the key decrypts the weights bucket")
+            if not _KMS_KEY_ARN.fullmatch(key):
+                raise ValueError(
+                    f"weightsKmsKeyArn {shown(key)} is not a KMS key ARN such as "
+                    "arn:aws:kms:us-east-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab (an alias ARN "
+                    "cannot be granted kms:Decrypt)"
+                )
+        return self
 
     @model_validator(mode="after")
     def _within_native_context(self) -> "ServingConfig":

@@ -165,6 +165,14 @@ class StackConfig(Strict):
             return []
         instance = GPU_INSTANCE_TYPES[self.gpu_nodes.instance_type]
         problems = []
+        key = self.serving.weights_kms_key_arn
+        if key is not None and key.split(":")[3] != self.region:
+            # S3 in the stack's region decrypts through KMS in the bucket's region: the gateway endpoint serves
+            # buckets of the VPC's own region, so the key is the region's too
+            problems.append(
+                f"serving.weightsKmsKeyArn: the key is in {key.split(':')[3]}, the stack in {self.region}; the "
+                "weights bucket (and its key) must be in the stack's region for the VPC's S3 gateway endpoint"
+            )
         # The RayService moves the KV cache with NIXL over LIBFABRIC, which requires GPUDirect RDMA;
         # without it the transfer cannot start (see the catalog's efa_rdma_read). Aggregated serving
         # moves no KV cache between nodes.
@@ -175,19 +183,19 @@ class StackConfig(Strict):
                 f"serving layer moves the KV cache with NIXL over LIBFABRIC, which requires it; choose one of "
                 f"{', '.join(capable)}"
             )
-        # KubeRay's NewCluster upgrade starts a second RayCluster (its worker groups at `replicas`,
-        # i.e. at their minimum) while the old one still serves, possibly at its maximum.
+        # KubeRay's NewCluster upgrade starts a second RayCluster (its worker groups at `replicas`: the
+        # cutoverReplicas' nodes, else the minimum) while the old one still serves, possibly at its maximum.
         groups = self.serving.groups().values()
         # (a TP size that does not divide the node is reported above)
         divisible = all(g.tensor_parallel_problem(instance.gpus, instance.name) is None for g in groups)
         if self.serving.upgrade_strategy == "NewCluster" and divisible:
             old = sum(g.nodes(g.max_replicas, instance.gpus) for g in groups)
-            new = sum(g.nodes(g.min_replicas, instance.gpus) for g in groups)
+            new = sum(g.nodes(g.start_replicas(), instance.gpus) for g in groups)
             if old + new > self.gpu_nodes.max_size:
                 problems.append(
                     f"serving.upgradeStrategy: NewCluster needs {old} GPU node(s) for the serving cluster at its "
                     f"maximum plus {new} for the new cluster, {old + new} in all, more than gpuNodes.maxSize "
-                    f"({self.gpu_nodes.max_size}); raise maxSize or use Recreate"
+                    f"({self.gpu_nodes.max_size}); raise maxSize, lower cutoverReplicas or use Recreate"
                 )
         return problems
 

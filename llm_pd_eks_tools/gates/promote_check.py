@@ -50,6 +50,8 @@ PER_ENVIRONMENT: tuple[str, ...] = (
     "*TimeoutMinutes",  # operational patience, not behaviour
     "*:protect",  # prod is protected against `pulumi destroy`
     "*:gpuNodes.capacity*",  # a capacity reservation / Capacity Block belongs to one account and AZ
+    "*:serving.weightsS3Uri",  # the weights bucket lives in each stack's own account and region
+    "*:serving.weightsKmsKeyArn",  # and so does its key
     "*.rootVolume*",  # gp3 IOPS/throughput, sized per environment like the disks
     "*:deploy.*",  # the runner that reaches each stack's API endpoint
 )

@@ -108,13 +108,15 @@ def load_config(stack: str, root: Optional[Path] = None) -> StackConfig:
 
 
 def make_clients(region: str):
-    """(sts, ec2, service-quotas, eks) clients: standard credential chain, few retries, short timeouts."""
+    """(sts, ec2, service-quotas, eks, ssm, autoscaling) clients: standard credential chain, few retries,
+    short timeouts."""
     import boto3
 
     cfg = client_config()
     session = boto3.session.Session()
     return tuple(
-        session.client(name, region_name=region, config=cfg) for name in ("sts", "ec2", "service-quotas", "eks")
+        session.client(name, region_name=region, config=cfg)
+        for name in ("sts", "ec2", "service-quotas", "eks", "ssm", "autoscaling")
     )
 
 
@@ -155,7 +157,8 @@ def render_text(stack: str, region: str, account: Optional[str], results: list[R
 
 
 def main(argv: Optional[list[str]] = None, clients=None) -> int:
-    """CLI entry. `clients` = (sts, ec2, service-quotas[, eks]) to inject; built from boto3 otherwise."""
+    """CLI entry. `clients` = (sts, ec2, service-quotas[, eks[, ssm[, autoscaling]]]) to inject; built from
+    boto3 otherwise."""
     parser = ArgumentParser(prog="python -m llm_pd_eks_tools.ops.preflight", description=__doc__.split("\n")[0])
     parser.add_argument("--stack", default="dev", help="stack name (reads Pulumi.<stack>.yaml)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON (and nothing else on stdout)")
@@ -191,9 +194,12 @@ def _report(args: Any, clients: Optional[Sequence[Any]]) -> int:
             raise ToolError(Exit.USAGE, f"cannot create AWS clients: {describe_error(exc)}") from None
     sts, ec2, quotas, *more = clients
 
-    eks = more[0] if more else None
+    eks, ssm, autoscaling = (*more, None, None, None)[:3]
     account, results, reason = run_with_deadline(
-        lambda: (caller_account(sts), run_checks(config, ec2, quotas, eks=eks, stack=args.stack)),
+        lambda: (
+            caller_account(sts),
+            run_checks(config, ec2, quotas, eks=eks, stack=args.stack, ssm=ssm, autoscaling=autoscaling),
+        ),
         args.deadline,
         wait=time_left(args.deadline),
     )

@@ -57,11 +57,20 @@ def check_capacity(ec2, config: StackConfig, now: Optional[datetime] = None, sta
     gpu = config.gpu_nodes
     reservation_id = capacity_reservation_id(gpu)
     if reservation_id is None:
+        # EC2 has no API that answers "will N of this type launch now": on-demand capacity is known only
+        # when a launch succeeds or fails (InsufficientInstanceCapacity), and a cluster placement group
+        # narrows it further (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/placement-strategies.html).
+        surge = gpu.roll_surge()
         return Result(
             "gpu-capacity",
-            OK,
-            f"on demand: no reservation configured (a {gpu.instance_type} "
-            f"cluster placement group may still find no capacity)",
+            WARN,
+            f"on demand: NOT checked, EC2 cannot say beforehand whether {gpu.max_size + surge} x "
+            f"{gpu.instance_type} (maxSize {gpu.max_size}"
+            + (f" plus {surge} for a blue/green node change" if surge else "")
+            + f") will launch in {gpu.availability_zone} in one cluster placement group; a launch may fail with "
+            "InsufficientInstanceCapacity after the control plane exists. A capacity reservation "
+            "(gpuNodes.capacity {reservationId: cr-...}) or a Capacity Block ({capacityBlockId: cr-...}) holds "
+            "the instances, and preflight then checks its type, AZ, size, placement group and window",
         )
     block = isinstance(gpu.capacity, CapacityBlock)
     kind = "Capacity Block" if block else "capacity reservation"

@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.config import StackConfig
+from llm_pd_eks.config.base import stack_cluster_name
 from llm_pd_eks_tools.ops.preflight_capacity import check_capacity
 from llm_pd_eks_tools.ops.preflight_result import FAIL, OK, UNKNOWN, WARN, Result, aws_errors, error_code, guarded
 
@@ -28,6 +29,9 @@ CHECK_NAMES = (
     "eip-quota",
     "gpu-capacity",
     "eks-version",
+    "ami-release",
+    "addon-versions",
+    "gpu-block-end",
 )
 
 
@@ -193,7 +197,14 @@ def standard_quota_code(instance_type: str) -> Optional[str]:
 
 
 def run_checks(
-    config: StackConfig, ec2, quotas, catalog=GPU_INSTANCE_TYPES, eks=None, stack: Optional[str] = None
+    config: StackConfig,
+    ec2,
+    quotas,
+    catalog=GPU_INSTANCE_TYPES,
+    eks=None,
+    stack: Optional[str] = None,
+    ssm=None,
+    autoscaling=None,
 ) -> list[Result]:
     """Every preflight item for `config`, in a fixed order; each failure stays in its own item."""
     gpu = catalog[config.gpu_nodes.instance_type]
@@ -242,6 +253,9 @@ def run_checks(
         results.append(Result("eks-version", UNKNOWN, "no EKS client"))
     else:
         results.append(guarded("eks-version", lambda: check_eks_version(eks, config.cluster.kubernetes_version)))
+    from llm_pd_eks_tools.ops.preflight_fleet import fleet_results  # it builds on this module's Result
+
+    results += fleet_results(config, eks, ssm, autoscaling, stack_cluster_name(stack) if stack else "")
     return results
 
 

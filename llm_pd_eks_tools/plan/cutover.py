@@ -103,6 +103,50 @@ def _group_step(roll: GpuRoll) -> Optional[str]:
     return None
 
 
+PLACEMENT_GROUP_TYPE = "aws:ec2/placementGroup:PlacementGroup"
+
+
+def _gpu_placement_group(resources: dict[str, dict[str, Any]]) -> Optional[str]:
+    """The name of the GPU group's own cluster placement group (None: the capacity brings its own)."""
+    for record in resources.values():
+        if record.get("type") == PLACEMENT_GROUP_TYPE and "gpu" in str(record.get("name", "")):
+            return str((record.get("inputs") or {}).get("name") or "") or None
+    return None
+
+
+def _gcs_fault_tolerant(resources: dict[str, dict[str, Any]]) -> bool:
+    """Whether the RayService's cluster keeps its GCS in an external store (`gcsFaultToleranceOptions`)."""
+    for record in resources.values():
+        if record.get("type") == RAY_SERVICE_TYPE:
+            cluster = (record.get("inputs", {}).get("spec") or {}).get("rayClusterConfig") or {}
+            return bool(cluster.get("gcsFaultToleranceOptions"))
+    return False
+
+
+def _head_step(system: GpuRoll, fault_tolerant: bool, ray_cluster_changes: bool) -> str:
+    """What a system group replacement does to the Ray head, which selects system nodes by role only
+    (llm_pd_eks/ray_head_pod.py): no second Ray cluster of its own, one head restart when the old group
+    goes (if the head is still there)."""
+    if ray_cluster_changes:
+        where = (
+            "The Ray head selects system nodes by role, not by group: the new Ray cluster's head may start on "
+            f"either system group; one still on `{system.old_name}` when it is deleted at the end of `up` "
+            "restarts on a node of the new group"
+        )
+    else:
+        where = (
+            "The Ray head selects system nodes by role, not by group: the RayService is unchanged (no second Ray "
+            f"cluster, no extra GPU nodes); the head runs on until `{system.old_name}` is deleted at the end of "
+            "`up`, then restarts on a node of the new group"
+        )
+    if fault_tolerant:
+        return where + "; GCS fault tolerance keeps the Ray cluster and its Serve replicas through the restart."
+    return (
+        where + "; without serving.gcsFaultTolerance the Ray cluster restarts with it: the endpoint is DOWN until it "
+        "serves again."
+    )
+
+
 def _ray_step(rollout: Optional[Rollout], engine_minutes: float) -> Optional[str]:
     if rollout is None or rollout.kind != NEW_CLUSTER:
         return None
@@ -145,24 +189,41 @@ def plan_cutover(
         )
         minutes += PLANNING_MINUTES["control plane"]
     steps += [s for s in map(_group_step, replaced) if s]
+    old_pg, new_pg = _gpu_placement_group(old), _gpu_placement_group(new)
+    if gpu.kind in (BLUE_GREEN, RECREATE) and new_pg and new_pg != old_pg:
+        steps.append(
+            f"GPU placement: the new nodes launch into their own cluster placement group `{new_pg}`"
+            + (
+                f", not into `{old_pg}` that the serving nodes fill; `{old_pg}` is deleted after its group."
+                if old_pg
+                else "."
+            )
+        )
     if replaced:
         minutes += PLANNING_MINUTES["nodes ready"]
     ray = _ray_step(rollout, engine)
     if ray:
         steps.append(ray)
         minutes += engine + RAY_CLUSTER_DELETION_DELAY_MINUTES
+    has_head = any(r.get("type") == RAY_SERVICE_TYPE for r in new.values())
+    head_restarts = has_head and system.kind in (BLUE_GREEN, RECREATE, EKS_ROLL)
+    fault_tolerant = _gcs_fault_tolerant(new)
     old_groups = [r.old_name for r in replaced if r.kind == BLUE_GREEN]
     if old_groups:
         steps.append(
             f"Pulumi deletes {', '.join(f'`{n}`' for n in old_groups)} at the end of `up` "
-            "(nothing of the serving Ray cluster runs there any more)."
+            "(no Ray worker of the serving cluster runs there any more)."
         )
         minutes += PLANNING_MINUTES["group deleted"]
+    if head_restarts:
+        steps.append(_head_step(system, fault_tolerant, bool(rollout and rollout.kind == NEW_CLUSTER)))
 
     overlap_nodes = gpu.old_nodes if gpu.kind == BLUE_GREEN else 0
     overlap_hours = (PLANNING_MINUTES["nodes ready"] + engine + RAY_CLUSTER_DELETION_DELAY_MINUTES) / 60
     overlap_hours = overlap_hours if overlap_nodes else 0.0
-    downtime = gpu.kind in (RECREATE, EKS_ROLL) or bool(rollout and rollout.downtime)
+    downtime = (
+        gpu.kind in (RECREATE, EKS_ROLL) or bool(rollout and rollout.downtime) or (head_restarts and not fault_tolerant)
+    )
     return CutOver(
         tuple(steps),
         minutes,

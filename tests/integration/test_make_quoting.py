@@ -66,7 +66,7 @@ def test_a_stack_starting_with_a_dash_is_a_stack_name(target):
 
 # Every variable a user may give make; the Makefile's USER_VARS must name each (it unexports them).
 USER_VARS = ("STACK", "WORKLOAD", "ENDPOINT", "KUBECONFIG", "SINCE", "TIMEOUT", "BASE", "FROM", "TO", "RUNNER")
-USER_VARS += ("PROMETHEUS", "NIXLBENCH", "JSON", "STRICT", "WRITE")
+USER_VARS += ("PROMETHEUS", "NIXLBENCH", "JSON", "STRICT", "WRITE", "PULUMI_STACK")
 
 MAKE_SYNTAX_CASES = [
     ("size", "STACK", []),
@@ -83,6 +83,9 @@ MAKE_SYNTAX_CASES = [
     ("placeholders", "RUNNER", ["STACK=nosuch"]),
     ("promote-check", "FROM", []),
     ("promote-check", "TO", []),
+    ("up-guard", "PULUMI_STACK", []),
+    ("destroy-check", "STACK", []),
+    ("cutover-replicas", "STACK", []),
     ("preview-diff", "BASE", ["STACK=nosuch"]),
 ]
 
@@ -103,8 +106,8 @@ def test_make_never_expands_what_it_is_given(tmp_path, where, target, variable, 
 
 def test_the_makefile_unexports_every_user_variable():
     text = (ROOT / "Makefile").read_text()
-    declared = re.search(r"^USER_VARS := (.*)$", text, re.M)
-    assert declared is not None and set(declared.group(1).split()) == set(USER_VARS)
+    declared = re.findall(r"^USER_VARS :?\+?= (.*)$", text, re.M)
+    assert declared and {name for line in declared for name in line.split()} == set(USER_VARS)
     assert "unexport $(USER_VARS)" in text
 
 

@@ -30,7 +30,9 @@ from helpers import ROOT, STACKS, copy_checkout, engine_config_with
 
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.config import ConfigError, StackConfig, validate_engine_config
+from llm_pd_eks.versions import EKS_ADDON_VERSIONS, NODE_AMI_RELEASE_VERSIONS
 from llm_pd_eks_tools.ops import preflight
+from llm_pd_eks_tools.ops.preflight_fleet import SSM_AMI_PATHS, recommended_release_parameter
 
 # --- the emulator ---------------------------------------------------------------------------
 
@@ -141,6 +143,23 @@ def stubbed_eks_versions(region: str, version: str, status: str):
         },
         {"clusterVersions": [version]},
     )
+    for addon, pinned in EKS_ADDON_VERSIONS[version].items():  # DescribeAddonVersions offers every pin
+        stub.add_response(
+            "describe_addon_versions",
+            {"addons": [{"addonName": addon, "addonVersions": [{"addonVersion": pinned}]}]},
+            {"addonName": addon, "kubernetesVersion": version},
+        )
+    stub.activate()
+    return client, stub
+
+
+def stubbed_ssm_releases(region: str, version: str, release: str):
+    """A real SSM client answering EKS's recommended AMI release (`release`) for both AMI types."""
+    client = boto3.client("ssm", region_name=region)
+    stub = Stubber(client)
+    for ami_type in SSM_AMI_PATHS:
+        name = recommended_release_parameter(version, ami_type)
+        stub.add_response("get_parameter", {"Parameter": {"Name": name, "Value": release}}, {"Name": name})
     stub.activate()
     return client, stub
 
@@ -213,11 +232,17 @@ def test_checked_in_stacks_pass_with_just_enough_quota(aws, stack):
     )
     quotas, stub = stubbed_quotas(config.region, answers)
     eks, eks_stub = stubbed_eks_versions(config.region, config.cluster.kubernetes_version, "STANDARD_SUPPORT")
-    results = preflight.run_checks(config, ec2, quotas, eks=eks)
+    version = config.cluster.kubernetes_version
+    ssm, ssm_stub = stubbed_ssm_releases(config.region, version, NODE_AMI_RELEASE_VERSIONS[version])
+    autoscaling = boto3.client("autoscaling", region_name=config.region)
+    results = preflight.run_checks(config, ec2, quotas, eks=eks, ssm=ssm, autoscaling=autoscaling)
     stub.assert_no_pending_responses()
     eks_stub.assert_no_pending_responses()
+    ssm_stub.assert_no_pending_responses()
     assert [r.check for r in results] == list(preflight.CHECK_NAMES)
-    assert [r.status for r in results] == ["ok"] * len(results), results
+    # on demand, the capacity is a warning that says what was not checked
+    expected = {"gpu-capacity": "warning"} if config.gpu_nodes.capacity == "onDemand" else {}
+    assert {r.check: r.status for r in results} == {name: expected.get(name, "ok") for name in preflight.CHECK_NAMES}
 
 
 def test_nonexistent_az_fails_and_names_the_region_azs(aws):
@@ -364,14 +389,22 @@ def test_cli_against_moto_json_and_warning_exit(moto_url, tmp_path):
     status = {c["check"]: c["status"] for c in report["checks"]}
     for ec2_item in ("availability-zones", "gpu-offering", "gpu-efa", "system-offering"):
         assert status[ec2_item] == "ok"
-    # moto: no ec2 quotas, no EKS DescribeClusterVersions
-    for unknown_item in ("gpu-vcpu-quota", "system-vcpu-quota", "eip-quota", "eks-version"):
+    # moto: no ec2 quotas, no EKS DescribeClusterVersions or DescribeAddonVersions, no EKS AMI parameters
+    for unknown_item in (
+        "gpu-vcpu-quota",
+        "system-vcpu-quota",
+        "eip-quota",
+        "eks-version",
+        "ami-release",
+        "addon-versions",
+    ):
         assert status[unknown_item] == "could-not-check"
-    assert status["gpu-capacity"] == "ok"  # dev runs on demand: nothing to look up
+    assert status["gpu-capacity"] == "warning"  # dev runs on demand: nothing EC2 can answer
+    assert status["gpu-block-end"] == "ok"  # no Capacity Block
 
     strict = run_cli(env, "--stack", "dev", "--strict")
     assert strict.returncode == 5  # Exit.UNVERIFIED
-    assert "WARNING: 4 of 9 check(s) could not be run" in strict.stdout
+    assert "WARNING: 6 of 12 check(s) could not be run" in strict.stdout
 
 
 def test_cli_unreachable_endpoint_is_one_clear_line(tmp_path):
@@ -409,18 +442,25 @@ def test_main_exit_codes_with_injected_clients(aws, capsys):
     sts = boto3.client("sts", region_name="us-west-2")
     ec2 = ec2_client("us-west-2")
 
+    version = config.cluster.kubernetes_version
+    autoscaling = boto3.client("autoscaling", region_name="us-west-2")
+
+    def fleet_clients(eks_status: str) -> tuple:
+        eks, _ = stubbed_eks_versions("us-west-2", version, eks_status)
+        ssm, _ = stubbed_ssm_releases("us-west-2", version, NODE_AMI_RELEASE_VERSIONS[version])
+        return eks, ssm, autoscaling
+
     quotas, _ = stubbed_quotas("us-west-2", quota_answers(config, ec2, 10_000, 10_000, 100))
-    eks, _ = stubbed_eks_versions("us-west-2", config.cluster.kubernetes_version, "STANDARD_SUPPORT")
-    assert preflight.main(["--stack", "dev", "--json"], clients=(sts, ec2, quotas, eks)) == 0
+    clients = (sts, ec2, quotas, *fleet_clients("STANDARD_SUPPORT"))
+    assert preflight.main(["--stack", "dev", "--json"], clients=clients) == 0
     assert json.loads(capsys.readouterr().out)["verdict"] == "ok"
 
-    # extended support warns, and does not fail the run
+    # extended support warns, and does not fail the run (on demand warns too: nothing EC2 can answer)
     quotas, _ = stubbed_quotas("us-west-2", quota_answers(config, ec2, 10_000, 10_000, 100))
-    eks, _ = stubbed_eks_versions("us-west-2", config.cluster.kubernetes_version, "EXTENDED_SUPPORT")
-    assert preflight.main(["--stack", "dev"], clients=(sts, ec2, quotas, eks)) == 0
+    assert preflight.main(["--stack", "dev"], clients=(sts, ec2, quotas, *fleet_clients("EXTENDED_SUPPORT"))) == 0
     out = capsys.readouterr().out
     assert any(line.split()[:2] == ["warning", "eks-version"] for line in out.splitlines())
-    assert "ok: all 9 checks passed, 1 with a warning" in out
+    assert "ok: all 12 checks passed, 2 with a warning" in out
 
     quotas, _ = stubbed_quotas("us-west-2", quota_answers(config, ec2, 1, 10_000, 100))
     assert preflight.main(["--stack", "dev"], clients=(sts, ec2, quotas)) == 1
@@ -559,7 +599,14 @@ def test_a_bad_stack_file_is_one_line_with_the_usage_code(tmp_path):
 
 def test_clients_have_short_timeouts_and_one_retry():
     clients = preflight.make_clients("us-west-2")
-    assert [c.meta.service_model.service_name for c in clients] == ["sts", "ec2", "service-quotas", "eks"]
+    assert [c.meta.service_model.service_name for c in clients] == [
+        "sts",
+        "ec2",
+        "service-quotas",
+        "eks",
+        "ssm",
+        "autoscaling",
+    ]
     for client in clients:
         config = client.meta.config
         assert (config.connect_timeout, config.read_timeout) == (5, 10)

@@ -257,7 +257,9 @@ def test_on_demand_needs_no_call():
     with Stubber(client) as stub:  # any call would raise: nothing is queued
         result = preflight.check_capacity(client, config("onDemand"))
         stub.assert_no_pending_responses()
-    assert result.status == "ok" and "on demand" in result.detail
+    # nothing to ask EC2, and the report says so plainly and what a reservation would hold
+    assert result.status == "warning" and result.detail.startswith("on demand: NOT checked")
+    assert "InsufficientInstanceCapacity" in result.detail and "reservationId" in result.detail
 
 
 def eks_answering(status: str):

@@ -71,6 +71,9 @@ TOOLS: dict[str, Tool] = {
         Tool("llm_pd_eks_tools.ops.verify", inputs=(("--stack", "dev", "--kubeconfig", "{file}", "--timeout", "20"),)),
         Tool("llm_pd_eks_tools.gates.deploy_gate", inputs=(("runner", "--stack", "dev", "--github-output", "{file}"),)),
         Tool("llm_pd_eks_tools.ops.alert_delivery"),
+        Tool("llm_pd_eks_tools.ops.destroy_check"),
+        Tool("llm_pd_eks_tools.gates.pending_deletes"),
+        Tool("llm_pd_eks_tools.plan.cutover_replicas", inputs=(("--stack", "dev", "--kubeconfig", "{file}"),)),
         Tool("llm_pd_eks_tools.gates.review_stack", inputs=(("--pr", "7", "--github-output", "{file}"),)),
         Tool(
             "llm_pd_eks_tools.gates.promote_check", inputs=(("--from", "battery", "--to", "dev", "--root", "{root}"),)

@@ -136,13 +136,20 @@ def _boto_calls(path: Path) -> set[tuple[str, str]]:
 
 def test_the_tools_calls_are_allowed():
     """Preflight's and the alert gate's boto3 calls, mapped to their IAM actions by botocore."""
-    clients = {"sts": "sts", "ec2": "ec2", "quotas": "service-quotas", "eks": "eks", "sns": "sns"}
+    clients = {
+        "sts": "sts",
+        "ec2": "ec2",
+        "quotas": "service-quotas",
+        "eks": "eks",
+        "sns": "sns",
+        "ssm": "ssm",
+        "autoscaling": "autoscaling",
+    }
     prefixes = {"service-quotas": "servicequotas"}
     session = botocore.session.get_session()
     found = set()
-    tools = sorted((ROOT / "llm_pd_eks_tools" / "ops").glob("preflight*.py")) + [
-        ROOT / "llm_pd_eks_tools" / "ops" / "alert_delivery.py"
-    ]
+    ops = ROOT / "llm_pd_eks_tools" / "ops"
+    tools = [*sorted(ops.glob("preflight*.py")), ops / "alert_delivery.py", ops / "destroy_check.py"]
     assert len(tools) >= 3
     for tool in tools:
         for client, method in _boto_calls(tool):

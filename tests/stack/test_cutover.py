@@ -51,9 +51,9 @@ def bigger_disk() -> dict[str, dict]:
     return records(diskSizeGib=600)
 
 
-def test_ray_pods_select_their_own_node_groups_by_name(prod):
+def test_ray_workers_select_their_own_node_group_by_name_and_the_head_its_role(prod):
     head, workers = pod_selectors(prod)
-    assert head[NODE_GROUP_LABEL] == one(prod, NODE_GROUP, "system-nodes")["inputs"]["nodeGroupName"]
+    assert head == {"role": "system"}  # no group name: a system change builds no second Ray cluster
     gpu_name = one(prod, NODE_GROUP, "gpu-nodes")["inputs"]["nodeGroupName"]
     assert [w[NODE_GROUP_LABEL] for w in workers] == [gpu_name, gpu_name]
 
@@ -80,8 +80,11 @@ def test_the_cutover_sequence_its_time_and_overlap_cost(prod, bigger_disk):
     cfg = stack_config("prod")
     old_name = one(prod, NODE_GROUP, "gpu-nodes")["inputs"]["nodeGroupName"]
     new_name = one(bigger_disk, NODE_GROUP, "gpu-nodes")["inputs"]["nodeGroupName"]
-    first, ray, last = plan.steps
+    first, placement, ray, last = plan.steps
     assert f"`{new_name}`" in first and f"`{old_name}`" in first
+    assert placement.startswith(
+        f"GPU placement: the new nodes launch into their own cluster placement group `{new_name}`"
+    )
     assert "NewCluster" in ray and "UpgradeInProgress=False" in ray
     assert last.startswith(f"Pulumi deletes `{old_name}`")
     load = engine_start_timeout_s(cfg.serving.model_id, cfg.serving.engine_start_timeout_s) / 60

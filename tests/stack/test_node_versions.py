@@ -82,12 +82,15 @@ def test_a_minor_upgrade_previews_control_plane_then_a_cutover_of_both_groups(up
     assert system.kind == BLUE_GREEN and gpu.kind == BLUE_GREEN
     assert {"version", "releaseVersion"} <= set(gpu.reasons) and {"version", "releaseVersion"} <= set(system.reasons)
     plan = plan_cutover(before, after)
-    control, system_step, gpu_step, ray, delete = plan.steps
+    control, system_step, gpu_step, placement, ray, delete, head = plan.steps
+    assert placement.startswith("GPU placement: the new nodes launch into their own cluster placement group")
     assert control.startswith("Control plane: Kubernetes 1.34 → 1.35")
     assert system_step.startswith(f"System nodes: `{system.new_name}`")
     assert gpu_step.startswith(f"GPU nodes: `{gpu.new_name}`")
     assert "NewCluster" in ray
     assert delete == f"Pulumi deletes `{system.old_name}`, `{gpu.old_name}` at the end of `up` " + (
-        "(nothing of the serving Ray cluster runs there any more)."
+        "(no Ray worker of the serving cluster runs there any more)."
     )
+    # the head selects system nodes by role: it restarts once the old system group goes, GCS FT carries it
+    assert f"one still on `{system.old_name}` when it is deleted" in head and "GCS fault tolerance keeps" in head
     assert not plan.downtime

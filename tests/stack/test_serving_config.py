@@ -203,7 +203,8 @@ def test_upgrade_strategy_defaults_to_recreate_and_new_cluster_needs_room():
     (p,) = problems({"serving": {"upgradeStrategy": "NewCluster"}})
     assert p == (
         f"{PROJECT}:serving.upgradeStrategy: NewCluster needs 2 GPU node(s) for the serving cluster at its maximum "
-        "plus 2 for the new cluster, 4 in all, more than gpuNodes.maxSize (2); raise maxSize or use Recreate"
+        "plus 2 for the new cluster, 4 in all, more than gpuNodes.maxSize (2); "
+        "raise maxSize, lower cutoverReplicas or use Recreate"
     )
     assert validate({"serving": {"upgradeStrategy": "NewCluster"}, "gpuNodes": {"maxSize": 4}}).serving
     (bad,) = problems({"serving": {"upgradeStrategy": "NewClusterWithIncrementalUpgrade"}})

@@ -185,7 +185,8 @@ def test_cluster_settings(run: ProgramRun):
 
 def test_core_addons_are_eks_managed(run: ProgramRun):
     managed = {a.inputs["addonName"]: a for a in run.of_type("aws:eks/addon:Addon")}
-    assert set(managed) == {"vpc-cni", "coredns", "kube-proxy", "aws-ebs-csi-driver"}  # EBS CSI: llm_pd_eks/storage.py
+    # EBS CSI: llm_pd_eks/storage.py; the node monitoring agent feeds the GPU group's auto repair
+    assert set(managed) == {"vpc-cni", "coredns", "kube-proxy", "aws-ebs-csi-driver", "eks-node-monitoring-agent"}
     addons = {k: v for k, v in managed.items() if k != "aws-ebs-csi-driver"}
     eks = run.one("eks:index:Cluster")
     assert eks.inputs["useDefaultVpcCni"] is True  # pulumi-eks installs no second copy
