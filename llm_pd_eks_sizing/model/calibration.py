@@ -11,6 +11,7 @@ from llm_pd_eks.config import StackConfig
 from llm_pd_eks_sizing.model.engine import VLLM_BF16, EngineConstants
 from llm_pd_eks_sizing.model.workload import _location, _Strict
 from llm_pd_eks_tools.core.cli import Exit, ToolError, one_line
+from llm_pd_eks_tools.core.stackfile import parse
 
 
 class CalibratedConstants(_Strict):
@@ -76,8 +77,6 @@ def calibration_path(stack: str, root: Path) -> Path:
 
 def load_calibration(stack: str, root: Path, config: StackConfig) -> Optional[Calibration]:
     """calibration/<stack>.yaml if present (read like a stack file, strict); USAGE if it does not fit the stack."""
-    from llm_pd_eks_tools.core.stackfile import parse
-
     path = calibration_path(stack, root)
     if not path.is_file():
         return None

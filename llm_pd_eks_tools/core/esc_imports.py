@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
 from llm_pd_eks_tools.core.cli import Exit, ToolError, one_line
+from llm_pd_eks_tools.core.process_safety import run_process, time_left
 from llm_pd_eks_tools.core.stackfile import PROJECT, SECRET_PLACEHOLDER, StackFileError, echo, parse, stack_file
 
 # -- ESC environments a stack imports ------------------------------------------------------------
@@ -79,11 +82,6 @@ def resolve_environments(
     value stays out, as a placeholder) gives the stack's whole config as the engine will see it;
     without a CLI, or when it fails (not logged in), EnvironmentImportError names what is missing.
     """
-    import shutil
-    import subprocess
-
-    from llm_pd_eks_tools.core.process_safety import run_process, time_left
-
     envs = imported_environments(stack, root)
     if not envs:
         return values, secret_keys

@@ -19,9 +19,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Optional
 
+import yaml
+
+from llm_pd_eks.config import ConfigError
 from llm_pd_eks_tools.core import stackfile
 from llm_pd_eks_tools.core.cli import ROOT, ArgumentParser, Exit, ToolError, exit_with, one_line
 from llm_pd_eks_tools.core.io_safety import append_text, atomic_write
+from llm_pd_eks_tools.core.stack import stack_config
+from llm_pd_eks_tools.plan.preview.figures import key_figures
+from llm_pd_eks_tools.plan.preview.mockrun import run_program
 
 PROJECT = stackfile.PROJECT
 PREFIX = "pr-"  # review stacks are `pr-<number>`; the reaper destroys only these
@@ -44,8 +50,6 @@ def review_config(base: dict[str, Any]) -> dict[str, Any]:
 
 def write_review_stack(base_stack: str, pr: int, root: Path) -> Path:
     """Write Pulumi.pr-<N>.yaml under `root` from `base_stack`'s file; returns its path."""
-    import yaml
-
     base_path = stackfile.stack_file(base_stack, root)
     stackfile.read(base_stack, root)  # the strict reader's checks, with its messages
     data = stackfile.parse(base_path.read_text(encoding="utf-8"), base_path.name) or {}
@@ -62,10 +66,6 @@ def write_review_stack(base_stack: str, pr: int, root: Path) -> Path:
 
 def review_cost(stack: str, root: Path) -> dict[str, Any]:
     """The review stack's hourly cost, from its offline plan (the preview's cost figure)."""
-    from llm_pd_eks_tools.core.stack import stack_config
-    from llm_pd_eks_tools.plan.preview.figures import key_figures
-    from llm_pd_eks_tools.plan.preview.mockrun import run_program
-
     config = stack_config(stack, root)
     cost = key_figures(run_program(stack, root=root), config, config.region).cost
     return {
@@ -89,7 +89,6 @@ def main(argv: Optional[list[str]] = None) -> int:
         raise ToolError(Exit.USAGE, f"--pr {args.pr}: a pull request number is positive")
     if not 1 <= args.ttl_hours <= MAX_TTL_HOURS:
         raise ToolError(Exit.USAGE, f"--ttl-hours {args.ttl_hours}: must be 1..{MAX_TTL_HOURS} (a week at most)")
-    from llm_pd_eks.config import ConfigError
 
     stack = review_stack_name(args.pr)
     path = write_review_stack(args.base, args.pr, args.root)
