@@ -11,7 +11,6 @@ from llm_pd_eks.config import StackConfig
 from llm_pd_eks_sizing.model.engine import VLLM_BF16, EngineConstants
 from llm_pd_eks_sizing.model.workload import _location, _Strict
 from llm_pd_eks_tools.core.cli import Exit, ToolError, one_line
-from llm_pd_eks_tools.core.stackfile import parse
 
 
 class CalibratedConstants(_Strict):
@@ -84,6 +83,10 @@ def load_calibration(stack: str, root: Path, config: StackConfig) -> Optional[Ca
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise ToolError(Exit.USAGE, one_line(f"{path}: cannot read it ({exc})")) from None
+    # imported here, not with the module: the GPU calibration's harness loads the sizing model on the
+    # engine machine's Python, which has no YAML library (the stack-file reader needs one)
+    from llm_pd_eks_tools.core.stackfile import parse
+
     data = parse(text, str(path))
     try:
         found = Calibration.model_validate(data)
