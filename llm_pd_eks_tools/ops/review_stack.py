@@ -1,6 +1,6 @@
 """A pull request's review stack: a real, short-lived stack with the serving layer off.
 
-    python -m llm_pd_eks_tools.gates.review_stack --from dev --pr 123 [--ttl-hours 24] [--github-output FILE]
+    python -m llm_pd_eks_tools.ops.review_stack --from dev --pr 123 [--ttl-hours 24] [--github-output FILE]
 
 Writes `Pulumi.pr-<N>.yaml` from the base stack's file: the same network, cluster and system nodes,
 `servingLayer: false` (no GPU node group, device plugins, KubeRay, RayService or observability),
@@ -58,7 +58,7 @@ def write_review_stack(base_stack: str, pr: int, root: Path) -> Path:
     header = (
         f"# Review stack of pull request #{pr}: {base_stack}'s network, cluster and system nodes, the\n"
         "# serving layer off. Written by "
-        f"`python -m llm_pd_eks_tools.gates.review_stack --from {base_stack} --pr {pr}`.\n"
+        f"`python -m llm_pd_eks_tools.ops.review_stack --from {base_stack} --pr {pr}`.\n"
     )
     atomic_write(path, header + yaml.safe_dump(data, sort_keys=False))
     return path
@@ -76,7 +76,7 @@ def review_cost(stack: str, root: Path) -> dict[str, Any]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = ArgumentParser(prog="python -m llm_pd_eks_tools.gates.review_stack", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m llm_pd_eks_tools.ops.review_stack", description=__doc__.splitlines()[0])
     parser.add_argument("--from", dest="base", default="dev", help="the stack whose layout the review stack copies")
     parser.add_argument("--pr", type=int, required=True, help="the pull request's number")
     parser.add_argument(
