@@ -45,14 +45,13 @@ INSTALL := $(VENV)/bin/uv pip install --compile-bytecode --python $(PY)
 BOOTSTRAP := test -x $(VENV)/bin/uv || { echo "bootstrapping uv $(UV_VERSION) into $(VENV) with pip" >&2; $(PY) -m pip install -q uv==$(UV_VERSION); }
 endif
 
-.PHONY: help venv venv-dev test test-fast test-unit test-binaries lock preview preview-diff preflight lint promote-check placeholders resolve-image calibrate
+.PHONY: help venv venv-dev test test-fast test-binaries lock preview preview-diff preflight lint promote-check placeholders resolve-image calibrate
 
 help:
 	@echo "make preview [STACK=dev]   offline preview of a stack: plan, policy verdicts, figures"
 	@echo "make preview-diff BASE=<git rev> [STACK=dev]   the preview of BASE vs this working tree, as a diff"
 	@echo "make test                  the test suite (offline; installs promtool/Prometheus/Alertmanager if missing)"
-	@echo "make test-fast             the inner loop: the unit and stack tiers (no subprocess tools, servers or Ray cluster)"
-	@echo "make test-unit             the unit tier only: functions and components in-process"
+	@echo "make test-fast             the inner loop: the unit tier (functions, components with Pulumi's mocks, the sizing model)"
 	@echo "make venv | venv-dev       just the runtime set | plus the test/tooling set (INSTALLER=pip: no uv)"
 	@echo "make preflight [STACK=dev] can the stack deploy in its AWS account/region? (JSON=1, STRICT=1)"
 	@echo "make cutover-replicas STACK=prod [WRITE=1]   start the next Ray cluster at the live replica counts (what fits)"
@@ -104,14 +103,10 @@ test: $(DEV_STAMP) test-binaries
 	@$(PY) -m compileall -q -j 0 llm_pd_eks llm_pd_eks_tools llm_pd_eks_sizing policies tests __main__.py >/dev/null
 	$(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder
 
-# The inner loop: tests/unit/ and tests/stack/ (in-process: functions, components, the three stacks'
-# recorded runs), on the same workers as `make test`; tests/integration/ (tools as processes, the
-# policy pack over its protocol, Ray, moto, Prometheus) is left to `make test`.
+# The inner loop: tests/unit/ alone, in one process (functions, components with Pulumi's public mocks,
+# the sizing model, the import rules). tests/stack/ (the three stacks' recorded runs, Ray's own schemas)
+# and tests/integration/ (tools as processes, the pack over its protocol, servers) are `make test`'s.
 test-fast: $(DEV_STAMP)
-	$(PY) -m pytest -n auto --dist loadfile tests/unit tests/stack
-
-# The unit tier alone: functions and components in-process, Pulumi's public mocks (seconds).
-test-unit: $(DEV_STAMP)
 	$(PY) -m pytest tests/unit
 
 # Recompiles the three locks from pyproject.toml (needs the package index; commit the result).

@@ -21,10 +21,30 @@ import math
 from pathlib import Path
 from typing import Any, Optional
 
-from llm_pd_eks_sizing.model import COST_BASIS, Plan, Sizing, Workload, band_text, size
+import yaml
+from ruamel.yaml import YAML
+
+from llm_pd_eks.catalog import GPU_INSTANCE_TYPES, gpu_instance_type
+from llm_pd_eks.config import PROJECT, ConfigError, validate_engine_config
+from llm_pd_eks.models import MODELS
+from llm_pd_eks_sizing.model import (
+    COST_BASIS,
+    MAX_WORKLOAD_BYTES,
+    Plan,
+    Sizing,
+    Workload,
+    band_text,
+    parse_workload,
+    point_query,
+    size,
+    tp_options,
+)
+from llm_pd_eks_sizing.model.engine import Replica
+from llm_pd_eks_sizing.model.routing import decode_only_threshold, prefill_queue_wait, prefix_routing
 from llm_pd_eks_tools.core.cli import ROOT, ArgumentParser, Exit, ToolError, exit_with, one_line
 from llm_pd_eks_tools.core.io_safety import atomic_write, read_regular_file
-from llm_pd_eks_tools.core.stackfile import MAX_BYTES, engine_config
+from llm_pd_eks_tools.core.stack import stack_config, stack_file
+from llm_pd_eks_tools.core.stackfile import MAX_BYTES, engine_config, parse
 
 PROG = "size"
 
@@ -147,11 +167,6 @@ def render_text(result: Sizing) -> str:
 
 def routing_lines(result: Sizing) -> list[str]:
     """Where serving.routing's two features pay for this model, instance and workload (sizing/routing.py)."""
-    from llm_pd_eks.catalog import gpu_instance_type
-    from llm_pd_eks.models import MODELS
-    from llm_pd_eks_sizing.model.engine import Replica
-    from llm_pd_eks_sizing.model.routing import decode_only_threshold, prefill_queue_wait, prefix_routing
-
     model, instance = MODELS[result.model_id], gpu_instance_type(result.instance_type)
     sides = {s.role: s for s in result.disaggregated.sides}
     if not result.disaggregated.feasible or not {"prefill", "decode"} <= set(sides):
@@ -205,8 +220,6 @@ def sized_values(result: Sizing, current: Any) -> dict[str, dict[str, Any]]:
     targetOngoingRequests is the requests a replica holds at the sized load (Little's law), and
     upscaleDelayS/downscaleDelayS are written as configured (the model has no view on them).
     """
-    from llm_pd_eks.catalog import gpu_instance_type
-
     serving = current.serving
     instance_gpus = gpu_instance_type(current.gpu_nodes.instance_type).gpus
     plan = result.disaggregated
@@ -235,8 +248,6 @@ def sized_values(result: Sizing, current: Any) -> dict[str, dict[str, Any]]:
 def _section(config: Any, name: str, path: Path) -> Any:
     """The stack file's `<project>:<name>` mapping, spelt with the project prefix or without it (the
     Pulumi CLI reads a key without a namespace as the project's own)."""
-    from llm_pd_eks.config import PROJECT
-
     spellings = [key for key in (f"{PROJECT}:{name}", name) if key in config]
     if len(spellings) != 1:
         problem = "is missing" if not spellings else f"is given twice ({' and '.join(spellings)})"
@@ -246,12 +257,6 @@ def _section(config: Any, name: str, path: Path) -> Any:
 
 def write_stack(stack: str, result: Sizing, current: Any, root: Path = ROOT) -> tuple[str, dict[str, dict[str, Any]]]:
     """Rewrite Pulumi.<stack>.yaml in place (comments kept); returns (new text, values written)."""
-    import yaml
-    from ruamel.yaml import YAML
-
-    from llm_pd_eks.config import ConfigError, validate_engine_config
-    from llm_pd_eks_tools.core.stack import stack_file
-
     if not result.disaggregated.feasible:
         raise ToolError(
             Exit.FAILED,
@@ -287,9 +292,6 @@ def write_stack(stack: str, result: Sizing, current: Any, root: Path = ROOT) -> 
 def read_workload(path: Path) -> Workload:
     """A workload file, refused unless it is a regular file (a FIFO would block the read forever) of at
     most MAX_WORKLOAD_BYTES; then the stack files' YAML reader and the sizing model's workload schema."""
-    from llm_pd_eks_sizing.model import MAX_WORKLOAD_BYTES, parse_workload
-    from llm_pd_eks_tools.core.stackfile import parse
-
     data = read_regular_file(path, MAX_WORKLOAD_BYTES, "workload file")
     try:
         text = data.decode("utf-8")
@@ -327,10 +329,6 @@ def _non_negative_float(text: str) -> float:
 
 def point_main(args: argparse.Namespace) -> int:
     """`--point`: one question to the model, one answer (JSON with --json)."""
-    from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
-    from llm_pd_eks.models import MODELS
-    from llm_pd_eks_sizing.model import point_query, tp_options
-
     missing = [f"--{n}" for n in ("model", "instance", "tp", "input", "output") if getattr(args, n) is None]
     if (args.concurrency is None) == (args.rate is None):
         missing.append("--concurrency or --rate (one of them)")
@@ -414,9 +412,6 @@ def main(argv: Optional[list[str]] = None) -> int:
         return point_main(args)
     if args.stack is None or args.workload is None:
         raise ToolError(Exit.USAGE, "--stack and --workload are required (or --point with its arguments)")
-
-    from llm_pd_eks.config import ConfigError
-    from llm_pd_eks_tools.core.stack import stack_config
 
     try:  # the stack first: `--stack -canary` is named as the stack it is, before its workload
         config = stack_config(args.stack, args.root)

@@ -26,6 +26,7 @@ from typing import Any, Callable, Optional
 
 from llm_pd_eks_sizing.model import Workload
 from llm_pd_eks_tools.core.cli import Exit, ToolError, one_line
+from llm_pd_eks_tools.core.io_safety import http_lines
 
 RESULT_KEYS = (
     "completed",
@@ -226,7 +227,6 @@ def _one_request(
             "stream_options": {"include_usage": True},
         }
     ).encode()
-    from llm_pd_eks_tools.core.io_safety import http_lines
 
     if deadline - time.monotonic() <= 0:
         raise TimeoutError("deadline passed")

@@ -17,10 +17,16 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Optional
 
+import yaml
+
+from llm_pd_eks.catalog import gpu_instance_type
+from llm_pd_eks.models import MODELS
+from llm_pd_eks_sizing.calibrate.fit import Point, fit
+from llm_pd_eks_sizing.model import VLLM_BF16, point_query
 from llm_pd_eks_tools.core.cli import ArgumentParser, Exit, ToolError, exit_with, one_line
 
 PROG = "gpu_fit"
@@ -52,10 +58,6 @@ def _measured(run: dict[str, Any], key: str) -> float:
 
 def _points(model_id: str, entry: dict[str, Any], instance_type: str) -> list[Any]:
     """The prefill (TTFT at one client) and decode (ITL at one client) levels of one model as fit points."""
-    from llm_pd_eks.catalog import gpu_instance_type
-    from llm_pd_eks.models import MODELS
-    from llm_pd_eks_sizing.calibrate.fit import Point
-
     model, instance = MODELS[model_id], gpu_instance_type(instance_type)
     points = []
     for run in entry["runs"]:
@@ -70,10 +72,6 @@ def _points(model_id: str, entry: dict[str, Any], instance_type: str) -> list[An
 
 
 def _fitted(points: list[Any], label: str, source: str, date: str, per_layer: bool) -> Any:
-    from dataclasses import replace
-
-    from llm_pd_eks_sizing.calibrate.fit import fit
-    from llm_pd_eks_sizing.model import VLLM_BF16
 
     found = fit(points, f"GPU calibration {date}", tp_grid=(VLLM_BF16.tp_efficiency,), per_layer=per_layer)
     for name, value in (("prefill MFU", found.prefill_mfu), ("decode MBU", found.decode_mbu)):
@@ -113,12 +111,6 @@ def fit_stream(record: dict[str, Any], row: Any) -> Any:
     """`row` with the API server's seconds a streamed token that make the ceiling level's output
     throughput what was measured (bisection: the throughput falls as the cost grows); 0 where the GPU
     alone already comes out at or below the measurement."""
-    from dataclasses import replace
-
-    from llm_pd_eks.catalog import gpu_instance_type
-    from llm_pd_eks.models import MODELS
-    from llm_pd_eks_sizing.model import point_query
-
     model_id, run = ceiling_level(record)
     model, instance = MODELS[model_id], gpu_instance_type(record["instance_type"])
     measured = _measured(run, "output_throughput")
@@ -147,10 +139,6 @@ def judge(
     """Each held-out level (the sweep, and the harness levels make calibrate's own client measured)
     asked of the point query at `constants` (`fitted`: the (model, label) the stream cost was fitted
     on, not held out)."""
-    from llm_pd_eks.catalog import gpu_instance_type
-    from llm_pd_eks.models import MODELS
-    from llm_pd_eks_sizing.model import point_query
-
     model, instance = MODELS[model_id], gpu_instance_type(instance_type)
     out = []
     for run in entry["runs"]:
@@ -250,8 +238,6 @@ def main(argv: Optional[list[str]] = None) -> int:
             "held_out": [{**asdict(j), "ratio": j.ratio} for j in judged],
         }
         if args.stack:
-            import yaml
-
             points = sum(1 for r in entry["runs"] if r["kind"] in ("prefill", "decode"))
             doc = calibration_document(args.stack, model_id, record["instance_type"], constants, points)
             print(yaml.safe_dump(doc, sort_keys=False), end="")

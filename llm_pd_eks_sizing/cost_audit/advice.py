@@ -8,7 +8,10 @@ from typing import Any, Optional
 
 from llm_pd_eks.catalog import gpu_instance_type
 from llm_pd_eks.config import CapacityBlock, CapacityReservation, StackConfig
+from llm_pd_eks_sizing import model as sizing
+from llm_pd_eks_sizing.size import read_workload
 from llm_pd_eks_tools.core.cli import ROOT
+from llm_pd_eks_tools.ops.preflight import quota_value
 
 from .model import Audit
 from .prometheus import IDLE_UTIL_PERCENT
@@ -22,8 +25,6 @@ def update_surge(availability_zones: int, max_unavailable: int = 1) -> int:
 
 
 def gpu_quota(audit: Audit, config: StackConfig, quotas: Any) -> None:
-    from llm_pd_eks_tools.ops.preflight import quota_value
-
     instance = gpu_instance_type(config.gpu_nodes.instance_type)
     surge = update_surge(1)  # the GPU group lives in one AZ (one cluster placement group)
     nodes = config.gpu_nodes.max_size + surge
@@ -41,9 +42,6 @@ def gpu_quota(audit: Audit, config: StackConfig, quotas: Any) -> None:
 
 def predicted(stack: str, config: StackConfig, workload_file: Path) -> dict[str, Any]:
     """What `make size` says for the workload (llm_pd_eks_sizing.model's public entry only)."""
-    from llm_pd_eks_sizing import model as sizing
-    from llm_pd_eks_sizing.size import read_workload
-
     result = sizing.size(stack, config, read_workload(workload_file)).as_dict()
     dis, agg = result.get("disaggregated") or {}, result.get("aggregated") or {}
     return {

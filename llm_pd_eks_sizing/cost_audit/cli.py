@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -9,9 +10,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import boto3
+
 from llm_pd_eks.config import CapacityBlock, CapacityReservation, ConfigError, StackConfig
 from llm_pd_eks_tools.core.cli import ROOT, ArgumentParser, Exit, ToolError, one_line, regular_file, say
 from llm_pd_eks_tools.core.io_safety import redact
+from llm_pd_eks_tools.core.stack import stack_config
+from llm_pd_eks_tools.ops.preflight import _client_errors, check_endpoint_env, client_config, describe_error
 
 from .advice import derive, gpu_quota, predicted, recommendations
 from .cost_explorer import cost_explorer
@@ -44,8 +49,6 @@ def _guarded(audit: Audit, name: str, run: Callable[[], str]) -> None:
 
 
 def load_config(stack: str) -> StackConfig:
-    from llm_pd_eks_tools.core.stack import stack_config
-
     try:
         return stack_config(stack, ROOT)
     except FileNotFoundError as error:
@@ -135,8 +138,6 @@ def main(
     report = write_report(audit, out)
     progress("done", f"wrote {out / 'report.md'}, report.json, spend.png")
     if args.json:
-        import json
-
         print(json.dumps(report, indent=2, default=str))
     else:
         print(render_markdown(audit), end="")
@@ -145,10 +146,6 @@ def main(
 
 def _make_clients(region: str) -> tuple[Any, Any]:
     """Cost Explorer (its endpoint is us-east-1) and Service Quotas, with preflight's short timeouts."""
-    import boto3
-
-    from llm_pd_eks_tools.ops.preflight import _client_errors, check_endpoint_env, client_config, describe_error
-
     check_endpoint_env(os.environ)
     try:
         session = boto3.session.Session()

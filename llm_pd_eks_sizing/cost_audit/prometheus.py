@@ -9,6 +9,7 @@ import urllib.parse
 from typing import Any, Optional
 
 from llm_pd_eks import metrics as m
+from llm_pd_eks_tools.core.io_safety import http_request
 
 from .model import Audit
 
@@ -19,8 +20,6 @@ MAX_REPLY_BYTES = 4 * 2**20
 
 
 def prom_query(url: str, expr: str, at: float) -> list[dict[str, Any]]:
-    from llm_pd_eks_tools.core.io_safety import http_request
-
     query = urllib.parse.urlencode({"query": expr, "time": f"{at:.3f}"})
     reply = http_request(
         "GET",

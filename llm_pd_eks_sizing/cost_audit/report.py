@@ -7,6 +7,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
 
+from llm_pd_eks_sizing.cost_audit.png_chart import bar_chart
+from llm_pd_eks_tools.core.cli import OWNER_MARK, Exit, ToolError, fresh_out_dir
+from llm_pd_eks_tools.core.io_safety import atomic_write
+
 from .model import Audit
 
 
@@ -86,8 +90,6 @@ def render_markdown(audit: Audit) -> str:
 
 
 def chart(audit: Audit) -> bytes:
-    from llm_pd_eks_sizing.cost_audit.png_chart import bar_chart
-
     bars = [(k, v, _money(v)) for k, v in audit.spend_by_component.items()]
     if not bars and audit.gpu_spend is not None:
         bars = [("gpu-nodes (list price)", audit.gpu_spend, _money(audit.gpu_spend))]
@@ -103,8 +105,6 @@ ARTIFACTS = ("report.json", "report.md", "spend.png")
 
 def check_out_dir(out: Path) -> None:
     """Refuse `--out` before any source is asked: a file, another's files, an unwritable place."""
-    from llm_pd_eks_tools.core.cli import OWNER_MARK, Exit, ToolError
-
     if out.exists() and out.is_dir() and not out.is_symlink():
         try:
             entries = {p.name for p in out.iterdir()}
@@ -124,9 +124,6 @@ def check_out_dir(out: Path) -> None:
 def write_report(audit: Audit, out: Path) -> dict[str, Any]:
     """report.json, report.md and spend.png under `out` (a new directory, or one cost-audit wrote before,
     emptied first so no old chart stays beside a new report); returns the JSON report."""
-    from llm_pd_eks_tools.core.cli import fresh_out_dir
-    from llm_pd_eks_tools.core.io_safety import atomic_write
-
     report = report_json(audit)
     files: dict[str, str | bytes] = {
         "report.json": json.dumps(report, indent=2, default=str, allow_nan=False) + "\n",

@@ -76,8 +76,6 @@ def calibration_path(stack: str, root: Path) -> Path:
 
 def load_calibration(stack: str, root: Path, config: StackConfig) -> Optional[Calibration]:
     """calibration/<stack>.yaml if present (read like a stack file, strict); USAGE if it does not fit the stack."""
-    from llm_pd_eks_tools.core.stackfile import parse
-
     path = calibration_path(stack, root)
     if not path.is_file():
         return None
@@ -85,6 +83,10 @@ def load_calibration(stack: str, root: Path, config: StackConfig) -> Optional[Ca
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise ToolError(Exit.USAGE, one_line(f"{path}: cannot read it ({exc})")) from None
+    # imported here, not with the module: the GPU calibration's harness loads the sizing model on the
+    # engine machine's Python, which has no YAML library (the stack-file reader needs one)
+    from llm_pd_eks_tools.core.stackfile import parse
+
     data = parse(text, str(path))
     try:
         found = Calibration.model_validate(data)

@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional
 from llm_pd_eks.catalog import GpuInstanceType, gpu_instance_type
 from llm_pd_eks.config import GPU_MEMORY_BUDGET, StackConfig
 from llm_pd_eks.kv_transfer import KvBand, kv_band
-from llm_pd_eks.models import ModelSpec
+from llm_pd_eks.models import MODELS, ModelSpec
 from llm_pd_eks.prices import PRICES_FILE
 from llm_pd_eks_sizing.model.calibration import calibration_path, load_calibration
 from llm_pd_eks_sizing.model.engine import (
@@ -33,7 +33,7 @@ from llm_pd_eks_sizing.model.queueing import (
     mg1_wait_quantile,
 )
 from llm_pd_eks_sizing.model.workload import Workload
-from llm_pd_eks_tools.core.cli import Exit, ToolError
+from llm_pd_eks_tools.core.cli import ROOT, Exit, ToolError
 
 MAX_REPLICAS = 512  # search bound: beyond this the answer is "this GPU type cannot serve it"
 
@@ -369,11 +369,8 @@ def size(stack: str, config: StackConfig, workload: Workload, root: Optional[Pat
     The efficiency constants are calibration/<stack>.yaml's when `make calibrate` wrote one (under
     `root`, the checkout by default), else the vLLM bf16 row.
     """
-    from llm_pd_eks_tools.core.cli import ROOT
-
     if config.serving is None:
         raise ToolError(Exit.USAGE, f"Pulumi.{stack}.yaml has no serving section: there is no model to size for")
-    from llm_pd_eks.models import MODELS
 
     serving = config.serving
     model = MODELS[serving.model_id]

@@ -117,6 +117,8 @@ MAX_WORKLOAD_BYTES = 64 * 1024  # the example workloads are ~300 bytes
 def load_workload(path: Path) -> Workload:
     """Read a workload file with the stack files' reader (llm_pd_eks_tools/core/stackfile.py: duplicate keys and aliases
     refused, YAML 1.2 booleans), then the strict model; every failure a one-line ToolError(USAGE)."""
+    # imported here, not with the module: the GPU calibration's harness loads the sizing model on the
+    # engine machine's Python, which has no YAML library (the stack-file reader needs one)
     from llm_pd_eks_tools.core.stackfile import parse
 
     path = Path(path)

@@ -9,7 +9,10 @@ from typing import Any, Optional
 
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.models import MODELS
-from llm_pd_eks_sizing.model.routing import decode_only_threshold
+from llm_pd_eks_sizing.model.engine import Replica
+from llm_pd_eks_sizing.model.kv import kv_transfer
+from llm_pd_eks_sizing.model.mix import MixClass, mix_load
+from llm_pd_eks_sizing.model.routing import HOP_ASSUMED_S, decode_only_threshold
 from llm_pd_eks_sizing.realrun import gpu_mix
 from llm_pd_eks_sizing.realrun.evidence import load, ms, runs
 from llm_pd_eks_sizing.realrun.routing_evidence import NOT_RUN, PATHS, newest_with
@@ -106,7 +109,6 @@ def mix_check(run: Path) -> list[str]:
 def measured_hop_line(run: Path, hop_s: float) -> list[str]:
     """`make size`'s idle-stage rule with the measured hop in place of the assumed one: the threshold
     it then gives for the run's model and GPU, beside the arm's own."""
-
     record = load(run, "run.json")
     if not {"model_id", "instance_type"} <= record.keys() or hop_s <= 0:
         return []
@@ -163,9 +165,6 @@ def mix_model_rows(run: Path) -> list[dict[str, Any]]:
     handoff on one shared GPU, which kv.py's EFA rates do not describe) is fitted on a long-alone load
     (`fit_load`), a saturated closed loop whose cycle is that stage's service time; every other row is
     held out."""
-    from llm_pd_eks_sizing.model.engine import Replica
-    from llm_pd_eks_sizing.model.mix import MixClass, mix_load
-
     record = load(run, "run.json")
     if not {"model_id", "instance_type"} <= record.keys() or not all(
         (run / f"evidence-{phase}.json").is_file() for phase, _ in MIX_EVIDENCE
@@ -240,11 +239,6 @@ def mix_model_section(run: Path) -> list[str]:
 def deployment_mix_line(run: Path) -> str:
     """What the same model says of the run's mix on the deployment's fabric: the run's instance type
     with kv.py's EFA handoff by message size and the assumed hop."""
-    from llm_pd_eks_sizing.model.engine import Replica
-    from llm_pd_eks_sizing.model.kv import kv_transfer
-    from llm_pd_eks_sizing.model.mix import MixClass, mix_load
-    from llm_pd_eks_sizing.model.routing import HOP_ASSUMED_S
-
     record = load(run, "run.json")
     model, instance = MODELS[record["model_id"]], GPU_INSTANCE_TYPES[record["instance_type"]]
     replica = Replica(model, instance, 1)

@@ -19,8 +19,15 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
+from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
+from llm_pd_eks.models import MODELS
+from llm_pd_eks.serve_routing import RAY_PREFIX_ROUTER_CLASS
+from llm_pd_eks_sizing.model.routing import prefix_routing
 from llm_pd_eks_sizing.realrun import gpu_load
 from llm_pd_eks_sizing.realrun.evidence import load, ms, runs
+from llm_pd_eks_sizing.realrun.render import load_overrides, prefix_prefill_configs, rendered_stack
+from llm_pd_eks_sizing.realrun.router_run import ARMS
+from llm_pd_eks_sizing.realrun.router_run import DATA as ROUTER_DATA
 
 # The prefix-routing arms' evidence files (gpu_main's mix-prefix-pd / mix-prefix phases), their rows'
 # names, and whether the arm routes by prefix.
@@ -53,11 +60,6 @@ def _rate(value: Optional[float]) -> str:
 def arms_model() -> Any:
     """The sizing model's `prefix_routing` for the arms' workload as rendered: the prefill replicas and
     KV cache bytes the arms deploy, gpu_load's prefixes."""
-    from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
-    from llm_pd_eks.models import MODELS
-    from llm_pd_eks_sizing.model.routing import prefix_routing
-    from llm_pd_eks_sizing.realrun.render import load_overrides, prefix_prefill_configs, rendered_stack
-
     overrides = load_overrides()
     config = rendered_stack(overrides)
     prefill = prefix_prefill_configs(overrides)["prefix"]
@@ -89,8 +91,6 @@ def prefix_share(level: dict[str, Any]) -> float:
 def arm_name(run: Path, phase: str, arm: str) -> str:
     """The arm's name, saying so where its prefix router was Ray's class as is (the saved evidence keeps
     each role's request_router_config) rather than the project's."""
-    from llm_pd_eks.serve_routing import RAY_PREFIX_ROUTER_CLASS
-
     routers = load(run, f"evidence-{phase}.json").get("routers") or {}
     classes = {(config or {}).get("request_router_class") for config in routers.values()}
     return f"{arm} (Ray's PrefixCacheAffinityRouter as is)" if RAY_PREFIX_ROUTER_CLASS in classes else arm
@@ -201,8 +201,6 @@ def prefix_results_section(run: Optional[Path]) -> str:
 
 def router_run() -> Optional[Path]:
     """The newest saved `make realrun-router` run, if any."""
-    from llm_pd_eks_sizing.realrun.router_run import DATA as ROUTER_DATA
-
     found = sorted(ROUTER_DATA.glob("*.json")) if ROUTER_DATA.is_dir() else []
     return found[-1] if found else None
 
@@ -210,10 +208,6 @@ def router_run() -> Optional[Path]:
 def router_model(record: dict[str, Any], routed: bool) -> float:
     """The sizing model's hit rate for the run's workload and stand-in cache (prefix_routing: each
     prefix's first ask on a replica a miss, whole prefixes held), for the arm's router."""
-    from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
-    from llm_pd_eks.models import MODELS
-    from llm_pd_eks_sizing.model.routing import prefix_routing
-
     work, replica = record["workload"], record["replica"]
     model = MODELS[replica["model_id"]]
     cache_bytes = replica["capacity_prefixes"] * work["prefix_tokens"] * model.kv_bytes_per_token(2)
@@ -232,7 +226,6 @@ def router_model(record: dict[str, Any], routed: bool) -> float:
 def router_section(path: Optional[Path]) -> str:
     if path is None:
         return "Not run yet (`make realrun-router`)."
-    from llm_pd_eks_sizing.realrun.router_run import ARMS
 
     record = json.loads(path.read_text())
     lines = [

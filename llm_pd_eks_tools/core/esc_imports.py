@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
 from llm_pd_eks_tools.core import secrets
 from llm_pd_eks_tools.core.cli import Exit, ToolError
+from llm_pd_eks_tools.core.process_safety import run_process, time_left
 from llm_pd_eks_tools.core.stackfile import PROJECT, SECRET_PLACEHOLDER, StackFileError, echo, parse, stack_file
 
 # -- ESC environments a stack imports ------------------------------------------------------------
@@ -80,11 +83,6 @@ def resolve_environments(
     value stays out, as a placeholder) gives the stack's whole config as the engine will see it;
     without a CLI, or when it fails (not logged in), EnvironmentImportError names what is missing.
     """
-    import shutil
-    import subprocess
-
-    from llm_pd_eks_tools.core.process_safety import run_process, time_left
-
     envs = imported_environments(stack, root)
     if not envs:
         return values, secret_keys

@@ -1,1 +1,1 @@
-"""Tools that reach a real account or cluster: preflight (AWS), verify (the deployed stack), resolve-image (ECR)."""
+"""Tools that reach a real account or cluster: preflight, verify, resolve-image, a pull request's review stack."""

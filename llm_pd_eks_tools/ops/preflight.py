@@ -23,15 +23,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional, Sequence
+from urllib.parse import urlsplit
+
+import boto3
+from botocore.config import Config
 
 from llm_pd_eks.config import ConfigError, StackConfig
-from llm_pd_eks_tools.core.cli import ArgumentParser, Exit, ToolError, exit_with, one_line, say
+from llm_pd_eks_tools.core.cli import ROOT, ArgumentParser, Exit, ToolError, exit_with, one_line, say
 from llm_pd_eks_tools.core.io_safety import redact
 from llm_pd_eks_tools.core.process_safety import set_run_deadline, time_left
+from llm_pd_eks_tools.core.stack import stack_config
 from llm_pd_eks_tools.ops.preflight_capacity import check_capacity, own_instances
 from llm_pd_eks_tools.ops.preflight_checks import (
     CHECK_NAMES,
@@ -101,17 +107,12 @@ __all__ = [
 
 def load_config(stack: str, root: Optional[Path] = None) -> StackConfig:
     """The stack's validated config, read exactly as the program reads it (secret keys included)."""
-    from llm_pd_eks_tools.core.cli import ROOT
-    from llm_pd_eks_tools.core.stack import stack_config
-
     return stack_config(stack, root or ROOT)
 
 
 def make_clients(region: str):
     """(sts, ec2, service-quotas, eks, ssm, autoscaling) clients: standard credential chain, few retries,
     short timeouts."""
-    import boto3
-
     cfg = client_config()
     session = boto3.session.Session()
     return tuple(
@@ -245,16 +246,12 @@ def client_config():
     `total_max_attempts` 2 (the first try plus one retry) keeps throttling from turning into a retry
     storm. (botocore's `max_attempts` counts retries only: `max_attempts: 2` means three requests.)
     """
-    from botocore.config import Config
-
     return Config(connect_timeout=5, read_timeout=10, retries={"mode": "standard", "total_max_attempts": 2})
 
 
 def check_endpoint_env(environ) -> None:
     """`AWS_ENDPOINT_URL[_<SERVICE>]` must be an http(s) URL (botocore raises a bare ValueError), and
     `AWS_CA_BUNDLE` a file that exists (botocore otherwise fails later with an unrelated TLS error)."""
-    from urllib.parse import urlsplit
-
     for name in sorted(k for k in environ if k.startswith("AWS_ENDPOINT_URL")):
         value = environ[name]
         try:
@@ -289,8 +286,6 @@ def run_with_deadline(
     When AWS fails as a whole (credentials, endpoint) or the deadline passes, every item is
     could-not-check with the reason; the abandoned thread dies with the process.
     """
-    import threading
-
     outcome: dict[str, Any] = {}
 
     def target() -> None:

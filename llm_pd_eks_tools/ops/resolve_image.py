@@ -42,6 +42,7 @@ from llm_pd_eks import versions
 from llm_pd_eks.config import PROJECT
 from llm_pd_eks.image_ref import ImageRef, parse_image
 from llm_pd_eks_tools.core.cli import ArgumentParser, Exit, ToolError, checkout_root, exit_with, one_line, seconds
+from llm_pd_eks_tools.core.stackfile import StackFileError, read, stack_file
 
 PROG = "resolve-image"
 DEFAULT_REGISTRY = "https://public.ecr.aws"
@@ -151,8 +152,6 @@ def write_atomically(path: Path, text: str) -> None:
 
 def stack_image(stack: str, root: Path) -> tuple[Path, str, ImageRef]:
     """The stack file, its `serving.image` value, and that value's parts (refused unless ECR Public with a tag)."""
-    from llm_pd_eks_tools.core.stackfile import StackFileError, read, stack_file
-
     try:
         path = stack_file(stack, root)
         serving = read(stack, root).get(f"{PROJECT}:serving")

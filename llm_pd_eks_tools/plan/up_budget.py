@@ -42,6 +42,10 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Optional
 
+from llm_pd_eks_tools.core import stackfile
+from llm_pd_eks_tools.core.cli import ROOT, ArgumentParser, Exit
+from llm_pd_eks_tools.plan.preview.mockrun import run_program
+
 if TYPE_CHECKING:
     from llm_pd_eks_tools.plan.preview.mockrun import ProgramRun, Registration
 
@@ -143,17 +147,11 @@ def ci_budget_minutes(chains: Iterable[Chain]) -> int:
 
 def stack_chains(root: Optional[Path] = None, stacks: Optional[list[str]] = None) -> list[Chain]:
     """Every stack's longest chain, from its offline plan."""
-    from llm_pd_eks_tools.core import stackfile
-    from llm_pd_eks_tools.core.cli import ROOT
-    from llm_pd_eks_tools.plan.preview.mockrun import run_program
-
     base = root or ROOT
     return [longest_chain(run_program(s, root=base)) for s in (stacks or stackfile.stacks(base))]
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    from llm_pd_eks_tools.core.cli import ArgumentParser, Exit
-
     parser = ArgumentParser(prog="python -m llm_pd_eks_tools.plan.up_budget", description=__doc__.splitlines()[0])
     parser.parse_args(argv)
     chains = stack_chains()

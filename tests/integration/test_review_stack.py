@@ -24,7 +24,7 @@ def review(tmp_path_factory):
         [
             sys.executable,
             "-m",
-            "llm_pd_eks_tools.gates.review_stack",
+            "llm_pd_eks_tools.ops.review_stack",
             "--from",
             "dev",
             "--pr",
@@ -101,7 +101,7 @@ def test_serving_without_the_serving_layer_is_refused():
 )
 def test_bad_arguments_exit_2_with_one_line(args, complaint, tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "llm_pd_eks_tools.gates.review_stack", *args],
+        [sys.executable, "-m", "llm_pd_eks_tools.ops.review_stack", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -107,7 +107,7 @@ def test_jobs_are_gated_and_authenticate_by_oidc():
         assert any(u.startswith("pulumi/auth-actions@") for u in uses), name
         assert any(u.startswith("aws-actions/configure-aws-credentials@") for u in uses), name
     review = step("up", "Review stack file and its cost")["run"]
-    assert "python -m llm_pd_eks_tools.gates.review_stack" in review and '--github-output "$GITHUB_OUTPUT"' in review
+    assert "python -m llm_pd_eks_tools.ops.review_stack" in review and '--github-output "$GITHUB_OUTPUT"' in review
 
 
 def test_closed_pr_destroys_its_stack_or_nothing(tmp_path):

@@ -107,9 +107,10 @@ def test_placeholders_github_output_at_a_directory_is_a_usage_error(tmp_path):
     assert f"--github-output {tmp_path}: not a regular file" in line or "cannot be opened for appending" in line
 
 
-def test_calibrate_with_a_missing_kubeconfig_is_a_usage_error():
-    line = one_line(tool("llm_pd_eks_sizing.calibrate", "--stack", "dev", "--kubeconfig", "/nonexistent"), Exit.USAGE)
-    assert line == "calibrate: no such kubeconfig /nonexistent"
+def test_calibrate_with_a_missing_kubeconfig_is_a_usage_error(tmp_path):
+    missing = tmp_path / "no-such-kubeconfig"  # under the test's own folder: nothing else can create it
+    line = one_line(tool("llm_pd_eks_sizing.calibrate", "--stack", "dev", "--kubeconfig", str(missing)), Exit.USAGE)
+    assert line == f"calibrate: no such kubeconfig {missing}"
 
 
 @pytest.mark.parametrize("module", ["llm_pd_eks_tools.ops.preflight", "llm_pd_eks_sizing.cost_audit"])

@@ -74,7 +74,7 @@ TOOLS: dict[str, Tool] = {
         Tool("llm_pd_eks_tools.ops.destroy_check"),
         Tool("llm_pd_eks_tools.gates.pending_deletes"),
         Tool("llm_pd_eks_tools.plan.cutover_replicas", inputs=(("--stack", "dev", "--kubeconfig", "{file}"),)),
-        Tool("llm_pd_eks_tools.gates.review_stack", inputs=(("--pr", "7", "--github-output", "{file}"),)),
+        Tool("llm_pd_eks_tools.ops.review_stack", inputs=(("--pr", "7", "--github-output", "{file}"),)),
         Tool(
             "llm_pd_eks_tools.gates.promote_check", inputs=(("--from", "battery", "--to", "dev", "--root", "{root}"),)
         ),

@@ -11,8 +11,12 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from llm_pd_eks.catalog import gpu_instance_type
+from llm_pd_eks.config import ConfigError
 from llm_pd_eks_tools.core.cli import ROOT, ArgumentParser, Exit, ToolError, non_negative_seconds, one_line, seconds
 from llm_pd_eks_tools.core.io_safety import atomic_write, redact
+from llm_pd_eks_tools.core.stack import stack_config
+from llm_pd_eks_tools.core.stackfile import stack_file
 
 from .checks import Check, Expected, Status, run_checks
 from .kube import Deadline, KubeClient, kubeconfig_from_stack, load_kubeconfig, read_kubeconfig
@@ -59,16 +63,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--out", type=Path, help="where verify.json goes (default: build/verify/<stack>)")
     args = parser.parse_args(argv)
 
-    from llm_pd_eks_tools.core.stackfile import stack_file
-
     stack_file(args.stack, ROOT)  # a stack name is never a path: build/verify/<stack> stays under build/
     out = args.out if args.out is not None else OUT_DIR / args.stack
     if out.exists() and not out.is_dir():
         raise ToolError(Exit.USAGE, f"--out {out} is not a directory; give a directory for verify.json")
     # the program's config and catalog: imported here, past the arguments (they import Pulumi's SDKs)
-    from llm_pd_eks.catalog import gpu_instance_type
-    from llm_pd_eks.config import ConfigError
-    from llm_pd_eks_tools.core.stack import stack_config
 
     try:
         config = stack_config(args.stack)

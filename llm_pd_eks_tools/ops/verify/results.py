@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
 from llm_pd_eks.serving_names import ROLES
+from llm_pd_eks_sizing.model import kv_rank_floor_gbps
 
 if TYPE_CHECKING:  # the config and the catalog are read when a run builds its Expected, not on import
     from llm_pd_eks.catalog import GpuInstanceType
@@ -77,8 +78,6 @@ class Expected:
 
     @classmethod
     def from_config(cls, config: StackConfig, instance: GpuInstanceType) -> "Expected":
-        from llm_pd_eks_sizing.model import kv_rank_floor_gbps
-
         return cls(
             gpu_nodes=config.gpu_nodes.min_size,  # at least: Cluster Autoscaler owns the count above it
             availability_zone=config.gpu_nodes.availability_zone,

@@ -1,6 +1,6 @@
 """A pull request's review stack: a real, short-lived stack with the serving layer off.
 
-    python -m llm_pd_eks_tools.gates.review_stack --from dev --pr 123 [--ttl-hours 24] [--github-output FILE]
+    python -m llm_pd_eks_tools.ops.review_stack --from dev --pr 123 [--ttl-hours 24] [--github-output FILE]
 
 Writes `Pulumi.pr-<N>.yaml` from the base stack's file: the same network, cluster and system nodes,
 `servingLayer: false` (no GPU node group, device plugins, KubeRay, RayService or observability),
@@ -19,9 +19,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Optional
 
+import yaml
+
+from llm_pd_eks.config import ConfigError
 from llm_pd_eks_tools.core import stackfile
 from llm_pd_eks_tools.core.cli import ROOT, ArgumentParser, Exit, ToolError, appendable_file, exit_with, one_line
 from llm_pd_eks_tools.core.io_safety import append_text, atomic_write
+from llm_pd_eks_tools.core.stack import stack_config
+from llm_pd_eks_tools.plan.preview.figures import key_figures
+from llm_pd_eks_tools.plan.preview.mockrun import run_program
 
 PROJECT = stackfile.PROJECT
 PREFIX = "pr-"  # review stacks are `pr-<number>`; the reaper destroys only these
@@ -44,8 +50,6 @@ def review_config(base: dict[str, Any]) -> dict[str, Any]:
 
 def write_review_stack(base_stack: str, pr: int, root: Path) -> Path:
     """Write Pulumi.pr-<N>.yaml under `root` from `base_stack`'s file; returns its path."""
-    import yaml
-
     base_path = stackfile.stack_file(base_stack, root)
     stackfile.read(base_stack, root)  # the strict reader's checks, with its messages
     data = stackfile.parse(base_path.read_text(encoding="utf-8"), base_path.name) or {}
@@ -54,7 +58,7 @@ def write_review_stack(base_stack: str, pr: int, root: Path) -> Path:
     header = (
         f"# Review stack of pull request #{pr}: {base_stack}'s network, cluster and system nodes, the\n"
         "# serving layer off. Written by "
-        f"`python -m llm_pd_eks_tools.gates.review_stack --from {base_stack} --pr {pr}`.\n"
+        f"`python -m llm_pd_eks_tools.ops.review_stack --from {base_stack} --pr {pr}`.\n"
     )
     atomic_write(path, header + yaml.safe_dump(data, sort_keys=False))
     return path
@@ -62,10 +66,6 @@ def write_review_stack(base_stack: str, pr: int, root: Path) -> Path:
 
 def review_cost(stack: str, root: Path) -> dict[str, Any]:
     """The review stack's hourly cost, from its offline plan (the preview's cost figure)."""
-    from llm_pd_eks_tools.core.stack import stack_config
-    from llm_pd_eks_tools.plan.preview.figures import key_figures
-    from llm_pd_eks_tools.plan.preview.mockrun import run_program
-
     config = stack_config(stack, root)
     cost = key_figures(run_program(stack, root=root), config, config.region).cost
     return {
@@ -76,7 +76,7 @@ def review_cost(stack: str, root: Path) -> dict[str, Any]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = ArgumentParser(prog="python -m llm_pd_eks_tools.gates.review_stack", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m llm_pd_eks_tools.ops.review_stack", description=__doc__.splitlines()[0])
     parser.add_argument("--from", dest="base", default="dev", help="the stack whose layout the review stack copies")
     parser.add_argument("--pr", type=int, required=True, help="the pull request's number")
     parser.add_argument(
@@ -91,7 +91,6 @@ def main(argv: Optional[list[str]] = None) -> int:
         raise ToolError(Exit.USAGE, f"--pr {args.pr}: a pull request number is positive")
     if not 1 <= args.ttl_hours <= MAX_TTL_HOURS:
         raise ToolError(Exit.USAGE, f"--ttl-hours {args.ttl_hours}: must be 1..{MAX_TTL_HOURS} (a week at most)")
-    from llm_pd_eks.config import ConfigError
 
     stack = review_stack_name(args.pr)
     path = write_review_stack(args.base, args.pr, args.root)
