@@ -50,6 +50,7 @@ help:
 	@echo "make cost-audit STACK=dev [SINCE=7d] [PROMETHEUS=url] [JSON=1]   spend, \$$/Mtok vs make size, idle GPUs, quota, advice"
 	@echo "make size [STACK=dev] [WORKLOAD=workloads/<stack>.yaml] [WRITE=1] [JSON=1]   replicas, nodes, P:D, \$$/Mtok for a workload"
 	@echo "make facts                 regenerate the GPU instance-type table (llm_pd_eks/data, policies/data) from EC2 data, the pack's KubeRay resource-name rules, the vLLM facts (downloads the wheel)"
+	@echo "make eks-children PULUMI_EKS=<git dir of pulumi/pulumi-eks> [PULUMI_EKS_COMMIT=rev]   record what pulumi-eks's own code registers inside eks:index:Cluster (node, npm)"
 	@echo "make calibrate STACK=dev [ENDPOINT=http://host:port] [NIXLBENCH=file] [TIMEOUT=1800]   after up: measure, fit, write calibration/<stack>.yaml"
 	@echo "make realrun-dry           the GPU real run's cluster steps on this CPU with a stand-in app (docs/real-run.md)"
 	@echo "make realrun-router        Ray Serve's routers on this CPU: where the prefix arms' requests land, saved as data"
@@ -171,6 +172,16 @@ facts: $(DEV_STAMP)
 	@$(PY) -m llm_pd_eks_tools.gen_ray_resources
 	@$(PY) -m llm_pd_eks_tools.gen_resource_types
 	@$(PY) -m llm_pd_eks_tools.gen_vllm_facts
+# What pulumi-eks's plugin registers inside each stack's eks:index:Cluster, recorded by running its
+# own TypeScript (nodejs/eks at PULUMI_EKS_COMMIT, built under build/eks-children with node and npm)
+# under the Node SDK's mocks: llm_pd_eks_tools/preview/eks_children.json (the offline preview puts
+# the children back) and policies/data/eks_component_types.txt. Rerun when pulumi-eks or the
+# program's arguments to it change; a test says when they did.
+.PHONY: eks-children
+PULUMI_EKS_COMMIT ?= HEAD
+eks-children: $(DEV_STAMP)
+	@test -n $(call q,$(PULUMI_EKS)) || { echo "usage: make eks-children PULUMI_EKS=<git dir of github.com/pulumi/pulumi-eks> [PULUMI_EKS_COMMIT=<rev>]" >&2; exit 2; }
+	@$(PY) -m llm_pd_eks_tools.gen_eks_children --pulumi-eks=$(call q,$(PULUMI_EKS)) --commit=$(call q,$(PULUMI_EKS_COMMIT))
 # After `pulumi up`: vllm bench serve sweep (a Job on the system nodes, or ENDPOINT directly) and
 # nixlbench's LIBFABRIC output (NIXLBENCH) -> calibration/<stack>.yaml, used by `make size` and the preview.
 CALIBRATE_TIMEOUT = $(or $(TIMEOUT),1800)

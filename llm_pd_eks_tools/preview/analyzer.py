@@ -102,6 +102,24 @@ def _provider_resource(ref: str, by_urn: dict[str, "Registration"]) -> Optional[
     return analyzer_pb2.AnalyzerProviderResource(type=type_, properties=props, urn=urn, name=name)
 
 
+def resource_options(reg: "Registration") -> analyzer_pb2.AnalyzerResourceOptions:
+    """The options the engine hands an analyzer with a resource: protect, parent, ignoreChanges,
+    deleteBeforeReplace (and whether it was given), additionalSecretOutputs, alias URNs and
+    customTimeouts in seconds."""
+    options = analyzer_pb2.AnalyzerResourceOptions(
+        protect=reg.protect,
+        parent=reg.parent,
+        ignoreChanges=list(reg.ignore_changes),
+        deleteBeforeReplace=reg.delete_before_replace,
+        deleteBeforeReplaceDefined=reg.delete_before_replace_defined,
+        additionalSecretOutputs=list(reg.additional_secret_outputs),
+        aliases=list(reg.aliases),
+    )
+    if reg.custom_timeouts:
+        options.customTimeouts.CopyFrom(analyzer_pb2.AnalyzerResourceOptions.CustomTimeouts(**reg.custom_timeouts))
+    return options
+
+
 def to_analyzer_resource(
     reg: "Registration", by_urn: Optional[dict[str, "Registration"]] = None
 ) -> analyzer_pb2.AnalyzerResource:
@@ -116,7 +134,7 @@ def to_analyzer_resource(
         urn=reg.urn,
         name=reg.name,
         parent=reg.parent,
-        options=analyzer_pb2.AnalyzerResourceOptions(protect=reg.protect, parent=reg.parent),
+        options=resource_options(reg),
         dependencies=list(reg.dependencies),
         propertyDependencies={
             key: analyzer_pb2.AnalyzerPropertyDependencies(urns=list(urns))
@@ -370,6 +388,7 @@ __all__ = [
     "analyze_request",
     "analyze_run",
     "mandatory",
+    "resource_options",
     "run_resources",
     "to_analyzer_resource",
 ]

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from llm_pd_eks import pulumi_sdk
 from llm_pd_eks.pulumi_sdk import rpc  # the wire format's marker keys (secrets, unknowns, resource refs)
+from pulumi.output import Unknown
 from llm_pd_eks_tools.cli import ROOT, Exit, ToolError, checkout_root, fresh_out_dir
 from llm_pd_eks_tools.preview.fmt import mark_mock_values
 from llm_pd_eks_tools.preview.report import Figures, PackInfo, Report, VerdictRecord
@@ -96,7 +97,9 @@ def plain(value: Any) -> Any:
         return {k: plain(value[k]) for k in sorted(value)}  # wire maps are unordered: sort, for stable diffs
     if isinstance(value, list):
         return [plain(v) for v in value]
-    if value == rpc.UNKNOWN:
+    if isinstance(value, str) and value == rpc.UNKNOWN:
+        return UNKNOWN
+    if isinstance(value, Unknown):  # a stack output deserialized with its unknowns kept
         return UNKNOWN
     if isinstance(value, float) and value.is_integer():
         return int(value)  # protobuf carries every number as a double
@@ -120,7 +123,12 @@ def resource_records(run: "ProgramRun") -> list[dict[str, Any]]:
                 "protect": r.protect,
                 "delete_before_replace": r.delete_before_replace,
                 "retain_on_delete": r.retain_on_delete,
+                "ignore_changes": list(r.ignore_changes),
+                "custom_timeouts": dict(r.custom_timeouts),
+                "aliases": list(r.aliases),
                 "provider": r.provider,
+                "provider_version": r.version,
+                "recorded_by": r.recorded_by,
                 "dependencies": sorted(r.dependencies),
                 "property_dependencies": {k: sorted(v) for k, v in sorted(r.property_dependencies.items())},
                 "inputs": mark_mock_values(plain(json_format.MessageToDict(r.inputs_struct)), mock),
@@ -304,10 +312,14 @@ def preview(
     run: Optional["ProgramRun"] = None,
     progress: Callable[[str], None] = stderr_progress,
     policy_timeout: Optional[float] = None,
+    first_preview: bool = False,
 ) -> PreviewResult:
     """Run the whole preview and write its artifacts. Raises ToolError on expected failures.
 
     `run` reuses an existing ProgramRun of the same stack and root (tests share one per stack).
+    `first_preview`: as the first `pulumi preview` of a new stack, every id and computed output unknown.
+    The children pulumi-eks's plugin registers are put back under its component from the recorded
+    facts (llm_pd_eks_tools/preview/remote_children.py).
     """
     root, out = checked_paths(stack, root, out)
     timings: dict[str, float] = {}
@@ -330,12 +342,15 @@ def preview(
 
             t = time.perf_counter()
             try:
-                run = run_program(stack, engine_config, secret_keys, root=root)
+                run = run_program(stack, engine_config, secret_keys, root=root, first_preview=first_preview)
             except SystemExit as error:  # the program's own sys.exit: its failure, not the preview's verdict
                 raise ToolError(Exit.PROGRAM, f"the program failed: it called sys.exit({error.code!r})") from None
             except Exception as error:
                 raise _program_error(error, root) from None
             timings["program"] = time.perf_counter() - t
+        from llm_pd_eks_tools.preview.remote_children import splice
+
+        run, remote_warnings = splice(run, first_preview=first_preview)
         progress(f"recorded {len(run.resources)} registrations")
 
         verdicts: list[VerdictRecord] = []
@@ -375,7 +390,9 @@ def preview(
         resource_count=len(records),
         stack_outputs=plain(run.stack_outputs),
     )
-    result = PreviewResult(out, run, report, records, timings, warnings=_placeholder_warnings(config, stack, root))
+    result = PreviewResult(
+        out, run, report, records, timings, warnings=remote_warnings + _placeholder_warnings(config, stack, root)
+    )
     write_artifacts(result)
     timings["artifacts"] = time.perf_counter() - t
     timings["total"] = time.perf_counter() - t0
