@@ -157,7 +157,7 @@ def generate(git_dir: Path, commit: str, work: Path, build: bool = True, root: P
     impl = work / "src" / "nodejs" / "eks"
     package = json.loads((impl / "package.json").read_text())
     substitutions = json.loads((impl / "substitutions.json").read_text())
-    locked = {name: version for name, version in package["dependencies"].items()}
+    locked = dict(package["dependencies"])
     locked.update({name: s["locked"] for name, s in substitutions.items()})
     facts: dict[str, Any] = {
         "regenerate": REGENERATE,

@@ -23,9 +23,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from pulumi.output import Unknown
+
 from llm_pd_eks import pulumi_sdk
 from llm_pd_eks.pulumi_sdk import rpc  # the wire format's marker keys (secrets, unknowns, resource refs)
-from pulumi.output import Unknown
 from llm_pd_eks_tools.cli import ROOT, Exit, ToolError, checkout_root, fresh_out_dir
 from llm_pd_eks_tools.preview.fmt import mark_mock_values
 from llm_pd_eks_tools.preview.report import Figures, PackInfo, Report, VerdictRecord

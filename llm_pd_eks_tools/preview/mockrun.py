@@ -310,13 +310,12 @@ def _alias_urns(request: Any, urn: str) -> list[str]:
             chain = ""
         elif kind == "parentUrn":
             # the root stack's children carry no parent type (the stack is in no URN's chain)
-            parent_types = (spec.parentUrn.split("::") + ["", "", ""])[2]
+            parent_types = [*spec.parentUrn.split("::"), "", "", ""][2]
             chain = "" if parent_types in ("", "pulumi:pulumi:Stack") else parent_types + "$"
         else:
             chain = "$".join(types.split("$")[:-1]) + "$" if "$" in types else ""
-        urns.append(
-            f"urn:pulumi:{spec.stack or stack}::{spec.project or project}::{chain}{spec.type or own_type}::{spec.name or name}"
-        )
+        where = f"urn:pulumi:{spec.stack or stack}::{spec.project or project}"
+        urns.append(f"{where}::{chain}{spec.type or own_type}::{spec.name or name}")
     return urns
 
 
