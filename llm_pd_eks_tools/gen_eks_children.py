@@ -38,6 +38,8 @@ COMPONENT = "eks:index:Cluster"
 MODES = ("known", "first-preview")
 NODE_TIMEOUT_S = 300  # one construct under mocks takes seconds
 BUILD_TIMEOUT_S = 1800  # npm install of the locked SDKs and tsc
+# The wire form's resource reference (pulumi/sdk rpc: the signature key and the resource signature).
+SIG_KEY, RESOURCE_SIG = "4dabf18193072939515e22adb298388d", "5cf8f73096256a8f31e491e813e4eb8e"
 REGENERATE = "make eks-children PULUMI_EKS=<git dir of github.com/pulumi/pulumi-eks> [PULUMI_EKS_COMMIT=<rev>]"
 
 
@@ -75,6 +77,16 @@ def _children(recorded: list[dict[str, Any]], locked: dict[str, str]) -> list[di
     def ref(urn: str) -> Any:
         return urns.get(urn, urn)
 
+    def inputs(value: Any) -> Any:
+        """Resource references keep their shape; their URN becomes the position it names."""
+        if isinstance(value, list):
+            return [inputs(v) for v in value]
+        if isinstance(value, dict):
+            if value.get(SIG_KEY) == RESOURCE_SIG:
+                return {**value, "urn": ref(value["urn"])}
+            return {k: inputs(v) for k, v in value.items()}
+        return value
+
     out = []
     for r in children:
         out.append(
@@ -86,7 +98,7 @@ def _children(recorded: list[dict[str, Any]], locked: dict[str, str]) -> list[di
                 "protect": r["protect"],
                 "version": locked.get(_package(r["type"]), r["version"]),
                 "id": r.get("id", ""),
-                "inputs": r["object"],
+                "inputs": inputs(r["object"]),
                 "dependencies": [ref(u) for u in r["dependencies"]],
                 "propertyDependencies": {k: [ref(u) for u in v] for k, v in sorted(r["propertyDependencies"].items())},
                 "ignoreChanges": r["ignoreChanges"],

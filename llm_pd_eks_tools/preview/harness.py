@@ -127,7 +127,7 @@ def resource_records(run: "ProgramRun") -> list[dict[str, Any]]:
                 "ignore_changes": list(r.ignore_changes),
                 "custom_timeouts": dict(r.custom_timeouts),
                 "aliases": list(r.aliases),
-                "provider": r.provider,
+                "provider": r.provider.replace(rpc.UNKNOWN, UNKNOWN),  # `urn::id`, the id unknown before it exists
                 "provider_version": r.version,
                 "recorded_by": r.recorded_by,
                 "dependencies": sorted(r.dependencies),

@@ -60,10 +60,35 @@ def children_of(component: Registration, recorded: dict[str, Any], mode: str) ->
             return component.urn if value == -1 else urns[value]
         return value
 
+    ids = [child["id"] if mode == "known" else "" for child in children]
+
+    def wire(value: Any) -> Any:
+        """The recorded inputs with each resource reference naming its child's URN in this plan."""
+        if isinstance(value, list):
+            return [wire(v) for v in value]
+        if isinstance(value, dict):
+            if value.get(rpc._special_sig_key) == rpc._special_resource_sig:
+                position = value["urn"]
+                return {**value, "urn": ref(position), "id": ids[position] if isinstance(position, int) else ""}
+            return {k: wire(v) for k, v in value.items()}
+        return value
+
+    def without_refs(value: Any) -> Any:
+        """Resource references as their id (or URN while unknown): what `inputs` holds for a reference."""
+        if isinstance(value, list):
+            return [without_refs(v) for v in value]
+        if isinstance(value, dict):
+            if value.get(rpc._special_sig_key) == rpc._special_resource_sig:
+                return value["id"] or value["urn"]
+            return {k: without_refs(v) for k, v in value.items()}
+        return value
+
     made: list[Registration] = []
-    for child, urn in zip(children, urns):
+    for child, urn, own_id in zip(children, urns, ids):
         struct = struct_pb2.Struct()
-        struct.update(child["inputs"])
+        struct.update(wire(child["inputs"]))
+        plain = struct_pb2.Struct()
+        plain.update(without_refs(wire(child["inputs"])))
         timeouts = child.get("customTimeouts") or {}
         made.append(
             Registration(
@@ -76,9 +101,9 @@ def children_of(component: Registration, recorded: dict[str, Any], mode: str) ->
                 provider="",  # the default provider of `version`, as the engine picks it
                 dependencies=[ref(u) for u in child["dependencies"]],
                 property_dependencies={k: [ref(u) for u in v] for k, v in child["propertyDependencies"].items()},
-                inputs=rpc.deserialize_properties(struct),
+                inputs=rpc.deserialize_properties(plain),
                 inputs_struct=struct,
-                id=child["id"] if mode == "known" else "",
+                id=own_id,
                 ignore_changes=list(child["ignoreChanges"]),
                 delete_before_replace=bool(child["deleteBeforeReplace"]),
                 retain_on_delete=bool(child["retainOnDelete"]),

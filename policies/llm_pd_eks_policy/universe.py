@@ -100,6 +100,15 @@ UNIVERSE_CONFIG: dict[str, dict[str, Any]] = {
         "description": "Pulumi resource names the pack may leave unjudged whatever their type",
         "default": [],
     },
+    "onlyProjects": {
+        "type": "array",
+        "items": {"type": "string"},
+        "description": "Pulumi project names (fnmatch patterns) whose resources this policy refuses when no rule "
+        "judges their type; empty: every project's. In a policy group shared with other projects, name this "
+        "project: their Lambda functions or databases are theirs to judge (the other rules still judge what "
+        "any project's resources express: GPU capacity, security groups, EKS endpoints, workloads)",
+        "default": [],
+    },
 }
 
 
@@ -145,6 +154,10 @@ def verdict(resource_type: str, urn: str, name: str, props: Any, config: dict[st
         if not set_inputs:
             return None
     if name in (config.get("allowResources") or []):
+        return None
+    only = config.get("onlyProjects") or []
+    project = urn.split("::")[1] if urn.count("::") >= 3 else ""
+    if only and not any(fnmatch.fnmatchcase(project, str(p)) for p in only):
         return None
     if any(fnmatch.fnmatchcase(resource_type, str(p)) for p in config.get("allowTypes") or []):
         return None
