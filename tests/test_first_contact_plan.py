@@ -31,7 +31,7 @@ CHILD_TYPES = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _first_preview(stack: str):
     return run_program(stack, first_preview=True)
 
