@@ -233,3 +233,22 @@ def test_the_preview_records_the_children_and_judges_a_first_preview(tmp_path, p
     inner = next(r for r in recorded if r["type"] == INNER)
     assert inner["inputs"]["roleArn"] == harness.UNKNOWN
     assert rpc.UNKNOWN not in json.dumps(records)  # the wire sentinel never reaches the artifact
+
+
+def test_the_docs_quote_the_versions_and_policies_the_plan_holds(programs):
+    """docs/cluster-access.md and docs/preview.md quote the provider versions and the access policies."""
+    import importlib.metadata
+
+    from helpers import ROOT
+
+    from llm_pd_eks.cluster import PREVIEW_POLICY
+
+    access = (ROOT / "docs" / "cluster-access.md").read_text()
+    preview_doc = (ROOT / "docs" / "preview.md").read_text()
+    facts = load_facts()
+    aws_locked = facts["sdk_versions"]["locked"]["@pulumi/aws"]
+    assert f"`@pulumi/aws` {aws_locked}" in access and f"`@pulumi/aws` {aws_locked}" in preview_doc
+    assert f"pulumi-aws {importlib.metadata.version('pulumi-aws')}" in access
+    assert PREVIEW_POLICY.rsplit("/", 1)[1] in access
+    assert facts["pulumi_eks"]["describe"] in preview_doc
+    assert f"default_{aws_locked.replace('.', '_')}" in preview_doc
