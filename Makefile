@@ -34,7 +34,7 @@ endif
 .PHONY: help venv venv-dev test test-unit test-binaries lock preview preview-diff preflight lint promote-check placeholders resolve-image calibrate
 
 help:
-	@echo "make preview [STACK=dev]   offline preview of a stack: plan, policy verdicts, figures"
+	@echo "make preview [STACK=dev] [FIRST=1]   offline preview of a stack: plan, policy verdicts, figures (FIRST=1: as a first preview)"
 	@echo "make preview-diff BASE=<git rev> [STACK=dev]   the preview of BASE vs this working tree, as a diff"
 	@echo "make test                  the test suite (offline; installs promtool/Prometheus/Alertmanager if missing)"
 	@echo "make test-unit             the fast tier only: components with Pulumi's public mocks"
@@ -99,8 +99,9 @@ lock: $(STAMP)
 	@$(LOCK) --extra preview -o requirements-preview.txt
 	@$(LOCK) --all-extras --group test --group lint -o requirements-dev.txt
 
+# FIRST=1: as the first `pulumi preview` of a new stack (every id and computed output unknown).
 preview: $(STAMP)
-	@$(PY) -m llm_pd_eks_tools.preview --stack=$(call q,$(STACK))
+	@$(PY) -m llm_pd_eks_tools.preview --stack=$(call q,$(STACK)) $(if $(FIRST),--first-preview)
 
 # Previews BASE (in a temporary git worktree) and the working tree; writes build/preview-diff/<stack>/diff.md.
 preview-diff: $(STAMP)

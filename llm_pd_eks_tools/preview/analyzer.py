@@ -4,8 +4,9 @@ The Pulumi CLI runs a Python policy pack as `python -m pulumi.policy <engine-add
 the pack's `PolicyPack(...)` starts an Analyzer gRPC server on 127.0.0.1:0 and prints the port on
 stdout. The engine then calls GetAnalyzerInfo, Configure (the policy config, with each policy's
 schema defaults filled in and an enforcement level for every policy), Analyze once per resource and
-AnalyzeStack once with every resource. This module does the same, so tests and the offline preview
-judge exactly what a `pulumi preview --policy-pack policies` would.
+AnalyzeStack once with every resource. This module makes the same calls, so tests and the offline
+preview judge what a `pulumi preview --policy-pack policies` would, with the differences
+docs/preview.md lists (inputs not Check-ed, AnalyzeStack given inputs rather than outputs, ...).
 
 The engine address is parsed but never dialled by `pulumi.policy` (see its `__main__`: logging
 falls back to stderr without a configured engine), so no fake Engine service is needed.

@@ -4,8 +4,11 @@ One harness for the tests, the policy checks and the offline preview. The stack'
 the program exactly as the engine hands it over: `project:key` -> string (objects as JSON text),
 secure values replaced by a marked placeholder and listed as secret keys.
 
-What a mock monitor sees is what the engine would: type, name, parent, dependencies, property
-dependencies, inputs (as the protobuf Struct, secrets and unknowns still marked), protect.
+A mock monitor sees what the engine's monitor would: type, name, parent, dependencies, property
+dependencies, inputs (as the protobuf Struct, secrets and unknowns still marked) and the resource
+options; not what the engine adds itself (default providers, Check-ed inputs, full URN chains) nor
+what a remote component registers (llm_pd_eks_tools/preview/remote_children.py puts pulumi-eks's
+back). docs/preview.md lists every difference.
 """
 
 from __future__ import annotations
