@@ -145,9 +145,14 @@ def record(impl_dir: Path, request: dict[str, Any], work: Path) -> dict[str, Any
 
 
 def _git(git_dir: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", f"--git-dir={git_dir}", *args], capture_output=True, text=True, check=True, timeout=60
-    ).stdout.strip()
+    done = subprocess.run(["git", f"--git-dir={git_dir}", *args], capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise ToolError(
+            Exit.USAGE,
+            f"git {' '.join(args)} in {git_dir}: {done.stderr.strip()[:200]} (--pulumi-eks takes the git dir of a "
+            "clone of github.com/pulumi/pulumi-eks, e.g. its .git folder)",
+        )
+    return done.stdout.strip()
 
 
 def generate(git_dir: Path, commit: str, work: Path, build: bool = True, root: Path = ROOT) -> dict[str, Any]:
@@ -161,11 +166,16 @@ def generate(git_dir: Path, commit: str, work: Path, build: bool = True, root: P
     described = _git(git_dir, "describe", "--tags", sha)
     work.mkdir(parents=True, exist_ok=True)
     if build:
-        subprocess.run(
-            ["bash", str(SCRIPTS / "build.sh"), str(git_dir), sha, str(work / "src")],
-            check=True,
-            timeout=BUILD_TIMEOUT_S,
-        )
+        try:
+            subprocess.run(
+                ["bash", str(SCRIPTS / "build.sh"), str(git_dir), sha, str(work / "src")],
+                check=True,
+                timeout=BUILD_TIMEOUT_S,
+            )
+        except subprocess.CalledProcessError as error:
+            raise ToolError(
+                Exit.FAILED, f"building pulumi-eks {described} failed (exit {error.returncode}): needs node and npm"
+            ) from None
     impl = work / "src" / "nodejs" / "eks"
     package = json.loads((impl / "package.json").read_text())
     substitutions = json.loads((impl / "substitutions.json").read_text())
