@@ -50,5 +50,5 @@ fs.writeFileSync("package.json", JSON.stringify({ name: "pulumi-eks-impl", priva
 JS
 npm install --no-audit --no-fund --ignore-scripts --loglevel=error
 # Only the implementation: upstream's own tests need jest, which the build leaves out.
-find . -path ./node_modules -prune -o -name '*.test.ts' -print -exec rm {} +
+find . -path ./node_modules -prune -o -name '*.test.ts' -exec rm {} +
 npx --no-install tsc -p tsconfig.json
