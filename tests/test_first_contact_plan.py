@@ -252,3 +252,39 @@ def test_the_docs_quote_the_versions_and_policies_the_plan_holds(programs):
     assert PREVIEW_POLICY.rsplit("/", 1)[1] in access
     assert facts["pulumi_eks"]["describe"] in preview_doc
     assert f"default_{aws_locked.replace('.', '_')}" in preview_doc
+
+
+def test_the_preview_warns_when_the_record_does_not_fit(tmp_path):
+    """A stack whose arguments to pulumi-eks changed: one WARNING line names the command to rerun."""
+    import os
+    import subprocess
+    import sys
+
+    from helpers import ROOT, copy_checkout
+
+    root = copy_checkout(tmp_path / "checkout")
+    stack_file = root / "Pulumi.dev.yaml"
+    text = stack_file.read_text()
+    assert "  llm-pd-eks:cluster:\n" in text
+    stack_file.write_text(
+        text.replace("  llm-pd-eks:cluster:\n", '  llm-pd-eks:cluster:\n    kubernetesVersion: "1.34"\n')
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llm_pd_eks_tools.preview",
+            "--stack=dev",
+            f"--root={root}",
+            f"--out={tmp_path / 'out'}",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    lines = [line for line in done.stdout.splitlines() if "pulumi-eks" in line and line.startswith("WARNING")]
+    assert len(lines) == 1 and "recorded for other inputs" in lines[0] and "make eks-children" in lines[0], done.stdout

@@ -349,9 +349,9 @@ def preview(
             except Exception as error:
                 raise _program_error(error, root) from None
             timings["program"] = time.perf_counter() - t
-        from llm_pd_eks_tools.preview.remote_children import splice
+        from llm_pd_eks_tools.preview.remote_children import facts_of, splice
 
-        run, remote_warnings = splice(run, first_preview=first_preview)
+        run, remote_warnings = splice(run, first_preview=first_preview, facts=facts_of(root))
         progress(f"recorded {len(run.resources)} registrations")
 
         verdicts: list[VerdictRecord] = []
@@ -392,7 +392,12 @@ def preview(
         stack_outputs=plain(run.stack_outputs),
     )
     result = PreviewResult(
-        out, run, report, records, timings, warnings=remote_warnings + _placeholder_warnings(config, stack, root)
+        out,
+        run,
+        report,
+        records,
+        timings,
+        warnings=[f"WARNING: {w}" for w in remote_warnings] + _placeholder_warnings(config, stack, root),
     )
     write_artifacts(result)
     timings["artifacts"] = time.perf_counter() - t

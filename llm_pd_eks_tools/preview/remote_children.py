@@ -32,6 +32,13 @@ def load_facts(path: Path = FACTS) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+def facts_of(root: Path) -> dict[str, Any]:
+    """The facts a checkout recorded for its own program (`{}` where it has none, e.g. an older
+    revision previewed by preview-diff): children are put back only from the checkout they fit."""
+    path = root / FACTS.relative_to(FACTS.parents[2])
+    return load_facts(path) if path.is_file() else {}
+
+
 def _digest(reg: Registration) -> str:
     from google.protobuf import json_format
 
