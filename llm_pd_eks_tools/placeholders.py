@@ -98,7 +98,8 @@ def _accounts(config: StackConfig) -> Iterator[tuple[str, str]]:
         yield "serving.image", config.serving.image
     for arn in config.cluster.admin_principal_arns:
         yield "cluster.adminPrincipalArns", arn
-    for arn in config.cluster.preview_principal_arns:
+    # getattr: `make preview-diff` runs these tools on an older revision's config model too
+    for arn in getattr(config.cluster, "preview_principal_arns", []):
         yield "cluster.previewPrincipalArns", arn
 
 

@@ -288,3 +288,15 @@ def test_the_preview_warns_when_the_record_does_not_fit(tmp_path):
     )
     lines = [line for line in done.stdout.splitlines() if "pulumi-eks" in line and line.startswith("WARNING")]
     assert len(lines) == 1 and "recorded for other inputs" in lines[0] and "make eks-children" in lines[0], done.stdout
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_the_put_back_inner_cluster_is_priced_once(stack, programs):
+    from llm_pd_eks_tools.preview.figures import key_figures
+    from llm_pd_eks_tools.preview.mockrun import stack_config
+
+    config = stack_config(stack)
+    before = key_figures(programs(stack), config, config.region)
+    after = key_figures(_spliced(programs, stack, "known"), config, config.region)
+    assert before.eks_clusters == after.eks_clusters == 1
+    assert before.cost == after.cost
