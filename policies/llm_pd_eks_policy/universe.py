@@ -4,15 +4,19 @@ Deny lists never close: a CloudFormation stack, a Batch compute environment, an 
 template or security-group ingress, an operator's CRD running vLLM each pass every rule that does not
 know its type. So the pack states what it knows instead:
 
-- judged: the types its rules read (`JUDGED`, each with the rules that judge it), the components of
-  the program being judged (their children are registered and judged one by one), and any Kubernetes
-  object that carries a pod template (judged as a workload by the serving rules, whatever its kind);
+- judged: the types its rules read (`JUDGED`, each with the rules that judge it); components, which
+  register no cloud object themselves while the engine sends each of their children here: the
+  program's own (`<project>:index:*`), any type of the `llm-pd-eks` component package in any project,
+  and pulumi-eks's (`policies/data/eks_component_types.txt`, generated from its schema and from what
+  its own code registers); and any Kubernetes object that carries a pod template (judged as a
+  workload by the serving rules, whatever its kind);
 - inert: `policies/data/inert_types.txt`, one type and its reason a line, generated from the installed
   providers' schemas by `llm_pd_eks_tools/gen_resource_types.py` (`make facts`); a line may name
   inputs that make the type no longer inert (an EIP attached to an instance);
 - everything else, a new provider release's new types included, is refused by `unjudgeable-type`
   unless the policy config names the type (`allowTypes`, fnmatch patterns) or the resource
-  (`allowResources`) once it is checked elsewhere.
+  (`allowResources`) once it is checked elsewhere, or names the projects the universe closes on
+  (`onlyProjects`, for a policy group shared with other projects).
 """
 
 from __future__ import annotations
