@@ -184,6 +184,15 @@ def find_placeholders(
                 f"pin it with `make resolve-image STACK={stack}`",
             )
         )
+    if config.protect and not config.cluster.admin_principal_arns:
+        found.append(
+            Placeholder(
+                f"{PROJECT}:cluster.adminPrincipalArns",
+                "[]",
+                "a protected stack whose only cluster admin would be the deploy role (EKS's bootstrap entry for "
+                "the cluster's creator): name a person's or break-glass role (docs/cluster-access.md)",
+            )
+        )
     if not config.cluster.public_access_cidrs and not (runner or config.deploy.runner_label):
         found.append(
             Placeholder(

@@ -51,3 +51,14 @@ def test_an_example_account_in_the_preview_list_is_a_placeholder():
 def test_principals_may_differ_between_environments():
     for key in ("adminPrincipalArns", "previewPrincipalArns"):
         assert any(fnmatchcase(f"{PROJECT}:cluster.{key}", glob) for glob in PER_ENVIRONMENT)
+
+
+def test_a_protected_stack_needs_an_admin_besides_the_deploy_role():
+    """The deploy gate refuses it (a placeholder finding); an unprotected stack is left to its owner."""
+    key = f"{PROJECT}:cluster.adminPrincipalArns"
+    protected = validate_values(merged(GOOD, {"protect": True}))
+    (found,) = [p for p in find_placeholders(protected, None) if p.key == key]
+    assert "deploy role" in str(found) and "docs/cluster-access.md" in str(found)
+    named = validate_values(merged(GOOD, {"protect": True, "cluster": {"adminPrincipalArns": [ADMIN]}}))
+    assert [p for p in find_placeholders(named, None) if p.key == key] == []
+    assert [p for p in find_placeholders(validate_values(GOOD), None) if p.key == key] == []
