@@ -89,6 +89,9 @@ def _children(recorded: list[dict[str, Any]], locked: dict[str, str]) -> list[di
 
     out = []
     for r in children:
+        specs = [a for a in r["aliasSpecs"] if not a.get("urn")]
+        if specs:  # none at the recorded commit; resolving a spec needs the engine's rules, not guessed here
+            raise ToolError(Exit.FAILED, f"{r['type']} {r['name']}: alias specs {specs} are not resolved to URNs")
         out.append(
             {
                 "type": r["type"],
@@ -106,7 +109,7 @@ def _children(recorded: list[dict[str, Any]], locked: dict[str, str]) -> list[di
                 "deleteBeforeReplace": r["deleteBeforeReplace"],
                 "deleteBeforeReplaceDefined": r["deleteBeforeReplaceDefined"],
                 "additionalSecretOutputs": r["additionalSecretOutputs"],
-                "aliasSpecs": r["aliasSpecs"],
+                "aliases": [a["urn"] for a in r["aliasSpecs"]] + list(r.get("aliasURNs", [])),
                 "customTimeouts": r["customTimeouts"],
                 "retainOnDelete": r["retainOnDelete"],
             }

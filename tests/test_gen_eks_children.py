@@ -30,6 +30,7 @@ def _reg(type_, name, parent, custom=True, obj=None, deps=(), version="7.25.0"):
         "deleteBeforeReplaceDefined": False,
         "additionalSecretOutputs": [],
         "aliasSpecs": [],
+        "aliasURNs": [],
         "customTimeouts": {"create": "15m", "update": "", "delete": "1h30m"},
         "retainOnDelete": None,
         "id": f"{name}-id",

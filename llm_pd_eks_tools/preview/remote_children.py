@@ -117,6 +117,7 @@ def children_of(component: Registration, recorded: dict[str, Any], mode: str) ->
                 delete_before_replace_defined=bool(child["deleteBeforeReplaceDefined"]),
                 additional_secret_outputs=list(child["additionalSecretOutputs"]),
                 custom_timeouts={k: duration_seconds(v) for k, v in timeouts.items() if v},
+                aliases=list(child.get("aliases", [])),
                 version=child["version"],
                 recorded_by=RECORDED_BY,
             )
