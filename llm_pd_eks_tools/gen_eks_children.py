@@ -20,6 +20,7 @@ program's arguments to it change (a test says when they did). Needs git, node an
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import subprocess
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import Any, Optional
 from google.protobuf import json_format
 
 from llm_pd_eks_tools.cli import ROOT, ArgumentParser, Exit, ToolError, run
+from llm_pd_eks_tools.preview.mockrun import run_program, stack_config, stacks
 
 PROG = "gen-eks-children"
 FACTS = ROOT / "llm_pd_eks_tools" / "preview" / "eks_children.json"
@@ -161,10 +163,6 @@ def _git(git_dir: Path, *args: str) -> str:
 def generate(git_dir: Path, commit: str, work: Path, build: bool = True, root: Path = ROOT) -> dict[str, Any]:
     """Build pulumi-eks at `commit` (unless `build` is False and `work` holds the build) and record
     every stack in both modes."""
-    import importlib.metadata
-
-    from llm_pd_eks_tools.preview.mockrun import run_program, stack_config, stacks
-
     sha = _git(git_dir, "rev-parse", f"{commit}^{{commit}}")
     described = _git(git_dir, "describe", "--tags", sha)
     work.mkdir(parents=True, exist_ok=True)

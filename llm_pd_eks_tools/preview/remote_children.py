@@ -5,8 +5,8 @@ Under mocks a remote component (`eks:index:Cluster`) registers nothing below its
 `aws:eks/cluster:Cluster`, the OIDC provider and a Kubernetes provider, and the engine sends each to
 the policy pack. `llm_pd_eks_tools/gen_eks_children.py` recorded them by running pulumi-eks's own
 implementation (`eks_children.json`); this module inserts them after their component, under their
-parent, with full URNs, their dependencies and their resource options, so the plan the preview
-records and judges holds what the engine's would.
+parent, with URNs formed as the mock monitor forms the rest of the plan's, their dependencies and
+their resource options, so the plan the preview records and judges holds what the engine's would.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from google.protobuf import struct_pb2
+from google.protobuf import json_format, struct_pb2
 
 from llm_pd_eks.pulumi_sdk import rpc
+from llm_pd_eks_tools.gen_eks_children import inputs_digest
 from llm_pd_eks_tools.preview.mockrun import ProgramRun, Registration, duration_seconds
 
 FACTS = Path(__file__).resolve().parent / "eks_children.json"
@@ -40,10 +41,6 @@ def facts_of(root: Path) -> dict[str, Any]:
 
 
 def _digest(reg: Registration) -> str:
-    from google.protobuf import json_format
-
-    from llm_pd_eks_tools.gen_eks_children import inputs_digest
-
     return inputs_digest(json_format.MessageToDict(reg.inputs_struct))
 
 
