@@ -16,7 +16,7 @@ DEV_STAMP := $(if $(STAMP),$(VENV)/.installed-dev-$(shell cat requirements-previ
 # expands an exported variable's value to build their environment, running a `$(shell ...)` in it).
 # The tools get every value as an option (`$(call v,NAME)`), never from the environment.
 USER_VARS := STACK WORKLOAD TIMEOUT KUBECONFIG SINCE ENDPOINT NIXLBENCH RUNNER FROM TO BASE PROMETHEUS JSON STRICT WRITE
-USER_VARS += PULUMI_STACK
+USER_VARS += PULUMI_STACK FIRST PULUMI_EKS PULUMI_EKS_COMMIT
 STACK ?= dev
 FROM ?= staging
 TO ?= prod
@@ -48,7 +48,7 @@ endif
 .PHONY: help venv venv-dev test test-fast test-binaries lock preview preview-diff preflight lint promote-check placeholders resolve-image calibrate
 
 help:
-	@echo "make preview [STACK=dev]   offline preview of a stack: plan, policy verdicts, figures"
+	@echo "make preview [STACK=dev] [FIRST=1]   offline preview of a stack: plan, policy verdicts, figures (FIRST=1: as a first preview)"
 	@echo "make preview-diff BASE=<git rev> [STACK=dev]   the preview of BASE vs this working tree, as a diff"
 	@echo "make test                  the test suite (offline; installs promtool/Prometheus/Alertmanager if missing)"
 	@echo "make test-fast             the inner loop: the unit tier (functions, components with Pulumi's mocks, the sizing model)"
@@ -67,6 +67,7 @@ help:
 	@echo "make cost-audit STACK=dev [SINCE=7d] [PROMETHEUS=url] [JSON=1]   spend, \$$/Mtok vs make size, idle GPUs, quota, advice"
 	@echo "make size [STACK=dev] [WORKLOAD=workloads/<stack>.yaml] [WRITE=1] [JSON=1]   replicas, nodes, P:D, \$$/Mtok for a workload"
 	@echo "make facts                 regenerate the GPU instance-type table (llm_pd_eks/data, policies/data) from EC2 data, the pack's KubeRay resource-name rules, the vLLM facts (downloads the wheel)"
+	@echo "make eks-children PULUMI_EKS=<git dir of pulumi/pulumi-eks> [PULUMI_EKS_COMMIT=rev]   record what pulumi-eks's own code registers inside eks:index:Cluster (node, npm)"
 	@echo "make calibrate STACK=dev [ENDPOINT=http://host:port] [NIXLBENCH=file] [TIMEOUT=1800]   after up: measure, fit, write calibration/<stack>.yaml"
 	@echo "make realrun-dry           the GPU real run's cluster steps on this CPU with a stand-in app (docs/real-run.md)"
 	@echo "make realrun-router        Ray Serve's routers on this CPU: where the prefix arms' requests land, saved as data"
@@ -117,8 +118,9 @@ lock: $(STAMP)
 	@$(LOCK) --extra preview -o requirements-preview.txt
 	@$(LOCK) --all-extras --group test --group lint -o requirements-dev.txt
 
+# FIRST=1: as the first `pulumi preview` of a new stack (every id and computed output unknown).
 preview: $(STAMP)
-	@$(PY) -m llm_pd_eks_tools.plan.preview --stack=$(call v,STACK)
+	@$(PY) -m llm_pd_eks_tools.plan.preview --stack=$(call v,STACK) $(if $(value FIRST),--first-preview)
 
 # Previews BASE (in a temporary git worktree) and the working tree; writes build/preview-diff/<stack>/diff.md.
 preview-diff: $(STAMP)
@@ -208,6 +210,15 @@ facts: $(DEV_STAMP)
 	@$(PY) -m llm_pd_eks_tools.maint.gen_ray_resources
 	@$(PY) -m llm_pd_eks_tools.maint.gen_resource_types
 	@$(PY) -m llm_pd_eks_tools.maint.gen_vllm_facts
+# What pulumi-eks's plugin registers inside each stack's eks:index:Cluster, recorded by running its
+# own TypeScript (nodejs/eks at PULUMI_EKS_COMMIT, built under build/eks-children with node and npm)
+# under the Node SDK's mocks: llm_pd_eks_tools/plan/preview/eks_children.json (the offline preview puts
+# the children back) and policies/data/eks_component_types.txt. Rerun when pulumi-eks or the
+# program's arguments to it change; a test says when they did.
+.PHONY: eks-children
+eks-children: $(DEV_STAMP)
+	@test -n $(call v,PULUMI_EKS) || { echo "usage: make eks-children PULUMI_EKS=<git dir of github.com/pulumi/pulumi-eks> [PULUMI_EKS_COMMIT=<rev>]" >&2; exit 2; }
+	@$(PY) -m llm_pd_eks_tools.maint.gen_eks_children --pulumi-eks=$(call v,PULUMI_EKS) --commit=$(call q,$(or $(value PULUMI_EKS_COMMIT),HEAD))
 # After `pulumi up`: vllm bench serve sweep (a Job on the system nodes, or ENDPOINT directly) and
 # nixlbench's LIBFABRIC output (NIXLBENCH) -> calibration/<stack>.yaml, used by `make size` and the preview.
 CALIBRATE_TIMEOUT = $(or $(value TIMEOUT),1800)

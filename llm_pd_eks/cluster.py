@@ -29,6 +29,10 @@ CNI_POLICY = "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy"
 # The VPC CNI's DaemonSet runs as kube-system/aws-node (the add-on's service account).
 CNI_SERVICE_ACCOUNT = ("kube-system", "aws-node")
 _ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+# Read-only, Secrets included: a refreshed preview reads every object the stack manages, the
+# program's own Secrets among them (AmazonEKSViewPolicy cannot read Secrets;
+# https://docs.aws.amazon.com/eks/latest/userguide/access-policy-permissions.html).
+PREVIEW_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSAdminViewPolicy"
 
 
 def control_plane_log_group(cluster_name: str) -> str:
@@ -71,9 +75,8 @@ class ClusterArgs:
     vpc_id: pulumi.Input[str]
     """The VPC the control plane's ENIs are placed in."""
     private_subnet_ids: Sequence[pulumi.Input[str]]
-    """The private subnets, one per availability zone; EKS needs subnets in at least two."""
-    public_subnet_ids: Sequence[pulumi.Input[str]]
-    """The public subnets (internet-facing load balancers)."""
+    """The private subnets, one per availability zone; EKS needs subnets in at least two. The control
+    plane's ENIs go only here (internet-facing load balancers find the public subnets by their tags)."""
     protect: bool = False
     """protect=True on the control plane, so `pulumi destroy` must be a deliberate act."""
     tags: dict[str, str] | None = None
@@ -161,17 +164,25 @@ class Cluster(pulumi.ComponentResource):
 
         # Keyed by principal: the key names pulumi-eks's AccessEntry resource, so removing one admin
         # leaves the others' entries alone (an index would shift and replace every later entry).
+        # The identity that creates the cluster (the deploy role) also gets EKS's bootstrap entry:
+        # pulumi-eks sets `bootstrapClusterCreatorAdminPermissions: true` whenever authentication
+        # mode is given (v4.3.0 nodejs/eks/cluster/cluster.ts), and `up` needs it to apply the
+        # Kubernetes objects. These entries are the admins besides it, each removable on its own.
         access_entries = {
             access_entry_key(arn): eks.AccessEntryArgs(
                 principal_arn=arn,
                 access_policies={
-                    "cluster-admin": eks.AccessPolicyAssociationArgs(
-                        policy_arn=_ADMIN_POLICY,
+                    key: eks.AccessPolicyAssociationArgs(
+                        policy_arn=policy,
                         access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
                     )
                 },
             )
-            for arn in cfg.admin_principal_arns
+            for arns, key, policy in (
+                (cfg.admin_principal_arns, "cluster-admin", _ADMIN_POLICY),
+                (cfg.preview_principal_arns, "read-only", PREVIEW_POLICY),
+            )
+            for arn in arns
         }
 
         # Created before the cluster, so EKS writes into it instead of creating a group that never
@@ -191,10 +202,24 @@ class Cluster(pulumi.ComponentResource):
             name=args.cluster_name,
             version=cfg.kubernetes_version,
             vpc_id=args.vpc_id,
+            # Private subnets only: EKS places the control plane's ENIs in the subnets given here and
+            # recommends private ones; public load balancers need none of them, only subnets tagged
+            # kubernetes.io/role/elb (https://docs.aws.amazon.com/eks/latest/userguide/network-reqs.html).
+            # pulumi-eks gives the inner cluster public + private when both are passed.
             private_subnet_ids=list(args.private_subnet_ids),
-            public_subnet_ids=list(args.public_subnet_ids),
+            # Kept (EKS's default, said here on purpose): EKS installs its self-managed vpc-cni,
+            # kube-proxy and coredns with the cluster, so the first nodes' aws-node reaches the API
+            # through kube-proxy before CoreAddons' managed kube-proxy exists; the managed add-ons
+            # adopt them (resolve_conflicts_on_create OVERWRITE). Create-time only (pulumi-eks ignores
+            # later changes).
+            bootstrap_self_managed_addons=True,
             node_associate_public_ip_address=False,
             skip_default_node_group=True,
+            # No `service_role`: pulumi-eks's own (eks:index:ServiceRole: a role EKS may assume with
+            # AmazonEKSClusterPolicy only) is created inside the component, which orders its inner
+            # aws.eks.Cluster after the policy attachment; a role passed in from here could not get
+            # that order, since dependsOn on a remote component need not reach its children
+            # (pulumi/pulumi#8721). The pack judges the ServiceRole by its two children.
             # pulumi-eks's own cluster and node security groups serve only its own node groups, and this
             # program makes none: every node here uses the group EKS creates (`security_group_id`).
             # Skipped, pulumi-eks's clusterSecurityGroupId/nodeSecurityGroupId outputs are that group

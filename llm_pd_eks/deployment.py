@@ -265,7 +265,6 @@ class LlmPdEks(pulumi.ComponentResource):
                 cluster_name=cluster_name,
                 vpc_id=network.vpc.id,
                 private_subnet_ids=network.private_subnet_ids,
-                public_subnet_ids=network.public_subnet_ids,
                 network_egress=network.egress,
                 protect=config.protect,
                 tags=tags,

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import (
     Field,
     field_validator,
+    model_validator,
 )
 
 from ..versions import EKS_ADDON_VERSIONS, NODE_AMI_RELEASE, NODE_AMI_RELEASE_VERSIONS
@@ -44,7 +45,16 @@ class ClusterConfig(Strict):
     )
     admin_principal_arns: list[str] = Field(
         default_factory=list,
-        description="IAM principal ARNs given cluster-admin through EKS access entries (authentication mode API).",
+        description="IAM role or user ARNs given cluster-admin through EKS access entries (authentication mode "
+        "API), one entry each, removed by deleting the line. Name a person's or break-glass role here: the "
+        "identity that creates the cluster (the deploy role) gets EKS's own bootstrap entry, which this list "
+        "must not repeat (docs/cluster-access.md).",
+    )
+    preview_principal_arns: list[str] = Field(
+        default_factory=list,
+        description="IAM role or user ARNs given read-only access (AmazonEKSAdminViewPolicy, cluster scope) "
+        "through EKS access entries: the preview role, so a refreshed `pulumi preview` can read the "
+        "Kubernetes objects it compares (docs/cluster-access.md).",
     )
     log_types: list[LogType] = Field(
         default_factory=lambda: list[LogType](["api", "audit", "authenticator"]),
@@ -93,7 +103,7 @@ class ClusterConfig(Strict):
             )
         return value
 
-    @field_validator("admin_principal_arns")
+    @field_validator("admin_principal_arns", "preview_principal_arns")
     @classmethod
     def _arns(cls, values: list[str]) -> list[str]:
         # An access entry names one IAM role or user; not an STS session (`assumed-role/...`: "a
@@ -112,3 +122,13 @@ class ClusterConfig(Strict):
             listed = ", ".join(shown(v) for v in repeated)
             raise ValueError(f"{listed} listed twice: EKS allows one access entry per principal")
         return values
+
+    @model_validator(mode="after")
+    def _one_entry_per_principal(self) -> "ClusterConfig":
+        both = sorted(set(self.admin_principal_arns) & set(self.preview_principal_arns))
+        if both:
+            raise ValueError(
+                f"{', '.join(shown(v) for v in both)} in both adminPrincipalArns and previewPrincipalArns: EKS "
+                "allows one access entry per principal; keep it in one list"
+            )
+        return self

@@ -98,6 +98,9 @@ def _accounts(config: StackConfig) -> Iterator[tuple[str, str]]:
         yield "serving.image", config.serving.image
     for arn in config.cluster.admin_principal_arns:
         yield "cluster.adminPrincipalArns", arn
+    # getattr: `make preview-diff` runs these tools on an older revision's config model too
+    for arn in getattr(config.cluster, "preview_principal_arns", []):
+        yield "cluster.previewPrincipalArns", arn
 
 
 def undecryptable(ciphertext: str) -> Optional[str]:
@@ -184,6 +187,15 @@ def find_placeholders(
                 unpinned,
                 "a tag without a digest on a protected (prod) stack: the registry can move the tag; "
                 f"pin it with `make resolve-image STACK={stack}`",
+            )
+        )
+    if config.protect and not config.cluster.admin_principal_arns:
+        found.append(
+            Placeholder(
+                f"{PROJECT}:cluster.adminPrincipalArns",
+                "[]",
+                "a protected stack whose only cluster admin would be the deploy role (EKS's bootstrap entry for "
+                "the cluster's creator): name a person's or break-glass role (docs/cluster-access.md)",
             )
         )
     if not config.cluster.public_access_cidrs and not (runner or config.deploy.runner_label):

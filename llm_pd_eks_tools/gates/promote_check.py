@@ -40,6 +40,7 @@ PER_ENVIRONMENT: tuple[str, ...] = (
     "*:network.*",  # VPC CIDR, subnet CIDRs, availability zones, NAT gateways
     "*:cluster.publicAccessCidrs",  # who may reach the API endpoint
     "*:cluster.adminPrincipalArns",  # the account's own IAM principals
+    "*:cluster.previewPrincipalArns",  # the account's own preview role
     "*.instanceType",  # node sizes
     "*.availabilityZone",  # the GPU nodes' AZ follows the region
     "*.minSize",

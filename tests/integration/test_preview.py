@@ -204,11 +204,16 @@ def test_policy_config_violation_fails_the_preview(tmp_path, programs):
         policy_config={"eks-public-endpoint-restricted": {"allowedPublicAccessCidrs": ["10.0.0.0/8"]}},
     )
     assert result.exit_code == 1
+    # the component and, put back from pulumi-eks's recorded children, the inner aws.eks.Cluster
     eks = programs("dev").one("eks:index:Cluster")
-    assert [(v.policy, v.urn) for v in result.mandatory] == [("eks-public-endpoint-restricted", eks.urn)]
+    inner = result.run.one("aws:eks/cluster:Cluster")
+    assert inner.parent == eks.urn and inner.recorded_by
+    assert sorted((v.policy, v.urn) for v in result.mandatory) == sorted(
+        [("eks-public-endpoint-restricted", eks.urn), ("eks-public-endpoint-restricted", inner.urn)]
+    )
     text = render_text(result)
     assert "MANDATORY  eks-public-endpoint-restricted" in text and "RESULT: FAILED" in text
-    assert "❌ **1 mandatory policy violation(s)**" in (tmp_path / "summary.md").read_text()
+    assert "❌ **2 mandatory policy violation(s)**" in (tmp_path / "summary.md").read_text()
 
 
 def test_plain_marks_secrets_unknowns_and_numbers():

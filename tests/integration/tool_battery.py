@@ -83,6 +83,7 @@ TOOLS: dict[str, Tool] = {
         Tool("llm_pd_eks_tools.maint.exit_codes_doc"),
         Tool("llm_pd_eks_tools.maint.gen_vllm_facts", inputs=(("--wheel", "{file}", "--out", "{tmp}/facts"),)),
         Tool("llm_pd_eks_tools.maint.gen_ray_resources"),
+        Tool("llm_pd_eks_tools.maint.gen_eks_children", inputs=(("--pulumi-eks", "{file}"),)),
         Tool("llm_pd_eks_tools.maint.gen_resource_types"),
         Tool("llm_pd_eks_tools.maint.gen_instance_types"),
         Tool("llm_pd_eks_tools.maint.bench_policies"),

@@ -100,7 +100,6 @@ def _cluster_args(**overrides) -> ClusterArgs:
         "cluster_name": "llm",
         "vpc_id": "vpc-0a1b2c3d4e5f60001",
         "private_subnet_ids": list(SUBNETS.values()),
-        "public_subnet_ids": ["subnet-0a1b2c3d4e5f60003", "subnet-0a1b2c3d4e5f60004"],
     }
     return ClusterArgs(**{**values, **overrides})
 

@@ -38,6 +38,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         default=None,
         help=f"seconds for all of the policy pack's answers (default {POLICY_ANSWER_TIMEOUT_S:g})",
     )
+    parser.add_argument(
+        "--first-preview",
+        action="store_true",
+        help="as the first `pulumi preview` of a new stack: ids and computed outputs unknown",
+    )
     parser.add_argument("--mermaid", action="store_true", help="print only the component diagram (README)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     args = parser.parse_args(argv)
@@ -60,7 +65,13 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     try:
         result = harness.preview(
-            args.stack, root, out, policy_config, progress=progress, policy_timeout=args.policy_timeout
+            args.stack,
+            root,
+            out,
+            policy_config,
+            progress=progress,
+            policy_timeout=args.policy_timeout,
+            first_preview=args.first_preview,
         )
     except ToolError as error:  # the PR comment posts summary.md: it must say this run failed
         if harness.holds_only_artifacts(out):  # never into a directory the preview refused to clear

@@ -4,8 +4,9 @@ The Pulumi CLI runs a Python policy pack as `python -m pulumi.policy <engine-add
 the pack's `PolicyPack(...)` starts an Analyzer gRPC server on 127.0.0.1:0 and prints the port on
 stdout. The engine then calls GetAnalyzerInfo, Configure (the policy config, with each policy's
 schema defaults filled in and an enforcement level for every policy), Analyze once per resource and
-AnalyzeStack once with every resource. This module does the same, so tests and the offline preview
-judge exactly what a `pulumi preview --policy-pack policies` would.
+AnalyzeStack once with every resource. This module makes the same calls, so tests and the offline
+preview judge what a `pulumi preview --policy-pack policies` would, with the differences
+docs/preview.md lists (inputs not Check-ed, AnalyzeStack given inputs rather than outputs, ...).
 
 The engine address is parsed but never dialled by `pulumi.policy` (see its `__main__`: logging
 falls back to stderr without a configured engine), so no fake Engine service is needed.
@@ -103,6 +104,24 @@ def _provider_resource(ref: str, by_urn: dict[str, "Registration"]) -> Optional[
     return analyzer_pb2.AnalyzerProviderResource(type=type_, properties=props, urn=urn, name=name)
 
 
+def resource_options(reg: "Registration") -> analyzer_pb2.AnalyzerResourceOptions:
+    """The options the engine hands an analyzer with a resource: protect, parent, ignoreChanges,
+    deleteBeforeReplace (and whether it was given), additionalSecretOutputs, alias URNs and
+    customTimeouts in seconds."""
+    options = analyzer_pb2.AnalyzerResourceOptions(
+        protect=reg.protect,
+        parent=reg.parent,
+        ignoreChanges=list(reg.ignore_changes),
+        deleteBeforeReplace=reg.delete_before_replace,
+        deleteBeforeReplaceDefined=reg.delete_before_replace_defined,
+        additionalSecretOutputs=list(reg.additional_secret_outputs),
+        aliases=list(reg.aliases),
+    )
+    if reg.custom_timeouts:
+        options.customTimeouts.CopyFrom(analyzer_pb2.AnalyzerResourceOptions.CustomTimeouts(**reg.custom_timeouts))
+    return options
+
+
 def to_analyzer_resource(
     reg: "Registration", by_urn: Optional[dict[str, "Registration"]] = None
 ) -> analyzer_pb2.AnalyzerResource:
@@ -117,7 +136,7 @@ def to_analyzer_resource(
         urn=reg.urn,
         name=reg.name,
         parent=reg.parent,
-        options=analyzer_pb2.AnalyzerResourceOptions(protect=reg.protect, parent=reg.parent),
+        options=resource_options(reg),
         dependencies=list(reg.dependencies),
         propertyDependencies={
             key: analyzer_pb2.AnalyzerPropertyDependencies(urns=list(urns))
@@ -384,6 +403,7 @@ __all__ = [
     "analyze_request",
     "analyze_run",
     "mandatory",
+    "resource_options",
     "run_resources",
     "to_analyzer_resource",
 ]

@@ -165,7 +165,10 @@ def key_figures(run: "ProgramRun", config: Any, region: str, prices: Optional[Pr
     groups = node_groups(run)
     gpu = next((g for g in groups if g.gpu), None)
     nat = len(run.of_type("aws:ec2/natGateway:NatGateway"))
-    clusters = len(run.of_type("eks:index:Cluster")) + len(run.of_type("aws:eks/cluster:Cluster"))
+    # each aws.eks.Cluster, and each pulumi-eks component whose inner one is not in the plan
+    inner = run.of_type("aws:eks/cluster:Cluster")
+    outer = [c for c in run.of_type("eks:index:Cluster") if c.urn not in {r.parent for r in inner}]
+    clusters = len(inner) + len(outer)
     cost = estimate_cost(prices, region, [(g.instance_type, g.desired_size) for g in groups], nat, clusters)
     cost_max = estimate_cost(prices, region, [(g.instance_type, g.max_size) for g in groups], nat, clusters)
     return Figures(

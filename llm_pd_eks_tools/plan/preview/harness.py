@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from google.protobuf import json_format
+from pulumi.output import Unknown
 
 from llm_pd_eks import pulumi_sdk
 from llm_pd_eks.pulumi_sdk import rpc  # the wire format's marker keys (secrets, unknowns, resource refs)
@@ -64,7 +65,9 @@ def plain(value: Any) -> Any:
         return {k: plain(value[k]) for k in sorted(value)}  # wire maps are unordered: sort, for stable diffs
     if isinstance(value, list):
         return [plain(v) for v in value]
-    if value == rpc.UNKNOWN:
+    if isinstance(value, str) and value == rpc.UNKNOWN:
+        return UNKNOWN
+    if isinstance(value, Unknown):  # a stack output deserialized with its unknowns kept
         return UNKNOWN
     if isinstance(value, float) and value.is_integer():
         return int(value)  # protobuf carries every number as a double
@@ -86,7 +89,12 @@ def resource_records(run: "ProgramRun") -> list[dict[str, Any]]:
                 "protect": r.protect,
                 "delete_before_replace": r.delete_before_replace,
                 "retain_on_delete": r.retain_on_delete,
-                "provider": r.provider,
+                "ignore_changes": list(r.ignore_changes),
+                "custom_timeouts": dict(r.custom_timeouts),
+                "aliases": list(r.aliases),
+                "provider": r.provider.replace(rpc.UNKNOWN, UNKNOWN),  # `urn::id`, the id unknown before it exists
+                "provider_version": r.version,
+                "recorded_by": r.recorded_by,
                 "dependencies": sorted(r.dependencies),
                 "property_dependencies": {k: sorted(v) for k, v in sorted(r.property_dependencies.items())},
                 "inputs": mark_mock_values(plain(json_format.MessageToDict(r.inputs_struct)), mock),
@@ -255,10 +263,12 @@ def checked_paths(stack: str, root: Path, out: Optional[Path]) -> tuple[Path, Pa
 
 
 # -- the preview ---------------------------------------------------------------------------------
-def _run_program(stack: str, engine_config: dict[str, str], secret_keys: list[str], root: Path) -> "ProgramRun":
+def _run_program(
+    stack: str, engine_config: dict[str, str], secret_keys: list[str], root: Path, first_preview: bool
+) -> "ProgramRun":
     """The program under the mock runtime; its failure (an exception, its own sys.exit) as a ToolError."""
     try:
-        return run_program(stack, engine_config, secret_keys, root=root)
+        return run_program(stack, engine_config, secret_keys, root=root, first_preview=first_preview)
     except SystemExit as error:  # the program's own sys.exit: its failure, not the preview's verdict
         raise ToolError(Exit.PROGRAM, f"the program failed: it called sys.exit({error.code!r})") from None
     except Exception as error:
@@ -288,10 +298,14 @@ def preview(
     run: Optional["ProgramRun"] = None,
     progress: Callable[[str], None] = stderr_progress,
     policy_timeout: Optional[float] = None,
+    first_preview: bool = False,
 ) -> PreviewResult:
     """Run the whole preview and write its artifacts. Raises ToolError on expected failures.
 
     `run` reuses an existing ProgramRun of the same stack and root (tests share one per stack).
+    `first_preview`: as the first `pulumi preview` of a new stack, every id and computed output unknown.
+    The children pulumi-eks's plugin registers are put back under its component from the recorded
+    facts (llm_pd_eks_tools/plan/preview/remote_children.py).
     """
     root, out = checked_paths(stack, root, out)
     timings: dict[str, float] = {}
@@ -311,8 +325,11 @@ def preview(
         if run is None:
             progress("running the program under the mock runtime…")
             t = time.perf_counter()
-            run = _run_program(stack, engine_config, secret_keys, root)
+            run = _run_program(stack, engine_config, secret_keys, root, first_preview)
             timings["program"] = time.perf_counter() - t
+        from llm_pd_eks_tools.plan.preview.remote_children import facts_of, splice
+
+        run, remote_warnings = splice(run, first_preview=first_preview, facts=facts_of(root))
         progress(f"recorded {len(run.resources)} registrations")
         verdicts: list[VerdictRecord] = []
         pack = PackInfo(status="absent")
@@ -341,7 +358,14 @@ def preview(
         resource_count=len(records),
         stack_outputs=plain(run.stack_outputs),
     )
-    result = PreviewResult(out, run, report, records, timings, warnings=_placeholder_warnings(config, stack, root))
+    result = PreviewResult(
+        out,
+        run,
+        report,
+        records,
+        timings,
+        warnings=[f"WARNING: {w}" for w in remote_warnings] + _placeholder_warnings(config, stack, root),
+    )
     write_artifacts(result)
     timings["artifacts"] = time.perf_counter() - t
     timings["total"] = time.perf_counter() - t0

@@ -4,8 +4,11 @@ One harness for the tests, the policy checks and the offline preview. The stack'
 the program exactly as the engine hands it over: `project:key` -> string (objects as JSON text),
 secure values replaced by a marked placeholder and listed as secret keys.
 
-What a mock monitor sees is what the engine would: type, name, parent, dependencies, property
-dependencies, inputs (as the protobuf Struct, secrets and unknowns still marked), protect.
+A mock monitor sees what the engine's monitor would: type, name, parent, dependencies, property
+dependencies, inputs (as the protobuf Struct, secrets and unknowns still marked) and the resource
+options; not what the engine adds itself (default providers, Check-ed inputs, full URN chains) nor
+what a remote component registers (llm_pd_eks_tools/plan/preview/remote_children.py puts pulumi-eks's
+back). docs/preview.md lists every difference.
 """
 
 from __future__ import annotations
@@ -45,6 +48,12 @@ class Registration:
     ignore_changes: list[str] = field(default_factory=list)  # property paths `pulumi up` leaves alone
     delete_before_replace: bool = False  # a replacement deletes this resource before creating the new one
     retain_on_delete: bool = False  # `destroy` removes it from the stack but leaves it in the cloud
+    delete_before_replace_defined: bool = False  # deleteBeforeReplace was given (true or false)
+    additional_secret_outputs: list[str] = field(default_factory=list)
+    aliases: list[str] = field(default_factory=list)  # the URNs its aliases name, as the engine resolves them
+    custom_timeouts: dict[str, float] = field(default_factory=dict)  # create/update/delete, in seconds
+    version: str = ""  # the provider version the registration asks for ("" where the program's SDK's)
+    recorded_by: str = ""  # where a registration the mocks cannot produce came from ("" for the program's)
 
 
 @dataclass
@@ -189,13 +198,18 @@ class _Mocks(Mocks):
 
     monitor: Any = None  # the MockMonitor, set once it exists (resource references resolve through it)
 
-    def __init__(self) -> None:
+    def __init__(self, first_preview: bool = False) -> None:
         super().__init__()
         self.made_up: set[str] = set()  # every id and computed output returned, so reports can mark them
+        self.first_preview = first_preview
 
     def new_resource(self, args):  # MockResourceArgs
         if not args.custom and "$" not in args.typ and args.typ.split(":")[0] not in ("eks", "kubernetes"):
             return "", {}
+        if self.first_preview:
+            # Nothing exists yet: a provider's preview echoes the inputs and leaves the id and every
+            # computed output unknown; a remote component's outputs all come from such resources.
+            return "", (dict(args.inputs) if args.custom else {})
         outputs = _fake_outputs(args.typ, args.name, args.inputs)
         if args.typ == "eks:index:Cluster" and self.monitor is not None:
             # pulumi-eks's `eksCluster` output is a reference to its inner aws.eks.Cluster; the SDK
@@ -228,6 +242,55 @@ class _Mocks(Mocks):
         pass
 
 
+def duration_seconds(value: str) -> float:
+    """A Go duration as the engine parses customTimeouts ("10m", "1h30m", "90s") -> seconds."""
+    total, number = 0.0, ""
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0}
+    for char in value:
+        if char.isdigit() or char == ".":
+            number += char
+        elif char in units and number:
+            total, number = total + float(number) * units[char], ""
+        else:
+            raise ValueError(f"{value!r} is not a duration such as '10m'")
+    if number:
+        raise ValueError(f"{value!r} has a number without a unit")
+    return total
+
+
+def _alias_urns(request: Any, urn: str) -> list[str]:
+    """The URNs a registration's aliases name, resolved as the engine does: each field of an alias
+    defaults to the resource's own; `noParent` drops the parent's types, `parentUrn` replaces them."""
+    stack_part, project_part, types, name = urn.split("::")
+    stack, project, own_type = stack_part.split(":")[-1], project_part, types.split("$")[-1]
+    urns = list(request.aliasURNs)
+    for alias in request.aliases:
+        if alias.WhichOneof("alias") == "urn":
+            urns.append(alias.urn)
+            continue
+        spec = alias.spec
+        kind = spec.WhichOneof("parent")
+        if kind == "noParent" and spec.noParent:
+            chain = ""
+        elif kind == "parentUrn":
+            # the root stack's children carry no parent type (the stack is in no URN's chain)
+            parent_types = [*spec.parentUrn.split("::"), "", "", ""][2]
+            chain = "" if parent_types in ("", "pulumi:pulumi:Stack") else parent_types + "$"
+        else:
+            chain = "$".join(types.split("$")[:-1]) + "$" if "$" in types else ""
+        where = f"urn:pulumi:{spec.stack or stack}::{spec.project or project}"
+        urns.append(f"{where}::{chain}{spec.type or own_type}::{spec.name or name}")
+    return urns
+
+
+def _timeouts(request: Any) -> dict[str, float]:
+    """customTimeouts as the engine hands them to an analyzer: seconds, parsed from the SDK's strings."""
+    if not request.HasField("customTimeouts"):
+        return {}
+    given = {k: getattr(request.customTimeouts, k) for k in ("create", "update", "delete")}
+    return {k: duration_seconds(v) for k, v in given.items() if v}
+
+
 def _make_monitor(mocks: _Mocks, recorded: list[Registration], stack_outputs: dict[str, Any], secret_outputs: set[str]):
     from google.protobuf import struct_pb2
 
@@ -257,6 +320,11 @@ def _make_monitor(mocks: _Mocks, recorded: list[Registration], stack_outputs: di
                     ignore_changes=list(request.ignoreChanges),
                     delete_before_replace=bool(request.deleteBeforeReplace),
                     retain_on_delete=bool(request.retainOnDelete),
+                    delete_before_replace_defined=bool(request.deleteBeforeReplaceDefined),
+                    additional_secret_outputs=list(request.additionalSecretOutputs),
+                    aliases=_alias_urns(request, response.urn),
+                    custom_timeouts=_timeouts(request),
+                    version=request.version,
                 )
             )
             return response
@@ -281,10 +349,14 @@ def run_program(
     config: Optional[dict[str, str]] = None,
     secret_keys: Optional[list[str]] = None,
     root: Path = ROOT,
+    first_preview: bool = False,
 ) -> ProgramRun:
     """Run `<root>/__main__.py` for `stack` under mocks, as a preview (dry run), and record it.
 
     `config` defaults to the stack's Pulumi.<stack>.yaml. Exceptions from the program propagate.
+    `first_preview`: no resource exists yet, so every id and computed output is unknown, as in the
+    first `pulumi preview` of a new stack; otherwise the mocks report ids and outputs, as a preview
+    of a stack whose resources exist (its inputs known).
     """
     import pulumi
 
@@ -294,7 +366,7 @@ def run_program(
         config, secret_keys = load_stack_config(stack, root)
     recorded: list[Registration] = []
     stack_outputs: dict[str, Any] = {}
-    mocks = _Mocks()
+    mocks = _Mocks(first_preview=first_preview)
     secret_outputs: set[str] = set()
     monitor = _make_monitor(mocks, recorded, stack_outputs, secret_outputs)
     mocks.monitor = monitor
