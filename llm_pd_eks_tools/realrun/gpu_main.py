@@ -6,6 +6,7 @@
     python3 gpu_main.py BUNDLE OUT mix-cond   # the same through P/D with decode-only for the short ones
     python3 gpu_main.py BUNDLE OUT mix-prefix-pd  # shared prefixes, 2 + 2 replicas, Serve's default router
     python3 gpu_main.py BUNDLE OUT mix-prefix     # the same with prefix-cache-aware routing on both roles
+    python3 gpu_main.py BUNDLE OUT gate | gate-broken   # the traffic gate, healthy and broken KV (gpu_gate)
     python3 gpu_main.py BUNDLE OUT stop
 
 Standard library only (plus the wheels' `ray`, `vllm` and `tokenizers`), so it runs under the
@@ -33,9 +34,10 @@ from pathlib import Path
 from typing import Iterator
 
 if __package__:
-    from . import gpu_load, gpu_mix, gpu_model
+    from . import gpu_gate, gpu_load, gpu_mix, gpu_model
 else:  # `python3 gpu_main.py` on the GPU machine, or loaded from its file: the modules beside it
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import gpu_gate  # type: ignore[import-not-found,no-redef]
     import gpu_load  # type: ignore[import-not-found,no-redef]
     import gpu_mix  # type: ignore[import-not-found,no-redef]
     import gpu_model  # type: ignore[import-not-found,no-redef]
@@ -499,6 +501,8 @@ def main() -> int:
         return 0
     if phase in PREFIX_PHASES:
         evidence = phase_prefix(bundle, out, phase)
+    elif phase in ("gate", "gate-broken"):  # the traffic gate's arms (gpu_gate.py)
+        evidence = gpu_gate.phase_gate(sys.modules[__name__], bundle, out, phase)
     elif phase in ("mix-pd", "mix-cond"):
         evidence = phase_mix(bundle, out, phase.split("-")[1])
     else:
