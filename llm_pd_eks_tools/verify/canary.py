@@ -30,7 +30,7 @@ from typing import Any, Optional, Sequence
 
 PASS, FAIL, UNVERIFIED = "PASS", "FAIL", "UNVERIFIED"
 GATE_CHECK_NAMES = ("gate-answers", "gate-reference", "gate-kv-bytes", "gate-kv-failures", "gate-kv-backend")
-# Filler: plain words, no digits, so the planted code word is the only number in the prompt.
+# Filler: plain words, no digits, so the vault number and its code word are the prompt's only digits.
 FILLER = (
     "the river runs past an old mill where farmers bring grain each autumn and the miller keeps a ledger "
     "of every sack weighed on his brass scale while children watch boats drift under the stone bridge "
@@ -143,7 +143,9 @@ def judge(
     whole blocks and recomputes the last token, so a canary moves a little less than its prompt's KV);
     `backends` the NIXL backends the decode side logged; `reference` an aggregated deployment's
     answers to the same canaries; `known_answers` off where the model cannot read (dummy weights)."""
-    out = [_answers(gate_canaries, answers, known_answers), _reference(gate_canaries, answers, reference)]
+    out = [_answers(gate_canaries, answers, known_answers)]
+    if reference is not None:  # no reference given: the check is not made, rather than left unverified
+        out.append(_reference(gate_canaries, answers, reference))
     out += _kv(gate_canaries, before, after, prompt_tokens, kv_bytes_per_token)
     out.append(_backend(backends, expected_backend))
     return out
@@ -163,10 +165,8 @@ def _answers(gate_canaries: Sequence[Canary], answers: Sequence[Optional[str]], 
 
 
 def _reference(
-    gate_canaries: Sequence[Canary], answers: Sequence[Optional[str]], reference: Optional[Sequence[Optional[str]]]
+    gate_canaries: Sequence[Canary], answers: Sequence[Optional[str]], reference: Sequence[Optional[str]]
 ) -> Verdict:
-    if reference is None:
-        return Verdict("gate-reference", UNVERIFIED, "no aggregated reference given (--reference URL)")
     if len(reference) != len(gate_canaries) or any(r is None for r in reference):
         return Verdict("gate-reference", UNVERIFIED, "the aggregated reference did not answer every canary")
     differ = [c.name for c, a, r in zip(gate_canaries, answers, reference) if a != r]

@@ -42,6 +42,8 @@ class Expected:
     model_id: Optional[str]
     endpoint_service: Optional[str]  # KubeRay's serve Service (`spec.serveService.metadata.name`)
     floor_gbps: float
+    kv_bytes_per_token: Optional[float] = None  # the traffic gate's KV floor per canary (llm_pd_eks/models.py)
+    nixl_backend: str = "LIBFABRIC"  # the backend the decode side must log: EFA's
 
     @classmethod
     def from_config(cls, config: StackConfig, instance: GpuInstanceType) -> "Expected":
@@ -56,7 +58,18 @@ class Expected:
             endpoint_service=config.serving.endpoint_name if config.serving else None,
             # per rank, from the one KV-transfer model (llm_pd_eks_tools/sizing/: kv_band)
             floor_gbps=kv_rank_floor_gbps(instance, config.observability.kv_throughput_floor_fraction),
+            kv_bytes_per_token=_kv_bytes_per_token(config),
         )
+
+
+def _kv_bytes_per_token(config: StackConfig) -> Optional[float]:
+    """The served model's KV a token at the stack's KV dtype (fp8: 1 byte, auto: the bf16 weights' 2)."""
+    from llm_pd_eks.models import MODELS
+
+    if config.serving is None or config.serving.model_id not in MODELS:
+        return None
+    dtype_bytes = 1 if config.serving.kv_cache_dtype == "fp8" else 2
+    return float(MODELS[config.serving.model_id].kv_bytes_per_token(dtype_bytes))
 
 
 def catalog_hugepages_mib(instance: GpuInstanceType) -> Optional[int]:
