@@ -34,10 +34,11 @@ from pathlib import Path
 from typing import Iterator
 
 if __package__:
-    from . import gpu_gate, gpu_load, gpu_mix, gpu_model
+    from . import gpu_gate, gpu_installed, gpu_load, gpu_mix, gpu_model
 else:  # `python3 gpu_main.py` on the GPU machine, or loaded from its file: the modules beside it
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import gpu_gate  # type: ignore[import-not-found,no-redef]
+    import gpu_installed  # type: ignore[import-not-found,no-redef]
     import gpu_load  # type: ignore[import-not-found,no-redef]
     import gpu_mix  # type: ignore[import-not-found,no-redef]
     import gpu_model  # type: ignore[import-not-found,no-redef]
@@ -317,7 +318,8 @@ def versions() -> dict[str, str]:
 def begin(phase: str, clock: Clock) -> dict:
     """A phase's evidence: its name, date, the software it runs on, and its clock's timings."""
     date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return {"phase": phase, "date_utc": date, "versions": versions(), "timings": clock.timings}
+    installed = gpu_installed.installed()  # the wheels and Python that ran, hashed (not an image tag)
+    return {"phase": phase, "date_utc": date, "versions": versions(), "installed": installed, "timings": clock.timings}
 
 
 @contextmanager
