@@ -27,7 +27,7 @@ from .ray_worker_pod import worker_group
 from .rollout_rule import replace_on_change_paths
 from .serve_app import serve_config_yaml
 from .serve_endpoint import endpoint_url, serve_service
-from .serve_routing import RUNTIME_CONFIGMAP, runtime_configmap_data, runtime_needed, with_runtime_module
+from .serve_routing import runtime_configmap_data, runtime_configmap_name, runtime_needed, with_runtime_module
 from .serving_names import (
     APP_LABEL,
     HF_SECRET_KEY,
@@ -36,7 +36,6 @@ from .serving_names import (
     RAY_SERVICE_NAME,
     RAY_VERSION,
     ROLE_LABEL,
-    ROLES,
 )
 from .weights_access import worker_service_account
 
@@ -70,7 +69,7 @@ def ray_service_spec(
                     node_group=node_groups.workers if node_groups else None,
                     region=region,
                 )
-                for role in ROLES
+                for role in serving.groups()
             ],
         },
     }
@@ -205,12 +204,19 @@ class LlmRayService(pulumi.ComponentResource):
             )
             hf_secret_name = self.hf_secret.metadata.name
 
+        # The runtime modules: a ConfigMap named by their hash and immutable (serve_routing.py). A new
+        # module changes the name, which pulumi-kubernetes applies as a replacement, create before
+        # delete (Pulumi's default): the new ConfigMap is made first, the RayService that depends on
+        # it is updated next (and `up` waits there for KubeRay's switch, `wait_annotations`), and the
+        # old ConfigMap is deleted last, after that update succeeded. A failed or timed-out update
+        # keeps the old one (Pulumi retries the pending delete on the next successful `up`).
         self.runtime_module = None
         if runtime_needed(serving):
             self.runtime_module = k8s.core.v1.ConfigMap(
                 f"{name}-runtime",
-                metadata=k8s.meta.v1.ObjectMetaArgs(name=RUNTIME_CONFIGMAP, namespace=namespace),
+                metadata=k8s.meta.v1.ObjectMetaArgs(name=runtime_configmap_name(), namespace=namespace),
                 data=runtime_configmap_data(),
+                immutable=True,
                 opts=k8s_opts,
             )
 
@@ -273,7 +279,7 @@ class LlmRayService(pulumi.ComponentResource):
                 spec=disruption_budget_spec(role),
                 opts=k8s_opts,
             )
-            for role in ROLES
+            for role in serving.groups()
         }
 
         # and one for the head (llm_pd_eks/ray_head_protection.py)

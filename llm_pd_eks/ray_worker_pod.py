@@ -42,7 +42,16 @@ from .efa_gpu_nodes import GPU_LABELS, GPU_TOLERATION
 from .engine_start import ENGINE_START_TIMEOUT_ENV, engine_start_timeout_s
 from .gpu_cutover import node_group_selector
 from .ray_resources import accelerator_resource_name, custom_resource_problem, role_resource
-from .serving_names import APP_LABEL, HF_SECRET_KEY, RAY_SERVICE_NAME, ROLE_LABEL, WORKER_SERVICE_ACCOUNT, other_role
+from .serve_limits import ROUTER_TIMEOUT_ENV, pre_stop_command, request_timeout_s, worker_grace_s
+from .serving_names import (
+    APP_LABEL,
+    HF_SECRET_KEY,
+    RAY_SERVICE_NAME,
+    ROLE_LABEL,
+    ROLES,
+    WORKER_SERVICE_ACCOUNT,
+    other_role,
+)
 
 # libfabric's EFA provider: what NIXL's LIBFABRIC backend runs on. FI_EFA_USE_DEVICE_RDMA=1 is
 # added only where the device has RDMA read (libfabric aborts when it is forced on a device without).
@@ -55,17 +64,10 @@ HF_ENV = {"HF_HOME": WEIGHTS_CACHE_MOUNT, "HF_XET_HIGH_PERFORMANCE": "1"}
 # CPUs left to the kubelet and the node's DaemonSets (CNI, kube-proxy, device plugins).
 NODE_CPU_RESERVE = 2
 # Stopping a worker: the kubelet runs the preStop hook, then SIGTERMs the container, and SIGKILLs it
-# once terminationGracePeriodSeconds (counted from the start of the hook) are up. The hook is the AWS
-# Ray LLM DLC's own (aws/deep-learning-containers test/ray-llm/eks-multi-node/rayservice.yml:
-# `preStop: exec ["/bin/sh", "-c", "ray stop"]`) with the grace period spelled out: `ray stop`
-# SIGTERMs every Ray process on the node and SIGKILLs what is left after `--grace-period` seconds
-# (ray-2.58.0 python/ray/scripts/scripts.py, default 16). 30 s covers Serve's own graceful replica
-# shutdown (DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S = 20, python/ray/serve/_private/constants.py) with
-# the engine processes' GPU and EFA teardown after it; the pod's grace adds as much again for the
-# SIGTERM after the hook, so the kubelet never cuts `ray stop` short.
-RAY_STOP_GRACE_S = 30
-WORKER_TERMINATION_GRACE_S = 2 * RAY_STOP_GRACE_S
-RAY_STOP_COMMAND = ["/bin/sh", "-c", f"ray stop --grace-period {RAY_STOP_GRACE_S}"]
+# once terminationGracePeriodSeconds (counted from the start of the hook) are up. The hook drains the
+# node through the GCS before `ray stop` (llm_pd_eks/serve_limits.py says how, and how long); the AWS
+# Ray LLM DLC's own KubeRay test (aws/deep-learning-containers test/ray-llm/eks-multi-node/rayservice.yml)
+# runs `ray stop` alone, which SIGTERMs the raylet with the replicas and cuts their streams.
 # Share of the instance's RAM a worker pod requests (and is limited to): the rest holds the kernel,
 # the kubelet's reservations, the node's pre-allocated huge pages and the DaemonSets.
 WORKER_MEMORY_SHARE = 0.85
@@ -101,6 +103,7 @@ def worker_group(
         **(EFA_RDMA_ENV if instance.efa_rdma_read else {}),
         **HF_ENV,
         ENGINE_START_TIMEOUT_ENV: str(engine_start_timeout_s(serving.model_id, serving.engine_start_timeout_s)),
+        ROUTER_TIMEOUT_ENV: str(request_timeout_s(serving)),  # the ingress's own limit, as Serve's (serve_limits.py)
     }
     pod_extra: dict[str, Any] = {}
     if serving.weights_s3_uri is not None:
@@ -136,22 +139,9 @@ def worker_group(
             "spec": {
                 "nodeSelector": {**GPU_LABELS, **node_group_selector(node_group)},  # gpu_cutover.py
                 "tolerations": [GPU_TOLERATION],
-                "terminationGracePeriodSeconds": WORKER_TERMINATION_GRACE_S,
+                "terminationGracePeriodSeconds": worker_grace_s(serving),
                 **pod_extra,
-                "affinity": {
-                    "podAntiAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": [
-                            {
-                                "labelSelector": {
-                                    "matchExpressions": [
-                                        {"key": ROLE_LABEL, "operator": "In", "values": [other_role(role)]}
-                                    ]
-                                },
-                                "topologyKey": "kubernetes.io/hostname",
-                            }
-                        ]
-                    }
-                },
+                **_apart_from_the_other_role(role),
                 "containers": [
                     {
                         "name": "ray-worker",
@@ -178,7 +168,7 @@ def worker_group(
                         },
                         # libfabric pins (mlocks) the memory it registers with the EFA device.
                         "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
-                        "lifecycle": {"preStop": {"exec": {"command": list(RAY_STOP_COMMAND)}}},
+                        "lifecycle": {"preStop": {"exec": {"command": pre_stop_command(serving)}}},
                         "env": env,
                         "volumeMounts": [
                             {"name": "dshm", "mountPath": "/dev/shm"},
@@ -194,4 +184,25 @@ def worker_group(
                 ],
             },
         },
+    }
+
+
+def _apart_from_the_other_role(role: str) -> dict[str, Any]:
+    """Prefill and decode pods never share a node (a required anti-affinity against the other role);
+    the aggregated group has no other role."""
+    if role not in ROLES:
+        return {}
+    return {
+        "affinity": {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "labelSelector": {
+                            "matchExpressions": [{"key": ROLE_LABEL, "operator": "In", "values": [other_role(role)]}]
+                        },
+                        "topologyKey": "kubernetes.io/hostname",
+                    }
+                ]
+            }
+        }
     }

@@ -46,8 +46,10 @@ from kuberay_start_params import raylet_resources, worker_ray_start
 
 from llm_pd_eks.catalog import GPU_INSTANCE_TYPES, GpuInstanceType
 from llm_pd_eks.config import ServingConfig
+from llm_pd_eks.config.serving import AGGREGATED_ROLE
 from llm_pd_eks.ray_resources import role_resource
 from llm_pd_eks.ray_service import ray_service_spec
+from llm_pd_eks.serve_app import AGGREGATED_IMPORT_PATH
 from llm_pd_eks_tools.preview.mockrun import stack_config
 
 STANDINS = Path(__file__).resolve().parent / "ray_standins"
@@ -181,19 +183,35 @@ def detected_accelerator(instance: GpuInstanceType) -> str:
 
 
 def role_deployments(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Ray Serve LLM's deployment options (bundles, strategy, autoscaling) for prefill and decode."""
+    """Ray Serve LLM's deployment options (bundles, strategy, autoscaling) per role: prefill and decode
+    (`build_pd_openai_app`), or the one aggregated group (`build_openai_app`, Ray's LLMServer)."""
+    from ray.llm._internal.serve.core.ingress.builder import LLMServingArgs
+    from ray.llm._internal.serve.core.server.llm_server import LLMServer
     from ray.llm._internal.serve.serving_patterns.prefill_decode.builder import (
         PDDecodeServer,
         PDPrefillServer,
         PDServingArgs,
     )
 
-    (app,) = yaml.safe_load(spec["serveConfigV2"])["applications"]
+    app = serve_application(spec)
+    if app["import_path"] == AGGREGATED_IMPORT_PATH:
+        (llm_config,) = LLMServingArgs.model_validate(app["args"]).llm_configs
+        return {AGGREGATED_ROLE: LLMServer.get_deployment_options(llm_config)}
     pd = PDServingArgs.model_validate(app["args"])
     return {
         "prefill": PDPrefillServer.get_deployment_options(pd.prefill_config),
         "decode": PDDecodeServer.get_deployment_options(pd.decode_config),
     }
+
+
+def serve_application(spec: dict[str, Any]) -> dict[str, Any]:
+    (app,) = yaml.safe_load(spec["serveConfigV2"])["applications"]
+    return app
+
+
+def ingress_replicas(spec: dict[str, Any], bound: str) -> int:
+    """The OpenAI ingress's replica bound as rendered (its Serve options in the application's args)."""
+    return serve_application(spec)["args"]["ingress_deployment_config"]["autoscaling_config"][f"{bound}_replicas"]
 
 
 def autoscaler_fits(view: dict[str, float], bundles: list[dict[str, float]], strategy: str) -> bool:
@@ -259,13 +277,15 @@ def placement_problems(
         bundles, strategy = options["placement_group_bundles"], options["placement_group_strategy"]
         raylet = raylet_of(groups_by_role[role], detected)
         per_node = max(1, int(raylet.get("GPU", 0)) // len(bundles))
-        assert raylet["CPU"] >= per_node + 1, "the real node has CPU for its replicas and the ingress"
+        ingresses = ingress_replicas(spec, bound)
+        assert raylet["CPU"] >= per_node + ingresses, "the real node has CPU for its replicas and the ingress"
         custom = {k: v for k, v in raylet.items() if k not in ("CPU", "GPU", "memory")}
         for _ in range(types[role][f"{bound}_workers"]):
             node = started(
                 functools.partial(
                     cluster.add_node,
-                    num_cpus=min(raylet["CPU"], per_node + 1),  # its replicas' first bundles, and the ingress
+                    # its replicas' first bundles, and the ingress replicas
+                    num_cpus=min(raylet["CPU"], per_node + ingresses),
                     num_gpus=raylet.get("GPU", 0),
                     resources=custom,
                     object_store_memory=80 << 20,
@@ -293,20 +313,34 @@ def placement_problems(
                 problems.append(f"{role}: one replica's TP group spans {len(placed)} nodes")
             if {node_role.get(n) for n in placed} != {role}:
                 problems.append(f"{role}: a replica landed on a node of {sorted({node_role.get(n) for n in placed})}")
-        # The ingress (Serve's default replica resources: one CPU) finds a worker, never the head.
+        # The ingress replicas (Serve's default replica resources: one CPU each), held at once, find
+        # workers, never the head.
         if not problems:
             ingress = ReplicaConfig.create(object).resource_dict
-            where = ray.get(
-                ray.remote(lambda: ray.get_runtime_context().get_node_id()).options(num_cpus=ingress["CPU"]).remote(),
-                timeout=PLACE_WAIT_S,
-            )
-            if where not in node_role:
-                problems.append("the ingress replica landed on the head")
+            holder = holder_actor().options(num_cpus=ingress["CPU"])
+            holders = [holder.remote() for _ in range(ingress_replicas(spec, bound))]
+            wheres = ray.get([h.node.remote() for h in holders], timeout=PLACE_WAIT_S)
+            for holder in holders:
+                ray.kill(holder)
+            if any(where not in node_role for where in wheres):
+                problems.append("an ingress replica landed on the head")
     finally:
         for _, _, pg in pgs:
             remove_placement_group(pg)
         removed(cluster, nodes)  # the next case starts from the head alone
     return problems
+
+
+def holder_actor() -> Any:
+    """An actor class standing for a replica: it holds its resources until killed, and says where it
+    runs (defined here, so Ray ships it by value to raylets that cannot import this test module)."""
+    import ray
+
+    class Holder:
+        def node(self) -> str:
+            return ray.get_runtime_context().get_node_id()
+
+    return ray.remote(Holder)
 
 
 def removed(cluster: Any, nodes: list[Any]) -> None:
@@ -346,6 +380,26 @@ def rendered(run, stack: str) -> tuple[dict[str, Any], GpuInstanceType]:
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_replica_places_on_the_rendered_worker_groups(ray_cluster, stack, bound, programs):
     spec, instance = rendered(programs(stack), stack)
+    assert placement_problems(ray_cluster, spec, instance, bound) == []
+    assert autoscaler_problems(spec, instance) == []
+
+
+def aggregated(stack: str) -> tuple[dict[str, Any], GpuInstanceType]:
+    """The stack's RayService with serving.mode aggregated, its one group shaped as the decode side."""
+    cfg = stack_config(stack)
+    assert cfg.serving is not None
+    data = cfg.serving.model_dump(by_alias=True)
+    serving = ServingConfig.model_validate({**data, "mode": "aggregated", "aggregated": data["decode"]})
+    instance = GPU_INSTANCE_TYPES[cfg.gpu_nodes.instance_type]
+    return ints(ray_service_spec(serving, instance)), instance
+
+
+@pytest.mark.parametrize("bound", ["min", "max"])
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_aggregated_replica_places_on_its_one_worker_group(ray_cluster, stack, bound):
+    spec, instance = aggregated(stack)
+    assert [g["groupName"] for g in spec["rayClusterConfig"]["workerGroupSpecs"]] == [AGGREGATED_ROLE]
+    assert serve_application(spec)["import_path"] == AGGREGATED_IMPORT_PATH
     assert placement_problems(ray_cluster, spec, instance, bound) == []
     assert autoscaler_problems(spec, instance) == []
 

@@ -32,6 +32,7 @@ from helpers import (
 
 from llm_pd_eks import metrics as m
 from llm_pd_eks import serve_routing
+from llm_pd_eks.catalog import GPU_INSTANCE_TYPES
 from llm_pd_eks.models import MODELS
 from llm_pd_eks.ray_resources import role_resource
 from llm_pd_eks.serving_names import RAY_VERSION, ROLES
@@ -127,7 +128,9 @@ def test_ray_serve_builds_each_arm_with_two_quarter_gpu_replicas_a_role(arm: str
     from ray.serve._private.request_router import PowerOfTwoChoicesRequestRouter
 
     deployments = by_role(serve_build(app(arm)))
-    serving = rendered_stack(OVERRIDES).serving
+    stack = rendered_stack(OVERRIDES)
+    serving = stack.serving
+    instance = GPU_INSTANCE_TYPES[stack.gpu_nodes.instance_type]
     routed = serving.routing.model_copy(
         update={"prefix_aware": serving.routing.prefix_aware.model_copy(update={"prefill": True, "decode": True})}
     )
@@ -154,7 +157,9 @@ def test_ray_serve_builds_each_arm_with_two_quarter_gpu_replicas_a_role(arm: str
             with runtime_module_on_path():
                 cls = router.get_request_router_class()
             assert issubclass(cls, PrefixCacheAffinityRouter) and cls.__module__ == serve_routing.PREFIX_ROUTER_MODULE
-            wanted = serve_routing.request_router_config(serving.model_copy(update={"routing": routed}), role)
+            wanted = serve_routing.request_router_config(
+                serving.model_copy(update={"routing": routed}), role, instance
+            )
             assert wanted is not None and router.request_router_kwargs == wanted["request_router_kwargs"]
         else:
             assert router.get_request_router_class() is PowerOfTwoChoicesRequestRouter

@@ -128,7 +128,7 @@ def test_decode_only_imports_the_runtime_builder_and_mounts_it_on_every_ray_pod(
     cluster = spec["rayClusterConfig"]
     for group in (cluster["headGroupSpec"], *cluster["workerGroupSpecs"]):
         template = group["template"]
-        volume = {"name": serve_routing.RUNTIME_VOLUME, "configMap": {"name": serve_routing.RUNTIME_CONFIGMAP}}
+        volume = {"name": serve_routing.RUNTIME_VOLUME, "configMap": {"name": serve_routing.runtime_configmap_name()}}
         assert volume in template["spec"]["volumes"]
         for container in template["spec"]["containers"]:
             assert {"name": "PYTHONPATH", "value": serve_routing.RUNTIME_MOUNT} in container["env"]
@@ -150,16 +150,18 @@ def test_prefix_aware_routing_alone_mounts_the_runtime_modules_and_keeps_rays_bu
     cluster = spec["rayClusterConfig"]
     for group in (cluster["headGroupSpec"], *cluster["workerGroupSpecs"]):
         template = group["template"]
-        assert {"name": serve_routing.RUNTIME_VOLUME, "configMap": {"name": serve_routing.RUNTIME_CONFIGMAP}} in (
-            template["spec"]["volumes"]
-        )
+        assert {
+            "name": serve_routing.RUNTIME_VOLUME,
+            "configMap": {"name": serve_routing.runtime_configmap_name()},
+        } in (template["spec"]["volumes"])
         for container in template["spec"]["containers"]:
             assert {"name": "PYTHONPATH", "value": serve_routing.RUNTIME_MOUNT} in container["env"]
 
 
-def test_the_projects_prefix_router_is_rays_with_serves_fifo_mixin_and_nothing_else() -> None:
+def test_the_projects_prefix_router_is_rays_with_serves_fifo_mixin_and_guarded_tree_calls() -> None:
     """Its replica hand-off is FIFOMixin's (a replica found with no request in hand goes to the oldest
-    waiting request, as in Serve's default router); every routing decision stays Ray's."""
+    waiting request, as in Serve's default router); every routing decision stays Ray's, and what it
+    adds only guards the tree: Ray's hooks, each wrapped, and the tree kept by the project's actor."""
     from helpers import runtime_module_on_path
     from ray.llm._internal.serve.routing_policies.prefix_aware.prefix_aware_router import PrefixCacheAffinityRouter
     from ray.serve._private.request_router.pow_2_router import PowerOfTwoChoicesRequestRouter
@@ -169,11 +171,30 @@ def test_the_projects_prefix_router_is_rays_with_serves_fifo_mixin_and_nothing_e
     with runtime_module_on_path():
         routed = RequestRouterConfig(request_router_class=serve_routing.PREFIX_ROUTER_CLASS)
         cls = routed.get_request_router_class()
-    assert cls.__mro__[1:3] == (FIFOMixin, PrefixCacheAffinityRouter)
+        module = __import__(serve_routing.PREFIX_ROUTER_MODULE)
+        from ray.serve.llm.request_router import PrefixCacheAffinityRouter as Public
+    # the public names, where Ray exports them (the standins give Ray's KV-aware router its vLLM names)
+    assert cls.__mro__[1:4] == (FIFOMixin, Public, PrefixCacheAffinityRouter)
+    assert module.FIFOMixin is FIFOMixin
     assert FIFOMixin in PowerOfTwoChoicesRequestRouter.__mro__ and FIFOMixin not in PrefixCacheAffinityRouter.__mro__
     assert cls._fulfill_next_pending_request is FIFOMixin._fulfill_next_pending_request
-    assert cls.choose_replicas is PrefixCacheAffinityRouter.choose_replicas
-    assert set(vars(cls)) <= {"__module__", "__doc__", "__qualname__", "__abstractmethods__", "_abc_impl"}
+    assert cls._prefix_match_best_replicas is PrefixCacheAffinityRouter._prefix_match_best_replicas
+    hooks = {"initialize_state", "choose_replicas", "on_request_routed", "update_replicas", "on_replica_actor_died"}
+    overridden = {name for name, value in vars(cls).items() if callable(value) and not name.startswith("_")}
+    assert overridden == hooks
+    assert {name for name in vars(cls) if name.startswith("_") and not name.startswith("__")} <= {
+        "_fetch_tree",
+        "_mark_down",
+        "_tree_usable",
+        "_wait",
+        "_check_incarnation",
+        "_tree_call",
+        "_abc_impl",
+    }
+    # the tree: restartable, on the head, needing no CPU
+    options = module.TREE_ACTOR_OPTIONS
+    assert options["max_restarts"] == -1 and options["num_cpus"] == 0
+    assert set(options["resources"]) == {"node:__internal_head__"}
 
 
 def test_the_decode_only_rayservice_validates_against_the_kuberay_crd() -> None:

@@ -121,7 +121,9 @@ def test_each_prefix_aware_role_gets_ray_serve_llms_router_with_the_configured_k
         with runtime_module_on_path():  # the class travels by reference: a pod imports it from the ConfigMap
             cls = config.get_request_router_class()
         assert issubclass(cls, PrefixCacheAffinityRouter) and cls.__module__ == serve_routing.PREFIX_ROUTER_MODULE
-        configured = serve_routing.request_router_config(serving, role)
+        configured = serve_routing.request_router_config(
+            serving, role, GPU_INSTANCE_TYPES[stack_config("dev").gpu_nodes.instance_type]
+        )
         assert configured is not None
         assert config.request_router_kwargs == configured["request_router_kwargs"], role
         accepted.bind(None, **config.request_router_kwargs)  # every kwarg is one initialize_state takes

@@ -20,6 +20,10 @@ from ..models import MODELS, NATIVE_CONTEXT
 from .base import Strict, exact_chart_version, ipv4_network, shown
 from .routing import RoutingConfig
 
+# The role name of the one LLM group in mode `aggregated` (its Ray worker group, Serve deployment resource
+# and pod label); prefill and decode are the roles of mode `disaggregated`.
+AGGREGATED_ROLE = "aggregated"
+
 # The longest native context of the models (llm_pd_eks/data/models/: max_position_embeddings of their
 # config.json); vLLM refuses a max_model_len beyond the model's.
 MAX_MODEL_LEN = max(NATIVE_CONTEXT.values())
@@ -139,6 +143,20 @@ class ServingConfig(Strict):
     kv_cache_dtype: Literal["auto", "fp8"] = Field(
         default="auto",
         description="KV-cache element type; `auto` is the model dtype (bf16, 2 bytes).",
+    )
+    mode: Literal["disaggregated", "aggregated"] = Field(
+        default="disaggregated",
+        description="`disaggregated`: Ray Serve LLM's `build_pd_openai_app`, prefill and decode on their own "
+        "worker groups, the KV cache moved over NIXL (`prefill` and `decode` below). `aggregated`: Ray Serve "
+        "LLM's `build_openai_app`, one worker group whose vLLM engines prefill and decode their own requests, "
+        "no KV transfer (`aggregated` below; `prefill`, `decode` and routing.decodeOnlyBelowTokens unused). "
+        "`make size` says which pays for the stack's workload.",
+    )
+    aggregated: ReplicaGroupConfig = Field(
+        default=ReplicaGroupConfig(),
+        description="With mode `aggregated`: the one LLM group's tensorParallelSize, replica bounds and Serve "
+        "autoscaling settings; it routes by prompt prefix where routing.prefixAware.decode is on (the role the "
+        "ingress calls).",
     )
     prefill: ReplicaGroupConfig = Field(
         default=ReplicaGroupConfig(),
@@ -292,6 +310,15 @@ class ServingConfig(Strict):
         return self
 
     @model_validator(mode="after")
+    def _aggregated_has_no_prefill_hop(self) -> "ServingConfig":
+        if self.aggregated_mode and self.routing.decode_only_below_tokens is not None:
+            raise ValueError(
+                "routing.decodeOnlyBelowTokens is set but mode is aggregated: every request is already "
+                "prefilled where it is decoded; unset it or use mode disaggregated"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _decode_only_within_context(self) -> "ServingConfig":
         below = self.routing.decode_only_below_tokens
         if below is not None and below >= self.max_model_len:
@@ -329,9 +356,20 @@ class ServingConfig(Strict):
     def kv_cache_dtype_bytes(self) -> int:
         return 1 if self.kv_cache_dtype == "fp8" else 2
 
+    @property
+    def aggregated_mode(self) -> bool:
+        return self.mode == "aggregated"
+
     def groups(self) -> dict[str, ReplicaGroupConfig]:
-        """The two sides by role name, the name the serve config and the Ray worker groups use."""
+        """The LLM groups by role name, the name the serve config and the Ray worker groups use: prefill
+        and decode, or (mode `aggregated`) the one `aggregated` group."""
+        if self.aggregated_mode:
+            return {AGGREGATED_ROLE: self.aggregated}
         return {"prefill": self.prefill, "decode": self.decode}
+
+    def ingress_facing_groups(self) -> list[ReplicaGroupConfig]:
+        """The groups the OpenAI ingress hands requests to: decode, or the one aggregated group."""
+        return [self.aggregated] if self.aggregated_mode else [self.decode]
 
 
 class KubeRayConfig(Strict):

@@ -120,10 +120,11 @@ class StackConfig(Strict):
             # never share a node, so their node counts add up.
             needed = {role: g.nodes(g.max_replicas, instance.gpus) for role, g in groups.items()}
             if sum(needed.values()) > self.gpu_nodes.max_size:
+                keys = "/".join(f"serving.{role}.maxReplicas" for role in needed)
+                counts = " + ".join(f"{n} {role}" for role, n in needed.items())
                 problems.append(
-                    f"serving.prefill.maxReplicas/serving.decode.maxReplicas: {needed['prefill']} prefill + "
-                    f"{needed['decode']} decode node(s) of {instance.name} exceed gpuNodes.maxSize "
-                    f"({self.gpu_nodes.max_size}); prefill and decode replicas need separate nodes"
+                    f"{keys}: {counts} node(s) of {instance.name} exceed gpuNodes.maxSize "
+                    f"({self.gpu_nodes.max_size}); each role's replicas need nodes of their own"
                 )
         return problems
 
@@ -159,8 +160,9 @@ class StackConfig(Strict):
         instance = GPU_INSTANCE_TYPES[self.gpu_nodes.instance_type]
         problems = []
         # The RayService moves the KV cache with NIXL over LIBFABRIC, which requires GPUDirect RDMA;
-        # without it the transfer cannot start (see the catalog's efa_rdma_read).
-        if not instance.efa_rdma_read:
+        # without it the transfer cannot start (see the catalog's efa_rdma_read). Aggregated serving
+        # moves no KV cache between nodes.
+        if not instance.efa_rdma_read and not self.serving.aggregated_mode:
             capable = sorted(t.name for t in GPU_INSTANCE_TYPES.values() if t.efa_rdma_read)
             problems.append(
                 f"gpuNodes.instanceType: {instance.name} has no GPUDirect RDMA over EFA (no RDMA read), and the "
