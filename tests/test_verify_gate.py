@@ -70,7 +70,7 @@ def test_gate_names_failed_pulls_that_recompute_heals(tmp_path, capsys):
     assert code == Exit.FAILED
     assert checks["gate-answers"]["status"] == "PASS"  # recompute answered them right
     assert checks["gate-kv-failures"]["status"] == "FAIL"
-    assert "3 failed NIXL transfer(s)" in checks["gate-kv-failures"]["detail"]
+    assert checks["gate-kv-failures"]["data"]["failed"] >= 3  # each canary's pull (and any not yet scraped before)
     assert checks["gate-kv-bytes"]["status"] == "FAIL"
 
 
