@@ -92,7 +92,9 @@ class ReferenceHandler(BaseHTTPRequestHandler):
 @needs_prometheus
 @pytest.mark.parametrize("reference_reads, status", [(True, "PASS"), (False, "FAIL")], ids=["equal", "different"])
 def test_gate_compares_the_answers_with_an_aggregated_reference(reference_reads, status, tmp_path, capsys):
-    handler = type("Ref", (ReferenceHandler,), {"answer": staticmethod(reading_model if reference_reads else wrong_reader)})
+    handler = type(
+        "Ref", (ReferenceHandler,), {"answer": staticmethod(reading_model if reference_reads else wrong_reader)}
+    )
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

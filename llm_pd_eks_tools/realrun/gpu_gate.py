@@ -1,9 +1,9 @@
 """The traffic gate on the GPU machine: `make verify`'s canaries (llm_pd_eks_tools/verify/canary.py,
 loaded from its file) through the real P/D application, judged by the same code.
 
+    gate-agg      the aggregated app: the canaries' reference answers (kept on the machine)
     gate          the P/D app as rendered (decode on `kv_load_failure_policy: recompute`): canaries,
-                  the decode raylet's NIXL counters around them, verify's chat probe; then the
-                  aggregated app on the same raylets: the same canaries, the reference answers
+                  the decode raylet's NIXL counters around them, verify's chat probe, the verdicts
     gate-broken   the same P/D app with the KV path broken: the decode engine loads the model from
                   another path (a link to the same files), so NIXL's handshake compatibility hash
                   (vLLM's `compute_nixl_compatibility_hash` hashes the model path) differs from the
@@ -169,6 +169,8 @@ def verdicts(evidence: dict, items: list, reference: Optional[list]) -> list[dic
 
 
 def phase_gate(run: ModuleType, bundle: Path, out: Path, phase: str) -> dict:
+    """One arm: `gate` (P/D as rendered), `gate-broken` (P/D, the KV path broken) or `gate-agg` (the
+    aggregated app: the reference answers, kept on the machine for the P/D arms after it)."""
     clock = run.Clock()
     evidence = run.begin(phase, clock)
     evidence["overrides"] = {k: list(v) for k, v in GATE_OVERRIDES.items()}
@@ -180,33 +182,25 @@ def phase_gate(run: ModuleType, bundle: Path, out: Path, phase: str) -> dict:
     evidence["model_dir"] = str(run.MODEL_DIR)
     run.ensure_raylets(bundle, evidence)
     clock.lap("raylets")
+    items = canary.canaries()
+    if phase == "gate-agg":
+        config = gated(json.loads((bundle / "serve-agg.json").read_text()))
+        model = config["applications"][0]["args"]["llm_configs"][0]["model_loading_config"]["model_id"]
+        if run.deployed(evidence, config, clock):
+            evidence["canaries"] = ask(run, model, items)
+            REFERENCE_FILE.write_text(json.dumps({"answers": [r.get("answer") for r in evidence["canaries"]]}) + "\n")
+            clock.lap("canaries")
+        return evidence
     config = gated(json.loads((bundle / "serve-pd.json").read_text()), broken=broken)
     model = config["applications"][0]["args"]["decode_config"]["model_loading_config"]["model_id"]
     if not run.deployed(evidence, config, clock):
         return evidence
-    evidence["pd_deploy_s"] = clock.timings.get("deploy_s")
-    items = canary_round(run, model, evidence)
+    canary_round(run, model, evidence)
     evidence["nixl_backends"] = sorted(set(run.NIXL_BACKEND_LINE.findall("\n".join(run.nixl_log_lines()))))
     today_checks(run, model, evidence)
     clock.lap("canaries")
-    reference = None
-    if broken and REFERENCE_FILE.is_file():
-        reference = json.loads(REFERENCE_FILE.read_text())["answers"]
-    elif not broken:  # the aggregated app on the same raylets: the reference answers
-        pd_status = evidence["app_status"]
-        run.clear_apps()
-        agg = {"deploy_s": None, "overrides": "engine_kwargs.enforce_eager: true"}
-        agg_config = gated(json.loads((bundle / "serve-agg.json").read_text()))
-        if run.deployed(agg, agg_config, clock):
-            agg["canaries"] = ask(run, model, items)
-            reference = [r.get("answer") for r in agg["canaries"]]
-            REFERENCE_FILE.write_text(json.dumps({"answers": reference}) + "\n")
-        agg["deploy_s"] = clock.timings.get("deploy_s")
-        agg.pop("serve_status", None)
-        evidence["aggregated"] = agg
-        evidence["app_status"] = pd_status if agg.get("app_status") == "RUNNING" else agg.get("app_status")
-        clock.lap("reference")
+    reference = json.loads(REFERENCE_FILE.read_text())["answers"] if REFERENCE_FILE.is_file() else None
     evidence["reference_answers"] = reference
     evidence["gate"] = verdicts(evidence, items, reference)
-    run.log("gate:", [(v["name"], v["status"]) for v in evidence["gate"]])
+    run.log("gate:", [(v["name"], v["status"], v["detail"][:120]) for v in evidence["gate"]])
     return evidence

@@ -6,7 +6,7 @@
     python3 gpu_main.py BUNDLE OUT mix-cond   # the same through P/D with decode-only for the short ones
     python3 gpu_main.py BUNDLE OUT mix-prefix-pd  # shared prefixes, 2 + 2 replicas, Serve's default router
     python3 gpu_main.py BUNDLE OUT mix-prefix     # the same with prefix-cache-aware routing on both roles
-    python3 gpu_main.py BUNDLE OUT gate | gate-broken   # the traffic gate, healthy and broken KV (gpu_gate)
+    python3 gpu_main.py BUNDLE OUT gate-agg | gate | gate-broken   # the traffic gate's arms (gpu_gate)
     python3 gpu_main.py BUNDLE OUT stop
 
 Standard library only (plus the wheels' `ray`, `vllm` and `tokenizers`), so it runs under the
@@ -503,7 +503,7 @@ def main() -> int:
         return 0
     if phase in PREFIX_PHASES:
         evidence = phase_prefix(bundle, out, phase)
-    elif phase in ("gate", "gate-broken"):  # the traffic gate's arms (gpu_gate.py)
+    elif phase in ("gate", "gate-agg", "gate-broken"):  # the traffic gate's arms (gpu_gate.py)
         evidence = gpu_gate.phase_gate(sys.modules[__name__], bundle, out, phase)
     elif phase in ("mix-pd", "mix-cond"):
         evidence = phase_mix(bundle, out, phase.split("-")[1])

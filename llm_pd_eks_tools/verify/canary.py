@@ -158,7 +158,9 @@ def _answers(gate_canaries: Sequence[Canary], answers: Sequence[Optional[str]], 
         return Verdict("gate-answers", FAIL, f"no answer to canary {', '.join(missing)}", data)
     if not known_answers:
         return Verdict("gate-answers", UNVERIFIED, "the model cannot read (dummy weights): code words not judged", data)
-    wrong = [f"{c.name} ({a[:40]!r}, not {c.code_word})" for c, a in zip(gate_canaries, answers) if not knows(a or "", c)]
+    wrong = [
+        f"{c.name} ({a[:40]!r}, not {c.code_word})" for c, a in zip(gate_canaries, answers) if not knows(a or "", c)
+    ]
     if wrong:
         return Verdict("gate-answers", FAIL, f"wrong answer to canary {'; '.join(wrong)}", data)
     return Verdict("gate-answers", PASS, f"{len(gate_canaries)} canaries answered with their code words", data)
@@ -172,7 +174,9 @@ def _reference(
     differ = [c.name for c, a, r in zip(gate_canaries, answers, reference) if a != r]
     data = {"reference": {c.name: r for c, r in zip(gate_canaries, reference)}}
     if differ:
-        return Verdict("gate-reference", FAIL, f"answers differ from the aggregated reference: {', '.join(differ)}", data)
+        return Verdict(
+            "gate-reference", FAIL, f"answers differ from the aggregated reference: {', '.join(differ)}", data
+        )
     return Verdict("gate-reference", PASS, f"{len(gate_canaries)} answers equal the aggregated reference", data)
 
 
@@ -186,7 +190,11 @@ def _kv(
     if before is None or after is None:
         why = "the decode side's NIXL counters could not be read"
         return [Verdict("gate-kv-bytes", UNVERIFIED, why), Verdict("gate-kv-failures", UNVERIFIED, why)]
-    pulls, moved, failed = (after.transfers - before.transfers, after.bytes - before.bytes, after.failed - before.failed)
+    pulls, moved, failed = (
+        after.transfers - before.transfers,
+        after.bytes - before.bytes,
+        after.failed - before.failed,
+    )
     data = {"pulls": pulls, "bytes": moved, "failed": failed}
     floor = None
     if kv_bytes_per_token and prompt_tokens and all(t for t in prompt_tokens):

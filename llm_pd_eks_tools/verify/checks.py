@@ -475,6 +475,8 @@ def run_checks(
     except (Unreachable, HttpError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
         done = {c.name for c in results}
         results.extend(
-            Check(n, Status.UNVERIFIED, f"the traffic gate could not run: {exc}") for n in GATE_CHECK_NAMES if n not in done
+            Check(n, Status.UNVERIFIED, f"the traffic gate could not run: {exc}")
+            for n in GATE_CHECK_NAMES
+            if n not in done
         )
     return results

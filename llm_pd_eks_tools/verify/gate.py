@@ -45,7 +45,6 @@ def kv_reading(query: QueryFn) -> canary.KvReading:
     return canary.KvReading(query(DECODE_COUNT) or 0.0, query(DECODE_BYTES) or 0.0, query(FAILED) or 0.0)
 
 
-
 def reference_answers(url: str, model: str, items: list[canary.Canary], deadline_left: float) -> list[Optional[str]]:
     """Each canary's answer from an OpenAI-compatible endpoint at `url` (an aggregated deployment of
     the same model): None for one that got no usable reply."""
@@ -82,7 +81,9 @@ def run_gate(
 ) -> list[Check]:
     """The canaries, then the gate's checks (canary.GATE_CHECK_NAMES), each a Check."""
     if exp.model_id is None or exp.endpoint_service is None:
-        return [Check(n, Status.UNVERIFIED, "the stack sets no `serving`: nothing to ask") for n in canary.GATE_CHECK_NAMES]
+        return [
+            Check(n, Status.UNVERIFIED, "the stack sets no `serving`: nothing to ask") for n in canary.GATE_CHECK_NAMES
+        ]
     items = canary.canaries()
     path = KubeClient.service_proxy(NAMESPACE, exp.endpoint_service, str(SERVE_PORT), "/v1/chat/completions")
     before = kv_reading(query)
@@ -102,9 +103,7 @@ def run_gate(
     while after.transfers < before.transfers + len(items) and time.monotonic() < end:
         time.sleep(min(poll_seconds, max(0.0, end - time.monotonic())))  # the scrape after the canaries
         after = kv_reading(query)
-    reference = (
-        reference_answers(reference_url, exp.model_id, items, client.deadline.left()) if reference_url else None
-    )
+    reference = reference_answers(reference_url, exp.model_id, items, client.deadline.left()) if reference_url else None
     verdicts = canary.judge(
         items,
         answers,
