@@ -22,7 +22,11 @@ def test_the_ratio_is_the_calibrations_worst_under_load():
     record = gpu_fit.load_records(sorted((ROOT / CALIBRATION_RUN).glob("*.json")))
     ceiling = gpu_fit.ceiling_level(record)
     judged = gpu_fit.judge(
-        SMALL_MODEL, record["models"][SMALL_MODEL], record["instance_type"], VLLM_BF16, (ceiling[0], ceiling[1]["label"])
+        SMALL_MODEL,
+        record["models"][SMALL_MODEL],
+        record["instance_type"],
+        VLLM_BF16,
+        (ceiling[0], ceiling[1]["label"]),
     )
     ratios = [j.predicted / j.measured for j in judged if j.metric == "ttft_ms" and 8 <= j.clients <= 128]
     assert len(ratios) >= 8
