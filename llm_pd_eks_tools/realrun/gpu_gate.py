@@ -34,6 +34,11 @@ NIXL_BACKEND = "UCX"  # overrides.yaml: no EFA on that machine
 # What the gate arms change beyond overrides.yaml, with why (recorded in the evidence).
 GATE_OVERRIDES = {
     "engine_kwargs.enforce_eager": (True, "no torch.compile or CUDA graphs: three engine starts fit the lease"),
+    "deployment_config.request_router_config": (
+        None,
+        "Serve's default router on both roles: the gate measures the KV path and the answers, and one "
+        "request at a time leaves a router nothing to choose",
+    ),
     "decode engine_kwargs.kv_transfer_config.kv_load_failure_policy": (
         "recompute",
         "a failed pull is prefilled again on decode and still answered: the case the gate must see",
@@ -73,6 +78,7 @@ def gated(config: dict, broken: bool = False) -> dict:
     out = copy.deepcopy(config)
     for role, llm in engine_configs(out):
         llm.setdefault("engine_kwargs", {})["enforce_eager"] = True
+        llm.get("deployment_config", {}).pop("request_router_config", None)
         if role == "decode":
             kv = llm["engine_kwargs"].setdefault("kv_transfer_config", {})
             kv["kv_load_failure_policy"] = "recompute"
