@@ -191,7 +191,9 @@ def test_the_vendored_model_config_is_the_model_table() -> None:
     assert config["num_attention_heads"] == spec.attention_heads
 
 
-@pytest.mark.parametrize("name", ["gpu_main.py", "gpu_load.py", "gpu_mix.py", "gpu_model.py"])
+@pytest.mark.parametrize(
+    "name", ["gpu_main.py", "gpu_load.py", "gpu_mix.py", "gpu_model.py", "gpu_gate.py", "gpu_installed.py"]
+)
 def test_the_gpu_side_runner_needs_nothing_of_this_project(name: str) -> None:
     """gpu_main (and the modules beside it) run under the GPU machine's Python with only the release's wheels."""
     import ast
@@ -204,7 +206,8 @@ def test_the_gpu_side_runner_needs_nothing_of_this_project(name: str) -> None:
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module.split(".")[0])
     assert not {"llm_pd_eks", "llm_pd_eks_tools"} & imported
-    siblings = {"gpu_load", "gpu_mix", "gpu_model"}  # copied with it: the folder is what the machine runs
+    # copied with it: the folder is what the machine runs (gpu_gate loads ../verify/canary.py from its file)
+    siblings = {"gpu_load", "gpu_mix", "gpu_model", "gpu_gate", "gpu_installed"}
     assert imported <= set(sys.stdlib_module_names) | {"__future__", "tokenizers"} | siblings  # tokenizers: a wheel
     proc = subprocess.run(
         ["python3", "-c", "import ast,sys; ast.parse(open(sys.argv[1]).read())", str(path)],

@@ -137,3 +137,15 @@ def test_judge_reads_counters_around_the_canaries_only():
     assert next(v for v in short if v.name == "gate-kv-bytes").status == "FAIL"  # pulls, but not the canaries' KV
     ucx = canary.judge(items, answers, before, before, backends=["UCX"], expected_backend="LIBFABRIC")
     assert next(v for v in ucx if v.name == "gate-kv-backend").detail == "decode's NIXL backend UCX, not LIBFABRIC"
+
+
+def test_the_canary_module_runs_on_the_gpu_machine_with_the_standard_library_alone():
+    """gpu_gate.py loads canary.py from its file on a machine with nothing of the project installed."""
+    import ast
+    import sys
+    from pathlib import Path
+
+    tree = ast.parse(Path(canary.__file__).read_text())
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}
