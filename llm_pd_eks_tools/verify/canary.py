@@ -146,7 +146,7 @@ def judge(
     out = [_answers(gate_canaries, answers, known_answers)]
     if reference is not None:  # no reference given: the check is not made, rather than left unverified
         out.append(_reference(gate_canaries, answers, reference))
-    out += _kv(gate_canaries, before, after, prompt_tokens, kv_bytes_per_token)
+    out += kv_verdicts(len(gate_canaries), before, after, prompt_tokens, kv_bytes_per_token)
     out.append(_backend(backends, expected_backend))
     return out
 
@@ -180,13 +180,14 @@ def _reference(
     return Verdict("gate-reference", PASS, f"{len(gate_canaries)} answers equal the aggregated reference", data)
 
 
-def _kv(
-    gate_canaries: Sequence[Canary],
+def kv_verdicts(
+    n: int,
     before: Optional[KvReading],
     after: Optional[KvReading],
     prompt_tokens: Sequence[Optional[int]],
     kv_bytes_per_token: Optional[float],
 ) -> list[Verdict]:
+    """`gate-kv-bytes` and `gate-kv-failures` for `n` requests sent between the two readings."""
     if before is None or after is None:
         why = "the decode side's NIXL counters could not be read"
         return [Verdict("gate-kv-bytes", UNVERIFIED, why), Verdict("gate-kv-failures", UNVERIFIED, why)]
@@ -200,7 +201,6 @@ def _kv(
     if kv_bytes_per_token and prompt_tokens and all(t for t in prompt_tokens):
         floor = 0.5 * kv_bytes_per_token * sum(t or 0 for t in prompt_tokens)
         data["bytes_floor"] = floor
-    n = len(gate_canaries)
     if pulls < n:
         kv = Verdict(
             "gate-kv-bytes",
