@@ -7,8 +7,9 @@ chat completion with a long prompt through the endpoint; NIXL on LIBFABRIC (from
 line); KV bytes moved, no failed transfers and KV throughput above the GPU type's floor (from
 Prometheus); last the traffic gate (gate.py): canaries whose answers are known and need the KV
 decode pulled for them, judged with decode's NIXL counters around them and, given `--reference`,
-against an aggregated deployment's answers. Everything goes through the Kubernetes API server (its service proxy reaches the
-endpoint, the Ray dashboard and Prometheus), so the only network need is the kubeconfig's server.
+against an aggregated deployment's answers. Everything goes through the Kubernetes API server (its
+service proxy reaches the endpoint, the Ray dashboard and Prometheus), so the only network need is
+the kubeconfig's server.
 
 Exit codes are llm_pd_eks_tools/cli.py's: 0 all passed, 1 a check failed, 2 usage, 5 nothing failed but
 something could not be checked (an unreachable cluster included), 70 a bug.
