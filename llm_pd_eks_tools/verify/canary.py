@@ -159,7 +159,9 @@ def _answers(gate_canaries: Sequence[Canary], answers: Sequence[Optional[str]], 
     if not known_answers:
         return Verdict("gate-answers", UNVERIFIED, "the model cannot read (dummy weights): code words not judged", data)
     wrong = [
-        f"{c.name} ({(a or "")[:40]!r}, not {c.code_word})" for c, a in zip(gate_canaries, answers) if not knows(a or "", c)
+        f"{c.name} ({(a or '')[:40]!r}, not {c.code_word})"
+        for c, a in zip(gate_canaries, answers)
+        if not knows(a or "", c)
     ]
     if wrong:
         return Verdict("gate-answers", FAIL, f"wrong answer to canary {'; '.join(wrong)}", data)
