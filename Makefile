@@ -152,7 +152,7 @@ VERIFY_TIMEOUT = $(or $(TIMEOUT),600)
 verify: $(DEV_STAMP)
 	@$(PY) -m llm_pd_eks_tools.verify --stack=$(call q,$(STACK)) --timeout=$(call q,$(VERIFY_TIMEOUT)) $(if $(KUBECONFIG),--kubeconfig=$(call q,$(KUBECONFIG))) $(if $(JSON),--json) $(if $(REFERENCE),--reference=$(call q,$(REFERENCE)))
 
-# Sizes the stack for a workload, offline (llm_pd_eks_tools/sizing/); WRITE=1 puts the sized replica bounds and
+# Sizes the stack for a workload, offline (llm_pd_eks_tools/sizing/); WRITE=1 (for workloads/<stack>.yaml only) puts the recommended serving.mode, the sized replica bounds and
 # GPU node-group sizes into Pulumi.<stack>.yaml (comments kept).
 .PHONY: size
 WORKLOAD ?= workloads/$(STACK).yaml

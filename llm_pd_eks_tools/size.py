@@ -3,13 +3,16 @@
 Prints, for the stack's model, GPU type and tensor-parallel layout: prefill and decode replicas and
 nodes, the P:D ratio, GPUs, cost per hour and per million output tokens, the same workload served
 aggregated, a verdict on whether disaggregation pays, and the KV-transfer band. The model is
-`llm_pd_eks_tools/sizing/`. `--write` puts the sized replica bounds and GPU node-group sizes into
-`Pulumi.<stack>.yaml` with ruamel.yaml's round-trip mode, so comments and layout survive; the new
-file is validated as the program would read it before it replaces the old one.
+`llm_pd_eks_tools/sizing/`. `--write` puts the serving mode the verdict recommends (`serving.mode`),
+that mode's sized replica bounds and the GPU node-group sizes into `Pulumi.<stack>.yaml` with
+ruamel.yaml's round-trip mode, so comments and layout survive; the new file is validated as the
+program would read it before it replaces the old one. It sizes only for the workload the preview
+prices (`workloads/<stack>.yaml`), so the two never disagree about what was written.
 
 Exit codes (llm_pd_eks_tools/cli.py): 0 the workload can be served on the stack's GPU type (disaggregated,
-aggregated or both; the verdict says which pays); 1 neither layout meets the objectives, or `--write`
-was asked for a layout that cannot meet them (nothing is written); 2 a bad workload file, stack or argument.
+aggregated or both; the verdict says which pays); 1 neither layout meets the objectives (with `--write`
+nothing is written); 2 a bad workload file, stack or argument, or `--write` with a workload other than
+the one the preview prices.
 """
 
 from __future__ import annotations
