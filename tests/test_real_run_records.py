@@ -22,7 +22,8 @@ def pinned() -> dict[str, str]:
 
 
 def entries_sha256() -> str:
-    return hashlib.sha256("".join(l for l in WHEELS_TXT.open() if not l.startswith("#")).encode()).hexdigest()
+    lines = WHEELS_TXT.read_text().splitlines(keepends=True)
+    return hashlib.sha256("".join(line for line in lines if not line.startswith("#")).encode()).hexdigest()
 
 
 def test_there_are_records_to_check():
