@@ -529,9 +529,11 @@ def test_the_routing_lines_follow_the_verdict(capsys):
     result = size("prod", config, load_workload(WORKLOADS / "prod.yaml"))
     lines = "\n".join(size_cli.routing_lines(result))
     assert result.recommended().mode == "aggregated"
-    assert lines.index("for serving.mode aggregated (the verdict above)") < lines.index(
-        "not the verdict's mode, for comparison: with serving.mode disaggregated"
-    ) < lines.index("decodeOnlyBelowTokens at this load")
+    assert (
+        lines.index("for serving.mode aggregated (the verdict above)")
+        < lines.index("not the verdict's mode, for comparison: with serving.mode disaggregated")
+        < lines.index("decodeOnlyBelowTokens at this load")
+    )
 
 
 def test_write_finds_keys_spelt_without_the_project_prefix(tmp_path, capsys):

@@ -50,6 +50,7 @@ def ttft_budget_s(workload: Workload) -> float:
     """The TTFT a plan may predict: the objective times TTFT_UNDER_LOAD_RATIO."""
     return workload.slo.ttft_ms / 1000 * TTFT_UNDER_LOAD_RATIO
 
+
 MAX_REPLICAS = 512  # search bound: beyond this the answer is "this GPU type cannot serve it"
 
 
