@@ -311,6 +311,7 @@ def versions() -> dict[str, str]:
         timeout=30,
     )
     out["gpu"] = smi.stdout.strip()
+    out["gpu_count"] = str(len(out["gpu"].splitlines()))  # one line a GPU: the record says how many ran
     out["python"] = sys.version.split()[0]
     return out
 
