@@ -16,7 +16,7 @@ DEV_STAMP := $(if $(STAMP),$(VENV)/.installed-dev-$(shell cat requirements-previ
 # expands an exported variable's value to build their environment, running a `$(shell ...)` in it).
 # The tools get every value as an option (`$(call v,NAME)`), never from the environment.
 USER_VARS := STACK WORKLOAD TIMEOUT KUBECONFIG SINCE ENDPOINT NIXLBENCH RUNNER FROM TO BASE PROMETHEUS JSON STRICT WRITE
-USER_VARS += PULUMI_STACK FIRST PULUMI_EKS PULUMI_EKS_COMMIT
+USER_VARS += PULUMI_STACK FIRST PULUMI_EKS PULUMI_EKS_COMMIT REFERENCE
 STACK ?= dev
 FROM ?= staging
 TO ?= prod
@@ -63,7 +63,7 @@ help:
 	@echo "make config-doc            regenerate docs/configuration.md's table from llm_pd_eks/config/"
 	@echo "make placeholders [STACK=dev] [RUNNER=label]   does the stack still carry example values? (deploy refuses it)"
 	@echo "make resolve-image [STACK=dev]   pin serving.image in Pulumi.<stack>.yaml to its ECR Public digest (network)"
-	@echo "make verify STACK=dev [KUBECONFIG=path] [TIMEOUT=600] [JSON=1]   after pulumi up: EFA, NIXL on LIBFABRIC, P/D, KV bytes"
+	@echo "make verify STACK=dev [KUBECONFIG=path] [TIMEOUT=600] [JSON=1] [REFERENCE=url]   after pulumi up: EFA, NIXL on LIBFABRIC, P/D, KV bytes, the traffic gate"
 	@echo "make cost-audit STACK=dev [SINCE=7d] [PROMETHEUS=url] [JSON=1]   spend, \$$/Mtok vs make size, idle GPUs, quota, advice"
 	@echo "make size [STACK=dev] [WORKLOAD=workloads/<stack>.yaml] [WRITE=1] [JSON=1]   replicas, nodes, P:D, \$$/Mtok for a workload"
 	@echo "make facts                 regenerate the GPU instance-type table (llm_pd_eks/data, policies/data) from EC2 data, the pack's KubeRay resource-name rules, the vLLM facts (downloads the wheel)"
@@ -190,9 +190,9 @@ resolve-image: $(STAMP)
 # TIMEOUT is each tool's own budget: verify's 600 s unless given, calibrate's 1800 s (a sweep takes longer).
 VERIFY_TIMEOUT = $(or $(value TIMEOUT),600)
 verify: $(DEV_STAMP)
-	@$(PY) -m llm_pd_eks_tools.ops.verify --stack=$(call v,STACK) --timeout=$(call q,$(VERIFY_TIMEOUT)) $(if $(value KUBECONFIG),--kubeconfig=$(call v,KUBECONFIG)) $(if $(value JSON),--json)
+	@$(PY) -m llm_pd_eks_tools.ops.verify --stack=$(call v,STACK) --timeout=$(call q,$(VERIFY_TIMEOUT)) $(if $(value KUBECONFIG),--kubeconfig=$(call v,KUBECONFIG)) $(if $(value JSON),--json) $(if $(value REFERENCE),--reference=$(call v,REFERENCE))
 
-# Sizes the stack for a workload, offline (llm_pd_eks_sizing/model/); WRITE=1 puts the sized replica bounds and
+# Sizes the stack for a workload, offline (llm_pd_eks_sizing/model/); WRITE=1 (for workloads/<stack>.yaml only) puts the recommended serving.mode, the sized replica bounds and
 # GPU node-group sizes into Pulumi.<stack>.yaml (comments kept).
 .PHONY: size
 size: $(DEV_STAMP)

@@ -3,13 +3,16 @@
 Prints, for the stack's model, GPU type and tensor-parallel layout: prefill and decode replicas and
 nodes, the P:D ratio, GPUs, cost per hour and per million output tokens, the same workload served
 aggregated, a verdict on whether disaggregation pays, and the KV-transfer band. The model is
-`llm_pd_eks_sizing/model/`. `--write` puts the sized replica bounds and GPU node-group sizes into
-`Pulumi.<stack>.yaml` with ruamel.yaml's round-trip mode, so comments and layout survive; the new
-file is validated as the program would read it before it replaces the old one.
+`llm_pd_eks_sizing/model/`. `--write` puts the serving mode the verdict recommends (`serving.mode`),
+that mode's sized replica bounds and the GPU node-group sizes into `Pulumi.<stack>.yaml` with
+ruamel.yaml's round-trip mode, so comments and layout survive; the new file is validated as the
+program would read it before it replaces the old one. It sizes only for the workload the preview
+prices (`workloads/<stack>.yaml`), so the two never disagree about what was written.
 
 Exit codes (llm_pd_eks_tools/core/cli.py): 0 the workload can be served on the stack's GPU type (disaggregated,
-aggregated or both; the verdict says which pays); 1 neither layout meets the objectives, or `--write`
-was asked for a layout that cannot meet them (nothing is written); 2 a bad workload file, stack or argument.
+aggregated or both; the verdict says which pays); 1 neither layout meets the objectives (with `--write`
+nothing is written); 2 a bad workload file, stack or argument, or `--write` with a workload other than
+the one the preview prices.
 """
 
 from __future__ import annotations
@@ -39,8 +42,7 @@ from llm_pd_eks_sizing.model import (
     size,
     tp_options,
 )
-from llm_pd_eks_sizing.model.engine import Replica
-from llm_pd_eks_sizing.model.routing import decode_only_threshold, prefill_queue_wait, prefix_routing
+from llm_pd_eks_sizing.size_routing import routing_lines
 from llm_pd_eks_tools.core.cli import ROOT, ArgumentParser, Exit, ToolError, exit_with, one_line
 from llm_pd_eks_tools.core.io_safety import atomic_write, read_regular_file
 from llm_pd_eks_tools.core.stack import stack_config, stack_file
@@ -165,36 +167,6 @@ def render_text(result: Sizing) -> str:
     return "\n".join(lines) + "\n"
 
 
-def routing_lines(result: Sizing) -> list[str]:
-    """Where serving.routing's two features pay for this model, instance and workload (sizing/routing.py)."""
-    model, instance = MODELS[result.model_id], gpu_instance_type(result.instance_type)
-    sides = {s.role: s for s in result.disaggregated.sides}
-    if not result.disaggregated.feasible or not {"prefill", "decode"} <= set(sides):
-        return ["", "routing (serving.routing): no disaggregated layout meets the objectives, nothing to route"]
-    threshold = decode_only_threshold(model, instance, sides["decode"].tp)
-    prefill = sides["prefill"]
-    rate = result.workload.request_rate / prefill.replicas
-    wait = prefill_queue_wait(Replica(model, instance, prefill.tp), result.workload.input_tokens, rate)
-    loaded = decode_only_threshold(model, instance, sides["decode"].tp, queue_wait_s=wait)
-    lines = [
-        "",
-        "routing (serving.routing):",
-        f"  decodeOnlyBelowTokens, idle prefill stage: {threshold.text()}",
-        f"  decodeOnlyBelowTokens at this load ({rate:.2f} requests/s a prefill replica, mean queue wait "
-        f"{wait(1) * 1e3:,.1f} ms): {loaded.text()}",
-    ]
-    prefix = result.workload.shared_prefix
-    if prefix is None:
-        lines.append("  prefixAware: no shared prefix in the workload (sharedPrefix), nothing to keep cached")
-    else:
-        gain = prefix_routing(model, instance, prefix.tokens, prefix.distinct, prefill.replicas, prefill.tp)
-        lines.append(
-            f"  prefixAware (prefill): hit rate {gain.hit_rate_random:.0%} -> {gain.hit_rate_affinity:.0%}, "
-            f"{gain.saved_s * 1e3:,.1f} ms of prefill saved a request ({gain.basis})"
-        )
-    return lines
-
-
 # -- --write ----------------------------------------------------------------------------------------
 # Ray Serve's advanced-autoscaling guide: set max_ongoing_requests about 20-50 % above
 # target_ongoing_requests (headroom for bursts without letting a replica's queue grow unbounded).
@@ -210,39 +182,50 @@ def autoscaling_values(concurrency: Optional[float]) -> dict[str, Any]:
     }
 
 
-def sized_values(result: Sizing, current: Any) -> dict[str, dict[str, Any]]:
-    """New replica bounds, Serve autoscaling targets and GPU node-group sizes.
+def sized_values(result: Sizing, current: Any) -> dict[str, Any]:
+    """The serving mode the verdict recommends (`serving.mode`), its groups' new replica bounds and Serve
+    autoscaling targets, and the GPU node-group sizes.
 
-    The sized counts become the maxima; minReplicas stays as set (clipped to the new maximum); the
-    node group's minSize/desiredSize are the nodes the minimum replicas need (at least 2: prefill and
-    decode never share a node) and its maxSize the nodes the sized replicas need (plus, with
-    upgradeStrategy NewCluster, those a second cluster starts with). Each side's
+    The recommended plan is the feasible one on fewer nodes (a draw: disaggregated, the default);
+    its sized counts become the maxima; minReplicas stays as set (clipped to the new maximum); the
+    node group's minSize/desiredSize are the nodes the minimum replicas need (at least 2, as the
+    config requires) and its maxSize the nodes the sized replicas need (plus,
+    with upgradeStrategy NewCluster, those a second cluster starts with). Each group's
     targetOngoingRequests is the requests a replica holds at the sized load (Little's law), and
     upscaleDelayS/downscaleDelayS are written as configured (the model has no view on them).
     """
     serving = current.serving
     instance_gpus = gpu_instance_type(current.gpu_nodes.instance_type).gpus
-    plan = result.disaggregated
-    out: dict[str, dict[str, Any]] = {}
+    plan = result.recommended()
+    if plan is None:
+        raise ToolError(Exit.FAILED, f"nothing written: {result.verdict()}")
+    out: dict[str, Any] = {"mode": plan.mode}
     min_nodes = max_nodes = 0
-    for role, group in serving.groups().items():
-        sized = plan.side(role).replicas
-        low = min(group.min_replicas, sized)
-        out[role] = {
+    for side in plan.sides:
+        group = getattr(serving, side.role)  # serving.prefill / decode / aggregated
+        low = min(group.min_replicas, side.replicas)
+        out[side.role] = {
             "minReplicas": low,
-            "maxReplicas": sized,
-            **autoscaling_values(plan.side(role).concurrency),
+            "maxReplicas": side.replicas,
+            **autoscaling_values(side.concurrency),
             "upscaleDelayS": group.upscale_delay_s,
             "downscaleDelayS": group.downscale_delay_s,
         }
-        min_nodes += group.nodes(low, instance_gpus)
-        max_nodes += group.nodes(sized, instance_gpus)
-    floor = max(2, min_nodes)
+        if side.tp != group.tensor_parallel_size:
+            out[side.role]["tensorParallelSize"] = side.tp
+        min_nodes += _group_nodes(group, low, side.tp, instance_gpus)
+        max_nodes += _group_nodes(group, side.replicas, side.tp, instance_gpus)
+    floor = max(2, min_nodes)  # the config keeps two GPU nodes at least (config/gpu_nodes.py), either mode
     # NewCluster starts a second Ray cluster at its minimum next to the serving one at its maximum
     # (the config refuses a maxSize below that: llm_pd_eks/config/stack.py)
     second = min_nodes if serving.upgrade_strategy == "NewCluster" else 0
     out["gpuNodes"] = {"minSize": floor, "desiredSize": floor, "maxSize": max(floor, max_nodes + second)}
     return out
+
+
+def _group_nodes(group: Any, replicas: int, tp: int, instance_gpus: int) -> int:
+    """Nodes `replicas` replicas of `tp` GPUs take (the group's own rule, at the sized TP)."""
+    return int(group.model_copy(update={"tensor_parallel_size": tp}).nodes(replicas, instance_gpus))
 
 
 def _section(config: Any, name: str, path: Path) -> Any:
@@ -255,14 +238,8 @@ def _section(config: Any, name: str, path: Path) -> Any:
     return config[spellings[0]]
 
 
-def write_stack(stack: str, result: Sizing, current: Any, root: Path = ROOT) -> tuple[str, dict[str, dict[str, Any]]]:
+def write_stack(stack: str, result: Sizing, current: Any, root: Path = ROOT) -> tuple[str, dict[str, Any]]:
     """Rewrite Pulumi.<stack>.yaml in place (comments kept); returns (new text, values written)."""
-    if not result.disaggregated.feasible:
-        raise ToolError(
-            Exit.FAILED,
-            f"nothing written: the disaggregated layout cannot meet the objectives "
-            f"({one_line(result.disaggregated.reason)})",
-        )
     values = sized_values(result, current)
     path = stack_file(stack, root)
     rt = YAML()  # round-trip: comments, key order and flow style survive
@@ -271,8 +248,13 @@ def write_stack(stack: str, result: Sizing, current: Any, root: Path = ROOT) -> 
     doc = rt.load(read_regular_file(path, MAX_BYTES, "stack file").decode("utf-8", errors="replace"))
     config = doc["config"]
     serving, gpu_nodes = _section(config, "serving", path), _section(config, "gpuNodes", path)
-    for role in ("prefill", "decode"):
-        for key, value in values[role].items():
+    serving["mode"] = values["mode"]
+    for role, sized in values.items():
+        if role in ("mode", "gpuNodes"):
+            continue
+        if role not in serving:
+            serving[role] = {}
+        for key, value in sized.items():
             serving[role][key] = value
     for key, value in values["gpuNodes"].items():
         gpu_nodes[key] = value
@@ -287,6 +269,26 @@ def write_stack(stack: str, result: Sizing, current: Any, root: Path = ROOT) -> 
         ) from None
     atomic_write(path, text)  # whole or not at all: a full disk leaves the old file
     return text, values
+
+
+def same_workload(stack: str, workload: Path, root: Path) -> None:
+    """`--write` sizes the stack for the workload the preview prices (`workloads/<stack>.yaml`, or a
+    file of the same bytes), so the two never disagree about what was written; any other workload is
+    refused before anything is sized."""
+    from llm_pd_eks_sizing.model import MAX_WORKLOAD_BYTES
+
+    priced = root / "workloads" / f"{stack}.yaml"
+    same = priced.is_file() and (
+        workload.resolve() == priced.resolve()
+        or read_regular_file(workload, MAX_WORKLOAD_BYTES, "workload file")
+        == read_regular_file(priced, MAX_WORKLOAD_BYTES, "workload file")
+    )
+    if not same:
+        raise ToolError(
+            Exit.USAGE,
+            f"nothing written: --write sizes for workloads/{stack}.yaml, the workload the preview prices; "
+            f"copy {workload} there (or size it without --write)",
+        )
 
 
 def read_workload(path: Path) -> Workload:
@@ -419,6 +421,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         raise ToolError(Exit.USAGE, str(error)) from None
     except ConfigError as error:
         raise ToolError(Exit.USAGE, one_line(f"Pulumi.{args.stack}.yaml: {'; '.join(error.problems)}")) from None
+    if args.write:
+        same_workload(args.stack, args.workload, args.root)
     workload = read_workload(args.workload)
     result = size(args.stack, config, workload, args.root)
     # write first, print once: with --json stdout is one JSON document and nothing else
@@ -429,9 +433,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(render_text(result), end="")
         if values is not None:
             print(
-                f"wrote Pulumi.{args.stack}.yaml: "
+                f"wrote Pulumi.{args.stack}.yaml: serving.mode={values['mode']}; "
                 + "; ".join(
-                    f"{section} " + ", ".join(f"{k}={v}" for k, v in kv.items()) for section, kv in values.items()
+                    f"{section} " + ", ".join(f"{k}={v}" for k, v in kv.items())
+                    for section, kv in values.items()
+                    if section != "mode"
                 )
             )
     return Exit.OK if result.disaggregated.feasible or result.aggregated.feasible else Exit.FAILED

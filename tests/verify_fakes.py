@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import socket
 import subprocess
@@ -430,7 +431,8 @@ class OpenAiHandler(_Handler):
             }
             self.reply(self.owner.fail_status, error)
             return
-        prompt_tokens = len(request["messages"][-1]["content"].split())
+        prompt = request["messages"][-1]["content"]
+        prompt_tokens = len(prompt.split())
         self.owner.on_request(prompt_tokens)
         self.reply(
             200,
@@ -443,7 +445,7 @@ class OpenAiHandler(_Handler):
                     {
                         "index": 0,
                         "finish_reason": "length",
-                        "message": {"role": "assistant", "content": "The text describes prefill and decode."},
+                        "message": {"role": "assistant", "content": self.owner.answer(prompt)},
                     }
                 ],
                 "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 16, "total_tokens": prompt_tokens + 16},
@@ -451,10 +453,27 @@ class OpenAiHandler(_Handler):
         )
 
 
+PLANTED = re.compile(r"the code word for vault (\d+) is ([\w-]+)\.")
+ASKED = re.compile(r"What is the code word for vault (\d+)\?")
+
+
+def reading_model(prompt: str) -> str:
+    """A model that reads its whole prompt: the code word planted for the vault asked about (the
+    traffic gate's canaries), else a summary."""
+    planted = dict(PLANTED.findall(prompt))
+    asked = ASKED.search(prompt)
+    if asked and asked[1] in planted:
+        return planted[asked[1]]
+    return "The text describes prefill and decode."
+
+
 class FakeOpenAi(_Server):
-    def __init__(self, on_request: Callable[[int], None], fail_status: int = 0):
+    def __init__(
+        self, on_request: Callable[[int], None], fail_status: int = 0, answer: Callable[[str], str] = reading_model
+    ):
         self.on_request = on_request
         self.fail_status = fail_status  # answer every request with this HTTP status
+        self.answer = answer  # prompt -> the assistant's text
         super().__init__(OpenAiHandler)
 
 

@@ -35,6 +35,22 @@ from llm_pd_eks_sizing.model.queueing import (
 from llm_pd_eks_sizing.model.workload import Workload
 from llm_pd_eks_tools.core.cli import ROOT, Exit, ToolError
 
+# The model's mean TTFT under load read low against the engine it was fitted to: on the saved GPU
+# calibration (llm_pd_eks_sizing/calibrate/data/gpu-calibration-2026-12-04, vLLM 0.26.0 on one H200),
+# Llama-3.1-8B at 8-128 closed-loop clients came out at 0.65x (128-token prompts, 8 clients) to 1.02x
+# of measured, 0.65-0.85x at 32 clients and up. Until the queueing model carries what it misses
+# (per-request work in the API server and scheduler that grows with the clients), both layouts are
+# sized to meet the TTFT objective with the predicted TTFT at most this fraction of it, so the
+# verdict compares plans that hold at the measured TTFT, not at the model's.
+# tests/unit/test_sizing_ttft_margin.py recomputes it from the saved run.
+TTFT_UNDER_LOAD_RATIO = 0.65
+
+
+def ttft_budget_s(workload: Workload) -> float:
+    """The TTFT a plan may predict: the objective times TTFT_UNDER_LOAD_RATIO."""
+    return workload.slo.ttft_ms / 1000 * TTFT_UNDER_LOAD_RATIO
+
+
 MAX_REPLICAS = 512  # search bound: beyond this the answer is "this GPU type cannot serve it"
 
 
@@ -136,13 +152,14 @@ def size_prefill(replica: Replica, workload: Workload, transfer_s_per_token: flo
     mean_s, second_s = _service_moments(c, a, b, workload.input_tokens)
     tail_len = workload.input_tokens.quantile(p)
     own = replica.prefill_seconds(tail_len) + transfer_s_per_token * tail_len + first_step_s
-    slo = workload.slo.ttft_ms / 1000
+    slo = ttft_budget_s(workload)
     per_node = replica.instance.gpus // replica.tp
     if own > slo:
         raise _Infeasible(
             f"prefill: a p{workload.slo.percentile:g} prompt ({tail_len:,.0f} tokens) takes {own * 1e3:,.0f} ms "
             f"to prefill, hand over and decode its first token on TP {replica.tp} x {replica.instance.gpu_model}, "
-            f"above the {workload.slo.ttft_ms:g} ms TTFT objective at any replica count"
+            f"above {slo * 1e3:,.0f} ms ({TTFT_UNDER_LOAD_RATIO:g} of the {workload.slo.ttft_ms:g} ms TTFT objective, "
+            "the model's measured shortfall under load) at any replica count"
         )
     for replicas in range(1, MAX_REPLICAS + 1):
         rate = workload.request_rate / replicas
@@ -167,7 +184,7 @@ def size_aggregated(replica: Replica, workload: Workload) -> Side:
         load = aggregated_load(replica, workload, workload.request_rate / replicas)
         if load is None:
             continue
-        if load.itl_tail_s * 1e3 <= workload.slo.itl_ms and load.ttft_tail_s * 1e3 <= workload.slo.ttft_ms:
+        if load.itl_tail_s * 1e3 <= workload.slo.itl_ms and load.ttft_tail_s <= ttft_budget_s(workload):
             return Side(
                 "aggregated",
                 replica.tp,
@@ -445,6 +462,10 @@ def sizing_flags(instance: GpuInstanceType, prefill_tp: int, decode_tp: int, kv_
     out = [
         f"{role}: {tp_basis(instance, tp)}" for role, tp in (("prefill", prefill_tp), ("decode", decode_tp)) if tp > 1
     ]
+    out.append(
+        f"TTFT planned at {TTFT_UNDER_LOAD_RATIO:g} of the objective: the model's TTFT under load read "
+        f"{TTFT_UNDER_LOAD_RATIO:g}-1.02x of measured on the GPU calibration (8B, 8-128 clients)"
+    )
     if max(prefill_tp, decode_tp) > 1 and not has_nvlink(instance):
         out.append(f"no NVLink on {instance.gpu_model}: the TP all-reduce goes over PCIe (assumed rate)")
     if not kv_plan.rdma:

@@ -6,6 +6,7 @@
     python3 gpu_main.py BUNDLE OUT mix-cond   # the same through P/D with decode-only for the short ones
     python3 gpu_main.py BUNDLE OUT mix-prefix-pd  # shared prefixes, 2 + 2 replicas, Serve's default router
     python3 gpu_main.py BUNDLE OUT mix-prefix     # the same with prefix-cache-aware routing on both roles
+    python3 gpu_main.py BUNDLE OUT gate-agg | gate | gate-broken   # the traffic gate's arms (gpu_gate)
     python3 gpu_main.py BUNDLE OUT stop
 
 Standard library only (plus the wheels' `ray`, `vllm` and `tokenizers`), so it runs under the
@@ -21,6 +22,8 @@ from them), gpu_mix (the decode-only arms' loads) and gpu_model (the model's tok
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
 import os
 import re
@@ -30,12 +33,14 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
 
 if __package__:
-    from . import gpu_load, gpu_mix, gpu_model
+    from . import gpu_gate, gpu_installed, gpu_load, gpu_mix, gpu_model
 else:  # `python3 gpu_main.py` on the GPU machine, or loaded from its file: the modules beside it
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import gpu_gate  # type: ignore[import-not-found,no-redef]
+    import gpu_installed  # type: ignore[import-not-found,no-redef]
     import gpu_load  # type: ignore[import-not-found,no-redef]
     import gpu_mix  # type: ignore[import-not-found,no-redef]
     import gpu_model  # type: ignore[import-not-found,no-redef]
@@ -271,30 +276,17 @@ def nixl_log_lines() -> list[str]:
     return lines[:200]
 
 
-def versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for name in ("ray", "vllm", "nixl", "nixl-cu13", "torch", "transformers", "tokenizers"):
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = "absent"
-    smi = subprocess.run(
-        ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    out["gpu"] = smi.stdout.strip()
-    out["python"] = sys.version.split()[0]
-    return out
-
-
 def begin(phase: str, clock: Clock) -> dict:
     """A phase's evidence: its name, date, the software it runs on, and its clock's timings."""
     date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return {"phase": phase, "date_utc": date, "versions": versions(), "timings": clock.timings}
+    installed = gpu_installed.installed()  # the wheels and Python that ran, hashed (not an image tag)
+    return {
+        "phase": phase,
+        "date_utc": date,
+        "versions": gpu_installed.versions(),
+        "installed": installed,
+        "timings": clock.timings,
+    }
 
 
 @contextmanager
@@ -470,14 +462,21 @@ def failure_logs(out: Path, phase: str) -> None:
     (out / f"failure-{phase}.txt").write_text("\n".join(lines[-3000:]) + "\n")
 
 
-def main() -> int:
-    bundle, out, phase = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="gpu_main", description="One phase of the real run, on the GPU machine.")
+    parser.add_argument("bundle", type=Path, help="the rendered bundle (python -m llm_pd_eks_sizing.realrun.render)")
+    parser.add_argument("out", type=Path, help="where the phase's evidence and logs go")
+    parser.add_argument("phase", help="pd | agg | mix-pd | mix-cond | mix-prefix-pd | mix-prefix | gate* | stop")
+    args = parser.parse_args(argv)
+    bundle, out, phase = args.bundle, args.out, args.phase
     out.mkdir(parents=True, exist_ok=True)
     if phase == "stop":
         ray_stop()
         return 0
     if phase in PREFIX_PHASES:
         evidence = phase_prefix(bundle, out, phase)
+    elif phase in ("gate", "gate-agg", "gate-broken"):  # the traffic gate's arms (gpu_gate.py)
+        evidence = gpu_gate.phase_gate(sys.modules[__name__], bundle, out, phase)
     elif phase in ("mix-pd", "mix-cond"):
         evidence = phase_mix(bundle, out, phase.split("-")[1])
     else:
@@ -490,4 +489,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # The tools' runner from the checkout the machine runs (llm_pd_eks_tools/core imports the standard
+    # library only): exit codes, streams, signals and child processes as for every tool.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    importlib.import_module("llm_pd_eks_tools.core.cli").exit_with("realrun-gpu", main)

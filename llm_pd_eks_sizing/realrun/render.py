@@ -271,7 +271,7 @@ def write_bundle(out: Path, overrides: dict[str, Any]) -> list[Path]:
         "stack": overrides["stack"],
         "model_id": model_id,
         "commit": git_commit(),
-        "image": versions.DLC_IMAGE,
+        "versions_pinned_from_image": versions.DLC_IMAGE,  # never pulled: the run installs wheels.txt
         "ray": versions.DLC_RAY_VERSION,
         "vllm": versions.DLC_VLLM_VERSION,
         "nixl": versions.DLC_NIXL_VERSION,

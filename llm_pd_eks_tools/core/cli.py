@@ -143,12 +143,11 @@ def non_negative_seconds(text: str) -> float:
 
 
 def regular_file(text: str) -> Path:
-    """argparse `type=` for an input file: an existing regular file (a FIFO, a device or a directory is
-    refused while the arguments are read, before the tool prints or starts anything)."""
+    """argparse `type=` for an input file: never a FIFO, a device or a directory (refused while the
+    arguments are read, before the tool prints or starts anything). A file that does not exist yet is
+    the tool's to report: the cost audit, for one, audits what it can without it."""
     path = Path(text)
-    if not path.exists():
-        raise argparse.ArgumentTypeError(f"{one_line(text, 200)}: no such file")
-    if not path.is_file():
+    if path.exists() and not path.is_file():
         raise argparse.ArgumentTypeError(f"{one_line(text, 200)} is not a regular file (a FIFO, device or directory)")
     return path
 

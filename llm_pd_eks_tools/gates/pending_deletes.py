@@ -35,7 +35,7 @@ from typing import Any, Optional, Protocol
 
 from llm_pd_eks.gpu_cutover import NODE_GROUP_LABEL
 from llm_pd_eks_tools.core.cli import ArgumentParser, Exit, ToolError, exit_with, one_line
-from llm_pd_eks_tools.core.io_safety import read_regular_file
+from llm_pd_eks_tools.core.io_safety import atomic_write, read_regular_file
 from llm_pd_eks_tools.core.process_safety import run_process
 from llm_pd_eks_tools.ops.verify.kube import (
     BadReply,
@@ -282,8 +282,8 @@ def main(argv: Optional[list[str]] = None, kube: Optional[Kube] = None) -> int:
     cleared, removed = cleared_state(export, {p.node_group for p in pending if p.node_group in used})
     out = Path(args.out)
     try:
-        out.write_text(json.dumps(cleared, indent=2) + "\n")
-        out.with_suffix(".retired.json").write_text(json.dumps(removed, indent=2) + "\n")
+        atomic_write(out, json.dumps(cleared, indent=2) + "\n")
+        atomic_write(out.with_suffix(".retired.json"), json.dumps(removed, indent=2) + "\n")
     except OSError as exc:
         raise ToolError(Exit.IOERR, f"cannot write {out}: {exc.strerror}") from None
     print(f"pending-deletes {args.stack}: wrote {out} without {len(removed)} pending delete(s):")

@@ -28,7 +28,8 @@ from typing import Any, Optional
 
 from google.protobuf import json_format
 
-from llm_pd_eks_tools.core.cli import ROOT, ArgumentParser, Exit, ToolError, run
+from llm_pd_eks_tools.core.cli import ROOT, ArgumentParser, Exit, ToolError, exit_with
+from llm_pd_eks_tools.core.io_safety import atomic_write
 from llm_pd_eks_tools.core.stack import stack_config, stacks
 from llm_pd_eks_tools.plan.preview.mockrun import run_program
 
@@ -247,8 +248,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--no-build", action="store_true", help="reuse the build in --work")
     args = parser.parse_args(argv)
     facts = generate(args.pulumi_eks, args.commit, args.work, build=not args.no_build)
-    FACTS.write_text(json.dumps(facts, indent=1, sort_keys=True) + "\n")
-    PACK_COMPONENTS.write_text(component_types(args.pulumi_eks, facts))
+    atomic_write(FACTS, json.dumps(facts, indent=1, sort_keys=True) + "\n")
+    atomic_write(PACK_COMPONENTS, component_types(args.pulumi_eks, facts))
     print(
         f"wrote {FACTS.relative_to(ROOT)} ({', '.join(facts['stacks'])}; pulumi-eks {facts['pulumi_eks']['describe']})"
     )
@@ -256,4 +257,4 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(run(PROG, main))
+    exit_with(PROG, main)

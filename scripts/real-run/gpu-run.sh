@@ -3,9 +3,9 @@
 # the chunks copied to /tmp/w), then run one phase of the real run on the bundle that
 # `python -m llm_pd_eks_sizing.realrun.render` wrote to .gpu/realrun (REALRUN_BUNDLE=.gpu/realrun-h100: one
 # rendered with --instance-type for the GPU the machine has). What it shows lands in $OUT.
-# Phases: pd | agg | mix-pd | mix-cond | mix-prefix-pd | mix-prefix | stop (docs/real-run.md).
+# Phases: pd | agg | mix-pd | mix-cond | mix-prefix-pd | mix-prefix | gate-agg | gate | gate-broken | stop (docs/real-run.md).
 set -euo pipefail
-phase=${1:?usage: gpu-run.sh pd|agg|mix-pd|mix-cond|mix-prefix-pd|mix-prefix|stop}
+phase=${1:?usage: gpu-run.sh pd|agg|mix-pd|mix-cond|mix-prefix-pd|mix-prefix|gate-agg|gate|gate-broken|stop}
 here=$(cd "$(dirname "$0")" && pwd)
 bash "$here/unpack-wheels.sh"
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1

@@ -191,7 +191,9 @@ def test_the_vendored_model_config_is_the_model_table() -> None:
     assert config["num_attention_heads"] == spec.attention_heads
 
 
-@pytest.mark.parametrize("name", ["gpu_main.py", "gpu_load.py", "gpu_mix.py", "gpu_model.py"])
+@pytest.mark.parametrize(
+    "name", ["gpu_main.py", "gpu_load.py", "gpu_mix.py", "gpu_model.py", "gpu_gate.py", "gpu_installed.py"]
+)
 def test_the_gpu_side_runner_needs_nothing_of_this_project(name: str) -> None:
     """gpu_main (and the modules beside it) run under the GPU machine's Python with only the release's wheels."""
     import ast
@@ -204,8 +206,10 @@ def test_the_gpu_side_runner_needs_nothing_of_this_project(name: str) -> None:
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module.split(".")[0])
     assert not {"llm_pd_eks", "llm_pd_eks_tools", "llm_pd_eks_sizing"} & imported
-    siblings = {"gpu_load", "gpu_mix", "gpu_model"}  # copied with it: the folder is what the machine runs
+    # copied with it: the folder is what the machine runs (gpu_gate loads the verify canary from its file)
+    siblings = {"gpu_load", "gpu_mix", "gpu_model", "gpu_gate", "gpu_installed"}
     assert imported <= set(sys.stdlib_module_names) | {"__future__", "tokenizers"} | siblings  # tokenizers: a wheel
+
     proc = subprocess.run(
         ["python3", "-c", "import ast,sys; ast.parse(open(sys.argv[1]).read())", str(path)],
         capture_output=True,
@@ -213,6 +217,23 @@ def test_the_gpu_side_runner_needs_nothing_of_this_project(name: str) -> None:
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_gpu_side_runner_loads_only_the_standard_library_part_of_the_tools() -> None:
+    """gpu_main runs through the tools' runner (llm_pd_eks_tools/core), which needs nothing but the
+    standard library: no package of the tools' or the program's environment reaches the GPU machine."""
+    code = (
+        "import sys; before = set(sys.modules); import llm_pd_eks_tools.core.cli; "
+        "print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] not in sys.stdlib_module_names))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); {code}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert {m.split(".")[0] for m in eval(proc.stdout)} == {"llm_pd_eks_tools"}, proc.stdout
 
 
 def test_the_runner_imports_its_modules_beside_it_with_no_package() -> None:

@@ -480,6 +480,7 @@ def test_cli_prints_both_layouts_the_verdict_and_the_band(capsys):
 def _checkout(tmp_path: Path) -> Path:
     for name in ("Pulumi.yaml", *(f"Pulumi.{s}.yaml" for s in STACKS)):
         shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copytree(WORKLOADS, tmp_path / "workloads")  # the workloads the preview prices
     return tmp_path
 
 
@@ -497,16 +498,42 @@ def test_write_updates_bounds_keeps_comments_and_validates(tmp_path, capsys):
     assert comments and all(any(c in line for line in after.splitlines()) for c in comments)
     config = stack_config("prod", root)  # still a valid stack, read as the program reads it
     result = size("prod", config, load_workload(WORKLOADS / "prod.yaml"))
-    assert config.serving.prefill.max_replicas == result.disaggregated.side("prefill").replicas
-    assert config.serving.decode.max_replicas == result.disaggregated.side("decode").replicas
-    assert config.gpu_nodes.max_size >= result.disaggregated.nodes
+    recommended = result.recommended()
+    assert recommended is not None and config.serving.mode == recommended.mode  # the verdict's mode, written
+    assert recommended.mode == "aggregated"  # prod's workload: 3 aggregated nodes against 4 for P/D
+    assert f"serving.mode={recommended.mode}" in capsys.readouterr().out
+    side = recommended.side("aggregated")
+    assert config.serving.aggregated.max_replicas == side.replicas
+    assert config.serving.aggregated.tensor_parallel_size == side.tp
+    assert config.gpu_nodes.max_size >= recommended.nodes
     assert "prefill: {tensorParallelSize: 8" in after  # flow style kept
     # Serve autoscaling: the target is what a sized replica holds (Little's law), the cap above it
-    decode = result.disaggregated.side("decode")
-    assert config.serving.decode.target_ongoing_requests == math.ceil(decode.concurrency)
-    assert config.serving.decode.max_ongoing_requests > config.serving.decode.target_ongoing_requests
-    assert config.serving.prefill.target_ongoing_requests >= 1
-    assert config.serving.prefill.upscale_delay_s == 30.0 and config.serving.decode.downscale_delay_s == 600.0
+    assert config.serving.aggregated.target_ongoing_requests == math.ceil(side.concurrency)
+    assert config.serving.aggregated.max_ongoing_requests > config.serving.aggregated.target_ongoing_requests
+    assert config.serving.aggregated.upscale_delay_s == 30.0 and config.serving.aggregated.downscale_delay_s == 600.0
+
+
+def test_write_refuses_a_workload_the_preview_does_not_price(tmp_path, capsys):
+    root = _checkout(tmp_path)
+    other = tmp_path / "other.yaml"
+    other.write_text((WORKLOADS / "dev.yaml").read_text())
+    before = (root / "Pulumi.prod.yaml").read_text()
+    code = run("size", size_cli.main, ["--stack", "prod", "--workload", str(other), "--write", "--root", str(root)])
+    err = capsys.readouterr().err
+    assert code == Exit.USAGE and "--write sizes for workloads/prod.yaml, the workload the preview prices" in err
+    assert (root / "Pulumi.prod.yaml").read_text() == before
+
+
+def test_the_routing_lines_follow_the_verdict(capsys):
+    config = stack_config("prod", ROOT)
+    result = size("prod", config, load_workload(WORKLOADS / "prod.yaml"))
+    lines = "\n".join(size_cli.routing_lines(result))
+    assert result.recommended().mode == "aggregated"
+    assert (
+        lines.index("for serving.mode aggregated (the verdict above)")
+        < lines.index("not the verdict's mode, for comparison: with serving.mode disaggregated")
+        < lines.index("decodeOnlyBelowTokens at this load")
+    )
 
 
 def test_write_finds_keys_spelt_without_the_project_prefix(tmp_path, capsys):
@@ -523,10 +550,12 @@ def test_write_finds_keys_spelt_without_the_project_prefix(tmp_path, capsys):
     assert code == Exit.OK, capsys.readouterr().err
     config = stack_config("prod", root)
     result = size("prod", config, load_workload(WORKLOADS / "prod.yaml"))
-    assert config.serving.decode.max_replicas == result.disaggregated.side("decode").replicas
+    sized = result.recommended().side("aggregated")  # prod's verdict: aggregated
+    assert config.serving.aggregated.max_replicas == sized.replicas
     written = yaml.safe_load(stack_path.read_text())["config"]
     assert f"{PROJECT}:serving" not in written  # written where it stood, under the unprefixed key
-    assert written["serving"]["decode"]["maxReplicas"] == result.disaggregated.side("decode").replicas
+    assert written["serving"]["mode"] == "aggregated"
+    assert written["serving"]["aggregated"]["maxReplicas"] == sized.replicas
 
 
 def test_write_refuses_a_section_given_with_and_without_the_prefix(tmp_path, capsys):
@@ -556,8 +585,9 @@ def test_write_with_json_prints_one_json_document_and_nothing_else(tmp_path, cap
     out = capsys.readouterr().out
     assert code == Exit.OK
     document = json.loads(out)  # the whole of stdout parses
-    assert document["written"]["decode"]["maxReplicas"] == document["disaggregated"]["sides"][1]["replicas"]
-    assert "targetOngoingRequests" in document["written"]["prefill"]
+    assert document["written"]["mode"] == document["recommended"] == "aggregated"
+    assert document["written"]["aggregated"]["maxReplicas"] == document["aggregated"]["sides"][0]["replicas"]
+    assert "targetOngoingRequests" in document["written"]["aggregated"]
 
 
 def test_make_size_write_json_stdout_is_pure_json(tmp_path):
@@ -718,7 +748,7 @@ def test_point_query_bad_arguments_are_one_line_exit_2(capsys, argv, needle):
 
 def test_write_refuses_when_the_disaggregated_layout_cannot_meet_the_objectives(tmp_path, capsys):
     root = _checkout(tmp_path)
-    workload = tmp_path / "tight.yaml"
+    workload = root / "workloads" / "prod.yaml"  # the workload the preview prices
     workload.write_text(yaml.safe_dump({**GOOD, "slo": {"ttftMs": 1000, "itlMs": 5, "percentile": 90}}))
     before = (root / "Pulumi.prod.yaml").read_text()
     code = run("size", size_cli.main, ["--stack", "prod", "--workload", str(workload), "--write", "--root", str(root)])

@@ -31,6 +31,8 @@ def stack_root(tmp_path: Path) -> Path:
     root.mkdir()
     for name in ("Pulumi.yaml", "Pulumi.dev.yaml"):
         shutil.copy(ROOT / name, root / name)
+    (root / "workloads").mkdir()
+    shutil.copy(ROOT / "workloads" / "dev.yaml", root / "workloads" / "dev.yaml")  # what `size --write` sizes for
     return root
 
 
@@ -62,7 +64,7 @@ def test_size_write_that_cannot_finish_leaves_the_stack_file_whole(tmp_path):
     assert proc.returncode == Exit.IOERR, proc.stderr
     assert proc.stderr.count("\n") == 1 and "cannot write" in proc.stderr and "Pulumi.dev.yaml" in proc.stderr
     assert (root / "Pulumi.dev.yaml").read_bytes() == before
-    assert sorted(p.name for p in root.iterdir()) == ["Pulumi.dev.yaml", "Pulumi.yaml"]  # no temporary file left
+    assert sorted(p.name for p in root.iterdir()) == ["Pulumi.dev.yaml", "Pulumi.yaml", "workloads"]  # no temp file
 
 
 def test_size_write_replaces_the_stack_file_and_keeps_its_mode(tmp_path):
@@ -76,7 +78,7 @@ def test_size_write_replaces_the_stack_file_and_keeps_its_mode(tmp_path):
     assert after != before and "wrote Pulumi.dev.yaml" in proc.stdout
     assert after.splitlines()[0] == before.splitlines()[0]  # the round trip keeps the file's own lines
     assert oct(path.stat().st_mode & 0o777) == oct(0o640)
-    assert sorted(p.name for p in root.iterdir()) == ["Pulumi.dev.yaml", "Pulumi.yaml"]
+    assert sorted(p.name for p in root.iterdir()) == ["Pulumi.dev.yaml", "Pulumi.yaml", "workloads"]
 
 
 # -- cost-audit's --out ------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import json
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import pytest
 from helpers import requires_binary
@@ -29,6 +29,7 @@ from verify_fakes import (
     gpu_worker_container,
     kubeconfig_text,
     nixl_log_line,
+    reading_model,
 )
 
 from llm_pd_eks import metrics as m
@@ -169,6 +170,10 @@ class Scenario:
     plugin_loaded: bool = True  # the worker process mapped NIXL's libplugin_LIBFABRIC.so
     efa_moves: bool = True  # the test request's KV crosses the EFA devices (their byte counters grow)
     counters_visible: bool = True  # /sys/class/infiniband is visible in the container
+    # After the first request (verify's chat completion): "pulled" KV as before, "none" (decode
+    # prefills itself: no pull, no failure), "failed" (every pull fails; recompute answers anyway)
+    later_kv: str = "pulled"
+    answer: Callable[[str], str] = reading_model  # the endpoint's model: prompt -> answer
 
 
 NIXL_PLUGIN_PATH = "/opt/nvidia/nvda_nixl/lib/x86_64-linux-gnu/plugins/libplugin_LIBFABRIC.so"
@@ -206,18 +211,23 @@ def _start(scenario: Scenario, tmp_path: Path, with_prometheus: bool) -> Iterato
     exporter = RayExporter().wait() if with_prometheus else None
     trees = {name: pod_tree(tmp_path / name, scenario) for name in ("llm-pd-prefill-a", "llm-pd-decode-a")}
 
+    served = []
+
     def on_request(prompt_tokens: int) -> None:
-        if scenario.efa_moves:
+        later = scenario.later_kv if served else "pulled"
+        served.append(prompt_tokens)
+        if scenario.efa_moves and later == "pulled":
             for tree in trees.values():
                 tree.add_bytes(KV_BYTES)
         if exporter is None:
             return
-        transfers = [[KV_BYTES, scenario.transfer_seconds]] if scenario.transfer_seconds is not None else []
-        exporter.record(transfers=transfers, failed=scenario.failed, tokens=16)
+        moves = scenario.transfer_seconds is not None and later == "pulled"
+        transfers = [[KV_BYTES, scenario.transfer_seconds]] if moves else []
+        exporter.record(transfers=transfers, failed=scenario.failed + (later == "failed"), tokens=16)
 
     line = nixl_log_line(scenario.backend) + "\n" if scenario.nixl_logged else ""
     logs = {ip: {f"worker-{ip}-01000000-4242.out": "started\n" + line} for ip in ("10.10.1.20", "10.10.1.21")}
-    openai, dashboard = FakeOpenAi(on_request, scenario.endpoint_status), FakeRayDashboard(logs)
+    openai, dashboard = FakeOpenAi(on_request, scenario.endpoint_status, scenario.answer), FakeRayDashboard(logs)
     prometheus = None
     if exporter is not None:
         prometheus = Prometheus(

@@ -35,7 +35,9 @@ from llm_pd_eks.serving_names import NAMESPACE, RAY_SERVICE_NAME, ROLES, SERVE_P
 from llm_pd_eks_tools.core.cli import one_line
 
 from .admission import check_admission_policy
+from .canary import GATE_CHECK_NAMES
 from .fabric import check_efa_bytes, check_fi_provider, check_nixl_plugin
+from .gate import run_gate
 from .kube import BadReply, HttpError, KubeClient, Unreachable
 from .results import Check, Context, Expected, FabricProbe, Status, catalog_hugepages_mib, quantity_mib
 
@@ -412,11 +414,14 @@ CLUSTER_CHECKS: tuple[tuple[str, ClusterCheck], ...] = (
     ("nixl-backend", check_nixl_backend),
 )
 KV_CHECK_NAMES = ("kv-bytes", "kv-failures", "kv-throughput")
-ALL_CHECK_NAMES = ("api-server", *(name for name, _ in CLUSTER_CHECKS), *KV_CHECK_NAMES)
+ALL_CHECK_NAMES = ("api-server", *(name for name, _ in CLUSTER_CHECKS), *KV_CHECK_NAMES, *GATE_CHECK_NAMES)
 
 
-def run_checks(client: KubeClient, exp: Expected, kv_wait_seconds: float = 90.0) -> list[Check]:
-    """Every check in order; an unreachable API server stops the run (the rest UNVERIFIED)."""
+def run_checks(
+    client: KubeClient, exp: Expected, kv_wait_seconds: float = 90.0, reference_url: Optional[str] = None
+) -> list[Check]:
+    """Every check in order, the traffic gate last (gate.py); an unreachable API server stops the run
+    (the rest UNVERIFIED)."""
     ctx = Context()
     results: list[Check] = []
 
@@ -462,5 +467,18 @@ def run_checks(client: KubeClient, exp: Expected, kv_wait_seconds: float = 90.0)
             Check(n, Status.UNVERIFIED, f"Prometheus not answering usably: {exc}")
             for n in KV_CHECK_NAMES
             if n not in {c.name for c in results}
+        )
+    try:
+        results.extend(
+            run_gate(client, exp, ctx, results, lambda expr: prom_query(client, expr), reference_url, kv_wait_seconds)
+        )
+    except TimeoutError as exc:
+        return results + unverified_rest(str(exc))
+    except (Unreachable, HttpError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        done = {c.name for c in results}
+        results.extend(
+            Check(n, Status.UNVERIFIED, f"the traffic gate could not run: {exc}")
+            for n in GATE_CHECK_NAMES
+            if n not in done
         )
     return results

@@ -60,6 +60,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument(
         "--kv-wait", type=non_negative_seconds, default=90.0, help="seconds to wait for KV metrics to be scraped"
     )
+    parser.add_argument(
+        "--reference",
+        help="an aggregated deployment's OpenAI base URL: the traffic gate's answers must equal its answers",
+    )
     parser.add_argument("--out", type=Path, help="where verify.json goes (default: build/verify/<stack>)")
     args = parser.parse_args(argv)
 
@@ -85,7 +89,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         text = kubeconfig_from_stack(args.stack, deadline.request_timeout())
     client = KubeClient(load_kubeconfig(text, deadline), deadline)
 
-    results = run_checks(client, expected, kv_wait_seconds=args.kv_wait)
+    results = run_checks(client, expected, kv_wait_seconds=args.kv_wait, reference_url=args.reference)
     for check in results:  # a server URL's user:password@, a token quoted back by a proxy
         check.detail = redact(check.detail)
     code = exit_code(results)

@@ -75,6 +75,8 @@ class Expected:
     endpoint_service: Optional[str]  # KubeRay's serve Service (`spec.serveService.metadata.name`)
     floor_gbps: float
     admission_mode: str = "deny"  # admissionPolicy.mode: the GPU-pod admission policy's binding actions
+    kv_bytes_per_token: Optional[float] = None  # the traffic gate's KV floor per canary (llm_pd_eks/models.py)
+    nixl_backend: str = "LIBFABRIC"  # the backend the decode side must log: EFA's
 
     @classmethod
     def from_config(cls, config: StackConfig, instance: GpuInstanceType) -> "Expected":
@@ -88,7 +90,18 @@ class Expected:
             # per rank, from the one KV-transfer model (llm_pd_eks_sizing/model/: kv_band)
             floor_gbps=kv_rank_floor_gbps(instance, config.observability.kv_throughput_floor_fraction),
             admission_mode=config.admission_policy.mode,
+            kv_bytes_per_token=_kv_bytes_per_token(config),
         )
+
+
+def _kv_bytes_per_token(config: StackConfig) -> Optional[float]:
+    """The served model's KV a token at the stack's KV dtype (fp8: 1 byte, auto: the bf16 weights' 2)."""
+    from llm_pd_eks.models import MODELS
+
+    if config.serving is None or config.serving.model_id not in MODELS:
+        return None
+    dtype_bytes = 1 if config.serving.kv_cache_dtype == "fp8" else 2
+    return float(MODELS[config.serving.model_id].kv_bytes_per_token(dtype_bytes))
 
 
 def catalog_hugepages_mib(instance: GpuInstanceType) -> Optional[int]:
