@@ -168,9 +168,13 @@ def is_workload_object(node: dict) -> bool:
 def embedded(node: Any, match: Callable[[dict], bool], path: str = "", depth: int = 0) -> Iterator[tuple[str, dict]]:
     """(path, object) of every Kubernetes object in `node` that `match`es: nested objects, lists, and
     YAML or JSON text (one or many documents) that names a kind and an apiVersion."""
-    if depth > 64:  # resource-decodable refuses deeper inputs; never recurse without bound
+    if depth > 64:  # no Kubernetes object nests this deep; never recurse without bound
         return
     if isinstance(node, dict):
+        if _is_list_wrapper(node):  # `kind: List` (or any *List): the API applies each item
+            for i, value in enumerate(node["items"]):
+                yield from embedded(value, match, f"{path}.items[{i}]" if path else f"items[{i}]", depth + 1)
+            return
         if match(node):
             yield path, node
             return
@@ -180,17 +184,17 @@ def embedded(node: Any, match: Callable[[dict], bool], path: str = "", depth: in
         for i, value in enumerate(node):
             yield from embedded(value, match, f"{path}[{i}]", depth + 1)
     elif isinstance(node, str) and "kind" in node and "apiVersion" in node:
-        try:  # YAML text, one or many documents; JSON text parses as YAML too
+        try:  # YAML text, one or many documents; JSON text too
             docs = yaml_text.load_all(node)
-        except yaml_text.YamlTooLarge:
-            return  # resource-decodable refuses it
-        except yaml.YAMLError:
-            try:
-                docs = [json.loads(node)]
-            except ValueError:
-                return
+        except (yaml_text.YamlTooLarge, yaml.YAMLError):
+            return  # resource-decodable refuses text too large; other text carries no object
         for i, doc in enumerate(docs):
             yield from embedded(doc, match, f"{path}<document {i}>", depth + 1)
+
+
+def _is_list_wrapper(node: dict) -> bool:
+    kind = node.get("kind")
+    return isinstance(kind, str) and kind.endswith("List") and isinstance(node.get("items"), list)
 
 
 def containers(pod: Any) -> list[dict]:
