@@ -69,7 +69,8 @@ def test_a_type_no_rule_judges_is_refused_unless_allowed(resource):
     (found,) = of(judge([resource]), TYPE)
     assert resource.type in found.message and "allowTypes" in found.message
     assert of(judge([resource], {TYPE: {"allowTypes": [resource.type.split(":")[0] + ":*"]}}), TYPE) == []
-    assert of(judge([resource], {TYPE: {"allowResources": [resource.name]}}), TYPE) == []
+    assert of(judge([resource], {TYPE: {"allowResources": [f"{resource.type}::{resource.name}"]}}), TYPE) == []
+    assert of(judge([resource], {TYPE: {"allowResources": [resource.name]}}), TYPE)  # a name alone: any type
 
 
 def test_inert_and_judged_types_pass_and_inertness_ends_with_its_inputs():

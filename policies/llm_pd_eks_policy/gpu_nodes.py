@@ -42,7 +42,7 @@ from .common import (
     truthy,
 )
 from .pod_env import requested
-from .ray_serving import pod_instance_types
+from .pod_efa import pod_instance_types
 from .stack import Capacity, EfaInterfaces, StackView
 from .workloads import containers, workloads
 
@@ -321,10 +321,19 @@ IMDS_CONFIG: dict[str, dict[str, Any]] = {
 }
 
 
+# Karpenter's EC2NodeClass keeps them under spec.metadataOptions, with Karpenter's defaults
+# (karpenter.sh docs, EC2NodeClass: httpTokens required, httpPutResponseHopLimit 1).
+EC2_NODE_CLASSES = ("kubernetes:karpenter.k8s.aws/v1:EC2NodeClass", "kubernetes:karpenter.k8s.aws/v1beta1:EC2NodeClass")
+
+
 def _imdsv2(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    if args.resource_type not in (LAUNCH_TEMPLATE, EC2_INSTANCE, LAUNCH_CONFIGURATION):
+    if args.resource_type not in (LAUNCH_TEMPLATE, EC2_INSTANCE, LAUNCH_CONFIGURATION, *EC2_NODE_CLASSES):
         return
     props = plain(args.props)
+    if args.resource_type in EC2_NODE_CLASSES:
+        given = dig(props, "spec", "metadataOptions")
+        given = given if isinstance(given, dict) else {}
+        props = {"metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 1, **given}}
     if (
         args.resource_type == EC2_INSTANCE
         and dig(props, "launchTemplate") is not None
@@ -361,7 +370,8 @@ def _imdsv2(args: ResourceValidationArgs, report: ReportViolation) -> None:
 
 imdsv2_required = resource_policy(
     name="launch-template-imdsv2",
-    description="Launch templates, instances and launch configurations require IMDSv2 with a small hop limit.",
+    description="Launch templates, instances, launch configurations and Karpenter EC2NodeClasses require IMDSv2 "
+    "with a small hop limit.",
     validate=_imdsv2,
     config=IMDS_CONFIG,
 )

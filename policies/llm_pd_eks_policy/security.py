@@ -206,6 +206,9 @@ EXPOSURE_CONFIG: dict[str, dict[str, Any]] = {
 _SCHEME = "service.beta.kubernetes.io/aws-load-balancer-scheme"
 _LEGACY_INTERNAL = "service.beta.kubernetes.io/aws-load-balancer-internal"
 _ALB_SCHEME = "alb.ingress.kubernetes.io/scheme"
+# Services of this class belong to the AWS Load Balancer Controller, whose NLBs default to the
+# `internal` scheme (its docs, "Network Load Balancer": scheme annotation default internal).
+_LBC_CLASS_PREFIX = "service.k8s.aws/"
 
 
 def _service_exposure(service: Any) -> Any:
@@ -223,6 +226,9 @@ def _service_exposure(service: Any) -> Any:
         return None
     if scheme == "internet-facing":
         return f"annotation {_SCHEME}: internet-facing"
+    lb_class = dig(service, "spec", "loadBalancerClass")
+    if is_unknown(lb_class) or (isinstance(lb_class, str) and lb_class.startswith(_LBC_CLASS_PREFIX)):
+        return None  # the AWS Load Balancer Controller's NLB: internal unless the scheme says otherwise
     return f"type LoadBalancer without {_SCHEME}: internal"
 
 
