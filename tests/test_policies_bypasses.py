@@ -130,7 +130,7 @@ REF = ({"name": "FI_PROVIDER", "valueFrom": {"configMapKeyRef": {"name": "fabric
         ((), True),  # the ConfigMap is not in the stack: cannot be judged, fail closed
         ((_configmap("fabric", {"provider": "tcp"}),), True),
         ((_configmap("fabric", {"provider": "efa"}),), False),
-        ((_configmap("fabric", UNKNOWN),), False),  # first preview
+        ((_configmap("fabric", UNKNOWN),), True),  # first preview: not readable, so refused
     ],
 )
 def test_fi_provider_from_a_configmap_is_resolved(extra, violation):

@@ -41,8 +41,8 @@ from .common import (
     resource_policy,
     truthy,
 )
-from .pod_env import requested
 from .pod_efa import pod_instance_types
+from .pod_env import requested
 from .stack import Capacity, EfaInterfaces, StackView
 from .workloads import containers, workloads
 

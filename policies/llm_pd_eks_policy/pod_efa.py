@@ -248,6 +248,10 @@ def _ray_env_overrides(work: Workload, provider: str, report: ReportViolation, u
         problem = _fi_problem(line.last("FI_PROVIDER"), provider)
         if problem:
             found.append(("spec.entrypoint", problem))
+        found += [
+            ("spec.entrypoint", f"takes the engines' settings from {where}, which the pack cannot read")
+            for where in unreadable_fabric(line, {})
+        ]
     for where, config in sources:
         for path, node in walk(config):
             if path.endswith("env_vars") and isinstance(node, dict) and "FI_PROVIDER" in node:
