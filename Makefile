@@ -53,6 +53,7 @@ help:
 	@echo "make calibrate STACK=dev [ENDPOINT=http://host:port] [NIXLBENCH=file] [TIMEOUT=1800]   after up: measure, fit, write calibration/<stack>.yaml"
 	@echo "make realrun-dry           the GPU real run's cluster steps on this CPU with a stand-in app (docs/real-run.md)"
 	@echo "make realrun-router        Ray Serve's routers on this CPU: where the prefix arms' requests land, saved as data"
+	@echo "make bench-policies [RESOURCES=10000] [SHAPE=mixed]   time the policy pack on a large stack (a benchmark, not a test)"
 
 $(STAMP): requirements-preview.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -181,6 +182,10 @@ calibrate: $(DEV_STAMP)
 .PHONY: realrun-dry
 realrun-dry: $(DEV_STAMP)
 	@$(PY) -m llm_pd_eks_tools.realrun.dry_run
+# The policy pack on a stack of RESOURCES resources through the analyzer protocol (docs/policies.md "Speed").
+.PHONY: bench-policies
+bench-policies: $(DEV_STAMP)
+	@$(PY) -m llm_pd_eks_tools.bench_policies --resources=$(call q,$(or $(RESOURCES),10000)) --shape=$(call q,$(or $(SHAPE),mixed))
 # Ray Serve's own routers (default, PrefixCacheAffinityRouter as the prefix arm renders it) on this CPU,
 # stand-in replicas with a prefix cache: where the prefix arms' requests land -> realrun/data/router/.
 .PHONY: realrun-router

@@ -177,10 +177,27 @@ def test_shell_builtins_that_set_the_provider_are_read(script):
     assert "FI_PROVIDER" in found.message and "shell expansion" in found.message
 
 
+def _python_path_case(files: dict[str, str]) -> list[Res]:
+    """An engine whose PYTHONPATH is a directory mounted from a ConfigMap holding `files`."""
+    container = engine(env=({"name": "PYTHONPATH", "value": "/opt/modules"},))
+    container["volumeMounts"] = [{"name": "modules", "mountPath": "/opt/modules"}]
+    res = workload(container=container, volumes=[{"name": "modules", "configMap": {"name": "modules"}}])
+    config_map = Res(
+        "kubernetes:core/v1:ConfigMap", "modules", {"metadata": {"name": "modules", "namespace": "llm"}, "data": files}
+    )
+    return stack(res, config_map)
+
+
 def test_code_loaded_before_the_engine_is_refused():
-    env = ({"name": "PYTHONPATH", "value": "/etc/site"},)
+    assert of(judge(_python_path_case({"builder.py": "def app(): ..."})), EFA) == []
+    (found,) = of(judge(_python_path_case({"sitecustomize.py": "import os"})), EFA)
+    assert "PYTHONPATH ['/opt/modules']" in found.message and "sitecustomize" in found.message
+    env = ({"name": "PYTHONPATH", "value": "/etc/site"},)  # a directory of the image: not readable
     (found,) = of(judge(stack(workload(container=engine(env=env)))), EFA)
-    assert "env PYTHONPATH" in found.message
+    assert "PYTHONPATH ['/etc/site']" in found.message
+    preload = ({"name": "LD_PRELOAD", "value": "/opt/libshim.so"},)
+    (found,) = of(judge(stack(workload(container=engine(env=preload)))), EFA)
+    assert "env LD_PRELOAD" in found.message
 
 
 @pytest.mark.parametrize("flag", ["--kv-transfer", "--kv-t", "--kv_transfer_conf"])
@@ -285,3 +302,64 @@ def test_a_config_group_of_large_crds_is_read():
 def test_the_project_gpu_stack_still_passes():
     assert mandatory(judge(stack(workload()))) == []
     assert mandatory(judge(gpu_stack())) == []
+
+
+# -- plain-text secrets -----------------------------------------------------------------------------
+SECRETS = "no-literal-secrets-in-pods"
+
+
+def test_a_redis_password_given_as_a_literal_is_refused():
+    def service(password: dict) -> Res:
+        res = ray_service()
+        res.props["spec"]["rayClusterConfig"]["gcsFaultToleranceOptions"] = {
+            "redisAddress": "rediss://gcs:6379",
+            "redisPassword": password,
+        }
+        return res
+
+    by_reference = {"valueFrom": {"secretKeyRef": {"name": "gcs", "key": "password"}}}
+    assert of(judge([service(by_reference)]), SECRETS) == []
+    (found,) = of(judge([service({"value": "hunter22"})]), SECRETS)
+    assert "redisPassword" in found.message and "hunter22" not in found.message
+
+
+def test_passwords_in_helm_values_are_refused():
+    values = {"grafana": {"admin": {"existingSecret": "grafana", "passwordKey": "admin-password"}}}
+    release = Res(RELEASE, "prometheus", {"chart": "kube-prometheus-stack", "values": values})
+    assert of(judge([release]), SECRETS) == []
+    release.props["values"]["grafana"]["adminPassword"] = "prom-operator"
+    (found,) = of(judge([release]), SECRETS)
+    assert "grafana.adminPassword" in found.message
+
+
+# -- pods selected by their node group ------------------------------------------------------------
+def _group(instance_type: str, name: str, az: str = "us-west-2a") -> dict[str, Res]:
+    """A compliant GPU node group whose resources are prefixed with `name` and whose EKS node group
+    name is `name`."""
+    group = copy.deepcopy(gpu_stack(instance_type, (az,)))
+    for res in group.values():
+        res.name = f"{name}-{res.name}"
+    group["ng"].props["nodeGroupName"] = name
+    return group
+
+
+def _selected(name: str, gpus: int, efa: int, group: str) -> Res:
+    res = workload(container=engine(gpus=gpus, efa=efa), nodeSelector={"eks.amazonaws.com/nodegroup": group})
+    res.name = name
+    res.props["metadata"]["name"] = name
+    return res
+
+
+def test_a_pod_selected_by_its_node_group_is_judged_for_that_groups_type():
+    groups = [*_group("p5.48xlarge", "p5").values(), *_group("g6e.48xlarge", "g6e").values()]
+    assert of(judge([*groups, _selected("small", 8, 4, "g6e")]), EFA) == []  # g6e: 4 EFA for 8 GPUs
+    (found,) = of(judge([*groups, _selected("small", 8, 4, "p5")]), EFA)  # p5 wants all 32
+    assert "32" in found.message
+
+
+def test_two_models_in_two_azs_each_selected_by_its_node_group_pass():
+    groups = [*_group("p5.48xlarge", "a", "us-west-2a").values(), *_group("p5.48xlarge", "b", "us-west-2b").values()]
+    models = [_selected("model-a", 8, 32, "a"), _selected("model-b", 8, 32, "b")]
+    assert of(judge([*groups, *models]), "gpu-node-group-single-az") == []
+    spread = workload()  # selects nothing: may land in either AZ
+    assert of(judge([*groups, spread]), "gpu-node-group-single-az")

@@ -41,6 +41,7 @@ from .common import (
     resource_policy,
     truthy,
 )
+from .node_labels import admits, node_labels
 from .pod_efa import pod_instance_types
 from .pod_env import requested
 from .stack import Capacity, EfaInterfaces, StackView
@@ -143,26 +144,26 @@ def _serving_spread(view: StackView, caps: list[tuple[Capacity, set[str]]], repo
     """A serving deployment's GPU pods (prefill and decode, every worker group) on groups of one AZ:
     each pod may land on every GPU group whose node labels its nodeSelector admits (and, when it pins
     instance types, of those types); KV-cache transfer between its pods does not cross AZs."""
+    placed = []  # (capacity, its GPU types, its one AZ, its nodes' labels): groups in several AZs are refused above
+    for cap, gpu in caps:
+        azs = capacity_azs(view, cap)
+        if len(azs) == 1:
+            placed.append((cap, gpu, next(iter(azs)), node_labels(view, cap, set(azs))))
+    if len({az for _, _, az, _ in placed}) < 2:
+        return  # every GPU group in one AZ: no workload can spread
     for resource in view.resources:
+        if not resource.resource_type.startswith("kubernetes:"):
+            continue
         for work in workloads(resource.resource_type, view.props(resource)):
             by_az: dict[str, set[str]] = {}
             for _, pod in work.pods():
                 if not any((requested(c, "nvidia.com/gpu") or 0) > 0 for c in containers(pod)):
                     continue
-                selector = dig(pod, "nodeSelector")
-                selector = selector if isinstance(selector, dict) else {}
                 pinned = pod_instance_types(pod)
-                for cap, gpu in caps:
-                    labels = dig(view.props(cap.resource), "labels")
-                    if isinstance(labels, dict) and any(
-                        k in labels and labels[k] != v for k, v in selector.items() if not is_unknown(v)
-                    ):
+                for cap, gpu, az, labels in placed:
+                    if not admits(labels, dig(pod, "nodeSelector")) or (pinned and not pinned & gpu):
                         continue
-                    if pinned and not pinned & gpu:
-                        continue
-                    azs = capacity_azs(view, cap)
-                    if len(azs) == 1:
-                        by_az.setdefault(next(iter(azs)), set()).add(cap.label)
+                    by_az.setdefault(az, set()).add(cap.label)
             if len(by_az) > 1:
                 spread = "; ".join(f"{az}: {join(labels)}" for az, labels in sorted(by_az.items()))
                 report(

@@ -25,9 +25,11 @@ from .common import (
     guarded,
     is_unknown,
     known_list,
+    memoized,
     norm_type,
 )
 from .fabric import unreadable_fabric
+from .node_labels import admits, node_labels
 from .pod_env import ClaimStore, External, ObjectStore, dra_gpus, effective_env, requested
 from .ray_serving import ServeConfigError, serve_config, walk
 from .stack import StackView
@@ -77,6 +79,30 @@ def pod_instance_types(pod: Any) -> set[str]:
     return types
 
 
+def _selected_types(view: StackView, table: TypeTable, pod: Any) -> set[str]:
+    """The EFA GPU types of the capacity a pod's nodeSelector admits (empty: it selects none of them,
+    or selects by nothing the pack can tell apart)."""
+    selector = dig(pod, "nodeSelector")
+    if not isinstance(selector, dict) or not selector:
+        return set()
+    return {t for labels, efa in _labelled(view, table) if admits(labels, selector) for t in efa}
+
+
+def _labelled(view: StackView, table: TypeTable) -> list[tuple[Any, set[str]]]:
+    """(node labels, EFA GPU types) of each GPU capacity, once per judgement."""
+
+    def build() -> list[tuple[Any, set[str]]]:
+        out = []
+        for cap in view.capacities():
+            efa = table.efa_of(cap.instance_types)
+            if efa:
+                azs = {view.subnet_az(s) for s in cap.subnets.resolved} | cap.literal_azs
+                out.append((node_labels(view, cap, {str(az) for az in azs if az and not is_unknown(az)}), efa))
+        return out
+
+    return memoized(("labelled", id(view), id(table)), (view, table), build)
+
+
 def _stack_gpu_types(view: StackView, table: TypeTable) -> set[str]:
     types: set[str] = set()
     for cap in view.capacities():
@@ -93,11 +119,13 @@ def _gpu_pods_efa(args: StackValidationArgs, report: ReportViolation) -> None:
     claims = ClaimStore(view)
     stack_types = _stack_gpu_types(view, table)
     for resource in view.resources:
+        if not resource.resource_type.startswith("kubernetes:"):
+            continue
         for work in workloads(resource.resource_type, view.props(resource)):
             namespace = work.namespace
             uses_gpus = False
             for label, pod in work.pods():
-                pinned = pod_instance_types(pod)
+                pinned = pod_instance_types(pod) or _selected_types(view, table, pod)
                 # Unpinned (or pinned to several types) with several GPU types in the stack: the pod may
                 # land on any of them, so the largest EFA share holds.
                 candidates = pinned or stack_types
@@ -119,6 +147,7 @@ def _gpu_pods_efa(args: StackValidationArgs, report: ReportViolation) -> None:
                         via = f"GPUs through DRA resource claims ({dra})"
                     uses_gpus = True
                     problems = _container_problems(container, gpus, node_type, table, cfg, namespace, store)
+                    problems += _loaded_code(pod, container, namespace, store)
                     if problems:
                         cname = dig(container, "name")
                         report(
@@ -190,8 +219,40 @@ def _container_problems(
         + [
             f"the engine's fabric comes from {where}, which the pack cannot read; give settings inline (env, "
             f"args, serve config)"
-            for where in unreadable_fabric(line, env.values)
+            for where in unreadable_fabric(line, {k: v for k, v in env.values.items() if k != "PYTHONPATH"})
         ]
+    )
+
+
+_STARTUP_FILES = ("sitecustomize.py", "usercustomize.py")
+
+
+def _loaded_code(pod: Any, container: Any, namespace: Any, store: ObjectStore) -> list[str]:
+    """Why a GPU container's PYTHONPATH may run code before the engine reads its settings: Python
+    runs a `sitecustomize.py` / `usercustomize.py` or a `.pth` file on its path at start-up. A
+    directory mounted from a ConfigMap of the stack whose keys hold none of these only adds modules
+    that run when imported (a known serve builder imports its own); any other directory is refused."""
+    value = effective_env(container, namespace, store).get("PYTHONPATH")
+    if value is None or value == "":
+        return []
+    if not isinstance(value, str) or is_unknown(value):
+        return ["the engine's PYTHONPATH comes from a value the pack cannot read; set it literally"]
+    volumes = {dig(v, "name"): v for v in known_list(dig(pod, "volumes")) or [] if isinstance(v, dict)}
+    mounts = {dig(m, "mountPath"): dig(m, "name") for m in known_list(dig(container, "volumeMounts")) or []}
+    unread = []
+    for directory in (d for d in value.split(":") if d):
+        source = dig(volumes.get(mounts.get(directory.rstrip("/")) or mounts.get(directory)), "configMap", "name")
+        data = store.lookup("ConfigMap", namespace, source) if isinstance(source, str) else None
+        keys = [str(k) for k in data] if isinstance(data, dict) else None
+        if keys is None or any(k in _STARTUP_FILES or k.endswith(".pth") for k in keys):
+            unread.append(directory)
+    return (
+        [
+            f"PYTHONPATH {unread} may hold a sitecustomize.py or .pth file that runs before the engine and can change "
+            f"its fabric; put modules on it only from a ConfigMap of the stack without start-up files"
+        ]
+        if unread
+        else []
     )
 
 

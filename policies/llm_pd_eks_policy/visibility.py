@@ -35,6 +35,7 @@ VISIBLE_CONFIG: dict[str, dict[str, Any]] = {
             "aws-load-balancer-controller",
             "cert-manager",
             "cluster-autoscaler",
+            "dcgm-exporter",
             "external-dns",
             "ingress-nginx",
             "kube-prometheus-stack",
