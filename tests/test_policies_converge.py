@@ -343,8 +343,10 @@ def _group(instance_type: str, name: str, az: str = "us-west-2a") -> dict[str, R
     return group
 
 
-def _selected(name: str, gpus: int, efa: int, group: str) -> Res:
-    res = workload(container=engine(gpus=gpus, efa=efa), nodeSelector={"eks.amazonaws.com/nodegroup": group})
+def _selected(name: str, gpus: int, efa: int, group: str, model: str = "Qwen/Qwen2.5-7B-Instruct") -> Res:
+    container = engine(gpus=gpus, efa=efa)
+    container["command"][2] = model
+    res = workload(container=container, nodeSelector={"eks.amazonaws.com/nodegroup": group})
     res.name = name
     res.props["metadata"]["name"] = name
     return res
@@ -359,7 +361,76 @@ def test_a_pod_selected_by_its_node_group_is_judged_for_that_groups_type():
 
 def test_two_models_in_two_azs_each_selected_by_its_node_group_pass():
     groups = [*_group("p5.48xlarge", "a", "us-west-2a").values(), *_group("p5.48xlarge", "b", "us-west-2b").values()]
-    models = [_selected("model-a", 8, 32, "a"), _selected("model-b", 8, 32, "b")]
+    models = [_selected("model-a", 8, 32, "a", "Qwen/Qwen3-8B"), _selected("model-b", 8, 32, "b", "meta/Llama-3-8B")]
     assert of(judge([*groups, *models]), "gpu-node-group-single-az") == []
     spread = workload()  # selects nothing: may land in either AZ
     assert of(judge([*groups, spread]), "gpu-node-group-single-az")
+
+
+# -- AZ, placement, network ---------------------------------------------------------------------------
+SINGLE_AZ, SG = "gpu-node-group-single-az", "efa-security-group"
+
+
+def test_an_odcr_of_another_instance_type_is_refused():
+    from test_policies_capacity import with_reservation
+
+    assert of(judge(with_reservation("us-west-2a")), "capacity-reservation-in-gpu-az") == []
+    other = with_reservation("us-west-2a")
+    other["cr"].props["instanceType"] = "p4d.24xlarge"
+    (found,) = of(judge(other), "capacity-reservation-in-gpu-az")
+    assert "p4d.24xlarge" in found.message and "p5.48xlarge" in found.message
+
+
+def test_a_gpu_subnet_without_an_az_is_refused():
+    stack = gpu_stack()
+    assert of(judge(stack), SINGLE_AZ) == []
+    del stack["subnet-us-west-2a"].props["availabilityZone"]
+    (found,) = of(judge(stack), SINGLE_AZ)
+    assert "name no availability zone" in found.message
+
+
+def test_efa_ingress_from_a_prefix_list_is_refused():
+    stack = gpu_stack()
+    stack["sg"].props["ingress"].append({"protocol": "tcp", "fromPort": 22, "toPort": 22, "prefixListIds": ["pl-1"]})
+    (found,) = of(judge(stack), SG)
+    assert "prefix list" in found.message
+
+
+def test_inline_ingress_drops_the_separate_self_rule():
+    rule_type = "aws:ec2/securityGroupRule:SecurityGroupRule"
+
+    def separate(inline_ingress: Any) -> dict[str, Res]:
+        stack = gpu_stack()
+        if inline_ingress is None:
+            del stack["sg"].props["ingress"]
+        else:
+            stack["sg"].props["ingress"] = inline_ingress
+        rule = Res(rule_type, "efa-self-in", {"type": "ingress", "protocol": "-1", "fromPort": 0, "toPort": 0})
+        rule.props["self"] = True
+        rule.deps["securityGroupId"] = [stack["sg"]]
+        stack["rule"] = rule
+        return stack
+
+    assert of(judge(separate(None)), SG) == []
+    (found,) = of(judge(separate([])), SG)
+    assert "allows all traffic to and from itself" in found.message and "even []" in found.message
+
+
+def test_prefill_and_decode_deployments_of_one_model_in_two_azs_are_refused():
+    groups = [*_group("p5.48xlarge", "a", "us-west-2a").values(), *_group("p5.48xlarge", "b", "us-west-2b").values()]
+    prefill, decode = _selected("prefill", 8, 32, "a"), _selected("decode", 8, 32, "b")
+    (found,) = of(judge([*groups, prefill, decode]), SINGLE_AZ)
+    assert "P/D workloads of model" in found.message
+    together = _selected("decode", 8, 32, "a")
+    assert of(judge([*groups, prefill, together]), SINGLE_AZ) == []
+
+
+def test_a_ray_service_over_two_placement_groups_is_refused():
+    groups = [*_group("p5.48xlarge", "a").values(), *_group("p5.48xlarge", "b").values()]
+    service = ray_service()
+    (found,) = of(judge([*groups, service]), SINGLE_AZ)
+    assert "2 placement groups" in found.message
+    selected = ray_service()
+    pod = selected.props["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]
+    pod["nodeSelector"] = {"eks.amazonaws.com/nodegroup": "a"}
+    assert of(judge([*groups, selected]), SINGLE_AZ) == []

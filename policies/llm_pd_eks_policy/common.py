@@ -158,9 +158,15 @@ def _unwrap(node: Any) -> Any:
     if kind in _LEAVES:
         return node
     if kind is _MAP_PROXY:
-        return {key: _unwrap(_read(node, key)) for key in node}
+        try:  # no unknown at this level (the common case): one comprehension, no per-key handler
+            return {key: v if type(v := node[key]) in _LEAVES else _unwrap(v) for key in node}
+        except UnknownValueError:
+            return {key: _unwrap(_read(node, key)) for key in node}
     if kind is _LIST_PROXY:
-        return [_unwrap(_read(node, i)) for i in range(len(node))]
+        try:
+            return [v if type(v := node[i]) in _LEAVES else _unwrap(v) for i in range(len(node))]
+        except UnknownValueError:
+            return [_unwrap(_read(node, i)) for i in range(len(node))]
     if kind is dict:
         return {key: _unwrap(value) for key, value in node.items()}
     if kind is list or kind is tuple:

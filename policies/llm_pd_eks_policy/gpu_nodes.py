@@ -44,8 +44,9 @@ from .common import (
 from .node_labels import admits, node_labels
 from .pod_efa import pod_instance_types
 from .pod_env import requested
+from .ray_serving import kv_configs
 from .stack import Capacity, EfaInterfaces, StackView
-from .workloads import containers, workloads
+from .workloads import container_command, containers, kv_flags, workloads
 
 EFA_CONFIG = GPU_TABLE_SCHEMA
 
@@ -129,6 +130,14 @@ def _single_az(view: StackView, table: TypeTable, report: ReportViolation) -> No
                 cap.resource.urn,
             )
     _serving_spread(view, gpu_capacities(view, table), report)
+    for cap, gpu in gpu_capacities(view, table):
+        unplaced = [s.name for s in cap.subnets.resolved if view.subnet_az(s) is None]
+        if unplaced:
+            report(
+                f"{cap.label} runs {join(gpu)} in subnet(s) {join(unplaced)} that name no availability zone: EC2 "
+                f"picks one for each, so the group's AZ is not known. Fix: set availabilityZone on the subnet.",
+                cap.resource.urn,
+            )
     for group, by_az in shared.values():  # prefill and decode groups sharing one cluster placement group
         if len(by_az) > 1:
             spread = "; ".join(f"{az}: {join(labels)}" for az, labels in sorted(by_az.items()))
@@ -140,38 +149,90 @@ def _single_az(view: StackView, table: TypeTable, report: ReportViolation) -> No
             )
 
 
+def _served_model(work: Any) -> Optional[str]:
+    """The model a workload's engines serve when they move KV caches (a `--kv-transfer-config` on a
+    `vllm serve MODEL` line): prefill and decode Deployments of one model are one P/D pair."""
+    for _, pod in work.pods():
+        for container in containers(pod):
+            for argv in container_command(container).commands:
+                if not kv_flags(argv) or "serve" not in argv:
+                    continue
+                rest = argv[argv.index("serve") + 1 :]
+                model = next((a for a in rest if not a.startswith("-")), None)
+                if "--model" in rest[:-1]:
+                    model = rest[rest.index("--model") + 1]
+                return model
+    return None
+
+
+def _moves_kv(work: Any) -> bool:
+    return _served_model(work) is not None or any(
+        isinstance(node, dict) and "kv_connector" in node for _, node in kv_configs(work)
+    )
+
+
 def _serving_spread(view: StackView, caps: list[tuple[Capacity, set[str]]], report: ReportViolation) -> None:
-    """A serving deployment's GPU pods (prefill and decode, every worker group) on groups of one AZ:
-    each pod may land on every GPU group whose node labels its nodeSelector admits (and, when it pins
-    instance types, of those types); KV-cache transfer between its pods does not cross AZs."""
-    placed = []  # (capacity, its GPU types, its one AZ, its nodes' labels): groups in several AZs are refused above
+    """A serving deployment's GPU pods (prefill and decode, every worker group; the prefill and decode
+    Deployments of one model) on groups of one AZ and, when they move KV caches, of one placement
+    group: each pod may land on every GPU group whose node labels its nodeSelector admits (and, when
+    it pins instance types, of those types); KV-cache transfer does not cross AZs, and EFA latency
+    needs the nodes in one cluster placement group."""
+    placed = []  # (capacity, GPU types, its one AZ, its nodes' labels, its placement group)
     for cap, gpu in caps:
         azs = capacity_azs(view, cap)
-        if len(azs) == 1:
-            placed.append((cap, gpu, next(iter(azs)), node_labels(view, cap, set(azs))))
-    if len({az for _, _, az, _ in placed}) < 2:
-        return  # every GPU group in one AZ: no workload can spread
+        if len(azs) == 1:  # groups in several AZs are refused on their own
+            group = placement_of(view, cap)
+            placed.append((cap, gpu, next(iter(azs)), node_labels(view, cap, set(azs)), group))
+    if len(placed) < 2:
+        return  # one GPU group: nothing to spread over
+    pairs: dict[str, list[tuple[Any, dict[str, set[str]]]]] = {}
     for resource in view.resources:
         if not resource.resource_type.startswith("kubernetes:"):
             continue
         for work in workloads(resource.resource_type, view.props(resource)):
             by_az: dict[str, set[str]] = {}
+            groups: dict[str, str] = {}
             for _, pod in work.pods():
                 if not any((requested(c, "nvidia.com/gpu") or 0) > 0 for c in containers(pod)):
                     continue
                 pinned = pod_instance_types(pod)
-                for cap, gpu, az, labels in placed:
+                for cap, gpu, az, labels, group in placed:
                     if not admits(labels, dig(pod, "nodeSelector")) or (pinned and not pinned & gpu):
                         continue
                     by_az.setdefault(az, set()).add(cap.label)
+                    if group is not None:
+                        groups[group.urn] = group.name
+            if not by_az:
+                continue
+            model = _served_model(work)
+            if model is not None:
+                pairs.setdefault(model, []).append((resource, by_az))
             if len(by_az) > 1:
-                spread = "; ".join(f"{az}: {join(labels)}" for az, labels in sorted(by_az.items()))
+                _spread_verdict(work.label, by_az, resource.urn, report)
+            elif len(groups) > 1 and _moves_kv(work):
                 report(
-                    f"{work.label} runs GPU pods on groups in {len(by_az)} availability zones ({spread}); its "
-                    f"prefill and decode pods move the KV cache over EFA, which does not cross AZs. Fix: keep "
-                    f"the GPU groups it may use in one AZ, or select one with nodeSelector.",
+                    f"{work.label} moves KV caches between GPU pods that may land in {len(groups)} placement "
+                    f"groups ({join(groups.values())}); EFA latency needs them in one cluster placement group. "
+                    f"Fix: run its prefill and decode groups in one placement group, or select one group.",
                     resource.urn,
                 )
+    for model, members in pairs.items():  # prefill and decode Deployments of one model
+        merged: dict[str, set[str]] = {}
+        for _, by_az in members:
+            for az, labels in by_az.items():
+                merged.setdefault(az, set()).update(labels)
+        if len(members) > 1 and len(merged) > 1:
+            _spread_verdict(f"the P/D workloads of model {model!r}", merged, members[0][0].urn, report)
+
+
+def _spread_verdict(label: str, by_az: dict[str, set[str]], urn: str, report: ReportViolation) -> None:
+    spread = "; ".join(f"{az}: {join(labels)}" for az, labels in sorted(by_az.items()))
+    report(
+        f"{label} runs GPU pods on groups in {len(by_az)} availability zones ({spread}); its prefill and "
+        f"decode pods move the KV cache over EFA, which does not cross AZs. Fix: keep the GPU groups it may "
+        f"use in one AZ, or select one with nodeSelector.",
+        urn,
+    )
 
 
 gpu_group_single_az = gpu_stack_policy(

@@ -117,7 +117,7 @@ def _gpu_pods_efa(args: StackValidationArgs, report: ReportViolation) -> None:
     view = StackView.of(args.resources)
     store = ObjectStore(view)
     claims = ClaimStore(view)
-    stack_types = _stack_gpu_types(view, table)
+    stack_types: Optional[set[str]] = None  # computed for the first GPU pod that needs it
     for resource in view.resources:
         if not resource.resource_type.startswith("kubernetes:"):
             continue
@@ -128,7 +128,9 @@ def _gpu_pods_efa(args: StackValidationArgs, report: ReportViolation) -> None:
                 pinned = pod_instance_types(pod) or _selected_types(view, table, pod)
                 # Unpinned (or pinned to several types) with several GPU types in the stack: the pod may
                 # land on any of them, so the largest EFA share holds.
-                candidates = pinned or stack_types
+                if not pinned and stack_types is None:
+                    stack_types = _stack_gpu_types(view, table)
+                candidates = pinned or stack_types or set()
                 node_type = max(
                     sorted(candidates & set(table.efa)),
                     default=None,

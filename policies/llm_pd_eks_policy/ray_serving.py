@@ -260,6 +260,8 @@ def _nixl_backend(args: ResourceValidationArgs, report: ReportViolation) -> None
     cfg = config_with_defaults(args, NIXL_CONFIG)
     required = str(cfg["requiredBackend"])
     allowed = [str(c) for c in cfg.get("allowedConnectors") or []]
+    if not args.resource_type.startswith("kubernetes:"):
+        return
     for work in workloads(args.resource_type, plain(args.props)):
         for where, node in kv_configs(work, [str(b) for b in cfg.get("knownServeBuilders") or []]):
             if isinstance(node, ServeConfigError):

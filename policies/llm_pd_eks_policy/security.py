@@ -441,6 +441,8 @@ def cidrs_not_allowed(cidrs: list[str], allowed: list[str], min_prefix: int = 8,
 
 
 def _public_endpoint(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type not in (EKS_CLUSTER, EKS_COMPONENT_CLUSTER):
+        return
     props = plain(args.props)
     if args.resource_type == EKS_COMPONENT_CLUSTER:
         public, cidrs, where = dig(props, "endpointPublicAccess"), dig(props, "publicAccessCidrs"), ""

@@ -178,6 +178,9 @@ def verdict(resource_type: str, urn: str, name: str, props: Any, config: dict[st
 
 
 def _validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    inert = INERT.get(args.resource_type)
+    if args.resource_type in JUDGED or (inert is not None and not inert[0]):
+        return  # judged, or inert whatever its inputs: no need to read them
     cfg = c.config_with_defaults(args, UNIVERSE_CONFIG)
     why = verdict(args.resource_type, args.urn, args.name, c.plain(args.props), cfg)
     if why:
