@@ -434,3 +434,21 @@ def test_a_ray_service_over_two_placement_groups_is_refused():
     pod = selected.props["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]
     pod["nodeSelector"] = {"eks.amazonaws.com/nodegroup": "a"}
     assert of(judge([*groups, selected]), SINGLE_AZ) == []
+
+
+def test_a_dra_device_class_selecting_gpus_counts_whatever_its_name():
+    from test_policies_workloads import _claim_template, _dra_workload
+
+    def device_class(driver: str) -> Res:
+        selectors = [{"cel": {"expression": f"device.driver == '{driver}'"}}]
+        return Res(
+            "kubernetes:resource.k8s.io/v1:DeviceClass",
+            "accel",
+            {"metadata": {"name": "accel.example.com"}, "spec": {"selectors": selectors}},
+        )
+
+    claim = _claim_template(device_class="accel.example.com")
+    assert of(judge(stack(_dra_workload(None), claim, device_class("fpga.example.com"))), EFA) == []
+    (found,) = of(judge(stack(_dra_workload(None), claim, device_class("gpu.nvidia.com"))), EFA)
+    assert "DRA" in found.message
+    assert of(judge([device_class("gpu.nvidia.com")]), TYPE) == []  # judged, not an unknown type

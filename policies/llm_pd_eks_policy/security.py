@@ -65,9 +65,11 @@ SECRET_CONFIG: dict[str, dict[str, Any]] = {
 }
 
 _CONTAINER_KEYS = ("containers", "initContainers", "ephemeralContainers")
-# Keys (any case, `-`/`_` or camelCase) that end in a secret's own name, not in a reference to one
-# (`passwordKey`, `existingSecret`, `tokenSecretName` name where a secret is, and are left alone).
-_SECRET_KEY = re.compile(r"(password|passwd|token|api[_-]?key|access[_-]?key|private[_-]?key)$", re.IGNORECASE)
+# Keys (any case, camelCase too) that end in a password's own name, not in a reference to one
+# (`passwordKey`, `existingSecret` name where a secret is, and are left alone). Tokens and keys in
+# free-form values are judged by their shape (`secretValuePatterns`): a chart's `token: placeholder`
+# is no secret.
+_SECRET_KEY = re.compile(r"(password|passwd)$", re.IGNORECASE)
 
 
 def containers(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
@@ -182,7 +184,7 @@ def _literal_secrets(args: ResourceValidationArgs, report: ReportViolation) -> N
     for path, node in walk(props):  # token shapes anywhere, whatever the key
         if literal(node) and any(r.search(node) for r in value_res):
             found[f"{path} (token-shaped value)"] = None
-        # a key that names a password or token, anywhere (Helm values, KubeRay's
+        # a key that names a password, anywhere (Helm values, KubeRay's
         # gcsFaultToleranceOptions.redisPassword.value): its literal value is one
         for key, value in node.items() if isinstance(node, dict) else ():
             given = value.get("value") if isinstance(value, dict) else value

@@ -113,8 +113,8 @@ def judged_by(resource_type: str, urn: str, props: Any) -> Optional[str]:
         kind = resource_type.split(":")[-1]
         if workload_kind(resource_type) is not None:
             return _SERVING
-        if resource_type.startswith(DRA_GROUP) and kind.removesuffix("Patch") in DRA_CLAIM_KINDS:
-            return "ray-gpu-pods-efa (the GPUs a claim allocates)"
+        if resource_type.startswith(DRA_GROUP) and kind.removesuffix("Patch") in (*DRA_CLAIM_KINDS, "DeviceClass"):
+            return "ray-gpu-pods-efa (the GPUs a claim allocates, the devices a class selects)"
         if isinstance(props, dict) and pod_specs(props):
             return f"{_SERVING} (a kind that carries a pod template is a workload)"
     return None
