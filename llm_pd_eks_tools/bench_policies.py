@@ -94,6 +94,7 @@ def build_stack(count: int) -> list[analyzer_pb2.AnalyzerResource]:
             f"ng-{i}",
             {
                 "clusterName": "bench",
+                "nodeGroupName": f"ng-{i}",
                 "subnetIds": [f"subnet-{i:08x}"],
                 "launchTemplate": {"id": f"lt-{i:08x}", "version": "1"},
                 "scalingConfig": {"minSize": 2, "desiredSize": 2, "maxSize": 2},
@@ -126,7 +127,7 @@ def _dashboard(i: int, size: int) -> str:
     return text
 
 
-def _deployment(i: int) -> dict:
+def _deployment(i: int, group: int) -> dict:
     container = {
         "name": "vllm",
         "image": "vllm/vllm-openai:v0.11.0",
@@ -134,7 +135,8 @@ def _deployment(i: int) -> dict:
         "env": [{"name": "FI_PROVIDER", "value": "efa"}],
         "resources": {"limits": {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 32}},
     }
-    spec = {"template": {"spec": {"containers": [container]}}}
+    selector = {"eks.amazonaws.com/nodegroup": f"ng-{group}"}  # its P/D pods on one group
+    spec = {"template": {"spec": {"containers": [container], "nodeSelector": selector}}}
     body = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": f"d-{i}", "namespace": "llm"}}
     return {**body, "spec": spec}
 
@@ -159,10 +161,11 @@ def build_varied(count: int, dashboard_bytes: int = 2_350_000) -> list[analyzer_
     ]
     aws = build_stack(count // 2)
     out += aws
+    groups = max(1, sum(1 for r in aws if r.type == "aws:eks/nodeGroup:NodeGroup"))
     i = 0
     while len(out) < count:
-        out.append(_resource("kubernetes:apps/v1:Deployment", f"d-{i}", _deployment(i)))
-        carried = _deployment(i + 1_000_000)
+        out.append(_resource("kubernetes:apps/v1:Deployment", f"d-{i}", _deployment(i, i % groups)))
+        carried = _deployment(i + 1_000_000, i % groups)
         out.append(_resource("kubernetes:yaml/v2:ConfigGroup", f"cg-{i}", {"yaml": [yaml.safe_dump(carried)]}))
         i += 1
     return out[:count]
@@ -189,9 +192,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         t3 = time.monotonic()
         verdicts += server.analyze_stack(resources)
         t4 = time.monotonic()
+    by_policy: dict[str, int] = {}
+    for verdict in verdicts:
+        by_policy[verdict.policy] = by_policy.get(verdict.policy, 0) + 1
     print(
         f"{len(resources)} resources: build {t1 - t0:.1f}s, Analyze x{len(resources)} {t3 - t2:.1f}s, "
-        f"AnalyzeStack {t4 - t3:.1f}s, {len(verdicts)} verdict(s)"
+        f"AnalyzeStack {t4 - t3:.1f}s, {len(verdicts)} verdict(s) {by_policy or ''}"
     )
     return 0
 

@@ -6,6 +6,7 @@ from . import (
     capacity,
     efa_security,
     gpu_nodes,
+    imds,
     intake,
     pod_efa,
     ray_resources,
@@ -20,6 +21,7 @@ PACK_NAME = "llm-pd-eks-policies"
 
 POLICIES = [
     *gpu_nodes.POLICIES,
+    *imds.POLICIES,
     *efa_security.POLICIES,
     *references.POLICIES,
     *ray_serving.POLICIES,

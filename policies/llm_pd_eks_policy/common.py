@@ -12,6 +12,7 @@ import copy
 import re
 import threading
 import traceback
+from collections.abc import Mapping as MappingABC
 from contextlib import contextmanager
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
@@ -97,7 +98,7 @@ K8S_SECRET_PATCH = "kubernetes:core/v1:SecretPatch"
 
 
 def is_unknown(value: Any) -> bool:
-    return value is UNKNOWN or (isinstance(value, str) and value in UNKNOWN_SENTINELS)
+    return value is UNKNOWN or (type(value) is str and value in UNKNOWN_SENTINELS)
 
 
 # Work shared within one rule's judgement (one validate call), per thread: a stack rule reads each
@@ -184,7 +185,7 @@ def dig(obj: Any, *path: Any) -> Any:
                 return None
             obj = obj[step]
         else:
-            if not isinstance(obj, Mapping) or step not in obj:
+            if not (type(obj) is dict or isinstance(obj, MappingABC)) or step not in obj:
                 return None
             obj = obj[step]
     return UNKNOWN if is_unknown(obj) else obj

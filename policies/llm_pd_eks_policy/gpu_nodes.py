@@ -19,26 +19,19 @@ from pulumi_policy import (
     EnforcementLevel,
     PolicyConfigSchema,
     ReportViolation,
-    ResourceValidationArgs,
     StackValidationArgs,
     StackValidationPolicy,
 )
 
 from .capacity import is_capacity_block_template
 from .common import (
-    EC2_INSTANCE,
     GPU_TABLE_SCHEMA,
-    LAUNCH_CONFIGURATION,
-    LAUNCH_TEMPLATE,
     TypeTable,
-    as_int,
     config_with_defaults,
     dig,
     guarded,
     is_unknown,
     join,
-    plain,
-    resource_policy,
     truthy,
 )
 from .node_labels import admits, node_labels
@@ -186,6 +179,7 @@ def _serving_spread(view: StackView, caps: list[tuple[Capacity, set[str]]], repo
     if len(placed) < 2:
         return  # one GPU group: nothing to spread over
     pairs: dict[str, list[tuple[Any, dict[str, set[str]]]]] = {}
+    seen: dict[str, tuple[dict[str, set[str]], dict[str, str]]] = {}  # pods with the same selector land alike
     for resource in view.resources:
         if not resource.resource_type.startswith("kubernetes:"):
             continue
@@ -195,13 +189,10 @@ def _serving_spread(view: StackView, caps: list[tuple[Capacity, set[str]]], repo
             for _, pod in work.pods():
                 if not any((requested(c, "nvidia.com/gpu") or 0) > 0 for c in containers(pod)):
                     continue
-                pinned = pod_instance_types(pod)
-                for cap, gpu, az, labels, group in placed:
-                    if not admits(labels, dig(pod, "nodeSelector")) or (pinned and not pinned & gpu):
-                        continue
-                    by_az.setdefault(az, set()).add(cap.label)
-                    if group is not None:
-                        groups[group.urn] = group.name
+                landing = _landing(placed, dig(pod, "nodeSelector"), pod_instance_types(pod), seen)
+                for az, labels in landing[0].items():
+                    by_az.setdefault(az, set()).update(labels)
+                groups.update(landing[1])
             if not by_az:
                 continue
             model = _served_model(work)
@@ -223,6 +214,23 @@ def _serving_spread(view: StackView, caps: list[tuple[Capacity, set[str]]], repo
                 merged.setdefault(az, set()).update(labels)
         if len(members) > 1 and len(merged) > 1:
             _spread_verdict(f"the P/D workloads of model {model!r}", merged, members[0][0].urn, report)
+
+
+def _landing(placed: list, selector: Any, pinned: set[str], seen: dict) -> tuple[dict[str, set[str]], dict[str, str]]:
+    """(AZ -> groups, placement group urn -> name) of the GPU groups a pod with `selector` and
+    instance-type pins may land on, computed once per distinct selector and pins."""
+    key = repr((sorted(selector.items(), key=repr) if isinstance(selector, dict) else selector, sorted(pinned)))
+    if key not in seen:
+        by_az: dict[str, set[str]] = {}
+        groups: dict[str, str] = {}
+        for cap, gpu, az, labels, group in placed:
+            if not admits(labels, selector) or (pinned and not pinned & gpu):
+                continue
+            by_az.setdefault(az, set()).add(cap.label)
+            if group is not None:
+                groups[group.urn] = group.name
+        seen[key] = (by_az, groups)
+    return seen[key]
 
 
 def _spread_verdict(label: str, by_az: dict[str, set[str]], urn: str, report: ReportViolation) -> None:
@@ -372,73 +380,6 @@ cluster_placement = gpu_stack_policy(
 )
 
 
-# -- 4. IMDSv2 and the hop limit ------------------------------------------------------------------
-IMDS_CONFIG: dict[str, dict[str, Any]] = {
-    "maxHopLimit": {
-        "type": "integer",
-        "minimum": 1,
-        "description": "largest httpPutResponseHopLimit allowed (1 keeps pods off the node's IMDS credentials)",
-        "default": 1,
-    },
-}
-
-
-# Karpenter's EC2NodeClass keeps them under spec.metadataOptions, with Karpenter's defaults
-# (karpenter.sh docs, EC2NodeClass: httpTokens required, httpPutResponseHopLimit 1).
-EC2_NODE_CLASSES = ("kubernetes:karpenter.k8s.aws/v1:EC2NodeClass", "kubernetes:karpenter.k8s.aws/v1beta1:EC2NodeClass")
-
-
-def _imdsv2(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    if args.resource_type not in (LAUNCH_TEMPLATE, EC2_INSTANCE, LAUNCH_CONFIGURATION, *EC2_NODE_CLASSES):
-        return
-    props = plain(args.props)
-    if args.resource_type in EC2_NODE_CLASSES:
-        given = dig(props, "spec", "metadataOptions")
-        given = given if isinstance(given, dict) else {}
-        props = {"metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 1, **given}}
-    if (
-        args.resource_type == EC2_INSTANCE
-        and dig(props, "launchTemplate") is not None
-        and dig(props, "metadataOptions") is None
-    ):
-        # No metadataOptions of its own: EC2 launches it with its launch template's, and this rule
-        # judges that template as a resource of its own (a template outside the stack of a GPU
-        # instance is refused by gpu-references-in-stack).
-        return
-    endpoint = dig(props, "metadataOptions", "httpEndpoint")
-    tokens = dig(props, "metadataOptions", "httpTokens")
-    hops = dig(props, "metadataOptions", "httpPutResponseHopLimit")
-    if is_unknown(endpoint) or endpoint == "disabled":
-        return
-    kind = args.resource_type.split(":")[-1]
-    problems = []
-    if not is_unknown(tokens) and tokens != "required":
-        shown = f"'{tokens}'" if tokens else "unset (EC2 then defaults to 'optional')"
-        problems.append(f"metadataOptions.httpTokens is {shown}, so IMDSv1 stays open to SSRF-style credential theft")
-    limit = int(config_with_defaults(args, IMDS_CONFIG)["maxHopLimit"])
-    value = as_int(hops)
-    if not is_unknown(hops) and (hops is None or value is None or value > limit):
-        shown = "unset (EC2 takes the AMI's or the service's default, which can be 2)" if hops is None else repr(hops)
-        problems.append(
-            f"metadataOptions.httpPutResponseHopLimit is {shown}; above {limit} every pod on "
-            f"the node can reach the node role's credentials through IMDS"
-        )
-    if problems:
-        report(
-            f"{kind} '{args.name}': {'; '.join(problems)}. Fix: metadataOptions={{httpTokens: 'required', "
-            f"httpEndpoint: 'enabled', httpPutResponseHopLimit: 1}}."
-        )
-
-
-imdsv2_required = resource_policy(
-    name="launch-template-imdsv2",
-    description="Launch templates, instances, launch configurations and Karpenter EC2NodeClasses require IMDSv2 "
-    "with a small hop limit.",
-    validate=_imdsv2,
-    config=IMDS_CONFIG,
-)
-
-
 # -- 5. private GPU nodes ----------------------------------------------------------------------
 def _private_gpu_nodes(view: StackView, table: TypeTable, report: ReportViolation) -> None:
     for cap, gpu in gpu_capacities(view, table):
@@ -484,6 +425,5 @@ POLICIES = [
     efa_on_every_card,
     efa_interface_count,
     cluster_placement,
-    imdsv2_required,
     private_gpu_nodes,
 ]

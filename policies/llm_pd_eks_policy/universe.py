@@ -26,7 +26,7 @@ from pulumi_policy import ReportViolation, ResourceValidationArgs
 
 from . import common as c
 from .capacity import CAPACITY_RESERVATION
-from .gpu_nodes import EC2_NODE_CLASSES
+from .imds import EC2_NODE_CLASSES
 from .karpenter import KARPENTER_NODE_POOLS
 from .pod_env import DRA_CLAIM_KINDS
 from .references import UNMODELLED_LAUNCHERS

@@ -28,8 +28,11 @@ import yaml
 # manifests have none; 10^5 keeps any walk over an expanded document well under a second.
 MAX_NODES = 100_000
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_CACHE_ENTRIES = 512  # texts kept parsed; least recently used first out
+# Texts kept parsed, by their total length (least recently used first out): enough for every text of a
+# large stack, so each rule after the first finds them parsed.
+_CACHE_CHARS = 64_000_000
 _cache: "OrderedDict[str, tuple[str, Any]]" = OrderedDict()
+_cached_chars = 0
 _lock = threading.Lock()  # the host serves requests on several threads
 
 
@@ -112,15 +115,23 @@ def load_all(text: str, limit: int = MAX_NODES) -> list[Any]:
             hit = ("ok", _parse(text, limit))
         except (yaml.YAMLError, YamlTooLarge) as error:
             hit = ("error", error)
-        if key:
-            with _lock:
-                _cache[key] = hit
-                if len(_cache) > _CACHE_ENTRIES:
-                    _cache.popitem(last=False)
+        if key and len(key) <= _CACHE_CHARS:
+            _remember(key, hit)
     kind, value = hit
     if kind == "error":
         raise value
     return value
+
+
+def _remember(key: str, hit: tuple[str, Any]) -> None:
+    global _cached_chars
+    with _lock:
+        if key not in _cache:
+            _cached_chars += len(key)
+        _cache[key] = hit
+        while _cached_chars > _CACHE_CHARS:
+            old, _ = _cache.popitem(last=False)
+            _cached_chars -= len(old)
 
 
 def load(text: str, limit: int = MAX_NODES) -> Any:
