@@ -452,3 +452,11 @@ def test_a_dra_device_class_selecting_gpus_counts_whatever_its_name():
     (found,) = of(judge(stack(_dra_workload(None), claim, device_class("gpu.nvidia.com"))), EFA)
     assert "DRA" in found.message
     assert of(judge([device_class("gpu.nvidia.com")]), TYPE) == []  # judged, not an unknown type
+
+
+def test_launch_template_interfaces_not_known_at_preview_are_refused():
+    stack = gpu_stack(unknown_ids=True)
+    assert of(judge(stack), "efa-on-gpu-nodes") == []  # unknown IDs inside a literal list: judged
+    stack["lt"].props["networkInterfaces"] = UNKNOWN
+    (found,) = of(judge(stack), "efa-on-gpu-nodes")
+    assert "not known at preview" in found.message

@@ -267,7 +267,16 @@ def _efa_present(view: StackView, table: TypeTable, report: ReportViolation) -> 
             )
         elif (source := _interfaces(view, cap)) is not None:
             label, urn, efa = source
-            if efa.malformed:
+            if cap.launch_template.state == "resolved" and is_unknown(
+                dig(view.props(cap.launch_template.resource), "networkInterfaces")
+            ):
+                report(
+                    f"{label} ({join(gpu)}): its networkInterfaces are not known at preview (built in the same "
+                    f"apply), so no rule can count its EFA interfaces. Fix: build the interface list from literal "
+                    f"values (IDs may stay outputs).",
+                    urn,
+                )
+            elif efa.malformed:
                 report(f"{label}: {'; '.join(efa.malformed)}. EC2 refuses such an interface. {fix}", urn)
             elif efa.known and efa.count == 0:
                 report(f"{label} ({join(gpu)}) declares no EFA network interface. {fix}", urn)
