@@ -16,7 +16,7 @@ DEV_STAMP := $(if $(STAMP),$(VENV)/.installed-dev-$(shell cat requirements-previ
 # expands an exported variable's value to build their environment, running a `$(shell ...)` in it).
 # The tools get every value as an option (`$(call v,NAME)`), never from the environment.
 USER_VARS := STACK WORKLOAD TIMEOUT KUBECONFIG SINCE ENDPOINT NIXLBENCH RUNNER FROM TO BASE PROMETHEUS JSON STRICT WRITE
-USER_VARS += PULUMI_STACK FIRST PULUMI_EKS PULUMI_EKS_COMMIT REFERENCE
+USER_VARS += PULUMI_STACK FIRST PULUMI_EKS PULUMI_EKS_COMMIT REFERENCE RESOURCES SHAPE
 STACK ?= dev
 FROM ?= staging
 TO ?= prod
@@ -71,6 +71,7 @@ help:
 	@echo "make calibrate STACK=dev [ENDPOINT=http://host:port] [NIXLBENCH=file] [TIMEOUT=1800]   after up: measure, fit, write calibration/<stack>.yaml"
 	@echo "make realrun-dry           the GPU real run's cluster steps on this CPU with a stand-in app (docs/real-run.md)"
 	@echo "make realrun-router        Ray Serve's routers on this CPU: where the prefix arms' requests land, saved as data"
+	@echo "make bench-policies [RESOURCES=10000] [SHAPE=mixed]   time the policy pack on a large stack (a benchmark, not a test)"
 
 $(STAMP): requirements-preview.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -229,6 +230,10 @@ calibrate: $(DEV_STAMP)
 .PHONY: realrun-dry
 realrun-dry: $(DEV_STAMP)
 	@$(PY) -m llm_pd_eks_sizing.realrun.dry_run
+# The policy pack on a stack of RESOURCES resources through the analyzer protocol (docs/policies.md "Speed").
+.PHONY: bench-policies
+bench-policies: $(DEV_STAMP)
+	@$(PY) -m llm_pd_eks_tools.maint.bench_policies --resources=$(call q,$(or $(value RESOURCES),10000)) --shape=$(call q,$(or $(value SHAPE),mixed))
 # Ray Serve's own routers (default, PrefixCacheAffinityRouter as the prefix arm renders it) on this CPU,
 # stand-in replicas with a prefix cache: where the prefix arms' requests land -> realrun/data/router/.
 .PHONY: realrun-router

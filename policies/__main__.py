@@ -6,9 +6,7 @@ rules are in `llm_pd_eks_policy/` where tests can import them without starting a
 
 from pulumi_policy import EnforcementLevel, PolicyPack
 
-from llm_pd_eks_policy import PACK_NAME, POLICIES, intake
-
-intake.install()  # undecodable properties become a verdict, not a crashed request (llm_pd_eks_policy/intake.py)
+from llm_pd_eks_policy import PACK_NAME, POLICIES
 
 PolicyPack(
     name=PACK_NAME,

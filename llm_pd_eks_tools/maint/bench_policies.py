@@ -10,9 +10,11 @@ is that a 10,000-resource stack is judged at all, in minutes, not hours.
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from typing import Optional
 
+import yaml
 from google.protobuf import struct_pb2
 
 from llm_pd_eks.pulumi_sdk import analyzer_pb2
@@ -91,6 +93,7 @@ def build_stack(count: int) -> list[analyzer_pb2.AnalyzerResource]:
             f"ng-{i}",
             {
                 "clusterName": "bench",
+                "nodeGroupName": f"ng-{i}",
                 "subnetIds": [f"subnet-{i:08x}"],
                 "launchTemplate": {"id": f"lt-{i:08x}", "version": "1"},
                 "scalingConfig": {"minSize": 2, "desiredSize": 2, "maxSize": 2},
@@ -112,12 +115,74 @@ def build_stack(count: int) -> list[analyzer_pb2.AnalyzerResource]:
     return out[:count]
 
 
+def _dashboard(i: int, size: int) -> str:
+    """Grafana-like dashboard JSON of about `size` characters that names `kind` and `apiVersion`."""
+    panel = {"type": "timeseries", "targets": [{"expr": f"rate(vllm:requests_total[{i % 5 + 1}m])"}]}
+    panel["fieldConfig"] = {"defaults": {"custom": {"kind": "line", "apiVersion": "v1"}}}
+    panels, text = [], ""
+    while len(text) < size:
+        panels += [dict(panel, id=len(panels), title=f"panel {len(panels)}") for _ in range(50)]
+        text = json.dumps({"title": f"dash-{i}", "panels": panels})
+    return text
+
+
+def _deployment(i: int, group: int) -> dict:
+    container = {
+        "name": "vllm",
+        "image": "vllm/vllm-openai:v0.11.0",
+        "command": ["vllm", "serve", "m", "--kv-transfer-config", json.dumps(_KV)],
+        "env": [{"name": "FI_PROVIDER", "value": "efa"}],
+        "resources": {"limits": {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 32}},
+    }
+    selector = {"eks.amazonaws.com/nodegroup": f"ng-{group}"}  # its P/D pods on one group
+    spec = {"template": {"spec": {"containers": [container], "nodeSelector": selector}}}
+    body = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": f"d-{i}", "namespace": "llm"}}
+    return {**body, "spec": spec}
+
+
+_KV = {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_connector_extra_config": {"backends": ["LIBFABRIC"]}}
+
+
+def build_varied(count: int, dashboard_bytes: int = 2_350_000) -> list[analyzer_pb2.AnalyzerResource]:
+    """About `count` resources of every family the pack reads: the AWS groups of `build_stack`, GPU
+    Deployments, ConfigGroups carrying manifests as YAML text, and ten ConfigMaps sharing
+    `dashboard_bytes` of dashboard JSON that names `kind` and `apiVersion`."""
+    out = [
+        _resource(
+            "kubernetes:core/v1:ConfigMap",
+            f"dash-{i}",
+            {
+                "metadata": {"name": f"dash-{i}", "namespace": "monitoring"},
+                "data": {"d.json": _dashboard(i, dashboard_bytes // 10)},
+            },
+        )
+        for i in range(10)
+    ]
+    aws = build_stack(count // 2)
+    out += aws
+    groups = max(1, sum(1 for r in aws if r.type == "aws:eks/nodeGroup:NodeGroup"))
+    i = 0
+    while len(out) < count:
+        out.append(_resource("kubernetes:apps/v1:Deployment", f"d-{i}", _deployment(i, i % groups)))
+        carried = _deployment(i + 1_000_000, i % groups)
+        out.append(_resource("kubernetes:yaml/v2:ConfigGroup", f"cg-{i}", {"yaml": [yaml.safe_dump(carried)]}))
+        i += 1
+    return out[:count]
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="bench_policies", description=__doc__.splitlines()[0])
     parser.add_argument("--resources", type=int, default=10_000, help="stack size (default 10000)")
+    parser.add_argument(
+        "--shape",
+        choices=("mixed", "varied"),
+        default="mixed",
+        help="mixed: AWS GPU groups, ConfigMaps, Services; varied: also GPU Deployments, ConfigGroups of YAML "
+        "text and 2.35 MB of dashboard JSON in ConfigMaps",
+    )
     args = parser.parse_args(argv)
     t0 = time.monotonic()
-    resources = build_stack(args.resources)
+    resources = build_stack(args.resources) if args.shape == "mixed" else build_varied(args.resources)
     t1 = time.monotonic()
     with PolicyPackServer(startup_timeout=120) as server:
         server.configure()
@@ -126,9 +191,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         t3 = time.monotonic()
         verdicts += server.analyze_stack(resources)
         t4 = time.monotonic()
+    by_policy: dict[str, int] = {}
+    for verdict in verdicts:
+        by_policy[verdict.policy] = by_policy.get(verdict.policy, 0) + 1
     print(
         f"{len(resources)} resources: build {t1 - t0:.1f}s, Analyze x{len(resources)} {t3 - t2:.1f}s, "
-        f"AnalyzeStack {t4 - t3:.1f}s, {len(verdicts)} verdict(s)"
+        f"AnalyzeStack {t4 - t3:.1f}s, {len(verdicts)} verdict(s) {by_policy or ''}"
     )
     return 0
 

@@ -39,6 +39,8 @@ AWS_MODULES: dict[str, str] = {
     "ecr": f"image repositories; {_NOTHING}",
     "iam": f"identities and permissions; {_NOTHING}",
     "kms": f"encryption keys; {_NOTHING}",
+    "route53": f"DNS zones and records (names, not network paths); {_NOTHING}",
+    "s3": f"object storage and its settings (encryption, versioning, access blocks); {_NOTHING}",
     "secretsmanager": f"secret storage (secrets belong there); {_NOTHING}",
     "sns": f"notification topics; {_NOTHING}",
     "sqs": f"message queues; {_NOTHING}",
@@ -68,7 +70,28 @@ TYPES: dict[str, tuple[str, str]] = {
         "security group (judged)",
     ),
     "aws:elasticache/subnetGroup:SubnetGroup": ("", f"the subnets a cache may use; {_NOTHING}"),
-    "random:index/randomPassword:RandomPassword": ("", f"a generated secret kept in state; {_NOTHING}"),
+    **{
+        f"random:index/{kind[0].lower()}{kind[1:]}:{kind}": ("", f"a generated value kept in state; {_NOTHING}")
+        for kind in (
+            "RandomBytes",
+            "RandomId",
+            "RandomInteger",
+            "RandomPassword",
+            "RandomPet",
+            "RandomShuffle",
+            "RandomString",
+            "RandomUuid",
+        )
+    },
+    **{
+        f"time:index/{kind.lower()}:{kind}": ("", f"a point in time or a pause kept in state; {_NOTHING}")
+        for kind in ("Offset", "Rotating", "Sleep", "Static")
+    },
+    # An event target can start a command, an ECS task or a Batch job (on the GPU nodes too).
+    "aws:cloudwatch/eventTarget:EventTarget": (
+        "runCommandTargets,ecsTarget,batchTarget,sagemakerPipelineTarget,roleArn",
+        "delivers an event to a function, queue or topic; one that runs commands, tasks or jobs launches work",
+    ),
     "eks:index:VpcCniAddon": ("", "the VPC CNI add-on's settings; runs no model workload"),
     "eks:index:Addon": ("", "an EKS-managed add-on (AWS's own pods and images); runs no model workload"),
     "pulumi:pulumi:Stack": ("", "the stack itself; every resource in it is judged on its own"),
@@ -77,10 +100,6 @@ TYPES: dict[str, tuple[str, str]] = {
     "kubernetes:monitoring.coreos.com/v1:PodMonitor": ("", f"a Prometheus scrape target; {_NOTHING}"),
     "kubernetes:monitoring.coreos.com/v1:ServiceMonitor": ("", f"a Prometheus scrape target; {_NOTHING}"),
     "kubernetes:monitoring.coreos.com/v1:PrometheusRule": ("", f"Prometheus alert and recording rules; {_NOTHING}"),
-    "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass": (
-        "",
-        "launch settings only a Karpenter NodePool uses (NodePools are judged); launches nothing itself",
-    ),
 }
 # Kubernetes kinds (every group/version pulumi-kubernetes has, and their `...Patch` forms).
 K8S_KINDS: dict[str, str] = {
@@ -96,7 +115,6 @@ K8S_KINDS: dict[str, str] = {
     "PersistentVolumeClaim": f"a volume request; {_NOTHING}",
     "PersistentVolume": f"a volume; {_NOTHING}",
     "PriorityClass": "a scheduling priority; runs no pod",
-    "LimitRange": "namespace resource defaults and limits; runs no pod",
     "ResourceQuota": "namespace resource limits; runs no pod",
     "NetworkPolicy": "restricts pod traffic; cannot open a path a Service does not",
     "CustomResourceDefinition": "defines a kind; objects of that kind are judged on their own",

@@ -6,7 +6,9 @@ from . import (
     capacity,
     efa_security,
     gpu_nodes,
+    imds,
     intake,
+    pod_efa,
     ray_resources,
     ray_serving,
     references,
@@ -19,9 +21,11 @@ PACK_NAME = "llm-pd-eks-policies"
 
 POLICIES = [
     *gpu_nodes.POLICIES,
+    *imds.POLICIES,
     *efa_security.POLICIES,
     *references.POLICIES,
     *ray_serving.POLICIES,
+    *pod_efa.POLICIES,
     *security.POLICIES,
     *capacity.POLICIES,
     *ray_resources.POLICIES,

@@ -146,6 +146,25 @@ def _reservation_group(view: StackView, template: Any, reservation_id: Any, grou
     return None
 
 
+def _type_check(view: StackView, cap: Any, template: Any, reservation_id: Any, report: ReportViolation) -> None:
+    """An ODCR of the plan reserves one instance type: a group of another type never uses it."""
+    managed = view.deps(template, "capacityReservationSpecification", CAPACITY_RESERVATION)
+    if not managed and isinstance(reservation_id, str) and not is_unknown(reservation_id):
+        managed = view.by_property(CAPACITY_RESERVATION, "id", reservation_id)
+    for reservation in managed[:1]:
+        reserved = dig(view.props(reservation), "instanceType")
+        if not isinstance(reserved, str) or is_unknown(reserved):
+            return
+        other = sorted(t for t in cap.instance_types if t != reserved.strip().lower())
+        if other:
+            report(
+                f"{cap.label} launches {join(other)} from a template that targets capacity reservation "
+                f"'{reservation.name}' of {reserved}: a reservation serves only its own instance type, so these "
+                f"nodes launch on demand or not at all. Fix: reserve the type the group launches.",
+                cap.resource.urn,
+            )
+
+
 def _check(args: StackValidationArgs, report: ReportViolation) -> None:
     config = config_with_defaults(args, CONFIG)
     known = {str(k): str(v) for k, v in (config.get("reservationAzs") or {}).items()}
@@ -159,6 +178,7 @@ def _check(args: StackValidationArgs, report: ReportViolation) -> None:
         reservation_id = dig(view.props(template), *RESERVATION_PATH)
         if reservation_id is None:
             continue  # on demand
+        _type_check(view, cap, template, reservation_id, report)
         reservation_az = _reservation_az(view, template, reservation_id, known)
         subnet_azs = {
             str(az) for az in (view.subnet_az(s) for s in cap.subnets.resolved) if az is not None and not is_unknown(az)

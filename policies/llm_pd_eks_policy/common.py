@@ -12,6 +12,7 @@ import copy
 import re
 import threading
 import traceback
+from collections.abc import Mapping as MappingABC
 from contextlib import contextmanager
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
@@ -33,6 +34,8 @@ from pulumi_policy.proxy import (
     UNKNOWN_NUMBER_VALUE,
     UNKNOWN_OBJECT_VALUE,
     UNKNOWN_STRING_VALUE,
+    UnknownValueError,
+    unknown_checking_proxy,
 )
 
 from .efa_table import EFA_GPU_TYPES, EFA_NETWORK_CARDS, GPUS_PER_INSTANCE
@@ -96,12 +99,12 @@ K8S_SECRET_PATCH = "kubernetes:core/v1:SecretPatch"
 
 
 def is_unknown(value: Any) -> bool:
-    return value is UNKNOWN or (isinstance(value, str) and value in UNKNOWN_SENTINELS)
+    return value is UNKNOWN or (type(value) is str and value in UNKNOWN_SENTINELS)
 
 
-# Work shared by every rule judging one request (one Analyze or AnalyzeStack call), per thread: the
-# host decodes a request's properties once per policy and every rule copies them; intake.install()
-# opens a scope around each request so that both happen once (llm_pd_eks_tools/maint/bench_policies.py).
+# Work shared within one rule's judgement (one validate call), per thread: a stack rule reads each
+# resource's properties once however many joins ask for them. `guarded` opens the scope around
+# every validate call; nothing is shared between calls, so no verdict can come from another request.
 _scope = threading.local()
 
 
@@ -116,9 +119,9 @@ def request_scope() -> Iterator[None]:
 
 
 def memoized(key: Any, anchor: Any, build: Callable[[], Any]) -> Any:
-    """`build()` once per request scope for `key` (outside a scope: every time). `anchor` is kept
-    alive with the value, so an id() in the key is not reused within the scope. Callers share the
-    value: rules never mutate what `plain` or `StackView` give them."""
+    """`build()` once per scope for `key` (outside a scope: every time). `anchor` is kept alive with
+    the value, so an id() in the key is not reused within the scope. Callers share the value: rules
+    never mutate what `plain` or `StackView` give them."""
     memo = getattr(_scope, "memo", None)
     if memo is None:
         return build()
@@ -128,17 +131,49 @@ def memoized(key: Any, anchor: Any, build: Callable[[], Any]) -> Any:
 
 
 def plain(props: Any) -> Any:
-    """A plain dict/list copy of (possibly proxied) properties, unknown sentinels kept as strings."""
-    target = getattr(props, "_DictProxy__target", None)
-    if target is not None:
-        return memoized(("plain", id(target)), target, lambda: _plain(props))
-    return _plain(props)
+    """Plain dicts and lists of (possibly proxied) properties, unknown sentinels kept as strings.
+
+    The host hands properties wrapped in its unknown-checking proxy (`unknown_checking_proxy`), which
+    raises `UnknownValueError` on an unknown value; the walk reads each value through that public
+    interface and keeps the error's sentinel instead. Assets and archives go through
+    `serialize_properties`. New containers, shared immutable leaves: no further copy needed."""
+    if type(props) in _LEAVES:
+        return props
+    return memoized(("plain", id(props)), props, lambda: _unwrap(props))
 
 
-def _plain(props: Any) -> Any:
-    if isinstance(props, Mapping):
-        return copy.deepcopy(dict(serialize_properties(props)))
-    return copy.deepcopy(serialize_properties(props))
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+# The proxy types themselves, learnt from the public constructor rather than named.
+_MAP_PROXY = type(unknown_checking_proxy({}))
+_LIST_PROXY = type(unknown_checking_proxy({"a": []})["a"])
+
+
+def _read(container: Any, key: Any) -> Any:
+    try:
+        return container[key]
+    except UnknownValueError as unknown:
+        return unknown.unknown_type_sentinel
+
+
+def _unwrap(node: Any) -> Any:
+    kind = type(node)
+    if kind in _LEAVES:
+        return node
+    if kind is _MAP_PROXY:
+        try:  # no unknown at this level (the common case): one comprehension, no per-key handler
+            return {key: v if type(v := node[key]) in _LEAVES else _unwrap(v) for key in node}
+        except UnknownValueError:
+            return {key: _unwrap(_read(node, key)) for key in node}
+    if kind is _LIST_PROXY:
+        try:
+            return [v if type(v := node[i]) in _LEAVES else _unwrap(v) for i in range(len(node))]
+        except UnknownValueError:
+            return [_unwrap(_read(node, i)) for i in range(len(node))]
+    if kind is dict:
+        return {key: _unwrap(value) for key, value in node.items()}
+    if kind is list or kind is tuple:
+        return [_unwrap(value) for value in node]
+    return serialize_properties(node)
 
 
 def dig(obj: Any, *path: Any) -> Any:
@@ -151,7 +186,7 @@ def dig(obj: Any, *path: Any) -> Any:
                 return None
             obj = obj[step]
         else:
-            if not isinstance(obj, Mapping) or step not in obj:
+            if not (type(obj) is dict or isinstance(obj, MappingABC)) or step not in obj:
                 return None
             obj = obj[step]
     return UNKNOWN if is_unknown(obj) else obj
@@ -311,7 +346,8 @@ def guarded(name: str, validate: Callable[[Any, ReportViolation], None]) -> Call
 
     def run(args: Any, report: ReportViolation) -> None:
         try:
-            validate(args, report)
+            with request_scope():
+                validate(args, report)
         except Exception as error:  # any failure becomes a verdict, never a crashed call
             where = getattr(args, "name", None)
             frame = traceback.extract_tb(error.__traceback__)[-1]

@@ -66,8 +66,15 @@ def _sg_rules(view: StackView, group: Any) -> tuple[set[str], list[str]]:
     props = view.props(group)
     self_all: set[str] = set()
     ingress: list[tuple[str, list[Any]]] = []  # (label, CIDRs) of every ingress rule of the group
+    # Inline rules, even `[]`, make the provider remove every rule of that direction it did not
+    # declare inline (pulumi-aws SecurityGroup: inline rules and separate rule resources conflict):
+    # separate rules of such a direction do not count.
+    inline = {d for d in ("ingress", "egress") if dig(props, d) is not None and not is_unknown(dig(props, d))}
+    prefix_lists: list[str] = []
     for direction in ("ingress", "egress"):
         for rule in known_list(dig(props, direction)) or []:
+            if direction == "ingress" and known_list(dig(rule, "prefixListIds")):
+                prefix_lists.append("inline ingress")
             cidrs = (known_list(dig(rule, "cidrBlocks")) or []) + (known_list(dig(rule, "ipv6CidrBlocks")) or [])
             if str(dig(rule, "protocol")) in _ALL_PROTOCOLS and (
                 truthy(dig(rule, "self")) or (direction == "egress" and "0.0.0.0/0" in cidrs)
@@ -80,9 +87,13 @@ def _sg_rules(view: StackView, group: Any) -> tuple[set[str], list[str]]:
         if group not in view.deps(rule, "securityGroupId", SECURITY_GROUP):
             continue
         direction = str(dig(rp, "type"))
+        if direction == "ingress" and known_list(dig(rp, "prefixListIds")):
+            prefix_lists.append(f"rule '{rule.name}'")
         # EC2 treats a rule whose source is the group itself exactly like `self: true`.
-        if str(dig(rp, "protocol")) in _ALL_PROTOCOLS and (
-            truthy(dig(rp, "self")) or _admits_itself(view, rule, group, "sourceSecurityGroupId")
+        if (
+            direction not in inline
+            and str(dig(rp, "protocol")) in _ALL_PROTOCOLS
+            and (truthy(dig(rp, "self")) or _admits_itself(view, rule, group, "sourceSecurityGroupId"))
         ):
             self_all.add(direction)
         cidrs = (known_list(dig(rp, "cidrBlocks")) or []) + (known_list(dig(rp, "ipv6CidrBlocks")) or [])
@@ -93,8 +104,12 @@ def _sg_rules(view: StackView, group: Any) -> tuple[set[str], list[str]]:
             rp = view.props(rule)
             if group not in view.deps(rule, "securityGroupId", SECURITY_GROUP):
                 continue
-            if str(dig(rp, "ipProtocol")) in _ALL_PROTOCOLS and _admits_itself(
-                view, rule, group, "referencedSecurityGroupId"
+            if direction == "ingress" and dig(rp, "prefixListId") is not None:
+                prefix_lists.append(f"rule '{rule.name}'")
+            if (
+                direction not in inline
+                and str(dig(rp, "ipProtocol")) in _ALL_PROTOCOLS
+                and _admits_itself(view, rule, group, "referencedSecurityGroupId")
             ):
                 self_all.add(direction)
             if direction == "ingress":
@@ -103,6 +118,7 @@ def _sg_rules(view: StackView, group: Any) -> tuple[set[str], list[str]]:
     together = _wide_blocks([c for _, cidrs in ingress for c in cidrs])
     if together and not open_in:  # only the rules taken together cover the internet
         open_in.append(f"its {len(ingress)} ingress rules together ({', '.join(together)})")
+    open_in += [f"{where} from a prefix list, whose entries the pack cannot read" for where in prefix_lists]
     return self_all, open_in
 
 
@@ -146,7 +162,8 @@ def _efa_security_group(view: StackView, table: TypeTable, report: ReportViolati
                 f"{label} ({join(gpu)}): no security group on its EFA interfaces "
                 f"(groups: {names}) allows all traffic to and from itself; EFA's OS-bypass traffic is "
                 f"dropped without it. Fix: a security group with ingress and egress rules protocol '-1', "
-                f"self true, on every EFA interface.",
+                f"self true, on every EFA interface (a group with inline ingress or egress, even [], drops the "
+                f"separate rules of that direction).",
                 owner.urn,
             )
 

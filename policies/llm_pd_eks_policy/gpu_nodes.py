@@ -19,32 +19,27 @@ from pulumi_policy import (
     EnforcementLevel,
     PolicyConfigSchema,
     ReportViolation,
-    ResourceValidationArgs,
     StackValidationArgs,
     StackValidationPolicy,
 )
 
 from .capacity import is_capacity_block_template
 from .common import (
-    EC2_INSTANCE,
     GPU_TABLE_SCHEMA,
-    LAUNCH_CONFIGURATION,
-    LAUNCH_TEMPLATE,
     TypeTable,
-    as_int,
     config_with_defaults,
     dig,
     guarded,
     is_unknown,
     join,
-    plain,
-    resource_policy,
     truthy,
 )
+from .node_labels import admits, node_labels
+from .pod_efa import pod_instance_types
 from .pod_env import requested
-from .ray_serving import pod_instance_types
+from .ray_serving import kv_configs
 from .stack import Capacity, EfaInterfaces, StackView
-from .workloads import containers, workloads
+from .workloads import container_command, containers, kv_flags, workloads
 
 EFA_CONFIG = GPU_TABLE_SCHEMA
 
@@ -128,6 +123,14 @@ def _single_az(view: StackView, table: TypeTable, report: ReportViolation) -> No
                 cap.resource.urn,
             )
     _serving_spread(view, gpu_capacities(view, table), report)
+    for cap, gpu in gpu_capacities(view, table):
+        unplaced = [s.name for s in cap.subnets.resolved if view.subnet_az(s) is None]
+        if unplaced:
+            report(
+                f"{cap.label} runs {join(gpu)} in subnet(s) {join(unplaced)} that name no availability zone: EC2 "
+                f"picks one for each, so the group's AZ is not known. Fix: set availabilityZone on the subnet.",
+                cap.resource.urn,
+            )
     for group, by_az in shared.values():  # prefill and decode groups sharing one cluster placement group
         if len(by_az) > 1:
             spread = "; ".join(f"{az}: {join(labels)}" for az, labels in sorted(by_az.items()))
@@ -139,38 +142,105 @@ def _single_az(view: StackView, table: TypeTable, report: ReportViolation) -> No
             )
 
 
+def _served_model(work: Any) -> Optional[str]:
+    """The model a workload's engines serve when they move KV caches (a `--kv-transfer-config` on a
+    `vllm serve MODEL` line): prefill and decode Deployments of one model are one P/D pair."""
+    for _, pod in work.pods():
+        for container in containers(pod):
+            for argv in container_command(container).commands:
+                if not kv_flags(argv) or "serve" not in argv:
+                    continue
+                rest = argv[argv.index("serve") + 1 :]
+                model = next((a for a in rest if not a.startswith("-")), None)
+                if "--model" in rest[:-1]:
+                    model = rest[rest.index("--model") + 1]
+                return model
+    return None
+
+
+def _moves_kv(work: Any) -> bool:
+    return _served_model(work) is not None or any(
+        isinstance(node, dict) and "kv_connector" in node for _, node in kv_configs(work)
+    )
+
+
 def _serving_spread(view: StackView, caps: list[tuple[Capacity, set[str]]], report: ReportViolation) -> None:
-    """A serving deployment's GPU pods (prefill and decode, every worker group) on groups of one AZ:
-    each pod may land on every GPU group whose node labels its nodeSelector admits (and, when it pins
-    instance types, of those types); KV-cache transfer between its pods does not cross AZs."""
+    """A serving deployment's GPU pods (prefill and decode, every worker group; the prefill and decode
+    Deployments of one model) on groups of one AZ and, when they move KV caches, of one placement
+    group: each pod may land on every GPU group whose node labels its nodeSelector admits (and, when
+    it pins instance types, of those types); KV-cache transfer does not cross AZs, and EFA latency
+    needs the nodes in one cluster placement group."""
+    placed = []  # (capacity, GPU types, its one AZ, its nodes' labels, its placement group)
+    for cap, gpu in caps:
+        azs = capacity_azs(view, cap)
+        if len(azs) == 1:  # groups in several AZs are refused on their own
+            group = placement_of(view, cap)
+            placed.append((cap, gpu, next(iter(azs)), node_labels(view, cap, set(azs)), group))
+    if len(placed) < 2:
+        return  # one GPU group: nothing to spread over
+    pairs: dict[str, list[tuple[Any, dict[str, set[str]]]]] = {}
+    seen: dict[str, tuple[dict[str, set[str]], dict[str, str]]] = {}  # pods with the same selector land alike
     for resource in view.resources:
+        if not resource.resource_type.startswith("kubernetes:"):
+            continue
         for work in workloads(resource.resource_type, view.props(resource)):
             by_az: dict[str, set[str]] = {}
+            groups: dict[str, str] = {}
             for _, pod in work.pods():
                 if not any((requested(c, "nvidia.com/gpu") or 0) > 0 for c in containers(pod)):
                     continue
-                selector = dig(pod, "nodeSelector")
-                selector = selector if isinstance(selector, dict) else {}
-                pinned = pod_instance_types(pod)
-                for cap, gpu in caps:
-                    labels = dig(view.props(cap.resource), "labels")
-                    if isinstance(labels, dict) and any(
-                        k in labels and labels[k] != v for k, v in selector.items() if not is_unknown(v)
-                    ):
-                        continue
-                    if pinned and not pinned & gpu:
-                        continue
-                    azs = capacity_azs(view, cap)
-                    if len(azs) == 1:
-                        by_az.setdefault(next(iter(azs)), set()).add(cap.label)
+                landing = _landing(placed, dig(pod, "nodeSelector"), pod_instance_types(pod), seen)
+                for az, labels in landing[0].items():
+                    by_az.setdefault(az, set()).update(labels)
+                groups.update(landing[1])
+            if not by_az:
+                continue
+            model = _served_model(work)
+            if model is not None:
+                pairs.setdefault(model, []).append((resource, by_az))
             if len(by_az) > 1:
-                spread = "; ".join(f"{az}: {join(labels)}" for az, labels in sorted(by_az.items()))
+                _spread_verdict(work.label, by_az, resource.urn, report)
+            elif len(groups) > 1 and _moves_kv(work):
                 report(
-                    f"{work.label} runs GPU pods on groups in {len(by_az)} availability zones ({spread}); its "
-                    f"prefill and decode pods move the KV cache over EFA, which does not cross AZs. Fix: keep "
-                    f"the GPU groups it may use in one AZ, or select one with nodeSelector.",
+                    f"{work.label} moves KV caches between GPU pods that may land in {len(groups)} placement "
+                    f"groups ({join(groups.values())}); EFA latency needs them in one cluster placement group. "
+                    f"Fix: run its prefill and decode groups in one placement group, or select one group.",
                     resource.urn,
                 )
+    for model, members in pairs.items():  # prefill and decode Deployments of one model
+        merged: dict[str, set[str]] = {}
+        for _, by_az in members:
+            for az, labels in by_az.items():
+                merged.setdefault(az, set()).update(labels)
+        if len(members) > 1 and len(merged) > 1:
+            _spread_verdict(f"the P/D workloads of model {model!r}", merged, members[0][0].urn, report)
+
+
+def _landing(placed: list, selector: Any, pinned: set[str], seen: dict) -> tuple[dict[str, set[str]], dict[str, str]]:
+    """(AZ -> groups, placement group urn -> name) of the GPU groups a pod with `selector` and
+    instance-type pins may land on, computed once per distinct selector and pins."""
+    key = repr((sorted(selector.items(), key=repr) if isinstance(selector, dict) else selector, sorted(pinned)))
+    if key not in seen:
+        by_az: dict[str, set[str]] = {}
+        groups: dict[str, str] = {}
+        for cap, gpu, az, labels, group in placed:
+            if not admits(labels, selector) or (pinned and not pinned & gpu):
+                continue
+            by_az.setdefault(az, set()).add(cap.label)
+            if group is not None:
+                groups[group.urn] = group.name
+        seen[key] = (by_az, groups)
+    return seen[key]
+
+
+def _spread_verdict(label: str, by_az: dict[str, set[str]], urn: str, report: ReportViolation) -> None:
+    spread = "; ".join(f"{az}: {join(labels)}" for az, labels in sorted(by_az.items()))
+    report(
+        f"{label} runs GPU pods on groups in {len(by_az)} availability zones ({spread}); its prefill and "
+        f"decode pods move the KV cache over EFA, which does not cross AZs. Fix: keep the GPU groups it may "
+        f"use in one AZ, or select one with nodeSelector.",
+        urn,
+    )
 
 
 gpu_group_single_az = gpu_stack_policy(
@@ -197,7 +267,16 @@ def _efa_present(view: StackView, table: TypeTable, report: ReportViolation) -> 
             )
         elif (source := _interfaces(view, cap)) is not None:
             label, urn, efa = source
-            if efa.malformed:
+            if cap.launch_template.state == "resolved" and is_unknown(
+                dig(view.props(cap.launch_template.resource), "networkInterfaces")
+            ):
+                report(
+                    f"{label} ({join(gpu)}): its networkInterfaces are not known at preview (built in the same "
+                    f"apply), so no rule can count its EFA interfaces. Fix: build the interface list from literal "
+                    f"values (IDs may stay outputs).",
+                    urn,
+                )
+            elif efa.malformed:
                 report(f"{label}: {'; '.join(efa.malformed)}. EC2 refuses such an interface. {fix}", urn)
             elif efa.known and efa.count == 0:
                 report(f"{label} ({join(gpu)}) declares no EFA network interface. {fix}", urn)
@@ -310,63 +389,6 @@ cluster_placement = gpu_stack_policy(
 )
 
 
-# -- 4. IMDSv2 and the hop limit ------------------------------------------------------------------
-IMDS_CONFIG: dict[str, dict[str, Any]] = {
-    "maxHopLimit": {
-        "type": "integer",
-        "minimum": 1,
-        "description": "largest httpPutResponseHopLimit allowed (1 keeps pods off the node's IMDS credentials)",
-        "default": 1,
-    },
-}
-
-
-def _imdsv2(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    if args.resource_type not in (LAUNCH_TEMPLATE, EC2_INSTANCE, LAUNCH_CONFIGURATION):
-        return
-    props = plain(args.props)
-    if (
-        args.resource_type == EC2_INSTANCE
-        and dig(props, "launchTemplate") is not None
-        and dig(props, "metadataOptions") is None
-    ):
-        # No metadataOptions of its own: EC2 launches it with its launch template's, and this rule
-        # judges that template as a resource of its own (a template outside the stack of a GPU
-        # instance is refused by gpu-references-in-stack).
-        return
-    endpoint = dig(props, "metadataOptions", "httpEndpoint")
-    tokens = dig(props, "metadataOptions", "httpTokens")
-    hops = dig(props, "metadataOptions", "httpPutResponseHopLimit")
-    if is_unknown(endpoint) or endpoint == "disabled":
-        return
-    kind = args.resource_type.split(":")[-1]
-    problems = []
-    if not is_unknown(tokens) and tokens != "required":
-        shown = f"'{tokens}'" if tokens else "unset (EC2 then defaults to 'optional')"
-        problems.append(f"metadataOptions.httpTokens is {shown}, so IMDSv1 stays open to SSRF-style credential theft")
-    limit = int(config_with_defaults(args, IMDS_CONFIG)["maxHopLimit"])
-    value = as_int(hops)
-    if not is_unknown(hops) and (hops is None or value is None or value > limit):
-        shown = "unset (EC2 takes the AMI's or the service's default, which can be 2)" if hops is None else repr(hops)
-        problems.append(
-            f"metadataOptions.httpPutResponseHopLimit is {shown}; above {limit} every pod on "
-            f"the node can reach the node role's credentials through IMDS"
-        )
-    if problems:
-        report(
-            f"{kind} '{args.name}': {'; '.join(problems)}. Fix: metadataOptions={{httpTokens: 'required', "
-            f"httpEndpoint: 'enabled', httpPutResponseHopLimit: 1}}."
-        )
-
-
-imdsv2_required = resource_policy(
-    name="launch-template-imdsv2",
-    description="Launch templates, instances and launch configurations require IMDSv2 with a small hop limit.",
-    validate=_imdsv2,
-    config=IMDS_CONFIG,
-)
-
-
 # -- 5. private GPU nodes ----------------------------------------------------------------------
 def _private_gpu_nodes(view: StackView, table: TypeTable, report: ReportViolation) -> None:
     for cap, gpu in gpu_capacities(view, table):
@@ -412,6 +434,5 @@ POLICIES = [
     efa_on_every_card,
     efa_interface_count,
     cluster_placement,
-    imdsv2_required,
     private_gpu_nodes,
 ]

@@ -121,6 +121,8 @@ def node_pools(view: StackView) -> list[tuple[str, Any, dict]]:
     """(label, owning resource, NodePool object) of every NodePool in the stack, declared or carried."""
     found: list[tuple[str, Any, dict]] = []
     for resource in view.resources:
+        if not resource.resource_type.startswith("kubernetes:"):
+            continue
         props = view.props(resource)
         if resource.resource_type in KARPENTER_NODE_POOLS:
             found.append((f"Karpenter NodePool '{resource.name}'", resource, props))

@@ -165,15 +165,31 @@ def effective_env(container: Any, namespace: Any, store: ObjectStore) -> EnvView
 DRA_CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
 
 
+DEVICE_CLASS = "DeviceClass"
+# What a DeviceClass of the stack selects that makes it a GPU class whatever its name: its selectors'
+# CEL names a GPU driver (`device.driver == "gpu.nvidia.com"`, NVIDIA's DRA driver) or GPU attributes.
+_GPU_CLASS_TEXT = re.compile(r"gpu|nvidia", re.IGNORECASE)
+
+
 class ClaimStore:
     """The stack's DRA ResourceClaims and ResourceClaimTemplates (any resource.k8s.io version):
-    (kind, namespace, name) -> the device requests of the claim."""
+    (kind, namespace, name) -> the device requests of the claim; and its DeviceClasses that select
+    GPUs (by driver or attribute, whatever the class is called)."""
 
     def __init__(self, view: StackView) -> None:
         self._items: dict[tuple[str, str, str], Any] = {}
+        self.gpu_classes: set[str] = set()
         for resource in view.resources:
             kind = resource.resource_type.split(":")[-1]
-            if not resource.resource_type.startswith("kubernetes:resource.k8s.io/") or kind not in DRA_CLAIM_KINDS:
+            if not resource.resource_type.startswith("kubernetes:resource.k8s.io/"):
+                continue
+            if kind == DEVICE_CLASS:
+                props = view.props(resource)
+                name = dig(props, "metadata", "name")
+                if _GPU_CLASS_TEXT.search(repr(dig(props, "spec"))):
+                    self.gpu_classes.add(name if isinstance(name, str) else resource.name)
+                continue
+            if kind not in DRA_CLAIM_KINDS:
                 continue
             props = view.props(resource)
             name, ns = dig(props, "metadata", "name"), dig(props, "metadata", "namespace")
@@ -224,14 +240,14 @@ def dra_gpus(pod: Any, container: Any, namespace: Any, claims: ClaimStore, patte
         for request in known_list(requests) or []:
             if isinstance(only, str) and dig(request, "name") != only:
                 continue
-            count = _request_gpus(request, pattern)
+            count = _request_gpus(request, pattern, claims.gpu_classes)
             if is_unknown(count):
                 return UNKNOWN
             total = "all" if "all" in (count, total) else total + count
     return total
 
 
-def _request_gpus(request: Any, pattern: str) -> Any:
+def _request_gpus(request: Any, pattern: str, gpu_classes: set[str]) -> Any:
     options = [request, *(known_list(dig(request, "firstAvailable")) or [])]
     best: Any = 0
     for option in options:
@@ -239,7 +255,9 @@ def _request_gpus(request: Any, pattern: str) -> Any:
         device_class = dig(exact, "deviceClassName")
         if is_unknown(device_class):
             return UNKNOWN
-        if not isinstance(device_class, str) or not re.search(pattern, device_class, re.IGNORECASE):
+        if not isinstance(device_class, str) or not (
+            device_class in gpu_classes or re.search(pattern, device_class, re.IGNORECASE)
+        ):
             continue
         if dig(exact, "allocationMode") == "All":
             return "all"

@@ -51,6 +51,8 @@ def swallowed_custom_resource(name: str) -> Optional[str]:
 
 
 def _group_resources(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if not args.resource_type.startswith("kubernetes:"):
+        return
     for ray in ray_objects(args.resource_type, plain(args.props)):
         cluster = dig(ray.obj, *RAY_CLUSTER_SPEC[ray.kind])
         groups: list[tuple[str, Any]] = [("head group", dig(cluster, "headGroupSpec"))]

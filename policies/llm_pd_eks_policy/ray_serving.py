@@ -14,50 +14,30 @@ configs and on command lines; FI_PROVIDER as the kubelet, the shell and Ray set 
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator, Optional
+import re
+from typing import Any, Iterator, Optional, Sequence
 
 import yaml
 from pulumi_policy import (
-    EnforcementLevel,
-    PolicyConfigSchema,
     ReportViolation,
     ResourceValidationArgs,
-    StackValidationArgs,
-    StackValidationPolicy,
 )
 
 from . import yaml_text
 from .common import (
-    GPU_TABLE_SCHEMA,
-    TypeTable,
     config_with_defaults,
     dig,
-    guarded,
     is_unknown,
     known_list,
-    norm_type,
     plain,
     resource_policy,
 )
-from .pod_env import (
-    ClaimStore,
-    External,
-    ObjectStore,
-    dra_gpus,
-    effective_env,
-    requested,
-)
-from .stack import StackView
 from .workloads import (
-    FABRIC_VARIABLES,
-    UNSET,
     Workload,
     command_line,
     container_command,
     containers,
     kv_flags,
-    runtime_env_yaml,
-    unreadable_settings,
     workloads,
 )
 
@@ -71,7 +51,15 @@ def ray_objects(resource_type: str, props: Any) -> list[Workload]:
 
 
 class ServeConfigError(ValueError):
-    pass
+    """A serve config or KV-transfer setting the pack cannot read; `fix` says how to make it readable."""
+
+    def __init__(self, message: str, fix: str = "") -> None:
+        super().__init__(message)
+        self.fix = (
+            fix
+            or "KubeRay needs YAML text and vLLM JSON. Fix: build it with yaml.safe_dump / json.dumps "
+            "from the config dict."
+        )
 
 
 def serve_config(spec: Any) -> Any:
@@ -115,11 +103,25 @@ def _named(label: str, value: Any) -> str:
 
 
 # -- NIXL over LIBFABRIC only --------------------------------------------------------------------
+KNOWN_BUILDERS = [
+    "ray.serve.llm:build_pd_openai_app",
+    "ray.serve.llm:build_openai_app",
+    "llm_pd_eks_conditional_pd:build_pd_openai_app",  # this program's own runtime module
+]
+
+
 NIXL_CONFIG: dict[str, dict[str, Any]] = {
     "requiredBackend": {
         "type": "string",
         "description": "the only NIXL backend the KV transfer may list (LIBFABRIC = EFA; NIXL defaults to UCX)",
         "default": "LIBFABRIC",
+    },
+    "knownServeBuilders": {
+        "type": "array",
+        "items": {"type": "string"},
+        "description": "serve application builders (import_path) whose KV connector comes from the serve config "
+        "the pack reads; any other builder is refused",
+        "default": KNOWN_BUILDERS,
     },
     "allowedConnectors": {
         "type": "array",
@@ -157,7 +159,26 @@ def _backend_problem(backends: Any, required: str) -> Optional[str]:
 _ENGINE_CONFIG_KEYS = ("prefill_config", "decode_config")
 
 
-def kv_configs(work: Workload) -> Iterator[tuple[str, Any]]:
+_NOT_KNOWN = "not known at preview (built in the same apply), so no rule can read it"
+_VARIABLE = re.compile(r"^\$\(([A-Za-z_][A-Za-z0-9_]*)\)$")
+
+
+def _expanded(value: Any, container: Any) -> Any:
+    """`$(VAR)` as Kubernetes expands it in command and args: the container's literal env value
+    (parsed as JSON when it is JSON); the text itself when VAR is not a literal of the container."""
+    match = _VARIABLE.match(value) if isinstance(value, str) else None
+    if match is None or container is None:
+        return value
+    for item in known_list(dig(container, "env")) or []:
+        if dig(item, "name") == match.group(1) and isinstance(dig(item, "value"), str):
+            try:
+                return json.loads(dig(item, "value"))
+            except ValueError:
+                return dig(item, "value")
+    return value
+
+
+def kv_configs(work: Workload, builders: Sequence[str] = KNOWN_BUILDERS) -> Iterator[tuple[str, Any]]:
     """(where, node) of every KV-transfer config a workload hands to vLLM: the serve config of a
     RayService, `--kv-transfer-config` on a RayJob entrypoint or any container's command line. A
     serve config that is not YAML text is yielded as a ServeConfigError."""
@@ -167,9 +188,21 @@ def kv_configs(work: Workload) -> Iterator[tuple[str, Any]]:
         except ServeConfigError as error:
             yield "spec.serveConfigV2", error
             config = None
+        if is_unknown(config):
+            yield "spec.serveConfigV2", ServeConfigError(_NOT_KNOWN, "Fix: pass it as literal YAML text.")
         if isinstance(config, (dict, list)):
             for path, node in walk(config):
                 yield f"serveConfigV2 {path or '(root)'}", node
+                builder = node.get("import_path") if isinstance(node, dict) else None
+                if isinstance(builder, str) and builder not in builders:
+                    yield (
+                        f"serveConfigV2 {path}.import_path",
+                        ServeConfigError(
+                            f"the builder {builder[:80]!r}, whose code is not in the plan and may choose any KV "
+                            f"connector",
+                            "Fix: use ray.serve.llm's builders, or list it in knownServeBuilders once reviewed.",
+                        ),
+                    )
                 # build_pd_openai_app also takes an engine's LLM config as a path to a YAML file
                 # (a ConfigMap mounted in the pod): text the pack never sees, so never judged as passing.
                 for key in _ENGINE_CONFIG_KEYS:
@@ -181,14 +214,16 @@ def kv_configs(work: Workload) -> Iterator[tuple[str, Any]]:
                                 f"the file path {value[:60]!r}, which the pack cannot read; pass the LLM config inline"
                             ),
                         )
-    lines = []
+    lines: list[tuple[str, Any, Any]] = []
     if work.kind == "RayJob":
-        lines.append(("spec.entrypoint", command_line(dig(work.obj, "spec", "entrypoint"))))
+        lines.append(("spec.entrypoint", command_line(dig(work.obj, "spec", "entrypoint")), None))
     for label, pod in work.pods():
         for container in containers(pod):
-            lines.append((f"{label} container '{dig(container, 'name')}' command", container_command(container)))
-    for where, line in lines:
+            where = f"{label} container '{dig(container, 'name')}' command"
+            lines.append((where, container_command(container), container))
+    for where, line, container in lines:
         for flag, value in (found for argv in line.commands for found in kv_flags(argv)):
+            value = _expanded(value, container)
             if not isinstance(value, (dict, list)):
                 yield f"{where} {flag}", ServeConfigError(f"{str(value)[:60]!r}, not JSON")
                 continue
@@ -225,13 +260,12 @@ def _nixl_backend(args: ResourceValidationArgs, report: ReportViolation) -> None
     cfg = config_with_defaults(args, NIXL_CONFIG)
     required = str(cfg["requiredBackend"])
     allowed = [str(c) for c in cfg.get("allowedConnectors") or []]
+    if not args.resource_type.startswith("kubernetes:"):
+        return
     for work in workloads(args.resource_type, plain(args.props)):
-        for where, node in kv_configs(work):
+        for where, node in kv_configs(work, [str(b) for b in cfg.get("knownServeBuilders") or []]):
             if isinstance(node, ServeConfigError):
-                report(
-                    f"{work.label}: {where} is {node}. KubeRay needs YAML text and vLLM JSON. Fix: build it "
-                    f"with yaml.safe_dump / json.dumps from the config dict."
-                )
+                report(f"{work.label}: {where} is {node}. {node.fix}")
                 continue
             if not isinstance(node, dict) or "kv_connector" not in node:
                 continue
@@ -248,200 +282,4 @@ nixl_libfabric = resource_policy(
     config=NIXL_CONFIG,
 )
 
-
-# -- EFA devices and the libfabric provider in GPU pods --------------------------------------------
-POD_EFA_CONFIG: dict[str, dict[str, Any]] = {
-    **GPU_TABLE_SCHEMA,
-    "gpuResource": {"type": "string", "default": "nvidia.com/gpu", "description": "GPU extended resource"},
-    "efaResource": {"type": "string", "default": "vpc.amazonaws.com/efa", "description": "EFA extended resource"},
-    "fiProvider": {"type": "string", "default": "efa", "description": "required value of env FI_PROVIDER"},
-    "draGpuDeviceClassPattern": {
-        "type": "string",
-        "default": "gpu",
-        "description": "regex (case-insensitive) on a DRA request's deviceClassName that allocates GPUs",
-    },
-}
-
-
-def pod_instance_types(pod: Any) -> set[str]:
-    """The instance types a pod is pinned to by nodeSelector or a required node affinity (empty: not
-    pinned). Affinity terms are ORed and a term's `In` lists every type it admits, so each of them is
-    a node the pod may land on."""
-    for label in _INSTANCE_TYPE_LABELS:
-        value = norm_type(dig(pod, "nodeSelector", label))
-        if value:
-            return {value}
-    types: set[str] = set()
-    terms = dig(pod, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
-    for term in known_list(terms) or []:
-        for expr in known_list(dig(term, "matchExpressions")) or []:
-            if dig(expr, "key") in _INSTANCE_TYPE_LABELS and dig(expr, "operator") == "In":
-                types |= {t for t in (norm_type(v) for v in known_list(dig(expr, "values")) or []) if t}
-    return types
-
-
-def _stack_gpu_types(view: StackView, table: TypeTable) -> set[str]:
-    types: set[str] = set()
-    for cap in view.capacities():
-        types |= table.efa_of(cap.instance_types)
-    return types
-
-
-def _gpu_pods_efa(args: StackValidationArgs, report: ReportViolation) -> None:
-    cfg = config_with_defaults(args, POD_EFA_CONFIG)
-    table = TypeTable.from_config(cfg)
-    gpu_res, provider = cfg["gpuResource"], cfg["fiProvider"]
-    view = StackView.of(args.resources)
-    store = ObjectStore(view)
-    claims = ClaimStore(view)
-    stack_types = _stack_gpu_types(view, table)
-    for resource in view.resources:
-        for work in workloads(resource.resource_type, view.props(resource)):
-            namespace = work.namespace
-            uses_gpus = False
-            for label, pod in work.pods():
-                pinned = pod_instance_types(pod)
-                # Unpinned (or pinned to several types) with several GPU types in the stack: the pod may
-                # land on any of them, so the largest EFA share holds.
-                candidates = pinned or stack_types
-                node_type = max(
-                    sorted(candidates & set(table.efa)),
-                    default=None,
-                    key=lambda t: _efa_share(table, t, requested_gpus(pod, gpu_res)),
-                )
-                for container in containers(pod):
-                    gpus: Any = requested(container, gpu_res)
-                    via = f"{gpus} x {gpu_res}"
-                    if not gpus:
-                        dra = dra_gpus(pod, container, namespace, claims, str(cfg["draGpuDeviceClassPattern"]))
-                        if is_unknown(dra) or not dra:
-                            continue
-                        gpus = table.gpus.get(node_type or "", 1) if dra == "all" else int(dra)
-                        via = f"GPUs through DRA resource claims ({dra})"
-                    uses_gpus = True
-                    problems = _container_problems(container, gpus, node_type, table, cfg, namespace, store)
-                    if problems:
-                        cname = dig(container, "name")
-                        report(
-                            f"{work.label}, {label}, container '{cname}' requests {via} but does "
-                            f"not use EFA fully. Fix: " + "; ".join(problems) + ".",
-                            resource.urn,
-                        )
-            if uses_gpus and work.is_ray:
-                _ray_env_overrides(work, provider, report, resource.urn)
-
-
-def _efa_share(table: TypeTable, node_type: str, gpus: int) -> int:
-    """EFA devices a pod asking for `gpus` of a `node_type` node must request (at least one)."""
-    per_node = table.gpus.get(node_type)
-    return max(1, table.efa[node_type] * gpus // per_node) if per_node else 1
-
-
-def requested_gpus(pod: Any, gpu_res: str) -> int:
-    """The largest GPU request of a pod's containers (0 when none is known)."""
-    return max((requested(c, gpu_res) or 0 for c in known_list(dig(pod, "containers")) or []), default=0)
-
-
-def _container_problems(
-    container: Any,
-    gpus: int,
-    node_type: Optional[str],
-    table: TypeTable,
-    cfg: dict[str, Any],
-    namespace: Any,
-    store: ObjectStore,
-) -> list[str]:
-    efa_res, provider = cfg["efaResource"], cfg["fiProvider"]
-    problems = []
-    efa = requested(container, efa_res)
-    expected = 1
-    why = ""
-    if node_type in table.efa and table.gpus.get(node_type):
-        expected = _efa_share(table, node_type, gpus)
-        why = f" ({gpus} of {node_type}'s {table.gpus[node_type]} GPUs -> {expected} of its {table.efa[node_type]})"
-    if efa is not None and efa < expected:
-        problems.append(f"request {expected} '{efa_res}' device(s){why}, not {efa}")
-    value = effective_env(container, namespace, store).get("FI_PROVIDER")
-    if isinstance(value, External):
-        problems.append(
-            f"set env FI_PROVIDER={provider} literally (it comes from {value.source}, which the pack cannot read)"
-        )
-    elif not is_unknown(value) and value != provider:
-        problems.append(
-            f"set env FI_PROVIDER={provider} (is {value!r}; with duplicates the last entry wins)"
-            if value is not None
-            else f"set env FI_PROVIDER={provider}"
-        )
-    line = container_command(container)
-    problem = _fi_problem(line.last("FI_PROVIDER"), provider)
-    if problem:
-        problems.append(f"the command line {problem}; leave FI_PROVIDER to env (or export {provider!r})")
-    return problems + [
-        f"the command line may set fabric variables where the pack cannot read it ({text!r}); set them in env"
-        for text in unreadable_settings(line, FABRIC_VARIABLES)
-    ]
-
-
-def _fi_problem(value: Any, provider: str) -> Optional[str]:
-    if value is None or is_unknown(value):
-        return None
-    if value is UNSET:
-        return "unsets FI_PROVIDER (libfabric then picks any provider, sockets included)"
-    if isinstance(value, str) and value in ("$FI_PROVIDER", "${FI_PROVIDER}"):
-        return None
-    if isinstance(value, str) and "$" in value:
-        return f"sets FI_PROVIDER from a shell expansion ({value[:40]!r}) the pack cannot read"
-    if value != provider:
-        return f"sets FI_PROVIDER={value!r}"
-    return None
-
-
-def _ray_env_overrides(work: Workload, provider: str, report: ReportViolation, urn: str) -> None:
-    """Ray applies a runtime_env's env_vars (and its `py_executable` command line) to the worker
-    processes over the container's env: the serve config's runtime_envs, a RayJob's runtimeEnvYAML
-    and its entrypoint command line."""
-    found: list[tuple[str, str]] = []
-    sources: list[tuple[str, Any]] = []
-    if work.kind == "RayService":
-        try:
-            config = serve_config(dig(work.obj, "spec"))
-        except ServeConfigError:
-            config = None  # nixl-libfabric-backend reports it
-        if isinstance(config, (dict, list)):
-            sources.append(("serveConfigV2", config))
-    if work.kind == "RayJob":
-        runtime_env = runtime_env_yaml(dig(work.obj, "spec", "runtimeEnvYAML"))
-        if isinstance(runtime_env, dict):
-            sources.append(("spec.runtimeEnvYAML", {"runtime_env": runtime_env}))
-        line = command_line(dig(work.obj, "spec", "entrypoint"))
-        problem = _fi_problem(line.last("FI_PROVIDER"), provider)
-        if problem:
-            found.append(("spec.entrypoint", problem))
-    for where, config in sources:
-        for path, node in walk(config):
-            if path.endswith("env_vars") and isinstance(node, dict) and "FI_PROVIDER" in node:
-                problem = _fi_problem(node["FI_PROVIDER"], provider)
-                if problem:
-                    found.append((f"{where} {path}", problem))
-            if path.endswith("runtime_env") and isinstance(node, dict) and isinstance(node.get("py_executable"), str):
-                problem = _fi_problem(command_line(node["py_executable"]).last("FI_PROVIDER"), provider)
-                if problem:
-                    found.append((f"{where} {path}.py_executable", problem))
-    for where, problem in found:
-        report(
-            f"{work.label}: {where} {problem}, which Ray applies to the workers over the container's "
-            f"FI_PROVIDER={provider}. Fix: drop it (or set {provider!r}).",
-            urn,
-        )
-
-
-gpu_pods_efa = StackValidationPolicy(
-    name="ray-gpu-pods-efa",
-    description="Ray containers that request GPUs request their share of the node's EFA devices and run "
-    "with FI_PROVIDER=efa (env, envFrom and the serve config's runtime_env resolved as Kubernetes and Ray do).",
-    validate=guarded("ray-gpu-pods-efa", _gpu_pods_efa),
-    enforcement_level=EnforcementLevel.MANDATORY,
-    config_schema=PolicyConfigSchema(properties=POD_EFA_CONFIG),
-)
-
-POLICIES = [nixl_libfabric, gpu_pods_efa]
+POLICIES = [nixl_libfabric]

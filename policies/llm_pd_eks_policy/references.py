@@ -226,13 +226,22 @@ def _blind_spots(view: StackView, table: TypeTable, report: ReportViolation, all
                 f"to extraEfaGpuTypes or nonEfaGpuTypes.",
                 owner.urn,
             )
-        if gpu:
+        if gpu and not _no_gpus_allowed(pool):
             report(
                 f"{label} may launch {join(gpu)}: its EC2NodeClass is a launch path this pack does not judge "
                 f"(EFA interface per card, placement group, reservation, one AZ). Fix: run EFA GPU types in a "
                 f"managed node group with a launch template; exclude them from the NodePool's requirements.",
                 owner.urn,
             )
+
+
+def _no_gpus_allowed(pool: Any) -> bool:
+    """A NodePool whose `spec.limits` caps GPUs at 0: Karpenter launches no node that would pass the
+    limit, so no GPU instance (limits count the node's capacity, karpenter.sh docs "NodePools")."""
+    limits = dig(pool, "spec", "limits")
+    if not isinstance(limits, dict):
+        return False
+    return any("gpu" in str(key).lower() and as_int(value) == 0 for key, value in limits.items())
 
 
 UNJUDGEABLE_SCHEMA: dict[str, dict[str, Any]] = {

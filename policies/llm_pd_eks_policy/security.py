@@ -66,6 +66,11 @@ SECRET_CONFIG: dict[str, dict[str, Any]] = {
 }
 
 _CONTAINER_KEYS = ("containers", "initContainers", "ephemeralContainers")
+# Keys (any case, camelCase too) that end in a password's own name, not in a reference to one
+# (`passwordKey`, `existingSecret` name where a secret is, and are left alone). Tokens and keys in
+# free-form values are judged by their shape (`secretValuePatterns`): a chart's `token: placeholder`
+# is no secret.
+_SECRET_KEY = re.compile(r"(password|passwd)$", re.IGNORECASE)
 
 
 def containers(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
@@ -180,6 +185,12 @@ def _literal_secrets(args: ResourceValidationArgs, report: ReportViolation) -> N
     for path, node in walk(props):  # token shapes anywhere, whatever the key
         if literal(node) and any(r.search(node) for r in value_res):
             found[f"{path} (token-shaped value)"] = None
+        # a key that names a password, anywhere (Helm values, KubeRay's
+        # gcsFaultToleranceOptions.redisPassword.value): its literal value is one
+        for key, value in node.items() if isinstance(node, dict) else ():
+            given = value.get("value") if isinstance(value, dict) else value
+            if _SECRET_KEY.search(str(key)) and str(key) not in allowed and literal(given):
+                found[f"{path}.{key}" if path else str(key)] = None
     if found:
         report(
             f"{name_of(args)} carries literal secret-looking values: "
@@ -207,6 +218,9 @@ EXPOSURE_CONFIG: dict[str, dict[str, Any]] = {
 _SCHEME = "service.beta.kubernetes.io/aws-load-balancer-scheme"
 _LEGACY_INTERNAL = "service.beta.kubernetes.io/aws-load-balancer-internal"
 _ALB_SCHEME = "alb.ingress.kubernetes.io/scheme"
+# Services of this class belong to the AWS Load Balancer Controller, whose NLBs default to the
+# `internal` scheme (its docs, "Network Load Balancer": scheme annotation default internal).
+_LBC_CLASS_PREFIX = "service.k8s.aws/"
 
 
 def _service_exposure(service: Any) -> Any:
@@ -224,6 +238,9 @@ def _service_exposure(service: Any) -> Any:
         return None
     if scheme == "internet-facing":
         return f"annotation {_SCHEME}: internet-facing"
+    lb_class = dig(service, "spec", "loadBalancerClass")
+    if is_unknown(lb_class) or (isinstance(lb_class, str) and lb_class.startswith(_LBC_CLASS_PREFIX)):
+        return None  # the AWS Load Balancer Controller's NLB: internal unless the scheme says otherwise
     return f"type LoadBalancer without {_SCHEME}: internal"
 
 
@@ -427,6 +444,8 @@ def cidrs_not_allowed(cidrs: list[str], allowed: list[str], min_prefix: int = 8,
 
 
 def _public_endpoint(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type not in (EKS_CLUSTER, EKS_COMPONENT_CLUSTER):
+        return
     props = plain(args.props)
     if args.resource_type == EKS_COMPONENT_CLUSTER:
         public, cidrs, where = dig(props, "endpointPublicAccess"), dig(props, "publicAccessCidrs"), ""

@@ -59,7 +59,8 @@ def merge_subnets(a: SubnetRefs, b: SubnetRefs) -> SubnetRefs:
 class ResourceIndex:
     def __init__(self, resources: list) -> None:
         self.resources = list(resources)
-        self._props = {r.urn: plain(r.props) for r in self.resources}
+        self._by_urn = {r.urn: r for r in self.resources}
+        self._props: dict[str, Any] = {}  # read on first use: a rule reads only the types it joins
         # Indexes, so that joining a 10,000-resource stack stays linear (llm_pd_eks_tools/maint/bench_policies.py).
         self._by_type: dict[str, list] = {}
         for r in self.resources:
@@ -67,7 +68,10 @@ class ResourceIndex:
         self._by_value: dict[tuple[str, str], dict[Any, list]] = {}
 
     def props(self, resource: Any) -> dict:
-        return self._props[resource.urn]
+        found = self._props.get(resource.urn)
+        if found is None:
+            found = self._props[resource.urn] = plain(self._by_urn.get(resource.urn, resource).props)
+        return found
 
     def of_type(self, *types: str) -> list:
         if len(types) == 1:

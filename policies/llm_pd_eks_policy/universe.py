@@ -14,8 +14,9 @@ know its type. So the pack states what it knows instead:
   providers' schemas by `llm_pd_eks_tools/maint/gen_resource_types.py` (`make facts`); a line may name
   inputs that make the type no longer inert (an EIP attached to an instance);
 - everything else, a new provider release's new types included, is refused by `unjudgeable-type`
-  unless the policy config names the type (`allowTypes`, fnmatch patterns) or the resource
-  (`allowResources`) once it is checked elsewhere, or names the projects the universe closes on
+  unless the policy config names the type (`allowTypes`, fnmatch patterns) or the resource by type
+  and name (`allowResources`, `<type>::<name>`: a name alone would also pass another type's resource
+  of that name) once it is checked elsewhere, or names the projects the universe closes on
   (`onlyProjects`, for a policy group shared with other projects).
 """
 
@@ -29,6 +30,7 @@ from pulumi_policy import ReportViolation, ResourceValidationArgs
 
 from . import common as c
 from .capacity import CAPACITY_RESERVATION
+from .imds import EC2_NODE_CLASSES
 from .karpenter import KARPENTER_NODE_POOLS
 from .pod_env import DRA_CLAIM_KINDS
 from .references import UNMODELLED_LAUNCHERS
@@ -71,7 +73,12 @@ JUDGED: dict[str, str] = {
         for t in ("kustomize:Directory", "kustomize/v2:Directory", "apiextensions.k8s.io:CustomResource")
     },
     **dict.fromkeys(KARPENTER_NODE_POOLS, "gpu-references-in-stack (the EFA GPU types it may launch)"),
+    **dict.fromkeys(EC2_NODE_CLASSES, "launch-template-imdsv2 (the IMDS settings of the nodes it launches)"),
 }
+LIMIT_RANGES = ("kubernetes:core/v1:LimitRange", "kubernetes:core/v1:LimitRangePatch")
+# Extended resources a LimitRange must not hand out by default: a pod given them this way asks for
+# no GPU in its spec, so no serving rule judges it as a GPU pod.
+_DEVICE_RESOURCE = ("gpu", "efa", "neuron")
 DRA_GROUP = "kubernetes:resource.k8s.io/"
 
 
@@ -102,7 +109,7 @@ UNIVERSE_CONFIG: dict[str, dict[str, Any]] = {
     "allowResources": {
         "type": "array",
         "items": {"type": "string"},
-        "description": "Pulumi resource names the pack may leave unjudged whatever their type",
+        "description": "resources the pack may leave unjudged, each as '<type token>::<Pulumi name>' (or its URN)",
         "default": [],
     },
     "onlyProjects": {
@@ -131,8 +138,8 @@ def judged_by(resource_type: str, urn: str, props: Any) -> Optional[str]:
         kind = resource_type.split(":")[-1]
         if workload_kind(resource_type) is not None:
             return _SERVING
-        if resource_type.startswith(DRA_GROUP) and kind.removesuffix("Patch") in DRA_CLAIM_KINDS:
-            return "ray-gpu-pods-efa (the GPUs a claim allocates)"
+        if resource_type.startswith(DRA_GROUP) and kind.removesuffix("Patch") in (*DRA_CLAIM_KINDS, "DeviceClass"):
+            return "ray-gpu-pods-efa (the GPUs a claim allocates, the devices a class selects)"
         if isinstance(props, dict) and pod_specs(props):
             return f"{_SERVING} (a kind that carries a pod template is a workload)"
     return None
@@ -145,8 +152,33 @@ def _is_component_of_program(resource_type: str, urn: str) -> bool:
     return len(parts) > 1 and resource_type.split(":")[0] == parts[1]
 
 
+def _device_defaults(props: Any) -> list[str]:
+    """Where a LimitRange gives containers a GPU/EFA/Neuron device they did not ask for."""
+    found = []
+    for i, limit in enumerate(c.known_list(c.dig(props, "spec", "limits")) or []):
+        for part in ("default", "defaultRequest"):
+            given = c.dig(limit, part)
+            for key in given if isinstance(given, dict) else ():
+                if "/" in str(key) and any(d in str(key).lower() for d in _DEVICE_RESOURCE):
+                    found.append(f"spec.limits[{i}].{part}.{key}")
+    return found
+
+
+def allowed(entries: Any, resource_type: str, name: str, urn: str) -> bool:
+    """Whether an allow-list names this resource by type and name (`<type>::<name>`) or URN."""
+    return isinstance(entries, list) and bool({f"{resource_type}::{name}", urn} & {str(e) for e in entries})
+
+
 def verdict(resource_type: str, urn: str, name: str, props: Any, config: dict[str, Any]) -> Optional[str]:
     """Why a resource is refused as unjudgeable (None: judged, inert, or allowed)."""
+    if resource_type in LIMIT_RANGES:
+        devices = _device_defaults(props)
+        if not devices or allowed(config.get("allowResources"), resource_type, name, urn):
+            return None
+        return (
+            f"its defaults give every container of the namespace a device ({', '.join(devices[:3])}): those "
+            f"pods ask for GPUs nowhere a rule reads; request devices in the pod spec instead"
+        )
     if judged_by(resource_type, urn, props) is not None:
         return None
     if resource_type.startswith("pulumi:providers:"):
@@ -158,7 +190,7 @@ def verdict(resource_type: str, urn: str, name: str, props: Any, config: dict[st
         set_inputs = [p for p in unless if isinstance(props, dict) and props.get(p) not in (None, "", [])]
         if not set_inputs:
             return None
-    if name in (config.get("allowResources") or []):
+    if allowed(config.get("allowResources"), resource_type, name, urn):
         return None
     only = config.get("onlyProjects") or []
     project = urn.split("::")[1] if urn.count("::") >= 3 else ""
@@ -175,6 +207,9 @@ def verdict(resource_type: str, urn: str, name: str, props: Any, config: dict[st
 
 
 def _validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    inert = INERT.get(args.resource_type)
+    if args.resource_type in JUDGED or (inert is not None and not inert[0]):
+        return  # judged, or inert whatever its inputs: no need to read them
     cfg = c.config_with_defaults(args, UNIVERSE_CONFIG)
     why = verdict(args.resource_type, args.urn, args.name, c.plain(args.props), cfg)
     if why:
@@ -182,7 +217,8 @@ def _validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
             f"{c.name_of(args)} cannot be judged: {why}. Whatever it launches, runs or opens would pass every "
             f"rule unseen. Fix: use a type the pack judges (an aws.eks.NodeGroup with an aws.ec2 launch template, "
             f"a Kubernetes workload, an aws.ec2 security group rule); or, once it is checked elsewhere, list "
-            f"{args.resource_type!r} in this policy's allowTypes (or {args.name!r} in allowResources); a type that "
+            f"{args.resource_type!r} in this policy's allowTypes (or '{args.resource_type}::{args.name}' in "
+            f"allowResources); a type that "
             f"is inert belongs in llm_pd_eks_tools/maint/gen_resource_types.py with its reason."
         )
 

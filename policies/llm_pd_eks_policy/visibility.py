@@ -14,6 +14,7 @@ from pulumi_policy import ReportViolation, ResourceValidationArgs
 
 from . import workloads
 from .common import as_int, config_with_defaults, dig, is_unknown, name_of, plain, resource_policy
+from .security import chart_name
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 # Keys whose value is a vLLM KV-transfer setting (JSON/YAML config keys, not prose).
@@ -23,6 +24,27 @@ _COMMAND_KEYS = ("command", "args", "extraargs", "entrypoint")
 
 VISIBLE_CONFIG: dict[str, dict[str, Any]] = {
     "gpuResource": {"type": "string", "default": "nvidia.com/gpu", "description": "GPU extended resource"},
+    "chartsWithoutGpuPods": {
+        "type": "array",
+        "items": {"type": "string"},
+        "description": "chart names whose templates run no GPU or vLLM pod whatever their values (the charts "
+        "this program installs as Helm v3 Releases, and common cluster infrastructure); a Release of any other "
+        "chart is refused, since what its templates and defaults run never reaches the plan",
+        "default": [
+            "aws-efa-k8s-device-plugin",
+            "aws-load-balancer-controller",
+            "cert-manager",
+            "cluster-autoscaler",
+            "dcgm-exporter",
+            "external-dns",
+            "ingress-nginx",
+            "kube-prometheus-stack",
+            "kuberay-operator",
+            "metrics-server",
+            "nvidia-device-plugin",
+            "traefik",
+        ],
+    },
     "unjudgeable": {
         "type": "object",
         "description": "resources (by Pulumi name) the pack may leave unjudged: {allow: [names]}",
@@ -65,7 +87,7 @@ def _signals(values: Any, gpu_resource: str) -> Iterator[str]:
                     yield here
                 elif "gpu" in name and (as_int(value) or 0) > 0 and not isinstance(value, bool):
                     yield here
-                elif name in _IMAGE_KEYS and isinstance(value, str) and "vllm" in value.lower():
+                elif name in _IMAGE_KEYS and isinstance(value, str) and _vllm_image(value):
                     yield here
                 elif name in _COMMAND_KEYS and _starts_vllm(value):
                     yield here
@@ -73,6 +95,14 @@ def _signals(values: Any, gpu_resource: str) -> Iterator[str]:
                     stack.append((here, value, depth + 1))
         elif isinstance(node, list):
             stack.extend((f"{path}[{i}]", v, depth + 1) for i, v in enumerate(node))
+
+
+def _vllm_image(image: str) -> bool:
+    """An image whose own name (the last path segment, tag and digest removed) is vLLM's
+    (`vllm/vllm-openai`, `.../vllm-tpu`): a project's path (`vllm-project/semantic-router/extproc`)
+    does not make its image an engine."""
+    last = image.split("@")[0].rstrip("/").split("/")[-1].split(":")[0].lower()
+    return "vllm" in last
 
 
 def _starts_vllm(value: Any) -> bool:
@@ -100,6 +130,12 @@ def _release_visible(args: ResourceValidationArgs, report: ReportViolation) -> N
         why.append("its valueYamlFiles, which the pack cannot read")
     if is_unknown(values):
         why.append("values that are not known at preview as a whole (no dependency tells what they hold)")
+    chart = chart_name(props)
+    if chart not in (cfg.get("chartsWithoutGpuPods") or []):
+        why.append(
+            f"chart {chart or dig(props, 'chart')!r}, whose templates and defaults are rendered only inside the "
+            f"provider (GPU pods from its defaults, or from values no rule reads, would pass unseen)"
+        )
     if isinstance(values, dict):
         found = list(_signals(values, str(cfg["gpuResource"])))
         if found:

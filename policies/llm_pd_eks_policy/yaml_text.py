@@ -1,22 +1,39 @@
-"""YAML text read with a bound: every YAML or JSON string the rules open goes through `load_all`.
+"""YAML text read with a bound and read once: every YAML or JSON string the rules open goes
+through `load_all`.
 
 PyYAML's `safe_load` builds an alias as a shared reference, so nine nested anchors of ten aliases
 each (under 1 KiB of text, "billion laughs") load instantly as a graph of 10^9 paths; any rule that
 walks the result then never ends. `load_all` composes the node graph first, counts the nodes the
-document has once every alias is expanded (shared subgraphs counted by multiplication, not by
-walking), and refuses text above `MAX_NODES` (or with a recursive alias) before constructing it.
-`resource-decodable` reports such text as a verdict; the other rules treat it as unreadable.
+aliases add once expanded (shared subgraphs counted by multiplication, not by walking), and refuses
+text whose aliases add more than `MAX_NODES` (or refer to themselves) before constructing it. The
+text's own size is not bounded here: a ConfigGroup of large CRDs is as big as it is, and reading
+it costs what parsing it costs. `resource-decodable` reports refused text as a verdict; the other
+rules treat it as unreadable.
+
+Speed: JSON text is read by the `json` module; YAML by libyaml (`CSafeLoader`) where PyYAML was
+built with it; and each text is parsed once per process (`_parsed`, keyed by the text itself), however
+many rules and requests read it. Callers never mutate what they get.
 """
 
 from __future__ import annotations
 
+import json
+import threading
+from collections import OrderedDict
 from typing import Any
 
 import yaml
 
-# Nodes a document may have with every alias expanded. The stack's own serve configs, Helm values
-# and manifests have a few thousand; 10^5 keeps any walk over them well under a second.
+# Nodes the aliases of a text may add once expanded. The stack's own serve configs, Helm values and
+# manifests have none; 10^5 keeps any walk over an expanded document well under a second.
 MAX_NODES = 100_000
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# Texts kept parsed, by their total length (least recently used first out): enough for every text of a
+# large stack, so each rule after the first finds them parsed.
+_CACHE_CHARS = 64_000_000
+_cache: "OrderedDict[str, tuple[str, Any]]" = OrderedDict()
+_cached_chars = 0
+_lock = threading.Lock()  # the host serves requests on several threads
 
 
 class YamlTooLarge(ValueError):
@@ -24,8 +41,8 @@ class YamlTooLarge(ValueError):
 
 
 def expanded_size(node: yaml.Node, limit: int = MAX_NODES) -> int:
-    """Nodes of `node` with aliases expanded, computed over the node graph (memoised per node, no
-    recursion); raises YamlTooLarge above `limit` or on a recursive alias."""
+    """Nodes the aliases under `node` add once expanded (0 without aliases), computed over the node
+    graph (memoised per node, no recursion); raises YamlTooLarge above `limit` or on a recursive alias."""
     sizes: dict[int, int] = {}
     open_nodes: set[int] = set()
     stack: list[tuple[yaml.Node, bool]] = [(node, False)]
@@ -33,10 +50,9 @@ def expanded_size(node: yaml.Node, limit: int = MAX_NODES) -> int:
         current, done = stack.pop()
         key = id(current)
         if done:
-            children = _children(current)
-            total = 1 + sum(sizes[id(c)] for c in children)
+            total = 1 + sum(sizes[id(c)] for c in _children(current))
             open_nodes.discard(key)
-            if total > limit:
+            if total - len(sizes) > limit:
                 raise YamlTooLarge(f"its aliases expand to more than {limit} nodes")
             sizes[key] = total
             continue
@@ -51,7 +67,7 @@ def expanded_size(node: yaml.Node, limit: int = MAX_NODES) -> int:
                 raise YamlTooLarge("an alias refers to the node that contains it")
             if id(child) not in sizes:
                 stack.append((child, False))
-    return sizes[id(node)]
+    return max(0, sizes[id(node)] - len(sizes))
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:
@@ -62,10 +78,13 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
     return []
 
 
-def load_all(text: str, limit: int = MAX_NODES) -> list[Any]:
-    """Every document of `text` (YAML, so JSON too) as plain data; YamlTooLarge when the documents'
-    expanded size passes `limit`, yaml.YAMLError when the text is not YAML."""
-    loader = yaml.SafeLoader(text)
+def _parse(text: str, limit: int) -> list[Any]:
+    if text.lstrip()[:1] in ("{", "["):
+        try:
+            return [json.loads(text)]
+        except (ValueError, RecursionError):
+            pass  # not JSON (YAML flow style, or too deep for json): read as YAML
+    loader = _LOADER(text)
     try:
         docs = []
         budget = limit
@@ -73,11 +92,46 @@ def load_all(text: str, limit: int = MAX_NODES) -> list[Any]:
             node = loader.get_node()
             if node is None:
                 continue
-            budget -= expanded_size(node, budget)
+            if "*" in text:  # no alias without '*': nothing to expand otherwise
+                budget -= expanded_size(node, budget)
             docs.append(loader.construct_document(node))
         return docs
+    except RecursionError as error:
+        raise YamlTooLarge("it nests deeper than the parser recurses") from error
     finally:
         loader.dispose()
+
+
+def load_all(text: str, limit: int = MAX_NODES) -> list[Any]:
+    """Every document of `text` (YAML, so JSON too) as plain data; YamlTooLarge when the documents'
+    aliases add more than `limit` nodes, yaml.YAMLError when the text is not YAML."""
+    key = text if limit == MAX_NODES else ""
+    with _lock:
+        hit = _cache.get(key) if key else None
+        if hit is not None:
+            _cache.move_to_end(key)
+    if hit is None:
+        try:
+            hit = ("ok", _parse(text, limit))
+        except (yaml.YAMLError, YamlTooLarge) as error:
+            hit = ("error", error)
+        if key and len(key) <= _CACHE_CHARS:
+            _remember(key, hit)
+    kind, value = hit
+    if kind == "error":
+        raise value
+    return value
+
+
+def _remember(key: str, hit: tuple[str, Any]) -> None:
+    global _cached_chars
+    with _lock:
+        if key not in _cache:
+            _cached_chars += len(key)
+        _cache[key] = hit
+        while _cached_chars > _CACHE_CHARS:
+            old, _ = _cache.popitem(last=False)
+            _cached_chars -= len(old)
 
 
 def load(text: str, limit: int = MAX_NODES) -> Any:

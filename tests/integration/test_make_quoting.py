@@ -67,7 +67,7 @@ def test_a_stack_starting_with_a_dash_is_a_stack_name(target):
 # Every variable a user may give make; the Makefile's USER_VARS must name each (it unexports them).
 USER_VARS = ("STACK", "WORKLOAD", "ENDPOINT", "KUBECONFIG", "SINCE", "TIMEOUT", "BASE", "FROM", "TO", "RUNNER")
 USER_VARS += ("PROMETHEUS", "NIXLBENCH", "JSON", "STRICT", "WRITE", "PULUMI_STACK")
-USER_VARS += ("FIRST", "PULUMI_EKS", "PULUMI_EKS_COMMIT", "REFERENCE")
+USER_VARS += ("FIRST", "PULUMI_EKS", "PULUMI_EKS_COMMIT", "REFERENCE", "RESOURCES", "SHAPE")
 
 MAKE_SYNTAX_CASES = [
     ("size", "STACK", []),

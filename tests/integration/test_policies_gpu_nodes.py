@@ -127,10 +127,11 @@ def test_gpu_node_group_without_launch_template_is_refused():
     assert [v.urn for v in of(verdicts, "gpu-cluster-placement-group")] == [stack["ng"].urn]
 
 
-def test_unknown_network_interfaces_are_no_violation():
+def test_unknown_network_interfaces_are_refused_as_unreadable():
     stack = gpu_stack(unknown_ids=True)
     stack["lt"].props["networkInterfaces"] = UNKNOWN
-    assert mandatory(judge(stack)) == []
+    # built in the same apply: no rule can count the EFA interfaces, so it is refused, once
+    assert [v.policy for v in mandatory(judge(stack))] == ["efa-on-gpu-nodes"]
 
 
 @pytest.mark.parametrize("instance_type", [t for t, c in GPU_INSTANCE_TYPES.items() if c.efa_interfaces > 1])

@@ -126,7 +126,9 @@ def _gpu_values() -> dict[str, Any]:
 
 def test_release_running_gpu_pods_from_values_fails_closed():
     quiet = release("./charts/llm", {"replicaCount": 2, "image": {"repository": "nginx"}}, name="llm")
-    assert of(judge([quiet]), VISIBLE) == []
+    assert of(judge([quiet], {VISIBLE: {"chartsWithoutGpuPods": ["llm"]}}), VISIBLE) == []
+    (unlisted,) = of(judge([quiet]), VISIBLE)  # its defaults may run GPU pods no value shows
+    assert "chart 'llm'" in unlisted.message and "defaults" in unlisted.message
     found = of(judge([release("./charts/llm", _gpu_values(), name="llm")]), VISIBLE)
     assert len(found) == 1
     assert "helm.v4.Chart" in found[0].message and "unjudgeable.allow" in found[0].message

@@ -77,8 +77,9 @@ def test_another_kv_connector_is_judged(connector):
     assert of(judge([ray_service(serve_config(other))], allowed), "nixl-libfabric-backend") == []
 
 
-def test_unknown_serve_config_is_no_violation():
-    assert of(judge([ray_service(UNKNOWN)]), "nixl-libfabric-backend") == []  # first preview: Output text
+def test_unknown_serve_config_is_refused_and_unknown_backends_skip():
+    (found,) = of(judge([ray_service(UNKNOWN)]), "nixl-libfabric-backend")  # first preview: Output text
+    assert "not known at preview" in found.message
     unknown_backends = kv_transfer(None)
     unknown_backends["kv_connector_extra_config"] = {"backends": UNKNOWN}
     cfg = yaml.safe_dump(serve_config(unknown_backends)).replace(f"'{UNKNOWN}'", UNKNOWN)
@@ -120,7 +121,7 @@ def test_cpu_worker_needs_no_efa():
     assert of(judge([ray_service(worker=cpu)]), "ray-gpu-pods-efa") == []
 
 
-def test_unknown_quantities_and_env_from_elsewhere_are_no_violation():
+def test_unknown_quantities_skip_and_an_unknown_provider_source_is_refused():
     unknown_gpus = gpu_container(efa=None)
     unknown_gpus["resources"] = UNKNOWN
     unknown_efa = gpu_container()
@@ -136,7 +137,9 @@ def test_unknown_quantities_and_env_from_elsewhere_are_no_violation():
     )
     for container in (unknown_gpus, unknown_efa):
         assert of(judge([ray_service(worker=container)]), "ray-gpu-pods-efa") == []
-    assert of(judge([ray_service(worker=from_configmap), pending]), "ray-gpu-pods-efa") == []
+    # FI_PROVIDER from a ConfigMap whose data is built in the same apply: no rule can read it
+    (found,) = of(judge([ray_service(worker=from_configmap), pending]), "ray-gpu-pods-efa")
+    assert "not known at preview" in found.message
 
 
 def test_ray_cluster_worker_groups_are_checked_too():

@@ -69,7 +69,8 @@ def test_a_type_no_rule_judges_is_refused_unless_allowed(resource):
     (found,) = of(judge([resource]), TYPE)
     assert resource.type in found.message and "allowTypes" in found.message
     assert of(judge([resource], {TYPE: {"allowTypes": [resource.type.split(":")[0] + ":*"]}}), TYPE) == []
-    assert of(judge([resource], {TYPE: {"allowResources": [resource.name]}}), TYPE) == []
+    assert of(judge([resource], {TYPE: {"allowResources": [f"{resource.type}::{resource.name}"]}}), TYPE) == []
+    assert of(judge([resource], {TYPE: {"allowResources": [resource.name]}}), TYPE)  # a name alone: any type
 
 
 def test_inert_and_judged_types_pass_and_inertness_ends_with_its_inputs():
@@ -135,9 +136,13 @@ def _release(chart: str, values: dict) -> Res:
 def test_vllm_production_stack_release_is_refused():
     # vllm-project/production-stack helm/values.yaml: servingEngineSpec.modelSpec[] with repository and requestGPU
     spec = {"name": "qwen", "repository": "lmcache/lmstack-router", "requestCPU": 8, "requestGPU": 0}
-    assert of(judge([_release("vllm-stack", {"servingEngineSpec": {"modelSpec": [spec]}})]), VISIBLE) == []
+    release = _release("vllm-stack", {"servingEngineSpec": {"modelSpec": [spec]}})
+    (found,) = of(judge([release]), VISIBLE)  # its defaults may run GPU pods whatever the values show
+    assert "chart 'vllm-stack'" in found.message
+    listed = {VISIBLE: {"chartsWithoutGpuPods": ["vllm-stack"]}}
+    assert of(judge([release], listed), VISIBLE) == []
     spec["requestGPU"] = 1
-    (found,) = of(judge([_release("vllm-stack", {"servingEngineSpec": {"modelSpec": [spec]}})]), VISIBLE)
+    (found,) = of(judge([_release("vllm-stack", {"servingEngineSpec": {"modelSpec": [spec]}})], listed), VISIBLE)
     assert "requestGPU" in found.message
 
 

@@ -19,7 +19,8 @@ from pulumi_policy import (
     StackValidationArgs,
 )
 
-from llm_pd_eks_policy.ray_serving import gpu_pods_efa, nixl_libfabric
+from llm_pd_eks_policy.pod_efa import gpu_pods_efa
+from llm_pd_eks_policy.ray_serving import nixl_libfabric
 from llm_pd_eks_policy.visibility import helm_release_visible
 from llm_pd_eks_policy.workloads import UNSET, command_line
 
