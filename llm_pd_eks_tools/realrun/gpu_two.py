@@ -235,9 +235,12 @@ def record(bundle: Path) -> dict[str, Any]:
         if kept:
             commands += kept.get("commands", [])
     versions = gpu_main.versions()
+    # NVLink or PCIe between the two GPUs: which path UCX's cuda_ipc transport had
+    topology = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=30).stdout
     return {
         "gpu_count": len(gpus),
         "gpus": gpus,
+        "topology": topology.strip(),
         "gpu_model": versions["gpu"].split("\n")[0].split(",")[0].strip(),
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "python": sys.version.split()[0],
