@@ -118,7 +118,7 @@ def observed_placement() -> dict[str, Any]:
         text=True,
         timeout=30,
     )
-    gpus = {}
+    gpus: dict[str, dict[str, Any]] = {}
     for line in smi.stdout.strip().splitlines():
         index, uuid, name, used = (p.strip() for p in line.split(","))
         gpus[uuid] = {"index": int(index), "name": name, "memory_used_mib": float(used), "raylets": {}}

@@ -304,10 +304,11 @@ def check(record_data: Any, pd: dict[str, Any], agg: dict[str, Any]) -> Report:
 
 
 def load_run(folder: Path) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    return tuple(
+    record, pd, agg = (
         json.loads((folder / name).read_text())
         for name in ("run-two.json", "evidence-two-pd.json", "evidence-two-agg.json")
-    )  # type: ignore[return-value]
+    )
+    return record, pd, agg
 
 
 def main(argv: Optional[list[str]] = None) -> int:
