@@ -53,6 +53,7 @@ help:
 	@echo "make calibrate STACK=dev [ENDPOINT=http://host:port] [NIXLBENCH=file] [TIMEOUT=1800]   after up: measure, fit, write calibration/<stack>.yaml"
 	@echo "make realrun-dry           the GPU real run's cluster steps on this CPU with a stand-in app (docs/real-run.md)"
 	@echo "make realrun-router        Ray Serve's routers on this CPU: where the prefix arms' requests land, saved as data"
+	@echo "make realrun-two-dry       the two-GPU run's raylets and placements on this CPU with stand-in engines"
 
 $(STAMP): requirements-preview.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -183,6 +184,10 @@ realrun-dry: $(DEV_STAMP)
 	@$(PY) -m llm_pd_eks_tools.realrun.dry_run
 # Ray Serve's own routers (default, PrefixCacheAffinityRouter as the prefix arm renders it) on this CPU,
 # stand-in replicas with a prefix cache: where the prefix arms' requests land -> realrun/data/router/.
+.PHONY: realrun-two-dry
+realrun-two-dry: $(DEV_STAMP)
+	@$(PY) -m llm_pd_eks_tools.realrun.two_gpu_dry
+
 .PHONY: realrun-router
 realrun-router: $(DEV_STAMP)
 	@$(PY) -m llm_pd_eks_tools.realrun.router_run
