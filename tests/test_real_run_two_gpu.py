@@ -578,3 +578,38 @@ def test_nothing_saved_as_a_two_gpu_run_is_synthetic() -> None:
     for path in runs:
         assert json.loads(path.read_text())["synthetic"] is False, path
     assert all(not p.name.startswith("synthetic") for p in check.DATA.parent.iterdir())
+
+
+def test_the_kv_rule_and_the_nixl_deltas_hold_on_the_saved_one_gpu_run() -> None:
+    """Measured, not synthetic: the saved one-GPU P/D run's scrapes after the probes and after the
+    benchmark (every benchmark prompt one length) read by gpu_two's own NIXL deltas, then judged by
+    the checker's KV-by-size rule. Bytes are vLLM's block layout, not the fabric, so UCX on one GPU
+    tests the same rule the two-GPU run will."""
+    from llm_pd_eks_tools.realrun import evidence
+
+    run = evidence.latest()
+    pd = evidence.load(run, "evidence-pd.json")
+
+    def by_node(text: str) -> dict[str, str]:
+        nodes: dict[str, list[str]] = {}
+        node = ""
+        for line in text.splitlines():
+            if line.startswith("# node "):
+                node = line.removeprefix("# node ").strip()
+            elif node:
+                nodes.setdefault(node, []).append(line)
+        return {n: "\n".join(lines) for n, lines in nodes.items()}
+
+    deltas = gpu_two.nixl(
+        by_node(evidence.scrape_text(run, "metrics-pd")), by_node(evidence.scrape_text(run, "metrics-pd-after-bench"))
+    )
+    (tokens,) = {row["input_len"] for row in pd["bench"]}
+    requests = sum(row["completed"] for row in pd["bench"])
+    assert deltas["decode"]["pulls"] == requests and deltas["prefill"]["pulls"] == 0
+    assert deltas["decode"]["xfer_buckets"]["+Inf"] == requests
+    load = {"clients": 1, "prompts": requests, "input_len": tokens, "rc": 0, "completed": requests, "nixl": deltas}
+    (size,) = check.kv_by_size(evidence.load(run, "run.json")["model_id"], {"loads": [load]})
+    assert size.agrees, size
+    assert size.bytes_per_pull == pytest.approx(size.model_bytes, rel=0.01)
+    wrong_model = next(m for m in MODELS if MODELS[m].kv_bytes_per_token(2) != MODELS[MODEL_ID].kv_bytes_per_token(2))
+    assert not check.kv_by_size(wrong_model, {"loads": [load]})[0].agrees  # the rule tells models apart

@@ -114,9 +114,9 @@ class KvBySize:
     agrees: bool
 
 
-def kv_by_size(record: RunRecord, pd: dict[str, Any]) -> list[KvBySize]:
+def kv_by_size(model_id: str, pd: dict[str, Any]) -> list[KvBySize]:
     """Per prompt length (the P/D arm's loads), the decode side's bytes a pull against the model's."""
-    model = MODELS[record.model_id]
+    model = MODELS[model_id]
     rows: dict[int, list[dict[str, Any]]] = {}
     for (_, tokens), row in sorted(_loads(pd).items()):
         rows.setdefault(tokens, []).append(row)
@@ -283,7 +283,7 @@ class Report:
 def check(record_data: Any, pd: dict[str, Any], agg: dict[str, Any]) -> Report:
     """The whole comparison from the three files' contents."""
     record = parse_record(record_data)
-    sizes = kv_by_size(record, pd)
+    sizes = kv_by_size(record.model_id, pd)
     report = Report(record, sizes, hops(record, pd, agg, sizes), verdicts(record, pd, agg, ucx_rows(sizes)))
     if not sizes:
         report.problems.append("the P/D arm has no finished load with NIXL figures")
