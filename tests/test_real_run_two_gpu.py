@@ -179,6 +179,11 @@ def test_the_bundle_holds_every_arm_and_says_two_gpus_over_ucx(tmp_path: Path) -
     meta = json.loads((tmp_path / "meta-two.json").read_text())
     assert meta["gpu_count"] == 2 and "UCX" in meta["fabric"] and "no EFA" in meta["fabric"]
     assert (tmp_path / "model" / "config.json").is_file() and (tmp_path / "runtime").is_dir()
+    prefix = tmp_path / "prefix"  # gpu_main's prefix phases read it as a bundle of its own
+    for arm, config in prefix_inputs()["serve"].items():
+        assert json.loads((prefix / f"serve-{arm}.json").read_text()) == config
+    assert json.loads((prefix / "raylets-prefix.json").read_text()) == prefix_inputs()["raylets"]
+    assert (prefix / "runtime").is_dir() and (prefix / "model" / "config.json").is_file()
     assert gpu_two.FABRIC == two_gpu.FABRIC  # the GPU side's copy (it runs without this project)
 
 
@@ -299,6 +304,19 @@ def gpu_of_bundle(pg: Any, index: int) -> dict[str, Any]:
     return ray.get(probe.options(scheduling_strategy=strategy).remote(), timeout=WAIT_S)
 
 
+@functools.cache
+def prefix_inputs() -> dict[str, Any]:
+    from llm_pd_eks_tools.realrun.render import load_overrides as one_gpu
+
+    return two_gpu.prefix_inputs(copy.deepcopy(OVERRIDES), one_gpu(instance_type=OVERRIDES["stack_config"][0]["value"]))
+
+
+def arm_inputs(name: str) -> tuple[two_gpu.Arm, dict[str, Any]]:
+    if name == "prefix":
+        return two_gpu.PREFIX, {**prefix_inputs(), "serve": prefix_inputs()["serve"]["prefix"]}
+    return two_gpu.ARMS[name], inputs()[name]
+
+
 def ray_placement(cluster: Any, name: str) -> dict[str, list[list[dict[str, Any]]]]:
     """role -> per replica, per GPU bundle: where Ray put it and the GPU the worker gets, on the arm's
     two raylets (its raylets file: num-gpus, resources, CUDA_VISIBLE_DEVICES and REALRUN_RAYLET)."""
@@ -306,10 +324,11 @@ def ray_placement(cluster: Any, name: str) -> dict[str, list[list[dict[str, Any]
     from ray._raylet import GcsClient
     from ray.util.placement_group import placement_group, remove_placement_group
 
-    files = inputs()[name]["raylets"]
+    arm, data = arm_inputs(name)
+    files = data["raylets"]
     nodes, pgs = [], []
     try:
-        for raylet in two_gpu.ARMS[name].raylets:
+        for raylet in arm.raylets:
             start, env = files[raylet.slot]["start"], files[raylet.slot]["env"]
             node_env = {k: env[k] for k in ("CUDA_VISIBLE_DEVICES", "REALRUN_RAYLET")}
             node_env["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"] = "1"
@@ -325,7 +344,7 @@ def ray_placement(cluster: Any, name: str) -> dict[str, list[list[dict[str, Any]
             )
         cluster.wait_for_nodes(timeout=WAIT_S)
         out: dict[str, list[list[dict[str, Any]]]] = {}
-        for role, options in role_options(inputs()[name]["serve"]).items():
+        for role, options in role_options(data["serve"]).items():
             bundles, strategy = options["placement_group_bundles"], options["placement_group_strategy"]
             for _ in range(options["autoscaling_config"]["max_replicas"]):
                 pg = placement_group(bundles, strategy=strategy)
@@ -369,6 +388,27 @@ def test_ray_spreads_decode_tp2_over_both_gpus_and_prefill_shares_gpu_0(ray_head
     ranks = sorted(b["physical"][0] for b in decode)
     assert ranks == [0, 1] and {b["raylet"] for b in decode} == {"decode"}
     assert [visible_ordinal(r, decode[0]["cuda_visible_devices"]) for r in ranks] == [0, 1]
+
+
+def test_ray_puts_one_prefill_and_one_decode_replica_of_the_prefix_pair_on_each_gpu(ray_head) -> None:
+    placed = ray_placement(ray_head, "prefix")
+    for role in ROLES:
+        assert sorted(b["physical"][0] for replica in placed[role] for b in replica) == [0, 1], role
+        assert {b["raylet"] for replica in placed[role] for b in replica} == {role}
+
+
+def test_the_prefix_pair_differs_only_in_its_router_and_asks_for_whole_gpus() -> None:
+    serve = prefix_inputs()["serve"]
+    default, aware = (serve[arm]["applications"][0]["args"] for arm in ("prefix-pd", "prefix"))
+    assert {p.split(".deployment_config.request_router_config")[0] for p in changed_paths(default, aware)} == {
+        f"{role}_config" for role in ROLES
+    }
+    for config in serve.values():
+        assert two_gpu.plan_problems(two_gpu.PREFIX, {**prefix_inputs(), "serve": config}) == []
+        for llm in two_gpu.llm_configs(config).values():
+            assert llm["placement_group_config"]["bundle_per_worker"]["GPU"] == 1
+            assert "VLLM_RAY_PER_WORKER_GPUS" not in json.dumps(llm)
+            assert llm["deployment_config"]["autoscaling_config"]["min_replicas"] == 2
 
 
 def test_the_vllm_transcription_refuses_a_gpu_the_process_cannot_see() -> None:

@@ -35,6 +35,7 @@ from llm_pd_eks.serving_names import ROLES
 from llm_pd_eks_tools.realrun.render import (
     AGGREGATED_IMPORT_PATH,
     OVERRIDE_SECTIONS,
+    PREFIX_ARMS,
     overridden_serve_config,
     rendered_spec,
     run_raylets,
@@ -98,6 +99,18 @@ ARMS: dict[str, Arm] = {
         "P/D with decode at TP 2 over both GPUs and prefill at TP 1 on GPU 0 (two raylets told of GPU 0)",
     ),
 }
+
+
+# The prefix-routing pair across the two GPUs: two replicas a role, one of each role on each GPU (each
+# raylet told of both), run by gpu_main's own prefix phases (`gpu-run.sh mix-prefix-pd` / `mix-prefix`
+# with REALRUN_BUNDLE=<bundle>/prefix). overrides.yaml's `prefix_run` entries apply but the two that
+# share one GPU between four engines by a fractional bundle: here every bundle is a whole GPU.
+PREFIX = Arm(
+    "prefix",
+    (Raylet("prefill", "prefill", "0,1"), Raylet("decode", "decode", "0,1")),
+    "prefix routing at saturation: two prefill and two decode replicas, one of each on each GPU",
+)
+PREFIX_DROPPED = ("placement_group_config.bundle_per_worker.GPU", "runtime_env.env_vars.VLLM_RAY_PER_WORKER_GPUS")
 
 
 def load_overrides(path: Path = OVERRIDES_TWO, instance_type: str | None = None) -> dict[str, Any]:
@@ -184,6 +197,22 @@ def two_gpu_inputs(overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {name: {"serve": serve[name], "raylets": arm_raylets(arm, base, head)} for name, arm in ARMS.items()}
 
 
+def prefix_inputs(overrides: dict[str, Any], one_gpu: dict[str, Any]) -> dict[str, Any]:
+    """The prefix pair on two GPUs: serve-prefix-pd.json and serve-prefix.json as gpu_main's prefix
+    phases read them (Serve's default router; the project's on both roles), and their raylets."""
+    items = [i for i in one_gpu["prefix_run"]["llm_config"] if i["path"] not in PREFIX_DROPPED]
+    spec = rendered_spec(overrides)
+    serve = {}
+    for arm, aware in PREFIX_ARMS.items():
+        config = overridden_serve_config(rendered_spec(overrides, prefix_aware=aware), overrides)
+        for role in ROLES:
+            _apply(config["applications"][0]["args"][f"{role}_config"], role, items)
+        serve[arm] = config
+    base = run_raylets(spec, overrides["raylet"])
+    head = spec["rayClusterConfig"]["headGroupSpec"]["rayStartParams"]
+    return {"serve": serve, "raylets": arm_raylets(PREFIX, base, head)}
+
+
 # --- the placement plan -----------------------------------------------------------------------------
 
 
@@ -249,7 +278,8 @@ def placement_plan(arm: Arm, inputs: dict[str, Any]) -> list[Landing]:
 def plan_problems(arm: Arm, inputs: dict[str, Any]) -> list[str]:
     """What keeps the arm from its intended placement: a fractional GPU bundle; a P/D role that more
     than one raylet or none can hold (prefill and decode must each land on their own raylet, so on
-    known GPUs); aggregated replicas that do not get a raylet, and a GPU, each."""
+    known GPUs), or whose replicas outnumber that raylet's GPUs; aggregated replicas that do not get
+    a raylet, and a GPU, each."""
     problems = []
     for role, llm in llm_configs(inputs["serve"]).items():
         for bundle in bundles(llm):
@@ -262,7 +292,7 @@ def plan_problems(arm: Arm, inputs: dict[str, Any]) -> list[str]:
             if len(landing.raylets) < landing.replicas or len(landing.gpus) < landing.replicas:
                 held = f"raylets {landing.raylets} on GPUs {landing.gpus}"
                 problems.append(f"{arm.name}: {landing.replicas} aggregated replicas, {held}")
-        elif len(landing.raylets) != 1 or landing.replicas != 1:
+        elif len(landing.raylets) != 1 or landing.replicas * landing.gpus_per_replica > len(landing.gpus):
             problems.append(
                 f"{arm.name}/{landing.role}: {landing.replicas} replica(s), could land on {landing.raylets}"
             )
@@ -286,6 +316,20 @@ def write_two_gpu_bundle(out: Path, overrides: dict[str, Any], instance_type: st
         for filename, data in ((arm.serve_file, inputs[name]["serve"]), (arm.raylets_file, inputs[name]["raylets"])):
             (out / filename).write_text(json.dumps(data, indent=1) + "\n")
             written.append(out / filename)
+    prefix = prefix_inputs(overrides, one)
+    for config in prefix["serve"].values():
+        problems = plan_problems(PREFIX, {"serve": config, "raylets": prefix["raylets"]})
+        if problems:
+            raise ValueError("; ".join(problems))
+    folder = out / "prefix"  # a bundle of its own: gpu_main's prefix phases read these names
+    written += write_bundle(folder, one)
+    for arm, config in prefix["serve"].items():
+        (folder / f"serve-{arm}.json").write_text(json.dumps(config, indent=1) + "\n")
+    (folder / "raylets-prefix.json").write_text(json.dumps(prefix["raylets"], indent=1) + "\n")
+    plan["prefix"] = {
+        "what": PREFIX.what,
+        "landings": [asdict(x) for x in placement_plan(PREFIX, {**prefix, "serve": prefix["serve"]["prefix"]})],
+    }
     meta = {"gpu_count": GPU_COUNT, "fabric": FABRIC, "overrides": overrides, "plan": plan}
     (out / "meta-two.json").write_text(json.dumps(meta, indent=1) + "\n")
     return [*written, out / "meta-two.json"]

@@ -2,14 +2,15 @@
 
     python -m llm_pd_eks_tools.realrun.two_gpu_dry      # a few minutes; refuses beside a running Ray
 
-Renders the two-GPU bundle, then for each arm (two_gpu.ARMS) starts the head and the two worker
-raylets from the arm's raylets file with gpu_main's own `ray start` (each raylet with its
-`CUDA_VISIBLE_DEVICES` and its declared GPUs; no device behind them here), deploys a stand-in
+Renders the two-GPU bundle, then for each arm (two_gpu.ARMS, then the prefix pair's) starts the
+head and the two worker raylets from the arm's raylets file with gpu_main's own `ray start` (each
+raylet with its `CUDA_VISIBLE_DEVICES` and its declared GPUs; no device behind them), deploys a stand-in
 application through the same dashboard PUT: one deployment per role, each replica in a placement
 group of exactly the bundles the role's LLMConfig asks for, whose replica sends one task into each
 GPU bundle of its group, as vLLM's Ray executor places its workers. Each task writes the GPU ids Ray
 gave it and the raylet it ran on; the arm passes when every role's GPUs are the placement plan's
-(prefill on GPU 0 and decode on GPU 1; aggregated one replica a GPU; decode TP 2 on both). vLLM is not
+(prefill on GPU 0 and decode on GPU 1; aggregated one replica a GPU; decode TP 2 on both; the prefix
+pair one replica of each role on each GPU). vLLM is not
 here, so no engine starts: this proves the orchestration and the GPU each engine would be handed.
 """
 
@@ -24,6 +25,7 @@ from typing import Any, Callable, Optional
 
 from llm_pd_eks_tools.cli import ArgumentParser, Exit, ToolError, exit_with, one_line
 from llm_pd_eks_tools.realrun import two_gpu
+from llm_pd_eks_tools.realrun.render import load_overrides as load_one_gpu_overrides
 
 PROG = "realrun-two-dry"
 STANDIN = "realrun_two_standin"
@@ -146,28 +148,39 @@ def walk(bundle: Path, say: Callable[[str], None]) -> list[tuple[str, float]]:
             time.sleep(gpu_main.POLL_S)
         return f"stand-in applications {states}"
 
+    one = load_one_gpu_overrides(instance_type=two_gpu.load_overrides()["stack_config"][0]["value"])
+    prefix = two_gpu.prefix_inputs(two_gpu.load_overrides(), one)
+    walks = [(name, arm, inputs[name], bundle, arm.raylets_file) for name, arm in two_gpu.ARMS.items()]
+    walks.append(
+        (
+            "prefix",
+            two_gpu.PREFIX,
+            {**prefix, "serve": prefix["serve"]["prefix"]},
+            bundle / "prefix",
+            "raylets-prefix.json",
+        )
+    )
     try:
-        for name, arm in two_gpu.ARMS.items():
+        for name, arm, data, folder, raylets_file in walks:
 
-            def raylets(arm: two_gpu.Arm = arm) -> Optional[str]:
+            def raylets(folder: Path = folder, raylets_file: str = raylets_file) -> Optional[str]:
                 evidence: dict[str, Any] = {}
-                gpu_main.ensure_raylets(bundle, evidence, arm.raylets_file)
+                gpu_main.ensure_raylets(folder, evidence, raylets_file)
                 return None if evidence.get("raylets", "").startswith("started") else str(evidence.get("raylets"))
 
-            def deployed(name: str = name) -> Optional[str]:
+            def deployed(data: dict[str, Any] = data) -> Optional[str]:
                 shutil.rmtree(REPORTS, ignore_errors=True)
                 REPORTS.mkdir(parents=True)
-                gpu_main.deploy(standin_config(inputs[name]), timeout_s=0)  # the PUT; waited for below
-                return running(list(two_gpu.llm_configs(inputs[name]["serve"])))
+                gpu_main.deploy(standin_config(data), timeout_s=0)  # the PUT; waited for below
+                return running(list(two_gpu.llm_configs(data["serve"])))
 
-            step(f"{name}: raylets started ({arm.raylets_file})", raylets)
+            def on_plan(arm: two_gpu.Arm = arm, data: dict[str, Any] = data) -> Optional[str]:
+                return "; ".join(plan_problems(arm, data)) or None
+
+            step(f"{name}: raylets started ({raylets_file})", raylets)
             step(f"{name}: stand-in deployed", deployed)
-
-            def on_plan(arm: two_gpu.Arm = arm, name: str = name) -> Optional[str]:
-                return "; ".join(plan_problems(arm, inputs[name])) or None
-
             step(f"{name}: each replica on the plan's GPUs", on_plan)
-            for landing in two_gpu.placement_plan(arm, inputs[name]):
+            for landing in two_gpu.placement_plan(arm, data):
                 say(f"{name}: {landing.role} -> GPUs {sorted(landed(landing.role).values())}")
     finally:
         gpu_main.ray_stop()
@@ -190,7 +203,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         bundle = Path(tmp)
         two_gpu.write_two_gpu_bundle(bundle, two_gpu.load_overrides())
         source = STANDIN_SOURCE.replace("os.path.join(REPORTS,", f"os.path.join({str(REPORTS)!r},")
-        (bundle / "runtime" / f"{STANDIN}.py").write_text(source)
+        for folder in (bundle, bundle / "prefix"):
+            (folder / "runtime" / f"{STANDIN}.py").write_text(source)
         timings = walk(bundle, lambda line: print(f"{PROG}: {line}", flush=True))
     print(f"{PROG}: the two-GPU cluster steps ran on Ray in {sum(s for _, s in timings):.0f} s")
     return Exit.OK
