@@ -653,3 +653,57 @@ def test_the_kv_rule_and_the_nixl_deltas_hold_on_the_saved_one_gpu_run() -> None
     assert size.bytes_per_pull == pytest.approx(size.model_bytes, rel=0.01)
     wrong_model = next(m for m in MODELS if MODELS[m].kv_bytes_per_token(2) != MODELS[MODEL_ID].kv_bytes_per_token(2))
     assert not check.kv_by_size(wrong_model, {"loads": [load]})[0].agrees  # the rule tells models apart
+
+
+def test_a_phase_that_runs_out_of_time_goes_on_where_it_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gpu_two's phase on fakes of the cluster (no Ray, no vLLM): the first command deploys and runs the
+    loads that fit, saves them and says `not done`; the same command again keeps the raylets and the
+    application (no PUT), runs only the loads left, and is done."""
+    from llm_pd_eks_tools.realrun import gpu_load, gpu_main
+
+    bundle, out = tmp_path / "bundle", tmp_path / "out"
+    two_gpu.write_two_gpu_bundle(bundle, copy.deepcopy(OVERRIDES))
+    out.mkdir()
+    monkeypatch.setattr(gpu_two, "STATE", tmp_path / "state")
+    monkeypatch.setattr(gpu_main, "RAYLETS_MARK", tmp_path / "mark")
+    calls: dict[str, list[Any]] = {"put": [], "loads": [], "raylets": []}
+    fits = iter([True, True, True, False] + [True] * len(gpu_two.LOADS))
+
+    def ensure_raylets(bundle: Path, evidence: dict[str, Any], name: str, keep_app: bool = False) -> None:
+        calls["raylets"].append(keep_app)
+        gpu_main.RAYLETS_MARK.write_text(name)
+
+    def bench(model: str, label: str, out: Path, loads: tuple = (), deadline: Any = None) -> list[dict[str, Any]]:
+        calls["loads"].append(loads[0])
+        clients, prompts, tokens = loads[0]
+        return [{"clients": clients, "prompts": prompts, "input_len": tokens, "rc": 0, "completed": prompts}]
+
+    monkeypatch.setattr(gpu_main, "ensure_raylets", ensure_raylets)
+    monkeypatch.setattr(gpu_main, "cluster_up", lambda: True)
+    monkeypatch.setattr(gpu_main, "versions", lambda: {"gpu": "fake"})
+    monkeypatch.setattr(gpu_main, "ray_status", lambda: "fake")
+    monkeypatch.setattr(gpu_main, "scrape", lambda: {"decode": "", "prefill": ""})
+    monkeypatch.setattr(gpu_main, "EXPORT_WAIT_S", 0)
+    monkeypatch.setattr(
+        gpu_main,
+        "deploy",
+        lambda config, timeout_s, put=True: (
+            calls["put"].append(put) or {"applications": {"llm": {"status": "RUNNING"}}}
+        ),
+    )
+    monkeypatch.setattr(gpu_two, "app_state", lambda: "RUNNING")
+    monkeypatch.setattr(gpu_two, "observed_placement", lambda: {"gpus": []})
+    monkeypatch.setattr(gpu_load, "bench", bench)
+    monkeypatch.setattr(gpu_load, "next_load_fits", lambda *args, **kwargs: next(fits))
+
+    first = gpu_two.phase(bundle, "pd", out)
+    assert not first["done"] and not first["resumed"] and len(first["loads"]) == 3
+    assert json.loads((out / "evidence-two-pd.json").read_text())["loads"] == first["loads"]
+    second = gpu_two.phase(bundle, "pd", out)
+    assert second["done"] and second["resumed"]
+    assert calls["put"] == [True, False] and calls["raylets"] == [False, True]
+    assert calls["loads"] == list(gpu_two.LOADS)  # each load once, in order, across the two commands
+    assert [gpu_two.key(r) for r in second["loads"]] == list(gpu_two.LOADS)
+    assert all("nixl" in r for r in second["loads"]) and len(second["commands"]) == 2

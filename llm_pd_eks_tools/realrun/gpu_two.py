@@ -108,7 +108,23 @@ def nixl(before: dict[str, str], after: dict[str, str]) -> dict[str, Any]:
     return out
 
 
+def mib(text: str) -> float:
+    """nvidia-smi's number, or 0 where it prints [N/A] (a process whose memory it cannot read)."""
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0
+
+
 def observed_placement() -> dict[str, Any]:
+    """observed_gpus, or what went wrong reading it: the loads run either way."""
+    try:
+        return observed_gpus()
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"[:500]}
+
+
+def observed_gpus() -> dict[str, Any]:
     """What ran where: each GPU's memory in use and its processes' raylet (REALRUN_RAYLET in the
     environment every worker inherits from its raylet), and Ray's nodes with their resources."""
     out: dict[str, Any] = {}
@@ -121,7 +137,7 @@ def observed_placement() -> dict[str, Any]:
     gpus: dict[str, dict[str, Any]] = {}
     for line in smi.stdout.strip().splitlines():
         index, uuid, name, used = (p.strip() for p in line.split(","))
-        gpus[uuid] = {"index": int(index), "name": name, "memory_used_mib": float(used), "raylets": {}}
+        gpus[uuid] = {"index": int(index), "name": name, "memory_used_mib": mib(used), "raylets": {}}
     apps = subprocess.run(
         ["nvidia-smi", "--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits"],
         capture_output=True,
@@ -137,7 +153,7 @@ def observed_placement() -> dict[str, Any]:
             raylet = "unreadable"
         if uuid in gpus:
             held = gpus[uuid]["raylets"]
-            held[raylet] = held.get(raylet, 0.0) + float(used or 0)
+            held[raylet] = held.get(raylet, 0.0) + mib(used)
     out["gpus"] = sorted(gpus.values(), key=lambda g: g["index"])
     status, text = gpu_main.http("GET", f"{gpu_main.DASHBOARD}/api/v0/nodes?detail=true&limit=100", timeout=30)
     try:
