@@ -72,6 +72,7 @@ help:
 	@echo "make realrun-dry           the GPU real run's cluster steps on this CPU with a stand-in app (docs/real-run.md)"
 	@echo "make realrun-router        Ray Serve's routers on this CPU: where the prefix arms' requests land, saved as data"
 	@echo "make bench-policies [RESOURCES=10000] [SHAPE=mixed]   time the policy pack on a large stack (a benchmark, not a test)"
+	@echo "make realrun-two-dry       the two-GPU run's raylets and placements on this CPU with stand-in engines"
 
 $(STAMP): requirements-preview.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -236,6 +237,10 @@ bench-policies: $(DEV_STAMP)
 	@$(PY) -m llm_pd_eks_tools.maint.bench_policies --resources=$(call q,$(or $(value RESOURCES),10000)) --shape=$(call q,$(or $(value SHAPE),mixed))
 # Ray Serve's own routers (default, PrefixCacheAffinityRouter as the prefix arm renders it) on this CPU,
 # stand-in replicas with a prefix cache: where the prefix arms' requests land -> realrun/data/router/.
+.PHONY: realrun-two-dry
+realrun-two-dry: $(DEV_STAMP)
+	@$(PY) -m llm_pd_eks_sizing.realrun.two_gpu_dry
+
 .PHONY: realrun-router
 realrun-router: $(DEV_STAMP)
 	@$(PY) -m llm_pd_eks_sizing.realrun.router_run

@@ -14,6 +14,7 @@ import errno
 import math
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 from typing import Callable, Iterable, NoReturn, Optional
@@ -44,11 +45,29 @@ def run(prog: str, main: Callable[[Optional[list[str]]], int], argv: Optional[li
     secrets.register_urls_in(sys.argv[1:] if argv is None else argv)
     try:
         try:
-            return int(main(argv))
+            code = int(main(argv))
         finally:
             process_safety.end_children(keep=before)
             process_safety.end_descendants(keep=others)
             process_safety.restore_signal_handlers(previous)
+        return _terminated(prog) or code
+    except BaseException as error:  # how it ended, unless a termination signal came first
+        return _terminated(prog) or _ended(prog, error)
+
+
+def _terminated(prog: str) -> Optional[int]:
+    """128 + the signal when SIGTERM/SIGHUP came during the run, whatever the code under it made of it."""
+    signum = process_safety.received_signal()
+    if signum is None:
+        return None
+    say(prog, f"terminated ({signal.Signals(signum).name})")
+    return 128 + signum
+
+
+def _ended(prog: str, error: BaseException) -> int:
+    """The exit code and one line for the way `main` ended."""
+    try:
+        raise error
     except ToolError as error:
         say(prog, str(error))
         return error.exit_code

@@ -278,10 +278,24 @@ def install_signal_handlers() -> dict[int, Any]:
     if threading.current_thread() is not threading.main_thread():
         return {}
 
+    global _received
+    _received = None
+
     def handler(signum: int, _frame: Any) -> None:
+        global _received
+        _received = signum
         raise Terminated(signum)
 
     return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+
+
+# The termination signal the run received, if any: code that caught the `Terminated` it raised (an
+# interrupted import inside a library, a broad `except` in an event loop) cannot hide that it came.
+_received: Optional[int] = None
+
+
+def received_signal() -> Optional[int]:
+    return _received
 
 
 def restore_signal_handlers(previous: dict[int, Any]) -> None:

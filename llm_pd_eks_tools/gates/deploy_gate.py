@@ -36,7 +36,7 @@ from typing import Any, Optional
 from pydantic import ValidationError
 
 from llm_pd_eks.config import PROJECT, ClusterConfig, ConfigError, DeployConfig
-from llm_pd_eks_tools.core.cli import ArgumentParser, Exit, ToolError, exit_with, one_line
+from llm_pd_eks_tools.core.cli import ArgumentParser, Exit, ToolError, appendable_file, exit_with, one_line
 from llm_pd_eks_tools.core.esc_imports import CLI_TIMEOUT_S, environment_keys, imported_environments
 from llm_pd_eks_tools.core.io_safety import append_text
 from llm_pd_eks_tools.core.process_safety import run_process
@@ -185,7 +185,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     before.add_argument("--preview", action="store_true", help="a preview: without API reach it runs unrefreshed")
     before.add_argument("--pull-request", action="store_true", help="a pull request's code: never on a deploy runner")
     before.add_argument("--deploy-runner", default="", help="the stack's deploy runner (DEPLOY_RUNNER_<STACK>)")
-    before.add_argument("--github-output", help="append runner=, refresh= and note= to this file (GITHUB_OUTPUT)")
+    before.add_argument(
+        "--github-output", type=appendable_file, help="append runner=, refresh= and note= to this file (GITHUB_OUTPUT)"
+    )
     after = sub.add_parser("resolved", help="after `pulumi login`: the config the engine will see")
     after.add_argument("--stack", required=True)
     after.add_argument("--runner", required=True, help="the label of the runner this job runs on")

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 from policy_fixtures import UNKNOWN, Res, gpu_stack, judge, kv_transfer, mandatory, of, ray_service, serve_config
+
 from integration.test_policies_workloads import EFA, NIXL, SERVE, engine, manifest, ray_job, stack, workload
 
 TYPE, VISIBLE, IMDS, EXPOSED = (

@@ -107,6 +107,10 @@ TOOLS: dict[str, Tool] = {
         Tool("llm_pd_eks_sizing.realrun.render"),
         Tool("llm_pd_eks_sizing.realrun.doc"),
         Tool("llm_pd_eks_sizing.realrun.router_run"),
+        Tool("llm_pd_eks_sizing.realrun.gpu_two", gpu_machine=True),
+        Tool("llm_pd_eks_sizing.realrun.two_gpu"),
+        Tool("llm_pd_eks_sizing.realrun.two_gpu_check", inputs=(("{file}",),)),
+        Tool("llm_pd_eks_sizing.realrun.two_gpu_dry"),
     )
 }
 
