@@ -9,11 +9,9 @@ docstrings below (pulumi/provider/experimental/analyzer.py in the pulumi SDK), w
 inputs are a `TypedDict` with a docstring after each field and this module does not use
 `from __future__ import annotations` (the analyzer reads evaluated annotations).
 
-The config sections are plain (known when the component is constructed): they decide which
-resources exist. Each is validated by the same strict model as a stack file's (`llm_pd_eks/config/`),
-every problem reported together before anything registers. The host sees them as maps; the schema it
-serves types each from that model (`llm_pd_eks/component_schema.py`, used by `component_provider.py`),
-and the whole-number doubles of the wire become the ints the model wants.
+The config sections are plain (known when the component is constructed): they decide which resources
+exist. Each is validated by the stack file's strict model (`llm_pd_eks/config/`), every problem reported
+together before anything registers; the host's schema types each from that model (component_schema.py).
 """
 
 import json

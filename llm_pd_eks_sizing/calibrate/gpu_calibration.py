@@ -27,6 +27,7 @@ it runs with nothing of this project installed; only the harness level imports `
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 import os
@@ -38,8 +39,6 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-
-from llm_pd_eks_tools.core.cli import ArgumentParser, exit_with
 
 HERE = Path(__file__).resolve().parent
 MODELS = HERE.parent / "realrun" / "models"
@@ -307,7 +306,7 @@ def versions() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="gpu_calibration", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="gpu_calibration", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="directory for gpu-calibration.json and logs")
     parser.add_argument("--model", action="append", help="Hugging Face id under realrun/models (repeatable)")
     parser.add_argument("--budget-s", type=float, default=500.0, help="stop starting runs after this many seconds")
@@ -385,4 +384,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_with("gpu_calibration", main)
+    # The tools' runner from the checkout the machine runs (llm_pd_eks_tools/core: the standard library only).
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    importlib.import_module("llm_pd_eks_tools.core.cli").exit_with("gpu_calibration", main)

@@ -65,8 +65,11 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
     if event != "open" or not args:
         return
     path, mode = args[0], (args[1] if len(args) > 1 else None)
+    flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
     if path is None or isinstance(path, int):
         return  # an existing descriptor
+    if mode is None and flags & os.O_NONBLOCK:
+        return  # `os.open` that cannot block: the caller checks what it opened (io_safety.read_regular_file)
     text = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else None
     if text is None:
         return

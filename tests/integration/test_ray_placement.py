@@ -397,7 +397,7 @@ def aggregated(stack: str) -> tuple[dict[str, Any], GpuInstanceType]:
     data = cfg.serving.model_dump(by_alias=True)
     serving = ServingConfig.model_validate({**data, "mode": "aggregated", "aggregated": data["decode"]})
     instance = GPU_INSTANCE_TYPES[cfg.gpu_nodes.instance_type]
-    return ints(ray_service_spec(serving, instance)), instance
+    return ints(ray_service_spec(serving, instance, region=cfg.region)), instance
 
 
 @pytest.mark.parametrize("bound", ["min", "max"])

@@ -104,7 +104,7 @@ def test_placeholders_github_output_at_a_directory_is_a_usage_error(tmp_path):
     line = one_line(
         tool("llm_pd_eks_tools.gates.placeholders", "--stack", "prod", "--github-output", str(tmp_path)), Exit.USAGE
     )
-    assert f"--github-output {tmp_path}: not a regular file" in line or "cannot be opened for appending" in line
+    assert f"--github-output: {tmp_path} is not a regular file" in line
 
 
 def test_calibrate_with_a_missing_kubeconfig_is_a_usage_error(tmp_path):

@@ -285,7 +285,7 @@ def test_the_bootstrap_stays_out_of_the_main_programs_install():
 @pytest.fixture
 def example_config():
     """Pulumi.example.yaml's config as the engine hands it (plain strings, JSON for lists and booleans)."""
-    from pulumi.runtime import config as runtime_config
+    from llm_pd_eks.pulumi_sdk import runtime_config
 
     example = yaml.safe_load((ROOT / "bootstrap" / "Pulumi.example.yaml").read_text())["config"]
     runtime_config.set_all_config({k: v if isinstance(v, str) else json.dumps(v) for k, v in example.items()}, [])
