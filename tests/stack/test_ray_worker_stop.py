@@ -85,7 +85,8 @@ def test_a_change_of_the_request_limits_leaves_the_worker_pods_alone(stack: str)
     assert serving is not None
     shorter = serving.model_copy(update={"max_model_len": serving.max_model_len // 2})
     assert serve_limits.request_timeout_s(shorter) < serve_limits.request_timeout_s(serving)
-    before, after = ray_service_spec(serving, instance), ray_service_spec(shorter, instance)
+    before = ray_service_spec(serving, instance, region=config.region)
+    after = ray_service_spec(shorter, instance, region=config.region)
     assert before["rayClusterConfig"] == after["rayClusterConfig"]  # only serveConfigV2 differs
     assert before["serveConfigV2"] != after["serveConfigV2"]
 

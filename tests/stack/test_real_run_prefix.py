@@ -515,7 +515,7 @@ def fake_cluster(
     monkeypatch.setattr(gpu_main, "http", http)
     stopped = types.SimpleNamespace(returncode=0, stdout="... Stopped all 13 Ray processes.\n")
     monkeypatch.setattr(gpu_main.subprocess, "run", lambda cmd, **k: calls.append(("run", cmd[-2:])) or stopped)
-    monkeypatch.setattr(gpu_main, "versions", lambda: {"ray": "2.58.0"})
+    monkeypatch.setattr(gpu_main.gpu_installed, "versions", lambda: {"ray": "2.58.0"})
     monkeypatch.setattr(gpu_main, "build_tokenizer", lambda b: calls.append(("tokenizer", b)))
     monkeypatch.setattr(gpu_main, "start_raylets", lambda b, name: calls.append(("raylets", name)) or {})
     monkeypatch.setattr(gpu_main, "deploy", deploy)

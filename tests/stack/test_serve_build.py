@@ -31,7 +31,7 @@ def application(stack: str = "dev", **routing: Any) -> tuple[dict[str, Any], Ser
     data = cfg.serving.model_dump(by_alias=True)
     data["routing"] = {**data["routing"], **routing}
     serving = ServingConfig.model_validate(data)
-    spec = ray_service_spec(serving, GPU_INSTANCE_TYPES[cfg.gpu_nodes.instance_type])
+    spec = ray_service_spec(serving, GPU_INSTANCE_TYPES[cfg.gpu_nodes.instance_type], region=cfg.region)
     (app,) = yaml.safe_load(spec["serveConfigV2"])["applications"]
     return app, serving
 

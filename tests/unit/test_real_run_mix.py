@@ -159,7 +159,7 @@ def test_a_mix_phase_deploys_its_arm_and_keeps_the_threshold_the_sized_claim_and
     write_bundle(bundle, OVERRIDES)
     out.mkdir()
     calls: list[Any] = []
-    monkeypatch.setattr(gpu_main, "versions", lambda: {"ray": "2.58.0"})
+    monkeypatch.setattr(gpu_main.gpu_installed, "versions", lambda: {"ray": "2.58.0"})
     monkeypatch.setattr(
         gpu_main, "ensure_raylets", lambda b, ev, name="raylets.json", keep_app=False: calls.append(("raylets", name))
     )
