@@ -45,8 +45,8 @@ logger = logging.getLogger("ray.serve")
 try:
     from ray.serve.llm.request_router import PrefixCacheAffinityRouter
 except ImportError as missing:  # the public module also imports the KV-aware router, which needs vLLM
-    from ray.llm._internal.serve.routing_policies.prefix_aware.prefix_aware_router import (
-        PrefixCacheAffinityRouter,
+    from ray.llm._internal.serve.routing_policies.prefix_aware.prefix_aware_router import (  # type: ignore[assignment]
+        PrefixCacheAffinityRouter,  # the same class: the public name re-exports it
     )
 
     logger.warning("ray.serve.llm.request_router not importable (%s); using the class it re-exports", missing)
@@ -120,7 +120,7 @@ class PrefixCacheAffinityFifoRouter(FIFOMixin, PrefixCacheAffinityRouter):
     """Ray Serve LLM's PrefixCacheAffinityRouter with Serve's FIFOMixin, its tree on the head and every
     tree call bounded, falling back to power-of-two choices while the tree is away."""
 
-    def initialize_state(self, **kwargs: Any) -> None:
+    def initialize_state(self, **kwargs: Any) -> None:  # type: ignore[override]  # passes every keyword on
         kwargs.pop("tree_actor", None)
         deployment = getattr(self, "_deployment_id", None)
         # Ray's own naming of a deployment's tree namespace: serve::<app>::<deployment>
@@ -135,7 +135,7 @@ class PrefixCacheAffinityFifoRouter(FIFOMixin, PrefixCacheAffinityRouter):
         self._retry_after = RETRY_AFTER_S
         self._resolved = ray.put(None)  # what a call sent without waiting hands back to Ray's ray.get
         self._refetch = True
-        super().initialize_state(tree_actor=_GuardedTree(self), **kwargs)
+        super().initialize_state(tree_actor=_GuardedTree(self), **kwargs)  # type: ignore[arg-type]  # duck-typed handle
         # fetch (or create) the tree now and wait for its first answer, once: a tree still starting when
         # this gives up only defers prefix routing (power of two choices meanwhile)
         self._fetch_tree()
@@ -239,7 +239,9 @@ class PrefixCacheAffinityFifoRouter(FIFOMixin, PrefixCacheAffinityRouter):
             return await super().choose_replicas(candidate_replicas, pending_request)
         except (TreeUnavailable, KeyError):  # KeyError: the tree named a replica this router no longer has
             return await PowerOfTwoChoicesRequestRouter.choose_replicas(
-                self, candidate_replicas=candidate_replicas, pending_request=pending_request
+                self,  # type: ignore[arg-type]  # the plain power-of-two choice on this router's replicas
+                candidate_replicas=candidate_replicas,
+                pending_request=pending_request,
             )
 
     def on_request_routed(self, pending_request: Any, replica_id: Any, result: Any) -> None:

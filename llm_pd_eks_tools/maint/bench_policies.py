@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from typing import Optional
+from typing import Any, Optional
 
 import yaml
 from google.protobuf import struct_pb2
@@ -117,9 +117,10 @@ def build_stack(count: int) -> list[analyzer_pb2.AnalyzerResource]:
 
 def _dashboard(i: int, size: int) -> str:
     """Grafana-like dashboard JSON of about `size` characters that names `kind` and `apiVersion`."""
-    panel = {"type": "timeseries", "targets": [{"expr": f"rate(vllm:requests_total[{i % 5 + 1}m])"}]}
+    panel: dict[str, Any] = {"type": "timeseries", "targets": [{"expr": f"rate(vllm:requests_total[{i % 5 + 1}m])"}]}
     panel["fieldConfig"] = {"defaults": {"custom": {"kind": "line", "apiVersion": "v1"}}}
-    panels, text = [], ""
+    panels: list[dict[str, Any]] = []
+    text = ""
     while len(text) < size:
         panels += [dict(panel, id=len(panels), title=f"panel {len(panels)}") for _ in range(50)]
         text = json.dumps({"title": f"dash-{i}", "panels": panels})

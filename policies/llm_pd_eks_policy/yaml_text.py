@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -119,8 +119,8 @@ def load_all(text: str, limit: int = MAX_NODES) -> list[Any]:
             _remember(key, hit)
     kind, value = hit
     if kind == "error":
-        raise value
-    return value
+        raise cast(Exception, value)
+    return cast(list[Any], value)
 
 
 def _remember(key: str, hit: tuple[str, Any]) -> None:
