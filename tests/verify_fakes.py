@@ -599,7 +599,7 @@ class Prometheus:
         assert body["status"] == "success", body
         return list(body["data"]["result"])
 
-    def wait_for(self, expr: str, seconds: float = 30.0) -> list[dict[str, Any]]:
+    def wait_for(self, expr: str, seconds: float = 90.0) -> list[dict[str, Any]]:
         """Poll `expr` until it returns samples (scrapes are asynchronous); bounded."""
         end = time.monotonic() + seconds
         while True:

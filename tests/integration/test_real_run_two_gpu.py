@@ -28,6 +28,7 @@ import pytest
 import yaml
 from helpers import changed_paths, serve_build
 
+from integration.test_ray_placement import started
 from llm_pd_eks.models import MODELS
 from llm_pd_eks.ray_resources import role_resource
 from llm_pd_eks.serving_names import ROLES
@@ -233,9 +234,11 @@ def ray_head() -> Iterator[Any]:
 
     saved = {k: os.environ.get(k) for k in RAY_ENV}
     os.environ.update(RAY_ENV)
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 0, "num_gpus": 0, "include_dashboard": False, "object_store_memory": 80 << 20},
+    cluster = started(  # tried again when Ray's fixed wait for a raylet runs out on a loaded machine
+        lambda: Cluster(
+            initialize_head=True,
+            head_node_args={"num_cpus": 0, "num_gpus": 0, "include_dashboard": False, "object_store_memory": 80 << 20},
+        )
     )
     ray.init(address=cluster.address, log_to_driver=False)
     try:
@@ -334,13 +337,15 @@ def ray_placement(cluster: Any, name: str) -> dict[str, list[list[dict[str, Any]
             node_env = {k: env[k] for k in ("CUDA_VISIBLE_DEVICES", "REALRUN_RAYLET")}
             node_env["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"] = "1"
             nodes.append(
-                cluster.add_node(
-                    num_cpus=2 * start["num-gpus"],  # a replica's first bundle and the ingress; kept small here
-                    num_gpus=start["num-gpus"],
-                    resources=start["resources"],
-                    object_store_memory=80 << 20,
-                    env_vars=node_env,
-                    wait=False,
+                started(
+                    lambda start=start, node_env=node_env: cluster.add_node(
+                        num_cpus=2 * start["num-gpus"],  # a replica's first bundle and the ingress; kept small
+                        num_gpus=start["num-gpus"],
+                        resources=start["resources"],
+                        object_store_memory=80 << 20,
+                        env_vars=node_env,
+                        wait=False,
+                    )
                 )
             )
         cluster.wait_for_nodes(timeout=WAIT_S)
