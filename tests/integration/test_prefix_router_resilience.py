@@ -45,7 +45,8 @@ def handle() -> Iterator[Any]:
     os.environ.update(RAY_ENV)
     # the raylet's workers import the router class from this checkout, as the pods import the ConfigMap
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), saved["PYTHONPATH"]) if p)
-    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    # a cluster of its own, whatever an earlier module of this worker left in RAY_ADDRESS
+    ray.init(address="local", num_cpus=3, include_dashboard=False, log_to_driver=False, configure_logging=False)
 
     class Replica:
         """A stand-in engine: answers with its replica id after a short wait."""
