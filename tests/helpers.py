@@ -11,8 +11,11 @@ import copy
 import functools
 import json
 import shutil
+import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
@@ -257,8 +260,6 @@ class FakeCompletions:
 
     def __init__(self, tokens: int = 5, gap_s: float = 0.02) -> None:
         import http.server
-        import threading
-        import time
 
         self.bodies: list[dict[str, Any]] = []
         self.active = self.most = 0
@@ -315,8 +316,6 @@ def run_async(coroutine: Any) -> Any:
 
 def bindable(port: int) -> bool:
     """Whether a TCP socket can bind `port` on every interface now (as vLLM's port scan tries it)."""
-    import socket
-
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
             s.bind(("", port))
@@ -343,3 +342,46 @@ def tool(
     return subprocess.run(
         [sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
     )
+
+
+class TricklingServer:
+    """Answers every request slowly: `headers` one header byte every 50 ms; `body` a whole header
+    block promising a body that comes a byte at a time; `chunked` chunks of one byte each."""
+
+    def __init__(self, mode: str = "headers", userinfo: str = "") -> None:
+        self.mode = mode
+        self.sock = socket.create_server(("127.0.0.1", 0), backlog=16)
+        self.url = f"http://{userinfo + '@' if userinfo else ''}127.0.0.1:{self.sock.getsockname()[1]}"
+        self.stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
+
+    def _trickle(self, conn: socket.socket) -> None:
+        head = {
+            "headers": b"HTTP/1.1 200 OK\r\n",
+            "body": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n",
+            "chunked": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+        }[self.mode]
+        piece = b"1\r\n \r\n" if self.mode == "chunked" else b"X" if self.mode == "headers" else b" "
+        with conn:
+            try:
+                conn.settimeout(5)
+                conn.recv(65536)
+                conn.sendall(head)
+                end = time.monotonic() + 120  # bounded: the server gives up on its own
+                while not self.stop.is_set() and time.monotonic() < end:
+                    conn.sendall(piece)
+                    self.stop.wait(0.05)
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()

@@ -28,7 +28,7 @@ import pytest
 import yaml
 from helpers import changed_paths, serve_build
 
-from integration.test_ray_placement import started
+from integration.test_ray_placement import RAY_ENV, started  # few workers, patient health checks
 from llm_pd_eks.models import MODELS
 from llm_pd_eks.ray_resources import role_resource
 from llm_pd_eks.serving_names import ROLES
@@ -212,17 +212,6 @@ def test_ray_serves_own_build_of_each_arm_asks_for_whole_gpus(arm: str) -> None:
 
 # --- Ray's own placement, on raylets started as the run starts them -----------------------------------
 
-RAY_ENV = {  # as tests/integration/test_ray_placement.py: few workers, patient health checks on a loaded machine
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "RAY_enable_worker_prestart": "0",
-    "RAY_prestart_worker_first_driver": "0",
-    "RAY_worker_maximum_startup_concurrency": "1",
-    "RAY_health_check_initial_delay_ms": "30000",
-    "RAY_health_check_period_ms": "10000",
-    "RAY_health_check_timeout_ms": "60000",
-    "RAY_health_check_failure_threshold": "60",
-    "RAY_gcs_server_port_wait_time_s": "180",
-}
 WAIT_S = 300  # bound on a placement or a node registering (moments on an idle machine)
 
 

@@ -9,13 +9,11 @@ import os
 import select
 import shutil
 import signal
-import socket
-import threading
 import time
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, TricklingServer
 
 from integration.tool_battery import BOUND_S, TOOLS, Tool, finish, judged, left_running, start, wait_gone
 from llm_pd_eks_tools.core.cli import Exit
@@ -72,49 +70,6 @@ def test_a_bad_input_file_is_one_line_and_a_documented_code(tmp_path, module, in
     assert set(ROOT.glob("Pulumi.*.yaml")) == stacks, "a stack file was left behind"
 
 
-class TricklingServer:
-    """Answers every request slowly: `headers` one header byte every 50 ms; `body` a whole header
-    block promising a body that comes a byte at a time; `chunked` chunks of one byte each."""
-
-    def __init__(self, mode: str) -> None:
-        self.mode = mode
-        self.sock = socket.create_server(("127.0.0.1", 0), backlog=16)
-        self.url = f"http://user:hunter2-secret@127.0.0.1:{self.sock.getsockname()[1]}"
-        self.stop = threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
-
-    def _trickle(self, conn: socket.socket) -> None:
-        head = {
-            "headers": b"HTTP/1.1 200 OK\r\n",
-            "body": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n",
-            "chunked": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
-        }[self.mode]
-        piece = b"1\r\n \r\n" if self.mode == "chunked" else b"X" if self.mode == "headers" else b" "
-        with conn:
-            try:
-                conn.settimeout(5)
-                conn.recv(65536)
-                conn.sendall(head)
-                end = time.monotonic() + 120  # bounded: the server gives up on its own
-                while not self.stop.is_set() and time.monotonic() < end:
-                    conn.sendall(piece)
-                    self.stop.wait(0.05)
-            except OSError:
-                return
-
-    def close(self) -> None:
-        self.stop.set()
-        self.sock.close()
-
-
 SERVER_CASES = [
     pytest.param(module, mode, id=f"{module}-{mode}")
     for module, tool in sorted(TOOLS.items())
@@ -125,7 +80,7 @@ SERVER_CASES = [
 
 @pytest.mark.parametrize("module, mode", SERVER_CASES)
 def test_a_trickling_server_ends_in_the_deadline_with_its_password_unprinted(tmp_path, module, mode):
-    server = TricklingServer(mode)
+    server = TricklingServer(mode, userinfo="user:hunter2-secret")
     try:
         tool: Tool = TOOLS[module]
         assert tool.server is not None

@@ -20,49 +20,12 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, copy_checkout
+from helpers import ROOT, TricklingServer, copy_checkout
 from prom_fixtures import free_port
 
 from llm_pd_eks_sizing import cost_audit
 from llm_pd_eks_tools.core.cli import Exit, run
 from llm_pd_eks_tools.ops.verify.cli import main as verify_main
-
-TRICKLE_FOR_S = 60.0  # how long the trickling server keeps sending before it would finish its headers
-
-
-class TricklingServer:
-    """Accepts connections and answers with a status line, then one header byte every 50 ms."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0), backlog=16)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.stop = threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
-
-    def _trickle(self, conn: socket.socket) -> None:
-        with conn:
-            try:
-                conn.recv(65536)
-                conn.sendall(b"HTTP/1.1 200 OK\r\n")
-                started = time.monotonic()
-                while not self.stop.is_set() and time.monotonic() - started < TRICKLE_FOR_S:
-                    conn.sendall(b"X")
-                    self.stop.wait(0.05)
-                conn.sendall(b": y\r\nContent-Length: 2\r\n\r\n{}")
-            except OSError:
-                return
-
-    def close(self) -> None:
-        self.stop.set()
-        self.sock.close()
 
 
 @pytest.fixture
