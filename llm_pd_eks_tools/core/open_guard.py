@@ -7,8 +7,9 @@ code. Checking each tool's each read grows a list that the next tool misses, so 
 path before the system call) that refuses these for every file the process opens, whatever opens it.
 
 Allowed: regular files, `/dev/null`, terminals, the random devices, and directories opened with
-`os.open` (a directory's descriptor, for fsync). Refused, as a usage error naming the path: FIFOs,
-sockets, block devices, `/dev/zero` and `/dev/full` read as input, and a directory opened with `open()`.
+`os.open` (a directory's descriptor, for fsync) or by `tempfile.TemporaryFile` (an unnamed file made
+in it with `O_TMPFILE`). Refused, as a usage error naming the path: FIFOs, sockets, block devices,
+`/dev/zero` and `/dev/full` read as input, and a directory opened with `open()`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+import tempfile
 from typing import Any
 
 from llm_pd_eks_tools.core.errors import Exit, ToolError, one_line
@@ -46,7 +48,9 @@ def refusal(path: str, mode: Any) -> str | None:
     if stat.S_ISREG(kind):
         return None
     if stat.S_ISDIR(kind):
-        return None if mode is None else "is a directory, not a file; give the path of a file"
+        if mode is None or _in_temporary_file():
+            return None
+        return "is a directory, not a file; give the path of a file"
     if stat.S_ISFIFO(kind):
         return "is a FIFO (named pipe), not a regular file; give a file (a pipe would block the tool)"
     if stat.S_ISSOCK(kind):
@@ -59,6 +63,20 @@ def refusal(path: str, mode: Any) -> str | None:
             return None  # /dev/null, random devices, terminals, and drivers' own devices (GPUs)
         return "is a device that never ends or never takes data, not a file; give a regular file"
     return None
+
+
+def _in_temporary_file() -> bool:
+    """True inside `tempfile.TemporaryFile`: on Linux it opens its directory with `O_TMPFILE` through
+    an opener, and the `open` event that `io.open` raises first shows only mode "w+", the same as a
+    directory opened for writing by mistake. The caller is the one thing that tells them apart."""
+    frame = sys._getframe(1)
+    for _ in range(8):
+        if frame is None:
+            return False
+        if frame.f_code.co_name == "TemporaryFile" and frame.f_code.co_filename == tempfile.__file__:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:

@@ -44,6 +44,7 @@ class Tool:
     inputs: tuple[tuple[str, ...], ...] = ()
     server: Optional[tuple[str, ...]] = None
     long_run: Optional[tuple[str, ...]] = None  # runs for seconds: SIGTERM lands mid-run
+    works: Optional[tuple[str, ...]] = None  # its real work, offline: must succeed under the runner's guards
     gpu_machine: bool = False  # runs on the GPU machine (torch there): help and streams only here
     notes: str = field(default="", compare=False)
 
@@ -57,11 +58,12 @@ TOOLS: dict[str, Tool] = {
             "llm_pd_eks_tools.plan.preview",
             inputs=(ROOTED, ("--stack", "dev", "--policy-config", "{file}")),
             long_run=("--stack", "dev", "--out", "{tmp}/preview"),
+            works=("--stack", "dev", "--out", "{tmp}/preview"),
         ),
         Tool("llm_pd_eks_tools.plan.preview.diff", inputs=(("--base", "HEAD", *ROOTED),)),
         Tool("llm_pd_eks_tools.plan.preview.bench"),
-        Tool("llm_pd_eks_tools.plan.up_budget"),
-        Tool("llm_pd_eks_tools.plan.cutover_examples"),
+        Tool("llm_pd_eks_tools.plan.up_budget", works=()),
+        Tool("llm_pd_eks_tools.plan.cutover_examples", works=()),
         Tool("llm_pd_eks_tools.ops.preflight"),
         Tool(
             "llm_pd_eks_tools.ops.resolve_image",
@@ -76,18 +78,24 @@ TOOLS: dict[str, Tool] = {
         Tool("llm_pd_eks_tools.plan.cutover_replicas", inputs=(("--stack", "dev", "--kubeconfig", "{file}"),)),
         Tool("llm_pd_eks_tools.ops.review_stack", inputs=(("--pr", "7", "--github-output", "{file}"),)),
         Tool(
-            "llm_pd_eks_tools.gates.promote_check", inputs=(("--from", "battery", "--to", "dev", "--root", "{root}"),)
+            "llm_pd_eks_tools.gates.promote_check",
+            inputs=(("--from", "battery", "--to", "dev", "--root", "{root}"),),
+            works=("--from", "staging", "--to", "prod"),
         ),
         Tool("llm_pd_eks_tools.gates.placeholders", inputs=(("--stack", "dev", "--github-output", "{file}"),)),
-        Tool("llm_pd_eks_tools.maint.config_doc"),
-        Tool("llm_pd_eks_tools.maint.exit_codes_doc"),
+        Tool("llm_pd_eks_tools.maint.config_doc", works=("--check",)),
+        Tool("llm_pd_eks_tools.maint.exit_codes_doc", works=("--check",)),
         Tool("llm_pd_eks_tools.maint.gen_vllm_facts", inputs=(("--wheel", "{file}", "--out", "{tmp}/facts"),)),
         Tool("llm_pd_eks_tools.maint.gen_ray_resources"),
         Tool("llm_pd_eks_tools.maint.gen_eks_children", inputs=(("--pulumi-eks", "{file}"),)),
         Tool("llm_pd_eks_tools.maint.gen_resource_types"),
         Tool("llm_pd_eks_tools.maint.gen_instance_types"),
-        Tool("llm_pd_eks_tools.maint.bench_policies"),
-        Tool("llm_pd_eks_sizing.size", inputs=(("--stack", "dev", "--workload", "{file}"),)),
+        Tool("llm_pd_eks_tools.maint.bench_policies", works=("--resources", "40")),
+        Tool(
+            "llm_pd_eks_sizing.size",
+            inputs=(("--stack", "dev", "--workload", "{file}"),),
+            works=("--stack", "dev", "--workload", "workloads/dev.yaml"),
+        ),
         Tool(
             "llm_pd_eks_sizing.calibrate",
             inputs=(("--stack", "dev", "--workload", "{file}"), ("--stack", "dev", "--nixlbench-output", "{file}")),
@@ -104,8 +112,8 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool("llm_pd_eks_sizing.realrun.gpu_main", gpu_machine=True),
         Tool("llm_pd_eks_sizing.realrun.dry_run"),
-        Tool("llm_pd_eks_sizing.realrun.render"),
-        Tool("llm_pd_eks_sizing.realrun.doc"),
+        Tool("llm_pd_eks_sizing.realrun.render", works=("--out", "{tmp}/realrun")),
+        Tool("llm_pd_eks_sizing.realrun.doc", works=("--check",)),
         Tool("llm_pd_eks_sizing.realrun.router_run"),
         Tool("llm_pd_eks_sizing.realrun.gpu_two", gpu_machine=True),
         Tool("llm_pd_eks_sizing.realrun.two_gpu"),
