@@ -1,17 +1,26 @@
 """Benchmark: the policy pack judging a large stack through the real analyzer protocol.
 
-`python -m llm_pd_eks_tools.maint.bench_policies [--resources 10000]` builds a stack of N resources (GPU node groups
-with their launch templates, placement groups, security groups and subnets, plus ConfigMaps and
-Services), sends Configure, Analyze per resource and one AnalyzeStack, and prints the seconds each
-phase took and the verdict count. Not a test: the numbers depend on the machine. The issue's bound
-is that a 10,000-resource stack is judged at all, in minutes, not hours.
+`python -m llm_pd_eks_tools.maint.bench_policies [--resources 10000] [--shape varied]` builds a stack of N
+resources (GPU node groups with their launch templates, placement groups, security groups and
+subnets, plus ConfigMaps and Services; `varied` adds GPU Deployments, ConfigGroups of YAML text and
+dashboards), sends Configure, Analyze per resource and one AnalyzeStack, and prints each phase's wall
+seconds, the analyzer process's CPU seconds and the verdict count. Then it runs the same stack
+through the control: a pack of the same policies, by name and kind, whose rules do nothing. What
+the control takes is the floor no rule can lower: the gRPC exchange of each call (client and
+server) and pulumi-policy decoding a request's properties again for every policy. Not a test: the
+numbers depend on the machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import tempfile
+import textwrap
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 import yaml
@@ -19,7 +28,7 @@ from google.protobuf import struct_pb2
 
 from llm_pd_eks.pulumi_sdk import analyzer_pb2
 from llm_pd_eks_tools.core.cli import exit_with
-from llm_pd_eks_tools.plan.preview.analyzer import PolicyPackServer
+from llm_pd_eks_tools.plan.preview.analyzer import POLICY_PACK_DIR, PolicyPackServer
 
 STACK, PROJECT = "bench", "llm-pd-eks"
 
@@ -171,6 +180,73 @@ def build_varied(count: int, dashboard_bytes: int = 2_350_000) -> list[analyzer_
     return out[:count]
 
 
+# The control pack: the real pack's policies, same names and kinds, each rule a no-op.
+_CONTROL_PACK = """
+import gc, sys
+sys.path.insert(0, {pack!r})
+from pulumi_policy import EnforcementLevel, PolicyPack, ResourceValidationPolicy, StackValidationPolicy
+from llm_pd_eks_policy import POLICIES
+
+gc.freeze()
+gc.set_threshold(100_000, 50, 1_000)
+
+
+def nothing(args, report):
+    return None
+
+
+PolicyPack(
+    name="control",
+    enforcement_level=EnforcementLevel.MANDATORY,
+    policies=[
+        (ResourceValidationPolicy if isinstance(p, ResourceValidationPolicy) else StackValidationPolicy)(
+            name=p.name, description=p.description, validate=nothing
+        )
+        for p in POLICIES
+    ],
+)
+"""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One pack's run over the stack: wall seconds of each phase, the analyzer's CPU seconds."""
+
+    analyze_s: float
+    analyze_cpu_s: float
+    stack_s: float
+    stack_cpu_s: float
+    verdicts: dict[str, int]
+
+    def line(self, label: str) -> str:
+        total, cpu = self.analyze_s + self.stack_s, self.analyze_cpu_s + self.stack_cpu_s
+        return (
+            f"{label}: {total:.1f}s wall (Analyze {self.analyze_s:.1f}s, AnalyzeStack {self.stack_s:.1f}s), "
+            f"analyzer CPU {cpu:.1f}s (Analyze {self.analyze_cpu_s:.1f}s, AnalyzeStack {self.stack_cpu_s:.1f}s)"
+        )
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (/proc/<pid>/stat: utime, stime)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def judge(resources: list[analyzer_pb2.AnalyzerResource], pack_dir: Path = POLICY_PACK_DIR) -> Timing:
+    with PolicyPackServer(pack_dir=pack_dir, startup_timeout=120) as server:
+        server.configure()
+        pid = server.pid
+        c0, t0 = _cpu_s(pid), time.monotonic()
+        verdicts = [v for r in resources for v in server.analyze(r)]
+        c1, t1 = _cpu_s(pid), time.monotonic()
+        verdicts += server.analyze_stack(resources)
+        c2, t2 = _cpu_s(pid), time.monotonic()
+    by_policy: dict[str, int] = {}
+    for verdict in verdicts:
+        by_policy[verdict.policy] = by_policy.get(verdict.policy, 0) + 1
+    return Timing(t1 - t0, c1 - c0, t2 - t1, c2 - c1, by_policy)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="bench_policies", description=__doc__.splitlines()[0])
     parser.add_argument("--resources", type=int, default=10_000, help="stack size (default 10000)")
@@ -181,24 +257,22 @@ def main(argv: Optional[list[str]] = None) -> int:
         help="mixed: AWS GPU groups, ConfigMaps, Services; varied: also GPU Deployments, ConfigGroups of YAML "
         "text and 2.35 MB of dashboard JSON in ConfigMaps",
     )
+    parser.add_argument("--no-control", action="store_true", help="skip the control run (the host's floor)")
     args = parser.parse_args(argv)
     t0 = time.monotonic()
     resources = build_stack(args.resources) if args.shape == "mixed" else build_varied(args.resources)
-    t1 = time.monotonic()
-    with PolicyPackServer(startup_timeout=120) as server:
-        server.configure()
-        t2 = time.monotonic()
-        verdicts = [v for r in resources for v in server.analyze(r)]
-        t3 = time.monotonic()
-        verdicts += server.analyze_stack(resources)
-        t4 = time.monotonic()
-    by_policy: dict[str, int] = {}
-    for verdict in verdicts:
-        by_policy[verdict.policy] = by_policy.get(verdict.policy, 0) + 1
-    print(
-        f"{len(resources)} resources: build {t1 - t0:.1f}s, Analyze x{len(resources)} {t3 - t2:.1f}s, "
-        f"AnalyzeStack {t4 - t3:.1f}s, {len(verdicts)} verdict(s) {by_policy or ''}"
-    )
+    print(f"{len(resources)} resources ({args.shape}) built in {time.monotonic() - t0:.1f}s", flush=True)
+    pack = judge(resources)
+    print(pack.line("pack"), f"{sum(pack.verdicts.values())} verdict(s) {pack.verdicts or ''}".rstrip(), flush=True)
+    if not args.no_control:
+        with tempfile.TemporaryDirectory(prefix="bench-control-") as folder:
+            control_dir = Path(folder)
+            (control_dir / "PulumiPolicy.yaml").write_text("runtime: python\n")
+            (control_dir / "__main__.py").write_text(textwrap.dedent(_CONTROL_PACK.format(pack=str(POLICY_PACK_DIR))))
+            control = judge(resources, control_dir)
+        print(control.line("control (same policies, rules that do nothing)"))
+        rules = pack.analyze_cpu_s + pack.stack_cpu_s - control.analyze_cpu_s - control.stack_cpu_s
+        print(f"the rules' own share: {rules:.1f}s of analyzer CPU")
     return 0
 
 

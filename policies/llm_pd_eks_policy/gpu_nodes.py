@@ -34,7 +34,7 @@ from .common import (
     join,
     truthy,
 )
-from .node_labels import admits, node_labels
+from .node_labels import LabelIndex, node_labels
 from .pod_efa import pod_instance_types
 from .pod_env import requested
 from .ray_serving import kv_configs
@@ -180,6 +180,7 @@ def _serving_spread(view: StackView, caps: list[tuple[Capacity, set[str]]], repo
         return  # one GPU group: nothing to spread over
     pairs: dict[str, list[tuple[Any, dict[str, set[str]]]]] = {}
     seen: dict[str, tuple[dict[str, set[str]], dict[str, str]]] = {}  # pods with the same selector land alike
+    index = LabelIndex([labels for _, _, _, labels, _ in placed])
     for resource in view.resources:
         if not resource.resource_type.startswith("kubernetes:"):
             continue
@@ -189,7 +190,7 @@ def _serving_spread(view: StackView, caps: list[tuple[Capacity, set[str]]], repo
             for _, pod in work.pods():
                 if not any((requested(c, "nvidia.com/gpu") or 0) > 0 for c in containers(pod)):
                     continue
-                landing = _landing(placed, dig(pod, "nodeSelector"), pod_instance_types(pod), seen)
+                landing = _landing(placed, index, dig(pod, "nodeSelector"), pod_instance_types(pod), seen)
                 for az, labels in landing[0].items():
                     by_az.setdefault(az, set()).update(labels)
                 groups.update(landing[1])
@@ -216,15 +217,18 @@ def _serving_spread(view: StackView, caps: list[tuple[Capacity, set[str]]], repo
             _spread_verdict(f"the P/D workloads of model {model!r}", merged, members[0][0].urn, report)
 
 
-def _landing(placed: list, selector: Any, pinned: set[str], seen: dict) -> tuple[dict[str, set[str]], dict[str, str]]:
+def _landing(
+    placed: list, index: LabelIndex, selector: Any, pinned: set[str], seen: dict
+) -> tuple[dict[str, set[str]], dict[str, str]]:
     """(AZ -> groups, placement group urn -> name) of the GPU groups a pod with `selector` and
     instance-type pins may land on, computed once per distinct selector and pins."""
     key = repr((sorted(selector.items(), key=repr) if isinstance(selector, dict) else selector, sorted(pinned)))
     if key not in seen:
         by_az: dict[str, set[str]] = {}
         groups: dict[str, str] = {}
-        for cap, gpu, az, labels, group in placed:
-            if not admits(labels, selector) or (pinned and not pinned & gpu):
+        for i in sorted(index.admitted(selector)):
+            cap, gpu, az, _, group = placed[i]
+            if pinned and not pinned & gpu:
                 continue
             by_az.setdefault(az, set()).add(cap.label)
             if group is not None:

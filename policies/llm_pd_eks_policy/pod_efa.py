@@ -29,7 +29,7 @@ from .common import (
     norm_type,
 )
 from .fabric import unreadable_fabric
-from .node_labels import admits, node_labels
+from .node_labels import LabelIndex, node_labels
 from .pod_env import ClaimStore, External, ObjectStore, dra_gpus, effective_env, requested
 from .ray_serving import ServeConfigError, serve_config, walk
 from .stack import StackView
@@ -85,20 +85,22 @@ def _selected_types(view: StackView, table: TypeTable, pod: Any) -> set[str]:
     selector = dig(pod, "nodeSelector")
     if not isinstance(selector, dict) or not selector:
         return set()
-    return {t for labels, efa in _labelled(view, table) if admits(labels, selector) for t in efa}
+    efa, index = _labelled(view, table)
+    return {t for i in index.admitted(selector) for t in efa[i]}
 
 
-def _labelled(view: StackView, table: TypeTable) -> list[tuple[Any, set[str]]]:
-    """(node labels, EFA GPU types) of each GPU capacity, once per judgement."""
+def _labelled(view: StackView, table: TypeTable) -> tuple[list[set[str]], LabelIndex]:
+    """The EFA GPU types of each GPU capacity, and the index of their node labels, once per judgement."""
 
-    def build() -> list[tuple[Any, set[str]]]:
-        out = []
+    def build() -> tuple[list[set[str]], LabelIndex]:
+        efa_types, labelled = [], []
         for cap in view.capacities():
             efa = table.efa_of(cap.instance_types)
             if efa:
                 azs = {view.subnet_az(s) for s in cap.subnets.resolved} | cap.literal_azs
-                out.append((node_labels(view, cap, {str(az) for az in azs if az and not is_unknown(az)}), efa))
-        return out
+                labelled.append(node_labels(view, cap, {str(az) for az in azs if az and not is_unknown(az)}))
+                efa_types.append(efa)
+        return efa_types, LabelIndex(labelled)
 
     return memoized(("labelled", id(view), id(table)), (view, table), build)
 

@@ -242,12 +242,32 @@ def embedded(node: Any, match: Callable[[dict], bool], path: str = "", depth: in
         for i, value in enumerate(node):
             yield from embedded(value, match, f"{path}[{i}]", depth + 1)
     elif isinstance(node, str) and "kind" in node and "apiVersion" in node:
-        try:  # YAML text, one or many documents; JSON text too
-            docs = yaml_text.load_all(node)
+        for inner, obj in _in_text(node, match, depth + 1):
+            yield path + inner, obj
+
+
+_found_in_text = yaml_text.TextCache()
+_HERE = "\0"  # the path of the text itself while its finds are computed (joined to the real path after)
+
+
+def _in_text(text: str, match: Callable[[dict], bool], depth: int) -> list[tuple[str, dict]]:
+    """(path inside the text, object) of every match in YAML or JSON text (one or many documents),
+    found once per text and kind of match: a dashboard's megabytes of JSON are walked once, not once
+    per rule and request."""
+    key = (match, depth, text)
+    found = _found_in_text.get(key)
+    if found is None:
+        try:
+            docs = yaml_text.load_all(text)
         except (yaml_text.YamlTooLarge, yaml.YAMLError):
-            return  # resource-decodable refuses text too large; other text carries no object
-        for i, doc in enumerate(docs):
-            yield from embedded(doc, match, f"{path}<document {i}>", depth + 1)
+            docs = []  # resource-decodable refuses text too large; other text carries no object
+        found = [
+            (inner.removeprefix(_HERE), obj)
+            for i, doc in enumerate(docs)
+            for inner, obj in embedded(doc, match, f"{_HERE}<document {i}>", depth)
+        ]
+        _found_in_text.put(key, found)
+    return found
 
 
 def _is_list_wrapper(node: dict) -> bool:

@@ -31,9 +31,41 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # Texts kept parsed, by their total length (least recently used first out): enough for every text of a
 # large stack, so each rule after the first finds them parsed.
 _CACHE_CHARS = 64_000_000
-_cache: "OrderedDict[str, tuple[str, Any]]" = OrderedDict()
-_cached_chars = 0
-_lock = threading.Lock()  # the host serves requests on several threads
+
+
+class TextCache:
+    """What was computed from a text, kept by the text (with a tag saying what was computed) and
+    bounded by the texts' total length, least recently used first out. Process-wide: a value depends
+    on the text alone, so every rule and request may share it; the host serves requests on several
+    threads."""
+
+    def __init__(self, max_chars: int = _CACHE_CHARS) -> None:
+        self.max_chars = max_chars
+        self._items: "OrderedDict[tuple[Any, ...], Any]" = OrderedDict()
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[Any, ...]) -> Any:
+        """The value kept for `key` (its text last), or None."""
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None:
+                self._items.move_to_end(key)
+            return hit
+
+    def put(self, key: tuple[Any, ...], value: Any) -> None:
+        if len(key[-1]) > self.max_chars:
+            return
+        with self._lock:
+            if key not in self._items:
+                self._chars += len(key[-1])
+            self._items[key] = value
+            while self._chars > self.max_chars:
+                old, _ = self._items.popitem(last=False)
+                self._chars -= len(old[-1])
+
+
+_parsed = TextCache()
 
 
 class YamlTooLarge(ValueError):
@@ -105,33 +137,19 @@ def _parse(text: str, limit: int) -> list[Any]:
 def load_all(text: str, limit: int = MAX_NODES) -> list[Any]:
     """Every document of `text` (YAML, so JSON too) as plain data; YamlTooLarge when the documents'
     aliases add more than `limit` nodes, yaml.YAMLError when the text is not YAML."""
-    key = text if limit == MAX_NODES else ""
-    with _lock:
-        hit = _cache.get(key) if key else None
-        if hit is not None:
-            _cache.move_to_end(key)
+    cached = limit == MAX_NODES
+    hit = _parsed.get(("parsed", text)) if cached else None
     if hit is None:
         try:
             hit = ("ok", _parse(text, limit))
         except (yaml.YAMLError, YamlTooLarge) as error:
             hit = ("error", error)
-        if key and len(key) <= _CACHE_CHARS:
-            _remember(key, hit)
+        if cached:
+            _parsed.put(("parsed", text), hit)
     kind, value = hit
     if kind == "error":
         raise cast(Exception, value)
     return cast(list[Any], value)
-
-
-def _remember(key: str, hit: tuple[str, Any]) -> None:
-    global _cached_chars
-    with _lock:
-        if key not in _cache:
-            _cached_chars += len(key)
-        _cache[key] = hit
-        while _cached_chars > _CACHE_CHARS:
-            old, _ = _cache.popitem(last=False)
-            _cached_chars -= len(old)
 
 
 def load(text: str, limit: int = MAX_NODES) -> Any:

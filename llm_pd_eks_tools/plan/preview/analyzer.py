@@ -240,6 +240,13 @@ class PolicyPackServer:
         return self._stderr.read().decode(errors="replace")
 
     @property
+    def pid(self) -> int:
+        """The analyzer process's id (a benchmark reads its CPU time)."""
+        if self._proc is None:
+            raise RuntimeError("the policy pack is not running")
+        return self._proc.pid
+
+    @property
     def stderr(self) -> str:
         """What the pack wrote to stderr so far (tracebacks of failing policies land here)."""
         return self._read_stderr()
