@@ -231,10 +231,20 @@ EFA_TYPES_SCHEMA: dict[str, Any] = {
 
 def config_with_defaults(args: Any, schema: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """The policy's config with schema defaults filled in (the engine does this; tests may not)."""
-    given = dict(args.get_config() or {})
-    result = {k: copy.deepcopy(v["default"]) for k, v in schema.items() if "default" in v}
-    result.update(given)
+    result = dict(_defaults(id(schema), schema))
+    result.update(args.get_config() or {})
     return result
+
+
+_schema_defaults: dict[int, tuple[Mapping[str, Any], dict[str, Any]]] = {}
+
+
+def _defaults(key: int, schema: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """A schema's defaults, built once (every rule reads its config on every call; rules never
+    mutate what config gives them). The schema is kept with them, so its id is not reused."""
+    if key not in _schema_defaults:
+        _schema_defaults[key] = (schema, {k: copy.deepcopy(v["default"]) for k, v in schema.items() if "default" in v})
+    return _schema_defaults[key][1]
 
 
 def norm_type(name: Any) -> Optional[str]:
