@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import signal
@@ -284,9 +285,22 @@ def install_signal_handlers() -> dict[int, Any]:
     def handler(signum: int, _frame: Any) -> None:
         global _received
         _received = signum
+        _stop_running_loop()
         raise Terminated(signum)
 
     return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+
+
+def _stop_running_loop() -> None:
+    """Stop the asyncio loop the main thread is running, if any. The signal's exception lands in
+    whatever runs when it comes: inside an asyncio task (the Pulumi runtime's, under the preview's
+    mocks) the task keeps it as its result and the loop waits on for futures that task would have
+    resolved, forever. A stopped loop ends `run_until_complete` with an error, so the run ends."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return  # not inside a loop: the exception alone ends the run
+    loop.stop()
 
 
 # The termination signal the run received, if any: code that caught the `Terminated` it raised (an
