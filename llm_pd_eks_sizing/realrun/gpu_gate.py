@@ -44,6 +44,12 @@ GATE_OVERRIDES = {
         "a failed pull is prefilled again on decode and still answered: the case the gate must see",
     ),
 }
+# The canaries' filler length on this run. The run's tokenizer (gpu_model.build_tokenizer, trained on
+# other words) splits each filler word into about 4.7 tokens: canary.DEFAULT_WORDS (2,400) would be
+# about 11,380 tokens, over the dev stack's max_model_len of 8,192, and every canary would be refused.
+# 600 words are about 2,940 tokens with it, the length the cluster's canaries have with a 7B/8B model's
+# own tokenizer, so each canary still pulls a few hundred KV blocks.
+CANARY_WORDS = 600
 BROKEN_OVERRIDES = {
     "decode model_loading_config.model_source": (
         str(BROKEN_MODEL_DIR),
@@ -139,7 +145,7 @@ def ask(run: ModuleType, model: str, items: list) -> list[dict]:
 
 def canary_round(run: ModuleType, model: str, evidence: dict) -> list:
     """The canaries with the decode raylet scraped before and after (one export interval later)."""
-    items = canary.canaries()
+    items = canary.canaries(words=CANARY_WORDS)
     before = run.http("GET", f"http://127.0.0.1:{run.METRICS_PORTS['decode']}/metrics", timeout=30)[1]
     evidence["canaries"] = ask(run, model, items)
     time.sleep(run.EXPORT_WAIT_S)
@@ -188,7 +194,8 @@ def phase_gate(run: ModuleType, bundle: Path, out: Path, phase: str) -> dict:
     evidence["model_dir"] = str(run.MODEL_DIR)
     run.ensure_raylets(bundle, evidence)
     clock.lap("raylets")
-    items = canary.canaries()
+    items = canary.canaries(words=CANARY_WORDS)
+    evidence["canary_words"] = CANARY_WORDS
     if phase == "gate-agg":
         config = gated(json.loads((bundle / "serve-agg.json").read_text()))
         model = config["applications"][0]["args"]["llm_configs"][0]["model_loading_config"]["model_id"]
