@@ -30,7 +30,7 @@ from .common import (
 )
 from .fabric import unreadable_fabric
 from .node_labels import LabelIndex, node_labels
-from .pod_env import ClaimStore, External, ObjectStore, dra_gpus, effective_env, requested
+from .pod_env import ClaimStore, EnvView, External, ObjectStore, dra_gpus, effective_env, requested
 from .ray_serving import ServeConfigError, serve_config, walk
 from .stack import StackView
 from .workloads import (
@@ -183,39 +183,50 @@ def _container_problems(
     namespace: Any,
     store: ObjectStore,
 ) -> list[str]:
+    """What a GPU container must change to reach its share of EFA: the devices it requests, the
+    FI_PROVIDER its env gives libfabric, and what its command line does to the fabric settings."""
     efa_res, provider = cfg["efaResource"], cfg["fiProvider"]
-    problems = []
+    devices = _device_share(container, gpus, node_type, table, efa_res)
+    env = effective_env(container, namespace, store)
+    return devices + _env_provider(env.get("FI_PROVIDER"), provider) + _command_line(container, env, provider)
+
+
+def _device_share(container: Any, gpus: int, node_type: Optional[str], table: TypeTable, efa_res: str) -> list[str]:
+    """A container that asks for EFA devices asks for its GPUs' share of the node's (at least one)."""
     efa = requested(container, efa_res)
     expected = 1
     why = ""
     if node_type in table.efa and table.gpus.get(node_type):
         expected = _efa_share(table, node_type, gpus)
         why = f" ({gpus} of {node_type}'s {table.gpus[node_type]} GPUs -> {expected} of its {table.efa[node_type]})"
-    if efa is not None and efa < expected:
-        problems.append(f"request {expected} '{efa_res}' device(s){why}, not {efa}")
-    env = effective_env(container, namespace, store)
-    value = env.get("FI_PROVIDER")
+    return [f"request {expected} '{efa_res}' device(s){why}, not {efa}"] if efa is not None and efa < expected else []
+
+
+def _env_provider(value: Any, provider: str) -> list[str]:
+    """FI_PROVIDER as the container's env leaves it: the configured provider, read at preview."""
     if is_unknown(value):
-        problems.append(
+        return [
             f"set env FI_PROVIDER={provider} literally (it comes from a value not known at preview, which no rule "
             f"can read)"
-        )
-    elif isinstance(value, External):
-        problems.append(
-            f"set env FI_PROVIDER={provider} literally (it comes from {value.source}, which the pack cannot read)"
-        )
-    elif not is_unknown(value) and value != provider:
-        problems.append(
+        ]
+    if isinstance(value, External):
+        return [f"set env FI_PROVIDER={provider} literally (it comes from {value.source}, which the pack cannot read)"]
+    if value != provider:
+        return [
             f"set env FI_PROVIDER={provider} (is {value!r}; with duplicates the last entry wins)"
             if value is not None
             else f"set env FI_PROVIDER={provider}"
-        )
+        ]
+    return []
+
+
+def _command_line(container: Any, env: EnvView, provider: str) -> list[str]:
+    """The command line runs after env: it may override FI_PROVIDER, or set fabric variables and
+    load the engine's fabric settings where the pack cannot read them."""
     line = container_command(container)
     problem = _fi_problem(line.last("FI_PROVIDER"), provider)
-    if problem:
-        problems.append(f"the command line {problem}; leave FI_PROVIDER to env (or export {provider!r})")
     return (
-        problems
+        ([f"the command line {problem}; leave FI_PROVIDER to env (or export {provider!r})"] if problem else [])
         + [
             f"the command line may set fabric variables where the pack cannot read it ({text!r}); set them in env"
             for text in unreadable_settings(line, FABRIC_VARIABLES)
