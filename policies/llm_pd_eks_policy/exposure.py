@@ -32,7 +32,7 @@ from .common import (
     truthy,
 )
 from .ray_serving import ray_objects
-from .workloads import RAY_CLUSTER_SPEC, embedded
+from .workloads import RAY_CLUSTER_SPEC, Workload, embedded
 
 # -- internet-facing serve endpoint ------------------------------------------------------------
 EXPOSURE_CONFIG: dict[str, dict[str, Any]] = {
@@ -146,43 +146,62 @@ def _exposure(resource_type: str, props: Any) -> list[str]:
     (annotation / spec.scheme); IngressClassParams `spec.scheme` overrides every Ingress of its
     class. A LoadBalancer Service without the scheme annotation is internet-facing under the legacy
     in-tree controller, so it counts as exposed."""
-    why: list[str] = []
-    if resource_type in (K8S_SERVICE, K8S_SERVICE_PATCH):  # a patch sets what the Service becomes
-        why += [w for w in [_service_exposure(props)] if w]
-    elif resource_type == K8S_INGRESS:
-        if dig(props, "metadata", "annotations", _ALB_SCHEME) == "internet-facing":
-            why.append(f"annotation {_ALB_SCHEME}: internet-facing")
-    elif resource_type in (INGRESS_CLASS_PARAMS, LB_CONFIGURATION):
-        if dig(props, "spec", "scheme") == "internet-facing":
-            why.append("spec.scheme: internet-facing")
-    elif resource_type in GATEWAYS:
-        annotations = dig(props, "spec", "infrastructure", "annotations")
-        if isinstance(annotations, dict) and annotations.get(_SCHEME) == "internet-facing":
-            why.append(f"spec.infrastructure.annotations {_SCHEME}: internet-facing")
+    why = _own_exposure(resource_type, props)
     if resource_type in HELM_TYPES:
         why += _chart_exposure(props)
     if resource_type not in (K8S_SERVICE, K8S_SERVICE_PATCH):  # Services in ConfigGroups, Helm values, manifests
-        for path, service in embedded(props, _is_service):
-            reason = _service_exposure(service)
-            if reason:
-                why.append(f"Service at {path or '(root)'} is {reason}")
+        why += _embedded_service_exposure(props)
     for ray in ray_objects(resource_type, props):
-        # KubeRay makes the head Service from headGroupSpec.serviceType (headService overrides it):
-        # it carries the dashboard and the job submission API (8265), which run any code sent to them.
-        head = dig(ray.obj, *RAY_CLUSTER_SPEC[ray.kind], "headGroupSpec")
-        head_type = dig(head, "headService", "spec", "type")
-        head_service = {
-            "spec": {"type": head_type if head_type is not None else dig(head, "serviceType")},
-            "metadata": {"annotations": dig(head, "headService", "metadata", "annotations") or {}},
-        }
-        reason = _service_exposure(head_service)
+        why += _ray_exposure(ray)
+    return why
+
+
+def _own_exposure(resource_type: str, props: Any) -> list[str]:
+    """What the object itself says about its load balancer's scheme."""
+    if resource_type in (K8S_SERVICE, K8S_SERVICE_PATCH):  # a patch sets what the Service becomes
+        return [w for w in [_service_exposure(props)] if w]
+    if resource_type == K8S_INGRESS:
+        if dig(props, "metadata", "annotations", _ALB_SCHEME) == "internet-facing":
+            return [f"annotation {_ALB_SCHEME}: internet-facing"]
+    elif resource_type in (INGRESS_CLASS_PARAMS, LB_CONFIGURATION):
+        if dig(props, "spec", "scheme") == "internet-facing":
+            return ["spec.scheme: internet-facing"]
+    elif resource_type in GATEWAYS:
+        annotations = dig(props, "spec", "infrastructure", "annotations")
+        if isinstance(annotations, dict) and annotations.get(_SCHEME) == "internet-facing":
+            return [f"spec.infrastructure.annotations {_SCHEME}: internet-facing"]
+    return []
+
+
+def _embedded_service_exposure(props: Any) -> list[str]:
+    """Services carried inside another object (a ConfigGroup, Helm values, a manifest)."""
+    why = []
+    for path, service in embedded(props, _is_service):
+        reason = _service_exposure(service)
         if reason:
-            why.append(f"{ray.label} head service (dashboard and job API, port 8265) is {reason}")
-        if ray.kind == "RayService":
-            serve_service = dig(ray.obj, "spec", "serveService")
-            reason = _service_exposure(serve_service) if isinstance(serve_service, dict) else None
-            if reason:
-                why.append(f"{ray.label} spec.serveService is {reason}")
+            why.append(f"Service at {path or '(root)'} is {reason}")
+    return why
+
+
+def _ray_exposure(ray: Workload) -> list[str]:
+    """The Services KubeRay makes for a Ray object. The head Service comes from
+    headGroupSpec.serviceType (headService overrides it): it carries the dashboard and the job
+    submission API (8265), which run any code sent to them."""
+    why = []
+    head = dig(ray.obj, *RAY_CLUSTER_SPEC[ray.kind], "headGroupSpec")
+    head_type = dig(head, "headService", "spec", "type")
+    head_service = {
+        "spec": {"type": head_type if head_type is not None else dig(head, "serviceType")},
+        "metadata": {"annotations": dig(head, "headService", "metadata", "annotations") or {}},
+    }
+    reason = _service_exposure(head_service)
+    if reason:
+        why.append(f"{ray.label} head service (dashboard and job API, port 8265) is {reason}")
+    if ray.kind == "RayService":
+        serve_service = dig(ray.obj, "spec", "serveService")
+        reason = _service_exposure(serve_service) if isinstance(serve_service, dict) else None
+        if reason:
+            why.append(f"{ray.label} spec.serveService is {reason}")
     return why
 
 
