@@ -5,6 +5,7 @@ from __future__ import annotations
 from . import (
     capacity,
     efa_security,
+    exposure,
     gpu_nodes,
     imds,
     intake,
@@ -12,7 +13,7 @@ from . import (
     ray_resources,
     ray_serving,
     references,
-    security,
+    secrets,
     universe,
     visibility,
 )
@@ -26,7 +27,8 @@ POLICIES = [
     *references.POLICIES,
     *ray_serving.POLICIES,
     *pod_efa.POLICIES,
-    *security.POLICIES,
+    *secrets.POLICIES,
+    *exposure.POLICIES,
     *capacity.POLICIES,
     *ray_resources.POLICIES,
     *intake.POLICIES,

@@ -5,7 +5,8 @@ traffic without it), and no ingress from the internet, however the CIDRs are spl
 from __future__ import annotations
 
 import ipaddress
-from typing import Any, Iterator
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional
 
 from pulumi_policy import (
     ReportViolation,
@@ -61,65 +62,91 @@ def _admits_itself(view: StackView, rule: Any, group: Any, key: str) -> bool:
     return isinstance(source, str) and not is_unknown(source) and own is not None and source == own
 
 
-def _sg_rules(view: StackView, group: Any) -> tuple[set[str], list[str]]:
-    """({"ingress", "egress"} that allow all traffic to/from the group itself, open ingress rules)."""
-    props = view.props(group)
-    self_all: set[str] = set()
-    ingress: list[tuple[str, list[Any]]] = []  # (label, CIDRs) of every ingress rule of the group
-    # Inline rules, even `[]`, make the provider remove every rule of that direction it did not
-    # declare inline (pulumi-aws SecurityGroup: inline rules and separate rule resources conflict):
-    # separate rules of such a direction do not count.
-    inline = {d for d in ("ingress", "egress") if dig(props, d) is not None and not is_unknown(dig(props, d))}
-    prefix_lists: list[str] = []
+@dataclass(frozen=True)
+class _Rule:
+    """One rule of a group, whichever resource declares it: its direction, what the verdict calls
+    it, whether it allows all traffic to or from the group itself, the addresses it admits, and
+    (ingress from a managed prefix list, whose entries the plan does not hold) how the verdict names that."""
+
+    direction: str
+    label: str
+    to_itself: bool
+    cidrs: list[Any]
+    prefix_list: Optional[str] = None
+
+
+def _inline_rules(props: Any) -> Iterator[_Rule]:
+    """The group's own `ingress`/`egress` blocks; all egress to 0.0.0.0/0 includes the group itself."""
     for direction in ("ingress", "egress"):
         for rule in known_list(dig(props, direction)) or []:
-            if direction == "ingress" and known_list(dig(rule, "prefixListIds")):
-                prefix_lists.append("inline ingress")
             cidrs = (known_list(dig(rule, "cidrBlocks")) or []) + (known_list(dig(rule, "ipv6CidrBlocks")) or [])
-            if str(dig(rule, "protocol")) in _ALL_PROTOCOLS and (
+            to_itself = str(dig(rule, "protocol")) in _ALL_PROTOCOLS and (
                 truthy(dig(rule, "self")) or (direction == "egress" and "0.0.0.0/0" in cidrs)
-            ):
-                self_all.add(direction)  # all egress includes the group itself
-            if direction == "ingress":
-                ingress.append((f"inline ingress {dig(rule, 'description') or cidrs}", cidrs))
+            )
+            from_list = direction == "ingress" and bool(known_list(dig(rule, "prefixListIds")))
+            label = f"inline ingress {dig(rule, 'description') or cidrs}"
+            yield _Rule(direction, label, to_itself, cidrs, "inline ingress" if from_list else None)
+
+
+def _rule_resources(view: StackView, group: Any, inline: set[str]) -> Iterator[_Rule]:
+    """The group's `aws.ec2.SecurityGroupRule`s. EC2 treats one whose source is the group itself
+    exactly like `self: true`; none counts as the self rule of a direction declared inline."""
     for rule in view.of_type(SECURITY_GROUP_RULE):
-        rp = view.props(rule)
         if group not in view.deps(rule, "securityGroupId", SECURITY_GROUP):
             continue
+        rp = view.props(rule)
         direction = str(dig(rp, "type"))
-        if direction == "ingress" and known_list(dig(rp, "prefixListIds")):
-            prefix_lists.append(f"rule '{rule.name}'")
-        # EC2 treats a rule whose source is the group itself exactly like `self: true`.
-        if (
+        to_itself = (
             direction not in inline
             and str(dig(rp, "protocol")) in _ALL_PROTOCOLS
             and (truthy(dig(rp, "self")) or _admits_itself(view, rule, group, "sourceSecurityGroupId"))
-        ):
-            self_all.add(direction)
+        )
         cidrs = (known_list(dig(rp, "cidrBlocks")) or []) + (known_list(dig(rp, "ipv6CidrBlocks")) or [])
-        if direction == "ingress":
-            ingress.append((f"rule '{rule.name}'", cidrs))
+        from_list = direction == "ingress" and bool(known_list(dig(rp, "prefixListIds")))
+        label = f"rule '{rule.name}'"
+        yield _Rule(direction, label, to_itself, cidrs, label if from_list else None)
+
+
+def _vpc_rule_resources(view: StackView, group: Any, inline: set[str]) -> Iterator[_Rule]:
+    """The group's `aws.vpc.SecurityGroupIngressRule`/`SecurityGroupEgressRule`s: one address each,
+    the group itself named by `referencedSecurityGroupId`."""
     for type_, direction in ((SG_INGRESS_RULE, "ingress"), (SG_EGRESS_RULE, "egress")):
         for rule in view.of_type(type_):
-            rp = view.props(rule)
             if group not in view.deps(rule, "securityGroupId", SECURITY_GROUP):
                 continue
-            if direction == "ingress" and dig(rp, "prefixListId") is not None:
-                prefix_lists.append(f"rule '{rule.name}'")
-            if (
+            rp = view.props(rule)
+            to_itself = (
                 direction not in inline
                 and str(dig(rp, "ipProtocol")) in _ALL_PROTOCOLS
                 and _admits_itself(view, rule, group, "referencedSecurityGroupId")
-            ):
-                self_all.add(direction)
-            if direction == "ingress":
-                ingress.append((f"rule '{rule.name}'", [dig(rp, "cidrIpv4"), dig(rp, "cidrIpv6")]))
-    open_in = [label for label, cidrs in ingress if _wide_blocks(cidrs)]
-    together = _wide_blocks([c for _, cidrs in ingress for c in cidrs])
-    if together and not open_in:  # only the rules taken together cover the internet
+            )
+            from_list = direction == "ingress" and dig(rp, "prefixListId") is not None
+            label, cidrs = f"rule '{rule.name}'", [dig(rp, "cidrIpv4"), dig(rp, "cidrIpv6")]
+            yield _Rule(direction, label, to_itself, cidrs, label if from_list else None)
+
+
+def _open_ingress(ingress: list[_Rule]) -> list[str]:
+    """Ingress rules that admit the internet: one alone, or only all of them together (CIDRs
+    collapsed as address sets); and every ingress from a prefix list, which the pack cannot read."""
+    open_in = [rule.label for rule in ingress if _wide_blocks(rule.cidrs)]
+    together = _wide_blocks([c for rule in ingress for c in rule.cidrs])
+    if together and not open_in:
         open_in.append(f"its {len(ingress)} ingress rules together ({', '.join(together)})")
-    open_in += [f"{where} from a prefix list, whose entries the pack cannot read" for where in prefix_lists]
-    return self_all, open_in
+    listed = [rule.prefix_list for rule in ingress if rule.prefix_list]
+    return open_in + [f"{where} from a prefix list, whose entries the pack cannot read" for where in listed]
+
+
+def _sg_rules(view: StackView, group: Any) -> tuple[set[str], list[str]]:
+    """({"ingress", "egress"} that allow all traffic to/from the group itself, open ingress rules).
+
+    Inline rules, even `[]`, make the provider remove every rule of that direction it did not
+    declare inline (pulumi-aws SecurityGroup: inline rules and separate rule resources conflict):
+    separate rules of such a direction do not count as its self rule."""
+    props = view.props(group)
+    inline = {d for d in ("ingress", "egress") if dig(props, d) is not None and not is_unknown(dig(props, d))}
+    rules = [*_inline_rules(props), *_rule_resources(view, group, inline), *_vpc_rule_resources(view, group, inline)]
+    self_all = {rule.direction for rule in rules if rule.to_itself}
+    return self_all, _open_ingress([rule for rule in rules if rule.direction == "ingress"])
 
 
 def _efa_sources(view: StackView, table: TypeTable) -> Iterator[tuple[str, Any, set[str], tuple[list, bool, list]]]:

@@ -13,7 +13,7 @@ resources joined by `StackView`.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 from pulumi_policy import (
     EnforcementLevel,
@@ -39,7 +39,7 @@ from .pod_efa import pod_instance_types
 from .pod_env import requested
 from .ray_serving import kv_configs
 from .stack import Capacity, EfaInterfaces, StackView
-from .workloads import container_command, containers, kv_flags, workloads
+from .workloads import Workload, container_command, containers, kv_flags, workloads
 
 EFA_CONFIG = GPU_TABLE_SCHEMA
 
@@ -170,15 +170,36 @@ def _serving_spread(view: StackView, caps: list[tuple[Capacity, set[str]]], repo
     group: each pod may land on every GPU group whose node labels its nodeSelector admits (and, when
     it pins instance types, of those types); KV-cache transfer does not cross AZs, and EFA latency
     needs the nodes in one cluster placement group."""
-    placed = []  # (capacity, GPU types, its one AZ, its nodes' labels, its placement group)
-    for cap, gpu in caps:
-        azs = capacity_azs(view, cap)
-        if len(azs) == 1:  # groups in several AZs are refused on their own
-            group = placement_of(view, cap)
-            placed.append((cap, gpu, next(iter(azs)), node_labels(view, cap, set(azs)), group))
+    placed = _single_az_groups(view, caps)
     if len(placed) < 2:
         return  # one GPU group: nothing to spread over
     pairs: dict[str, list[tuple[Any, dict[str, set[str]]]]] = {}
+    for resource, work, by_az, groups in _gpu_workloads(view, placed):
+        model = _served_model(work)
+        if model is not None:
+            pairs.setdefault(model, []).append((resource, by_az))
+        _workload_spread(work, by_az, groups, resource.urn, report)
+    for model, members in pairs.items():  # prefill and decode Deployments of one model
+        _model_spread(model, members, report)
+
+
+def _single_az_groups(view: StackView, caps: list[tuple[Capacity, set[str]]]) -> list:
+    """(capacity, GPU types, its one AZ, its nodes' labels, its placement group) of each GPU group
+    in one AZ; groups in several AZs are refused on their own."""
+    placed = []
+    for cap, gpu in caps:
+        azs = capacity_azs(view, cap)
+        if len(azs) == 1:
+            group = placement_of(view, cap)
+            placed.append((cap, gpu, next(iter(azs)), node_labels(view, cap, set(azs)), group))
+    return placed
+
+
+def _gpu_workloads(
+    view: StackView, placed: list
+) -> Iterator[tuple[Any, Workload, dict[str, set[str]], dict[str, str]]]:
+    """(resource, workload, AZ -> groups, placement group urn -> name) of every Kubernetes workload
+    whose GPU pods may land on the `placed` groups."""
     seen: dict[str, tuple[dict[str, set[str]], dict[str, str]]] = {}  # pods with the same selector land alike
     index = LabelIndex([labels for _, _, _, labels, _ in placed])
     for resource in view.resources:
@@ -194,27 +215,33 @@ def _serving_spread(view: StackView, caps: list[tuple[Capacity, set[str]]], repo
                 for az, labels in landing[0].items():
                     by_az.setdefault(az, set()).update(labels)
                 groups.update(landing[1])
-            if not by_az:
-                continue
-            model = _served_model(work)
-            if model is not None:
-                pairs.setdefault(model, []).append((resource, by_az))
-            if len(by_az) > 1:
-                _spread_verdict(work.label, by_az, resource.urn, report)
-            elif len(groups) > 1 and _moves_kv(work):
-                report(
-                    f"{work.label} moves KV caches between GPU pods that may land in {len(groups)} placement "
-                    f"groups ({join(groups.values())}); EFA latency needs them in one cluster placement group. "
-                    f"Fix: run its prefill and decode groups in one placement group, or select one group.",
-                    resource.urn,
-                )
-    for model, members in pairs.items():  # prefill and decode Deployments of one model
-        merged: dict[str, set[str]] = {}
-        for _, by_az in members:
-            for az, labels in by_az.items():
-                merged.setdefault(az, set()).update(labels)
-        if len(members) > 1 and len(merged) > 1:
-            _spread_verdict(f"the P/D workloads of model {model!r}", merged, members[0][0].urn, report)
+            if by_az:
+                yield resource, work, by_az, groups
+
+
+def _workload_spread(
+    work: Workload, by_az: dict[str, set[str]], groups: dict[str, str], urn: str, report: ReportViolation
+) -> None:
+    """One workload's GPU pods may land in several AZs, or move KV caches across placement groups."""
+    if len(by_az) > 1:
+        _spread_verdict(work.label, by_az, urn, report)
+    elif len(groups) > 1 and _moves_kv(work):
+        report(
+            f"{work.label} moves KV caches between GPU pods that may land in {len(groups)} placement "
+            f"groups ({join(groups.values())}); EFA latency needs them in one cluster placement group. "
+            f"Fix: run its prefill and decode groups in one placement group, or select one group.",
+            urn,
+        )
+
+
+def _model_spread(model: str, members: list[tuple[Any, dict[str, set[str]]]], report: ReportViolation) -> None:
+    """The prefill and decode workloads of one model, taken together, may land in several AZs."""
+    merged: dict[str, set[str]] = {}
+    for _, by_az in members:
+        for az, labels in by_az.items():
+            merged.setdefault(az, set()).update(labels)
+    if len(members) > 1 and len(merged) > 1:
+        _spread_verdict(f"the P/D workloads of model {model!r}", merged, members[0][0].urn, report)
 
 
 def _landing(

@@ -7,6 +7,7 @@ FI_PROVIDER as the kubelet, the shell and Ray set it, and a fabric the pack cann
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from pulumi_policy import (
@@ -30,7 +31,7 @@ from .common import (
 )
 from .fabric import unreadable_fabric
 from .node_labels import LabelIndex, node_labels
-from .pod_env import ClaimStore, External, ObjectStore, dra_gpus, effective_env, requested
+from .pod_env import ClaimStore, EnvView, External, ObjectStore, dra_gpus, effective_env, requested
 from .ray_serving import ServeConfigError, serve_config, walk
 from .stack import StackView
 from .workloads import (
@@ -113,54 +114,84 @@ def _stack_gpu_types(view: StackView, table: TypeTable) -> set[str]:
 
 
 def _gpu_pods_efa(args: StackValidationArgs, report: ReportViolation) -> None:
-    cfg = config_with_defaults(args, POD_EFA_CONFIG)
-    table = TypeTable.from_config(cfg)
-    gpu_res, provider = cfg["gpuResource"], cfg["fiProvider"]
-    view = StackView.of(args.resources)
-    store = ObjectStore(view)
-    claims = ClaimStore(view)
-    stack_types: Optional[set[str]] = None  # computed for the first GPU pod that needs it
-    for resource in view.resources:
+    """Every container that gets GPUs (requested, or through DRA resource claims) uses its share of
+    EFA; a Ray workload with GPU pods also keeps its runtime env from undoing its pods' settings."""
+    check = _PodCheck.of(args, report)
+    for resource in check.view.resources:
         if not resource.resource_type.startswith("kubernetes:"):
             continue
-        for work in workloads(resource.resource_type, view.props(resource)):
-            namespace = work.namespace
+        for work in workloads(resource.resource_type, check.view.props(resource)):
             uses_gpus = False
             for label, pod in work.pods():
-                pinned = pod_instance_types(pod) or _selected_types(view, table, pod)
-                # Unpinned (or pinned to several types) with several GPU types in the stack: the pod may
-                # land on any of them, so the largest EFA share holds.
-                if not pinned and stack_types is None:
-                    stack_types = _stack_gpu_types(view, table)
-                candidates = pinned or stack_types or set()
-                node_type = max(
-                    sorted(candidates & set(table.efa)),
-                    default=None,
-                    key=lambda t: _efa_share(table, t, requested_gpus(pod, gpu_res)),
-                )
+                node_type = check.node_type(pod)
                 for container in containers(pod):
-                    gpus: Any = requested(container, gpu_res)
-                    via = f"{gpus} x {gpu_res}"
-                    if not gpus:
-                        dra = dra_gpus(pod, container, namespace, claims, str(cfg["draGpuDeviceClassPattern"]))
-                        if is_unknown(dra) or not dra:
-                            if resource.resource_type.endswith("Patch"):
-                                _patched_fabric(work, label, container, provider, store, report, resource.urn)
-                            continue
-                        gpus = table.gpus.get(node_type or "", 1) if dra == "all" else int(dra)
-                        via = f"GPUs through DRA resource claims ({dra})"
-                    uses_gpus = True
-                    problems = _container_problems(container, gpus, node_type, table, cfg, namespace, store)
-                    problems += _loaded_code(pod, container, namespace, store)
-                    if problems:
-                        cname = dig(container, "name")
-                        report(
-                            f"{work.label}, {label}, container '{cname}' requests {via} but does "
-                            f"not use EFA fully. Fix: " + "; ".join(problems) + ".",
-                            resource.urn,
-                        )
+                    uses_gpus = check.container(resource, work, label, pod, container, node_type) or uses_gpus
             if uses_gpus and work.is_ray:
-                _ray_env_overrides(work, provider, report, resource.urn)
+                _ray_env_overrides(work, check.cfg["fiProvider"], report, resource.urn)
+
+
+@dataclass
+class _PodCheck:
+    """What every pod of one judgement is held to: the config, the joined view, the objects env and
+    claims come from, and (computed for the first pod that needs it) the stack's EFA GPU types."""
+
+    view: StackView
+    table: TypeTable
+    cfg: dict[str, Any]
+    store: ObjectStore
+    claims: ClaimStore
+    report: ReportViolation
+    stack_types: Optional[set[str]] = None
+
+    @classmethod
+    def of(cls, args: StackValidationArgs, report: ReportViolation) -> _PodCheck:
+        cfg = config_with_defaults(args, POD_EFA_CONFIG)
+        table = TypeTable.from_config(cfg)
+        view = StackView.of(args.resources)
+        return cls(view, table, cfg, ObjectStore(view), ClaimStore(view), report)
+
+    def node_type(self, pod: Any) -> Optional[str]:
+        """The EFA GPU type whose share the pod is held to: of the types it pins (instance type or
+        node labels); unpinned (or pinned to several) with several GPU types in the stack, the pod
+        may land on any of them, so the largest EFA share holds."""
+        pinned = pod_instance_types(pod) or _selected_types(self.view, self.table, pod)
+        if not pinned and self.stack_types is None:
+            self.stack_types = _stack_gpu_types(self.view, self.table)
+        candidates = pinned or self.stack_types or set()
+        gpus = self.cfg["gpuResource"]
+        return max(
+            sorted(candidates & set(self.table.efa)),
+            default=None,
+            key=lambda t: _efa_share(self.table, t, requested_gpus(pod, gpus)),
+        )
+
+    def container(
+        self, resource: Any, work: Workload, label: str, pod: Any, container: Any, node_type: Optional[str]
+    ) -> bool:
+        """Judge one container; whether it gets GPUs. One without them, in a patch, may still change
+        the fabric settings of the containers it patches."""
+        gpu_res, namespace = self.cfg["gpuResource"], work.namespace
+        gpus: Any = requested(container, gpu_res)
+        via = f"{gpus} x {gpu_res}"
+        if not gpus:
+            dra = dra_gpus(pod, container, namespace, self.claims, str(self.cfg["draGpuDeviceClassPattern"]))
+            if is_unknown(dra) or not dra:
+                if resource.resource_type.endswith("Patch"):
+                    provider = self.cfg["fiProvider"]
+                    _patched_fabric(work, label, container, provider, self.store, self.report, resource.urn)
+                return False
+            gpus = self.table.gpus.get(node_type or "", 1) if dra == "all" else int(dra)
+            via = f"GPUs through DRA resource claims ({dra})"
+        problems = _container_problems(container, gpus, node_type, self.table, self.cfg, namespace, self.store)
+        problems += _loaded_code(pod, container, namespace, self.store)
+        if problems:
+            cname = dig(container, "name")
+            self.report(
+                f"{work.label}, {label}, container '{cname}' requests {via} but does "
+                f"not use EFA fully. Fix: " + "; ".join(problems) + ".",
+                resource.urn,
+            )
+        return True
 
 
 def _efa_share(table: TypeTable, node_type: str, gpus: int) -> int:
@@ -183,39 +214,50 @@ def _container_problems(
     namespace: Any,
     store: ObjectStore,
 ) -> list[str]:
+    """What a GPU container must change to reach its share of EFA: the devices it requests, the
+    FI_PROVIDER its env gives libfabric, and what its command line does to the fabric settings."""
     efa_res, provider = cfg["efaResource"], cfg["fiProvider"]
-    problems = []
+    devices = _device_share(container, gpus, node_type, table, efa_res)
+    env = effective_env(container, namespace, store)
+    return devices + _env_provider(env.get("FI_PROVIDER"), provider) + _command_line(container, env, provider)
+
+
+def _device_share(container: Any, gpus: int, node_type: Optional[str], table: TypeTable, efa_res: str) -> list[str]:
+    """A container that asks for EFA devices asks for its GPUs' share of the node's (at least one)."""
     efa = requested(container, efa_res)
     expected = 1
     why = ""
     if node_type in table.efa and table.gpus.get(node_type):
         expected = _efa_share(table, node_type, gpus)
         why = f" ({gpus} of {node_type}'s {table.gpus[node_type]} GPUs -> {expected} of its {table.efa[node_type]})"
-    if efa is not None and efa < expected:
-        problems.append(f"request {expected} '{efa_res}' device(s){why}, not {efa}")
-    env = effective_env(container, namespace, store)
-    value = env.get("FI_PROVIDER")
+    return [f"request {expected} '{efa_res}' device(s){why}, not {efa}"] if efa is not None and efa < expected else []
+
+
+def _env_provider(value: Any, provider: str) -> list[str]:
+    """FI_PROVIDER as the container's env leaves it: the configured provider, read at preview."""
     if is_unknown(value):
-        problems.append(
+        return [
             f"set env FI_PROVIDER={provider} literally (it comes from a value not known at preview, which no rule "
             f"can read)"
-        )
-    elif isinstance(value, External):
-        problems.append(
-            f"set env FI_PROVIDER={provider} literally (it comes from {value.source}, which the pack cannot read)"
-        )
-    elif not is_unknown(value) and value != provider:
-        problems.append(
+        ]
+    if isinstance(value, External):
+        return [f"set env FI_PROVIDER={provider} literally (it comes from {value.source}, which the pack cannot read)"]
+    if value != provider:
+        return [
             f"set env FI_PROVIDER={provider} (is {value!r}; with duplicates the last entry wins)"
             if value is not None
             else f"set env FI_PROVIDER={provider}"
-        )
+        ]
+    return []
+
+
+def _command_line(container: Any, env: EnvView, provider: str) -> list[str]:
+    """The command line runs after env: it may override FI_PROVIDER, or set fabric variables and
+    load the engine's fabric settings where the pack cannot read them."""
     line = container_command(container)
     problem = _fi_problem(line.last("FI_PROVIDER"), provider)
-    if problem:
-        problems.append(f"the command line {problem}; leave FI_PROVIDER to env (or export {provider!r})")
     return (
-        problems
+        ([f"the command line {problem}; leave FI_PROVIDER to env (or export {provider!r})"] if problem else [])
         + [
             f"the command line may set fabric variables where the pack cannot read it ({text!r}); set them in env"
             for text in unreadable_settings(line, FABRIC_VARIABLES)

@@ -169,70 +169,104 @@ def _unjudgeable(view: StackView, cap: Any, gpu: set[str], allow: set[str], repo
 
 
 def _blind_spots(view: StackView, table: TypeTable, report: ReportViolation, allow: set[str]) -> None:
+    """Every way GPU capacity can escape the other rules, reported on the resource that opens it:
+    launchers the joined view does not model, types the table does not list, a template version
+    other than the one judged, references the pack cannot resolve or that point outside the stack,
+    and Karpenter NodePools that may launch EFA GPU types."""
     _unmodelled_launchers(view, table, report)
     for cap in view.capacities():
-        unlisted = table.unlisted(cap.instance_types)
-        if unlisted and table.deny_unlisted:
-            report(
-                f"{cap.label} launches {join(unlisted)}, a GPU type the pack's table does not list, so no "
-                f"EFA rule can judge it. Fix: add it with its EFA interface count to the policy config "
-                f"extraEfaGpuTypes (or to nonEfaGpuTypes if it is deliberately used without EFA).",
-                cap.resource.urn,
-            )
+        _unlisted_types(cap, table, report)
         gpu = table.efa_of(cap.instance_types)
-        if not gpu and not cap.instance_types and cap.launch_template.state == "unjudgeable":
+        if gpu:
+            _unjudged_version(view, cap, gpu, allow, report)
+            _unjudgeable(view, cap, gpu, allow, report)
+            _outside_stack(view, cap, gpu, report)
+        elif not cap.instance_types and cap.launch_template.state == "unjudgeable":
             # its types live in a template the pack cannot find: it may launch anything
             _unjudgeable(view, cap, {"instance types of a launch template it cannot see"}, allow, report)
-        if not gpu:
-            continue
-        external = []
-        if cap.launch_template.state == "external":
-            external.append(f"launch template {cap.launch_template.literal!r}")
-        if cap.placement.state == "external":
-            external.append(f"placement group {cap.placement.literal!r}")
-        if cap.subnets.external:
-            external.append(f"subnet(s) {cap.subnets.external}")
-        if cap.launch_template.state == "resolved":
-            lt = cap.launch_template.resource
-            problem = version_problem(cap.version, view.props(lt))
-            if problem and cap.resource.name not in allow:
-                report(
-                    f"{cap.label} runs {join(gpu)} from launch template '{lt.name}' {problem}: the rules judge "
-                    f"the template as the plan shows it, which may not be the version launched. Fix: "
-                    f"version=template.latest_version (or '$Latest'), or updateDefaultVersion=True on the "
-                    f"template; or list {cap.resource.name!r} in unjudgeable.allow.",
-                    cap.resource.urn,
-                )
-            pg = view.placement_group(lt)
-            # a reservation's own placement group: capacity-reservation-in-gpu-az judges it
-            if pg.state == "external" and not targets_reservation(view.props(lt)):
-                external.append(f"placement group {pg.literal!r} (of launch template '{lt.name}')")
-            _, _, sgs = view.template_security_groups(lt)
-            if sgs:
-                external.append(f"security group(s) {sgs} (of launch template '{lt.name}')")
-        _unjudgeable(view, cap, gpu, allow, report)
-        if external:
-            report(
-                f"{cap.label} runs {join(gpu)} with {'; '.join(external)} that no resource in this stack "
-                f"defines, so the EFA/AZ/placement rules cannot judge them. Fix: create them in this stack "
-                f"(or lower this policy to advisory in the policy config once they are checked elsewhere).",
-                cap.resource.urn,
-            )
     for label, owner, pool in node_pools(view):
-        gpu, unlisted = karpenter_types(pool, table)
-        if unlisted and table.deny_unlisted:
-            report(
-                f"{label} allows {join(unlisted)}, GPU type(s) the pack's table does not list. Fix: add them "
-                f"to extraEfaGpuTypes or nonEfaGpuTypes.",
-                owner.urn,
-            )
-        if gpu and not _no_gpus_allowed(pool):
-            report(
-                f"{label} may launch {join(gpu)}: its EC2NodeClass is a launch path this pack does not judge "
-                f"(EFA interface per card, placement group, reservation, one AZ). Fix: run EFA GPU types in a "
-                f"managed node group with a launch template; exclude them from the NodePool's requirements.",
-                owner.urn,
-            )
+        _karpenter_gpu_pool(label, owner, pool, table, report)
+
+
+def _unlisted_types(cap: Any, table: TypeTable, report: ReportViolation) -> None:
+    """A GPU type the table does not list: no EFA rule knows its interface count."""
+    unlisted = table.unlisted(cap.instance_types)
+    if unlisted and table.deny_unlisted:
+        report(
+            f"{cap.label} launches {join(unlisted)}, a GPU type the pack's table does not list, so no "
+            f"EFA rule can judge it. Fix: add it with its EFA interface count to the policy config "
+            f"extraEfaGpuTypes (or to nonEfaGpuTypes if it is deliberately used without EFA).",
+            cap.resource.urn,
+        )
+
+
+def _unjudged_version(view: StackView, cap: Any, gpu: set[str], allow: set[str], report: ReportViolation) -> None:
+    """The rules judge a launch template as the plan shows it: a group launching another version
+    runs what no rule has seen (`version_problem`)."""
+    if cap.launch_template.state != "resolved":
+        return
+    lt = cap.launch_template.resource
+    problem = version_problem(cap.version, view.props(lt))
+    if problem and cap.resource.name not in allow:
+        report(
+            f"{cap.label} runs {join(gpu)} from launch template '{lt.name}' {problem}: the rules judge "
+            f"the template as the plan shows it, which may not be the version launched. Fix: "
+            f"version=template.latest_version (or '$Latest'), or updateDefaultVersion=True on the "
+            f"template; or list {cap.resource.name!r} in unjudgeable.allow.",
+            cap.resource.urn,
+        )
+
+
+def _external_references(view: StackView, cap: Any) -> list[str]:
+    """What GPU capacity (and its launch template) names by a literal ID no resource of the stack
+    defines. A reservation's own placement group is left to capacity-reservation-in-gpu-az."""
+    external = []
+    if cap.launch_template.state == "external":
+        external.append(f"launch template {cap.launch_template.literal!r}")
+    if cap.placement.state == "external":
+        external.append(f"placement group {cap.placement.literal!r}")
+    if cap.subnets.external:
+        external.append(f"subnet(s) {cap.subnets.external}")
+    if cap.launch_template.state == "resolved":
+        lt = cap.launch_template.resource
+        pg = view.placement_group(lt)
+        if pg.state == "external" and not targets_reservation(view.props(lt)):
+            external.append(f"placement group {pg.literal!r} (of launch template '{lt.name}')")
+        _, _, sgs = view.template_security_groups(lt)
+        if sgs:
+            external.append(f"security group(s) {sgs} (of launch template '{lt.name}')")
+    return external
+
+
+def _outside_stack(view: StackView, cap: Any, gpu: set[str], report: ReportViolation) -> None:
+    """References outside the stack hide what the EFA/AZ/placement rules would judge."""
+    external = _external_references(view, cap)
+    if external:
+        report(
+            f"{cap.label} runs {join(gpu)} with {'; '.join(external)} that no resource in this stack "
+            f"defines, so the EFA/AZ/placement rules cannot judge them. Fix: create them in this stack "
+            f"(or lower this policy to advisory in the policy config once they are checked elsewhere).",
+            cap.resource.urn,
+        )
+
+
+def _karpenter_gpu_pool(label: str, owner: Any, pool: Any, table: TypeTable, report: ReportViolation) -> None:
+    """A NodePool's EC2NodeClass is a launch path no EFA rule judges: it may not allow EFA GPU types
+    (or types the table does not list) unless its limits cap GPUs at 0."""
+    gpu, unlisted = karpenter_types(pool, table)
+    if unlisted and table.deny_unlisted:
+        report(
+            f"{label} allows {join(unlisted)}, GPU type(s) the pack's table does not list. Fix: add them "
+            f"to extraEfaGpuTypes or nonEfaGpuTypes.",
+            owner.urn,
+        )
+    if gpu and not _no_gpus_allowed(pool):
+        report(
+            f"{label} may launch {join(gpu)}: its EC2NodeClass is a launch path this pack does not judge "
+            f"(EFA interface per card, placement group, reservation, one AZ). Fix: run EFA GPU types in a "
+            f"managed node group with a launch template; exclude them from the NodePool's requirements.",
+            owner.urn,
+        )
 
 
 def _no_gpus_allowed(pool: Any) -> bool:

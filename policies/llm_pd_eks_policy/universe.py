@@ -30,11 +30,11 @@ from pulumi_policy import ReportViolation, ResourceValidationArgs
 
 from . import common as c
 from .capacity import CAPACITY_RESERVATION
+from .exposure import GATEWAYS, HELM_TYPES, INGRESS_CLASS_PARAMS, LB_CONFIGURATION
 from .imds import EC2_NODE_CLASSES
 from .karpenter import KARPENTER_NODE_POOLS
 from .pod_env import DRA_CLAIM_KINDS
 from .references import UNMODELLED_LAUNCHERS
-from .security import GATEWAYS, HELM_TYPES, INGRESS_CLASS_PARAMS, LB_CONFIGURATION
 from .stack import DEFAULT_ROUTE_TABLE, MAIN_ROUTE_TABLE_ASSOCIATION, NETWORK_INTERFACE, VPC
 from .workloads import pod_specs, workload_kind
 

@@ -14,7 +14,7 @@ from pulumi_policy import ReportViolation, ResourceValidationArgs
 
 from . import workloads
 from .common import as_int, config_with_defaults, dig, is_unknown, name_of, plain, resource_policy
-from .security import chart_name
+from .exposure import chart_name
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 # Keys whose value is a vLLM KV-transfer setting (JSON/YAML config keys, not prose).
