@@ -58,7 +58,7 @@ from llm_pd_eks.versions import eks_addon_version
 # The component's type token: `<package>:index:<class>`, as the provider host names it.
 TYPE = f"{PROJECT}:index:LlmPdEks"
 # The component package's version (provider/__main__.py serves it; `pulumi package add` records it).
-PACKAGE_VERSION = "0.4.0"  # the release (pyproject.toml, policies/PulumiPolicy.yaml: one version, CHANGELOG.md)
+PACKAGE_VERSION = "0.4.1"  # the release (pyproject.toml, policies/PulumiPolicy.yaml: one version, CHANGELOG.md)
 # What the program names its one instance (the stack's top-level resource).
 INSTANCE_NAME = PROJECT
 
