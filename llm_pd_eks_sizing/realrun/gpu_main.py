@@ -147,7 +147,10 @@ def start_raylets(bundle: Path, name: str = "raylets.json") -> dict[str, list[st
             f"--metrics-export-port={METRICS_PORTS[role]}",
             *(f"--{flag}={port}" for flag, port in raylet_ports(n).items()),
         ]
-        role_env = dict(env, **raylets[role]["env"], VLLM_HOST_IP="127.0.0.1")
+        # The pod's PYTHONPATH names where the runtime ConfigMap is mounted; here that is <bundle>/runtime,
+        # already on `path` beside the machine's own packages, which the pod's value would hide.
+        pod_env = {k: v for k, v in raylets[role]["env"].items() if k != "PYTHONPATH"}
+        role_env = dict(env, **pod_env, VLLM_HOST_IP="127.0.0.1")
         started[role] = cmd[3:]
         run_detached(cmd, role_env)
     RAYLETS_MARK.parent.mkdir(parents=True, exist_ok=True)
@@ -219,6 +222,7 @@ def run_detached(cmd: list[str], env: dict[str, str]) -> None:
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, start_new_session=True)
     log("ray start ->", proc.returncode, proc.stdout[-400:].strip().replace("\n", " | "))
     if proc.returncode != 0:
+        log("ray start stderr:", proc.stderr[-3000:].strip().replace("\n", " | "))
         raise SystemExit(f"ray start failed: {proc.stderr[-2000:]}")
 
 
