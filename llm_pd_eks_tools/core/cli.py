@@ -81,8 +81,11 @@ def _ended(prog: str, error: BaseException) -> int:
         return output_failed(prog, error)
     except BrokenPipeError:  # a stdout not guarded (a test's capture): the reader left
         return Exit.PIPE
-    except SystemExit as exit_:  # argparse's --help and its own errors
-        return exit_.code if isinstance(exit_.code, int) else Exit.USAGE
+    except SystemExit as exit_:  # argparse's --help and its own errors (codes), or a failure's message
+        if exit_.code is None or isinstance(exit_.code, int):
+            return exit_.code or Exit.OK
+        say(prog, one_line(str(exit_.code)))  # Python prints the message and exits 1: so does the runner
+        return Exit.FAILED
     except Exception as error:
         where = _innermost_frame(error)
         say(
