@@ -18,7 +18,8 @@ import os
 import stat
 import sys
 import tempfile
-from typing import Any
+from types import FrameType
+from typing import Any, Optional
 
 from llm_pd_eks_tools.core.errors import Exit, ToolError, one_line
 
@@ -69,7 +70,7 @@ def _in_temporary_file() -> bool:
     """True inside `tempfile.TemporaryFile`: on Linux it opens its directory with `O_TMPFILE` through
     an opener, and the `open` event that `io.open` raises first shows only mode "w+", the same as a
     directory opened for writing by mistake. The caller is the one thing that tells them apart."""
-    frame = sys._getframe(1)
+    frame: Optional[FrameType] = sys._getframe(1)
     for _ in range(8):
         if frame is None:
             return False
