@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from llm_pd_eks_tools.core.cli import ArgumentParser, Exit, ToolError, exit_with, one_line
 
@@ -41,25 +42,57 @@ def standin_config(app_name: str) -> dict[str, Any]:
     return {"applications": [{"name": app_name, "route_prefix": "/", "import_path": f"{STANDIN}:app"}]}
 
 
-def walk(bundle: Path, say: Callable[[str], None]) -> list[tuple[str, float]]:
-    """The steps, in order, each timed; a step that fails is a ToolError (FAILED) naming it."""
-    from llm_pd_eks_sizing.realrun import gpu_main
+class Steps:
+    """A dry run's steps, each timed and said; a step's problem (or the SystemExit a gpu_main
+    function raises) ends the run as a ToolError naming the step."""
 
-    build_tokenizer = gpu_main.build_tokenizer
-    gpu_main.build_tokenizer = lambda bundle: None  # the engines' tokenizer: nothing here reads it
-    config = standin_config("llm")
-    timings: list[tuple[str, float]] = []
+    def __init__(self, say: Callable[[str], None], width: int = 240) -> None:
+        self.say, self.width = say, width
+        self.timings: list[tuple[str, float]] = []
 
-    def step(name: str, action: Callable[[], Optional[str]]) -> None:
+    def __call__(self, name: str, action: Callable[[], Optional[str]]) -> None:
         started = time.monotonic()
         try:
             problem = action()
         except SystemExit as stop:
             problem = str(stop)
         if problem:
-            raise ToolError(Exit.FAILED, f"{name}: {one_line(problem, 240)}")
-        timings.append((name, round(time.monotonic() - started, 1)))
-        say(f"{name}: {timings[-1][1]} s")
+            raise ToolError(Exit.FAILED, f"{name}: {one_line(problem, self.width)}")
+        self.timings.append((name, round(time.monotonic() - started, 1)))
+        self.say(f"{name}: {self.timings[-1][1]} s")
+
+
+def refuse_a_running_cluster() -> None:
+    """A dry run ends with `ray stop`, which would end a cluster already on this machine."""
+    from llm_pd_eks_sizing.realrun import gpu_main
+
+    if gpu_main.cluster_up():
+        raise ToolError(
+            Exit.USAGE, "a Ray cluster already answers at 127.0.0.1:8265; stop it (`ray stop`) and run again"
+        )
+
+
+@contextmanager
+def stand_in_cluster() -> Iterator[None]:
+    """gpu_main's cluster steps with no engine tokenizer to build (nothing here reads it), and Ray
+    stopped on every way out."""
+    from llm_pd_eks_sizing.realrun import gpu_main
+
+    build_tokenizer = gpu_main.build_tokenizer
+    gpu_main.build_tokenizer = lambda bundle: None
+    try:
+        yield
+    finally:
+        gpu_main.ray_stop()
+        gpu_main.build_tokenizer = build_tokenizer
+
+
+def walk(bundle: Path, say: Callable[[str], None]) -> list[tuple[str, float]]:
+    """The steps, in order, each timed; a step that fails is a ToolError (FAILED) naming it."""
+    from llm_pd_eks_sizing.realrun import gpu_main
+
+    config = standin_config("llm")
+    step = Steps(say)
 
     def deployed() -> Optional[str]:
         status = gpu_main.deploy(config, timeout_s=180).get("applications", {}).get("llm", {}).get("status")
@@ -77,7 +110,7 @@ def walk(bundle: Path, say: Callable[[str], None]) -> list[tuple[str, float]]:
 
         return start
 
-    try:
+    with stand_in_cluster():
         step("raylets started (raylets.json)", raylets("raylets.json", "started"))
         step("first arm deployed", deployed)
         step("metrics scraped on every raylet", scraped)
@@ -85,10 +118,7 @@ def walk(bundle: Path, say: Callable[[str], None]) -> list[tuple[str, float]]:
         step("second arm deployed", deployed)
         step("prefix raylets started, the others stopped", raylets("raylets-prefix.json", "started"))
         step("prefix arm deployed", deployed)
-    finally:
-        gpu_main.ray_stop()
-        gpu_main.build_tokenizer = build_tokenizer
-    return timings
+    return step.timings
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -96,13 +126,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         prog=f"python -m llm_pd_eks_sizing.realrun.{PROG.replace('-', '_')}", description=__doc__.splitlines()[0]
     )
     parser.parse_args(argv)
-    from llm_pd_eks_sizing.realrun import gpu_main
     from llm_pd_eks_sizing.realrun.render import load_overrides, write_bundle
 
-    if gpu_main.cluster_up():
-        raise ToolError(
-            Exit.USAGE, "a Ray cluster already answers at 127.0.0.1:8265; stop it (`ray stop`) and run again"
-        )
+    refuse_a_running_cluster()
     with tempfile.TemporaryDirectory(prefix="realrun-dry-") as tmp:
         bundle = Path(tmp)
         write_bundle(bundle, load_overrides())

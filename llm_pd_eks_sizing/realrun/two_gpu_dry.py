@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from llm_pd_eks_sizing.realrun import two_gpu
+from llm_pd_eks_sizing.realrun.dry_run import Steps, refuse_a_running_cluster, stand_in_cluster
 from llm_pd_eks_sizing.realrun.render import load_overrides as load_one_gpu_overrides
-from llm_pd_eks_tools.core.cli import ArgumentParser, Exit, ToolError, exit_with, one_line
+from llm_pd_eks_tools.core.cli import ArgumentParser, Exit, exit_with
 
 PROG = "realrun-two-dry"
 STANDIN = "realrun_two_standin"
@@ -119,20 +120,7 @@ def walk(bundle: Path, say: Callable[[str], None]) -> list[tuple[str, float]]:
     from llm_pd_eks_sizing.realrun import gpu_main
 
     inputs = two_gpu.two_gpu_inputs(two_gpu.load_overrides())
-    build_tokenizer = gpu_main.build_tokenizer
-    gpu_main.build_tokenizer = lambda bundle: None  # the engines' tokenizer: nothing here reads it
-    timings: list[tuple[str, float]] = []
-
-    def step(name: str, action: Callable[[], Optional[str]]) -> None:
-        started = time.monotonic()
-        try:
-            problem = action()
-        except SystemExit as stop:
-            problem = str(stop)
-        if problem:
-            raise ToolError(Exit.FAILED, f"{name}: {one_line(problem, 300)}")
-        timings.append((name, round(time.monotonic() - started, 1)))
-        say(f"{name}: {timings[-1][1]} s")
+    step = Steps(say, width=300)
 
     def running(apps: list[str], timeout_s: float = 240) -> Optional[str]:
         deadline = time.monotonic() + timeout_s
@@ -160,7 +148,7 @@ def walk(bundle: Path, say: Callable[[str], None]) -> list[tuple[str, float]]:
             "raylets-prefix.json",
         )
     )
-    try:
+    with stand_in_cluster():
         for name, arm, data, folder, raylets_file in walks:
 
             def raylets(folder: Path = folder, raylets_file: str = raylets_file) -> Optional[str]:
@@ -182,10 +170,7 @@ def walk(bundle: Path, say: Callable[[str], None]) -> list[tuple[str, float]]:
             step(f"{name}: each replica on the plan's GPUs", on_plan)
             for landing in two_gpu.placement_plan(arm, data):
                 say(f"{name}: {landing.role} -> GPUs {sorted(landed(landing.role).values())}")
-    finally:
-        gpu_main.ray_stop()
-        gpu_main.build_tokenizer = build_tokenizer
-    return timings
+    return step.timings
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -193,12 +178,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         prog=f"python -m llm_pd_eks_sizing.realrun.{PROG.replace('-', '_')}", description=__doc__.splitlines()[0]
     )
     parser.parse_args(argv)
-    from llm_pd_eks_sizing.realrun import gpu_main
-
-    if gpu_main.cluster_up():
-        raise ToolError(
-            Exit.USAGE, "a Ray cluster already answers at 127.0.0.1:8265; stop it (`ray stop`) and run again"
-        )
+    refuse_a_running_cluster()
     with tempfile.TemporaryDirectory(prefix="realrun-two-dry-") as tmp:
         bundle = Path(tmp)
         two_gpu.write_two_gpu_bundle(bundle, two_gpu.load_overrides())

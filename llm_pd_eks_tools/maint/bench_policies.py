@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import tempfile
-import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -268,7 +267,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         with tempfile.TemporaryDirectory(prefix="bench-control-") as folder:
             control_dir = Path(folder)
             (control_dir / "PulumiPolicy.yaml").write_text("runtime: python\n")
-            (control_dir / "__main__.py").write_text(textwrap.dedent(_CONTROL_PACK.format(pack=str(POLICY_PACK_DIR))))
+            (control_dir / "__main__.py").write_text(_CONTROL_PACK.format(pack=str(POLICY_PACK_DIR)))
             control = judge(resources, control_dir)
         print(control.line("control (same policies, rules that do nothing)"))
         rules = pack.analyze_cpu_s + pack.stack_cpu_s - control.analyze_cpu_s - control.stack_cpu_s

@@ -131,9 +131,9 @@ def test_an_image_path_naming_vllm_is_no_engine():
 
 
 def test_an_allow_list_entry_names_a_type_and_a_name():
-    batch = Res("aws:batch/computeEnvironment:ComputeEnvironment", "shared", {})
-    job_queue = Res("aws:batch/jobQueue:JobQueue", "shared", {})
-    config = {TYPE: {"allowResources": ["aws:batch/computeEnvironment:ComputeEnvironment::shared"]}}
+    batch = Res("aws:batch/computeEnvironment:ComputeEnvironment", "batch", {})
+    job_queue = Res("aws:batch/jobQueue:JobQueue", "batch", {})
+    config = {TYPE: {"allowResources": ["aws:batch/computeEnvironment:ComputeEnvironment::batch"]}}
     verdicts = of(judge([batch, job_queue], config), TYPE)
     assert [v.urn for v in verdicts] == [job_queue.urn]
 
